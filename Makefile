@@ -1,0 +1,42 @@
+# One place for every set-up and check step; .ci/run calls `make test` only.
+PYTHON_SYSTEM ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test check lint typecheck docs unit bench system-deps clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON_SYSTEM) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+# OpenMPI (and the real schedulers' packages) when root and apt are there; a note otherwise.
+system-deps:
+	@bash tests/setup/system-deps.sh
+
+test: $(STAMP) system-deps check docs unit
+
+unit: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+check: lint typecheck
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench examples
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict src/psij
+
+docs: $(STAMP)
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
+bench: $(STAMP)
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) build dist docs/_build .bench-venvs

@@ -1,0 +1,32 @@
+"""Sphinx configuration for the psij documentation (built offline: no intersphinx)."""
+
+import os
+import sys
+
+# Build from the source tree even when psij is not installed in the interpreter running Sphinx.
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "src")))
+
+from psij.version import __version__  # noqa: E402
+
+project = "psij"
+author = "The psij authors"
+copyright = "the psij authors"
+version = __version__
+release = __version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+]
+
+exclude_patterns = ["_build"]
+html_theme = "alabaster"
+html_static_path: list = []
+
+# Signatures stay short; parameter types are listed with each parameter's description.
+autodoc_typehints = "description"
+autodoc_member_order = "bysource"
+autodoc_default_options = {"members": True}
+
+# References that Sphinx cannot resolve offline (stdlib, packaging) stay plain text, not warnings.
+nitpicky = False

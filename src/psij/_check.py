@@ -1,0 +1,121 @@
+"""Argument checks shared by the core model classes.
+
+Every check raises a ``TypeError`` or ``ValueError`` whose message names the field, shows the
+offending value and says what is accepted. The checks are plain ``isinstance`` tests so that
+they stay cheap and also run under ``python -O``; no I/O happens here.
+"""
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+
+PathLike = Union[str, Path]
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def fail_type(field: str, value: Any, accepted: str) -> TypeError:
+    return TypeError(f"{field}: expected {accepted}, got {_describe(value)}")
+
+
+def no_nul(field: str, value: str) -> str:
+    if "\x00" in value:
+        raise ValueError(f"{field}: NUL characters cannot be passed to a process: {value!r}")
+    return value
+
+
+def opt_str(field: str, value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise fail_type(field, value, "str or None")
+    return no_nul(field, value)
+
+
+def req_str(field: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise fail_type(field, value, "str")
+    return no_nul(field, value)
+
+
+def opt_path(field: str, value: Any) -> Optional[Path]:
+    if value is None:
+        return None
+    if isinstance(value, Path):
+        no_nul(field, str(value))
+        return value
+    if isinstance(value, str):
+        if value == "":
+            raise ValueError(f"{field}: an empty string is not a path; use None for no path")
+        return Path(no_nul(field, value))
+    raise fail_type(field, value, "str, pathlib.Path or None")
+
+
+def opt_bool(field: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise fail_type(field, value, "bool")
+    return value
+
+
+def opt_int(field: str, value: Any, minimum: Optional[int] = None) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise fail_type(field, value, "int or None")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{field}: must be at least {minimum}, got {value}")
+    return value
+
+
+def opt_str_list(field: str, value: Any) -> Optional[List[str]]:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise fail_type(field, value, "a list of str or None")
+    out: List[str] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise fail_type(f"{field}[{i}]", item, "str")
+        out.append(no_nul(f"{field}[{i}]", item))
+    return out
+
+
+def env_dict(field: str, value: Any) -> Optional[Dict[str, str]]:
+    """Environment mapping: str keys, str or int values (ints are stored as str)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise fail_type(field, value, "a dict of str to str or int, or None")
+    out: Dict[str, str] = {}
+    for k, v in value.items():
+        if not isinstance(k, str):
+            raise fail_type(f"{field} key", k, "str")
+        if k == "" or "=" in k:
+            raise ValueError(f"{field}: {k!r} is not a valid variable name (empty or has '=')")
+        no_nul(f"{field} key", k)
+        if isinstance(v, bool) or not isinstance(v, (str, int)):
+            raise fail_type(f"{field}[{k!r}]", v, "str or int")
+        out[k] = no_nul(f"{field}[{k!r}]", v if isinstance(v, str) else str(v))
+    return out
+
+
+def instance(field: str, value: Any, cls: Union[Type[Any], Tuple[Type[Any], ...]],
+             accepted: str, allow_none: bool = True) -> Any:
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, cls):
+        raise fail_type(field, value, accepted + (" or None" if allow_none else ""))
+    return value
+
+
+def duration(field: str, value: Any) -> timedelta:
+    if not isinstance(value, timedelta):
+        raise fail_type(field, value, "datetime.timedelta")
+    if value.total_seconds() < 0:
+        raise ValueError(f"{field}: must not be negative, got {value}")
+    return value

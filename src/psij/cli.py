@@ -1,0 +1,370 @@
+"""The ``psij`` command: list the installed plugins, or run one job and exit with its exit code.
+
+``psij run`` only turns its arguments into a :class:`psij.JobSpec`, submits it and waits. It
+never reads or forwards the job's output: unless redirected with ``--stdout``/``--stderr``/
+``--stdin``, the job is given this process's own standard streams and writes to them directly.
+Nothing here is imported by ``import psij``.
+
+Exit status of ``psij run``: the job's exit code; 1 when the job failed without one or could not
+be submitted; 130 when it was canceled (Ctrl-C, SIGTERM or SIGHUP cancel the job first); 2 for
+bad usage (unknown executor or launcher, bad option value, invalid job).
+"""
+
+import argparse
+import os
+import signal
+import sys
+from datetime import timedelta
+from types import FrameType
+from typing import Any, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple, Union
+
+from psij.exceptions import InvalidJobException, SubmitException
+from psij.job import Job
+from psij.job_attributes import JobAttributes
+from psij.job_executor import JobExecutor
+from psij.job_spec import JobSpec
+from psij.job_state import JobState
+from psij.job_status import JobStatus
+from psij.resource_spec import ResourceSpecV1
+from psij.version import __version__
+
+__all__ = ["main"]
+
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+EXIT_CANCELED = 130
+
+DEFAULT_EXECUTOR = "local"
+
+# --attr key -> JobAttributes field; any "<executor>.<option>" key is a custom attribute.
+_ATTRIBUTE_FIELDS = {
+    "duration": "duration",
+    "queue": "queue_name",
+    "account": "account",
+    "reservation": "reservation_id",
+}
+_ACCEPTED_ATTRIBUTES = ", ".join(_ATTRIBUTE_FIELDS) + " or <executor>.<option>"
+
+# Signals that mean "stop": the job runs in its own process group, so it would outlive this
+# process unless it is canceled first.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class UsageError(Exception):
+    """A command line that cannot be turned into a job; reported with exit status 2."""
+
+
+class _Stop(Exception):
+    """Raised in the main thread when a stop signal arrives while the job runs."""
+
+
+# -- argument parsing ------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of processes of at least 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of processes of at least 1, got {text!r}")
+    return value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="psij",
+        description="Portable job submission (PSI/J): run jobs locally or through a batch "
+                    "scheduler, and inspect the installed executors and launchers.")
+    parser.add_argument("--version", action="version", version=f"psij {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    commands.add_parser(
+        "plugins", help="list executors and launchers with versions, files and load errors",
+        description="List every executor and launcher found in psij-descriptors folders on "
+                    "sys.path: name, version, descriptor file, class and class file, whether "
+                    "it loads, and clashes between declarations. Descriptor files that could "
+                    "not be read are listed at the end.")
+
+    run = commands.add_parser(
+        "run", help="run one job and exit with its exit code",
+        usage="psij run [options] [--] EXECUTABLE [ARGUMENT ...]",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Submit one job, wait for it and exit with its exit code.\n\n"
+                    "The job writes to this command's standard output and error (and reads its\n"
+                    "standard input) unless --stdout, --stderr or --stdin name files.",
+        epilog="exit status:\n"
+               "  the job's exit code  when the job ran to completion or failed with one\n"
+               "  1                    the job failed without an exit code (its status message\n"
+               "                       is printed), or it could not be submitted\n"
+               "  2                    bad usage: unknown executor or launcher, bad option\n"
+               "                       value, or a job the executor rejects as invalid\n"
+               "  130                  the job was canceled; Ctrl-C, SIGTERM and SIGHUP cancel\n"
+               "                       the job before this command exits\n\n"
+               "--attr keys:\n"
+               "  duration=WALLTIME    hh:mm:ss, hh:mm, mm, or N followed by h, m or s\n"
+               "  queue=NAME, account=NAME, reservation=ID\n"
+               "  EXECUTOR.OPTION=VALUE  a custom attribute used only by that executor,\n"
+               "                       e.g. slurm.qos=debug")
+    run.add_argument("--executor", default=DEFAULT_EXECUTOR, metavar="NAME",
+                     help=f"executor to submit to (default: {DEFAULT_EXECUTOR})")
+    run.add_argument("--launcher", metavar="NAME",
+                     help="launcher that starts the job's processes (default: single)")
+    run.add_argument("-n", "--processes", type=_positive_int, metavar="N",
+                     help="number of processes to start")
+    run.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
+                     help="job attribute (repeatable); see below")
+    run.add_argument("--dir", metavar="DIR", help="working directory of the job")
+    run.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                     help="environment variable for the job (repeatable)")
+    run.add_argument("--stdin", metavar="FILE", help="file the job reads as standard input")
+    run.add_argument("--stdout", metavar="FILE", help="file for the job's standard output")
+    run.add_argument("--stderr", metavar="FILE", help="file for the job's standard error")
+    run.add_argument("job_command", nargs=argparse.REMAINDER,
+                     metavar="EXECUTABLE [ARGUMENT ...]", help=argparse.SUPPRESS)
+    return parser
+
+
+# -- building the job ------------------------------------------------------------------------
+
+
+def _split_assignment(option: str, text: str) -> Tuple[str, str]:
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise UsageError(f"{option}: expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def build_attributes(assignments: Sequence[str]) -> JobAttributes:
+    """JobAttributes from ``--attr`` values (``duration=10m``, ``queue=debug``, ``slurm.qos=x``)."""
+    attrs = JobAttributes()
+    for text in assignments:
+        key, value = _split_assignment("--attr", text)
+        field = _ATTRIBUTE_FIELDS.get(key)
+        if field is None and "." not in key:
+            raise UsageError(f"--attr: unknown attribute {key!r}; accepted: "
+                             f"{_ACCEPTED_ATTRIBUTES}")
+        try:
+            if field is None:
+                attrs.set_custom_attribute(key, value)
+            else:
+                parsed: Any = JobAttributes.parse_walltime(value) if field == "duration" \
+                    else value
+                setattr(attrs, field, parsed)
+        except (ValueError, TypeError) as ex:
+            raise UsageError(f"--attr {text!r}: {ex}") from ex
+    return attrs
+
+
+def build_environment(assignments: Sequence[str]) -> Optional[Dict[str, Union[str, int]]]:
+    """The job's extra environment from ``--env NAME=VALUE`` values (None when there are none)."""
+    if not assignments:
+        return None
+    env: Dict[str, Union[str, int]] = {}
+    for text in assignments:
+        name, value = _split_assignment("--env", text)
+        env[name] = value
+    return env
+
+
+def terminal_stream_path(fd: int) -> str:
+    """A path that opens this process's file descriptor ``fd`` from any process of this user.
+
+    ``/dev/stdout`` names the *opener's* descriptor, which is wrong when the executor opens the
+    path in a launcher script whose own output is captured; ``/proc/<pid>/fd/<n>`` names ours
+    for as long as this process lives, and it waits for the job.
+    """
+    own = f"/proc/{os.getpid()}/fd/{fd}"
+    if os.path.exists(own):
+        return own
+    return f"/dev/fd/{fd}"
+
+
+def _abspath(path: Optional[str]) -> Optional[str]:
+    return None if path is None else os.path.abspath(path)
+
+
+def build_spec(args: argparse.Namespace) -> JobSpec:
+    """The JobSpec described by parsed ``psij run`` arguments.
+
+    Raises UsageError, or the ValueError/TypeError/InvalidJobException of the core classes.
+    """
+    command: List[str] = list(args.job_command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("no executable given; usage: psij run [options] [--] EXECUTABLE "
+                         "[ARGUMENT ...]")
+    resources = None if args.processes is None else ResourceSpecV1(process_count=args.processes)
+    return JobSpec(
+        executable=command[0],
+        arguments=command[1:],
+        directory=_abspath(args.dir),
+        environment=build_environment(args.env),
+        stdin_path=_abspath(args.stdin) or terminal_stream_path(0),
+        stdout_path=_abspath(args.stdout) or terminal_stream_path(1),
+        stderr_path=_abspath(args.stderr) or terminal_stream_path(2),
+        resources=resources,
+        attributes=build_attributes(args.attr),
+        launcher=args.launcher,
+    )
+
+
+def _check_launcher(name: Optional[str]) -> None:
+    # Asked here so that a misspelt launcher is a usage error before anything is submitted.
+    if name is not None:
+        from psij._plugins import REGISTRY
+
+        REGISTRY.select("launcher", name)
+
+
+# -- running the job -------------------------------------------------------------------------
+
+
+def exit_status(status: Optional[JobStatus]) -> int:
+    """The command's exit status for a job's final status; explains failures on stderr."""
+    if status is None:
+        _say("the job ended without a final status")
+        return EXIT_FAILED
+    if status.state is JobState.CANCELED:
+        return EXIT_CANCELED
+    code = status.exit_code
+    if code is not None and code < 0:
+        # Killed by signal -code: report it as a shell does.
+        return min(128 - code, 255)
+    if status.state is JobState.FAILED and not code:
+        _say(f"job failed: {status.message or 'no reason given'}")
+        return EXIT_FAILED
+    if code is None:
+        return 0
+    return code if code <= 255 else EXIT_FAILED
+
+
+class _StopSignals:
+    """Turns stop signals into :class:`_Stop` in the main thread while the job runs."""
+
+    def __init__(self) -> None:
+        self._saved: List[Tuple[int, Any]] = []
+
+    def _raise(self, signum: int, frame: Optional[FrameType]) -> NoReturn:
+        raise _Stop(signal.Signals(signum).name)
+
+    def __enter__(self) -> "_StopSignals":
+        for sig in _STOP_SIGNALS:
+            try:
+                self._saved.append((sig, signal.signal(sig, self._raise)))
+            except ValueError:  # not the main thread: signals stay as they are
+                break
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._saved:
+            signal.signal(sig, handler)
+        self._saved = []
+
+
+def _wait_or_cancel(job: Job) -> int:
+    with _StopSignals():
+        try:
+            status = job.wait()
+        except (_Stop, KeyboardInterrupt):
+            _say("stopping: canceling the job")
+            try:
+                job.cancel()
+                status = job.wait(timeout=timedelta(seconds=30))
+            except (_Stop, KeyboardInterrupt):
+                return EXIT_CANCELED
+            except SubmitException as ex:
+                _say(f"could not cancel the job: {ex}")
+                return EXIT_FAILED
+            if status is None:
+                _say("the job did not stop within 30 s of being canceled")
+                return EXIT_CANCELED
+    return exit_status(status)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        spec = build_spec(args)
+        executor = JobExecutor.get_instance(args.executor)
+        _check_launcher(args.launcher)
+        job = Job(spec)
+        executor.submit(job)
+    except (UsageError, ValueError, TypeError, InvalidJobException) as ex:
+        _say(str(ex), "run: error")
+        return EXIT_USAGE
+    except SubmitException as ex:
+        _say(f"could not submit the job: {ex}", "run")
+        return EXIT_FAILED
+    return _wait_or_cancel(job)
+
+
+# -- plugins ---------------------------------------------------------------------------------
+
+
+def _plugin_lines(kind: str) -> Iterator[str]:
+    from psij._plugins import describe
+
+    records = describe(kind)
+    yield f"{kind.capitalize()}s:"
+    if not records:
+        yield "  (none)"
+    for rec in records:
+        title = f"  {rec['name']} {rec['version']}"
+        if rec["alias_of"]:
+            title += f" (alias of {rec['alias_of']})"
+        yield title
+        yield f"    descriptor: {rec['descriptor']}"
+        yield f"    class:      {rec['class']}"
+        yield f"    class file: {rec['class_file'] or '(not found)'}"
+        yield f"    status:     {rec['error'] or 'ok'}"
+        for note in rec["notes"]:
+            yield f"    note:       {note}"
+
+
+def _plugins() -> int:
+    from psij._plugins import KINDS, REGISTRY
+
+    lines: List[str] = []
+    for kind in KINDS:
+        lines.extend(_plugin_lines(kind))
+    broken = REGISTRY.broken_files
+    lines.append("Broken descriptor files:")
+    if not broken:
+        lines.append("  (none)")
+    for item in broken:
+        lines.append(f"  {item.path}")
+        lines.append(f"    error: {type(item.error).__name__}: {_one_line(str(item.error))}")
+    print("\n".join(lines))
+    return 0
+
+
+# -- entry point -----------------------------------------------------------------------------
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _say(message: str, what: str = "") -> None:
+    prefix = f"psij {what}: " if what else "psij: "
+    print(prefix + _one_line(message), file=sys.stderr)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run the ``psij`` command with ``argv`` (default: ``sys.argv[1:]``); return its status."""
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as ex:  # --help, --version and usage errors end parsing this way
+        return ex.code if isinstance(ex.code, int) else EXIT_USAGE
+    if args.command == "plugins":
+        return _plugins()
+    if args.command == "run":
+        return _run(args)
+    parser.print_usage(sys.stderr)
+    _say("a command is required: plugins or run")
+    return EXIT_USAGE

@@ -1,0 +1,630 @@
+"""The local executor: runs jobs as processes on this machine.
+
+How a job runs:
+- With the ``single`` launcher and no pre/post-launch script the job's process is spawned
+  directly (its redirections, directory and environment given to the spawn call); otherwise the
+  launcher's bash script is run and the script does the redirections.
+- Every job gets its own process group; cancel sends TERM to the group and KILL after
+  ``cancel_grace_period`` seconds.
+- One thread per Python process (``ProcessWatch``) learns of every exit without polling, and one
+  worker thread per Python process does what follows an exit (launcher output, staging, final
+  status and callbacks), so a slow callback never delays reaping.
+- Each job leaves a record ``<work_directory>/local/<pid>.job`` (start time, job id, then its
+  exit code), so ``list()`` and ``attach()`` work from any executor instance or process.
+- Staging (``stage_in``/``stage_out``/``cleanup``) is done by the executor with local file
+  operations; the STAGE_IN, STAGE_OUT and CLEANUP states are entered only when there is staging.
+
+Everything a job gets is checked before anything runs: a missing executable or directory, an
+unreadable stdin or an unwritable output directory raises SubmitException naming the field and
+leaves the job NEW and unbound.
+"""
+
+import logging
+import os
+import queue
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+from psij.exceptions import InvalidJobException, SubmitException
+from psij.executors._process_watch import WATCH, exit_code_of, signal_name
+from psij.job import Job
+from psij.job_executor import JobExecutor
+from psij.job_executor_config import JobExecutorConfig
+from psij.job_launcher import Launcher
+from psij.job_spec import JobSpec
+from psij.job_state import JobState
+from psij.job_status import JobStatus
+from psij.resource_spec import ResourceSpecV1
+from psij.staging import StageOutFlags, StagingMode
+
+__all__ = ["LocalJobExecutor", "LocalJobExecutorConfig"]
+
+logger = logging.getLogger(__name__)
+
+_RECORD_SUFFIX = ".job"
+_STDERR_EXCERPT = 1024
+
+
+class LocalJobExecutorConfig(JobExecutorConfig):
+    """Local executor configuration; adds ``cancel_grace_period`` (seconds from TERM to KILL)."""
+
+    def __init__(self, launcher_log_file: Union[str, Path, None] = None,
+                 work_directory: Union[str, Path, None] = None,
+                 cancel_grace_period: float = 5.0) -> None:
+        super().__init__(launcher_log_file=launcher_log_file, work_directory=work_directory)
+        if isinstance(cancel_grace_period, bool) or not isinstance(cancel_grace_period,
+                                                                   (int, float)):
+            raise TypeError("LocalJobExecutorConfig.cancel_grace_period: expected a number of "
+                            f"seconds, got {cancel_grace_period!r}")
+        if cancel_grace_period < 0:
+            raise ValueError("LocalJobExecutorConfig.cancel_grace_period: must not be negative, "
+                             f"got {cancel_grace_period}")
+        self.cancel_grace_period = float(cancel_grace_period)
+
+
+class _Worker:
+    """One daemon thread per process that runs queued tasks in order."""
+
+    def __init__(self) -> None:
+        self._queue: "queue.SimpleQueue[Callable[[], None]]" = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: Optional[threading.Thread] = None
+
+    def put(self, task: Callable[[], None]) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    t = threading.Thread(target=self._run, name="psij-local-worker",
+                                         daemon=True)
+                    t.start()
+                    self._thread = t
+        self._queue.put(task)
+
+    def _run(self) -> None:
+        while True:
+            task = self._queue.get()
+            try:
+                task()
+            except Exception:
+                logger.exception("local executor task failed")
+
+
+_WORKER = _Worker()
+
+
+class _Run:
+    """What the executor keeps about a job between submit and its final state."""
+
+    __slots__ = ("job", "proc", "pid", "record", "launcher", "launcher_out", "job_dir",
+                 "canceled", "stderr_path", "exited")
+
+    def __init__(self, job: Job, job_dir: Path) -> None:
+        self.job = job
+        self.job_dir = job_dir
+        self.proc: Optional["subprocess.Popen[bytes]"] = None
+        self.pid: Optional[int] = None
+        self.record: Optional[str] = None
+        self.launcher: Optional[Launcher] = None
+        self.launcher_out: Optional[str] = None
+        self.canceled = False
+        self.exited = False
+        self.stderr_path: Optional[Path] = None
+
+
+def _needs_staging(spec: JobSpec) -> bool:
+    return bool(spec.stage_in or spec.stage_out or spec.cleanup)
+
+
+class LocalJobExecutor(JobExecutor):
+    """Runs jobs as local processes (see the module documentation for how)."""
+
+    def __init__(self, url: Optional[str] = None,
+                 config: Optional[JobExecutorConfig] = None) -> None:
+        super().__init__(url=url, config=config if config is not None
+                         else LocalJobExecutorConfig())
+        self._grace = getattr(self.config, "cancel_grace_period", 5.0)
+        self._dir = Path(self.config.work_directory) / "local"
+        self._dir_ready = False
+        self._lock = threading.Lock()
+        self._runs: Dict[int, _Run] = {}  # by job object id, while not final
+        self._nodefiles: Dict[int, str] = {}
+        self._hostname: Optional[str] = None
+
+    # -- submit ---------------------------------------------------------------------------------
+
+    def submit(self, job: Job) -> None:
+        """Start the job (or queue its stage-in); raises before anything runs if it cannot."""
+        spec = self._check_job(job)
+        try:
+            run, prepared = self._prepare(job, spec)
+        except BaseException:
+            job.executor = None
+            raise
+        with self._lock:
+            self._runs[id(job)] = run
+        if _needs_staging(spec):
+            self._set_job_status(job, JobStatus(JobState.QUEUED))
+            _WORKER.put(lambda: self._stage_in_and_start(run, prepared))
+            return
+        try:
+            self._start(run, prepared)
+        except BaseException:
+            with self._lock:
+                self._runs.pop(id(job), None)
+            job.executor = None
+            raise
+
+    def _ensure_dir(self) -> None:
+        if not self._dir_ready:
+            self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._dir_ready = True
+
+    def _prepare(self, job: Job, spec: JobSpec) -> Tuple[_Run, "_Prepared"]:
+        if spec.executable is None:
+            raise InvalidJobException("JobSpec.executable: a job needs an executable")
+        job_dir = spec.directory if spec.directory is not None else Path(os.getcwd())
+        if spec.directory is not None and not job_dir.is_dir():
+            raise SubmitException(f"JobSpec.directory: {str(job_dir)!r} is not an existing "
+                                  "directory")
+        self._ensure_dir()
+        run = _Run(job, job_dir)
+        launcher_name = spec.launcher or Launcher.DEFAULT_LAUNCHER_NAME
+        direct = (launcher_name == "single" and spec.pre_launch is None
+                  and spec.post_launch is None)
+        env = self._environment(spec)
+        if not direct:
+            try:
+                run.launcher = self._get_launcher(launcher_name)
+            except ValueError as ex:
+                raise InvalidJobException(f"JobSpec.launcher: {ex}") from ex
+            self._check_executable(spec, job_dir, env)
+        for field in ("pre_launch", "post_launch"):
+            p = getattr(spec, field)
+            if p is not None and not os.access(job_dir / p, os.R_OK):
+                raise SubmitException(f"JobSpec.{field}: {str(p)!r} is not a readable file")
+        if spec.stderr_path is not None:
+            run.stderr_path = job_dir / spec.stderr_path
+        prepared = _Prepared(direct, env, job_dir)
+        if not _needs_staging(spec):
+            # With stage-in, stdin may arrive with the staged files: check it when starting.
+            prepared.check_streams(spec)
+        return run, prepared
+
+    def _environment(self, spec: JobSpec) -> Dict[str, str]:
+        env: Dict[str, str] = dict(os.environ) if spec.inherit_environment else {}
+        if spec.environment:
+            env.update(spec.environment)
+        env["PSIJ_NODEFILE"] = self._nodefile(spec)
+        return env
+
+    def _nodefile(self, spec: JobSpec) -> str:
+        res = spec.resources
+        n = res.computed_process_count if isinstance(res, ResourceSpecV1) else 1
+        path = self._nodefiles.get(n)
+        if path is None:
+            if self._hostname is None:
+                self._hostname = socket.gethostname()
+            path = str(self._dir / f"nodefile-{n}")
+            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
+            with open(tmp, "w") as f:
+                f.write((self._hostname + "\n") * n)
+            os.replace(tmp, path)
+            self._nodefiles[n] = path
+        return path
+
+    @staticmethod
+    def _check_executable(spec: JobSpec, job_dir: Path, env: Dict[str, str]) -> None:
+        exe = spec.executable
+        assert exe is not None
+        if "/" in exe:
+            full = job_dir / exe
+            ok = full.is_file() and os.access(full, os.X_OK)
+        else:
+            ok = shutil.which(exe, path=env.get("PATH", os.defpath)) is not None
+        if not ok:
+            raise SubmitException(f"JobSpec.executable: {exe!r} is not an executable file "
+                                  f"(looked in {'the job directory' if '/' in exe else 'PATH'})")
+
+    def _start(self, run: _Run, prepared: "_Prepared") -> None:
+        job = run.job
+        spec = job.spec
+        assert spec is not None
+        streams = prepared.open_streams(spec) if prepared.direct else None
+        out_fd = -1
+        try:
+            if prepared.direct:
+                assert streams is not None
+                argv = [spec.executable or ""] + (spec.arguments or [])
+                stdin, stdout, stderr = streams
+            else:
+                assert run.launcher is not None
+                log = self.config.launcher_log_file
+                argv = run.launcher.get_launch_command(  # type: ignore[call-arg]
+                    job, str(log) if log is not None else None)
+                run.launcher_out = str(self._dir / f"{job.id}.launcher.out")
+                out_fd = os.open(run.launcher_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                stdin, stdout, stderr = subprocess.DEVNULL, out_fd, out_fd
+            try:
+                proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr,
+                                        cwd=str(prepared.job_dir), env=prepared.env,
+                                        close_fds=True, **_NEW_GROUP)
+            except FileNotFoundError as ex:
+                if prepared.direct and not Path(prepared.job_dir).is_dir():
+                    raise SubmitException(f"JobSpec.directory: {str(prepared.job_dir)!r} does "
+                                          "not exist") from ex
+                raise SubmitException(f"JobSpec.executable: {spec.executable!r} was not found "
+                                      "(no such file, or not on PATH)") from ex
+            except PermissionError as ex:
+                raise SubmitException(f"JobSpec.executable: {spec.executable!r} cannot be "
+                                      f"executed ({ex.strerror})") from ex
+            except OSError as ex:
+                raise SubmitException(f"could not start job {job.id}: {ex}") from ex
+        finally:
+            if streams is not None:
+                for s in streams:
+                    if isinstance(s, int) and s > 2:
+                        os.close(s)
+            elif out_fd >= 0:
+                os.close(out_fd)
+        run.proc = proc
+        run.pid = proc.pid
+        job._native_id = str(proc.pid)
+        run.record = self._write_record(proc.pid, job)
+        self._set_job_status(job, JobStatus(JobState.ACTIVE))
+        WATCH.watch(proc.pid, lambda pid, status: self._on_exit(run, status))
+
+    def _write_record(self, pid: int, job: Job) -> str:
+        path = str(self._dir / f"{pid}{_RECORD_SUFFIX}")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, f"{_start_time(pid)} {job.id}\n".encode())
+        finally:
+            os.close(fd)
+        return path
+
+    # -- completion -----------------------------------------------------------------------------
+
+    def _on_exit(self, run: _Run, status: Optional[int]) -> None:
+        # On the ProcessWatch thread: record what is needed, hand the rest to the worker.
+        code = exit_code_of(status)
+        run.exited = True
+        if run.proc is not None:
+            run.proc.returncode = code if code is not None else -1
+        _WORKER.put(lambda: self._complete(run, code))
+
+    def _complete(self, run: _Run, code: Optional[int]) -> None:
+        job = run.job
+        if run.record is not None:
+            try:
+                fd = os.open(run.record, os.O_WRONLY | os.O_APPEND)
+                try:
+                    note = " canceled" if run.canceled else ""
+                    os.write(fd, f"{'' if code is None else code}{note}\n".encode())
+                finally:
+                    os.close(fd)
+            except OSError as ex:
+                logger.warning("could not record the exit code of job %s: %s", job.id, ex)
+        message = None
+        state = JobState.COMPLETED if code == 0 else JobState.FAILED
+        if run.launcher is not None and run.launcher_out is not None:
+            try:
+                with open(run.launcher_out, errors="replace") as f:
+                    out = f.read()
+                os.unlink(run.launcher_out)
+            except OSError:
+                out = ""
+            if not run.canceled and run.launcher.is_launcher_failure(out):
+                state = JobState.FAILED
+                message = run.launcher.get_launcher_failure_message(out) or \
+                    f"launcher exited with code {code} without finishing"
+        if run.canceled:
+            state = JobState.CANCELED
+        elif state is JobState.FAILED and message is None:
+            message = _failure_message(code, run.stderr_path)
+        spec = job.spec
+        assert spec is not None
+        if _needs_staging(spec):
+            staging_error = self._stage_out_and_cleanup(run, spec, state)
+            if staging_error is not None and state is JobState.COMPLETED:
+                state, message = JobState.FAILED, staging_error
+        self._finish(run, JobStatus(state, message=message, exit_code=code))
+
+    def _finish(self, run: _Run, status: JobStatus) -> None:
+        with self._lock:
+            self._runs.pop(id(run.job), None)
+        self._set_job_status(run.job, status)
+
+    # -- cancel, list, attach -------------------------------------------------------------------
+
+    def cancel(self, job: Job) -> None:
+        """TERM to the job's process group, KILL after the grace period; CANCELED at exit."""
+        if job.executor is not self:
+            raise InvalidJobException(f"job {job.id} was not submitted to this executor")
+        with self._lock:
+            run = self._runs.get(id(job))
+        if run is None or job.status.final:
+            return
+        run.canceled = True
+        if run.pid is None:
+            return  # not started yet: the worker sees the flag and never starts it
+        if WATCH.signal_group(run.pid, _SIGTERM):
+            WATCH.signal_later(run.pid, _SIGKILL, self._grace)
+
+    def list(self) -> List[str]:
+        """Native ids (pids) of this user's local jobs that are still running."""
+        out = []
+        try:
+            names = os.listdir(self._dir)
+        except OSError:
+            return []
+        for name in names:
+            if not name.endswith(_RECORD_SUFFIX):
+                continue
+            pid_text = name[:-len(_RECORD_SUFFIX)]
+            if not pid_text.isdigit():
+                continue
+            rec = _read_record(self._dir / name)
+            if rec is not None and rec.exit_line is None and rec.matches_live(int(pid_text)):
+                out.append(pid_text)
+        return sorted(out, key=int)
+
+    def attach(self, job: Job, native_id: str) -> None:
+        """Follow a local job started by any executor instance or process, by its pid.
+
+        A running job is reported ACTIVE and then its final state when it ends; a finished one
+        gets its final state at once, with the exit code when it was recorded.
+        """
+        if not isinstance(native_id, str) or not native_id.isdigit():
+            raise ValueError(f"attach native_id: expected a process id (digits), got "
+                             f"{native_id!r}")
+        if job.status.state is not JobState.NEW or job.executor is not None:
+            raise InvalidJobException(f"attach: job {job.id} must be NEW and not yet bound")
+        record = _read_record(self._dir / f"{native_id}{_RECORD_SUFFIX}")
+        if record is None:
+            raise InvalidJobException(f"attach: no local job with native id {native_id} is "
+                                      f"known in {self._dir}")
+        job.executor = self
+        job._native_id = native_id
+        pid = int(native_id)
+        run = _Run(job, Path(os.getcwd()))
+        run.record = None
+        with self._lock:
+            self._runs[id(job)] = run
+        if record.exit_line is None and record.matches_live(pid):
+            run.pid = pid
+            self._set_job_status(job, JobStatus(JobState.ACTIVE))
+            if WATCH.watch(pid, lambda p, s: self._attached_exit(run, record.path),
+                           child=False):
+                return
+        self._attached_exit(run, record.path)
+
+    def _attached_exit(self, run: _Run, path: Path, tries: int = 0) -> None:
+        # The owner writes the exit code just after the exit: look again a few times, on a
+        # timer, so that neither shared thread ever sleeps.
+        rec = _read_record(path)
+        if (rec is None or not rec.exit_line) and tries < _ATTACH_RETRIES:
+            WATCH.call_later(0.02 * (tries + 1),
+                             lambda: self._attached_exit(run, path, tries + 1))
+            return
+        if rec is not None and rec.exit_line:
+            code_text, _, note = rec.exit_line.partition(" ")
+            code = int(code_text)
+            state = JobState.COMPLETED if code == 0 else JobState.FAILED
+            if run.canceled or note == "canceled":
+                state = JobState.CANCELED
+            msg = _failure_message(code, None) if state is JobState.FAILED else None
+            status = JobStatus(state, exit_code=code, message=msg)
+        else:
+            status = JobStatus(JobState.FAILED, message=(
+                "the process ended but its exit code was not recorded (the process that "
+                "started it exited first)"))
+        _WORKER.put(lambda: self._finish(run, status))
+
+    # -- staging --------------------------------------------------------------------------------
+
+    def _stage_in_and_start(self, run: _Run, prepared: "_Prepared") -> None:
+        job = run.job
+        spec = job.spec
+        assert spec is not None
+        if run.canceled:
+            self._finish(run, JobStatus(JobState.CANCELED))
+            return
+        try:
+            if spec.stage_in:
+                self._set_job_status(job, JobStatus(JobState.STAGE_IN))
+                for item in spec.stage_in:
+                    _transfer(_local_path(item.source, "StageIn.source"),
+                              run.job_dir / item.target, item.mode)
+            prepared.check_streams(spec)
+            if run.canceled:
+                self._finish(run, JobStatus(JobState.CANCELED))
+                return
+            self._start(run, prepared)
+        except (OSError, SubmitException, InvalidJobException, ValueError) as ex:
+            state = JobState.CANCELED if run.canceled else JobState.FAILED
+            self._finish(run, JobStatus(state, message=f"stage-in failed: {ex}"))
+
+    def _stage_out_and_cleanup(self, run: _Run, spec: JobSpec, state: JobState
+                               ) -> Optional[str]:
+        outcome = {JobState.COMPLETED: StageOutFlags.ON_SUCCESS,
+                   JobState.FAILED: StageOutFlags.ON_ERROR,
+                   JobState.CANCELED: StageOutFlags.ON_CANCEL}[state]
+        error: Optional[str] = None
+        todo = [s for s in (spec.stage_out or []) if s.flags & outcome]
+        if todo:
+            self._set_job_status(run.job, JobStatus(JobState.STAGE_OUT))
+            for item in todo:
+                src = run.job_dir / item.source
+                if not os.path.lexists(src):
+                    if not item.flags & StageOutFlags.IF_PRESENT and error is None:
+                        error = f"stage-out: {str(item.source)!r} does not exist"
+                    continue
+                try:
+                    _transfer(src, _local_path(item.target, "StageOut.target"), item.mode)
+                except (OSError, ValueError) as ex:
+                    error = error or f"stage-out of {str(item.source)!r} failed: {ex}"
+        if spec.cleanup and spec.cleanup_flags & outcome:
+            self._set_job_status(run.job, JobStatus(JobState.CLEANUP))
+            for p in spec.cleanup:
+                target = run.job_dir / p
+                try:
+                    if target.is_dir() and not target.is_symlink():
+                        shutil.rmtree(target)
+                    elif os.path.lexists(target):
+                        target.unlink()
+                except OSError as ex:
+                    logger.warning("cleanup of %s failed: %s", target, ex)
+        return error
+
+
+class _Prepared:
+    """Spawn inputs computed at submit time."""
+
+    __slots__ = ("direct", "env", "job_dir")
+
+    def __init__(self, direct: bool, env: Dict[str, str], job_dir: Path) -> None:
+        self.direct = direct
+        self.env = env
+        self.job_dir = job_dir
+
+    def check_streams(self, spec: JobSpec) -> None:
+        """Raise SubmitException if stdin is unreadable or an output's folder unwritable."""
+        if spec.stdin_path is not None:
+            p = self.job_dir / spec.stdin_path
+            if not os.access(p, os.R_OK) or p.is_dir():
+                raise SubmitException(f"JobSpec.stdin_path: {str(spec.stdin_path)!r} is not a "
+                                      "readable file")
+        for field in ("stdout_path", "stderr_path"):
+            rel = getattr(spec, field)
+            if rel is None:
+                continue
+            p = self.job_dir / rel
+            if p.is_dir():
+                raise SubmitException(f"JobSpec.{field}: {str(rel)!r} is a directory")
+            target = p if p.exists() else p.parent
+            if not os.access(target, os.W_OK):
+                raise SubmitException(f"JobSpec.{field}: {str(rel)!r} cannot be written "
+                                      f"({'file' if p.exists() else 'folder'} not writable or "
+                                      "missing)")
+
+    def open_streams(self, spec: JobSpec) -> Tuple[Any, Any, Any]:
+        opened: List[int] = []
+        try:
+            stdin: Any = subprocess.DEVNULL
+            if spec.stdin_path is not None:
+                stdin = self._open(spec.stdin_path, os.O_RDONLY, "stdin_path", opened)
+            out: Any = subprocess.DEVNULL
+            if spec.stdout_path is not None:
+                out = self._open(spec.stdout_path, _WRITE, "stdout_path", opened)
+            err: Any = subprocess.DEVNULL
+            if spec.stderr_path is not None:
+                if spec.stderr_path == spec.stdout_path:
+                    err = out
+                else:
+                    err = self._open(spec.stderr_path, _WRITE, "stderr_path", opened)
+            return stdin, out, err
+        except BaseException:
+            for fd in opened:
+                os.close(fd)
+            raise
+
+    def _open(self, rel: Path, flags: int, field: str, opened: List[int]) -> int:
+        try:
+            fd = os.open(self.job_dir / rel, flags | os.O_CLOEXEC, 0o666)
+        except OSError as ex:
+            raise SubmitException(f"JobSpec.{field}: cannot open {str(rel)!r}: "
+                                  f"{ex.strerror}") from ex
+        opened.append(fd)
+        return fd
+
+
+_ATTACH_RETRIES = 12  # about 1.5 s in all
+_WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+_SIGTERM = 15
+_SIGKILL = 9
+_NEW_GROUP: Dict[str, Any] = ({"process_group": 0} if sys.version_info >= (3, 11)
+                              else {"start_new_session": True})
+
+
+class _Record:
+    __slots__ = ("path", "start", "job_id", "exit_line")
+
+    def __init__(self, path: Path, start: str, job_id: str, exit_line: Optional[str]) -> None:
+        self.path = path
+        self.start = start
+        self.job_id = job_id
+        self.exit_line = exit_line
+
+    def matches_live(self, pid: int) -> bool:
+        now = _start_time(pid)
+        return now is not None and (now == self.start or self.start == "None")
+
+
+def _read_record(path: Path) -> Optional[_Record]:
+    try:
+        with open(path) as f:
+            lines = f.read().split("\n")
+    except OSError:
+        return None
+    head = lines[0].split(" ", 1) if lines else []
+    if len(head) != 2:
+        return None
+    exit_line = lines[1] if len(lines) > 2 else None
+    return _Record(path, head[0], head[1], exit_line)
+
+
+def _start_time(pid: int) -> Optional[str]:
+    """The kernel's start time of a process (clock ticks since boot), to tell reused pids apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None if sys.platform.startswith("linux") else "None"
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = data[data.rfind(b")") + 2:].split()
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def _failure_message(code: Optional[int], stderr_path: Optional[Path]) -> str:
+    sig = signal_name(code)
+    msg = f"the job was killed by {sig} (exit code {code})" if sig else \
+        f"the job exited with code {code}"
+    if stderr_path is not None:
+        try:
+            with open(stderr_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - _STDERR_EXCERPT))
+                tail = f.read().decode(errors="replace").strip()
+            if tail:
+                msg += f"; end of its stderr:\n{tail}"
+        except OSError:
+            pass
+    return msg
+
+
+def _local_path(uri: Any, field: str) -> Path:
+    if uri.scheme != "file" or uri.hostname not in (None, "", "localhost"):
+        raise ValueError(f"{field}: {uri} is not a local file (only file:// and plain paths "
+                         "are staged by the local executor)")
+    return Path(uri.path)
+
+
+def _transfer(src: Path, dst: Path, mode: StagingMode) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if mode is StagingMode.LINK:
+        if os.path.lexists(dst):
+            dst.unlink()
+        os.symlink(os.path.abspath(src), dst)
+    elif mode is StagingMode.MOVE:
+        shutil.move(str(src), str(dst))
+    elif src.is_dir():
+        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+    else:
+        shutil.copy2(src, dst)

@@ -1,0 +1,206 @@
+"""A job: its spec, its status history as seen by callbacks, waiting and cancelling.
+
+Status changes arrive from executor threads. One module-wide lock guards every job's state
+(jobs are many and transitions are short, so one lock costs less memory than one per job);
+callbacks always run outside that lock, in the order the states were entered, and never two at a
+time for the same job. An exception raised by a callback is logged and swallowed.
+"""
+
+import logging
+import threading
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Union
+from uuid import uuid4
+
+from psij.exceptions import SubmitException
+from psij.job_spec import JobSpec
+from psij.job_state import JobState
+from psij.job_status import JobStatus
+
+if TYPE_CHECKING:
+    from psij.job_executor import JobExecutor
+
+__all__ = ["Job", "JobStatusCallback", "FunctionJobStatusCallback"]
+
+logger = logging.getLogger(__name__)
+
+_LOCK = threading.Lock()
+
+
+class JobStatusCallback:
+    """Receives status changes; override ``job_status_changed``."""
+
+    def job_status_changed(self, job: "Job", job_status: JobStatus) -> None:
+        """Called once for each state the job enters."""
+        raise NotImplementedError
+
+
+class FunctionJobStatusCallback(JobStatusCallback):
+    """Adapts a plain function ``fn(job, status)`` to the callback interface."""
+
+    def __init__(self, fn: Callable[["Job", JobStatus], None]) -> None:
+        self.fn = fn
+
+    def job_status_changed(self, job: "Job", job_status: JobStatus) -> None:
+        self.fn(job, job_status)
+
+
+CallbackLike = Union[JobStatusCallback, Callable[["Job", JobStatus], None]]
+
+
+def as_callback(cb: Optional[CallbackLike], field: str) -> Optional[JobStatusCallback]:
+    if cb is None or isinstance(cb, JobStatusCallback):
+        return cb
+    if callable(cb):
+        return FunctionJobStatusCallback(cb)
+    raise TypeError(f"{field}: expected a JobStatusCallback or a callable (job, status), "
+                    f"got {cb!r} ({type(cb).__name__})")
+
+
+class Job:
+    """A unit of work described by a :class:`~psij.JobSpec` and run by a JobExecutor."""
+
+    def __init__(self, spec: Optional[JobSpec] = None) -> None:
+        self._id = str(uuid4())
+        self.spec = spec
+        self._status = JobStatus(JobState.NEW)
+        self.executor: Optional["JobExecutor"] = None
+        self._native_id: Optional[str] = None
+        self._cb: Optional[JobStatusCallback] = None
+        # Statuses entered but not yet delivered to callbacks; a list only while delivering.
+        self._pending: Optional[List[JobStatus]] = None
+        self._cv: Optional[threading.Condition] = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "spec" and value is not None and not isinstance(value, JobSpec):
+            raise TypeError(f"Job.spec: expected psij.JobSpec or None, got {value!r} "
+                            f"({type(value).__name__})")
+        object.__setattr__(self, name, value)
+
+    @property
+    def id(self) -> str:
+        """A unique identifier made by this library (a uuid4 string)."""
+        return self._id
+
+    @property
+    def native_id(self) -> Optional[str]:
+        """The identifier given to the job by the executor's backend, once submitted."""
+        return self._native_id
+
+    @property
+    def status(self) -> JobStatus:
+        """The latest status."""
+        return self._status
+
+    @status.setter
+    def status(self, status: JobStatus) -> None:
+        self._set_status(status)
+
+    def _set_status(self, status: JobStatus) -> bool:
+        """Enter ``status`` (and any skipped states first); returns False if it was ignored."""
+        if not isinstance(status, JobStatus):
+            raise TypeError(f"Job.status: expected psij.JobStatus, got {status!r}")
+        with _LOCK:
+            current = self._status.state
+            if not status.state.is_greater_than(current):
+                return False
+            chain = []
+            prev = status.state.predecessor
+            while prev is not None and prev.is_greater_than(current):
+                chain.append(JobStatus(prev, time=status.time))
+                prev = prev.predecessor
+            chain.reverse()
+            chain.append(status)
+            self._status = status
+            if self._cv is not None:
+                self._cv.notify_all()
+                if status.state.final:
+                    self._cv = None
+            if self._pending is not None:
+                # Another thread is delivering callbacks for this job; it will take these.
+                self._pending.extend(chain)
+                return True
+            self._pending = chain
+        self._deliver()
+        return True
+
+    def _deliver(self) -> None:
+        while True:
+            with _LOCK:
+                batch = self._pending
+                if not batch:
+                    self._pending = None
+                    return
+                self._pending = []
+            for st in batch:
+                self._notify(st)
+
+    def _notify(self, status: JobStatus) -> None:
+        cb = self._cb
+        if cb is not None:
+            try:
+                cb.job_status_changed(self, status)
+            except Exception:
+                logger.exception("status callback of job %s raised", self._id)
+        ex = self.executor
+        if ex is not None:
+            ex._notify_callback(self, status)
+
+    def set_job_status_callback(self, cb: Optional[CallbackLike]) -> None:
+        """Call ``cb`` for every state this job enters (before the executor's callback)."""
+        self._cb = as_callback(cb, "Job.set_job_status_callback")
+
+    def cancel(self) -> None:
+        """Ask the executor to cancel the job; nothing happens if the job is already final."""
+        if self._status.state.final:
+            return
+        if self.executor is None:
+            raise SubmitException("Job.cancel: the job has not been submitted to an executor")
+        self.executor.cancel(self)
+
+    def wait(self, timeout: Optional[timedelta] = None,
+             target_states: Optional[Union[JobState, Sequence[JobState]]] = None
+             ) -> Optional[JobStatus]:
+        """Wait until the job is final or has reached one of ``target_states`` (or gone past it).
+
+        Returns the status reached, or None if ``timeout`` passed first. A zero timeout checks once
+        without waiting; None waits for as long as it takes.
+        """
+        if timeout is not None and not isinstance(timeout, timedelta):
+            raise TypeError(f"Job.wait timeout: expected datetime.timedelta or None, got "
+                            f"{timeout!r} ({type(timeout).__name__})")
+        if isinstance(target_states, JobState):
+            targets: Sequence[JobState] = (target_states,)
+        elif target_states is None:
+            targets = ()
+        else:
+            targets = tuple(target_states)
+            for t in targets:
+                if not isinstance(t, JobState):
+                    raise TypeError(f"Job.wait target_states: expected JobState items, got {t!r}")
+        deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
+        with _LOCK:
+            while True:
+                st = self._status
+                if st.state.final or any(st.state is t or st.state.is_greater_than(t)
+                                         for t in targets):
+                    return st
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                if self._cv is None:
+                    self._cv = threading.Condition(_LOCK)
+                self._cv.wait(remaining)
+
+    def __hash__(self) -> int:
+        return hash(self._id)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __str__(self) -> str:
+        return f"Job[id={self._id}, native_id={self._native_id}, executor={self.executor}, " \
+               f"status={self._status}]"
+
+    __repr__ = __str__

@@ -1,0 +1,160 @@
+"""The executor base class: submits jobs to a backend and reports their status changes."""
+
+import logging
+import threading
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Dict, List, Optional, Set
+
+from psij import _check
+from psij.exceptions import InvalidJobException
+from psij.job import CallbackLike, Job, JobStatusCallback, as_callback
+from psij.job_executor_config import JobExecutorConfig
+from psij.job_launcher import Launcher, _plugin_name, _plugin_version
+from psij.job_spec import JobSpec
+from psij.job_state import JobState
+from psij.job_status import JobStatus
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+    from psij.descriptor import Descriptor
+
+__all__ = ["JobExecutor"]
+
+logger = logging.getLogger(__name__)
+
+
+class JobExecutor(ABC):
+    """Base class of executors (``local``, ``slurm``, ``pbs``, ...).
+
+    Use :meth:`get_instance` to make one by name; subclasses implement :meth:`submit`,
+    :meth:`cancel`, :meth:`list` and :meth:`attach`.
+    """
+
+    def __init__(self, url: Optional[str] = None,
+                 config: Optional[JobExecutorConfig] = None) -> None:
+        if url is not None and not isinstance(url, str):
+            raise _check.fail_type(f"{type(self).__name__} url", url, "str or None")
+        if config is not None and not isinstance(config, JobExecutorConfig):
+            raise _check.fail_type(f"{type(self).__name__} config", config,
+                                   "psij.JobExecutorConfig or None")
+        self.url = url
+        self.config = config if config is not None else JobExecutorConfig.DEFAULT
+        self._cb: Optional[JobStatusCallback] = None
+        self._launchers_lock = threading.Lock()
+        self._launchers: Dict[str, Launcher] = {}
+
+    @property
+    def name(self) -> str:
+        """The name this executor was asked for by."""
+        return _plugin_name(self, "executor")
+
+    @property
+    def version(self) -> "Version":
+        """The version from this executor's descriptor."""
+        return _plugin_version(self, "executor")
+
+    def _check_job(self, job: Job) -> JobSpec:
+        """Check that ``job`` can be submitted, bind it to this executor, return its spec.
+
+        Raises InvalidJobException if the job is not NEW, has no spec or is bound to an
+        executor already; TypeError/ValueError for a bad environment or arguments (these are
+        checked again here because lists and dicts can change after they were set).
+        """
+        if not isinstance(job, Job):
+            raise _check.fail_type("submit job", job, "psij.Job")
+        if job.status.state is not JobState.NEW:
+            raise InvalidJobException(f"job {job.id} is {job.status.state}, only a NEW job can "
+                                      "be submitted")
+        spec = job.spec
+        if spec is None:
+            raise InvalidJobException(f"job {job.id} has no JobSpec")
+        _check.env_dict("JobSpec.environment", spec.environment)
+        _check.opt_str_list("JobSpec.arguments", spec.arguments)
+        if job.executor is not None:
+            raise InvalidJobException(f"job {job.id} is already bound to executor "
+                                      f"{job.executor}")
+        job.executor = self
+        return spec
+
+    @abstractmethod
+    def submit(self, job: Job) -> None:
+        """Submit ``job``; on return it is QUEUED (or further) and has a native id."""
+
+    @abstractmethod
+    def cancel(self, job: Job) -> None:
+        """Cancel ``job``; it ends CANCELED unless it finished first."""
+
+    @abstractmethod
+    def list(self) -> List[str]:
+        """Native ids of this user's jobs known to this executor's backend."""
+
+    @abstractmethod
+    def attach(self, job: Job, native_id: str) -> None:
+        """Bind a NEW ``job`` to an existing backend job and track its status from now on."""
+
+    def set_job_status_callback(self, cb: Optional[CallbackLike]) -> None:
+        """Call ``cb`` for every status change of every job of this executor."""
+        self._cb = as_callback(cb, f"{type(self).__name__}.set_job_status_callback")
+
+    def _notify_callback(self, job: Job, status: JobStatus) -> None:
+        cb = self._cb
+        if cb is not None:
+            try:
+                cb.job_status_changed(job, status)
+            except Exception:
+                logger.exception("executor status callback raised for job %s", job.id)
+
+    def _set_job_status(self, job: Job, status: JobStatus) -> None:
+        try:
+            job._set_status(status)
+        except Exception as ex:
+            logger.warning("could not set status of job %s: %s", job.id, ex)
+
+    def _get_launcher(self, name: str, version_constraint: Optional[str] = None) -> Launcher:
+        with self._launchers_lock:
+            launcher = self._launchers.get(name)
+            if launcher is None:
+                launcher = Launcher.get_instance(name, version_constraint=version_constraint,
+                                                 config=self.config)
+                self._launchers[name] = launcher
+            return launcher
+
+    @staticmethod
+    def get_instance(name: str, version_constraint: Optional[str] = None,
+                     url: Optional[str] = None,
+                     config: Optional[JobExecutorConfig] = None) -> "JobExecutor":
+        """A new executor of the named kind (highest version matching the constraint).
+
+        Raises ValueError for an unknown name (listing the known ones), an unsatisfiable
+        constraint, or a plugin that failed to load.
+        """
+        from psij._plugins import REGISTRY
+
+        entry = REGISTRY.select("executor", name, version_constraint)
+        assert entry.cls is not None
+        if not issubclass(entry.cls, JobExecutor):
+            raise ValueError(f"executor {name!r}: {entry.desc.cls} is not a psij.JobExecutor")
+        inst: JobExecutor = entry.cls.__new__(entry.cls)
+        inst.__dict__["_psij_plugin"] = (name, entry.desc.version)
+        inst.__init__(url=url, config=config)  # type: ignore[misc]
+        return inst
+
+    @staticmethod
+    def get_executor_names() -> Set[str]:
+        """Names of all known executors."""
+        from psij._plugins import REGISTRY
+
+        return set(REGISTRY.names("executor"))
+
+    @staticmethod
+    def register_executor(desc: "Descriptor", root: str) -> None:
+        """Declare an executor by hand, as a descriptor file in ``root`` would."""
+        from psij._plugins import REGISTRY
+
+        REGISTRY.register("executor", desc, root)
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}(url={self.url!r})"
+
+    __repr__ = __str__

@@ -1,0 +1,166 @@
+"""What to run: executable, arguments, environment, redirections, resources, attributes, staging.
+
+Pure data. Every field is checked when it is set (in the constructor and afterwards), so a bad
+value fails where it was written, with the field's name in the message.
+"""
+
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Union
+
+from psij import _check
+from psij.job_attributes import JobAttributes
+from psij.resource_spec import ResourceSpec
+from psij.staging import StageIn, StageOut, StageOutFlags
+
+__all__ = ["JobSpec"]
+
+_PATH_FIELDS = frozenset(("directory", "stdin_path", "stdout_path", "stderr_path", "pre_launch",
+                          "post_launch"))
+
+# Constructor parameters in order; serialization and equality walk this list.
+FIELDS = ("executable", "arguments", "directory", "name", "inherit_environment", "environment",
+          "stdin_path", "stdout_path", "stderr_path", "resources", "attributes", "pre_launch",
+          "post_launch", "launcher", "stage_in", "stage_out", "cleanup", "cleanup_flags")
+
+
+def _staging_list(field: str, value: Any, cls: type) -> Optional[List[Any]]:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise _check.fail_type(field, value, f"a set or list of {cls.__name__}, or None")
+    items = list(value)
+    for i, item in enumerate(items):
+        if not isinstance(item, cls):
+            raise _check.fail_type(f"{field}[{i}]", item, cls.__name__)
+    return items
+
+
+class JobSpec:
+    """The description of a job, independent of where it runs."""
+
+    def __init__(
+        self,
+        executable: Optional[str] = None,
+        arguments: Optional[List[str]] = None,
+        directory: Union[str, Path, None] = None,
+        name: Optional[str] = None,
+        inherit_environment: bool = True,
+        environment: Optional[Dict[str, Union[str, int]]] = None,
+        stdin_path: Union[str, Path, None] = None,
+        stdout_path: Union[str, Path, None] = None,
+        stderr_path: Union[str, Path, None] = None,
+        resources: Optional[ResourceSpec] = None,
+        attributes: Optional[JobAttributes] = None,
+        pre_launch: Union[str, Path, None] = None,
+        post_launch: Union[str, Path, None] = None,
+        launcher: Optional[str] = None,
+        stage_in: Optional[Iterable[StageIn]] = None,
+        stage_out: Optional[Iterable[StageOut]] = None,
+        cleanup: Optional[Iterable[Union[str, Path]]] = None,
+        cleanup_flags: StageOutFlags = StageOutFlags.ALWAYS,
+    ) -> None:
+        self.executable = executable
+        self.arguments = arguments
+        self.directory = directory
+        self.name = name
+        self.inherit_environment = inherit_environment
+        self.environment = environment
+        self.stdin_path = stdin_path
+        self.stdout_path = stdout_path
+        self.stderr_path = stderr_path
+        self.resources = resources
+        self.attributes = attributes
+        self.pre_launch = pre_launch
+        self.post_launch = post_launch
+        self.launcher = launcher
+        self.stage_in = stage_in
+        self.stage_out = stage_out
+        self.cleanup = cleanup
+        self.cleanup_flags = cleanup_flags
+
+    def __setattr__(self, field: str, value: Any) -> None:
+        label = "JobSpec." + field
+        if field in _PATH_FIELDS:
+            value = _check.opt_path(label, value)
+        elif field == "executable":
+            value = _check.opt_str(label, value)
+            if value == "":
+                raise ValueError("JobSpec.executable: must not be empty")
+        elif field in ("name", "launcher"):
+            field = "_name" if field == "name" else field
+            value = _check.opt_str(label, value)
+        elif field == "arguments":
+            value = _check.opt_str_list(label, value)
+        elif field == "inherit_environment":
+            value = _check.opt_bool(label, value)
+        elif field == "environment":
+            value = _check.env_dict(label, value)
+        elif field == "resources":
+            value = _check.instance(label, value, ResourceSpec, "psij.ResourceSpec")
+        elif field == "attributes":
+            value = _check.instance(label, value, JobAttributes, "psij.JobAttributes")
+        elif field == "stage_in":
+            value = _staging_list(label, value, StageIn)
+        elif field == "stage_out":
+            value = _staging_list(label, value, StageOut)
+        elif field == "cleanup":
+            if value is not None:
+                if isinstance(value, (str, bytes, Path)) or not isinstance(value, Iterable):
+                    raise _check.fail_type(label, value, "a set or list of paths, or None")
+                value = [_check.opt_path(f"{label}[{i}]", v) for i, v in enumerate(value)]
+                if any(v is None for v in value):
+                    raise TypeError(f"{label}: entries must be str or pathlib.Path, not None")
+        elif field == "cleanup_flags":
+            value = _check.instance(label, value, StageOutFlags, "psij.staging.StageOutFlags",
+                                    False)
+        elif not field.startswith("_"):
+            raise AttributeError(f"JobSpec has no field {field!r}; fields: {', '.join(FIELDS)}")
+        object.__setattr__(self, field, value)
+
+    @property
+    def name(self) -> Optional[str]:
+        """The job's name; defaults to the executable."""
+        n: Optional[str] = self.__dict__.get("_name")
+        return n if n is not None else self.executable
+
+    @name.setter
+    def name(self, value: Optional[str]) -> None:
+        self.__setattr__("name", value)
+
+    @property
+    def attributes(self) -> JobAttributes:
+        """Scheduler attributes; a default ``JobAttributes()`` is made on first read if unset."""
+        attrs: Optional[JobAttributes] = self.__dict__.get("_attributes")
+        if attrs is None:
+            attrs = JobAttributes()
+            object.__setattr__(self, "_attributes", attrs)
+        return attrs
+
+    @attributes.setter
+    def attributes(self, value: Optional[JobAttributes]) -> None:
+        value = _check.instance("JobSpec.attributes", value, JobAttributes, "psij.JobAttributes")
+        object.__setattr__(self, "_attributes", value)
+
+    def _explicit_name(self) -> Optional[str]:
+        n: Optional[str] = self.__dict__.get("_name")
+        return n
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JobSpec):
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        shown = []
+        for f in FIELDS:
+            v = getattr(self, f)
+            if f == "attributes" and v == JobAttributes():
+                continue
+            if v is None or (f == "inherit_environment" and v is True) or (
+                    f == "cleanup_flags" and v == StageOutFlags.ALWAYS) or (
+                    f == "name" and self._explicit_name() is None):
+                continue
+            shown.append(f"{f}={v!r}")
+        return "JobSpec(" + ", ".join(shown) + ")"

@@ -1,0 +1,135 @@
+"""File staging descriptions: what to copy, link or move before and after a job runs.
+
+Pure data. Executors carry out the staging (see ``psij.executors.local``); relative job-side
+paths are taken relative to the job's directory.
+"""
+
+from enum import Enum, Flag
+from pathlib import Path
+from typing import Any, Optional, Union
+from urllib.parse import unquote, urlsplit
+
+from psij import _check
+
+__all__ = ["URI", "StagingMode", "StageOutFlags", "StageIn", "StageOut"]
+
+
+class URI:
+    """A location of a file: a plain path or ``file://host/path`` (only ``file`` is served here)."""
+
+    def __init__(self, urlstring: Union[str, Path]) -> None:
+        if isinstance(urlstring, Path):
+            urlstring = str(urlstring)
+        if not isinstance(urlstring, str):
+            raise _check.fail_type("URI", urlstring, "str or pathlib.Path")
+        _check.no_nul("URI", urlstring)
+        if urlstring == "":
+            raise ValueError("URI: an empty string is not a location")
+        self._text = urlstring
+        parts = urlsplit(urlstring)
+        if parts.scheme and len(parts.scheme) > 1:
+            self.scheme = parts.scheme
+            self.hostname: Optional[str] = parts.hostname
+            self.port: Optional[int] = parts.port
+            self.path = unquote(parts.path)
+            self.query = parts.query
+            self.fragment = parts.fragment
+        else:
+            self.scheme = "file"
+            self.hostname = None
+            self.port = None
+            self.path = urlstring
+            self.query = ""
+            self.fragment = ""
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"URI({self._text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, URI) and self._text == other._text
+
+    def __hash__(self) -> int:
+        return hash(self._text)
+
+
+class StagingMode(Enum):
+    """How a file is staged: copied, symbolically linked, or moved."""
+
+    COPY = 1
+    LINK = 2
+    MOVE = 3
+
+
+class StageOutFlags(Flag):
+    """When a stage-out (or cleanup) entry applies.
+
+    IF_PRESENT skips a missing source instead of failing the job. ALWAYS is the three ON_ flags.
+    """
+
+    NONE = 0
+    IF_PRESENT = 1
+    ON_SUCCESS = 2
+    ON_ERROR = 4
+    ON_CANCEL = 8
+    ALWAYS = 14
+
+
+def _uri(field: str, value: Any) -> URI:
+    if isinstance(value, URI):
+        return value
+    if isinstance(value, (str, Path)):
+        return URI(value)
+    raise _check.fail_type(field, value, "psij.staging.URI, str or pathlib.Path")
+
+
+def _job_path(field: str, value: Any) -> Path:
+    p = _check.opt_path(field, value)
+    if p is None:
+        raise _check.fail_type(field, value, "str or pathlib.Path")
+    return p
+
+
+class StageIn:
+    """Bring ``source`` (a URI or path) to ``target`` (a path, relative to the job directory)."""
+
+    def __init__(self, source: Union[URI, Path, str], target: Union[str, Path],
+                 mode: StagingMode = StagingMode.COPY) -> None:
+        self.source = _uri("StageIn.source", source)
+        self.target = _job_path("StageIn.target", target)
+        self.mode = _check.instance("StageIn.mode", mode, StagingMode, "StagingMode", False)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, StageIn) and (self.source, self.target, self.mode)
+                == (other.source, other.target, other.mode))
+
+    def __hash__(self) -> int:
+        return hash((self.source, self.target, self.mode))
+
+    def __repr__(self) -> str:
+        return f"StageIn({self.source!r}, {str(self.target)!r}, {self.mode})"
+
+
+class StageOut:
+    """Bring ``source`` (a path, relative to the job directory) to ``target`` (a URI or path)."""
+
+    def __init__(self, source: Union[str, Path], target: Union[URI, Path, str],
+                 flags: StageOutFlags = StageOutFlags.ALWAYS,
+                 mode: StagingMode = StagingMode.COPY) -> None:
+        self.source = _job_path("StageOut.source", source)
+        self.target = _uri("StageOut.target", target)
+        self.flags = _check.instance("StageOut.flags", flags, StageOutFlags, "StageOutFlags",
+                                     False)
+        self.mode = _check.instance("StageOut.mode", mode, StagingMode, "StagingMode", False)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, StageOut) and (self.source, self.target, self.flags, self.mode)
+                == (other.source, other.target, other.flags, other.mode))
+
+    def __hash__(self) -> int:
+        return hash((self.source, self.target, self.flags, self.mode))
+
+    def __repr__(self) -> str:
+        return f"StageOut({str(self.source)!r}, {self.target!r}, {self.flags}, {self.mode})"

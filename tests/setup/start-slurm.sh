@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# Starts a single-node Slurm on this machine for the tests that need a real scheduler.
+#
+# Idempotent: installs what is missing (apt-get, as root), writes the configuration, starts the
+# daemons that are not running yet (directly, without an init system) and waits until the node
+# accepts jobs. Each daemon it starts gets a marker in $RUN_DIR so that stop-slurm.sh stops only
+# those. Without root or apt-get it says why and exits 0: the Slurm tests then skip with a reason.
+#
+# Environment:
+#   PSIJ_SLURM_ACCOUNTING=0   do not run MariaDB + slurmdbd (sacct then reports accounting off)
+#   PSIJ_SLURM_TIMEOUT=60     seconds to wait for the node to become usable
+set -euo pipefail
+
+RUN_DIR=/run/psij-test-slurm
+CONF_DIR=/etc/slurm
+LOG_DIR=/var/log/slurm
+STATE_DIR=/var/lib/slurm/slurmctld
+SPOOL_DIR=/var/lib/slurm/slurmd
+ACCOUNTING=${PSIJ_SLURM_ACCOUNTING:-1}
+TIMEOUT=${PSIJ_SLURM_TIMEOUT:-60}
+DB_PASSWORD=psij-test-only
+
+say() { printf '[start-slurm] %s\n' "$*"; }
+fail() {
+    printf '[start-slurm] ERROR: %s\n' "$*" >&2
+    local f
+    for f in "$LOG_DIR"/slurmctld.log "$LOG_DIR"/slurmd.log "$LOG_DIR"/slurmdbd.log; do
+        [ -s "$f" ] && { printf -- '--- %s\n' "$f" >&2; tail -n 12 "$f" >&2; }
+    done
+    exit 1
+}
+
+if [ "$(id -u)" != 0 ]; then
+    say "not root: a local Slurm cannot be installed or started here; Slurm tests will skip"
+    exit 0
+fi
+
+# True when the pid in file $1 is a live process whose name is $2.
+alive() {
+    local pid
+    pid=$(tr -dc '0-9' <"$1" 2>/dev/null) || return 1
+    [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
+}
+# True when some process is named $1 (a daemon started by someone else counts as running).
+running() {
+    local p
+    for p in /proc/[0-9]*/comm; do
+        [ "$(cat "$p" 2>/dev/null)" = "$1" ] && return 0
+    done
+    return 1
+}
+# Retry "$@" every 0.2 s for up to $1 seconds.
+wait_until() {
+    local end=$(( $(date +%s) + $1 )); shift
+    until "$@" >/dev/null 2>&1; do
+        [ "$(date +%s)" -lt "$end" ] || return 1
+        sleep 0.2
+    done
+}
+# Stop a daemon this script started (config changes need a restart).
+stop_ours() {
+    local name=$1 pidfile=$2 i
+    [ -f "$RUN_DIR/started.$name" ] && alive "$pidfile" "$name" || return 0
+    say "configuration changed: restarting $name"
+    kill -TERM "$(tr -dc '0-9' <"$pidfile")" 2>/dev/null || true
+    for i in $(seq 75); do alive "$pidfile" "$name" || break; sleep 0.2; done
+    alive "$pidfile" "$name" && fail "$name did not stop"
+    rm -f "$RUN_DIR/started.$name"
+}
+
+# ------------------------------------------------------------------ packages
+packages=(munge slurmctld slurmd slurm-client)
+[ "$ACCOUNTING" = 1 ] && packages+=(slurmdbd mariadb-server)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    if ! command -v apt-get >/dev/null 2>&1; then
+        say "apt-get not found: cannot install ${missing[*]}; Slurm tests will skip"
+        exit 0
+    fi
+    say "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    # The packages' maintainer scripts would start the services through their init scripts;
+    # a policy-rc.d that refuses keeps every daemon under this script's control.
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+        chmod 0755 /usr/sbin/policy-rc.d
+        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    fi
+    apt-get update -qq || { sleep 3; apt-get update -qq; } || fail "apt-get update failed"
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+        || fail "apt-get install ${missing[*]} failed"
+fi
+
+# ------------------------------------------------------------------ directories, munge key
+install -d -m 0755 "$RUN_DIR" "$CONF_DIR" "$SPOOL_DIR"
+install -d -m 0755 -o slurm -g slurm "$STATE_DIR" "$LOG_DIR"
+install -d -m 0755 -o munge -g munge /run/munge /var/log/munge /var/lib/munge
+install -d -m 0700 -o munge -g munge /etc/munge
+if [ ! -s /etc/munge/munge.key ]; then
+    dd if=/dev/urandom bs=1024 count=1 of=/etc/munge/munge.key 2>/dev/null
+fi
+chown munge:munge /etc/munge/munge.key
+chmod 0400 /etc/munge/munge.key
+
+# ------------------------------------------------------------------ configuration
+node=$(hostname -s)
+hw=$(slurmd -C 2>/dev/null | head -n1 || true)
+field() { sed -n "s/.*[[:space:]]$1=\([0-9]*\).*/\1/p" <<<"$hw"; }
+cpus=$(field CPUs); cpus=${cpus:-$(nproc)}
+mem=$(field RealMemory); mem=${mem:-$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 ))}
+sockets=$(field SocketsPerBoard); cores=$(field CoresPerSocket); threads=$(field ThreadsPerCore)
+node_hw="CPUs=$cpus"
+if [ -n "$sockets" ] && [ -n "$cores" ] && [ -n "$threads" ]; then
+    node_hw="$node_hw Sockets=$sockets CoresPerSocket=$cores ThreadsPerCore=$threads"
+fi
+# proctrack/cgroup kills a job's stray background processes; it needs a writable v1 freezer.
+proctrack=linuxproc
+if mkdir /sys/fs/cgroup/freezer/psij_probe_$$ 2>/dev/null; then
+    rmdir /sys/fs/cgroup/freezer/psij_probe_$$
+    proctrack=cgroup
+fi
+if [ "$ACCOUNTING" = 1 ]; then
+    accounting="AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=6819"
+else
+    accounting="AccountingStorageType=accounting_storage/none"
+fi
+
+changed=0
+# write_if_changed FILE MODE CONTENT: replace FILE only when its content differs.
+write_if_changed() {
+    if [ ! -f "$1" ] || [ "$(cat "$1")" != "$3" ]; then
+        printf '%s\n' "$3" >"$1.new" && chmod "$2" "$1.new" && mv "$1.new" "$1"
+        changed=1
+    fi
+}
+write_if_changed "$CONF_DIR/cgroup.conf" 0644 "CgroupPlugin=cgroup/v1
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainCores=no
+ConstrainRAMSpace=no
+ConstrainDevices=no"
+write_if_changed "$CONF_DIR/slurm.conf" 0644 "# Written by tests/setup/start-slurm.sh: a one-node cluster for tests.
+ClusterName=psijtest
+SlurmctldHost=$node(127.0.0.1)
+SlurmUser=slurm
+AuthType=auth/munge
+CredType=cred/munge
+MpiDefault=none
+ProctrackType=proctrack/$proctrack
+TaskPlugin=task/none
+SwitchType=switch/none
+PropagateResourceLimits=NONE
+ReturnToService=2
+MailProg=/bin/true
+SlurmctldPidFile=$RUN_DIR/slurmctld.pid
+SlurmdPidFile=$RUN_DIR/slurmd.pid
+StateSaveLocation=$STATE_DIR
+SlurmdSpoolDir=$SPOOL_DIR
+SlurmctldLogFile=$LOG_DIR/slurmctld.log
+SlurmdLogFile=$LOG_DIR/slurmd.log
+SlurmctldTimeout=30
+SlurmdTimeout=30
+InactiveLimit=0
+KillWait=5
+Waittime=0
+MinJobAge=60
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+$accounting
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$LOG_DIR/jobcomp.log
+NodeName=$node NodeAddr=127.0.0.1 $node_hw RealMemory=$mem State=UNKNOWN
+PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP"
+if [ "$ACCOUNTING" = 1 ]; then
+    write_if_changed "$CONF_DIR/slurmdbd.conf" 0600 "AuthType=auth/munge
+DbdHost=$node
+DbdAddr=127.0.0.1
+DbdPort=6819
+SlurmUser=slurm
+LogFile=$LOG_DIR/slurmdbd.log
+PidFile=$RUN_DIR/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageLoc=slurm_acct_db
+StorageUser=slurm
+StoragePass=$DB_PASSWORD"
+    chown slurm:slurm "$CONF_DIR/slurmdbd.conf"
+fi
+if [ "$changed" = 1 ]; then
+    stop_ours slurmd "$RUN_DIR/slurmd.pid"
+    stop_ours slurmctld "$RUN_DIR/slurmctld.pid"
+    stop_ours slurmdbd "$RUN_DIR/slurmdbd.pid"
+fi
+
+# ------------------------------------------------------------------ daemons
+if ! running munged; then
+    say "starting munged"
+    rm -f /run/munge/munged.pid /run/munge/munge.socket.2*
+    runuser -u munge -- /usr/sbin/munged --pid-file=/run/munge/munged.pid </dev/null >/dev/null 2>&1 \
+        || fail "munged did not start"
+    touch "$RUN_DIR/started.munged"
+fi
+wait_until 10 sh -c 'munge -n | unmunge' || fail "munge does not work"
+
+if [ "$ACCOUNTING" = 1 ]; then
+    if ! running mariadbd; then
+        say "starting mariadbd"
+        install -d -m 0755 -o mysql -g mysql /run/mysqld
+        setsid runuser -u mysql -- /usr/sbin/mariadbd --pid-file=/run/mysqld/mysqld.pid \
+            --bind-address=127.0.0.1 --innodb-buffer-pool-size=64M \
+            </dev/null >>"$LOG_DIR/mariadb.log" 2>&1 &
+        touch "$RUN_DIR/started.mariadbd"
+    fi
+    wait_until 60 mariadb -e 'select 1' || fail "mariadbd does not answer"
+    mariadb -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+        CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASSWORD';
+        GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';" || fail "cannot create the database"
+    if ! running slurmdbd; then
+        say "starting slurmdbd"
+        /usr/sbin/slurmdbd </dev/null >/dev/null 2>&1 || fail "slurmdbd did not start"
+        touch "$RUN_DIR/started.slurmdbd"
+    fi
+    wait_until 30 sacctmgr -n list cluster || fail "slurmdbd does not answer"
+fi
+
+if ! running slurmctld; then
+    say "starting slurmctld"
+    /usr/sbin/slurmctld </dev/null >/dev/null 2>&1 || fail "slurmctld did not start"
+    touch "$RUN_DIR/started.slurmctld"
+fi
+wait_until 30 sh -c 'scontrol ping | grep -q "is UP"' || fail "slurmctld does not answer"
+
+if ! running slurmd; then
+    say "starting slurmd"
+    /usr/sbin/slurmd </dev/null >/dev/null 2>&1 || fail "slurmd did not start"
+    touch "$RUN_DIR/started.slurmd"
+fi
+
+# ------------------------------------------------------------------ ready?
+end=$(( $(date +%s) + TIMEOUT ))
+resumed=0
+while :; do
+    state=$(sinfo -h -N -n "$node" -o %T 2>/dev/null | head -n1 || true)
+    case "$state" in
+        idle|mixed|allocated|completing) break ;;
+        down*|drain*|fail*)
+            if [ "$resumed" = 0 ]; then
+                scontrol update nodename="$node" state=resume >/dev/null 2>&1 || true
+                resumed=1
+            fi ;;
+    esac
+    [ "$(date +%s)" -lt "$end" ] || fail "node $node not usable after ${TIMEOUT}s (state '$state')"
+    sleep 0.3
+done
+if [ "$ACCOUNTING" = 1 ]; then
+    wait_until 30 sh -c 'sacctmgr -n -P list cluster format=cluster | grep -qx psijtest' \
+        || fail "the cluster did not register with slurmdbd"
+fi
+say "ready: node $node is $state (proctrack/$proctrack, accounting=$ACCOUNTING)"

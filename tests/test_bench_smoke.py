@@ -1,0 +1,65 @@
+"""The benchmark workloads run against this package at a tiny size and report sane figures.
+
+Timing is never asserted here: only that each workload finishes, prints its JSON result line
+with the keys the driver reads, and that every job ended COMPLETED.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+WORKLOADS_SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "workloads.py"
+
+
+def run_workload(tmp_path: Path, args: List[str]) -> Dict[str, Any]:
+    done = subprocess.run([sys.executable, str(WORKLOADS_SCRIPT), *args], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result: Dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["workload"] == args[0]
+    return result
+
+
+def test_import_reports_interleaved_samples(tmp_path: Path) -> None:
+    result = run_workload(tmp_path, ["import", "--runs", "2"])
+    assert len(result["baseline_s"]) == len(result["import_s"]) == 2
+    assert all(s > 0 for s in result["baseline_s"] + result["import_s"])
+    assert isinstance(result["import_ms"], float)
+
+
+def test_throughput_runs_every_job_to_completion(tmp_path: Path) -> None:
+    result = run_workload(tmp_path, ["throughput", "--jobs", "20"])
+    assert result["jobs"] == 20
+    assert result["not_completed"] == 0
+    assert result["seconds"] > 0
+    assert result["jobs_per_s"] == pytest.approx(20 / result["seconds"])
+
+
+def test_latency_reports_one_sample_per_job(tmp_path: Path) -> None:
+    result = run_workload(tmp_path, ["latency", "--jobs", "5"])
+    assert result["not_completed"] == 0
+    assert len(result["samples_s"]) == 5
+    assert all(s > 0 for s in result["samples_s"])
+    assert result["median_ms"] > 0
+
+
+def test_rss_keeps_both_batches_and_reads_vmrss(tmp_path: Path) -> None:
+    result = run_workload(tmp_path, ["rss", "--batch", "20", "--chunk", "10"])
+    assert result["not_completed"] == 0
+    assert result["jobs_kept"] == 40
+    assert result["rss_before_bytes"] > 0
+    assert result["rss_after_bytes"] > 0
+    # Growth over 20 tiny jobs may be zero or negative; only its consistency is checked.
+    assert result["bytes_per_job"] == pytest.approx(
+        (result["rss_after_bytes"] - result["rss_before_bytes"]) / 20)
+
+
+def test_bad_size_is_refused_with_the_value(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(WORKLOADS_SCRIPT), "throughput", "--jobs", "0"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 2
+    assert "'0'" in done.stderr

@@ -1,0 +1,325 @@
+"""Plugin discovery rules, checked with third-party plugins installed next to psij.
+
+Each check runs in a fresh interpreter whose ``PYTHONPATH`` holds the plugin folders, because
+discovery reads ``sys.path`` once per process. Two versions of one executor package are built
+and installed with pip into two separate folders, as a site would side-load a newer version.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+import pytest
+
+PYTHON = sys.executable
+PSIJ_SCRIPT = Path(sys.executable).parent / "psij"
+
+DEMO_EXECUTOR = textwrap.dedent('''
+    """A stand-in third-party executor: it only says which build of it was loaded."""
+
+    from psij import JobExecutor
+
+    BUILT_VERSION = "{version}"
+
+
+    class DemoJobExecutor(JobExecutor):
+        built_version = BUILT_VERSION
+
+        def submit(self, job):
+            raise NotImplementedError
+
+        def cancel(self, job):
+            raise NotImplementedError
+
+        def list(self):
+            return []
+
+        def attach(self, job, native_id):
+            raise NotImplementedError
+''')
+
+DESCRIPTOR = textwrap.dedent('''
+    from packaging.version import Version
+
+    from psij.descriptor import Descriptor
+
+    __PSI_J_EXECUTORS__ = [
+        {descriptors}
+    ]
+''')
+
+
+def _descriptor(name: str, version: str, cls: str, aliases: Sequence[str] = ()) -> str:
+    alias_arg = f", aliases={list(aliases)!r}" if aliases else ""
+    return f"Descriptor(name={name!r}, version=Version({version!r}), cls={cls!r}{alias_arg}),"
+
+
+def write_plugin(root: Path, package: str, descriptor_file: str, descriptors: List[str],
+                 module_body: str) -> None:
+    """Lay out a plugin as it looks once installed: descriptor file plus package."""
+    (root / "psij-descriptors").mkdir(parents=True, exist_ok=True)
+    (root / "psij-descriptors" / descriptor_file).write_text(
+        DESCRIPTOR.format(descriptors="\n    ".join(descriptors)))
+    (root / package).mkdir(parents=True, exist_ok=True)
+    (root / package / "__init__.py").write_text("")
+    (root / package / "executor.py").write_text(module_body)
+
+
+def build_and_install(project: Path, target: Path, version: str) -> None:
+    """A real pip install of the demo executor package, built offline with hatchling."""
+    write_plugin(project, "psij_demo_exec", "psij_demo_exec.py",
+                 [_descriptor("demo", version, "psij_demo_exec.executor.DemoJobExecutor",
+                              aliases=["demo-alias"])],
+                 DEMO_EXECUTOR.format(version=version))
+    (project / "pyproject.toml").write_text(textwrap.dedent(f'''
+        [build-system]
+        requires = ["hatchling"]
+        build-backend = "hatchling.build"
+
+        [project]
+        name = "psij-demo-exec"
+        version = "{version}"
+        dependencies = ["psij"]
+
+        [tool.hatch.build.targets.wheel]
+        packages = ["psij_demo_exec", "psij-descriptors"]
+    '''))
+    subprocess.run(
+        [PYTHON, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+         "--no-build-isolation", "--no-index", "--target", str(target), str(project)],
+        check=True, capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+    """Version 1.0 installed in folder ``a``, version 2.0 in folder ``b``."""
+    base = tmp_path_factory.mktemp("plugins")
+    dirs = {"a": base / "site-a", "b": base / "site-b"}
+    build_and_install(base / "proj-1.0", dirs["a"], "1.0")
+    build_and_install(base / "proj-2.0", dirs["b"], "2.0")
+    for d in dirs.values():
+        assert (d / "psij-descriptors" / "psij_demo_exec.py").is_file()
+        assert (d / "psij_demo_exec" / "executor.py").is_file()
+    return {k: v.resolve() for k, v in dirs.items()}
+
+
+def run_python(code: str, path: Sequence[Path]) -> Dict[str, Any]:
+    """Run ``code`` with ``path`` first on sys.path; it prints one JSON object as its result."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(p) for p in path))
+    proc = subprocess.run([PYTHON, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    result: Dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+SELECT = textwrap.dedent('''
+    import json, sys
+    import psij
+
+    def pick(name, constraint=None):
+        ex = psij.JobExecutor.get_instance(name, version_constraint=constraint)
+        module = sys.modules[type(ex).__module__]
+        return {"version": str(ex.version), "built": ex.built_version, "name": ex.name,
+                "file": module.__file__}
+''')
+
+
+def with_pick(body: str) -> str:
+    """A script that defines ``pick(name, constraint)`` (it reports the chosen plugin) first."""
+    return SELECT + textwrap.dedent(body)
+
+
+@pytest.mark.parametrize("order", ["ba", "ab"])
+def test_highest_version_wins_without_constraint(installed: Dict[str, Path], order: str) -> None:
+    path = [installed[k] for k in order]
+    got = run_python(with_pick('print(json.dumps(pick("demo")))'), path)
+    assert got["version"] == "2.0"
+    assert got["built"] == "2.0"
+    assert Path(got["file"]).is_relative_to(installed["b"])
+
+
+def test_constraint_loads_the_class_from_its_own_folder(installed: Dict[str, Path]) -> None:
+    # The 2.0 folder comes first on sys.path, so a plain import would find 2.0's module;
+    # the 1.0 class must still come from the 1.0 folder, and both can be used side by side.
+    got = run_python(with_pick('''
+        old = pick("demo", "< 2")
+        new = pick("demo")
+        print(json.dumps({"old": old, "new": new}))
+    '''), [installed["b"], installed["a"]])
+    old, new = got["old"], got["new"]
+    assert (old["version"], old["built"]) == ("1.0", "1.0")
+    assert Path(old["file"]).is_relative_to(installed["a"])
+    assert (new["version"], new["built"]) == ("2.0", "2.0")
+    assert Path(new["file"]).is_relative_to(installed["b"])
+
+
+def test_unsatisfiable_constraint_lists_versions(installed: Dict[str, Path]) -> None:
+    got = run_python('''
+        import json, psij
+        try:
+            psij.JobExecutor.get_instance("demo", version_constraint=">= 3")
+            print(json.dumps({"error": None}))
+        except ValueError as ex:
+            print(json.dumps({"error": str(ex)}))
+    ''', [installed["a"], installed["b"]])
+    assert got["error"] is not None
+    assert ">= 3" in got["error"]
+    assert "1.0" in got["error"] and "2.0" in got["error"]
+
+
+def test_alias_selects_the_same_plugin(installed: Dict[str, Path]) -> None:
+    got = run_python(with_pick('''
+        print(json.dumps({"alias": pick("DEMO-alias", "< 2"),
+                          "names": sorted(psij.JobExecutor.get_executor_names())}))
+    '''), [installed["b"], installed["a"]])
+    assert (got["alias"]["version"], got["alias"]["built"]) == ("1.0", "1.0")
+    assert got["alias"]["name"] == "DEMO-alias"
+    assert {"demo", "demo-alias"} <= set(got["names"])
+
+
+@pytest.fixture
+def broken_and_hidden(tmp_path: Path) -> Path:
+    """A folder with a plugin whose module raises on import and a plugin named ``_hidden``."""
+    root = tmp_path / "site-c"
+    write_plugin(root, "broken_pkg", "broken_pkg.py",
+                 [_descriptor("broken", "1.0", "broken_pkg.executor.BrokenJobExecutor")],
+                 'raise RuntimeError("broken plugin module refuses to import")\n')
+    write_plugin(root, "hidden_pkg", "hidden_pkg.py",
+                 [_descriptor("_hidden", "0.5", "hidden_pkg.executor.DemoJobExecutor")],
+                 DEMO_EXECUTOR.format(version="0.5"))
+    return root.resolve()
+
+
+def test_broken_plugin_fails_only_when_asked_for(installed: Dict[str, Path],
+                                                broken_and_hidden: Path) -> None:
+    got = run_python(with_pick('''
+        names = sorted(psij.JobExecutor.get_executor_names())
+        demo = pick("demo")
+        try:
+            psij.JobExecutor.get_instance("broken")
+            error = None
+        except ValueError as ex:
+            error = {"message": str(ex), "cause": repr(ex.__cause__)}
+        print(json.dumps({"names": names, "demo": demo, "error": error}))
+    '''), [broken_and_hidden, installed["a"]])
+    assert "broken" in got["names"] and "demo" in got["names"]
+    assert got["demo"]["built"] == "1.0"
+    assert got["error"] is not None
+    assert "'broken'" in got["error"]["message"]
+    assert "broken plugin module refuses to import" in got["error"]["message"]
+    assert got["error"]["cause"].startswith("RuntimeError(")
+
+
+def test_unknown_name_lists_visible_names_only(installed: Dict[str, Path],
+                                               broken_and_hidden: Path) -> None:
+    got = run_python(with_pick('''
+        try:
+            psij.JobExecutor.get_instance("nosuchexecutor")
+            error = None
+        except ValueError as ex:
+            error = str(ex)
+        print(json.dumps({"error": error, "names": sorted(psij.JobExecutor.get_executor_names()),
+                          "hidden": pick("_hidden")}))
+    '''), [broken_and_hidden, installed["a"]])
+    assert got["error"] is not None
+    assert "nosuchexecutor" in got["error"]
+    assert "demo" in got["error"] and "broken" in got["error"]
+    assert "_hidden" not in got["error"]
+    assert "_hidden" not in got["names"]
+    # Hidden from listings, still usable by name.
+    assert got["hidden"]["built"] == "0.5"
+
+
+def test_import_psij_loads_no_plugin(installed: Dict[str, Path],
+                                     broken_and_hidden: Path) -> None:
+    got = run_python('''
+        import json, sys
+        import psij
+        import psij._plugins
+        loaded = sorted(m for m in sys.modules
+                        if m.startswith(("psij.executors", "psij.launchers", "psij_demo_exec",
+                                         "broken_pkg", "hidden_pkg", "psij-descriptors",
+                                         "_psij_plugin")))
+        print(json.dumps({"loaded": loaded,
+                          "discovered": psij._plugins.REGISTRY._entries is not None}))
+    ''', [broken_and_hidden, installed["a"]])
+    assert got == {"loaded": [], "discovered": False}
+
+
+def test_plugins_command_lists_broken_descriptor_files(installed: Dict[str, Path],
+                                                       broken_and_hidden: Path,
+                                                       tmp_path: Path) -> None:
+    bad = tmp_path / "site-d" / "psij-descriptors" / "explodes.py"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('raise RuntimeError("descriptor file exploded")\n')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        str(p) for p in (tmp_path / "site-d", broken_and_hidden, installed["a"])))
+    proc = subprocess.run([str(PSIJ_SCRIPT), "plugins"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    broken_section = out.split("Broken descriptor files:", 1)[1]
+    assert str(bad.resolve()) in broken_section
+    assert "RuntimeError: descriptor file exploded" in broken_section
+    # The other plugins are still listed, each with its own load result.
+    demo = _block(out, "demo 1.0")
+    assert "status:     ok" in demo
+    assert str(installed["a"] / "psij_demo_exec" / "executor.py") in demo
+    assert "psij_demo_exec.executor.DemoJobExecutor" in demo
+    assert "alias of demo" in _block(out, "demo-alias 1.0")
+    assert "broken plugin module refuses to import" in _block(out, "broken 1.0")
+
+
+def _block(out: str, title: str) -> str:
+    """The lines of ``psij plugins`` output that describe the plugin titled ``title``."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {title}"))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("    ")),
+               len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_same_declaration_twice_for_one_file_is_not_a_clash(tmp_path: Path) -> None:
+    root = tmp_path / "site-e"
+    twin = _descriptor("twin", "1.0", "twin_pkg.executor.DemoJobExecutor")
+    write_plugin(root, "twin_pkg", "first.py", [twin], DEMO_EXECUTOR.format(version="1.0"))
+    (root / "psij-descriptors" / "second.py").write_text(
+        DESCRIPTOR.format(descriptors=twin))
+    got = run_python('''
+        import json
+        from psij._plugins import describe
+        print(json.dumps([r for r in describe("executor") if r["name"] == "twin"]))
+    ''', [root])
+    assert len(got) == 1
+    assert got[0]["notes"] == []
+    assert got[0]["error"] is None
+
+
+def test_same_declaration_for_two_files_is_reported_and_first_wins(tmp_path: Path) -> None:
+    first, second = tmp_path / "site-f", tmp_path / "site-g"
+    for root, built in ((first, "first"), (second, "second")):
+        write_plugin(root, "clash_pkg", "clash_pkg.py",
+                     [_descriptor("clash", "1.0", "clash_pkg.executor.DemoJobExecutor")],
+                     DEMO_EXECUTOR.format(version=built))
+    got = run_python(with_pick('''
+        from psij._plugins import describe
+        records = [r for r in describe("executor") if r["name"] == "clash"]
+        print(json.dumps({"records": records, "picked": pick("clash")}))
+    '''), [first, second])
+    assert len(got["records"]) == 1
+    notes = got["records"][0]["notes"]
+    assert len(notes) == 1
+    assert str(second.resolve() / "clash_pkg" / "executor.py") in notes[0]
+    assert str(first.resolve() / "psij-descriptors" / "clash_pkg.py") in notes[0]
+    assert got["picked"]["built"] == "first"
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(first), str(second))))
+    proc = subprocess.run([str(PSIJ_SCRIPT), "plugins"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "note:" in _block(proc.stdout, "clash 1.0")
