@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck docs unit bench system-deps clean
+.PHONY: demo test check lint typecheck docs unit bench system-deps schedulers stop-schedulers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON_SYSTEM) -m venv $(VENV)
@@ -19,7 +19,17 @@ demo: $(STAMP)
 system-deps:
 	@bash tests/setup/system-deps.sh
 
-test: $(STAMP) system-deps check docs unit
+# The scheduler tests need a real Slurm and Grid Engine: started before the tests, stopped after
+# them even when they fail (only the daemons the start scripts started are stopped).
+test: $(STAMP) system-deps check docs schedulers
+	$(MAKE) unit; rc=$$?; $(MAKE) stop-schedulers; exit $$rc
+
+schedulers:
+	@bash tests/setup/start-slurm.sh && bash tests/setup/start-sge.sh \
+		|| { $(MAKE) stop-schedulers; exit 1; }
+
+stop-schedulers:
+	@bash tests/setup/stop-sge.sh; rc=$$?; bash tests/setup/stop-slurm.sh || rc=1; exit $$rc
 
 unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests

@@ -74,13 +74,14 @@ class Outcome:
 
 
 def _pooled_import_ms(results: List[Dict[str, Any]]) -> float:
-    baseline = [s for r in results for s in r["baseline_s"]]
-    imported = [s for r in results for s in r["import_s"]]
+    baseline: List[float] = [s for r in results for s in r["baseline_s"]]
+    imported: List[float] = [s for r in results for s in r["import_s"]]
     return (statistics.median(imported) - statistics.median(baseline)) * 1e3
 
 
 def _pooled_latency_ms(results: List[Dict[str, Any]]) -> float:
-    return statistics.median(s for r in results for s in r["samples_s"]) * 1e3
+    samples: List[float] = [s for r in results for s in r["samples_s"]]
+    return statistics.median(samples) * 1e3
 
 
 def _median_of(key: str) -> Callable[[List[Dict[str, Any]]], float]:
@@ -318,16 +319,16 @@ def print_summary(workloads: Sequence[Workload], outcomes: Dict[str, Dict[str, O
     log("== Targets (informational)")
     by_name = {w.name: w for w in workloads}
     for target in TARGETS:
-        workload = by_name.get(target.workload)
-        if workload is None:
+        if target.workload not in by_name:
             continue
-        ours = outcomes[target.workload][OURS].figure(workload)
+        measured = by_name[target.workload]
+        ours = outcomes[target.workload][OURS].figure(measured)
         ref_outcome = outcomes[target.workload].get(REF)
-        ref = ref_outcome.figure(workload) if ref_outcome else None
+        ref = ref_outcome.figure(measured) if ref_outcome else None
         met = target.check(ours, ref) if ours is not None else None
         verdict = {True: "PASS", False: "FAIL", None: "N/A "}[met]
         log(f"   {verdict}  {target.workload:10}  {target.text:42}  "
-            f"({compare_text(workload, ours, ref)})")
+            f"({compare_text(measured, ours, ref)})")
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

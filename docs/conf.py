@@ -6,7 +6,7 @@ import sys
 # Build from the source tree even when psij is not installed in the interpreter running Sphinx.
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "src")))
 
-from psij.version import __version__  # noqa: E402
+from psij.version import __version__
 
 project = "psij"
 author = "The psij authors"

@@ -11,12 +11,14 @@ bad usage (unknown executor or launcher, bad option value, invalid job).
 """
 
 import argparse
+import fcntl
 import os
 import signal
+import stat
 import sys
 from datetime import timedelta
 from types import FrameType
-from typing import Any, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.job import Job
@@ -33,6 +35,7 @@ __all__ = ["main"]
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 EXIT_CANCELED = 130
+_CANCEL_WAIT_SECONDS = 30
 
 DEFAULT_EXECUTOR = "local"
 
@@ -170,17 +173,55 @@ def build_environment(assignments: Sequence[str]) -> Optional[Dict[str, Union[st
     return env
 
 
-def terminal_stream_path(fd: int) -> str:
-    """A path that opens this process's file descriptor ``fd`` from any process of this user.
+_STREAM_NAMES = {0: "input", 1: "output", 2: "error"}
+_STREAM_OPTIONS = {0: "--stdin", 1: "--stdout", 2: "--stderr"}
+
+
+def own_stream_path(fd: int) -> str:
+    """A path that opens this process's descriptor ``fd`` from any process of this user.
 
     ``/dev/stdout`` names the *opener's* descriptor, which is wrong when the executor opens the
     path in a launcher script whose own output is captured; ``/proc/<pid>/fd/<n>`` names ours
     for as long as this process lives, and it waits for the job.
     """
     own = f"/proc/{os.getpid()}/fd/{fd}"
-    if os.path.exists(own):
-        return own
-    return f"/dev/fd/{fd}"
+    return own if os.path.exists(own) else f"/dev/fd/{fd}"
+
+
+def inherited_stream_path(fd: int) -> str:
+    """The path through which the job gets this process's stdin (0), stdout (1) or stderr (2).
+
+    A job's streams are given as paths that the executor opens (outputs are truncated), so a
+    stream that cannot be reopened that way without harm is refused with a UsageError.
+    """
+    name, option = _STREAM_NAMES[fd], _STREAM_OPTIONS[fd]
+    try:
+        st = os.fstat(fd)
+    except OSError:  # closed: the job gets nothing, as this process has nothing
+        return os.devnull
+    if stat.S_ISSOCK(st.st_mode):
+        raise UsageError(f"standard {name} is a socket, which a job cannot open by path; use "
+                         f"{option} FILE" + (" or a pipe (psij run ... | cat)" if fd else ""))
+    if fd == 0 and os.isatty(fd):
+        # The job runs in its own process group: reading the terminal would stop it (SIGTTIN).
+        return os.devnull
+    if fd > 0 and stat.S_ISREG(st.st_mode):
+        appending = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND
+        if appending or os.lseek(fd, 0, os.SEEK_CUR) > 0:
+            raise UsageError(
+                f"standard {name} is a file that is " +
+                ("opened for appending" if appending else "already partly written") +
+                f"; the job's {name} would replace its content. Use {option} FILE, or a pipe "
+                "(psij run ... | cat >> FILE)")
+    return own_stream_path(fd)
+
+
+def _same_open_file(fd_a: int, fd_b: int) -> bool:
+    try:
+        a, b = os.fstat(fd_a), os.fstat(fd_b)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _abspath(path: Optional[str]) -> Optional[str]:
@@ -199,14 +240,23 @@ def build_spec(args: argparse.Namespace) -> JobSpec:
         raise UsageError("no executable given; usage: psij run [options] [--] EXECUTABLE "
                          "[ARGUMENT ...]")
     resources = None if args.processes is None else ResourceSpecV1(process_count=args.processes)
+    stdout = _abspath(args.stdout) or inherited_stream_path(1)
+    if args.stderr is not None:
+        stderr = _abspath(args.stderr)
+    elif args.stdout is None and _same_open_file(1, 2):
+        # One path for both lets the executor give the job a single descriptor, so the two
+        # streams do not overwrite each other in a shared file.
+        stderr = stdout
+    else:
+        stderr = inherited_stream_path(2)
     return JobSpec(
         executable=command[0],
         arguments=command[1:],
         directory=_abspath(args.dir),
         environment=build_environment(args.env),
-        stdin_path=_abspath(args.stdin) or terminal_stream_path(0),
-        stdout_path=_abspath(args.stdout) or terminal_stream_path(1),
-        stderr_path=_abspath(args.stderr) or terminal_stream_path(2),
+        stdin_path=_abspath(args.stdin) or inherited_stream_path(0),
+        stdout_path=stdout,
+        stderr_path=stderr,
         resources=resources,
         attributes=build_attributes(args.attr),
         launcher=args.launcher,
@@ -224,38 +274,53 @@ def _check_launcher(name: Optional[str]) -> None:
 # -- running the job -------------------------------------------------------------------------
 
 
-def exit_status(status: Optional[JobStatus]) -> int:
-    """The command's exit status for a job's final status; explains failures on stderr."""
+def exit_status(status: Optional[JobStatus]) -> Tuple[int, Optional[str]]:
+    """The command's exit status for a job's final status, and why it failed if it says nothing.
+    """
     if status is None:
-        _say("the job ended without a final status")
-        return EXIT_FAILED
+        return EXIT_FAILED, "the job ended without a final status"
     if status.state is JobState.CANCELED:
-        return EXIT_CANCELED
+        return EXIT_CANCELED, None
     code = status.exit_code
     if code is not None and code < 0:
         # Killed by signal -code: report it as a shell does.
-        return min(128 - code, 255)
+        return min(128 - code, 255), None
     if status.state is JobState.FAILED and not code:
-        _say(f"job failed: {status.message or 'no reason given'}")
-        return EXIT_FAILED
+        return EXIT_FAILED, f"job failed: {status.message or 'no reason given'}"
     if code is None:
-        return 0
-    return code if code <= 255 else EXIT_FAILED
+        return 0, None
+    return (code, None) if code <= 255 else (EXIT_FAILED, f"job exited with code {code}")
 
 
 class _StopSignals:
-    """Turns stop signals into :class:`_Stop` in the main thread while the job runs."""
+    """Stop signals while a job is submitted and waited for.
+
+    During submission a signal is only remembered, so that submit is never cut in half; once
+    armed (the job is running and we wait) it raises :class:`_Stop` in the main thread, which
+    is the only way to interrupt the wait.
+    """
 
     def __init__(self) -> None:
         self._saved: List[Tuple[int, Any]] = []
+        self._armed = False
+        self._pending: Optional[str] = None
 
-    def _raise(self, signum: int, frame: Optional[FrameType]) -> NoReturn:
-        raise _Stop(signal.Signals(signum).name)
+    def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
+        name = signal.Signals(signum).name
+        if self._armed:
+            raise _Stop(name)
+        self._pending = name
+
+    def arm(self) -> None:
+        """From now on a stop signal raises _Stop; raise it now if one came in already."""
+        self._armed = True
+        if self._pending is not None:
+            raise _Stop(self._pending)
 
     def __enter__(self) -> "_StopSignals":
         for sig in _STOP_SIGNALS:
             try:
-                self._saved.append((sig, signal.signal(sig, self._raise)))
+                self._saved.append((sig, signal.signal(sig, self._handle)))
             except ValueError:  # not the main thread: signals stay as they are
                 break
         return self
@@ -266,40 +331,74 @@ class _StopSignals:
         self._saved = []
 
 
-def _wait_or_cancel(job: Job) -> int:
-    with _StopSignals():
+class _JobRun:
+    """One ``psij run``: submit, wait (canceling on a stop signal), report."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        # Our stdout/stderr descriptors that the job writes to through its own opening.
+        self.shared_fds = [fd for fd, given in ((1, args.stdout), (2, args.stderr))
+                           if given is None]
+
+    def say(self, message: str) -> None:
+        self.catch_up()
+        _say(message, "run")
+
+    def catch_up(self) -> None:
+        """Move our shared output descriptors past what the job wrote to the same files.
+
+        The job writes through its own opening of the file, so our offset (shared with the
+        shell that started us) stays behind, and our later writes, or the shell's, would
+        overwrite the job's output.
+        """
+        for fd in self.shared_fds:
+            try:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.lseek(fd, 0, os.SEEK_END)
+            except OSError:
+                pass
+
+    def __call__(self) -> int:
+        args = self.args
+        with _StopSignals() as stop:
+            try:
+                spec = build_spec(args)
+                executor = JobExecutor.get_instance(args.executor)
+                _check_launcher(args.launcher)
+                job = Job(spec)
+                executor.submit(job)
+            except (UsageError, ValueError, TypeError, InvalidJobException) as ex:
+                _say(str(ex), "run: error")
+                return EXIT_USAGE
+            except SubmitException as ex:
+                _say(f"could not submit the job: {ex}", "run")
+                return EXIT_FAILED
+            code = self.wait_or_cancel(job, stop)
+        self.catch_up()
+        return code
+
+    def wait_or_cancel(self, job: Job, stop: _StopSignals) -> int:
         try:
+            stop.arm()
             status = job.wait()
         except (_Stop, KeyboardInterrupt):
-            _say("stopping: canceling the job")
+            self.say("stopping: canceling the job")
             try:
                 job.cancel()
-                status = job.wait(timeout=timedelta(seconds=30))
+                status = job.wait(timeout=timedelta(seconds=_CANCEL_WAIT_SECONDS))
             except (_Stop, KeyboardInterrupt):
                 return EXIT_CANCELED
             except SubmitException as ex:
-                _say(f"could not cancel the job: {ex}")
+                self.say(f"could not cancel the job: {ex}")
                 return EXIT_FAILED
             if status is None:
-                _say("the job did not stop within 30 s of being canceled")
+                self.say(f"the job did not stop within {_CANCEL_WAIT_SECONDS} s of being "
+                         "canceled")
                 return EXIT_CANCELED
-    return exit_status(status)
-
-
-def _run(args: argparse.Namespace) -> int:
-    try:
-        spec = build_spec(args)
-        executor = JobExecutor.get_instance(args.executor)
-        _check_launcher(args.launcher)
-        job = Job(spec)
-        executor.submit(job)
-    except (UsageError, ValueError, TypeError, InvalidJobException) as ex:
-        _say(str(ex), "run: error")
-        return EXIT_USAGE
-    except SubmitException as ex:
-        _say(f"could not submit the job: {ex}", "run")
-        return EXIT_FAILED
-    return _wait_or_cancel(job)
+        code, why = exit_status(status)
+        if why is not None:
+            self.say(why)
+        return code
 
 
 # -- plugins ---------------------------------------------------------------------------------
@@ -364,7 +463,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "plugins":
         return _plugins()
     if args.command == "run":
-        return _run(args)
+        return _JobRun(args)()
     parser.print_usage(sys.stderr)
     _say("a command is required: plugins or run")
     return EXIT_USAGE

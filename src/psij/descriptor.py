@@ -13,7 +13,7 @@ __all__ = ["Descriptor"]
 
 
 class Descriptor:
-    """Declares a plugin: ``Descriptor(name="slurm", version=Version("1.0"), cls="pkg.mod.Cls")``."""
+    """Declares a plugin, e.g. ``Descriptor("slurm", Version("1.0"), "pkg.mod.Cls")``."""
 
     def __init__(self, name: str, version: "Version", cls: str,
                  aliases: Optional[List[str]] = None, nice_name: Optional[str] = None) -> None:

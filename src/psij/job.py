@@ -4,6 +4,9 @@ Status changes arrive from executor threads. One module-wide lock guards every j
 (jobs are many and transitions are short, so one lock costs less memory than one per job);
 callbacks always run outside that lock, in the order the states were entered, and never two at a
 time for the same job. An exception raised by a callback is logged and swallowed.
+
+``wait`` returns once the callbacks for the awaited state have run, so whatever they record is
+visible to the waiter (a callback that waits on its own job is answered from the current state).
 """
 
 import logging
@@ -21,7 +24,7 @@ from psij.job_status import JobStatus
 if TYPE_CHECKING:
     from psij.job_executor import JobExecutor
 
-__all__ = ["Job", "JobStatusCallback", "FunctionJobStatusCallback"]
+__all__ = ["FunctionJobStatusCallback", "Job", "JobStatusCallback"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +68,13 @@ class Job:
         self._id = str(uuid4())
         self.spec = spec
         self._status = JobStatus(JobState.NEW)
-        self.executor: Optional["JobExecutor"] = None
+        self.executor: Optional[JobExecutor] = None
         self._native_id: Optional[str] = None
         self._cb: Optional[JobStatusCallback] = None
         # Statuses entered but not yet delivered to callbacks; a list only while delivering.
         self._pending: Optional[List[JobStatus]] = None
+        self._delivered = self._status  # the last status whose callbacks have run
+        self._deliverer: Optional[int] = None  # thread running this job's callbacks
         self._cv: Optional[threading.Condition] = None
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -113,10 +118,6 @@ class Job:
             chain.reverse()
             chain.append(status)
             self._status = status
-            if self._cv is not None:
-                self._cv.notify_all()
-                if status.state.final:
-                    self._cv = None
             if self._pending is not None:
                 # Another thread is delivering callbacks for this job; it will take these.
                 self._pending.extend(chain)
@@ -126,15 +127,23 @@ class Job:
         return True
 
     def _deliver(self) -> None:
+        self._deliverer = threading.get_ident()
         while True:
             with _LOCK:
                 batch = self._pending
                 if not batch:
                     self._pending = None
+                    self._deliverer = None
                     return
                 self._pending = []
             for st in batch:
                 self._notify(st)
+                with _LOCK:
+                    self._delivered = st
+                    if self._cv is not None:
+                        self._cv.notify_all()
+                        if st.state.final:
+                            self._cv = None
 
     def _notify(self, status: JobStatus) -> None:
         cb = self._cb
@@ -180,9 +189,10 @@ class Job:
                 if not isinstance(t, JobState):
                     raise TypeError(f"Job.wait target_states: expected JobState items, got {t!r}")
         deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
+        me = threading.get_ident()
         with _LOCK:
             while True:
-                st = self._status
+                st = self._status if self._deliverer == me else self._delivered
                 if st.state.final or any(st.state is t or st.state.is_greater_than(t)
                                          for t in targets):
                     return st

@@ -1,7 +1,7 @@
 """Configuration shared by all executors: where work files go and where launchers log."""
 
 from pathlib import Path
-from typing import ClassVar, Optional, Union
+from typing import ClassVar, Union
 
 from psij import _check
 

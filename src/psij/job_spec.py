@@ -36,7 +36,28 @@ def _staging_list(field: str, value: Any, cls: type) -> Optional[List[Any]]:
 
 
 class JobSpec:
-    """The description of a job, independent of where it runs."""
+    """The description of a job, independent of where it runs.
+
+    Path fields accept ``str`` or ``pathlib.Path`` and are stored as ``Path``; environment
+    values accept ``str`` or ``int`` and are stored as ``str``.
+    """
+
+    executable: Optional[str]
+    arguments: Optional[List[str]]
+    directory: Optional[Path]
+    inherit_environment: bool
+    environment: Optional[Dict[str, str]]
+    stdin_path: Optional[Path]
+    stdout_path: Optional[Path]
+    stderr_path: Optional[Path]
+    resources: Optional[ResourceSpec]
+    pre_launch: Optional[Path]
+    post_launch: Optional[Path]
+    launcher: Optional[str]
+    stage_in: Optional[List[StageIn]]
+    stage_out: Optional[List[StageOut]]
+    cleanup: Optional[List[Path]]
+    cleanup_flags: StageOutFlags
 
     def __init__(
         self,
@@ -59,24 +80,11 @@ class JobSpec:
         cleanup: Optional[Iterable[Union[str, Path]]] = None,
         cleanup_flags: StageOutFlags = StageOutFlags.ALWAYS,
     ) -> None:
-        self.executable = executable
-        self.arguments = arguments
-        self.directory = directory
-        self.name = name
-        self.inherit_environment = inherit_environment
-        self.environment = environment
-        self.stdin_path = stdin_path
-        self.stdout_path = stdout_path
-        self.stderr_path = stderr_path
-        self.resources = resources
-        self.attributes = attributes
-        self.pre_launch = pre_launch
-        self.post_launch = post_launch
-        self.launcher = launcher
-        self.stage_in = stage_in
-        self.stage_out = stage_out
-        self.cleanup = cleanup
-        self.cleanup_flags = cleanup_flags
+        values = (executable, arguments, directory, name, inherit_environment, environment,
+                  stdin_path, stdout_path, stderr_path, resources, attributes, pre_launch,
+                  post_launch, launcher, stage_in, stage_out, cleanup, cleanup_flags)
+        for field, value in zip(FIELDS, values):
+            setattr(self, field, value)
 
     def __setattr__(self, field: str, value: Any) -> None:
         label = "JobSpec." + field

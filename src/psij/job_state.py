@@ -14,7 +14,7 @@ __all__ = ["JobState", "JobStateOrder"]
 
 
 class JobState(Enum):
-    """A job's state: NEW, QUEUED, STAGE_IN, ACTIVE, STAGE_OUT, CLEANUP, COMPLETED, FAILED, CANCELED."""
+    """A job's state; COMPLETED, FAILED and CANCELED are final."""
 
     NEW = (0, False, "NEW")
     QUEUED = (1, False, "QUEUED")

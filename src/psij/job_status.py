@@ -11,7 +11,7 @@ __all__ = ["JobStatus"]
 class JobStatus:
     """The state of a job at a moment, with an optional message, exit code and metadata."""
 
-    __slots__ = ("state", "time", "message", "exit_code", "metadata")
+    __slots__ = ("exit_code", "message", "metadata", "state", "time")
 
     def __init__(
         self,
@@ -22,7 +22,8 @@ class JobStatus:
         metadata: Optional[Dict[str, Any]] = None,
     ) -> None:
         if not isinstance(state, JobState):
-            raise TypeError(f"JobStatus.state: expected JobState, got {state!r} ({type(state).__name__})")
+            raise TypeError(f"JobStatus.state: expected JobState, got {state!r} "
+                            f"({type(state).__name__})")
         self.state = state
         self.time: float = _time.time() if time is None else float(time)
         self.message = message

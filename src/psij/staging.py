@@ -11,7 +11,7 @@ from urllib.parse import unquote, urlsplit
 
 from psij import _check
 
-__all__ = ["URI", "StagingMode", "StageOutFlags", "StageIn", "StageOut"]
+__all__ = ["URI", "StageIn", "StageOut", "StageOutFlags", "StagingMode"]
 
 
 class URI:
@@ -26,11 +26,15 @@ class URI:
         if urlstring == "":
             raise ValueError("URI: an empty string is not a location")
         self._text = urlstring
-        parts = urlsplit(urlstring)
+        try:
+            parts = urlsplit(urlstring)
+            port = parts.port if parts.scheme and len(parts.scheme) > 1 else None
+        except ValueError as ex:
+            raise ValueError(f"URI: cannot parse {urlstring!r}: {ex}") from None
         if parts.scheme and len(parts.scheme) > 1:
             self.scheme = parts.scheme
             self.hostname: Optional[str] = parts.hostname
-            self.port: Optional[int] = parts.port
+            self.port: Optional[int] = port
             self.path = unquote(parts.path)
             self.query = parts.query
             self.fragment = parts.fragment
@@ -81,7 +85,10 @@ def _uri(field: str, value: Any) -> URI:
     if isinstance(value, URI):
         return value
     if isinstance(value, (str, Path)):
-        return URI(value)
+        try:
+            return URI(value)
+        except ValueError as ex:
+            raise ValueError(f"{field}: {ex}") from None
     raise _check.fail_type(field, value, "psij.staging.URI, str or pathlib.Path")
 
 

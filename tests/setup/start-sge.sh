@@ -40,6 +40,8 @@ running() {
     done
     return 1
 }
+cleanup=()
+trap 'rm -rf "${cleanup[@]}"' EXIT
 wait_until() {
     local end=$(( $(date +%s) + $1 )); shift
     until "$@" >/dev/null 2>&1; do
@@ -66,7 +68,7 @@ EOF
     if [ ! -e /usr/sbin/policy-rc.d ]; then
         printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
         chmod 0755 /usr/sbin/policy-rc.d
-        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+        cleanup+=(/usr/sbin/policy-rc.d)
     fi
     apt-get update -qq || { sleep 3; apt-get update -qq; } || fail "apt-get update failed"
     apt-get install -y -qq --no-install-recommends gridengine-master gridengine-exec \
@@ -95,20 +97,20 @@ wait_until 30 qconf -sh || fail "sge_qmaster does not answer"
 qconf -sh | grep -qx "$host" || qconf -ah "$host" >/dev/null
 qconf -ss | grep -qx "$host" || qconf -as "$host" >/dev/null
 work=$(mktemp -d)
-trap 'rm -rf "$work"; [ -f "$RUN_DIR/.policy" ] || true' EXIT
+cleanup+=("$work")
 # Root may run jobs (tests run as root); accounting records are written at once so that qacct
 # sees a job as soon as it leaves the queue.
 qconf -sconf global | sed -e ':a' -e '/\\$/N; s/\\\n[[:space:]]*/ /; ta' \
     -e 's/^min_uid .*/min_uid 0/' -e 's/^min_gid .*/min_gid 0/' \
     -e 's/^reporting_params .*/reporting_params accounting=true reporting=false flush_time=00:00:01 joblog=false sharelog=00:00:00 accounting_flush_time=00:00:00/' \
     >"$work/global"
-(cd "$work" && qconf -Mconf global >/dev/null)
+(cd "$work" && qconf -Mconf global >/dev/null 2>&1) || fail "cannot change the global configuration"
 # The scheduler runs every second rather than every 15 s, so short jobs start at once.
 qconf -ssconf | sed -e 's/^schedule_interval .*/schedule_interval 0:0:1/' \
     -e 's/^flush_submit_sec .*/flush_submit_sec 1/' \
     -e 's/^flush_finish_sec .*/flush_finish_sec 1/' >"$work/sched"
-qconf -Msconf "$work/sched" >/dev/null
-if ! qconf -spl | grep -qx smp; then
+qconf -Msconf "$work/sched" >/dev/null 2>&1 || fail "cannot change the scheduler configuration"
+if ! qconf -spl 2>/dev/null | grep -qx smp; then
     cat >"$work/smp" <<EOF
 pe_name smp
 slots 9999
@@ -123,7 +125,7 @@ urgency_slots min
 accounting_summary FALSE
 qsort_args NONE
 EOF
-    qconf -Ap "$work/smp" >/dev/null
+    qconf -Ap "$work/smp" >/dev/null 2>&1 || fail "cannot add the parallel environment smp"
 fi
 if ! qconf -sql 2>/dev/null | grep -qx all.q; then
     {
@@ -141,7 +143,7 @@ if ! qconf -sql 2>/dev/null | grep -qx all.q; then
             echo "$limit INFINITY"
         done
     } >"$work/allq"
-    qconf -Aq "$work/allq" >/dev/null
+    qconf -Aq "$work/allq" >/dev/null 2>&1 || fail "cannot add the queue all.q"
 fi
 
 # ------------------------------------------------------------------ execd (reads the global

@@ -30,7 +30,7 @@ _HAS_PIDFD = hasattr(os, "pidfd_open")
 
 
 class _Watched:
-    __slots__ = ("pid", "fd", "child", "on_exit")
+    __slots__ = ("child", "fd", "on_exit", "pid")
 
     def __init__(self, pid: int, fd: Optional[int], child: bool, on_exit: ExitHandler) -> None:
         self.pid = pid
@@ -108,7 +108,10 @@ class ProcessWatch:
 
     def signal_later(self, pgid: int, signum: int, delay: float) -> None:
         """Send ``signum`` to process group ``pgid`` after ``delay`` s if its leader still runs."""
-        self.call_later(delay, lambda: self.signal_group(pgid, signum) and None)
+        def send() -> None:
+            self.signal_group(pgid, signum)
+
+        self.call_later(delay, send)
 
     def signal_group(self, pid: int, signum: int) -> bool:
         """Signal the process group led by ``pid`` if that process is still watched (not reaped).

@@ -9,8 +9,10 @@ How a job runs:
 - One thread per Python process (``ProcessWatch``) learns of every exit without polling, and one
   worker thread per Python process does what follows an exit (launcher output, staging, final
   status and callbacks), so a slow callback never delays reaping.
-- Each job leaves a record ``<work_directory>/local/<pid>.job`` (start time, job id, then its
-  exit code), so ``list()`` and ``attach()`` work from any executor instance or process.
+- Each executor instance appends to one journal in ``<work_directory>/local/`` a line when a
+  job starts (pid, kernel start time, job id) and one when it ends (exit code), so ``list()``
+  and ``attach()`` work from any executor instance or process. Appending to an open file costs
+  one write; a file per job would cost a file creation per job.
 - Staging (``stage_in``/``stage_out``/``cleanup``) is done by the executor with local file
   operations; the STAGE_IN, STAGE_OUT and CLEANUP states are entered only when there is staging.
 
@@ -47,7 +49,8 @@ __all__ = ["LocalJobExecutor", "LocalJobExecutorConfig"]
 
 logger = logging.getLogger(__name__)
 
-_RECORD_SUFFIX = ".job"
+_JOURNAL_SUFFIX = ".journal"
+_JOURNAL_MAX_AGE = 7 * 24 * 3600.0
 _STDERR_EXCERPT = 1024
 
 
@@ -72,7 +75,7 @@ class _Worker:
     """One daemon thread per process that runs queued tasks in order."""
 
     def __init__(self) -> None:
-        self._queue: "queue.SimpleQueue[Callable[[], None]]" = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
 
@@ -101,15 +104,25 @@ _WORKER = _Worker()
 class _Run:
     """What the executor keeps about a job between submit and its final state."""
 
-    __slots__ = ("job", "proc", "pid", "record", "launcher", "launcher_out", "job_dir",
-                 "canceled", "stderr_path", "exited")
+    __slots__ = (
+        "canceled",
+        "exited",
+        "job",
+        "job_dir",
+        "launcher",
+        "launcher_out",
+        "pid",
+        "proc",
+        "start",
+        "stderr_path",
+    )
 
     def __init__(self, job: Job, job_dir: Path) -> None:
         self.job = job
         self.job_dir = job_dir
-        self.proc: Optional["subprocess.Popen[bytes]"] = None
+        self.proc: Optional[subprocess.Popen[bytes]] = None
         self.pid: Optional[int] = None
-        self.record: Optional[str] = None
+        self.start: Optional[str] = None  # kernel start time, journaled with the pid
         self.launcher: Optional[Launcher] = None
         self.launcher_out: Optional[str] = None
         self.canceled = False
@@ -135,6 +148,7 @@ class LocalJobExecutor(JobExecutor):
         self._runs: Dict[int, _Run] = {}  # by job object id, while not final
         self._nodefiles: Dict[int, str] = {}
         self._hostname: Optional[str] = None
+        self._journal_file: Optional[_Journal] = None
 
     # -- submit ---------------------------------------------------------------------------------
 
@@ -267,7 +281,7 @@ class LocalJobExecutor(JobExecutor):
                 raise SubmitException(f"could not start job {job.id}: {ex}") from ex
         finally:
             if streams is not None:
-                for s in streams:
+                for s in set(streams):  # stdout and stderr may share one descriptor
                     if isinstance(s, int) and s > 2:
                         os.close(s)
             elif out_fd >= 0:
@@ -275,18 +289,19 @@ class LocalJobExecutor(JobExecutor):
         run.proc = proc
         run.pid = proc.pid
         job._native_id = str(proc.pid)
-        run.record = self._write_record(proc.pid, job)
+        run.start = _start_time(proc.pid)
+        self._journal().append(f"S {proc.pid} {run.start} {job.id}")
         self._set_job_status(job, JobStatus(JobState.ACTIVE))
         WATCH.watch(proc.pid, lambda pid, status: self._on_exit(run, status))
 
-    def _write_record(self, pid: int, job: Job) -> str:
-        path = str(self._dir / f"{pid}{_RECORD_SUFFIX}")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, f"{_start_time(pid)} {job.id}\n".encode())
-        finally:
-            os.close(fd)
-        return path
+    def _journal(self) -> "_Journal":
+        j = self._journal_file
+        if j is None:
+            with self._lock:
+                if self._journal_file is None:
+                    self._journal_file = _Journal.create(self._dir)
+                j = self._journal_file
+        return j
 
     # -- completion -----------------------------------------------------------------------------
 
@@ -300,16 +315,9 @@ class LocalJobExecutor(JobExecutor):
 
     def _complete(self, run: _Run, code: Optional[int]) -> None:
         job = run.job
-        if run.record is not None:
-            try:
-                fd = os.open(run.record, os.O_WRONLY | os.O_APPEND)
-                try:
-                    note = " canceled" if run.canceled else ""
-                    os.write(fd, f"{'' if code is None else code}{note}\n".encode())
-                finally:
-                    os.close(fd)
-            except OSError as ex:
-                logger.warning("could not record the exit code of job %s: %s", job.id, ex)
+        if run.start is not None:
+            note = " canceled" if run.canceled else ""
+            self._journal().append(f"E {run.pid} {run.start} {'' if code is None else code}{note}")
         message = None
         state = JobState.COMPLETED if code == 0 else JobState.FAILED
         if run.launcher is not None and run.launcher_out is not None:
@@ -358,21 +366,9 @@ class LocalJobExecutor(JobExecutor):
 
     def list(self) -> List[str]:
         """Native ids (pids) of this user's local jobs that are still running."""
-        out = []
-        try:
-            names = os.listdir(self._dir)
-        except OSError:
-            return []
-        for name in names:
-            if not name.endswith(_RECORD_SUFFIX):
-                continue
-            pid_text = name[:-len(_RECORD_SUFFIX)]
-            if not pid_text.isdigit():
-                continue
-            rec = _read_record(self._dir / name)
-            if rec is not None and rec.exit_line is None and rec.matches_live(int(pid_text)):
-                out.append(pid_text)
-        return sorted(out, key=int)
+        found = _scan_journals(self._dir)
+        return sorted((str(pid) for (pid, start), rec in found.items()
+                       if rec.exit is None and _start_time(pid) == start), key=int)
 
     def attach(self, job: Job, native_id: str) -> None:
         """Follow a local job started by any executor instance or process, by its pid.
@@ -385,46 +381,52 @@ class LocalJobExecutor(JobExecutor):
                              f"{native_id!r}")
         if job.status.state is not JobState.NEW or job.executor is not None:
             raise InvalidJobException(f"attach: job {job.id} must be NEW and not yet bound")
-        record = _read_record(self._dir / f"{native_id}{_RECORD_SUFFIX}")
-        if record is None:
+        pid = int(native_id)
+        key = _latest_entry(_scan_journals(self._dir), pid)
+        if key is None:
             raise InvalidJobException(f"attach: no local job with native id {native_id} is "
                                       f"known in {self._dir}")
         job.executor = self
         job._native_id = native_id
-        pid = int(native_id)
         run = _Run(job, Path(os.getcwd()))
-        run.record = None
         with self._lock:
             self._runs[id(job)] = run
-        if record.exit_line is None and record.matches_live(pid):
+        entry = _scan_journals(self._dir)[key]
+        if entry.exit is not None:
+            # Already over: report the final state now, not after a first poll.
+            self._finish(run, self._final_from_journal(run, entry))
+            return
+        if _start_time(pid) == key[1]:
             run.pid = pid
             self._set_job_status(job, JobStatus(JobState.ACTIVE))
-            if WATCH.watch(pid, lambda p, s: self._attached_exit(run, record.path),
-                           child=False):
+            if WATCH.watch(pid, lambda p, s: self._attached_exit(run, key), child=False):
                 return
-        self._attached_exit(run, record.path)
+        self._attached_exit(run, key)
 
-    def _attached_exit(self, run: _Run, path: Path, tries: int = 0) -> None:
-        # The owner writes the exit code just after the exit: look again a few times, on a
+    def _attached_exit(self, run: _Run, key: Tuple[int, str], tries: int = 0) -> None:
+        # The owner journals the exit code just after the exit: look again a few times, on a
         # timer, so that neither shared thread ever sleeps.
-        rec = _read_record(path)
-        if (rec is None or not rec.exit_line) and tries < _ATTACH_RETRIES:
+        entry = _scan_journals(self._dir).get(key)
+        if (entry is None or entry.exit is None) and tries < _ATTACH_RETRIES:
             WATCH.call_later(0.02 * (tries + 1),
-                             lambda: self._attached_exit(run, path, tries + 1))
+                             lambda: self._attached_exit(run, key, tries + 1))
             return
-        if rec is not None and rec.exit_line:
-            code_text, _, note = rec.exit_line.partition(" ")
-            code = int(code_text)
-            state = JobState.COMPLETED if code == 0 else JobState.FAILED
-            if run.canceled or note == "canceled":
-                state = JobState.CANCELED
-            msg = _failure_message(code, None) if state is JobState.FAILED else None
-            status = JobStatus(state, exit_code=code, message=msg)
-        else:
-            status = JobStatus(JobState.FAILED, message=(
+        status = self._final_from_journal(run, entry)
+        _WORKER.put(lambda: self._finish(run, status))
+
+    @staticmethod
+    def _final_from_journal(run: _Run, entry: Optional["_JournalEntry"]) -> JobStatus:
+        if entry is None or not entry.exit:
+            return JobStatus(JobState.FAILED, message=(
                 "the process ended but its exit code was not recorded (the process that "
                 "started it exited first)"))
-        _WORKER.put(lambda: self._finish(run, status))
+        code_text, _, note = entry.exit.partition(" ")
+        code = int(code_text) if code_text.lstrip("-").isdigit() else None
+        state = JobState.COMPLETED if code == 0 else JobState.FAILED
+        if run.canceled or note == "canceled":
+            state = JobState.CANCELED
+        msg = _failure_message(code, None) if state is JobState.FAILED else None
+        return JobStatus(state, exit_code=code, message=msg)
 
     # -- staging --------------------------------------------------------------------------------
 
@@ -552,31 +554,87 @@ _NEW_GROUP: Dict[str, Any] = ({"process_group": 0} if sys.version_info >= (3, 11
                               else {"start_new_session": True})
 
 
-class _Record:
-    __slots__ = ("path", "start", "job_id", "exit_line")
+class _Journal:
+    """This executor instance's append-only journal of job starts and ends."""
 
-    def __init__(self, path: Path, start: str, job_id: str, exit_line: Optional[str]) -> None:
-        self.path = path
-        self.start = start
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    @staticmethod
+    def create(folder: Path) -> "_Journal":
+        _prune_journals(folder)
+        name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}{_JOURNAL_SUFFIX}"
+        fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                     0o600)
+        return _Journal(fd)
+
+    def append(self, line: str) -> None:
+        # One write of a short line to an O_APPEND file: never interleaved with other writers.
+        try:
+            os.write(self._fd, (line + "\n").encode())
+        except OSError as ex:
+            logger.warning("could not write the local job journal: %s", ex)
+
+    def __del__(self) -> None:
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+
+
+class _JournalEntry:
+    __slots__ = ("exit", "job_id")
+
+    def __init__(self, job_id: str) -> None:
         self.job_id = job_id
-        self.exit_line = exit_line
-
-    def matches_live(self, pid: int) -> bool:
-        now = _start_time(pid)
-        return now is not None and (now == self.start or self.start == "None")
+        self.exit: Optional[str] = None
 
 
-def _read_record(path: Path) -> Optional[_Record]:
+def _scan_journals(folder: Path) -> Dict[Tuple[int, str], _JournalEntry]:
+    """Every job in every journal, keyed by (pid, kernel start time)."""
+    found: Dict[Tuple[int, str], _JournalEntry] = {}
     try:
-        with open(path) as f:
-            lines = f.read().split("\n")
+        names = [n for n in os.listdir(folder) if n.endswith(_JOURNAL_SUFFIX)]
     except OSError:
+        return found
+    for name in names:
+        try:
+            with open(folder / name, errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split(" ", 3)
+            if len(parts) < 4 or not parts[1].isdigit():
+                continue
+            key = (int(parts[1]), parts[2])
+            if parts[0] == "S":
+                found[key] = _JournalEntry(parts[3])
+            elif parts[0] == "E" and key in found:
+                found[key].exit = parts[3]
+    return found
+
+
+def _latest_entry(found: Dict[Tuple[int, str], _JournalEntry], pid: int
+                  ) -> Optional[Tuple[int, str]]:
+    keys = [k for k in found if k[0] == pid]
+    if not keys:
         return None
-    head = lines[0].split(" ", 1) if lines else []
-    if len(head) != 2:
-        return None
-    exit_line = lines[1] if len(lines) > 2 else None
-    return _Record(path, head[0], head[1], exit_line)
+    live = _start_time(pid)
+    if live is not None and (pid, live) in found:
+        return (pid, live)
+    return max(keys, key=lambda k: int(k[1]) if k[1].isdigit() else -1)
+
+
+def _prune_journals(folder: Path) -> None:
+    cutoff = time.time() - _JOURNAL_MAX_AGE
+    try:
+        with os.scandir(folder) as it:
+            for e in it:
+                if e.name.endswith(_JOURNAL_SUFFIX) and e.stat().st_mtime < cutoff:
+                    os.unlink(e.path)
+    except OSError:
+        pass
 
 
 def _start_time(pid: int) -> Optional[str]:

@@ -1,0 +1,221 @@
+"""Launchers that start a job through a bash script shipped in ``launchers/``.
+
+The script and the shared ``launcher_lib.sh`` are copied ("deployed") into
+``<work_directory>/launchers/<checksum>/``, a folder named after the content of the files, so that
+jobs keep working while another version of psij deploys different scripts next to them. A folder
+appears complete or not at all: it is written under a temporary name and renamed into place, so
+any number of processes may deploy at once without locks. Each process deploys a given set of
+files at most once per work directory.
+
+This module builds argument lists and reads the launcher's output; it never starts processes
+(executors do) and never passes anything through a shell command line.
+"""
+
+import errno
+import hashlib
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
+
+from psij._data import data_dir
+from psij.exceptions import InvalidJobException
+from psij.job_executor_config import JobExecutorConfig
+from psij.job_launcher import Launcher
+
+if TYPE_CHECKING:
+    from psij.job import Job
+
+__all__ = ["LAUNCHER_DONE_MARKER", "ScriptBasedLauncher", "deploy_files"]
+
+LAUNCHER_DONE_MARKER = "_PSI_J_LAUNCHER_DONE"
+"""The line a launcher script prints last when it ran the job (whatever the job's exit status)."""
+
+_FAILURE_MESSAGE_LIMIT = 2000
+_DEPLOY_ATTEMPTS = 3
+_CHECKSUM_LENGTH = 32
+
+_deployed: Dict[Tuple[str, str], Path] = {}
+_deployed_lock = threading.Lock()
+
+
+def _checksum(contents: Sequence[Tuple[str, bytes]]) -> str:
+    digest = hashlib.sha256()
+    for name, data in contents:
+        encoded = name.encode()
+        # Lengths first, so that no two different file lists hash the same byte stream.
+        digest.update(len(encoded).to_bytes(8, "big") + encoded)
+        digest.update(len(data).to_bytes(8, "big") + data)
+    return digest.hexdigest()[:_CHECKSUM_LENGTH]
+
+
+def _read_contents(files: Sequence[Path]) -> List[Tuple[str, bytes]]:
+    contents: List[Tuple[str, bytes]] = []
+    names = set()
+    for path in files:
+        if path.name in names:
+            raise ValueError(f"launcher files to deploy: two files are named {path.name!r} "
+                             f"({[str(p) for p in files]}); they would overwrite each other")
+        names.add(path.name)
+        try:
+            contents.append((path.name, path.read_bytes()))
+        except OSError as e:
+            raise FileNotFoundError(f"launcher file {path} cannot be read: {e}") from e
+    return contents
+
+
+def _holds(folder: Path, contents: Sequence[Tuple[str, bytes]]) -> bool:
+    try:
+        return all((folder / name).read_bytes() == data for name, data in contents)
+    except OSError:
+        return False
+
+
+def _write_temporary_folder(root: Path, contents: Sequence[Tuple[str, bytes]]) -> Path:
+    temporary = Path(tempfile.mkdtemp(prefix=".deploying-", dir=root))
+    try:
+        for name, data in contents:
+            fd = os.open(temporary / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    return temporary
+
+
+def _move_aside(folder: Path) -> None:
+    """Takes a deployed folder whose files were changed out of the way."""
+    stale = folder.with_name(f".stale-{folder.name}-{secrets.token_hex(4)}")
+    try:
+        os.rename(folder, stale)
+    except FileNotFoundError:
+        return  # another process got there first
+    shutil.rmtree(stale, ignore_errors=True)
+
+
+def deploy_files(work_directory: Path, files: Sequence[Path]) -> Path:
+    """Copies ``files`` into ``<work_directory>/launchers/<checksum>/`` and returns that folder.
+
+    The checksum covers the names, order and contents of the files. An existing folder is
+    reused when its files are byte-for-byte the same; one whose files were edited is replaced.
+    """
+    contents = _read_contents(files)
+    checksum = _checksum(contents)
+    root = Path(os.path.abspath(work_directory)) / "launchers"
+    key = (str(root), checksum)
+    with _deployed_lock:
+        done = _deployed.get(key)
+        if done is not None:
+            return done
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        target = root / checksum
+        for _ in range(_DEPLOY_ATTEMPTS):
+            if target.is_dir():
+                if _holds(target, contents):
+                    _deployed[key] = target
+                    return target
+                _move_aside(target)
+            temporary = _write_temporary_folder(root, contents)
+            try:
+                os.rename(temporary, target)
+            except OSError as e:
+                shutil.rmtree(temporary, ignore_errors=True)
+                # EEXIST/ENOTEMPTY: another process renamed its copy into place first.
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                continue
+            _deployed[key] = target
+            return target
+        raise OSError(f"could not deploy launcher files to {target}: the folder kept changing "
+                      f"while it was being written ({_DEPLOY_ATTEMPTS} attempts)")
+
+
+def _word(value: Union[str, Path, None], default: str) -> str:
+    return default if value is None else str(value)
+
+
+class ScriptBasedLauncher(Launcher):
+    """A launcher that runs the job through a bash script.
+
+    The launch command is ``bash <deployed script> <job id> <log file|''> <pre-launch|''>
+    <post-launch|''> <stdin> <stdout> <stderr> [get_additional_args(job)...] <executable>
+    [arguments...]``, where missing streams are ``/dev/null``. Relative paths are kept as given:
+    the script runs in the job's directory. The script sources ``launcher_lib.sh`` (deployed next
+    to it) and prints ``_PSI_J_LAUNCHER_DONE`` as its last line once the job has run; any other
+    ending is a launcher failure. Subclasses pass extra script arguments through
+    :meth:`get_additional_args` and extra files through :meth:`_files_to_deploy`.
+    """
+
+    def __init__(self, script_path: Union[str, Path],
+                 config: Optional[JobExecutorConfig] = None) -> None:
+        super().__init__(config)
+        if not isinstance(script_path, (str, Path)):
+            raise TypeError(f"ScriptBasedLauncher.script_path: expected str or pathlib.Path, got "
+                            f"{script_path!r} ({type(script_path).__name__})")
+        self._script_path = Path(script_path)
+        self._deploy_lock = threading.Lock()
+        self._deployed_script: Optional[Path] = None
+
+    def _files_to_deploy(self) -> List[Path]:
+        """The files copied into the deployment folder; the script must be among them."""
+        return [data_dir("launchers") / "launcher_lib.sh", self._script_path]
+
+    def _deploy_files(self, paths: List[Path]) -> Path:
+        """Deploys ``paths`` into the work directory and returns their folder."""
+        return deploy_files(self.config.work_directory, paths)
+
+    def _ensure_deployed(self) -> Path:
+        with self._deploy_lock:
+            if self._deployed_script is None:
+                folder = self._deploy_files(self._files_to_deploy())
+                self._deployed_script = folder / self._script_path.name
+            return self._deployed_script
+
+    def get_launch_command(self, job: "Job",
+                           log_file: Union[str, Path, None] = None) -> List[str]:
+        """The argv that runs ``job`` through the script; ``log_file`` defaults to the config's.
+
+        The log file is made absolute here, since the script runs in the job's directory.
+        """
+        spec = job.spec
+        if spec is None:
+            raise InvalidJobException(f"job {job.id}: has no JobSpec, so there is nothing to "
+                                      f"launch")
+        if spec.executable is None:
+            raise InvalidJobException(f"job {job.id}: JobSpec.executable is not set; a launcher "
+                                      f"needs a program to run")
+        script = self._ensure_deployed()
+        if log_file is None:
+            log_file = self.config.launcher_log_file
+        log_word = "" if log_file is None or str(log_file) == "" else os.path.abspath(log_file)
+        return [
+            "bash", str(script), job.id, log_word,
+            _word(spec.pre_launch, ""), _word(spec.post_launch, ""),
+            _word(spec.stdin_path, "/dev/null"), _word(spec.stdout_path, "/dev/null"),
+            _word(spec.stderr_path, "/dev/null"),
+            *self.get_additional_args(job),
+            spec.executable, *(spec.arguments or []),
+        ]
+
+    def get_additional_args(self, job: "Job") -> List[str]:
+        """Script-specific arguments placed between the streams and the executable."""
+        return []
+
+    def is_launcher_failure(self, output: str) -> bool:
+        """True unless the last non-blank line of the launcher's output is the done marker."""
+        last_line = output.rstrip().rpartition("\n")[2]
+        return last_line.strip() != LAUNCHER_DONE_MARKER
+
+    def get_launcher_failure_message(self, output: str) -> str:
+        """The launcher's output without the marker, trimmed to its last 2000 characters."""
+        text = "\n".join(line for line in output.splitlines()
+                         if line.strip() != LAUNCHER_DONE_MARKER).strip()
+        if not text:
+            return "the launcher ended without any output and without reporting that the job ran"
+        if len(text) > _FAILURE_MESSAGE_LIMIT:
+            text = "..." + text[-_FAILURE_MESSAGE_LIMIT:]
+        return text
