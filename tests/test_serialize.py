@@ -2,6 +2,7 @@
 
 import io
 import json
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -27,8 +28,11 @@ chars = st.one_of(
     st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
     st.sampled_from("'\"\\$`;|&<>(){}[]*?! \t\n\r=:"),
 )
+# JSON cannot tell a high+low surrogate pair from the character it encodes (see serialize.py).
+_SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
 text = st.one_of(st.text(chars, max_size=20), st.sampled_from(HOSTILE),
-                 st.lists(st.sampled_from(HOSTILE), min_size=1, max_size=4).map("".join))
+                 st.lists(st.sampled_from(HOSTILE), min_size=1, max_size=4).map("".join)
+                 ).filter(lambda s: not _SURROGATE_PAIR.search(s))
 non_empty = text.filter(bool)
 paths = non_empty.map(Path)
 env_names = non_empty.filter(lambda k: "=" not in k)
@@ -346,7 +350,7 @@ def test_unknown_key_lists_the_accepted_ones():
 @pytest.mark.parametrize(("doc", "exc", "match"), [
     ("[]", TypeError, "JobSpec"),
     ("null", TypeError, "JobSpec"),
-    ("{", ValueError, ""),
+    ("{", ValueError, "line 1"),
     ('{"arguments": "ls"}', TypeError, "JobSpec.arguments"),
     ('{"arguments": [1]}', TypeError, r"JobSpec.arguments\[0\]"),
     ('{"directory": 5}', TypeError, "JobSpec.directory"),
@@ -407,3 +411,11 @@ def test_only_job_specs_are_written():
         SER.dumps({"executable": "x"})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="str or bytes"):
         SER.loads(42)  # type: ignore[arg-type]
+
+
+def test_surrogates():
+    lone = JobSpec(executable="/bin/echo", arguments=["\udcff", "\ud800x", "a\udc80"])
+    assert SER.loads(SER.dumps(lone)) == lone
+    # A surrogate pair is how JSON spells a character outside the BMP: it reads back as one.
+    paired = SER.loads(SER.dumps(JobSpec(arguments=["\ud83d\ude00"])))
+    assert paired.arguments == ["\U0001f600"]

@@ -9,13 +9,13 @@ time for the same job. An exception raised by a callback is logged and swallowed
 visible to the waiter (a callback that waits on its own job is answered from the current state).
 """
 
-import logging
+import os
 import threading
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Union
-from uuid import uuid4
 
+from psij._lazylog import LazyLogger
 from psij.exceptions import SubmitException
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
@@ -26,9 +26,18 @@ if TYPE_CHECKING:
 
 __all__ = ["FunctionJobStatusCallback", "Job", "JobStatusCallback"]
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 _LOCK = threading.Lock()
+
+
+def _new_id() -> str:
+    """A random (version 4) UUID string; ``uuid`` itself is slow to import."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class JobStatusCallback:
@@ -65,7 +74,7 @@ class Job:
     """A unit of work described by a :class:`~psij.JobSpec` and run by a JobExecutor."""
 
     def __init__(self, spec: Optional[JobSpec] = None) -> None:
-        self._id = str(uuid4())
+        self._id = _new_id()
         self.spec = spec
         self._status = JobStatus(JobState.NEW)
         self.executor: Optional[JobExecutor] = None

@@ -1,11 +1,11 @@
 """The executor base class: submits jobs to a backend and reports their status changes."""
 
-import logging
 import threading
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Dict, List, Optional, Set
 
 from psij import _check
+from psij._lazylog import LazyLogger
 from psij.exceptions import InvalidJobException
 from psij.job import CallbackLike, Job, JobStatusCallback, as_callback
 from psij.job_executor_config import JobExecutorConfig
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JobExecutor"]
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 
 class JobExecutor(ABC):

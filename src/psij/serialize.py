@@ -33,8 +33,10 @@ The document is one JSON object:
   included), a single name, or the integer value are accepted.
 
 A key that is not one of the above raises ``ValueError`` naming the key and the accepted keys.
-Text is written with non-ASCII characters escaped, so any Python string (even one holding lone
-surrogates) survives the trip through a UTF-8 file.
+Text is written with non-ASCII characters escaped, so any Python string survives the trip through
+a UTF-8 file, lone surrogates included (file names that were not valid UTF-8 are held that way).
+The one exception is JSON's own: a high surrogate directly followed by a low one is written as
+the same escape pair as the character it encodes, and reads back as that character.
 """
 
 import inspect
@@ -303,6 +305,9 @@ def _flags_from_json(field: str, value: Any) -> StageOutFlags:
     if isinstance(value, bool):
         raise _check.fail_type(field, value, "a list of StageOutFlags names or an int")
     if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"{field}: {value} is not a combination of StageOutFlags; "
+                             "accepted: a list of names or a non-negative int")
         try:
             return StageOutFlags(value)
         except ValueError:

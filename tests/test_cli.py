@@ -1,0 +1,290 @@
+"""The ``psij`` command, run as users run it: the console script and ``python -m psij``."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Dict, Tuple
+
+import pytest
+
+import psij
+from psij.cli import build_attributes, exit_status, main
+from psij.job_state import JobState
+from psij.job_status import JobStatus
+
+PSIJ_SCRIPT = str(Path(sys.executable).parent / "psij")
+ENTRY_POINTS = {"script": [PSIJ_SCRIPT], "module": [sys.executable, "-m", "psij"]}
+
+
+@pytest.fixture(autouse=True)
+def _own_work_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The local executor keeps job records under ~/.psij; keep them out of the real home.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+def psij_cmd(*args: str, entry: str = "script", **kw: object) -> "subprocess.CompletedProcess[str]":
+    return subprocess.run([*ENTRY_POINTS[entry], *args], capture_output=True, text=True,
+                          timeout=60, **kw)  # type: ignore[call-overload, no-any-return]
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_version(entry: str) -> None:
+    proc = psij_cmd("--version", entry=entry)
+    assert proc.returncode == 0
+    assert proc.stdout == f"psij {psij.__version__}\n"
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_plugins_lists_builtin_executor_and_launcher(entry: str) -> None:
+    proc = psij_cmd("plugins", entry=entry)
+    assert proc.returncode == 0, proc.stderr
+    executors, _, rest = proc.stdout.partition("Launchers:")
+    launchers, _, broken = rest.partition("Broken descriptor files:")
+    assert f"  local {_descriptor_version('executor', 'local')}\n" in executors
+    assert "psij.executors.local.LocalJobExecutor" in executors
+    assert "    status:     ok" in executors
+    assert f"  single {_descriptor_version('launcher', 'single')}\n" in launchers
+    assert "psij.launchers.single.SingleLauncher" in launchers
+    assert "  multiple " in launchers
+    assert broken.strip() == "(none)"
+
+
+def _descriptor_version(kind: str, name: str) -> str:
+    from psij._plugins import REGISTRY
+
+    return str(REGISTRY.select(kind, name).desc.version)
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_run_exits_with_the_jobs_exit_code(entry: str) -> None:
+    proc = psij_cmd("run", "--", "/bin/sh", "-c", "exit 3", entry=entry)
+    assert proc.returncode == 3
+    assert proc.stdout == proc.stderr == ""
+
+
+def test_job_writes_straight_to_our_streams() -> None:
+    proc = psij_cmd("run", "--", "/bin/sh", "-c", "echo hello; echo oops >&2")
+    assert proc.returncode == 0
+    assert proc.stdout == "hello\n"
+    assert proc.stderr == "oops\n"
+
+
+def test_job_reads_our_stdin() -> None:
+    proc = psij_cmd("run", "--", "/bin/cat", input="line one\nline two\n")
+    assert proc.returncode == 0
+    assert proc.stdout == "line one\nline two\n"
+
+
+def test_run_without_double_dash_keeps_job_options() -> None:
+    proc = psij_cmd("run", "/bin/echo", "-n", "hello")
+    assert proc.returncode == 0
+    assert proc.stdout == "hello"
+
+
+def test_multiple_launcher_runs_n_copies() -> None:
+    proc = psij_cmd("run", "-n", "3", "--launcher", "multiple", "--",
+                    "/bin/sh", "-c", 'echo "copy $_PSI_J_PROCESS_INDEX_"')
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.splitlines()) == ["copy 0", "copy 1", "copy 2"]
+
+
+def test_redirection_directory_environment_and_attributes(tmp_path: Path) -> None:
+    (tmp_path / "in.txt").write_text("from a file\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = psij_cmd("run", "--stdin", "in.txt", "--stdout", "out.txt", "--stderr", "err.txt",
+                    "--dir", "work", "--env", "GREETING=hi there", "--env", "EMPTY=",
+                    "--attr", "duration=1:30", "--attr", "queue=debug",
+                    "--attr", "slurm.qos=high", "--",
+                    "/bin/sh", "-c", 'cat; echo "$GREETING [$EMPTY] $(pwd)"; echo to-err >&2',
+                    cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == proc.stderr == ""
+    assert (tmp_path / "out.txt").read_text() == f"from a file\nhi there [] {work}\n"
+    assert (tmp_path / "err.txt").read_text() == "to-err\n"
+
+
+def test_shared_output_file_keeps_every_line_in_order(tmp_path: Path) -> None:
+    # `> file 2>&1`: one file for both streams and for what the shell writes afterwards.
+    out = tmp_path / "all.txt"
+    script = (f'"{PSIJ_SCRIPT}" run -- /bin/sh -c "echo one; echo two >&2; echo three"; '
+              'echo "status $?"; echo after')
+    subprocess.run(["/bin/sh", "-c", f'{{ {script}; }} > "{out}" 2>&1'], check=True,
+                   timeout=60)
+    assert out.read_text() == "one\ntwo\nthree\nstatus 0\nafter\n"
+
+
+def test_failure_message_follows_the_jobs_output_in_a_shared_file(tmp_path: Path) -> None:
+    out = tmp_path / "all.txt"
+    subprocess.run(["/bin/sh", "-c", f'"{PSIJ_SCRIPT}" run -- /nonexistent/prog > "{out}" 2>&1; '
+                    'echo "status $?"'], check=True, timeout=60, stdout=subprocess.DEVNULL)
+    text = out.read_text()
+    assert text.startswith("psij run: could not submit the job: JobSpec.executable:")
+    assert "/nonexistent/prog" in text
+
+
+@pytest.mark.parametrize("redirect", [">>", "partly-written"])
+def test_output_file_that_would_be_overwritten_is_refused(tmp_path: Path, redirect: str) -> None:
+    log = tmp_path / "log.txt"
+    log.write_text("earlier lines\n")
+    if redirect == ">>":
+        shell = f'"{PSIJ_SCRIPT}" run -- /bin/echo new >> "{log}"'
+    else:
+        shell = f'{{ echo header; "{PSIJ_SCRIPT}" run -- /bin/echo new; }} > "{log}"'
+    proc = subprocess.run(["/bin/sh", "-c", shell], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--stdout FILE" in proc.stderr
+    expected = "earlier lines\n" if redirect == ">>" else "header\n"
+    assert log.read_text() == expected
+
+
+def test_submit_failure_exits_1_with_message() -> None:
+    proc = psij_cmd("run", "--", "/nonexistent/prog")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("psij run: could not submit the job:")
+    assert "/nonexistent/prog" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+BAD_USAGE = {
+    "no executable": (["run"], "no executable given"),
+    "only dashes": (["run", "--"], "no executable given"),
+    "unknown attribute": (["run", "--attr", "colour=blue", "--", "true"],
+                          "unknown attribute 'colour'; accepted: duration, queue, account, "
+                          "reservation or <executor>.<option>"),
+    "attribute without value": (["run", "--attr", "queue", "--", "true"],
+                                "--attr: expected KEY=VALUE, got 'queue'"),
+    "bad duration": (["run", "--attr", "duration=soon", "--", "true"],
+                     "--attr 'duration=soon': walltime: cannot parse 'soon'"),
+    "bad custom attribute": (["run", "--attr", "slurm.q$s=1", "--", "true"],
+                             "'slurm.q$s' is not a valid name"),
+    "bad environment": (["run", "--env", "=x", "--", "true"],
+                        "--env: expected KEY=VALUE, got '=x'"),
+    "unknown executor": (["run", "--executor", "nosuch", "--", "true"],
+                         "no executor named 'nosuch'; available executors: "),
+    "unknown launcher": (["run", "--launcher", "nosuch", "--", "true"],
+                         "no launcher named 'nosuch'; available launchers: "),
+    "zero processes": (["run", "-n", "0", "--", "true"],
+                       "expected a whole number of processes of at least 1, got '0'"),
+    "non-numeric processes": (["run", "-n", "two", "--", "true"],
+                              "expected a whole number of processes of at least 1, got 'two'"),
+    "no command": ([], "a command is required: plugins or run"),
+    "unknown command": (["launch"], "invalid choice: 'launch'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_USAGE))
+def test_bad_usage_exits_2_with_a_clear_message(case: str) -> None:
+    args, message = BAD_USAGE[case]
+    proc = psij_cmd(*args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+    # The message is one line (argparse adds a usage line before its own).
+    assert len([line for line in proc.stderr.splitlines() if "error" in line
+                or "required" in line]) == 1
+
+
+def test_unknown_executor_message_lists_the_available_ones() -> None:
+    proc = psij_cmd("run", "--executor", "nosuch", "--", "true")
+    assert "local" in proc.stderr.split("available executors:", 1)[1]
+
+
+def test_help_documents_exit_statuses() -> None:
+    proc = psij_cmd("run", "--help")
+    assert proc.returncode == 0
+    for fragment in ("exit status", "130", "could not be submitted", "bad usage"):
+        assert fragment in proc.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("launcher", ["single", "multiple"])
+def test_stop_signal_cancels_the_job(sig: signal.Signals, launcher: str) -> None:
+    proc = subprocess.Popen(
+        [PSIJ_SCRIPT, "run", "--launcher", launcher, "--",
+         "/bin/sh", "-c", "echo $$; exec sleep 60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        job_pid = int(proc.stdout.readline())
+        start = time.monotonic()
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130
+    assert time.monotonic() - start < 10
+    assert "canceling the job" in err
+    assert not _alive(job_pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead; only its parent has not collected it yet.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_job_killed_by_a_signal_exits_like_a_shell() -> None:
+    proc = psij_cmd("run", "--", "/bin/sh", "-c", "kill -KILL $$")
+    assert proc.returncode == 128 + 9
+
+
+# -- in-process checks of the pieces ----------------------------------------------------------
+
+
+def test_main_returns_status_instead_of_exiting(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"psij {psij.__version__}\n"
+    assert main(["run", "-n", "x", "--", "true"]) == 2
+    assert main([]) == 2
+
+
+def test_attributes_map_to_job_attributes() -> None:
+    attrs = build_attributes(["duration=90m", "queue=debug", "account=proj1",
+                              "reservation=r7", "slurm.qos=high", "pbs.place=scatter"])
+    assert attrs.duration == timedelta(minutes=90)
+    assert attrs.queue_name == "debug"
+    assert attrs.account == "proj1"
+    assert attrs.reservation_id == "r7"
+    assert attrs.custom_attributes == {"slurm.qos": "high", "pbs.place": "scatter"}
+    assert build_attributes(["duration=01:02:03"]).duration == timedelta(hours=1, minutes=2,
+                                                                         seconds=3)
+    # A value may itself hold '='.
+    assert build_attributes(["slurm.constraint=a=b"]).custom_attributes == {
+        "slurm.constraint": "a=b"}
+
+
+EXIT_CASES: Dict[str, Tuple[Any, int, Any]] = {
+    "completed": (JobStatus(JobState.COMPLETED, exit_code=0), 0, None),
+    "completed without code": (JobStatus(JobState.COMPLETED), 0, None),
+    "failed with code": (JobStatus(JobState.FAILED, exit_code=42, message="x"), 42, None),
+    "failed without code": (JobStatus(JobState.FAILED, message="node went away"), 1,
+                            "job failed: node went away"),
+    "failed with code 0": (JobStatus(JobState.FAILED, exit_code=0, message="stage-out failed"),
+                           1, "job failed: stage-out failed"),
+    "killed by signal": (JobStatus(JobState.FAILED, exit_code=-15), 143, None),
+    "canceled": (JobStatus(JobState.CANCELED, exit_code=-15), 130, None),
+    "no status": (None, 1, "the job ended without a final status"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXIT_CASES))
+def test_exit_status_for_final_states(case: str) -> None:
+    status, code, message = EXIT_CASES[case]
+    got_code, got_message = exit_status(status)
+    assert got_code == code
+    assert got_message == message
+
