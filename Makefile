@@ -43,7 +43,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy --strict src/psij
 
 docs: $(STAMP)
-	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 
 bench: $(STAMP)
 	$(PY) bench/run.py

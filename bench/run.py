@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOADS_SCRIPT = REPO / "bench" / "workloads.py"
@@ -46,18 +46,25 @@ class Implementation:
 
 
 @dataclass
+class Figure:
+    """One reported number: how to reduce every round's JSON result of one side to it."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    reduce: Callable[[List[Dict[str, Any]]], float]
+
+
+@dataclass
 class Workload:
-    """How to run one workload and how to reduce its results to one figure."""
+    """How to run one workload; its first figure is the headline the targets judge."""
 
     name: str
     title: str
-    unit: str
-    higher_is_better: bool
     rounds: int
     args: List[str]
     timeout_s: float
-    # Reduces all rounds' JSON results of one implementation to the reported figure.
-    reduce: Callable[[List[Dict[str, Any]]], float]
+    figures: List[Figure]
     # Formats one round's JSON result as a short progress note.
     describe: Callable[[Dict[str, Any]], str]
 
@@ -69,14 +76,17 @@ class Outcome:
     results: List[Dict[str, Any]] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)
 
-    def figure(self, workload: Workload) -> Optional[float]:
-        return workload.reduce(self.results) if self.results else None
+    def value(self, figure: Figure) -> Optional[float]:
+        return figure.reduce(self.results) if self.results else None
 
 
-def _pooled_import_ms(results: List[Dict[str, Any]]) -> float:
-    baseline: List[float] = [s for r in results for s in r["baseline_s"]]
-    imported: List[float] = [s for r in results for s in r["import_s"]]
-    return (statistics.median(imported) - statistics.median(baseline)) * 1e3
+def _pooled_difference_ms(kind: str) -> Callable[[List[Dict[str, Any]]], float]:
+    """Median import sample minus median baseline sample, over all rounds."""
+    def reduce(results: List[Dict[str, Any]]) -> float:
+        baseline: List[float] = [s for r in results for s in r[f"baseline{kind}"]]
+        imported: List[float] = [s for r in results for s in r[f"import{kind}"]]
+        return (statistics.median(imported) - statistics.median(baseline)) * 1e3
+    return reduce
 
 
 def _pooled_latency_ms(results: List[Dict[str, Any]]) -> float:
@@ -92,32 +102,32 @@ def build_workloads(quick: bool) -> List[Workload]:
     """The four workloads; ``quick`` shrinks rounds and sizes for a smoke run."""
     return [
         Workload(
-            name="import", title="import psij (minus bare interpreter start)", unit="ms",
-            higher_is_better=False,
+            name="import", title="import psij, minus a bare interpreter start",
             # Rounds x runs = samples per implementation: 15 in a full run.
-            rounds=2 if quick else 5, args=["--runs", "2" if quick else "3"],
-            timeout_s=300.0, reduce=_pooled_import_ms,
-            describe=lambda r: f"{r['import_ms']:.1f} ms over {r['runs']} runs"),
+            rounds=2 if quick else 5, args=["--runs", "2" if quick else "3"], timeout_s=300.0,
+            figures=[Figure("import", "ms", False, _pooled_difference_ms("_s")),
+                     Figure("import cpu", "ms", False, _pooled_difference_ms("_cpu_s"))],
+            describe=lambda r: f"{r['import_ms']:.1f} ms wall, {r['import_cpu_ms']:.1f} ms CPU "
+                               f"over {r['runs']} runs"),
         Workload(
             name="throughput", title="local executor throughput, /bin/true submitted at once",
-            unit="jobs/s", higher_is_better=True,
             rounds=1 if quick else 3, args=["--jobs", "200" if quick else "1000"],
-            timeout_s=900.0, reduce=_median_of("jobs_per_s"),
+            timeout_s=900.0,
+            figures=[Figure("throughput", "jobs/s", True, _median_of("jobs_per_s")),
+                     Figure("cpu per job", "ms/job", False, _median_of("cpu_ms_per_job"))],
             describe=lambda r: f"{r['jobs_per_s']:.0f} jobs/s ({r['jobs']} jobs in "
-                               f"{r['seconds']:.2f} s)"),
+                               f"{r['seconds']:.2f} s, {r['cpu_ms_per_job']:.2f} ms CPU/job)"),
         Workload(
-            name="latency", title="single-job latency, submit to COMPLETED", unit="ms",
-            higher_is_better=False,
+            name="latency", title="single-job latency, submit to COMPLETED",
             # Rounds x jobs = samples per implementation: 30 in a full run.
-            rounds=1 if quick else 3, args=["--jobs", "5" if quick else "10"],
-            timeout_s=300.0, reduce=_pooled_latency_ms,
+            rounds=1 if quick else 3, args=["--jobs", "5" if quick else "10"], timeout_s=300.0,
+            figures=[Figure("latency", "ms", False, _pooled_latency_ms)],
             describe=lambda r: f"median {r['median_ms']:.2f} ms over {r['jobs']} jobs"),
         Workload(
-            name="rss", title="RSS growth per finished job still referenced", unit="bytes/job",
-            higher_is_better=False,
+            name="rss", title="RSS growth per finished job still referenced",
             rounds=1 if quick else 2,
-            args=["--batch", "400" if quick else "2000", "--chunk", "200"],
-            timeout_s=1800.0, reduce=_median_of("bytes_per_job"),
+            args=["--batch", "400" if quick else "2000", "--chunk", "200"], timeout_s=1800.0,
+            figures=[Figure("rss", "bytes/job", False, _median_of("bytes_per_job"))],
             describe=lambda r: f"{r['bytes_per_job']:.0f} bytes/job "
                                f"(VmRSS {r['rss_before_bytes'] / 2**20:.1f} -> "
                                f"{r['rss_after_bytes'] / 2**20:.1f} MiB, "
@@ -127,7 +137,7 @@ def build_workloads(quick: bool) -> List[Workload]:
 
 @dataclass
 class Target:
-    """A performance goal: ``check`` maps (ours, ref) to whether it is met."""
+    """A performance goal on a workload's headline figure: ``check(ours, ref)`` says if met."""
 
     workload: str
     text: str
@@ -264,51 +274,57 @@ def run_workload(workload: Workload, impls: Sequence[Implementation]
             note = f"  [{result['warning']}]" if "warning" in result else ""
             log(f"   round {round_no} {impl.label:4}: {workload.describe(result)}"
                 f"  ({time.monotonic() - start:.1f} s){note}")
-    ours = outcomes[OURS].figure(workload)
-    ref = outcomes[REF].figure(workload) if REF in outcomes else None
-    log(f"   => {workload.name}: {compare_text(workload, ours, ref)}")
+    for figure in workload.figures:
+        ours, ref = _values(outcomes, figure)
+        log(f"   => {figure.name}: {compare_text(figure, ours, ref)}")
     log()
     return outcomes
 
 
-def _format_figure(value: Optional[float], unit: str) -> str:
+def _values(outcomes: Dict[str, Outcome], figure: Figure
+            ) -> Tuple[Optional[float], Optional[float]]:
+    ref = outcomes.get(REF)
+    return outcomes[OURS].value(figure), (ref.value(figure) if ref else None)
+
+
+def _format_value(value: Optional[float], unit: str) -> str:
     if value is None:
         return "failed"
-    if unit == "ms":
-        return f"{value:.2f} ms"
+    if unit.startswith("ms"):
+        return f"{value:.2f} {unit}"
     return f"{value:.0f} {unit}"
 
 
-def ratio_text(workload: Workload, ours: Optional[float], ref: Optional[float]) -> str:
-    """'N.Nx better' or 'N.Nx worse', in the words of the workload's unit."""
+def ratio_text(figure: Figure, ours: Optional[float], ref: Optional[float]) -> str:
+    """'N.Nx <better>' or 'N.Nx <worse>', in words that fit the figure's unit."""
     if ours is None or ref is None:
         return "no comparison"
     better, worse = {
         "ms": ("faster", "slower"),
+        "ms/job": ("less CPU", "more CPU"),
         "jobs/s": ("higher throughput", "lower throughput"),
         "bytes/job": ("less memory", "more memory"),
-    }[workload.unit]
+    }[figure.unit]
     if ours <= 0 or ref <= 0:
         # Memory growth can be zero or negative; a ratio of such numbers means nothing.
-        return "ours better" if (ours > ref) == workload.higher_is_better else "ours worse"
-    factor = ours / ref if workload.higher_is_better else ref / ours
+        return better if (ours > ref) == figure.higher_is_better else worse
+    factor = ours / ref if figure.higher_is_better else ref / ours
     return f"{factor:.1f}x {better}" if factor >= 1 else f"{1 / factor:.1f}x {worse}"
 
 
-def compare_text(workload: Workload, ours: Optional[float], ref: Optional[float]) -> str:
-    return (f"ours {_format_figure(ours, workload.unit)}, ref {_format_figure(ref, workload.unit)}"
-            f", {ratio_text(workload, ours, ref)}")
+def compare_text(figure: Figure, ours: Optional[float], ref: Optional[float]) -> str:
+    return (f"ours {_format_value(ours, figure.unit)}, ref {_format_value(ref, figure.unit)}, "
+            f"{ratio_text(figure, ours, ref)}")
 
 
 def print_summary(workloads: Sequence[Workload], outcomes: Dict[str, Dict[str, Outcome]]
                   ) -> None:
-    rows = [("workload", "ours", "ref", "ours vs ref")]
+    rows = [("figure", "ours", "ref", "ours vs ref")]
     for workload in workloads:
-        ours = outcomes[workload.name][OURS].figure(workload)
-        ref_outcome = outcomes[workload.name].get(REF)
-        ref = ref_outcome.figure(workload) if ref_outcome else None
-        rows.append((workload.name, _format_figure(ours, workload.unit),
-                     _format_figure(ref, workload.unit), ratio_text(workload, ours, ref)))
+        for figure in workload.figures:
+            ours, ref = _values(outcomes[workload.name], figure)
+            rows.append((figure.name, _format_value(ours, figure.unit),
+                         _format_value(ref, figure.unit), ratio_text(figure, ours, ref)))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     log("== Summary")
     for n, row in enumerate(rows):
@@ -321,14 +337,11 @@ def print_summary(workloads: Sequence[Workload], outcomes: Dict[str, Dict[str, O
     for target in TARGETS:
         if target.workload not in by_name:
             continue
-        measured = by_name[target.workload]
-        ours = outcomes[target.workload][OURS].figure(measured)
-        ref_outcome = outcomes[target.workload].get(REF)
-        ref = ref_outcome.figure(measured) if ref_outcome else None
+        headline = by_name[target.workload].figures[0]
+        ours, ref = _values(outcomes[target.workload], headline)
         met = target.check(ours, ref) if ours is not None else None
         verdict = {True: "PASS", False: "FAIL", None: "N/A "}[met]
-        log(f"   {verdict}  {target.workload:10}  {target.text:42}  "
-            f"({compare_text(measured, ours, ref)})")
+        log(f"   {verdict}  {target.text:40}  ({compare_text(headline, ours, ref)})")
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -363,8 +376,9 @@ def main(argv: Sequence[str]) -> int:
     if problem:
         log(f"Reference unavailable, measuring ours only. FAILED: {problem}")
 
-    log(f"Machine: {os.cpu_count()} CPU(s), Python {sys.version.split()[0]}, "
-        f"{'quick' if args.quick else 'full'} run")
+    log(f"Machine: {os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.1f} "
+        f"(wall times are only comparable on an idle machine; CPU times much less affected), "
+        f"Python {sys.version.split()[0]}, {'quick' if args.quick else 'full'} run")
     for impl in impls:
         log(f"  {impl.label:4} psij {impl.version}")
     log()

@@ -13,6 +13,7 @@ import argparse
 import gc
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -42,33 +43,47 @@ def _clean_child_env() -> Dict[str, str]:
     return env
 
 
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def measure_import(runs: int) -> Dict[str, Any]:
-    """Wall time of ``python -c 'import psij'`` and of ``python -c 'pass'``, interleaved."""
+    """Wall and CPU time of ``python -c 'import psij'`` and of ``python -c 'pass'``, interleaved.
+
+    CPU time (user + system of the child) is reported beside wall time because it hardly moves
+    when other processes compete for the machine, while wall time does.
+    """
     env = _clean_child_env()
-    # An empty working directory keeps '' on sys.path from shadowing the installed package.
+    samples: Dict[str, List[float]] = {"baseline_s": [], "import_s": [],
+                                       "baseline_cpu_s": [], "import_cpu_s": []}
+    # An empty working directory keeps '' on sys.path from shadowing the installed package
+    # and from making every import scan a crowded directory.
     with tempfile.TemporaryDirectory(prefix="psij-bench-import-") as cwd:
-        def timed(code: str) -> float:
+        def timed(code: str, kind: str) -> None:
+            cpu_before = _children_cpu_s()
             start = time.perf_counter()
             subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            timeout=IMPORT_RUN_LIMIT_S)
-            return time.perf_counter() - start
+            samples[f"{kind}_s"].append(time.perf_counter() - start)
+            samples[f"{kind}_cpu_s"].append(_children_cpu_s() - cpu_before)
 
         # Untimed first runs write byte-code caches and warm the page cache for both commands.
-        timed("pass")
-        timed("import psij")
-        baseline_s: List[float] = []
-        import_s: List[float] = []
+        timed("pass", "baseline")
+        timed("import psij", "import")
+        for values in samples.values():
+            values.clear()
         for _ in range(runs):
-            baseline_s.append(timed("pass"))
-            import_s.append(timed("import psij"))
-    return {
-        "workload": "import",
-        "runs": runs,
-        "baseline_s": baseline_s,
-        "import_s": import_s,
-        "import_ms": (statistics.median(import_s) - statistics.median(baseline_s)) * 1e3,
-    }
+            timed("pass", "baseline")
+            timed("import psij", "import")
+
+    def cost_ms(kind: str) -> float:
+        return (statistics.median(samples[f"import{kind}"])
+                - statistics.median(samples[f"baseline{kind}"])) * 1e3
+
+    return {"workload": "import", "runs": runs, **samples,
+            "import_ms": cost_ms("_s"), "import_cpu_ms": cost_ms("_cpu_s")}
 
 
 @contextmanager
@@ -106,16 +121,21 @@ def measure_throughput(n_jobs: int) -> Dict[str, Any]:
     """Jobs/s for ``n_jobs`` /bin/true jobs submitted at once, first submit to last final."""
     with local_executor() as executor:
         jobs = [true_job() for _ in range(n_jobs)]
+        cpu_start = time.process_time()
         start = time.perf_counter()
         for job in jobs:
             executor.submit(job)
         not_completed = wait_all(jobs)
         elapsed_s = time.perf_counter() - start
+        cpu_s = time.process_time() - cpu_start
     return {
         "workload": "throughput",
         "jobs": n_jobs,
         "seconds": elapsed_s,
         "jobs_per_s": n_jobs / elapsed_s,
+        # CPU of this process only (all its threads; children's /bin/true not counted): the
+        # executor's own cost per job, which competing load on the machine hardly changes.
+        "cpu_ms_per_job": cpu_s * 1e3 / n_jobs,
         "not_completed": not_completed,
     }
 

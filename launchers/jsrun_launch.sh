@@ -7,7 +7,8 @@
 source "${0%/*}/launcher_lib.sh"
 
 if (( $# < 4 )); then
-    launcher_fail "expected <process count> <cores per process> <GPUs per process> before the executable"
+    launcher_fail "expected <process count> <cores per process> <GPUs per process> \
+before the executable"
 fi
 require_count "process count" "$1"
 _PSI_J_PROCESS_COUNT=$1

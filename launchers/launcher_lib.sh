@@ -27,8 +27,8 @@
 # Works with bash 3.2 and later (timestamps in the log need bash 4.2).
 
 if (( $# < 8 )); then
-    printf 'psij launcher %s: expected at least 8 arguments (job id, log file, pre-launch, post-launch, stdin, stdout, stderr, executable), got %d\n' \
-        "$0" "$#" >&2
+    printf 'psij launcher %s: expected at least 8 arguments (%s), got %d\n' "$0" \
+        "job id, log file, pre-launch, post-launch, stdin, stdout, stderr, executable" "$#" >&2
     exit 1
 fi
 
@@ -106,14 +106,21 @@ post_launch() {
 }
 
 # True when stdout and stderr name one file: it is then opened once, so the two streams share
-# one offset instead of overwriting each other.
+# one offset instead of overwriting each other. Two spellings of one path (out.txt, ./out.txt)
+# are recognised once stdout exists, so it is created first (its redirection truncates it anyway).
 _psij_shared_output() {
-    [[ $_PSI_J_STDOUT == "$_PSI_J_STDERR" ]] ||
-        [[ -e $_PSI_J_STDOUT && $_PSI_J_STDOUT -ef $_PSI_J_STDERR ]]
+    if [[ $_PSI_J_STDOUT == "$_PSI_J_STDERR" ]]; then
+        return 0
+    fi
+    if [[ ! -e $_PSI_J_STDOUT ]]; then
+        { : >>"$_PSI_J_STDOUT"; } 2>/dev/null
+    fi
+    [[ $_PSI_J_STDOUT -ef $_PSI_J_STDERR ]]
 }
 
 _psij_streams_failed() {
-    launcher_fail "cannot open the job's streams (stdin: $_PSI_J_STDIN, stdout: $_PSI_J_STDOUT, stderr: $_PSI_J_STDERR)"
+    launcher_fail "cannot open the job's streams (stdin: $_PSI_J_STDIN, stdout: \
+$_PSI_J_STDOUT, stderr: $_PSI_J_STDERR)"
 }
 
 # Runs "$@" as one child process. `( exec ... )` forks once like a plain command would, but never

@@ -35,6 +35,7 @@ class JobAttributes:
         self._custom_attributes: Optional[Dict[str, object]] = None
         self.custom_attributes = custom_attributes
         if project_name is not None:
+            _check.opt_str("JobAttributes.project_name", project_name)
             if account is not None and account != project_name:
                 raise ValueError(
                     "JobAttributes: account and its deprecated alias project_name disagree "
@@ -55,7 +56,7 @@ class JobAttributes:
 
     @project_name.setter
     def project_name(self, value: Optional[str]) -> None:
-        self.account = value
+        self.account = _check.opt_str("JobAttributes.project_name", value)
 
     @property
     def custom_attributes(self) -> Optional[Dict[str, object]]:

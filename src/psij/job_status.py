@@ -3,6 +3,7 @@
 import time as _time
 from typing import Any, Dict, Optional
 
+from psij import _check
 from psij.job_state import JobState
 
 __all__ = ["JobStatus"]
@@ -21,14 +22,27 @@ class JobStatus:
         exit_code: Optional[int] = None,
         metadata: Optional[Dict[str, Any]] = None,
     ) -> None:
-        if not isinstance(state, JobState):
-            raise TypeError(f"JobStatus.state: expected JobState, got {state!r} "
-                            f"({type(state).__name__})")
         self.state = state
-        self.time: float = _time.time() if time is None else float(time)
+        self.time: float = _time.time() if time is None else time
         self.message = message
         self.exit_code = exit_code
         self.metadata = metadata
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Messages carry scheduler and process output verbatim, so NUL is not refused here.
+        if name == "state":
+            _check.instance("JobStatus.state", value, JobState, "psij.JobState", False)
+        elif name == "time":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise _check.fail_type("JobStatus.time", value, "seconds since the epoch")
+            value = float(value)
+        elif name == "message":
+            _check.instance("JobStatus.message", value, str, "str")
+        elif name == "exit_code":
+            _check.opt_int("JobStatus.exit_code", value)
+        elif name == "metadata":
+            _check.instance("JobStatus.metadata", value, dict, "dict")
+        object.__setattr__(self, name, value)
 
     @property
     def final(self) -> bool:

@@ -65,12 +65,13 @@ class ResourceSpecV1(ResourceSpec):
             value = _check.opt_bool("ResourceSpecV1.exclusive_node_use", value)
         elif name == "memory":
             value = _check.opt_int("ResourceSpecV1.memory", value, minimum=1)
+        previous = self.__dict__.get(name)
         object.__setattr__(self, name, value)
         if name in _COUNTS and self.__dict__.get("_ready"):
             try:
                 self._check_consistent()
             except InvalidJobException:
-                object.__setattr__(self, name, None)
+                object.__setattr__(self, name, previous)
                 raise
 
     def _check_consistent(self) -> None:

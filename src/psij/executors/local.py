@@ -1,6 +1,7 @@
 """The local executor: runs jobs as processes on this machine.
 
 How a job runs:
+
 - With the ``single`` launcher and no pre/post-launch script the job's process is spawned
   directly (its redirections, directory and environment given to the spawn call); otherwise the
   launcher's bash script is run and the script does the redirections.

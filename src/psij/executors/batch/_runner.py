@@ -1,0 +1,152 @@
+"""The one place where the batch layer runs schedulers' commands (sbatch, squeue, qsub, ...).
+
+A command is an argv list, never a shell string. It runs with a timeout, in its own process
+group (so that a timeout kills whatever the command started too), and its exit code, stdout and
+stderr come back together in a :class:`CommandResult`. A command that cannot be started or that
+times out is a result too, never an exception, so that callers handle every outcome in one place.
+
+:class:`FakeCommandRunner` stands in for the real runner in tests: it records every call and
+answers from a function. Nothing else in the batch layer may start processes.
+"""
+
+import os
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass
+from typing import Callable, List, Mapping, Optional, Protocol, Sequence, Tuple
+
+__all__ = ["CommandResult", "CommandRunner", "FakeCommandRunner", "SubprocessRunner"]
+
+_EXCERPT = 2000
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What running a command gave.
+
+    ``exit_code`` is None when the command did not run to its end; ``failure`` then says why
+    (not found, timed out, ...).
+    """
+
+    argv: Tuple[str, ...]
+    exit_code: Optional[int]
+    stdout: str = ""
+    stderr: str = ""
+    failure: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the command ran and exited with 0."""
+        return self.exit_code == 0 and self.failure is None
+
+    @property
+    def output(self) -> str:
+        """stdout followed by stderr, for messages that quote what the command said."""
+        if self.stdout and self.stderr:
+            return self.stdout.rstrip("\n") + "\n" + self.stderr
+        return self.stdout or self.stderr
+
+    def describe(self) -> str:
+        """One message naming the command, how it ended and (the end of) what it said."""
+        command = " ".join(self.argv)
+        if len(command) > 300:
+            command = command[:297] + "..."
+        if self.failure is not None:
+            head = f"`{command}` {self.failure}"
+        else:
+            head = f"`{command}` exited with {self.exit_code}"
+        said = self.output.strip()
+        if len(said) > _EXCERPT:
+            said = "..." + said[-_EXCERPT:]
+        return f"{head}: {said}" if said else f"{head} without output"
+
+
+class CommandRunner(Protocol):
+    """Runs one command and reports how it ended."""
+
+    def run(self, argv: Sequence[str], timeout: float,
+            stdin: Optional[str] = None) -> CommandResult:
+        """Run ``argv`` with ``stdin`` as its input, giving up after ``timeout`` seconds."""
+        ...
+
+
+class SubprocessRunner:
+    """Runs commands as child processes of this process."""
+
+    def __init__(self, env: Optional[Mapping[str, str]] = None) -> None:
+        self._env = dict(env) if env is not None else None
+
+    def run(self, argv: Sequence[str], timeout: float,
+            stdin: Optional[str] = None) -> CommandResult:
+        args = tuple(argv)
+        if not args:
+            raise ValueError("SubprocessRunner.run: argv is empty")
+        try:
+            proc = subprocess.Popen(
+                args, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._env,
+                start_new_session=True)
+        except OSError as e:
+            return CommandResult(args, None, failure=f"could not be started: {e.strerror or e}")
+        data = stdin.encode() if stdin is not None else None
+        try:
+            out, err = proc.communicate(data, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            try:
+                out, err = proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                # A process that left the group still holds the pipes; stop reading them.
+                out, err = b"", b""
+            proc.wait()
+            return CommandResult(args, None, _text(out), _text(err),
+                                 failure=f"did not finish within {timeout:g} s and was killed")
+        except BaseException:
+            _kill_group(proc)
+            proc.wait()
+            raise
+        return CommandResult(args, proc.returncode, _text(out), _text(err))
+
+
+def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _text(data: Optional[bytes]) -> str:
+    # Schedulers print in the locale's encoding; garbage must reach the parser, not crash here.
+    return data.decode("utf-8", errors="replace") if data else ""
+
+
+class FakeCommandRunner:
+    """A runner for tests: ``respond(argv, stdin)`` gives each result; every call is recorded.
+
+    ``respond`` may return a CommandResult, or a tuple ``(exit_code, stdout)`` or
+    ``(exit_code, stdout, stderr)`` for brevity.
+    """
+
+    def __init__(self, respond: Callable[[Tuple[str, ...], Optional[str]], object]) -> None:
+        self._respond = respond
+        self._lock = threading.Lock()
+        self.calls: List[Tuple[str, ...]] = []
+
+    def run(self, argv: Sequence[str], timeout: float,
+            stdin: Optional[str] = None) -> CommandResult:
+        args = tuple(argv)
+        with self._lock:
+            self.calls.append(args)
+        answer = self._respond(args, stdin)
+        if isinstance(answer, CommandResult):
+            return answer
+        if isinstance(answer, tuple) and len(answer) in (2, 3):
+            return CommandResult(args, *answer)
+        raise TypeError(f"FakeCommandRunner: the responder returned {answer!r}; expected a "
+                        "CommandResult or (exit_code, stdout[, stderr])")
+
+    def calls_to(self, program: str) -> List[Tuple[str, ...]]:
+        """The recorded calls whose argv[0] is ``program``."""
+        with self._lock:
+            return [c for c in self.calls if c and c[0] == program]

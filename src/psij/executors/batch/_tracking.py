@@ -1,0 +1,418 @@
+"""Job tracking for batch executors, as a pure state machine.
+
+The tracker knows which scheduler jobs (by native id) an executor follows, what state each was
+last reported in, and when the next status command is due. It is driven by events and answers
+with actions; it does no I/O, starts no threads and reads the time only from the ``now`` it is
+given. The executor's polling loop runs the commands and reads the files the actions ask for,
+and feeds back what it learned as further events.
+
+Rules:
+
+- One status command covers every tracked job. The first poll comes ``initial_delay`` after the
+  first job arrives (at once for an attached job), the next ones ``interval`` apart.
+- A job's state only moves forward. A final state reported by the queue finishes the job.
+- A job missing from the queue output is never assumed done: the executor is asked to resolve
+  it (exit-code file, then the scheduler's accounting). What it finds finishes the job. If it
+  finds nothing, a job whose cancel was asked ends CANCELED; any other job is looked for again at
+  the next polls and, after ``missing_grace`` polls without any trace, ends FAILED with a message
+  saying that it left the queue without an exit code.
+- A failed status command (non-zero exit, timeout, unparseable output) changes no job's state.
+  The next attempt comes after a backoff that doubles up to ``max_backoff``. Only when more than
+  ``error_threshold`` attempts in a row have failed *and* the failures have lasted at least
+  ``outage_tolerance`` seconds are the tracked jobs failed, with the last error in the message.
+- An event that is not legal in the current phase raises :class:`IllegalEvent` and leaves the
+  state unchanged (the step function never mutates its input).
+"""
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from types import MappingProxyType
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from psij.executors.batch._clock import Clock
+from psij.job_state import JobState
+
+__all__ = [
+    "Action", "CancelAsked", "CancelFailed", "Event", "Finish", "IllegalEvent", "JobAdded",
+    "JobTracker", "MissingResolved", "Observation", "Phase", "PollFailed", "PollSucceeded",
+    "ReportState", "ResolveMissing", "RunStatusCommand", "Settings", "Tick", "TrackedJob",
+    "TrackerState", "step",
+]
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class IllegalEvent(Exception):
+    """An event that the tracker cannot accept in its current state."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What is known about one job: its state, and why it is in it.
+
+    ``metadata`` carries the scheduler's own words (``native_state``, ``reason``, ...).
+    """
+
+    state: JobState
+    message: Optional[str] = None
+    exit_code: Optional[int] = None
+    metadata: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Timing and tolerance of one executor's tracking (seconds, counts)."""
+
+    interval: float = 30.0
+    initial_delay: float = 2.0
+    error_threshold: int = 2
+    outage_tolerance: float = 300.0
+    max_backoff: float = 120.0
+    missing_grace: int = 3
+    cancel_poll_delay: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("interval", "max_backoff"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"Settings.{name}: must be positive, got {getattr(self, name)}")
+        for name in ("initial_delay", "outage_tolerance", "cancel_poll_delay"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"Settings.{name}: must not be negative, got "
+                                 f"{getattr(self, name)}")
+        for name in ("error_threshold", "missing_grace"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"Settings.{name}: must not be negative, got "
+                                 f"{getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class TrackedJob:
+    """One followed job: the state last reported for it and what is pending about it."""
+
+    native_id: str
+    state: JobState
+    cancel_requested: bool = False
+    misses: int = 0
+
+
+class Phase(Enum):
+    """What the tracker is doing: nothing to follow, waiting for the next poll, waiting for the
+    status command's outcome, or waiting for missing jobs to be looked up."""
+
+    IDLE = "idle"
+    WAITING = "waiting"
+    POLLING = "polling"
+    RESOLVING = "resolving"
+
+
+@dataclass(frozen=True)
+class TrackerState:
+    """Everything the tracker knows; a new value after every event."""
+
+    jobs: Mapping[str, TrackedJob] = field(default_factory=lambda: _EMPTY)
+    phase: Phase = Phase.IDLE
+    next_poll_at: Optional[float] = None
+    in_flight: Tuple[str, ...] = ()
+    # The earliest poll asked for while a poll round was under way (by a new job or a cancel).
+    requested_poll_at: Optional[float] = None
+    failures: int = 0
+    outage_since: Optional[float] = None
+
+
+# ------------------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class JobAdded:
+    """A job was submitted (or attached) and is to be followed from ``state``.
+
+    ``poll_soon`` asks for a poll at once (attach wants the real state quickly).
+    """
+
+    native_id: str
+    state: JobState = JobState.QUEUED
+    poll_soon: bool = False
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time has passed; a poll may be due."""
+
+
+@dataclass(frozen=True)
+class PollSucceeded:
+    """The status command ran and its output parsed into one observation per job it showed."""
+
+    observations: Mapping[str, Observation]
+
+
+@dataclass(frozen=True)
+class PollFailed:
+    """The status command failed, timed out, or printed something that could not be parsed."""
+
+    error: str
+
+
+@dataclass(frozen=True)
+class MissingResolved:
+    """The lookup of missing jobs is done; ``found`` has what was learned, by native id."""
+
+    found: Mapping[str, Observation]
+
+
+@dataclass(frozen=True)
+class CancelAsked:
+    """A cancel of the job is being sent to the scheduler."""
+
+    native_id: str
+
+
+@dataclass(frozen=True)
+class CancelFailed:
+    """The scheduler refused the cancel; the job goes on as before."""
+
+    native_id: str
+
+
+Event = Union[JobAdded, Tick, PollSucceeded, PollFailed, MissingResolved, CancelAsked,
+              CancelFailed]
+
+# ------------------------------------------------------------------------------------ actions
+
+
+@dataclass(frozen=True)
+class RunStatusCommand:
+    """Run the status command for these jobs, then feed PollSucceeded or PollFailed."""
+
+    native_ids: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ResolveMissing:
+    """Look these jobs up (exit-code file, accounting), then feed MissingResolved."""
+
+    native_ids: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReportState:
+    """The job entered a new, non-final state."""
+
+    native_id: str
+    observation: Observation
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The job reached a final state and is no longer followed.
+
+    ``cancel_requested`` tells whether a cancel was asked through this executor.
+    """
+
+    native_id: str
+    observation: Observation
+    cancel_requested: bool
+
+
+Action = Union[RunStatusCommand, ResolveMissing, ReportState, Finish]
+
+# -------------------------------------------------------------------------------------- step
+
+
+def _frozen(jobs: Dict[str, TrackedJob]) -> Mapping[str, TrackedJob]:
+    return MappingProxyType(jobs)
+
+
+def _backoff(settings: Settings, failures: int) -> float:
+    return min(settings.max_backoff, settings.interval * float(2 ** min(failures - 1, 30)))
+
+
+def _after_round(state: TrackerState, jobs: Dict[str, TrackedJob], settings: Settings,
+                 now: float) -> TrackerState:
+    """The state once a poll round is over: waiting for the next poll, or idle."""
+    if not jobs:
+        return replace(state, jobs=_frozen(jobs), phase=Phase.IDLE, next_poll_at=None,
+                       in_flight=(), requested_poll_at=None)
+    return replace(state, jobs=_frozen(jobs), phase=Phase.WAITING, in_flight=(),
+                   next_poll_at=_earliest(now + settings.interval, state.requested_poll_at),
+                   requested_poll_at=None)
+
+
+def _earliest(at: float, requested: Optional[float]) -> float:
+    return at if requested is None else min(at, requested)
+
+
+def _ask_poll_by(state: TrackerState, at: float) -> TrackerState:
+    """Brings the next poll forward to ``at`` (or remembers it for after the current round)."""
+    if state.phase is Phase.WAITING and state.next_poll_at is not None:
+        return replace(state, next_poll_at=min(state.next_poll_at, at))
+    if state.phase in (Phase.POLLING, Phase.RESOLVING):
+        return replace(state, requested_poll_at=_earliest(at, state.requested_poll_at))
+    return state
+
+
+def _observe(job: TrackedJob, obs: Observation, jobs: Dict[str, TrackedJob],
+             actions: List[Action]) -> None:
+    if obs.state.final:
+        del jobs[job.native_id]
+        actions.append(Finish(job.native_id, obs, job.cancel_requested))
+        return
+    jobs[job.native_id] = replace(job, misses=0, state=obs.state) \
+        if obs.state.is_greater_than(job.state) else replace(job, misses=0)
+    if obs.state.is_greater_than(job.state):
+        actions.append(ReportState(job.native_id, obs))
+
+
+def _require(state: TrackerState, phase: Phase, event: object) -> None:
+    if state.phase is not phase:
+        raise IllegalEvent(f"{type(event).__name__} is only accepted while "
+                           f"{phase.value}; the tracker is {state.phase.value}")
+
+
+def step(state: TrackerState, settings: Settings, event: Event,
+         now: float) -> Tuple[TrackerState, List[Action]]:
+    """The state after ``event`` at time ``now``, and the actions it calls for."""
+    actions: List[Action] = []
+    if isinstance(event, JobAdded):
+        if event.native_id in state.jobs:
+            raise IllegalEvent(f"job {event.native_id} is already tracked")
+        if event.state.final:
+            raise IllegalEvent(f"job {event.native_id} cannot be tracked from a final state "
+                               f"({event.state})")
+        jobs = dict(state.jobs)
+        jobs[event.native_id] = TrackedJob(event.native_id, event.state)
+        due = now + (0.0 if event.poll_soon else settings.initial_delay)
+        if state.phase is Phase.IDLE:
+            return replace(state, jobs=_frozen(jobs), phase=Phase.WAITING,
+                           next_poll_at=due), actions
+        return _ask_poll_by(replace(state, jobs=_frozen(jobs)), due), actions
+
+    if isinstance(event, Tick):
+        if (state.phase is Phase.WAITING and state.next_poll_at is not None
+                and now >= state.next_poll_at and state.jobs):
+            ids = tuple(sorted(state.jobs))
+            actions.append(RunStatusCommand(ids))
+            return replace(state, phase=Phase.POLLING, next_poll_at=None,
+                           in_flight=ids), actions
+        return state, actions
+
+    if isinstance(event, PollSucceeded):
+        _require(state, Phase.POLLING, event)
+        jobs = dict(state.jobs)
+        missing: List[str] = []
+        for native_id in state.in_flight:
+            job = jobs.get(native_id)
+            if job is None:
+                continue
+            obs = event.observations.get(native_id)
+            if obs is None:
+                missing.append(native_id)
+            else:
+                _observe(job, obs, jobs, actions)
+        state = replace(state, failures=0, outage_since=None)
+        if missing:
+            ids = tuple(missing)
+            actions.append(ResolveMissing(ids))
+            return replace(state, jobs=_frozen(jobs), phase=Phase.RESOLVING,
+                           in_flight=ids), actions
+        return _after_round(state, jobs, settings, now), actions
+
+    if isinstance(event, PollFailed):
+        _require(state, Phase.POLLING, event)
+        failures = state.failures + 1
+        since = state.outage_since if state.outage_since is not None else now
+        jobs = dict(state.jobs)
+        if failures > settings.error_threshold and now - since >= settings.outage_tolerance:
+            message = (f"the job's status could not be obtained for {now - since:.0f} s "
+                       f"({failures} failed attempts in a row); last error: {event.error}")
+            for native_id in sorted(jobs):
+                job = jobs[native_id]
+                actions.append(Finish(native_id, Observation(JobState.FAILED, message),
+                                      job.cancel_requested))
+            return replace(state, jobs=_frozen({}), phase=Phase.IDLE, next_poll_at=None,
+                           in_flight=(), requested_poll_at=None, failures=0,
+                           outage_since=None), actions
+        state = replace(state, failures=failures, outage_since=since)
+        if not jobs:
+            return replace(state, phase=Phase.IDLE, next_poll_at=None, in_flight=(),
+                           requested_poll_at=None), actions
+        # A retry after a failure keeps its backoff even if a new job asked for an earlier poll.
+        return replace(state, phase=Phase.WAITING, in_flight=(), requested_poll_at=None,
+                       next_poll_at=now + _backoff(settings, failures)), actions
+
+    if isinstance(event, MissingResolved):
+        _require(state, Phase.RESOLVING, event)
+        jobs = dict(state.jobs)
+        for native_id in state.in_flight:
+            job = jobs.get(native_id)
+            if job is None:
+                continue
+            obs = event.found.get(native_id)
+            if obs is not None:
+                _observe(job, obs, jobs, actions)
+            elif job.cancel_requested:
+                del jobs[native_id]
+                actions.append(Finish(native_id, Observation(
+                    JobState.CANCELED, "cancelled; the job left the queue and the scheduler "
+                    "kept no record of it", metadata={"native_state": None}), True))
+            elif job.misses + 1 >= settings.missing_grace:
+                del jobs[native_id]
+                actions.append(Finish(native_id, Observation(
+                    JobState.FAILED,
+                    "the job left the scheduler's queue without an exit code and the "
+                    "scheduler's accounting has no record of its end, so its outcome is "
+                    "unknown", metadata={"native_state": None}), False))
+            else:
+                jobs[native_id] = replace(job, misses=job.misses + 1)
+        return _after_round(state, jobs, settings, now), actions
+
+    if isinstance(event, CancelAsked):
+        job = state.jobs.get(event.native_id)
+        if job is None:
+            raise IllegalEvent(f"job {event.native_id} is not tracked")
+        jobs = dict(state.jobs)
+        jobs[event.native_id] = replace(job, cancel_requested=True)
+        return _ask_poll_by(replace(state, jobs=_frozen(jobs)),
+                            now + settings.cancel_poll_delay), actions
+
+    if isinstance(event, CancelFailed):
+        job = state.jobs.get(event.native_id)
+        if job is None:
+            raise IllegalEvent(f"job {event.native_id} is not tracked")
+        jobs = dict(state.jobs)
+        jobs[event.native_id] = replace(job, cancel_requested=False)
+        return replace(state, jobs=_frozen(jobs)), actions
+
+    raise IllegalEvent(f"unknown event {event!r}")
+
+
+class JobTracker:
+    """Holds the current :class:`TrackerState` and steps it with the time of ``clock``.
+
+    Not thread-safe by itself: the polling loop feeds it under its lock.
+    """
+
+    def __init__(self, settings: Settings, clock: Clock) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.state = TrackerState()
+
+    def feed(self, event: Event) -> List[Action]:
+        """Apply ``event`` now; returns the actions to perform."""
+        self.state, actions = step(self.state, self.settings, event, self.clock.now())
+        return actions
+
+    def next_deadline(self) -> Optional[float]:
+        """When a Tick may next produce an action (None: nothing is due until another event)."""
+        s = self.state
+        if s.phase is Phase.WAITING and s.jobs:
+            return s.next_poll_at
+        return None
+
+    def is_tracked(self, native_id: str) -> bool:
+        """Whether the job with this native id is followed."""
+        return native_id in self.state.jobs
+
+    def tracked(self) -> Sequence[str]:
+        """The native ids of all followed jobs."""
+        return tuple(self.state.jobs)
