@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs N copies of the job side by side:
 #     bash multi_launch.sh <7 fixed arguments> <N> <executable> [arguments...]
-# Each copy sees _PSI_J_PROCESS_INDEX_ (0 to N-1) and _PSI_J_PROCESS_COUNT (N). The job's stdout
+# Each copy sees _PSI_J_PROCESS_INDEX_ (1 to N, as PSI/J jobs have always seen it) and _PSI_J_PROCESS_COUNT (N). The job's stdout
 # and stderr are opened once and shared by all copies, so their output is appended, never
 # overwritten; each copy reads stdin from the start. The exit status is the first non-zero
 # status in index order, or 0.
@@ -31,7 +31,7 @@ _psij_stop_copies() {
 
 _psij_start_copies() {
     local _psij_index
-    for (( _psij_index = 0; _psij_index < _PSI_J_PROCESS_COUNT; _psij_index++ )); do
+    for (( _psij_index = 1; _psij_index <= _PSI_J_PROCESS_COUNT; _psij_index++ )); do
         ( export _PSI_J_PROCESS_INDEX_=$_psij_index; exec "$@" <"$_PSI_J_STDIN" ) &
         _psij_pids+=("$!")
     done

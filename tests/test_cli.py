@@ -104,7 +104,7 @@ def test_multiple_launcher_runs_n_copies() -> None:
     proc = psij_cmd("run", "-n", "3", "--launcher", "multiple", "--",
                     "/bin/sh", "-c", 'echo "copy $_PSI_J_PROCESS_INDEX_"')
     assert proc.returncode == 0, proc.stderr
-    assert sorted(proc.stdout.splitlines()) == ["copy 0", "copy 1", "copy 2"]
+    assert sorted(proc.stdout.splitlines()) == ["copy 1", "copy 2", "copy 3"]
 
 
 def test_redirection_directory_environment_and_attributes(tmp_path: Path) -> None:

@@ -458,14 +458,14 @@ def test_multiple_starts_indexed_copies(config: psij.JobExecutorConfig, job_dir:
     assert result.returncode == 0
     assert launched_ok(launcher, result.stdout)
     assert sorted((job_dir / "out.txt").read_text().splitlines()) == [
-        "0/3 shared input", "1/3 shared input", "2/3 shared input"]
-    assert sorted((job_dir / "err.txt").read_text().splitlines()) == ["err 0", "err 1", "err 2"]
+        "1/3 shared input", "2/3 shared input", "3/3 shared input"]
+    assert sorted((job_dir / "err.txt").read_text().splitlines()) == ["err 1", "err 2", "err 3"]
 
 
 def test_multiple_exit_status_is_first_failure_by_index(config: psij.JobExecutorConfig,
                                                         job_dir: Path) -> None:
-    # Copy 2 fails first in time, copy 1 first in index order.
-    job = bash_job('case $_PSI_J_PROCESS_INDEX_ in 1) sleep 0.3; exit 4;; 2) exit 5;; esac',
+    # Copy 3 fails first in time, copy 2 first in index order.
+    job = bash_job('case $_PSI_J_PROCESS_INDEX_ in 2) sleep 0.3; exit 4;; 3) exit 5;; esac',
                    resources=psij.ResourceSpecV1(process_count=3))
     result = run(MultipleLauncher(config=config).get_launch_command(job), job_dir)
     assert result.returncode == 4
@@ -477,7 +477,7 @@ def test_multiple_without_resources_runs_one_copy(config: psij.JobExecutorConfig
     job = bash_job('echo "$_PSI_J_PROCESS_INDEX_"', stdout_path="out.txt")
     result = run(MultipleLauncher(config=config).get_launch_command(job), job_dir)
     assert result.returncode == 0
-    assert (job_dir / "out.txt").read_text() == "0\n"
+    assert (job_dir / "out.txt").read_text() == "1\n"
 
 
 def test_multiple_hostile_strings_and_shared_output(config: psij.JobExecutorConfig,
@@ -501,7 +501,7 @@ def test_multiple_passes_termination_to_its_copies(config: psij.JobExecutorConfi
                             stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 10
-        pid_files = [job_dir / "pid.0", job_dir / "pid.1"]
+        pid_files = [job_dir / "pid.1", job_dir / "pid.2"]
         while not all(p.exists() and p.read_text().strip() for p in pid_files):
             assert time.monotonic() < deadline, "copies did not start"
             time.sleep(0.02)

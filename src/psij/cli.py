@@ -97,7 +97,11 @@ def _build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Submit one job, wait for it and exit with its exit code.\n\n"
                     "The job writes to this command's standard output and error (and reads its\n"
-                    "standard input) unless --stdout, --stderr or --stdin name files.",
+                    "standard input) unless --stdout, --stderr or --stdin name files. The job\n"
+                    "reopens them, which truncates files: an output file opened for appending\n"
+                    "(>>) or already written to is refused (use --stdout/--stderr FILE, or a\n"
+                    "pipe), and a terminal is not given as standard input, because the job runs\n"
+                    "in its own process group.",
         epilog="exit status:\n"
                "  the job's exit code  when the job ran to completion or failed with one\n"
                "  1                    the job failed without an exit code (its status message\n"

@@ -22,17 +22,22 @@ class Descriptor:
         if not isinstance(name, str) or not name:
             raise TypeError(f"Descriptor.name: expected a non-empty str, got {name!r}")
         if isinstance(version, str):
-            version = Version(version)
+            try:
+                version = Version(version)
+            except ValueError as ex:
+                raise ValueError(f"Descriptor.version: {ex}") from None
         if not isinstance(version, Version):
             raise TypeError(f"Descriptor.version: expected packaging.version.Version, got "
                             f"{version!r} ({type(version).__name__})")
         if not isinstance(cls, str) or "." not in cls:
             raise TypeError(f"Descriptor.cls: expected a fully qualified class name such as "
                             f"'pkg.module.Class', got {cls!r}")
-        if aliases is not None and (isinstance(aliases, str) or
+        if aliases is not None and (not isinstance(aliases, (list, tuple)) or
                                     not all(isinstance(a, str) and a for a in aliases)):
             raise TypeError(f"Descriptor.aliases: expected a list of non-empty str, got "
                             f"{aliases!r}")
+        if nice_name is not None and not isinstance(nice_name, str):
+            raise TypeError(f"Descriptor.nice_name: expected str or None, got {nice_name!r}")
         self.name = name
         self.version = version
         self.cls = cls

@@ -1,7 +1,7 @@
 """Configuration shared by all executors: where work files go and where launchers log."""
 
 from pathlib import Path
-from typing import ClassVar, Union
+from typing import Any, ClassVar, Union
 
 from psij import _check
 
@@ -19,6 +19,14 @@ class JobExecutorConfig:
                                                  launcher_log_file)
         wd = _check.opt_path("JobExecutorConfig.work_directory", work_directory)
         self.work_directory: Path = wd if wd is not None else Path.home() / ".psij" / "work"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("launcher_log_file", "work_directory"):
+            value = _check.opt_path(f"JobExecutorConfig.{name}", value)
+            if value is None and name == "work_directory":
+                raise _check.fail_type("JobExecutorConfig.work_directory", value,
+                                       "str or pathlib.Path")
+        object.__setattr__(self, name, value)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(launcher_log_file={self.launcher_log_file!r}, "

@@ -106,7 +106,17 @@ class StageIn:
                  mode: StagingMode = StagingMode.COPY) -> None:
         self.source = _uri("StageIn.source", source)
         self.target = _job_path("StageIn.target", target)
-        self.mode = _check.instance("StageIn.mode", mode, StagingMode, "StagingMode", False)
+        self.mode = mode
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Checked on every assignment, so a field changed after construction is still valid.
+        if name == "source":
+            value = _uri("StageIn.source", value)
+        elif name == "target":
+            value = _job_path("StageIn.target", value)
+        elif name == "mode":
+            value = _check.instance("StageIn.mode", value, StagingMode, "StagingMode", False)
+        object.__setattr__(self, name, value)
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, StageIn) and (self.source, self.target, self.mode)
@@ -127,9 +137,21 @@ class StageOut:
                  mode: StagingMode = StagingMode.COPY) -> None:
         self.source = _job_path("StageOut.source", source)
         self.target = _uri("StageOut.target", target)
-        self.flags = _check.instance("StageOut.flags", flags, StageOutFlags, "StageOutFlags",
-                                     False)
-        self.mode = _check.instance("StageOut.mode", mode, StagingMode, "StagingMode", False)
+        self.flags = flags
+        self.mode = mode
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Checked on every assignment, so a field changed after construction is still valid.
+        if name == "source":
+            value = _job_path("StageOut.source", value)
+        elif name == "target":
+            value = _uri("StageOut.target", value)
+        elif name == "flags":
+            value = _check.instance("StageOut.flags", value, StageOutFlags, "StageOutFlags",
+                                    False)
+        elif name == "mode":
+            value = _check.instance("StageOut.mode", value, StagingMode, "StagingMode", False)
+        object.__setattr__(self, name, value)
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, StageOut) and (self.source, self.target, self.flags, self.mode)

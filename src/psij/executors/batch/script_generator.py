@@ -13,7 +13,7 @@ parts. This module renders text; it never writes files other than ``out`` nor ru
 from pathlib import Path
 from typing import Callable, Dict, IO, List, Optional, Union
 
-import pystache
+import pystache  # type: ignore[import-untyped]
 
 from psij._data import data_dir
 from psij.executors.batch.escape_functions import bash_escape
