@@ -13,6 +13,7 @@ It must not measure anything in its own process.
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -210,8 +211,10 @@ def probe_version(impl: Implementation) -> Optional[str]:
     """Fill in the version and check which ``psij`` the interpreter imports."""
     code = "import psij, json; print(json.dumps([psij.__version__, psij.__file__]))"
     try:
-        done = subprocess.run([str(impl.python), "-c", code], capture_output=True, text=True,
-                              env=_child_env(), cwd=tempfile.gettempdir(), timeout=120)
+        # From an empty directory: '' on sys.path must not offer some other ``psij``.
+        with tempfile.TemporaryDirectory(prefix="psij-bench-cwd-") as cwd:
+            done = subprocess.run([str(impl.python), "-c", code], capture_output=True,
+                                  text=True, env=_child_env(), cwd=cwd, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{impl.python}: {exc}"
     if done.returncode != 0:
@@ -231,27 +234,40 @@ def _last_result_line(stdout: str) -> Optional[Dict[str, Any]]:
 
 
 def run_worker(impl: Implementation, workload: Workload) -> Dict[str, Any]:
-    """One round of one workload in ``impl``'s interpreter; raises RuntimeError on failure."""
+    """One round of one workload in ``impl``'s interpreter; raises RuntimeError on failure.
+
+    Output goes to files rather than pipes so that a job process still holding the worker's
+    stdout cannot keep the driver waiting, and the worker leads its own session so a timeout
+    kills it together with whatever it started in that session.
+    """
     argv = [str(impl.python), str(WORKLOADS_SCRIPT), workload.name, *workload.args]
     with tempfile.TemporaryDirectory(prefix="psij-bench-cwd-") as cwd:
+        out_path, err_path = Path(cwd) / "stdout", Path(cwd) / "stderr"
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    env=_child_env(), cwd=cwd, start_new_session=True)
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, env=_child_env(),
-                                  cwd=cwd, timeout=workload.timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-            result = _last_result_line(out)
-            if result is not None:
-                result["warning"] = (f"process printed its result but had not exited after "
-                                     f"{workload.timeout_s:.0f} s; killed")
-                return result
+            returncode: Optional[int] = proc.wait(timeout=workload.timeout_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            returncode = None
+        stdout = out_path.read_text(errors="replace")
+        stderr = err_path.read_text(errors="replace")
+    result = _last_result_line(stdout)
+    if returncode is None:
+        if result is None:
             raise RuntimeError(f"no result after {workload.timeout_s:.0f} s; killed\n"
-                               + _tail(err)) from None
-    result = _last_result_line(done.stdout)
-    if done.returncode != 0 or result is None:
-        raise RuntimeError(f"exited with {done.returncode} and "
-                           f"{'a' if result else 'no'} result line\n"
-                           + _tail(done.stdout + done.stderr))
+                               + _tail(stderr))
+        result["warning"] = (f"printed its result but had not exited after "
+                             f"{workload.timeout_s:.0f} s; killed")
+        return result
+    if returncode != 0 or result is None:
+        raise RuntimeError(f"exited with {returncode} and {'a' if result else 'no'} result "
+                           "line\n" + _tail(stdout + stderr))
     if result.get("not_completed"):
         result["warning"] = f"{result['not_completed']} job(s) did not end COMPLETED"
     return result

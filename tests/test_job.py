@@ -65,7 +65,7 @@ def test_new_job():
 
 
 def test_status_setter_needs_a_status():
-    with pytest.raises(TypeError, match="Job.status"):
+    with pytest.raises(TypeError, match=r"Job\.status"):
         Job().status = S.ACTIVE  # type: ignore[assignment]
 
 
@@ -247,12 +247,9 @@ def test_concurrent_setters_keep_callbacks_ordered_and_serial():
         t.start()
     for t in threads:
         t.join(30)
-    # A delivery in progress in another thread finishes on its own; wait() returns once final.
+    # wait() returns only once the final state's callbacks have run, whichever thread ran them.
     for j in jobs:
         assert j.wait(timedelta(seconds=10)) is not None
-    deadline = time.monotonic() + 10
-    while any(len(v) < 3 for v in seen.values()) and time.monotonic() < deadline:
-        time.sleep(0.01)
     assert overlaps == []
     for j in jobs:
         assert seen[j.id] == [S.QUEUED, S.ACTIVE, S.COMPLETED]
@@ -321,6 +318,42 @@ def test_wait_is_woken_from_another_thread():
     t.join()
     assert done is not None and done.state is S.COMPLETED
     assert elapsed < 5
+
+
+def test_wait_returns_after_the_callbacks_ran():
+    j = Job()
+    seen: List[JobState] = []
+    entered = threading.Event()
+
+    def slow(job, st):
+        if st.state is S.COMPLETED:
+            entered.set()
+            time.sleep(0.2)
+        seen.append(st.state)
+
+    j.set_job_status_callback(slow)
+    t = threading.Thread(target=lambda: setattr(j, "status", JobStatus(S.COMPLETED)))
+    t.start()
+    assert entered.wait(10)
+    assert j.status.state is S.COMPLETED  # entered, but its callback is still running
+    done = j.wait(timedelta(seconds=10))
+    assert done is not None and done.state is S.COMPLETED
+    assert seen == [S.QUEUED, S.ACTIVE, S.COMPLETED]
+    t.join()
+
+
+def test_callback_waiting_on_its_own_job_is_answered_at_once():
+    j = Job()
+    answers: List[object] = []
+
+    def cb(job, st):
+        answers.append(job.wait(timedelta(seconds=5), target_states=[st.state]))
+
+    j.set_job_status_callback(cb)
+    t0 = time.monotonic()
+    j.status = JobStatus(S.ACTIVE)
+    assert time.monotonic() - t0 < 4
+    assert [a.state for a in answers] == [S.ACTIVE, S.ACTIVE]  # type: ignore[attr-defined]
 
 
 def test_many_waiters_are_all_woken():

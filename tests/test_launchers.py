@@ -64,14 +64,14 @@ HOSTILE = [
 ]
 
 # Prints its arguments and the variables named in ECHO_ENV, each NUL-terminated.
+# One write() per run, so copies sharing an output file never interleave inside a record.
 ARGV_DUMP = """\
 import os, sys
-out = sys.stdout.buffer
-for word in sys.argv[1:]:
-    out.write(os.fsencode(word) + b"\\0")
+parts = [os.fsencode(word) + b"\\0" for word in sys.argv[1:]]
 for name in os.environ.get("ECHO_ENV", "").split(","):
     if name:
-        out.write(b"ENV " + os.fsencode(name) + b"=" + os.environb[os.fsencode(name)] + b"\\0")
+        parts.append(b"ENV " + os.fsencode(name) + b"=" + os.environb[os.fsencode(name)] + b"\\0")
+os.write(1, b"".join(parts))
 """
 
 

@@ -14,7 +14,7 @@ import pytest
 
 import psij
 from psij import InvalidJobException, Job, JobExecutor, JobSpec, JobState, JobStatus
-from psij.executors.local import LocalJobExecutorConfig, _WORKER
+from psij.executors.local import _WORKER, LocalJobExecutorConfig
 from psij.staging import StageIn, StageOut, StageOutFlags, StagingMode
 
 TIMEOUT = timedelta(seconds=30)
@@ -123,7 +123,7 @@ def test_hostile_strings_reach_the_job_unchanged(ex: JobExecutor, tmp_path: Path
     assert st.state is JobState.COMPLETED, st
     data = (odd_dir / "out 'x' $y").read_bytes().decode()
     args, env_value = data.split("|", 1)
-    assert eval(args) == HOSTILE  # noqa: S307 - repr written by our own dumper
+    assert eval(args) == HOSTILE
     assert env_value == "$(touch PWNED) `x` 'q' \"d\" \n * {{a}}"
     assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
 
@@ -219,7 +219,8 @@ def test_list_and_attach_from_another_process(ex: JobExecutor, tmp_path: Path) -
     code = f"""
 import psij, sys
 from psij import Job, JobExecutor, JobExecutorConfig
-ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory={str(tmp_path / 'work')!r}))
+cfg = JobExecutorConfig(work_directory={str(tmp_path / 'work')!r})
+ex = JobExecutor.get_instance("local", config=cfg)
 print(sorted(ex.list()))
 for nid in {[running.native_id, done.native_id]!r}:
     j = Job()

@@ -307,7 +307,7 @@ def test_parse_walltime(text, expected):
 
 
 @pytest.mark.parametrize("text", ["", "abc", "1:2:3:4", "-5", "5 d", "1:x", "::", "h", "1 hour",
-                                  "²", "1:²", "3 ²h"])
+                                  "²", "1:²", "3 ²h", "\u0661\u0662", "\u0661 h"])
 def test_parse_walltime_rejects(text):
     with pytest.raises(ValueError, match="walltime"):
         JobAttributes.parse_walltime(text)

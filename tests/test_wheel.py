@@ -129,8 +129,8 @@ def test_job_runs_through_the_installed_launcher_script(job_report: Dict[str, An
     if launcher == "single":
         assert job["stdout"] == "set by pre-launch \n"
     else:
-        assert sorted(job["stdout"].splitlines()) == ["set by pre-launch 0",
-                                                      "set by pre-launch 1"]
+        assert sorted(job["stdout"].splitlines()) == ["set by pre-launch 1",
+                                                      "set by pre-launch 2"]
     assert job["stderr"] == "to-stderr\n" * copies
     # The scripts were deployed from the installed package and are the ones that ran.
     script = {"single": "single_launch.sh", "multiple": "multi_launch.sh"}[launcher]

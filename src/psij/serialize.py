@@ -282,7 +282,10 @@ def _duration_from_json(value: Any) -> timedelta:
         m = _SECONDS_TEXT.fullmatch(value)
         if m:
             return _seconds(field, Decimal(m.group(1)))
-        return JobAttributes.parse_walltime(value)
+        try:
+            return JobAttributes.parse_walltime(value)
+        except ValueError as ex:
+            raise ValueError(f"{field}: {ex}; or a number of seconds") from None
     raise _check.fail_type(field, value, "a number of seconds or a walltime string")
 
 

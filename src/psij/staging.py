@@ -70,7 +70,8 @@ class StagingMode(Enum):
 class StageOutFlags(Flag):
     """When a stage-out (or cleanup) entry applies.
 
-    IF_PRESENT skips a missing source instead of failing the job. ALWAYS is the three ``ON_*`` flags.
+    IF_PRESENT skips a missing source instead of failing the job. ALWAYS is the three
+    ``ON_*`` flags.
     """
 
     NONE = 0

@@ -51,7 +51,7 @@ def optional_count(value: Optional[int]) -> str:
 class MultipleLauncher(ScriptBasedLauncher):
     """Runs ``process_count`` copies of the executable side by side on this node.
 
-    Each copy sees ``_PSI_J_PROCESS_INDEX_`` (0 to N-1); the job's exit status is the first
+    Each copy sees ``_PSI_J_PROCESS_INDEX_`` (1 to N); the job's exit status is the first
     non-zero status among the copies, or 0. Subclasses with their own script take the process
     count as the script's first extra argument.
     """

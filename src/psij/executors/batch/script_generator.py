@@ -11,7 +11,7 @@ parts. This module renders text; it never writes files other than ``out`` nor ru
 """
 
 from pathlib import Path
-from typing import Callable, Dict, IO, List, Optional, Union
+from typing import IO, Callable, Dict, List, Optional, Union
 
 import pystache  # type: ignore[import-untyped]
 

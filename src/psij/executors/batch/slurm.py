@@ -1,0 +1,188 @@
+"""The Slurm executor: sbatch, squeue (one call for all jobs), sacct when the site has
+accounting, scancel.
+
+Declarations only: commands, the job-id pattern, the state map and the template
+(``templates/slurm.mustache``); the behaviour lives in
+:class:`~psij.executors.batch.batch_scheduler_executor.BatchSchedulerExecutor`.
+"""
+
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import IO, Collection, Dict, List, Optional, Sequence, Tuple
+
+from psij._data import data_dir
+from psij.exceptions import SubmitException
+from psij.executors.batch.batch_scheduler_executor import (
+    BatchSchedulerExecutor,
+    BatchSchedulerExecutorConfig,
+    InvalidJobStateError,
+    check_status_exit_code,
+)
+from psij.executors.batch.script_generator import TemplatedScriptGenerator
+from psij.job import Job
+from psij.job_executor_config import JobExecutorConfig
+from psij.job_state import JobState
+from psij.job_status import JobStatus
+
+__all__ = ["SlurmExecutorConfig", "SlurmJobExecutor"]
+
+
+class SlurmExecutorConfig(BatchSchedulerExecutorConfig):
+    """Configuration of the Slurm executor (no settings beyond the batch ones)."""
+
+
+# Slurm job states (squeue %T, sacct State) -> (PSI/J state, cause of a failure).
+STATE_MAP: Dict[str, Tuple[JobState, Optional[str]]] = {
+    "PENDING": (JobState.QUEUED, None),
+    "CONFIGURING": (JobState.QUEUED, None),
+    "REQUEUED": (JobState.QUEUED, None),
+    "REQUEUE_FED": (JobState.QUEUED, None),
+    "REQUEUE_HOLD": (JobState.QUEUED, None),
+    "RESV_DEL_HOLD": (JobState.QUEUED, None),
+    "RUNNING": (JobState.ACTIVE, None),
+    "COMPLETING": (JobState.ACTIVE, None),
+    "SUSPENDED": (JobState.ACTIVE, None),
+    "STOPPED": (JobState.ACTIVE, None),
+    "SIGNALING": (JobState.ACTIVE, None),
+    "STAGE_OUT": (JobState.ACTIVE, None),
+    "RESIZING": (JobState.ACTIVE, None),
+    "COMPLETED": (JobState.COMPLETED, None),
+    "CANCELLED": (JobState.CANCELED, None),
+    "FAILED": (JobState.FAILED, None),
+    "TIMEOUT": (JobState.FAILED, "time_limit"),
+    "OUT_OF_MEMORY": (JobState.FAILED, "out_of_memory"),
+    "NODE_FAIL": (JobState.FAILED, "node_failure"),
+    "PREEMPTED": (JobState.FAILED, "preempted"),
+    "BOOT_FAIL": (JobState.FAILED, "boot_failure"),
+    "DEADLINE": (JobState.FAILED, "deadline"),
+    "REVOKED": (JobState.FAILED, None),
+    "SPECIAL_EXIT": (JobState.FAILED, None),
+}
+
+# Messages for final states whose cause is not in STATE_MAP's second column.
+_STATE_MESSAGES = {
+    "REVOKED": "the job was revoked: a sibling job of a federation started on another cluster",
+    "SPECIAL_EXIT": "the job ended in Slurm's SPECIAL_EXIT state (held by the site's epilog)",
+}
+# Reasons Slurm gives for a FAILED job that say more than its exit code.
+_REASON_CAUSES = {"JobLaunchFailure": "launch_failure", "TimeLimit": "time_limit",
+                  "OutOfMemory": "out_of_memory", "NodeDown": "node_failure"}
+
+_JOB_ID = re.compile(r"(\d+)(?:;\S*)?\s*$")
+_STATUS_LINE = re.compile(r"(\d+)\|([A-Z_]+)\|(.*)")
+_ACCT_LINE = re.compile(r"(\d+)\|([A-Z_]+)(?: by \d+)?\|(\d+):(\d+)\|(.*)")
+
+
+def slurm_status(native_state: str, reason: Optional[str],
+                 exit_code: Optional[int] = None) -> JobStatus:
+    """The JobStatus for a Slurm state name and reason; ValueError for an unknown state."""
+    try:
+        state, cause = STATE_MAP[native_state]
+    except KeyError:
+        raise ValueError(f"unknown Slurm job state {native_state!r}") from None
+    reason = None if reason in (None, "", "None", "(null)") else reason
+    if cause is None and state is JobState.FAILED and reason in _REASON_CAUSES:
+        cause = _REASON_CAUSES[reason]  # type: ignore[index]
+    metadata: Dict[str, object] = {"native_state": native_state, "reason": reason}
+    if cause is not None:
+        metadata["cause"] = cause
+    message = _STATE_MESSAGES.get(native_state) if state.final else None
+    return JobStatus(state, message=message, exit_code=exit_code, metadata=metadata)
+
+
+class SlurmJobExecutor(BatchSchedulerExecutor):
+    """Runs jobs on a Slurm cluster.
+
+    Custom attributes ``slurm.<option>`` become ``#SBATCH --<option>="<value>"`` (a value of
+    True gives a bare ``--<option>``).
+    """
+
+    _NAME_ = "slurm"
+    CONFIG_CLASS = SlurmExecutorConfig
+    CUSTOM_ATTRIBUTE_PREFIXES = ("slurm",)
+    TRANSIENT_SUBMIT_ERRORS = (
+        "Socket timed out", "Unable to contact slurm controller", "temporarily unavailable",
+        "Zero Bytes were transmitted", "Communication connection failure",
+        "QOSMaxSubmitJob", "AssocMaxSubmitJobLimit", "MaxSubmitJobsPerAccount",
+        "slurm_persist_conn_open", "try again",
+    )
+
+    def __init__(self, url: Optional[str] = None,
+                 config: Optional[JobExecutorConfig] = None) -> None:
+        super().__init__(url=url, config=config)
+        self.generator = TemplatedScriptGenerator(self.config,
+                                                  data_dir("templates") / "slurm.mustache")
+
+    def generate_submit_script(self, job: Job, context: Dict[str, object],
+                               submit_file: IO[str]) -> None:
+        self.generator.generate_submit_script(job, context, submit_file)
+
+    def get_submit_command(self, job: Job, submit_file_path: Path) -> List[str]:
+        return ["sbatch", "--parsable", str(submit_file_path.absolute())]
+
+    def job_id_from_submit_output(self, out: str) -> str:
+        match = _JOB_ID.search(out.strip())
+        if match is None:
+            raise ValueError(f"no Slurm job id in {out.strip()!r}")
+        return match.group(1)
+
+    def get_cancel_command(self, native_id: str) -> List[str]:
+        return ["scancel", native_id]
+
+    def process_cancel_command_output(self, exit_code: int, out: str) -> None:
+        if "Invalid job id" in out or "already completing or completed" in out:
+            raise InvalidJobStateError(out.strip())
+        raise SubmitException(f"scancel exited with {exit_code}: {out.strip()}")
+
+    def get_status_command(self, native_ids: Collection[str]) -> List[str]:
+        return ["squeue", "--noheader", "--states=all", "--jobs=" + ",".join(native_ids),
+                "--format=%i|%T|%r"]
+
+    def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
+        if exit_code != 0 and "Invalid job id specified" in out \
+                and not any(_STATUS_LINE.fullmatch(x.strip()) for x in out.splitlines()):
+            # squeue fails this way when the only job asked for has been purged: no rows.
+            return {}
+        check_status_exit_code("squeue", exit_code, out)
+        found: Dict[str, JobStatus] = {}
+        for line in out.splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            match = _STATUS_LINE.fullmatch(line)
+            if match is None:
+                raise ValueError(f"unexpected squeue output line {line!r}")
+            native_id, native_state, reason = match.groups()
+            found[native_id] = slurm_status(native_state, reason)
+        return found
+
+    def get_accounting_commands(self, native_ids: Sequence[str]) -> List[List[str]]:
+        return [["sacct", "--noheader", "--parsable2", "--allocations",
+                 "--jobs=" + ",".join(native_ids), "--format=JobIDRaw,State,ExitCode,Reason"]]
+
+    def parse_accounting_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
+        # Without slurmdbd sacct exits 1: "Slurm accounting storage is disabled".
+        check_status_exit_code("sacct", exit_code, out)
+        found: Dict[str, JobStatus] = {}
+        for line in out.splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            match = _ACCT_LINE.fullmatch(line)
+            if match is None:
+                raise ValueError(f"unexpected sacct output line {line!r}")
+            native_id, native_state, code, sig, reason = match.groups()
+            exit_code_value = 128 + int(sig) if int(sig) else int(code)
+            found[native_id] = slurm_status(native_state, reason, exit_code_value)
+        return found
+
+    def get_list_command(self) -> List[str]:
+        return ["squeue", "--me", "--noheader", "--states=all", "--format=%i"]
+
+    def _format_duration(self, d: timedelta) -> str:
+        # sbatch --time accepts days-hours:minutes:seconds; seconds round up to a minute there.
+        total = -(-int(d.total_seconds() * 1000) // 1000)
+        days, rest = divmod(total, 86400)
+        clock = f"{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}"
+        return f"{days}-{clock}" if days else clock
