@@ -79,6 +79,7 @@ from psij.job_launcher import Launcher
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
+from psij.resource_spec import ResourceSpecV1
 
 __all__ = [
     "BatchSchedulerExecutor",
@@ -369,8 +370,9 @@ class BatchSchedulerExecutor(JobExecutor):
                     "accepted names: letters, digits and '_', not starting with a digit")
         attrs = spec.attributes
         try:
-            if spec.name is not None:
-                self._directive_value("JobSpec.name", spec.name)
+            job_name = self._job_name(spec)
+            if job_name is not None:
+                self._directive_value("JobSpec.name", job_name)
             for field in ("queue_name", "account", "reservation_id"):
                 value = getattr(attrs, field)
                 if value is not None:
@@ -441,14 +443,22 @@ class BatchSchedulerExecutor(JobExecutor):
                 "lib": FUNCTION_LIBRARY,
                 "launch_command": [ShellWord(w) for w in words],
                 "script_dir": str(self.work_directory.absolute()),
-                "job_name": spec.name,
-                "directory": str(spec.directory) if spec.directory is not None else None,
+                "job_name": self._job_name(spec),
+                # Always absolute: schedulers start scripts in different folders.
+                "directory": os.path.abspath(spec.directory if spec.directory is not None
+                                             else os.getcwd()),
+                "process_count": _resources(spec).computed_process_count,
+                "node_count": _resources(spec).computed_node_count,
             },
         }
         duration = spec.attributes.duration
         if duration is not None:
             context["formatted_job_duration"] = self._format_duration(duration)
         return context
+
+    def _job_name(self, spec: JobSpec) -> Optional[str]:
+        """The job name written in the script (schedulers with stricter names override)."""
+        return spec.name
 
     def _custom_attribute_items(self, job: Job) -> Dict[str, List[Dict[str, Any]]]:
         """Custom attributes by prefix: ``{"slurm": [{"key": "qos", "value": "debug"}]}``.
@@ -720,6 +730,16 @@ class BatchSchedulerExecutor(JobExecutor):
     __repr__ = __str__
 
 
+def _resources(spec: JobSpec) -> ResourceSpecV1:
+    resources = spec.resources
+    if resources is None:
+        return ResourceSpecV1()
+    if not isinstance(resources, ResourceSpecV1):
+        raise InvalidJobException(f"JobSpec.resources: only ResourceSpecV1 is understood by "
+                                  f"batch executors, got {type(resources).__name__}")
+    return resources
+
+
 def _observation(status: JobStatus, source: Optional[str] = None) -> Observation:
     meta = dict(status.metadata or {})
     if source is not None:
@@ -745,8 +765,7 @@ def _read_text(path: Path, limit: int, tail: bool = False) -> Optional[str]:
 
 def _describe_duration(d: timedelta) -> str:
     total = int(d.total_seconds())
-    text = f"{total // 3600}:{total // 60 % 60:02d}:{total % 60:02d}"
-    return f"{text} (h:mm:ss)"
+    return f"{total // 3600}:{total // 60 % 60:02d}:{total % 60:02d}"
 
 
 def _describe_exit(code: int) -> str:

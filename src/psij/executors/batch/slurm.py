@@ -83,7 +83,7 @@ def slurm_status(native_state: str, reason: Optional[str],
         raise ValueError(f"unknown Slurm job state {native_state!r}") from None
     reason = None if reason in (None, "", "None", "(null)") else reason
     if cause is None and state is JobState.FAILED and reason in _REASON_CAUSES:
-        cause = _REASON_CAUSES[reason]  # type: ignore[index]
+        cause = _REASON_CAUSES[reason]
     metadata: Dict[str, object] = {"native_state": native_state, "reason": reason}
     if cause is not None:
         metadata["cause"] = cause

@@ -1,0 +1,342 @@
+"""``batch-test``: a small fake batch scheduler on this machine, for tests of the batch layer.
+
+It has the parts of a real scheduler that the batch layer depends on, so that the whole code
+path (submit script, submit, status polling, cancel, accounting, exit-code files) runs for real:
+
+    python batch_test_tool.py --spool DIR submit SCRIPT        prints the new job id
+    python batch_test_tool.py --spool DIR status [--keep-finished S] ID...
+                                                              one "ID|STATE|REASON" line per
+                                                              job still in the queue
+    python batch_test_tool.py --spool DIR cancel ID
+    python batch_test_tool.py --spool DIR list
+    python batch_test_tool.py --spool DIR acct ID...          "ID|STATE|EXIT|REASON" of jobs
+                                                              that ended
+    python batch_test_tool.py --spool DIR show ID             the job's parsed directives (JSON)
+
+Directives are ``#BATCH_TEST --option=value`` lines, parsed the way sbatch parses ``#SBATCH``
+lines (quotes group, backslash escapes the next character, ``#`` outside quotes ends the line).
+Options: ``--job-name``, ``--time`` (h:mm:ss), ``--queue-delay`` (seconds the job stays QUEUED)
+and any other ``--name[=value]`` (recorded only). Each job runs detached, with
+``BATCH_TEST_JOB_ID`` in its environment, under a watcher process that enforces the time limit and
+records the end state. A finished job stays in the queue for ``--keep-finished`` seconds
+(default 5), then only accounting knows it.
+
+A ``faults`` file in the spool folder makes ``status`` misbehave on purpose: its words
+(``ok``, ``nonzero``, ``hang``, ``garbage``) are used in turn, one per status call.
+
+Standard library only, so that it starts fast with ``python -S``. It is a test double: it never
+talks to a real scheduler.
+"""
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _read(path: Path) -> Optional[str]:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+
+
+class _Locked:
+    """An exclusive lock on a file of the spool (for counters)."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+    def __enter__(self) -> int:
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self.fd
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def _next_number(path: Path) -> int:
+    with _Locked(path) as fd:
+        data = os.pread(fd, 64, 0).decode().strip()
+        n = int(data) + 1 if data else 1
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(n).encode(), 0)
+        return n
+
+
+def parse_directive_line(line: str) -> List[str]:
+    """The words of a directive line after its prefix, split the way sbatch does."""
+    words: List[str] = []
+    current: List[str] = []
+    in_word = False
+    quote = ""
+    escaped = False
+    for ch in line:
+        if escaped:
+            current.append(ch)
+            escaped = False
+            in_word = True
+            continue
+        if ch == "\\":
+            escaped = True
+            in_word = True
+            continue
+        if quote:
+            if ch == quote:
+                quote = ""
+            else:
+                current.append(ch)
+            continue
+        if ch in "\"'":
+            quote = ch
+            in_word = True
+            continue
+        if ch == "#":
+            break
+        if ch.isspace():
+            if in_word:
+                words.append("".join(current))
+                current = []
+                in_word = False
+            continue
+        current.append(ch)
+        in_word = True
+    if in_word:
+        words.append("".join(current))
+    return words
+
+
+def parse_directives(script: str) -> Dict[str, Optional[str]]:
+    options: Dict[str, Optional[str]] = {}
+    for line in script.splitlines():
+        if not line.startswith("#BATCH_TEST"):
+            continue
+        for word in parse_directive_line(line[len("#BATCH_TEST"):]):
+            if not word.startswith("--"):
+                raise ValueError(f"directive word {word!r} is not an --option")
+            name, sep, value = word[2:].partition("=")
+            options[name] = value if sep else None
+    return options
+
+
+def _seconds(hms: str) -> float:
+    parts = [float(p) for p in hms.split(":")]
+    total = 0.0
+    for p in parts:
+        total = total * 60 + p
+    return total
+
+
+class Spool:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.jobs = root / "jobs"
+        self.jobs.mkdir(parents=True, exist_ok=True)
+
+    def job_dir(self, job_id: str) -> Path:
+        if not job_id.isdigit():
+            raise ValueError(f"invalid job id {job_id!r}")
+        return self.jobs / job_id
+
+    def state(self, job_id: str) -> Optional[Tuple[str, str, str, float]]:
+        """(state, exit code, reason, time of the last change) or None for unknown jobs."""
+        text = _read(self.job_dir(job_id) / "state")
+        if text is None:
+            return None
+        state, code, reason, when = text.strip().split("|")
+        return state, code, reason, float(when)
+
+    def set_state(self, job_id: str, state: str, code: str = "", reason: str = "None") -> None:
+        _write(self.job_dir(job_id) / "state", f"{state}|{code}|{reason}|{time.time()}\n")
+        if state in FINAL:
+            with _Locked(self.root / "accounting.lock"):
+                with open(self.root / "accounting", "a") as f:
+                    f.write(f"{job_id}|{state}|{code}|{reason}\n")
+
+
+def cmd_submit(spool: Spool, script_path: str) -> int:
+    text = Path(script_path).read_text()
+    try:
+        options = parse_directives(text)
+    except ValueError as e:
+        print(f"batch-test: error: {e}", file=sys.stderr)
+        return 1
+    job_id = str(_next_number(spool.root / "next_id"))
+    d = spool.job_dir(job_id)
+    d.mkdir()
+    (d / "script").write_text(text)
+    (d / "options.json").write_text(json.dumps(options))
+    spool.set_state(job_id, "PENDING")
+    subprocess.Popen([sys.executable, "-S", os.path.abspath(__file__), "--spool",
+                      str(spool.root), "_watch", job_id], start_new_session=True,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, close_fds=True)
+    print(job_id)
+    return 0
+
+
+def cmd_watch(spool: Spool, job_id: str) -> int:
+    d = spool.job_dir(job_id)
+    options = json.loads((d / "options.json").read_text())
+    delay = float(options.get("queue-delay") or 0)
+    deadline = time.monotonic() + delay
+    while time.monotonic() < deadline:
+        if (d / "cancel").exists():
+            spool.set_state(job_id, "CANCELLED", "", "CancelledWhilePending")
+            return 0
+        time.sleep(0.05)
+    if (d / "cancel").exists():
+        spool.set_state(job_id, "CANCELLED", "", "CancelledWhilePending")
+        return 0
+    env = dict(os.environ)
+    env["BATCH_TEST_JOB_ID"] = job_id
+    proc = subprocess.Popen(["/bin/bash", str(d / "script")], cwd=str(d), env=env,
+                            start_new_session=True, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _write(d / "pgid", str(proc.pid))
+    spool.set_state(job_id, "RUNNING")
+    limit = _seconds(options["time"]) if options.get("time") else None
+    started = time.monotonic()
+    timed_out = False
+    while True:
+        try:
+            code = proc.wait(timeout=0.05)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        if (d / "cancel").exists():
+            _kill(proc.pid)
+        if limit is not None and time.monotonic() - started > limit and not timed_out:
+            timed_out = True
+            _kill(proc.pid)
+    _kill(proc.pid)  # whatever the job left running in its group
+    if (d / "cancel").exists():
+        spool.set_state(job_id, "CANCELLED", str(_status(code)), "CancelledByUser")
+    elif timed_out:
+        spool.set_state(job_id, "TIMEOUT", str(_status(code)), "TimeLimit")
+    elif code == 0:
+        spool.set_state(job_id, "COMPLETED", "0")
+    else:
+        spool.set_state(job_id, "FAILED", str(_status(code)), "NonZeroExitCode")
+    return 0
+
+
+def _status(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+def _kill(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _fault(spool: Spool) -> str:
+    text = _read(spool.root / "faults")
+    if not text or not text.split():
+        return "ok"
+    words = text.split()
+    n = _next_number(spool.root / "faults.count")
+    return words[(n - 1) % len(words)]
+
+
+def cmd_status(spool: Spool, ids: List[str], keep_finished: float) -> int:
+    fault = _fault(spool)
+    if fault == "nonzero":
+        print("batch-test: error: the scheduler is not answering (injected fault)",
+              file=sys.stderr)
+        return 1
+    if fault == "hang":
+        time.sleep(3600)
+        return 1
+    if fault == "garbage":
+        print("\x1b[31m%%% core dumped %%%\x00 ~~~ batch-test garbage ~~~")
+        for job_id in ids[:3]:
+            print(f"{job_id}|RUNNING|")  # incomplete: a valid line amid garbage
+        print("Segmentation fault (garbage injected)")
+        return 0
+    now = time.time()
+    for job_id in ids:
+        st = spool.state(job_id)
+        if st is None:
+            continue
+        state, _code, reason, when = st
+        if state in FINAL and now - when > keep_finished:
+            continue  # purged from the queue
+        print(f"{job_id}|{state}|{reason}")
+    return 0
+
+
+def cmd_cancel(spool: Spool, job_id: str) -> int:
+    st = spool.state(job_id)
+    if st is None:
+        print(f"batch-test: error: invalid job id {job_id}", file=sys.stderr)
+        return 1
+    if st[0] in FINAL:
+        print(f"batch-test: error: job {job_id} has already finished", file=sys.stderr)
+        return 2
+    d = spool.job_dir(job_id)
+    (d / "cancel").touch()
+    pgid = _read(d / "pgid")
+    if pgid:
+        _kill(int(pgid))
+    return 0
+
+
+def cmd_acct(spool: Spool, ids: List[str]) -> int:
+    wanted = set(ids)
+    text = _read(spool.root / "accounting") or ""
+    for line in text.splitlines():
+        if line.split("|", 1)[0] in wanted:
+            print(line)
+    return 0
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) < 3 or argv[0] != "--spool":
+        print(__doc__, file=sys.stderr)
+        return 2
+    spool = Spool(Path(argv[1]))
+    command, args = argv[2], argv[3:]
+    if command == "submit" and len(args) == 1:
+        return cmd_submit(spool, args[0])
+    if command == "_watch" and len(args) == 1:
+        return cmd_watch(spool, args[0])
+    if command == "status":
+        keep = 5.0
+        if args[:1] == ["--keep-finished"]:
+            keep = float(args[1])
+            args = args[2:]
+        return cmd_status(spool, args, keep)
+    if command == "cancel" and len(args) == 1:
+        return cmd_cancel(spool, args[0])
+    if command == "list":
+        for d in sorted(spool.jobs.iterdir(), key=lambda p: int(p.name)):
+            print(d.name)
+        return 0
+    if command == "acct":
+        return cmd_acct(spool, args)
+    if command == "show" and len(args) == 1:
+        print((spool.job_dir(args[0]) / "options.json").read_text())
+        return 0
+    print(f"batch-test: error: unknown command {' '.join(argv[2:])!r}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

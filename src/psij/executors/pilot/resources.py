@@ -1,0 +1,697 @@
+"""Resource arithmetic of the pilot: the nodes of an allocation, what a task asks for, and the
+concrete cores, GPUs, memory and custom counts of the nodes it is given.
+
+This module is pure: no I/O, no threads, no clock. It does not decide *which task* runs next
+(that is :mod:`psij.executors.pilot.scheduler`); it only answers "can this shape be placed now,
+and where" and keeps the books of what is free.
+
+Rules:
+
+- A pool is a fixed, ordered list of nodes. A node has ``cores`` (ids ``0..cores-1``), ``gpus``
+  (ids ``0..gpus-1``), ``memory`` in bytes and custom countable resources (name to count).
+- A task asks for *processes*. Each process needs ``cores_per_process`` cores and
+  ``gpus_per_process`` GPUs of one node and ``memory_per_process`` bytes of that node's memory.
+  Custom resources are counted per node used: every node the task gets must have them free.
+- The number of processes, of nodes, and of processes on each used node are each a range
+  (:class:`Amount`); "exactly n" is the range ``n..n``. Whenever a range allows more, the task
+  gets the most that is free *now* (QCG-PilotJob's ``min``/``max`` rule), never less than its
+  minimum. ``split-into`` k caps a range at ``total // k`` (never below its minimum), where the
+  total is the pool's processes for the process count, its node count for the node count and
+  the largest node's processes for the per-node count.
+- An ``exclusive`` task takes whole idle nodes: every core, GPU, byte and custom count of each
+  node it uses, whatever the number of processes it runs there.
+- Where nodes are chosen: a task whose node count is open (any number of nodes) fills nodes in
+  pool order, packing the first ones; a task with a bounded node count and a per-node range
+  takes the nodes where the most processes fit (ties in pool order), so that it gets the
+  maximum; a task with an exact per-node count takes the first nodes that have room. Core and
+  GPU ids are the lowest free ones of each node.
+- Memory is reserved per process (``memory_per_process`` times the processes on the node), or
+  the whole node's memory for an exclusive task.
+- The planner is exact: a shape is placed whenever some choice of nodes satisfies it, and
+  whether it fits only ever improves when resources are released. The scheduler relies on this
+  to remember that a shape did not fit until something is released.
+- A bad request raises ``TypeError``/``ValueError`` naming the field; releasing what is not held
+  raises ``ValueError`` and leaves the pool unchanged.
+"""
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from psij import _check
+from psij.resource_spec import ResourceSpecV1
+
+__all__ = [
+    "UNBOUNDED", "Amount", "NodeShare", "NodeSpec", "NodeUsage", "PoolUsage", "ResourcePool",
+    "ResourceRequest", "Shape",
+]
+
+UNBOUNDED = 1 << 62
+"""The upper bound of a range that has none (larger than any real count)."""
+
+_NO_COUNTS: Mapping[str, int] = MappingProxyType({})
+
+_QCG_AMOUNT_KEYS = ("exact", "min", "max", "split-into")
+
+
+def _counts(field_name: str, value: Any) -> Mapping[str, int]:
+    """A read-only, name-sorted copy of a custom-resource mapping, checked."""
+    if value is None:
+        return _NO_COUNTS
+    if not isinstance(value, Mapping):
+        raise _check.fail_type(field_name, value, "a dict of str to int")
+    if not value:
+        return _NO_COUNTS
+    out: Dict[str, int] = {}
+    for name in sorted(value, key=lambda k: str(k)):
+        if not isinstance(name, str) or name == "":
+            raise _check.fail_type(f"{field_name} key", name, "a non-empty str")
+        count = _check.opt_int(f"{field_name}[{name!r}]", value[name], minimum=0)
+        if count is None:
+            raise _check.fail_type(f"{field_name}[{name!r}]", None, "int")
+        out[name] = count
+    return MappingProxyType(out)
+
+
+def _count(field_name: str, value: Any, minimum: int) -> int:
+    checked = _check.opt_int(field_name, value, minimum=minimum)
+    if checked is None:
+        raise _check.fail_type(field_name, value, "int")
+    return checked
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node of a pool: its host name and what it has."""
+
+    name: str
+    cores: int
+    memory: int = 0
+    gpus: int = 0
+    custom: Mapping[str, int] = field(default_factory=lambda: _NO_COUNTS)
+
+    def __post_init__(self) -> None:
+        _check.req_str("NodeSpec.name", self.name)
+        if self.name == "":
+            raise ValueError("NodeSpec.name: a node needs a non-empty host name")
+        _count("NodeSpec.cores", self.cores, 1)
+        _count("NodeSpec.memory", self.memory, 0)
+        _count("NodeSpec.gpus", self.gpus, 0)
+        object.__setattr__(self, "custom", _counts("NodeSpec.custom", self.custom))
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.cores, self.memory, self.gpus,
+                     tuple(self.custom.items())))
+
+    def describe(self) -> str:
+        parts = [_plural(self.cores, "core")]
+        if self.gpus:
+            parts.append(_plural(self.gpus, "GPU"))
+        if self.memory:
+            parts.append(_bytes(self.memory))
+        parts.extend(f"{k}={v}" for k, v in self.custom.items())
+        return f"{self.name} ({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class Amount:
+    """A count a task asks for: between ``minimum`` and ``maximum`` (None: no upper bound).
+
+    The task gets the most that is free, at least ``minimum``. ``split_into`` k further caps the
+    maximum at the pool's total divided by k (see the module rules).
+    """
+
+    minimum: int
+    maximum: Optional[int]
+    split_into: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        _count("Amount.minimum", self.minimum, 1)
+        _check.opt_int("Amount.maximum", self.maximum, minimum=1)
+        _check.opt_int("Amount.split_into", self.split_into, minimum=1)
+        if self.maximum is not None and self.maximum < self.minimum:
+            raise ValueError(f"Amount: maximum ({self.maximum}) is less than minimum "
+                             f"({self.minimum})")
+
+    @classmethod
+    def exact(cls, n: int) -> "Amount":
+        return cls(n, n)
+
+    @classmethod
+    def at_least(cls, n: int) -> "Amount":
+        return cls(n, None)
+
+    @classmethod
+    def from_qcg(cls, field_name: str, spec: Any) -> "Amount":
+        """Read a QCG ``numCores``/``numNodes`` element: ``exact``, or ``min``/``max``
+        (either may be left out: ``min`` defaults to 1, ``max`` to no bound), with an optional
+        ``split-into`` that goes with ``min``.
+        """
+        if not isinstance(spec, Mapping):
+            raise _check.fail_type(field_name, spec, "a dict with exact, min, max, split-into")
+        unknown = [k for k in spec if k not in _QCG_AMOUNT_KEYS]
+        if unknown:
+            raise ValueError(f"{field_name}: unknown key {unknown[0]!r}; accepted: "
+                             f"{', '.join(_QCG_AMOUNT_KEYS)}")
+        values = {k: _count(f"{field_name}.{k}", spec[k], 1) for k in spec}
+        if "exact" in values:
+            others = [k for k in ("min", "max", "split-into") if k in values]
+            if others:
+                raise ValueError(f"{field_name}: 'exact' cannot be combined with "
+                                 f"{others[0]!r}; use either exact or min/max")
+            return cls.exact(values["exact"])
+        if not values:
+            raise ValueError(f"{field_name}: give 'exact' or 'min'/'max'")
+        minimum = values.get("min", 1)
+        maximum = values.get("max")
+        if maximum is not None and maximum < minimum:
+            raise ValueError(f"{field_name}: max ({maximum}) is less than min ({minimum})")
+        return cls(minimum, maximum, values.get("split-into"))
+
+    def bounds(self, total: int) -> Tuple[int, int]:
+        """The concrete range in a pool whose relevant total is ``total``."""
+        high = UNBOUNDED if self.maximum is None else self.maximum
+        if self.split_into is not None:
+            high = min(high, max(self.minimum, total // self.split_into))
+        return self.minimum, high
+
+    def describe(self) -> str:
+        if self.split_into is not None:
+            return f"at least {self.minimum}, split into {self.split_into}"
+        if self.maximum == self.minimum:
+            return str(self.minimum)
+        if self.maximum is None:
+            return f"at least {self.minimum}"
+        return f"{self.minimum} to {self.maximum}"
+
+
+_ONE = Amount.exact(1)
+_ANY = Amount.at_least(1)
+
+
+@dataclass(frozen=True)
+class ResourceRequest:
+    """What one task asks for, independent of any pool (see the module rules).
+
+    ``nodes=None`` means any number of nodes. ``custom`` counts are per node used.
+    Build one from PSI/J with :meth:`from_resource_spec` or from QCG with :meth:`from_qcg`.
+    """
+
+    processes: Amount = _ONE
+    nodes: Optional[Amount] = None
+    processes_per_node: Amount = _ANY
+    cores_per_process: int = 1
+    gpus_per_process: int = 0
+    memory_per_process: int = 0
+    exclusive: bool = False
+    custom: Mapping[str, int] = field(default_factory=lambda: _NO_COUNTS)
+
+    def __post_init__(self) -> None:
+        _check.instance("ResourceRequest.processes", self.processes, Amount, "Amount", False)
+        _check.instance("ResourceRequest.nodes", self.nodes, Amount, "Amount")
+        _check.instance("ResourceRequest.processes_per_node", self.processes_per_node, Amount,
+                        "Amount", False)
+        _count("ResourceRequest.cores_per_process", self.cores_per_process, 1)
+        _count("ResourceRequest.gpus_per_process", self.gpus_per_process, 0)
+        _count("ResourceRequest.memory_per_process", self.memory_per_process, 0)
+        _check.opt_bool("ResourceRequest.exclusive", self.exclusive)
+        object.__setattr__(self, "custom", _counts("ResourceRequest.custom", self.custom))
+        amounts = (self.processes, self.nodes, self.processes_per_node)
+        if all(a is None or a.split_into is None for a in amounts):
+            # Without split-into the ranges do not depend on the pool: check them now.
+            _check_ranges(self.processes.bounds(0),
+                          (1, UNBOUNDED) if self.nodes is None else self.nodes.bounds(0),
+                          self.processes_per_node.bounds(0))
+
+    def __hash__(self) -> int:
+        return hash((self.processes, self.nodes, self.processes_per_node, self.cores_per_process,
+                     self.gpus_per_process, self.memory_per_process, self.exclusive,
+                     tuple(self.custom.items())))
+
+    @classmethod
+    def from_resource_spec(cls, spec: ResourceSpecV1,
+                           custom: Optional[Mapping[str, int]] = None) -> "ResourceRequest":
+        """The request of a PSI/J job.
+
+        ``process_count`` alone spreads the processes over any nodes; with ``node_count`` each
+        of exactly that many nodes runs ``process_count / node_count`` processes; with
+        ``processes_per_node`` alone the job uses ``ceil(process_count / processes_per_node)``
+        nodes with at most that many processes each. ``memory`` (the job's total) is divided
+        evenly among the processes, rounded up.
+        """
+        if not isinstance(spec, ResourceSpecV1):
+            raise _check.fail_type("resource_spec", spec, "psij.ResourceSpecV1")
+        processes = spec.computed_process_count
+        nodes: Optional[Amount] = None
+        per_node = _ANY
+        if spec.node_count is not None:
+            nodes = Amount.exact(spec.node_count)
+            per_node = Amount.exact(spec.computed_processes_per_node)
+        elif spec.processes_per_node is not None:
+            ppn = spec.processes_per_node
+            nodes = Amount.exact(-(-processes // ppn))
+            per_node = Amount.exact(ppn) if processes % ppn == 0 else Amount(1, ppn)
+        memory = spec.memory or 0
+        return cls(
+            processes=Amount.exact(processes),
+            nodes=nodes,
+            processes_per_node=per_node,
+            cores_per_process=spec.cpu_cores_per_process or 1,
+            gpus_per_process=spec.gpu_cores_per_process or 0,
+            memory_per_process=-(-memory // processes),
+            exclusive=spec.exclusive_node_use,
+            custom=_counts("custom", custom),
+        )
+
+    @classmethod
+    def from_qcg(cls, num_cores: Optional[Mapping[str, Any]] = None,
+                 num_nodes: Optional[Mapping[str, Any]] = None,
+                 custom: Optional[Mapping[str, int]] = None) -> "ResourceRequest":
+        """The request of a QCG-PilotJob task (its ``resources`` element).
+
+        ``numCores`` alone: that many cores on any nodes. ``numNodes`` alone: that many whole
+        nodes. Both: that many nodes with that many cores on each. Neither: one core.
+        A process is one core here.
+        """
+        counts = _counts("custom", custom)
+        cores = None if num_cores is None else Amount.from_qcg("numCores", num_cores)
+        if num_nodes is None:
+            return cls(processes=cores or _ONE, custom=counts)
+        nodes = Amount.from_qcg("numNodes", num_nodes)
+        if cores is None:
+            return cls(processes=_ANY, nodes=nodes, exclusive=True, custom=counts)
+        return cls(processes=_ANY, nodes=nodes, processes_per_node=cores, custom=counts)
+
+    def describe(self) -> str:
+        return _describe(self.processes.describe(),
+                         None if self.nodes is None else self.nodes.describe(),
+                         self.processes_per_node.describe(), self.cores_per_process,
+                         self.gpus_per_process, self.memory_per_process, self.exclusive,
+                         tuple(self.custom.items()))
+
+
+def _check_ranges(processes: Tuple[int, int], nodes: Tuple[int, int],
+                  per_node: Tuple[int, int]) -> None:
+    if nodes[0] * per_node[0] > processes[1]:
+        raise ValueError(
+            f"ResourceRequest: {nodes[0]} nodes with at least {per_node[0]} processes each "
+            f"need more than the at most {processes[1]} processes asked for")
+    if nodes[1] < UNBOUNDED and per_node[1] < UNBOUNDED and nodes[1] * per_node[1] < processes[0]:
+        raise ValueError(
+            f"ResourceRequest: at most {nodes[1]} nodes with at most {per_node[1]} processes "
+            f"each cannot run the at least {processes[0]} processes asked for")
+
+
+def _range_text(low: int, high: int) -> str:
+    if low == high:
+        return str(low)
+    if high >= UNBOUNDED:
+        return f"at least {low}"
+    return f"{low} to {high}"
+
+
+def _describe(processes: str, nodes: Optional[str], per_node: str, cores_per_process: int,
+              gpus_per_process: int, memory_per_process: int, exclusive: bool,
+              custom: Sequence[Tuple[str, int]]) -> str:
+    each = [_plural(cores_per_process, "core")]
+    if gpus_per_process:
+        each.append(_plural(gpus_per_process, "GPU"))
+    if memory_per_process:
+        each.append(_bytes(memory_per_process))
+    text = f"{processes} processes of {', '.join(each)}"
+    if nodes is None:
+        text += " on any number of nodes"
+    else:
+        text += f" on {nodes} nodes"
+    if per_node not in ("1", "at least 1"):
+        text += f" ({per_node} per node)"
+    if exclusive:
+        text += ", whole nodes only"
+    if custom:
+        text += ", per node " + ", ".join(f"{k}={v}" for k, v in custom)
+    return text
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A request made concrete for one pool: every range resolved to numbers.
+
+    Tasks with equal shapes are interchangeable for placement, which is what lets the scheduler
+    queue them together.
+    """
+
+    processes_min: int
+    processes_max: int
+    nodes_min: int
+    nodes_max: int
+    per_node_min: int
+    per_node_max: int
+    cores_per_process: int
+    gpus_per_process: int
+    memory_per_process: int
+    exclusive: bool
+    custom: Tuple[Tuple[str, int], ...]
+
+    @property
+    def min_cores(self) -> int:
+        """The fewest cores any placement of this shape holds (a cheap first test)."""
+        return self.processes_min * self.cores_per_process
+
+    def describe(self) -> str:
+        nodes = None if self.nodes_max >= UNBOUNDED and self.nodes_min == 1 \
+            else _range_text(self.nodes_min, self.nodes_max)
+        return _describe(_range_text(self.processes_min, self.processes_max), nodes,
+                         _range_text(self.per_node_min, self.per_node_max),
+                         self.cores_per_process, self.gpus_per_process,
+                         self.memory_per_process, self.exclusive, self.custom)
+
+
+@dataclass(frozen=True)
+class NodeShare:
+    """The part of one node given to one task: ``processes`` run on ``cores`` and ``gpus``."""
+
+    node: str
+    index: int
+    processes: int
+    cores: Tuple[int, ...]
+    gpus: Tuple[int, ...] = ()
+    memory: int = 0
+    custom: Mapping[str, int] = field(default_factory=lambda: _NO_COUNTS)
+
+    def __hash__(self) -> int:
+        return hash((self.node, self.index, self.processes, self.cores, self.gpus, self.memory,
+                     tuple(self.custom.items())))
+
+
+@dataclass(frozen=True)
+class NodeUsage:
+    """What is free on one node at one moment."""
+
+    node: str
+    free_cores: Tuple[int, ...]
+    free_gpus: Tuple[int, ...]
+    free_memory: int
+    free_custom: Mapping[str, int]
+    idle: bool
+
+
+@dataclass(frozen=True)
+class PoolUsage:
+    """Totals of a pool at one moment (QCG's ``resourcesInfo``)."""
+
+    total_nodes: int
+    idle_nodes: int
+    total_cores: int
+    free_cores: int
+    total_gpus: int
+    free_gpus: int
+
+    @property
+    def used_cores(self) -> int:
+        return self.total_cores - self.free_cores
+
+
+class _NodeState:
+    """The free/used books of one node."""
+
+    __slots__ = ("core_busy", "free_cores", "free_custom", "free_gpus", "free_memory",
+                 "gpu_busy", "holders", "index", "spec")
+
+    def __init__(self, spec: NodeSpec, index: int) -> None:
+        self.spec = spec
+        self.index = index
+        self.free_cores: List[int] = list(range(spec.cores))
+        self.core_busy = bytearray(spec.cores)
+        self.free_gpus: List[int] = list(range(spec.gpus))
+        self.gpu_busy = bytearray(spec.gpus)
+        self.free_memory = spec.memory
+        self.free_custom: Dict[str, int] = dict(spec.custom)
+        self.holders = 0
+
+
+Plan = List[Tuple[int, int]]
+"""(node index, processes) pairs chosen for a shape."""
+
+
+class ResourcePool:
+    """The nodes of an allocation and what is free on each of them."""
+
+    def __init__(self, nodes: Sequence[NodeSpec]) -> None:
+        if isinstance(nodes, (str, bytes)) or not isinstance(nodes, Sequence):
+            raise _check.fail_type("ResourcePool.nodes", nodes, "a list of NodeSpec")
+        if not nodes:
+            raise ValueError("ResourcePool.nodes: a pool needs at least one node")
+        seen = set()
+        for i, spec in enumerate(nodes):
+            _check.instance(f"ResourcePool.nodes[{i}]", spec, NodeSpec, "NodeSpec", False)
+            if spec.name in seen:
+                raise ValueError(f"ResourcePool.nodes[{i}]: node name {spec.name!r} appears "
+                                 f"twice; node names must be unique")
+            seen.add(spec.name)
+        self._specs: Tuple[NodeSpec, ...] = tuple(nodes)
+        self._states = [_NodeState(spec, i) for i, spec in enumerate(self._specs)]
+        self._by_name = {spec.name: i for i, spec in enumerate(self._specs)}
+        self._total_cores = sum(s.cores for s in self._specs)
+        self._free_cores = self._total_cores
+        self._idle_nodes = len(self._specs)
+
+    @classmethod
+    def uniform(cls, count: int, cores: int, memory: int = 0, gpus: int = 0,
+                custom: Optional[Mapping[str, int]] = None,
+                prefix: str = "node") -> "ResourcePool":
+        """A pool of ``count`` identical nodes named ``{prefix}0``, ``{prefix}1``, ..."""
+        _count("count", count, 1)
+        counts = _counts("custom", custom)
+        return cls([NodeSpec(f"{prefix}{i}", cores, memory, gpus, counts)
+                    for i in range(count)])
+
+    @property
+    def nodes(self) -> Tuple[NodeSpec, ...]:
+        return self._specs
+
+    def usage(self) -> PoolUsage:
+        return PoolUsage(
+            total_nodes=len(self._specs), idle_nodes=self._idle_nodes,
+            total_cores=self._total_cores, free_cores=self._free_cores,
+            total_gpus=sum(s.gpus for s in self._specs),
+            free_gpus=sum(len(st.free_gpus) for st in self._states))
+
+    def node_usage(self, name: str) -> NodeUsage:
+        index = self._by_name.get(name)
+        if index is None:
+            raise ValueError(f"node: {name!r} is not in this pool; nodes: "
+                             f"{', '.join(self._by_name)}")
+        st = self._states[index]
+        return NodeUsage(node=name, free_cores=tuple(st.free_cores),
+                         free_gpus=tuple(st.free_gpus), free_memory=st.free_memory,
+                         free_custom=MappingProxyType(dict(st.free_custom)),
+                         idle=st.holders == 0)
+
+    def describe(self) -> str:
+        """The pool's capacity in words, for messages."""
+        if len(self._specs) <= 4:
+            return (f"{_plural(len(self._specs), 'node')}: "
+                    + ", ".join(s.describe() for s in self._specs))
+        largest = max(self._specs, key=lambda s: (s.cores, s.gpus, s.memory))
+        text = (f"{len(self._specs)} nodes, {self._total_cores} cores in total; the largest "
+                f"is {largest.describe()}")
+        names = sorted({k for s in self._specs for k in s.custom})
+        if names:
+            text += "; custom at most " + ", ".join(
+                f"{k}={max(s.custom.get(k, 0) for s in self._specs)}" for k in names) \
+                + " per node"
+        return text
+
+    def resolve(self, request: ResourceRequest) -> Shape:
+        """The shape of ``request`` in this pool (``split-into`` needs the pool's totals)."""
+        cpp = request.cores_per_process
+        processes = request.processes.bounds(sum(s.cores // cpp for s in self._specs))
+        nodes = (1, UNBOUNDED) if request.nodes is None \
+            else request.nodes.bounds(len(self._specs))
+        per_node = request.processes_per_node.bounds(max(s.cores // cpp for s in self._specs))
+        _check_ranges(processes, nodes, per_node)
+        return Shape(
+            processes_min=processes[0], processes_max=processes[1],
+            nodes_min=nodes[0], nodes_max=nodes[1],
+            per_node_min=per_node[0], per_node_max=per_node[1],
+            cores_per_process=cpp, gpus_per_process=request.gpus_per_process,
+            memory_per_process=request.memory_per_process, exclusive=request.exclusive,
+            custom=tuple(request.custom.items()))
+
+    def could_ever_fit(self, shape: Shape) -> bool:
+        """Whether ``shape`` fits this pool when nothing else runs."""
+        return self._plan(shape, empty=True) is not None
+
+    def allocate(self, shape: Shape) -> Optional[Tuple[NodeShare, ...]]:
+        """Take resources for ``shape`` now, or return None (and change nothing) if it does
+        not fit what is free."""
+        if shape.exclusive:
+            if self._idle_nodes < shape.nodes_min:
+                return None
+        elif self._free_cores < shape.min_cores:
+            return None
+        plan = self._plan(shape, empty=False)
+        if plan is None:
+            return None
+        return tuple(self._take(shape, index, processes) for index, processes in plan)
+
+    def release(self, shares: Sequence[NodeShare]) -> None:
+        """Give back what :meth:`allocate` returned. Raises ``ValueError`` and changes nothing
+        if any part of ``shares`` is not currently held."""
+        for share in shares:
+            self._check_held(share)
+        nodes = [share.index for share in shares]
+        if len(set(nodes)) != len(nodes):
+            raise ValueError("release: the shares name the same node twice")
+        for share in shares:
+            self._give_back(share)
+
+    # -- planning -------------------------------------------------------------------------
+
+    def _capacity(self, st: _NodeState, shape: Shape, empty: bool) -> int:
+        """How many processes of ``shape`` this node can take (0 if fewer than its minimum)."""
+        if empty or shape.exclusive:
+            if shape.exclusive and st.holders and not empty:
+                return 0
+            spec = st.spec
+            cores, gpus, memory, custom = spec.cores, spec.gpus, spec.memory, spec.custom
+        else:
+            cores, gpus = len(st.free_cores), len(st.free_gpus)
+            memory, custom = st.free_memory, st.free_custom
+        n = cores // shape.cores_per_process
+        if shape.gpus_per_process:
+            n = min(n, gpus // shape.gpus_per_process)
+        if shape.memory_per_process:
+            n = min(n, memory // shape.memory_per_process)
+        for name, count in shape.custom:
+            if custom.get(name, 0) < count:
+                return 0
+        if n > shape.per_node_max:
+            n = shape.per_node_max
+        return n if n >= shape.per_node_min else 0
+
+    def _plan(self, shape: Shape, empty: bool) -> Optional[Plan]:
+        ranked = shape.nodes_max < UNBOUNDED and shape.per_node_min < shape.per_node_max
+        if ranked:
+            candidates = [(st.index, c) for st in self._states
+                          if (c := self._capacity(st, shape, empty))]
+            candidates.sort(key=lambda pair: -pair[1])
+            del candidates[shape.nodes_max:]
+            return self._fill(shape, candidates)
+        return self._fill(shape, ((st.index, self._capacity(st, shape, empty))
+                                  for st in self._states))
+
+    @staticmethod
+    def _fill(shape: Shape, candidates: Any) -> Optional[Plan]:
+        # Each node takes as many processes as it can, minus what must be left so that the
+        # nodes still needed can each get their minimum; that greedy choice reaches the most
+        # processes possible over the candidates in the order given.
+        remaining = shape.processes_max
+        lowest = shape.per_node_min
+        needed = shape.nodes_min
+        plan: Plan = []
+        for index, capacity in candidates:
+            if not capacity:
+                continue
+            still_needed = needed - len(plan) - 1
+            take = min(capacity, remaining - still_needed * lowest if still_needed > 0
+                       else remaining)
+            if take < lowest:
+                break
+            plan.append((index, take))
+            remaining -= take
+            if remaining == 0 or len(plan) == shape.nodes_max:
+                break
+        if len(plan) < needed or shape.processes_max - remaining < shape.processes_min:
+            return None
+        return plan
+
+    # -- books ----------------------------------------------------------------------------
+
+    def _take(self, shape: Shape, index: int, processes: int) -> NodeShare:
+        st = self._states[index]
+        if shape.exclusive:
+            cores, gpus = st.free_cores, st.free_gpus
+            st.free_cores, st.free_gpus = [], []
+            memory = st.free_memory
+            custom = dict(st.free_custom)
+            for name in st.free_custom:
+                st.free_custom[name] = 0
+        else:
+            n_cores = processes * shape.cores_per_process
+            cores = st.free_cores[:n_cores]
+            del st.free_cores[:n_cores]
+            n_gpus = processes * shape.gpus_per_process
+            gpus = st.free_gpus[:n_gpus]
+            del st.free_gpus[:n_gpus]
+            memory = processes * shape.memory_per_process
+            custom = dict(shape.custom)
+            for name, count in shape.custom:
+                st.free_custom[name] -= count
+        st.free_memory -= memory
+        for core in cores:
+            st.core_busy[core] = 1
+        for gpu in gpus:
+            st.gpu_busy[gpu] = 1
+        if st.holders == 0:
+            self._idle_nodes -= 1
+        st.holders += 1
+        self._free_cores -= len(cores)
+        return NodeShare(node=st.spec.name, index=index, processes=processes,
+                         cores=tuple(cores), gpus=tuple(gpus), memory=memory,
+                         custom=MappingProxyType(custom) if custom else _NO_COUNTS)
+
+    def _check_held(self, share: NodeShare) -> None:
+        _check.instance("release share", share, NodeShare, "NodeShare", False)
+        if not 0 <= share.index < len(self._states) \
+                or self._specs[share.index].name != share.node:
+            raise ValueError(f"release: node {share.node!r} (index {share.index}) is not in "
+                             f"this pool")
+        st = self._states[share.index]
+        spec = st.spec
+        if st.holders == 0:
+            raise ValueError(f"release: nothing is held on node {share.node!r}")
+        if len(set(share.cores)) != len(share.cores) or \
+                not all(0 <= c < spec.cores and st.core_busy[c] for c in share.cores):
+            raise ValueError(f"release: cores {list(share.cores)} of node {share.node!r} are "
+                             f"not all held")
+        if len(set(share.gpus)) != len(share.gpus) or \
+                not all(0 <= g < spec.gpus and st.gpu_busy[g] for g in share.gpus):
+            raise ValueError(f"release: GPUs {list(share.gpus)} of node {share.node!r} are "
+                             f"not all held")
+        if share.memory < 0 or st.free_memory + share.memory > spec.memory:
+            raise ValueError(f"release: {share.memory} bytes of node {share.node!r} are not "
+                             f"held")
+        for name, count in share.custom.items():
+            if count < 0 or st.free_custom.get(name, 0) + count > spec.custom.get(name, 0):
+                raise ValueError(f"release: {name}={count} of node {share.node!r} is not held")
+
+    def _give_back(self, share: NodeShare) -> None:
+        st = self._states[share.index]
+        for core in share.cores:
+            st.core_busy[core] = 0
+        for gpu in share.gpus:
+            st.gpu_busy[gpu] = 0
+        st.free_cores.extend(share.cores)
+        st.free_cores.sort()
+        if share.gpus:
+            st.free_gpus.extend(share.gpus)
+            st.free_gpus.sort()
+        st.free_memory += share.memory
+        for name, count in share.custom.items():
+            st.free_custom[name] += count
+        st.holders -= 1
+        if st.holders == 0:
+            self._idle_nodes += 1
+        self._free_cores += len(share.cores)
