@@ -20,16 +20,23 @@ system-deps:
 	@bash tests/setup/system-deps.sh
 
 # The scheduler tests need a real Slurm and Grid Engine: started before the tests, stopped after
-# them even when they fail (only the daemons the start scripts started are stopped).
+# them even when they fail (only the daemons the start scripts started are stopped). A test run
+# holds a shared lock while its tests run; the schedulers are stopped only when no other run on
+# this machine holds it.
+SCHEDULERS_LOCK ?= /tmp/psij-test-schedulers.lock
+
 test: $(STAMP) system-deps check docs schedulers
-	$(MAKE) unit; rc=$$?; $(MAKE) stop-schedulers; exit $$rc
+	flock -s $(SCHEDULERS_LOCK) $(MAKE) unit; rc=$$?; $(MAKE) stop-schedulers; exit $$rc
 
 schedulers:
 	@bash tests/setup/start-slurm.sh && bash tests/setup/start-sge.sh \
 		|| { $(MAKE) stop-schedulers; exit 1; }
 
 stop-schedulers:
-	@bash tests/setup/stop-sge.sh; rc=$$?; bash tests/setup/stop-slurm.sh || rc=1; exit $$rc
+	@flock -n -E 75 -x $(SCHEDULERS_LOCK) sh -c \
+		'bash tests/setup/stop-sge.sh; rc=$$?; bash tests/setup/stop-slurm.sh || rc=1; exit $$rc' \
+		|| { rc=$$?; [ $$rc = 75 ] || exit $$rc; \
+		     echo "schedulers left running: another test run is using them"; }
 
 unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests

@@ -98,6 +98,11 @@ class Job:
         return self._id
 
     @property
+    def name(self) -> Optional[str]:
+        """The spec's name (which defaults to the executable), for templates and messages."""
+        return self.spec.name if self.spec is not None else None
+
+    @property
     def native_id(self) -> Optional[str]:
         """The identifier given to the job by the executor's backend, once submitted."""
         return self._native_id

@@ -16,6 +16,8 @@ COMMON=$SGE_ROOT/$SGE_CELL/common
 SPOOL=/var/spool/gridengine
 RUN_DIR=/run/psij-test-sge
 TIMEOUT=${PSIJ_SGE_TIMEOUT:-60}
+slots=${PSIJ_SGE_SLOTS:-8}
+[ "$slots" -ge "$(nproc)" ] || slots=$(nproc)
 host=$(hostname -s)
 
 say() { printf '[start-sge] %s\n' "$*"; }
@@ -30,13 +32,18 @@ if [ "$(id -u)" != 0 ]; then
 fi
 alive() {
     local pid
-    pid=$(tr -dc '0-9' <"$1" 2>/dev/null) || return 1
-    [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
+    pid=$(tr -dc '0-9' 2>/dev/null <"$1") || return 1
+    [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] && ! zombie "/proc/$pid"
+}
+# True when the process at /proc path $1 has exited but was not reaped yet (daemons that fork
+# leave such a parent behind when their starter does not wait for it).
+zombie() {
+    grep -q '^State:[[:space:]]*Z' "$1/status" 2>/dev/null
 }
 running() {
     local p
-    for p in /proc/[0-9]*/comm; do
-        [ "$(cat "$p" 2>/dev/null)" = "$1" ] && return 0
+    for p in /proc/[0-9]*; do
+        [ "$(cat "$p/comm" 2>/dev/null)" = "$1" ] && ! zombie "$p" && return 0
     done
     return 1
 }
@@ -132,7 +139,7 @@ if ! qconf -sql 2>/dev/null | grep -qx all.q; then
         printf '%s\n' "qname all.q" "hostlist $host" "seq_no 0" "load_thresholds NONE" \
             "suspend_thresholds NONE" "nsuspend 1" "suspend_interval 00:05:00" "priority 0" \
             "min_cpu_interval 00:05:00" "processors UNDEFINED" "qtype BATCH INTERACTIVE" \
-            "ckpt_list NONE" "pe_list smp" "rerun FALSE" "slots $(nproc)" "tmpdir /tmp" \
+            "ckpt_list NONE" "pe_list smp" "rerun FALSE" "slots $slots" "tmpdir /tmp" \
             "shell /bin/bash" "prolog NONE" "epilog NONE" "shell_start_mode posix_compliant" \
             "starter_method NONE" "suspend_method NONE" "resume_method NONE" \
             "terminate_method NONE" "notify 00:00:60" "owner_list NONE" "user_lists NONE" \
@@ -145,6 +152,10 @@ if ! qconf -sql 2>/dev/null | grep -qx all.q; then
     } >"$work/allq"
     qconf -Aq "$work/allq" >/dev/null 2>&1 || fail "cannot add the queue all.q"
 fi
+
+# The test jobs are tiny: the queue offers at least $slots slots so that tests run side by side.
+qconf -sq all.q | awk -v want="$slots" '$1 == "slots" && $2 != want { exit 1 }' \
+    || qconf -mattr queue slots "$slots" all.q >/dev/null 2>&1 || fail "cannot set the slots of all.q"
 
 # ------------------------------------------------------------------ execd (reads the global
 # configuration when it starts, so it starts after the changes above)

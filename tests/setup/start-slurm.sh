@@ -9,6 +9,7 @@
 # Environment:
 #   PSIJ_SLURM_ACCOUNTING=0   do not run MariaDB + slurmdbd (sacct then reports accounting off)
 #   PSIJ_SLURM_TIMEOUT=60     seconds to wait for the node to become usable
+#   PSIJ_SLURM_CPUS=8         CPUs the node offers at least (more than it has, for small jobs)
 set -euo pipefail
 
 RUN_DIR=/run/psij-test-slurm
@@ -38,14 +39,19 @@ fi
 # True when the pid in file $1 is a live process whose name is $2.
 alive() {
     local pid
-    pid=$(tr -dc '0-9' <"$1" 2>/dev/null) || return 1
-    [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
+    pid=$(tr -dc '0-9' 2>/dev/null <"$1") || return 1
+    [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] && ! zombie "/proc/$pid"
+}
+# True when the process at /proc path $1 has exited but was not reaped yet (daemons that fork
+# leave such a parent behind when their starter does not wait for it).
+zombie() {
+    grep -q '^State:[[:space:]]*Z' "$1/status" 2>/dev/null
 }
 # True when some process is named $1 (a daemon started by someone else counts as running).
 running() {
     local p
-    for p in /proc/[0-9]*/comm; do
-        [ "$(cat "$p" 2>/dev/null)" = "$1" ] && return 0
+    for p in /proc/[0-9]*; do
+        [ "$(cat "$p/comm" 2>/dev/null)" = "$1" ] && ! zombie "$p" && return 0
     done
     return 1
 }
@@ -112,9 +118,17 @@ field() { sed -n "s/.*[[:space:]]$1=\([0-9]*\).*/\1/p" <<<"$hw"; }
 cpus=$(field CPUs); cpus=${cpus:-$(nproc)}
 mem=$(field RealMemory); mem=${mem:-$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 ))}
 sockets=$(field SocketsPerBoard); cores=$(field CoresPerSocket); threads=$(field ThreadsPerCore)
-node_hw="CPUs=$cpus"
-if [ -n "$sockets" ] && [ -n "$cores" ] && [ -n "$threads" ]; then
-    node_hw="$node_hw Sockets=$sockets CoresPerSocket=$cores ThreadsPerCore=$threads"
+# The test jobs are tiny: the node offers at least PSIJ_SLURM_CPUS CPUs, more than it may have,
+# so that tests can run side by side.
+slots=${PSIJ_SLURM_CPUS:-8}
+overrides="# SlurmdParameters: default"
+if [ "$cpus" -lt "$slots" ]; then
+    node_hw="CPUs=$slots"
+    overrides="SlurmdParameters=config_overrides"
+elif [ -n "$sockets" ] && [ -n "$cores" ] && [ -n "$threads" ]; then
+    node_hw="CPUs=$cpus Sockets=$sockets CoresPerSocket=$cores ThreadsPerCore=$threads"
+else
+    node_hw="CPUs=$cpus"
 fi
 # proctrack/cgroup kills a job's stray background processes; it needs a writable v1 freezer.
 proctrack=linuxproc
@@ -154,6 +168,7 @@ ProctrackType=proctrack/$proctrack
 TaskPlugin=task/none
 SwitchType=switch/none
 PropagateResourceLimits=NONE
+$overrides
 ReturnToService=2
 MailProg=/bin/true
 SlurmctldPidFile=$RUN_DIR/slurmctld.pid

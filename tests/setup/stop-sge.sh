@@ -10,23 +10,28 @@ say() { printf '[stop-sge] %s\n' "$*"; }
 [ -d "$RUN_DIR" ] || exit 0
 
 rc=0
+# live PID NAME: the process exists, has that name and has not exited (a zombie has).
+live() {
+    [ "$(cat "/proc/$1/comm" 2>/dev/null)" = "$2" ] \
+        && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null
+}
 # stop NAME PIDFILE
 stop() {
     local name=$1 pidfile=$2 pid i
     [ -f "$RUN_DIR/started.$name" ] || return 0
-    pid=$(tr -dc '0-9' <"$pidfile" 2>/dev/null)
-    if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]; then
+    pid=$(tr -dc '0-9' 2>/dev/null <"$pidfile")
+    if [ -n "$pid" ] && live "$pid" "$name"; then
         say "stopping $name (pid $pid)"
         kill -TERM "$pid" 2>/dev/null
         for i in $(seq 100); do
-            [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ] || break
+            live "$pid" "$name" || break
             sleep 0.2
         done
-        if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]; then
+        if live "$pid" "$name"; then
             kill -KILL "$pid" 2>/dev/null
             sleep 0.5
         fi
-        if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]; then
+        if live "$pid" "$name"; then
             say "ERROR: $name (pid $pid) is still running"
             rc=1
             return 0

@@ -31,6 +31,7 @@ import re
 import signal
 import threading
 import weakref
+from abc import abstractmethod
 from collections import deque
 from datetime import timedelta
 from pathlib import Path
@@ -177,9 +178,14 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
 
     @classmethod
     def _from_config(cls, config: JobExecutorConfig) -> "BatchSchedulerExecutorConfig":
-        """This kind of configuration with the general settings of ``config``."""
-        return cls(launcher_log_file=config.launcher_log_file,
+        """This kind of configuration with the settings ``config`` has (the general ones, and
+        the batch ones when it is another kind of batch configuration)."""
+        made = cls(launcher_log_file=config.launcher_log_file,
                    work_directory=config.work_directory)
+        if isinstance(config, BatchSchedulerExecutorConfig):
+            for name in _BATCH_SETTINGS:
+                setattr(made, name, getattr(config, name))
+        return made
 
     def _settings(self) -> Settings:
         interval = float(self.queue_polling_interval)
@@ -193,6 +199,11 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
         return (f"{type(self).__name__}(work_directory={self.work_directory!r}, "
                 f"queue_polling_interval={self.queue_polling_interval!r}, "
                 f"keep_files={self.keep_files!r})")
+
+
+_BATCH_SETTINGS = ("queue_polling_interval", "initial_queue_polling_delay",
+                   "queue_polling_error_threshold", "keep_files",
+                   "queue_polling_outage_tolerance", "command_timeout")
 
 
 def _number(field: str, value: Any) -> float:
@@ -248,7 +259,7 @@ class BatchSchedulerExecutor(JobExecutor):
         cls = self.CONFIG_CLASS
         if config is None:
             return cls()
-        if isinstance(config, BatchSchedulerExecutorConfig):
+        if isinstance(config, cls):
             return config
         if isinstance(config, JobExecutorConfig):
             return cls._from_config(config)
@@ -265,40 +276,48 @@ class BatchSchedulerExecutor(JobExecutor):
         assert isinstance(self.config, BatchSchedulerExecutorConfig)
         return self.config
 
-    # ------------------------------------------------------------------------ hooks (abstract)
+    # ------------------------------------------------------------------------ hooks
 
+    @abstractmethod
     def generate_submit_script(self, job: Job, context: Dict[str, object],
                                submit_file: IO[str]) -> None:
         """Write the submit script of ``job`` to ``submit_file`` (see
         :meth:`_create_script_context` for ``context``)."""
         raise NotImplementedError
 
+    @abstractmethod
     def get_submit_command(self, job: Job, submit_file_path: Path) -> List[str]:
         """The command that submits the script at ``submit_file_path``."""
         raise NotImplementedError
 
+    @abstractmethod
     def job_id_from_submit_output(self, out: str) -> str:
         """The native id in the (successful) submit command's stdout."""
         raise NotImplementedError
 
+    @abstractmethod
     def get_cancel_command(self, native_id: str) -> List[str]:
         """The command that cancels the job ``native_id``."""
         raise NotImplementedError
 
+    @abstractmethod
     def process_cancel_command_output(self, exit_code: int, out: str) -> None:
         """Called when the cancel command failed: raise :class:`InvalidJobStateError` if the job
         had already left the queue, SubmitException otherwise."""
         raise NotImplementedError
 
+    @abstractmethod
     def get_status_command(self, native_ids: Collection[str]) -> List[str]:
         """One command giving the state of all ``native_ids``."""
         raise NotImplementedError
 
+    @abstractmethod
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         """The state of each job shown in the status command's output. Must raise on output it
         does not understand (a job left out is looked up, never assumed done)."""
         raise NotImplementedError
 
+    @abstractmethod
     def get_list_command(self) -> List[str]:
         """The command listing this user's jobs."""
         raise NotImplementedError
@@ -600,21 +619,28 @@ class BatchSchedulerExecutor(JobExecutor):
                                                    "source": "exit code file"})
         rest = [nid for nid in native_ids if nid not in found]
         if rest:
-            for argv in self.get_accounting_commands(rest):
-                result = self._run(argv)
-                if result.exit_code is None:
-                    logger.info("accounting command failed: %s", result.describe())
-                    continue
-                out = result.stdout if result.exit_code == 0 else result.output
-                try:
-                    statuses = self.parse_accounting_output(result.exit_code, out)
-                except Exception as e:
-                    logger.info("accounting not available: %s (%s)", result.describe(), e)
-                    continue
-                for nid, st in statuses.items():
-                    if nid in rest and nid not in found:
-                        found[nid] = _observation(st, source="accounting")
+            for nid, obs in self._accounting_lookup(rest).items():
+                found.setdefault(nid, obs)
         return MissingResolved(found)
+
+    def _accounting_lookup(self, native_ids: Sequence[str]) -> Dict[str, Observation]:
+        """What the scheduler's accounting says about these jobs (nothing if it has none)."""
+        found: Dict[str, Observation] = {}
+        for argv in self.get_accounting_commands(native_ids):
+            result = self._run(argv)
+            if result.exit_code is None:
+                logger.info("accounting command failed: %s", result.describe())
+                continue
+            out = result.stdout if result.exit_code == 0 else result.output
+            try:
+                statuses = self.parse_accounting_output(result.exit_code, out)
+            except Exception as e:
+                logger.info("accounting not available: %s (%s)", result.describe(), e)
+                continue
+            for nid, st in statuses.items():
+                if nid in native_ids:
+                    found.setdefault(nid, _observation(st, source="accounting"))
+        return found
 
     def _aux_path(self, native_id: str, suffix: str) -> Path:
         return self.work_directory / f"{native_id}{suffix}"
@@ -635,6 +661,12 @@ class BatchSchedulerExecutor(JobExecutor):
         spec = job.spec if job is not None else None
         code = self._exit_code_from_file(native_id)
         exit_code = code if code is not None else obs.exit_code
+        if exit_code is None and obs.state is not JobState.CANCELED:
+            # The queue gave the state but not the exit code, and the exit-code file is gone
+            # (another process following the same job may have removed it).
+            known = self._accounting_lookup([native_id]).get(native_id)
+            if known is not None and known.exit_code is not None:
+                exit_code = known.exit_code
         metadata: Dict[str, Any] = dict(obs.metadata)
         metadata["native_id"] = native_id
         state = obs.state
@@ -859,10 +891,6 @@ class _StatusPoller:
             self._cond.notify_all()
         if wait and thread is not None and thread is not threading.current_thread():
             thread.join()
-
-    @property
-    def thread(self) -> Optional[threading.Thread]:
-        return self._thread
 
     def _ensure_thread(self) -> None:
         if self._thread is None:

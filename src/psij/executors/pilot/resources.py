@@ -20,11 +20,13 @@ Rules:
   the largest node's processes for the per-node count.
 - An ``exclusive`` task takes whole idle nodes: every core, GPU, byte and custom count of each
   node it uses, whatever the number of processes it runs there.
-- Where nodes are chosen: a task whose node count is open (any number of nodes) fills nodes in
-  pool order, packing the first ones; a task with a bounded node count and a per-node range
-  takes the nodes where the most processes fit (ties in pool order), so that it gets the
-  maximum; a task with an exact per-node count takes the first nodes that have room. Core and
-  GPU ids are the lowest free ones of each node.
+- Where nodes are chosen: a task that needs one process per node at least and any number of
+  nodes, or exactly the same number on each node, takes the first nodes (in pool order) that
+  have room, packing them; a task with a per-node range and a bounded node count (or a per-node
+  minimum above one) takes the nodes where the most processes fit (ties in pool order), so that
+  it gets the maximum. Either way it uses as few nodes as reach its maximum, each node gets at
+  least its per-node minimum, and the rest fills the first chosen nodes. Core and GPU ids are
+  the lowest free ones of each node.
 - Memory is reserved per process (``memory_per_process`` times the processes on the node), or
   the whole node's memory for an exclusive task.
 - The planner is exact: a shape is placed whenever some choice of nodes satisfies it, and
@@ -34,9 +36,22 @@ Rules:
   raises ``ValueError`` and leaves the pool unchanged.
 """
 
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+)
 
 from psij import _check
 from psij.resource_spec import ResourceSpecV1
@@ -52,6 +67,21 @@ UNBOUNDED = 1 << 62
 _NO_COUNTS: Mapping[str, int] = MappingProxyType({})
 
 _QCG_AMOUNT_KEYS = ("exact", "min", "max", "split-into")
+
+
+_Frozen = TypeVar("_Frozen")
+
+
+def assemble(cls: Type[_Frozen], **fields: Any) -> _Frozen:
+    """Build a frozen dataclass from values already known to be valid (hot paths only).
+
+    A frozen dataclass's ``__init__`` stores each field through ``object.__setattr__``;
+    filling the instance dictionary at once yields the same object for a fraction of the cost,
+    which counts on the path of every scheduling decision.
+    """
+    made = object.__new__(cls)
+    made.__dict__.update(fields)
+    return made
 
 
 def _counts(field_name: str, value: Any) -> Mapping[str, int]:
@@ -362,11 +392,17 @@ class Shape:
     memory_per_process: int
     exclusive: bool
     custom: Tuple[Tuple[str, int], ...]
+    # Lower bounds of what any placement holds, for tests that cost one comparison.
+    min_cores: int = field(init=False, compare=False, repr=False)
+    min_gpus: int = field(init=False, compare=False, repr=False)
+    min_node_cores: int = field(init=False, compare=False, repr=False)
+    min_idle_nodes: int = field(init=False, compare=False, repr=False)
 
-    @property
-    def min_cores(self) -> int:
-        """The fewest cores any placement of this shape holds (a cheap first test)."""
-        return self.processes_min * self.cores_per_process
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "min_cores", self.processes_min * self.cores_per_process)
+        object.__setattr__(self, "min_gpus", self.processes_min * self.gpus_per_process)
+        object.__setattr__(self, "min_node_cores", self.per_node_min * self.cores_per_process)
+        object.__setattr__(self, "min_idle_nodes", self.nodes_min if self.exclusive else 0)
 
     def describe(self) -> str:
         nodes = None if self.nodes_max >= UNBOUNDED and self.nodes_min == 1 \
@@ -425,16 +461,14 @@ class PoolUsage:
 class _NodeState:
     """The free/used books of one node."""
 
-    __slots__ = ("core_busy", "free_cores", "free_custom", "free_gpus", "free_memory",
-                 "gpu_busy", "holders", "index", "spec")
+    __slots__ = ("free_cores", "free_custom", "free_gpus", "free_memory", "holders", "index",
+                 "spec")
 
     def __init__(self, spec: NodeSpec, index: int) -> None:
         self.spec = spec
         self.index = index
         self.free_cores: List[int] = list(range(spec.cores))
-        self.core_busy = bytearray(spec.cores)
         self.free_gpus: List[int] = list(range(spec.gpus))
-        self.gpu_busy = bytearray(spec.gpus)
         self.free_memory = spec.memory
         self.free_custom: Dict[str, int] = dict(spec.custom)
         self.holders = 0
@@ -464,7 +498,17 @@ class ResourcePool:
         self._by_name = {spec.name: i for i, spec in enumerate(self._specs)}
         self._total_cores = sum(s.cores for s in self._specs)
         self._free_cores = self._total_cores
+        self._free_gpus = sum(s.gpus for s in self._specs)
         self._idle_nodes = len(self._specs)
+        # Free cores per node, mirrored here so that a planning pass can skip full nodes
+        # without looking at their books.
+        self._node_free_cores = [s.cores for s in self._specs]
+        # Indices of the nodes with at least one free core, in pool order: when the pool is
+        # nearly full, planning looks at these few instead of every node.
+        self._open_nodes = list(range(len(self._specs)))
+        # The shares handed out and not yet given back, by identity: a release is legal
+        # exactly when it returns these very objects.
+        self._held: Dict[int, NodeShare] = {}
 
     @classmethod
     def uniform(cls, count: int, cores: int, memory: int = 0, gpus: int = 0,
@@ -485,7 +529,11 @@ class ResourcePool:
             total_nodes=len(self._specs), idle_nodes=self._idle_nodes,
             total_cores=self._total_cores, free_cores=self._free_cores,
             total_gpus=sum(s.gpus for s in self._specs),
-            free_gpus=sum(len(st.free_gpus) for st in self._states))
+            free_gpus=self._free_gpus)
+
+    def free_totals(self) -> Tuple[int, int, int]:
+        """Free cores, free GPUs and idle nodes now; a shape needing more cannot fit."""
+        return self._free_cores, self._free_gpus, self._idle_nodes
 
     def node_usage(self, name: str) -> NodeUsage:
         index = self._by_name.get(name)
@@ -536,38 +584,39 @@ class ResourcePool:
     def allocate(self, shape: Shape) -> Optional[Tuple[NodeShare, ...]]:
         """Take resources for ``shape`` now, or return None (and change nothing) if it does
         not fit what is free."""
-        if shape.exclusive:
-            if self._idle_nodes < shape.nodes_min:
-                return None
-        elif self._free_cores < shape.min_cores:
+        if self._free_cores < shape.min_cores or self._free_gpus < shape.min_gpus \
+                or self._idle_nodes < shape.min_idle_nodes:
             return None
         plan = self._plan(shape, empty=False)
         if plan is None:
             return None
-        return tuple(self._take(shape, index, processes) for index, processes in plan)
+        return tuple([self._take(shape, index, processes) for index, processes in plan])
 
     def release(self, shares: Sequence[NodeShare]) -> None:
         """Give back what :meth:`allocate` returned. Raises ``ValueError`` and changes nothing
-        if any part of ``shares`` is not currently held."""
+        unless every share is one that this pool handed out and has not taken back."""
+        held = self._held
         for share in shares:
-            self._check_held(share)
-        nodes = [share.index for share in shares]
-        if len(set(nodes)) != len(nodes):
-            raise ValueError("release: the shares name the same node twice")
+            if held.get(id(share)) is not share:
+                raise ValueError(f"release: {share!r} is not held from this pool (released "
+                                 f"already, or never allocated by it)")
+        if len(shares) > 1 and len({id(share) for share in shares}) != len(shares):
+            raise ValueError("release: the same share is given back twice")
         for share in shares:
+            del held[id(share)]
             self._give_back(share)
 
     # -- planning -------------------------------------------------------------------------
 
     def _capacity(self, st: _NodeState, shape: Shape, empty: bool) -> int:
-        """How many processes of ``shape`` this node can take (0 if fewer than its minimum)."""
+        """How many processes of ``shape`` this node can take (0 if fewer than its minimum).
+
+        An exclusive shape is only asked about idle nodes, so it counts the whole node."""
         if empty or shape.exclusive:
-            if shape.exclusive and st.holders and not empty:
-                return 0
             spec = st.spec
             cores, gpus, memory, custom = spec.cores, spec.gpus, spec.memory, spec.custom
         else:
-            cores, gpus = len(st.free_cores), len(st.free_gpus)
+            cores, gpus = self._node_free_cores[st.index], len(st.free_gpus)
             memory, custom = st.free_memory, st.free_custom
         n = cores // shape.cores_per_process
         if shape.gpus_per_process:
@@ -582,116 +631,120 @@ class ResourcePool:
         return n if n >= shape.per_node_min else 0
 
     def _plan(self, shape: Shape, empty: bool) -> Optional[Plan]:
-        ranked = shape.nodes_max < UNBOUNDED and shape.per_node_min < shape.per_node_max
-        if ranked:
-            candidates = [(st.index, c) for st in self._states
-                          if (c := self._capacity(st, shape, empty))]
+        # Pool order is as good as any when each node needs only one process, or exactly the
+        # same number; otherwise the nodes with the most room come first, so that the fill
+        # below finds a placement whenever one exists.
+        if shape.per_node_min < shape.per_node_max \
+                and (shape.nodes_max < UNBOUNDED or shape.per_node_min > 1):
+            candidates = list(self._capacities(shape, empty))
             candidates.sort(key=lambda pair: -pair[1])
-            del candidates[shape.nodes_max:]
             return self._fill(shape, candidates)
-        return self._fill(shape, ((st.index, self._capacity(st, shape, empty))
-                                  for st in self._states))
+        return self._fill(shape, self._capacities(shape, empty))
+
+    def _capacities(self, shape: Shape, empty: bool) -> Iterator[Tuple[int, int]]:
+        """(node index, capacity) of the nodes that can take part of ``shape``, in pool order."""
+        states = self._states
+        if empty or shape.exclusive:
+            for st in states:
+                if empty or st.holders == 0:
+                    capacity = self._capacity(st, shape, empty)
+                    if capacity:
+                        yield st.index, capacity
+            return
+        need = shape.min_node_cores
+        free = self._node_free_cores
+        for index in self._open_nodes:
+            if free[index] >= need:
+                capacity = self._capacity(states[index], shape, False)
+                if capacity:
+                    yield index, capacity
 
     @staticmethod
-    def _fill(shape: Shape, candidates: Any) -> Optional[Plan]:
-        # Each node takes as many processes as it can, minus what must be left so that the
-        # nodes still needed can each get their minimum; that greedy choice reaches the most
-        # processes possible over the candidates in the order given.
-        remaining = shape.processes_max
+    def _fill(shape: Shape, candidates: Iterable[Tuple[int, int]]) -> Optional[Plan]:
+        """Processes per node over the first nodes of ``candidates`` (capacities each at least
+        the per-node minimum): as few nodes as reach the most processes allowed, or as many as
+        allowed when that cannot be reached; each gets its minimum, and what is left goes to
+        the first ones."""
         lowest = shape.per_node_min
+        most = shape.processes_max
         needed = shape.nodes_min
-        plan: Plan = []
-        for index, capacity in candidates:
-            if not capacity:
-                continue
-            still_needed = needed - len(plan) - 1
-            take = min(capacity, remaining - still_needed * lowest if still_needed > 0
-                       else remaining)
-            if take < lowest:
+        limit = min(shape.nodes_max, most // lowest)
+        chosen: Plan = []
+        total = 0
+        for candidate in candidates:
+            if len(chosen) == limit:
                 break
-            plan.append((index, take))
-            remaining -= take
-            if remaining == 0 or len(plan) == shape.nodes_max:
+            chosen.append(candidate)
+            total += candidate[1]
+            if total >= most and len(chosen) >= needed:
                 break
-        if len(plan) < needed or shape.processes_max - remaining < shape.processes_min:
+        if len(chosen) < needed or total < shape.processes_min:
             return None
+        extra = min(total, most) - len(chosen) * lowest
+        plan: Plan = []
+        for index, capacity in chosen:
+            more = min(capacity - lowest, extra)
+            extra -= more
+            plan.append((index, lowest + more))
         return plan
 
     # -- books ----------------------------------------------------------------------------
 
     def _take(self, shape: Shape, index: int, processes: int) -> NodeShare:
         st = self._states[index]
+        custom: Mapping[str, int] = _NO_COUNTS
         if shape.exclusive:
             cores, gpus = st.free_cores, st.free_gpus
             st.free_cores, st.free_gpus = [], []
             memory = st.free_memory
-            custom = dict(st.free_custom)
-            for name in st.free_custom:
-                st.free_custom[name] = 0
+            if st.free_custom:
+                custom = MappingProxyType(dict(st.free_custom))
+                st.free_custom = dict.fromkeys(st.free_custom, 0)
         else:
             n_cores = processes * shape.cores_per_process
             cores = st.free_cores[:n_cores]
             del st.free_cores[:n_cores]
             n_gpus = processes * shape.gpus_per_process
-            gpus = st.free_gpus[:n_gpus]
-            del st.free_gpus[:n_gpus]
+            if n_gpus:
+                gpus = st.free_gpus[:n_gpus]
+                del st.free_gpus[:n_gpus]
+            else:
+                gpus = []
             memory = processes * shape.memory_per_process
-            custom = dict(shape.custom)
-            for name, count in shape.custom:
-                st.free_custom[name] -= count
+            if shape.custom:
+                custom = MappingProxyType(dict(shape.custom))
+                for name, count in shape.custom:
+                    st.free_custom[name] -= count
         st.free_memory -= memory
-        for core in cores:
-            st.core_busy[core] = 1
-        for gpu in gpus:
-            st.gpu_busy[gpu] = 1
         if st.holders == 0:
             self._idle_nodes -= 1
         st.holders += 1
         self._free_cores -= len(cores)
-        return NodeShare(node=st.spec.name, index=index, processes=processes,
-                         cores=tuple(cores), gpus=tuple(gpus), memory=memory,
-                         custom=MappingProxyType(custom) if custom else _NO_COUNTS)
-
-    def _check_held(self, share: NodeShare) -> None:
-        _check.instance("release share", share, NodeShare, "NodeShare", False)
-        if not 0 <= share.index < len(self._states) \
-                or self._specs[share.index].name != share.node:
-            raise ValueError(f"release: node {share.node!r} (index {share.index}) is not in "
-                             f"this pool")
-        st = self._states[share.index]
-        spec = st.spec
-        if st.holders == 0:
-            raise ValueError(f"release: nothing is held on node {share.node!r}")
-        if len(set(share.cores)) != len(share.cores) or \
-                not all(0 <= c < spec.cores and st.core_busy[c] for c in share.cores):
-            raise ValueError(f"release: cores {list(share.cores)} of node {share.node!r} are "
-                             f"not all held")
-        if len(set(share.gpus)) != len(share.gpus) or \
-                not all(0 <= g < spec.gpus and st.gpu_busy[g] for g in share.gpus):
-            raise ValueError(f"release: GPUs {list(share.gpus)} of node {share.node!r} are "
-                             f"not all held")
-        if share.memory < 0 or st.free_memory + share.memory > spec.memory:
-            raise ValueError(f"release: {share.memory} bytes of node {share.node!r} are not "
-                             f"held")
-        for name, count in share.custom.items():
-            if count < 0 or st.free_custom.get(name, 0) + count > spec.custom.get(name, 0):
-                raise ValueError(f"release: {name}={count} of node {share.node!r} is not held")
+        self._free_gpus -= len(gpus)
+        self._node_free_cores[index] -= len(cores)
+        if cores and self._node_free_cores[index] == 0:
+            del self._open_nodes[bisect_left(self._open_nodes, index)]
+        share = assemble(NodeShare, node=st.spec.name, index=index, processes=processes,
+                         cores=tuple(cores), gpus=tuple(gpus), memory=memory, custom=custom)
+        self._held[id(share)] = share
+        return share
 
     def _give_back(self, share: NodeShare) -> None:
         st = self._states[share.index]
-        for core in share.cores:
-            st.core_busy[core] = 0
-        for gpu in share.gpus:
-            st.gpu_busy[gpu] = 0
         st.free_cores.extend(share.cores)
         st.free_cores.sort()
         if share.gpus:
             st.free_gpus.extend(share.gpus)
             st.free_gpus.sort()
         st.free_memory += share.memory
-        for name, count in share.custom.items():
-            st.free_custom[name] += count
+        if share.custom:
+            for name, count in share.custom.items():
+                st.free_custom[name] += count
         st.holders -= 1
         if st.holders == 0:
             self._idle_nodes += 1
         self._free_cores += len(share.cores)
+        self._free_gpus += len(share.gpus)
+        if share.cores and self._node_free_cores[share.index] == 0:
+            insort(self._open_nodes, share.index)
+        self._node_free_cores[share.index] += len(share.cores)

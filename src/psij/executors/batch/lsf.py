@@ -1,0 +1,247 @@
+"""The LSF executor (IBM Spectrum LSF): ``bsub < script``, ``bjobs -o ... -json`` (one call for
+all jobs), bkill.
+
+Declarations only: commands, the state map, LSF's exit reasons and the template
+(``templates/lsf.mustache``); the behaviour lives in
+:class:`~psij.executors.batch.batch_scheduler_executor.BatchSchedulerExecutor`.
+
+Facts this module relies on (IBM Spectrum LSF 10.1 command reference):
+
+- ``bsub`` reads ``#BSUB`` lines only from a script given on its standard input (``bsub
+  script`` parses them only where ``LSB_BSUB_PARSE_SCRIPT=Y``), and answers ``Job <ID> is
+  submitted to [default] queue <QUEUE>.``;
+- ``bjobs -a -o "jobid stat exit_code exit_reason" -json ID...`` prints ``{"COMMAND": "bjobs",
+  "JOBS": n, "RECORDS": [{"JOBID": "1", "STAT": "RUN", "EXIT_CODE": "", "EXIT_REASON": ""},
+  ...]}`` (every value a string), with ``{"ERROR": "Job <ID> is not found"}`` records for ids it
+  does not know; ``-a`` keeps recently finished jobs (DONE, EXIT) in the output;
+- ``#BSUB`` lines are split like a shell command line, so values go between double quotes and
+  may not hold ``"``, ``\\``, ``$`` or a backquote.
+"""
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import IO, Any, Collection, Dict, List, Mapping, Optional, Tuple
+
+from psij._data import data_dir
+from psij.exceptions import InvalidJobException, SubmitException
+from psij.executors.batch._site_directives import QUOTED_EXTRA, plain_job_name
+from psij.executors.batch.batch_scheduler_executor import (
+    BatchSchedulerExecutor,
+    BatchSchedulerExecutorConfig,
+    InvalidJobStateError,
+    check_status_exit_code,
+)
+from psij.executors.batch.escape_functions import plain_directive_value
+from psij.executors.batch.script_generator import TemplatedScriptGenerator
+from psij.job import Job
+from psij.job_executor_config import JobExecutorConfig
+from psij.job_spec import JobSpec
+from psij.job_state import JobState
+from psij.job_status import JobStatus
+from psij.resource_spec import ResourceSpecV1
+
+__all__ = ["EXIT_REASONS", "STATE_MAP", "LsfExecutorConfig", "LsfJobExecutor", "lsf_status"]
+
+
+class LsfExecutorConfig(BatchSchedulerExecutorConfig):
+    """Configuration of the LSF executor (no settings beyond the batch ones)."""
+
+
+# LSF job states (bjobs STAT) -> PSI/J state; None: the job has ended (DONE or EXIT).
+STATE_MAP: Dict[str, Optional[JobState]] = {
+    "PEND": JobState.QUEUED,    # waiting to be scheduled
+    "PROV": JobState.QUEUED,    # dispatched, its hosts are being provisioned
+    "PSUSP": JobState.QUEUED,   # suspended by its owner or an administrator while pending
+    "WAIT": JobState.QUEUED,    # member of a chunk job, waiting to run
+    "RUN": JobState.ACTIVE,     # running
+    "USUSP": JobState.ACTIVE,   # suspended by its owner or an administrator while running
+    "SSUSP": JobState.ACTIVE,   # suspended by LSF (load, run window) while running
+    "UNKWN": JobState.ACTIVE,   # mbatchd lost contact with the job's host; it may still run
+    "ZOMBI": JobState.ACTIVE,   # killed, the kill is not yet confirmed by the host
+    "DONE": None,               # exited with 0
+    "EXIT": None,               # exited with non-zero, or was killed
+}
+
+# Exit reasons (the TERM_* keyword of EXIT_REASON) that say more than the exit code:
+# keyword -> (PSI/J state, cause or None, message or None).
+EXIT_REASONS: Dict[str, Tuple[JobState, Optional[str], Optional[str]]] = {
+    "TERM_RUNLIMIT": (JobState.FAILED, "time_limit", None),
+    "TERM_RUNTIME": (JobState.FAILED, "time_limit", None),
+    "TERM_MEMLIMIT": (JobState.FAILED, "out_of_memory", None),
+    "TERM_SWAP": (JobState.FAILED, "out_of_memory", None),
+    "TERM_PREEMPT": (JobState.FAILED, "preempted", None),
+    "TERM_DEADLINE": (JobState.FAILED, "deadline", None),
+    "TERM_WINDOW": (JobState.FAILED, None, "the job was killed when its run window closed"),
+    "TERM_CPULIMIT": (JobState.FAILED, None, "the job reached its CPU time limit"),
+    "TERM_PROCESSLIMIT": (JobState.FAILED, None, "the job reached its process limit"),
+    "TERM_THREADLIMIT": (JobState.FAILED, None, "the job reached its thread limit"),
+    "TERM_FORCE_OWNER": (JobState.CANCELED, None, None),
+    "TERM_OWNER": (JobState.CANCELED, None, None),
+    "TERM_REQUEUE_OWNER": (JobState.CANCELED, None, None),
+    "TERM_FORCE_ADMIN": (JobState.CANCELED, None, "the job was killed by root or an LSF "
+                                                  "administrator"),
+    "TERM_ADMIN": (JobState.CANCELED, None, "the job was killed by root or an LSF "
+                                            "administrator"),
+    "TERM_REQUEUE_ADMIN": (JobState.CANCELED, None, "the job was killed by root or an LSF "
+                                                    "administrator"),
+    "TERM_LOAD": (JobState.FAILED, None, "LSF killed the job because of the load on its host"),
+    "TERM_CHKPNT": (JobState.FAILED, None, "the job was killed after a checkpoint"),
+    "TERM_ZOMBIE": (JobState.FAILED, "node_failure", None),
+    "TERM_BUCKET_KILL": (JobState.CANCELED, None, "the job was killed with bkill -b"),
+    "TERM_EXTERNAL_SIGNAL": (JobState.FAILED, None, "the job was killed by a signal sent "
+                                                    "from outside LSF"),
+    "TERM_RC_RECLAIM": (JobState.FAILED, "preempted", None),
+}
+
+_SUBMITTED = re.compile(r"Job <(\d+)> is submitted")
+_TERM_KEYWORD = re.compile(r"\b(TERM_[A-Z_]+)\b")
+_NOT_FOUND = re.compile(r"is not found|No matching job found", re.IGNORECASE)
+
+
+def lsf_status(record: Mapping[str, Any]) -> JobStatus:
+    """The JobStatus of one bjobs JSON record; ValueError for an unknown STAT."""
+    native_state = str(record.get("STAT", "")).strip()
+    if native_state not in STATE_MAP:
+        raise ValueError(f"unknown LSF job state {native_state!r}")
+    reason = str(record.get("EXIT_REASON", "") or "").strip() or None
+    metadata: Dict[str, object] = {"native_state": native_state, "reason": reason}
+    mapped = STATE_MAP[native_state]
+    if mapped is not None:
+        return JobStatus(mapped, metadata=metadata)
+    code_text = str(record.get("EXIT_CODE", "") or "").strip()
+    if code_text and not code_text.lstrip("-").isdigit():
+        raise ValueError(f"LSF exit code {code_text!r} is not a number")
+    # bjobs leaves EXIT_CODE empty for a job that exited with 0.
+    exit_code = int(code_text) if code_text else (0 if native_state == "DONE" else None)
+    keyword = _TERM_KEYWORD.search(reason or "")
+    if keyword is not None and keyword.group(1) in EXIT_REASONS:
+        state, cause, message = EXIT_REASONS[keyword.group(1)]
+        if cause is not None:
+            metadata["cause"] = cause
+        return JobStatus(state, message=message, exit_code=exit_code, metadata=metadata)
+    if native_state == "DONE":
+        return JobStatus(JobState.COMPLETED, exit_code=exit_code, metadata=metadata)
+    return JobStatus(JobState.FAILED, exit_code=exit_code, metadata=metadata,
+                     message=None if exit_code else
+                     f"LSF reports the job as exited{f' ({reason})' if reason else ''}")
+
+
+class LsfJobExecutor(BatchSchedulerExecutor):
+    """Runs jobs on LSF (name ``lsf``).
+
+    Resources become ``-n <process_count>``, ``-R "span[ptile=<processes per node>]"``,
+    ``-R "affinity[core(<cores per process>)]"``, ``-gpu "num=<n>/task"``, ``-M`` and
+    ``-R "rusage[mem=...]"`` (memory per process) and ``-x`` for exclusive use. Custom
+    attributes ``lsf.<option>`` become ``#BSUB -<option> "<value>"``.
+    """
+
+    _NAME_ = "lsf"
+    CONFIG_CLASS = LsfExecutorConfig
+    CUSTOM_ATTRIBUTE_PREFIXES = ("lsf",)
+    TRANSIENT_SUBMIT_ERRORS = (
+        "LSF is down", "Please wait", "not responding", "try again", "Cannot connect",
+        "temporarily unavailable", "Failed in an LSF library call",
+    )
+
+    def __init__(self, url: Optional[str] = None,
+                 config: Optional[JobExecutorConfig] = None) -> None:
+        super().__init__(url=url, config=config)
+        self.generator = TemplatedScriptGenerator(self.config,
+                                                  data_dir("templates") / "lsf.mustache")
+
+    def _directive_value(self, field: str, value: str) -> str:
+        return plain_directive_value(field, value, extra=QUOTED_EXTRA)
+
+    def _job_name(self, spec: JobSpec) -> Optional[str]:
+        return plain_job_name(spec.name)
+
+    def _create_script_context(self, job: Job) -> Dict[str, object]:
+        context = super()._create_script_context(job)
+        assert job.spec is not None
+        resources = job.spec.resources
+        if resources is not None and not isinstance(resources, ResourceSpecV1):
+            raise InvalidJobException("JobSpec.resources: only ResourceSpecV1 is understood by "
+                                      "LsfJobExecutor")
+        resources = resources or ResourceSpecV1()
+        per_node = resources.computed_processes_per_node
+        memory_kb = resources.memory_kb
+        context["lsf"] = {
+            "slots": resources.computed_process_count,
+            "ptile": per_node,
+            "cores": resources.cpu_cores_per_process,
+            # ResourceSpecV1.memory is per node; LSF's limit and reservation are per process.
+            "memory_kb": None if memory_kb is None else -(-memory_kb // per_node),
+            # bsub -W takes [hours:]minutes; a started minute counts.
+            "walltime": None if job.spec.attributes.duration is None
+            else _hours_minutes(job.spec.attributes.duration.total_seconds()),
+        }
+        return context
+
+    def generate_submit_script(self, job: Job, context: Dict[str, object],
+                               submit_file: IO[str]) -> None:
+        self.generator.generate_submit_script(job, context, submit_file)
+
+    def get_submit_command(self, job: Job, submit_file_path: Path) -> List[str]:
+        # bsub reads #BSUB lines only from standard input. The script path is passed to sh as
+        # an argument, never pasted into the command text.
+        return ["/bin/sh", "-c", 'exec bsub <"$1"', "bsub", str(submit_file_path.absolute())]
+
+    def job_id_from_submit_output(self, out: str) -> str:
+        match = _SUBMITTED.search(out)
+        if match is None:
+            raise ValueError(f"no LSF job id in {out.strip()!r}")
+        return match.group(1)
+
+    def get_cancel_command(self, native_id: str) -> List[str]:
+        return ["bkill", native_id]
+
+    def process_cancel_command_output(self, exit_code: int, out: str) -> None:
+        if "already finished" in out or _NOT_FOUND.search(out):
+            raise InvalidJobStateError(out.strip())
+        raise SubmitException(f"bkill exited with {exit_code}: {out.strip()}")
+
+    def get_status_command(self, native_ids: Collection[str]) -> List[str]:
+        return ["bjobs", "-a", "-o", "jobid stat exit_code exit_reason", "-json", *native_ids]
+
+    def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
+        start = out.find("{")
+        if start < 0:
+            # bjobs exits 255 when none of the ids is known (LSB_BJOBS_CONSISTENT_EXIT_CODE).
+            lines = [line for line in out.splitlines() if line.strip()]
+            if exit_code != 0 and lines and all(_NOT_FOUND.search(x) for x in lines):
+                return {}
+            check_status_exit_code("bjobs", exit_code, out)
+            raise ValueError(f"bjobs printed no JSON: {out.strip()[:200]!r}")
+        try:
+            report, _ = json.JSONDecoder(strict=False).raw_decode(out, start)
+        except ValueError as e:
+            raise ValueError(f"bjobs -json printed something that is not JSON: {e}") from None
+        records = report.get("RECORDS") if isinstance(report, dict) else None
+        if not isinstance(records, list):
+            raise ValueError("bjobs -json: no RECORDS list")
+        found: Dict[str, JobStatus] = {}
+        for record in records:
+            if not isinstance(record, dict):
+                raise ValueError(f"bjobs -json: a record is not an object: {record!r}")
+            if "ERROR" in record:
+                if not _NOT_FOUND.search(str(record["ERROR"])):
+                    check_status_exit_code("bjobs", exit_code or 1, str(record["ERROR"]))
+                continue  # a job LSF no longer knows: looked up by the base class
+            native_id = str(record.get("JOBID", "")).strip()
+            if not native_id.isdigit():
+                raise ValueError(f"bjobs -json: a record without a job id: {record!r}")
+            found[native_id] = lsf_status(record)
+        return found
+
+    def get_list_command(self) -> List[str]:
+        return ["bjobs", "-a", "-noheader", "-o", "jobid"]
+
+    def parse_list_output(self, out: str) -> List[str]:
+        return [line.strip() for line in out.splitlines() if line.strip().isdigit()]
+
+
+def _hours_minutes(seconds: float) -> str:
+    minutes = max(1, math.ceil(seconds / 60))
+    return f"{minutes // 60}:{minutes % 60:02d}"

@@ -1,0 +1,580 @@
+"""The pilot's task scheduler: which waiting task starts next, on which resources.
+
+Pure bookkeeping: no I/O, no threads, no subprocesses, no clock. The executor calls
+:meth:`Scheduler.submit`, :meth:`Scheduler.schedule`, :meth:`Scheduler.finished` and
+:meth:`Scheduler.cancel`, starts the processes that :meth:`Scheduler.schedule` placed, and
+reports how they ended. Resource arithmetic lives in :mod:`psij.executors.pilot.resources`.
+
+Rules:
+
+- A task is WAITING while some task it depends on (``after``) has not ended, QUEUED once all
+  of them SUCCEEDED, RUNNING once placed, and then SUCCEEDED, FAILED or CANCELED. A task whose
+  dependency ends FAILED, CANCELED or OMITTED becomes OMITTED, and so do, in turn, the tasks
+  that depend on it. A dependency named at submission must already be known (a task name or an
+  iteration group, which stands for all of its members); otherwise submission raises.
+- A task whose shape does not fit the pool even when the pool is empty ends FAILED at
+  submission, with a message saying what it asked for and what the pool has.
+- Order: higher ``priority`` first, then earlier submission. Priority is a barrier: while a
+  QUEUED task of some priority does not fit, no task of lower priority starts. Within one
+  priority, a task that does not fit does not hold back later ones that do (QCG-PilotJob's
+  rule: skip what cannot start, fill what is left). A wide task that must not be overtaken
+  is therefore given a higher priority; the pool then drains for it.
+- Queued tasks are kept per *shape* (equal resolved resource requests), each shape ordered by
+  priority, then arrival (open-lmake's buckets). A scheduling pass looks at the head of each
+  shape at most once plus once per task it starts, and a shape that did not fit is not tried
+  again until resources are released. So the cost of a decision grows with the number of
+  distinct shapes (and nodes), never with the number of waiting tasks. :class:`SchedulerStats`
+  counts that work.
+- ``finished`` releases a RUNNING task's resources. A task whose cancel was asked while it ran
+  ends CANCELED unless it reports success. Cancelling a WAITING or QUEUED task ends it at once;
+  cancelling a RUNNING one only records the request (the caller stops the process and then
+  calls ``finished``); cancelling an ended task does nothing.
+- An illegal call (unknown task, duplicate name, ``finished`` on a task that is not running,
+  ``forget`` on a task that has not ended) raises ``ValueError`` and changes nothing.
+"""
+
+import re
+from bisect import bisect_left, bisect_right
+from collections import deque
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from heapq import heapify, heappop, heappush
+from typing import Deque, Dict, List, Optional, Sequence, Set, Tuple
+
+from psij import _check
+from psij.executors.pilot.resources import (
+    UNBOUNDED,
+    NodeShare,
+    ResourcePool,
+    ResourceRequest,
+    Shape,
+    assemble,
+)
+
+__all__ = [
+    "Placement", "Scheduler", "SchedulerStats", "TaskRequest", "TaskState", "Transition",
+    "expand_iterations",
+]
+
+
+class TaskState(Enum):
+    """Where a task is in its life; the last four are final."""
+
+    WAITING = "WAITING"
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELED = "CANCELED"
+    OMITTED = "OMITTED"
+
+    # Members are singletons, so identity hashing is exact, and it is much cheaper than
+    # Enum's name-based hash on the paths that count tasks per state.
+    __hash__ = object.__hash__
+
+    @property
+    def final(self) -> bool:
+        return self in _FINAL
+
+
+_FINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELED,
+                    TaskState.OMITTED})
+
+
+@dataclass(frozen=True)
+class TaskRequest:
+    """One task to schedule: a unique name, its resources, priority and dependencies.
+
+    ``after`` names tasks or iteration groups that must all succeed first. ``group`` names the
+    iteration group the task belongs to (see :func:`expand_iterations`).
+    """
+
+    name: str
+    resources: ResourceRequest = field(default_factory=ResourceRequest)
+    priority: int = 0
+    after: Sequence[str] = ()
+    group: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        _check.req_str("TaskRequest.name", self.name)
+        if self.name == "":
+            raise ValueError("TaskRequest.name: a task needs a non-empty name")
+        _check.instance("TaskRequest.resources", self.resources, ResourceRequest,
+                        "ResourceRequest", False)
+        _check.opt_int("TaskRequest.priority", self.priority)
+        if self.priority is None:
+            raise _check.fail_type("TaskRequest.priority", None, "int")
+        after = _check.opt_str_list("TaskRequest.after", self.after)
+        object.__setattr__(self, "after", tuple(after or ()))
+        if _check.opt_str("TaskRequest.group", self.group) == "":
+            raise ValueError("TaskRequest.group: an empty group name is not accepted; use None")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a started task runs: one share per node, in pool order."""
+
+    task_id: str
+    shares: Tuple[NodeShare, ...]
+
+    @property
+    def nodes(self) -> Tuple[str, ...]:
+        return tuple(share.node for share in self.shares)
+
+    @property
+    def process_count(self) -> int:
+        return sum(share.processes for share in self.shares)
+
+    @property
+    def core_count(self) -> int:
+        return sum(len(share.cores) for share in self.shares)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A task reaching a final state, and why."""
+
+    task_id: str
+    state: TaskState
+    message: Optional[str] = None
+
+
+@dataclass
+class SchedulerStats:
+    """Work counters, for tests and benchmarks (not timings)."""
+
+    schedule_calls: int = 0
+    heads_examined: int = 0
+    fit_checks: int = 0
+    placements: int = 0
+
+
+class _Task:
+    __slots__ = ("bucket", "cancel_requested", "dependents", "group", "message", "name",
+                 "pending", "placement", "priority", "seq", "state")
+
+    def __init__(self, request: TaskRequest, bucket: "_Bucket", seq: int) -> None:
+        self.name = request.name
+        self.priority = request.priority
+        self.group = request.group
+        self.bucket = bucket
+        self.seq = seq
+        self.state = TaskState.WAITING
+        self.message: Optional[str] = None
+        self.pending = 0
+        self.dependents: Optional[List[_Task]] = None
+        self.placement: Optional[Placement] = None
+        self.cancel_requested = False
+
+
+class _Bucket:
+    """The queued tasks of one shape: a FIFO per priority, highest priority first.
+
+    While ``live`` > 0, ``top`` and ``top_seq`` are the priority and arrival number of the head,
+    and ``entry`` is the ready-made heap entry ordering this shape in a scheduling pass; they are
+    kept up to date so that a pass orders shapes without touching their queues.
+    Cancelled tasks are dropped lazily when they reach the front.
+    """
+
+    __slots__ = ("blocked_epoch", "entry", "fits_empty", "levels", "live", "need_cores",
+                 "need_gpus", "need_idle", "order", "rank", "shape", "top", "top_seq")
+
+    def __init__(self, shape: Shape, fits_empty: bool, number: int) -> None:
+        self.shape = shape
+        self.rank = (shape.min_cores, number)
+        self.fits_empty = fits_empty
+        self.need_cores = shape.min_cores
+        self.need_gpus = shape.min_gpus
+        self.need_idle = shape.min_idle_nodes
+        self.levels: Dict[int, Deque[_Task]] = {}
+        self.order: List[int] = []  # heap of negated priorities present in ``levels``
+        self.live = 0
+        self.top = 0
+        self.top_seq = 0
+        self.entry: Tuple[int, int, _Bucket] = (0, 0, self)
+        self.blocked_epoch = -1
+
+    def push(self, task: _Task) -> None:
+        level = self.levels.get(task.priority)
+        if level is None:
+            level = self.levels[task.priority] = deque()
+            heappush(self.order, -task.priority)
+        level.append(task)
+        if self.live == 0 or task.priority > self.top:
+            self.top = task.priority
+            self.top_seq = task.seq
+            self.entry = (-task.priority, task.seq, self)
+        self.live += 1
+
+    def head(self) -> _Task:
+        """The first queued task; only called while ``live`` > 0."""
+        order, levels = self.order, self.levels
+        while True:
+            level = levels[-order[0]]
+            while level:
+                task = level[0]
+                if task.state is TaskState.QUEUED:
+                    return task
+                level.popleft()
+            del levels[-heappop(order)]
+
+    def pop_head(self) -> _Task:
+        # ``top`` names a level whose front is the head: ``head()`` cleaned it when it was
+        # computed, and a cancel of the head recomputes it.
+        task = self.levels[self.top].popleft()
+        self.live -= 1
+        if self.live:
+            self._new_head()
+        else:
+            self.clear()
+        return task
+
+    def drop(self, task: _Task) -> None:
+        """Forget a queued task that was just cancelled (its entry goes lazily)."""
+        self.live -= 1
+        if self.live == 0:
+            self.clear()
+        elif task.seq == self.top_seq:
+            self._new_head()
+
+    def _new_head(self) -> None:
+        head = self.head()
+        self.top = head.priority
+        self.top_seq = head.seq
+        self.entry = (-head.priority, head.seq, self)
+
+    def clear(self) -> None:
+        self.levels.clear()
+        self.order.clear()
+
+
+class Scheduler:
+    """Queues tasks and places them on a :class:`ResourcePool` (see the module rules)."""
+
+    def __init__(self, pool: ResourcePool) -> None:
+        _check.instance("pool", pool, ResourcePool, "ResourcePool", False)
+        self._pool = pool
+        self._tasks: Dict[str, _Task] = {}
+        self._groups: Dict[str, List[str]] = {}
+        self._shapes: Dict[ResourceRequest, Shape] = {}
+        self._buckets: Dict[Shape, _Bucket] = {}
+        # Buckets with queued tasks, by the cores they need at least: a pass stops reading
+        # them at the first that needs more cores than are free.
+        self._ready: List[_Bucket] = []
+        self._ready_ranks: List[Tuple[int, int]] = []
+        # Queued tasks per priority, and the highest such priority (the barrier).
+        self._queued_priorities: Dict[int, int] = {}
+        self._highest = 0
+        self._counts: Dict[TaskState, int] = dict.fromkeys(TaskState, 0)
+        self._seq = 0
+        # Bumped on every release: a shape that did not fit at this epoch still does not fit.
+        self._release_epoch = 0
+        self.stats = SchedulerStats()
+
+    @property
+    def pool(self) -> ResourcePool:
+        return self._pool
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def state(self, task_id: str) -> TaskState:
+        return self._task(task_id).state
+
+    def message(self, task_id: str) -> Optional[str]:
+        """Why the task is FAILED, CANCELED or OMITTED; None in the other states."""
+        return self._task(task_id).message
+
+    def placement(self, task_id: str) -> Optional[Placement]:
+        """Where the task runs or ran; None if it never started."""
+        return self._task(task_id).placement
+
+    def counts(self) -> Dict[TaskState, int]:
+        """How many known tasks are in each state."""
+        return dict(self._counts)
+
+    def task_ids(self) -> List[str]:
+        """The known tasks, in submission order."""
+        return list(self._tasks)
+
+    def group_members(self, group: str) -> Tuple[str, ...]:
+        members = self._groups.get(group)
+        if members is None:
+            raise ValueError(f"group: {group!r} is not an iteration group of this scheduler")
+        return tuple(members)
+
+    def shape_count(self) -> int:
+        """How many distinct shapes have queued tasks now."""
+        return len(self._ready)
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def submit(self, request: TaskRequest) -> str:
+        """Add a task; returns its id (its name). It may already be FAILED (it can never fit)
+        or OMITTED (a dependency already failed); see :meth:`state`."""
+        _check.instance("request", request, TaskRequest, "TaskRequest", False)
+        name = request.name
+        if name in self._tasks:
+            raise ValueError(f"TaskRequest.name: {name!r} is already a task of this scheduler; "
+                             f"task names must be unique")
+        if name in self._groups:
+            raise ValueError(f"TaskRequest.name: {name!r} is already the name of an iteration "
+                             f"group")
+        if request.group is not None and request.group in self._tasks:
+            raise ValueError(f"TaskRequest.group: {request.group!r} is already the name of a "
+                             f"task")
+        bucket = self._bucket(request.resources)
+        dependencies = self._dependencies(request.after)
+
+        task = _Task(request, bucket, self._seq)
+        self._seq += 1
+        self._tasks[name] = task
+        self._counts[TaskState.WAITING] += 1
+        if task.group is not None:
+            self._groups.setdefault(task.group, []).append(name)
+
+        if not bucket.fits_empty:
+            self._end(task, TaskState.FAILED,
+                      f"task {name!r} asks for {bucket.shape.describe()}, which can never fit: "
+                      f"the pool has {self._pool.describe()}")
+            return name
+        failed = next((d for d in dependencies if d.state.final
+                       and d.state is not TaskState.SUCCEEDED), None)
+        if failed is not None:
+            self._end(task, TaskState.OMITTED, _omitted_message(failed))
+            return name
+        for dependency in dependencies:
+            if dependency.state is not TaskState.SUCCEEDED:
+                task.pending += 1
+                if dependency.dependents is None:
+                    dependency.dependents = []
+                dependency.dependents.append(task)
+        if task.pending == 0:
+            self._enqueue(task)
+        return name
+
+    def schedule(self) -> List[Placement]:
+        """Start every queued task that may start now (see the ordering rule); the caller
+        runs each placed task and later calls :meth:`finished` for it."""
+        stats = self.stats
+        stats.schedule_calls += 1
+        if not self._ready:
+            return []
+        epoch = self._release_epoch
+        pool = self._pool
+        free_cores, free_gpus, idle_nodes = pool.free_totals()
+        # Candidates: shapes not known to be blocked since the last release and not needing
+        # more than is free in total.
+        enough_cores = bisect_right(self._ready_ranks, (free_cores, UNBOUNDED))
+        heap = [bucket.entry for bucket in self._ready[:enough_cores]
+                if bucket.blocked_epoch != epoch and bucket.need_gpus <= free_gpus
+                and bucket.need_idle <= idle_nodes]
+        stats.heads_examined += len(heap)
+        heapify(heap)
+        placements: List[Placement] = []
+        while heap:
+            negated_priority, _, bucket = heappop(heap)
+            # Candidates come in priority order, and every shape whose head has a higher
+            # priority than this one and is still queued was tried and did not fit (or was
+            # not even a candidate): the barrier.
+            if -negated_priority < self._highest:
+                break
+            stats.fit_checks += 1
+            shares = pool.allocate(bucket.shape)
+            if shares is None:
+                bucket.blocked_epoch = epoch
+                continue
+            task = bucket.pop_head()
+            self._dequeued(task)
+            placement = assemble(Placement, task_id=task.name, shares=shares)
+            task.placement = placement
+            self._move(task, TaskState.RUNNING)
+            placements.append(placement)
+            if bucket.live:
+                stats.heads_examined += 1
+                heappush(heap, bucket.entry)
+            if pool.free_totals()[0] == 0:
+                break  # every shape needs a core: nothing else can start in this pass
+        stats.placements += len(placements)
+        return placements
+
+    def finished(self, task_id: str, succeeded: bool) -> List[Transition]:
+        """Record that a RUNNING task ended, free its resources and settle its dependents.
+
+        Returns the tasks that reached a final state: this one first, then the dependents
+        that became OMITTED.
+        """
+        task = self._tasks.get(task_id)
+        if task is None:
+            raise ValueError(f"task_id: {task_id!r} is not a task of this scheduler")
+        if not isinstance(succeeded, bool):
+            raise _check.fail_type("succeeded", succeeded, "bool")
+        if task.state is not TaskState.RUNNING:
+            raise ValueError(f"finished: task {task_id!r} is {task.state.value}, not RUNNING")
+        assert task.placement is not None
+        self._pool.release(task.placement.shares)
+        self._release_epoch += 1
+        if succeeded:
+            state, message = TaskState.SUCCEEDED, None
+        elif task.cancel_requested:
+            state, message = TaskState.CANCELED, "canceled while running"
+        else:
+            state, message = TaskState.FAILED, "the task reported failure"
+        self._end(task, state, message)
+        transition = assemble(Transition, task_id=task.name, state=state, message=message)
+        if task.dependents is None:
+            return [transition]
+        return [transition, *self._settle_dependents(task)]
+
+    def cancel(self, task_id: str) -> List[Transition]:
+        """Cancel a task (see the module rules); returns the tasks that reached a final state."""
+        task = self._task(task_id)
+        if task.state.final:
+            return []
+        if task.state is TaskState.RUNNING:
+            task.cancel_requested = True
+            return []
+        message = "canceled before it started"
+        queued = task.state is TaskState.QUEUED
+        self._end(task, TaskState.CANCELED, message)
+        if queued:  # after the state change: ``drop`` looks for the next queued task
+            task.bucket.drop(task)
+            self._dequeued(task)
+        return [Transition(task.name, TaskState.CANCELED, message),
+                *self._settle_dependents(task)]
+
+    def forget(self, task_id: str) -> None:
+        """Drop an ended task, so that its name can be used again (QCG's ``removeJob``)."""
+        task = self._task(task_id)
+        if not task.state.final:
+            raise ValueError(f"forget: task {task_id!r} is {task.state.value}; only ended "
+                             f"tasks can be forgotten")
+        del self._tasks[task_id]
+        self._counts[task.state] -= 1
+        if task.group is not None:
+            members = self._groups[task.group]
+            members.remove(task_id)
+            if not members:
+                del self._groups[task.group]
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _task(self, task_id: str) -> _Task:
+        task = self._tasks.get(task_id)
+        if task is None:
+            raise ValueError(f"task_id: {task_id!r} is not a task of this scheduler")
+        return task
+
+    def _bucket(self, request: ResourceRequest) -> _Bucket:
+        shape = self._shapes.get(request)
+        if shape is None:
+            shape = self._pool.resolve(request)
+            self._shapes[request] = shape
+        bucket = self._buckets.get(shape)
+        if bucket is None:
+            bucket = _Bucket(shape, self._pool.could_ever_fit(shape), len(self._buckets))
+            self._buckets[shape] = bucket
+        return bucket
+
+    def _dependencies(self, after: Sequence[str]) -> List[_Task]:
+        found: List[_Task] = []
+        seen: Set[str] = set()
+        for name in after:
+            if name in self._tasks:
+                names: Sequence[str] = (name,)
+            elif name in self._groups:
+                names = self._groups[name]
+            else:
+                raise ValueError(f"TaskRequest.after: {name!r} is neither a task nor an "
+                                 f"iteration group known to this scheduler")
+            for member in names:
+                if member not in seen:
+                    seen.add(member)
+                    found.append(self._tasks[member])
+        return found
+
+    def _move(self, task: _Task, state: TaskState) -> None:
+        self._counts[task.state] -= 1
+        self._counts[state] += 1
+        task.state = state
+
+    def _end(self, task: _Task, state: TaskState, message: Optional[str]) -> None:
+        self._move(task, state)
+        task.message = message
+
+    def _enqueue(self, task: _Task) -> None:
+        self._move(task, TaskState.QUEUED)
+        bucket = task.bucket
+        bucket.push(task)
+        if bucket.live == 1:
+            at = bisect_left(self._ready_ranks, bucket.rank)
+            self._ready.insert(at, bucket)
+            self._ready_ranks.insert(at, bucket.rank)
+        priorities = self._queued_priorities
+        if not priorities or task.priority > self._highest:
+            self._highest = task.priority
+        priorities[task.priority] = priorities.get(task.priority, 0) + 1
+
+    def _dequeued(self, task: _Task) -> None:
+        """Books of a task that left its bucket (started or cancelled)."""
+        bucket = task.bucket
+        if bucket.live == 0:
+            at = bisect_left(self._ready_ranks, bucket.rank)
+            del self._ready[at]
+            del self._ready_ranks[at]
+        priorities = self._queued_priorities
+        left = priorities[task.priority] - 1
+        if left:
+            priorities[task.priority] = left
+        else:
+            del priorities[task.priority]
+            if priorities and task.priority == self._highest:
+                self._highest = max(priorities)
+
+    def _settle_dependents(self, ended: _Task) -> List[Transition]:
+        omitted: List[Transition] = []
+        stack = [ended]
+        while stack:
+            done = stack.pop()
+            dependents, done.dependents = done.dependents, None
+            for dependent in dependents or ():
+                if dependent.state is not TaskState.WAITING:
+                    continue
+                if done.state is TaskState.SUCCEEDED:
+                    dependent.pending -= 1
+                    if dependent.pending == 0:
+                        self._enqueue(dependent)
+                else:
+                    message = _omitted_message(done)
+                    self._end(dependent, TaskState.OMITTED, message)
+                    omitted.append(Transition(dependent.name, TaskState.OMITTED, message))
+                    stack.append(dependent)
+        return omitted
+
+
+def _omitted_message(dependency: _Task) -> str:
+    return f"omitted: dependency {dependency.name!r} ended {dependency.state.value}"
+
+
+_ITERATION_VARIABLE = re.compile(r"\$\{\s*it\s*\}")
+
+
+def expand_iterations(request: TaskRequest, start: int, stop: int) -> List[TaskRequest]:
+    """The sub-tasks ``name:start`` ... ``name:stop-1`` of an iterative request.
+
+    Each sub-task belongs to the group ``name``, so that a later task with ``after=[name]``
+    waits for all of them. ``${it}`` in an ``after`` entry becomes the iteration index, so
+    ``after=["prep:${it}"]`` makes iteration i wait for ``prep:i`` only.
+    """
+    _check.instance("request", request, TaskRequest, "TaskRequest", False)
+    first = _check.opt_int("start", start)
+    last = _check.opt_int("stop", stop)
+    if first is None or last is None:
+        raise _check.fail_type("start/stop", (start, stop), "two ints")
+    if last <= first:
+        raise ValueError(f"iterations: stop ({last}) must be greater than start ({first})")
+    if request.group is not None:
+        raise ValueError(f"TaskRequest.group: {request.name!r} already belongs to group "
+                         f"{request.group!r}; iterations cannot be nested")
+    return [replace(request, name=f"{request.name}:{i}", group=request.name,
+                    after=tuple(_ITERATION_VARIABLE.sub(str(i), a) for a in request.after))
+            for i in range(first, last)]

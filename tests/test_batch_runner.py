@@ -1,0 +1,64 @@
+"""The command runner: exit code, stdout and stderr together; timeouts kill the whole group."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from psij.executors.batch._runner import CommandResult, FakeCommandRunner, SubprocessRunner
+
+
+def test_captures_exit_code_stdout_and_stderr() -> None:
+    r = SubprocessRunner().run(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout=10)
+    assert (r.exit_code, r.stdout, r.stderr, r.failure) == (3, "out\n", "err\n", None)
+    assert not r.ok
+    assert "`sh -c echo out; echo err >&2; exit 3` exited with 3" in r.describe()
+    assert "out" in r.describe() and "err" in r.describe()
+
+
+def test_passes_stdin_and_never_uses_a_shell() -> None:
+    r = SubprocessRunner().run(["cat"], timeout=10, stdin="$(echo no) ; x")
+    assert r.ok and r.stdout == "$(echo no) ; x"
+    r = SubprocessRunner().run(["echo", "$HOME", "*"], timeout=10)
+    assert r.stdout == "$HOME *\n"
+
+
+def test_missing_program_is_a_result_not_an_exception() -> None:
+    r = SubprocessRunner().run(["/nonexistent/squeue"], timeout=10)
+    assert r.exit_code is None and r.failure is not None and "could not be started" in r.failure
+    assert not r.ok
+
+
+def test_timeout_kills_the_command_and_what_it_started(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child"
+    start = time.monotonic()
+    r = SubprocessRunner().run(
+        ["sh", "-c", f"sleep 60 & echo $! > {pidfile}; echo started; wait"], timeout=0.5)
+    assert time.monotonic() - start < 10
+    assert r.exit_code is None and r.failure is not None and "0.5 s" in r.failure
+    child = int(pidfile.read_text())
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the command's child survived the timeout")
+
+
+def test_undecodable_output_is_kept_as_text() -> None:
+    r = SubprocessRunner().run(["printf", "\\377ok"], timeout=10)
+    assert r.ok and r.stdout.endswith("ok")
+
+
+def test_fake_runner_records_calls_and_answers() -> None:
+    fake = FakeCommandRunner(lambda argv, stdin: (0, "1\n") if argv[0] == "sbatch"
+                             else CommandResult(argv, 1, "", "nope"))
+    assert fake.run(["sbatch", "x"], timeout=1).stdout == "1\n"
+    assert fake.run(["squeue"], timeout=1).stderr == "nope"
+    assert fake.calls == [("sbatch", "x"), ("squeue",)]
+    assert fake.calls_to("squeue") == [("squeue",)]
+    with pytest.raises(TypeError, match="responder"):
+        FakeCommandRunner(lambda a, s: "bad").run(["x"], timeout=1)

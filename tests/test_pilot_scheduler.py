@@ -1,0 +1,802 @@
+"""The pilot's pure scheduler and resource pool: every placement and ordering rule."""
+
+import itertools
+from collections import Counter
+from typing import Dict, List, Optional, Set, Tuple
+
+import pytest
+from hypothesis import given, reject, settings
+from hypothesis import strategies as st
+
+from psij import ResourceSpecV1
+from psij.executors.pilot.resources import (
+    Amount,
+    NodeShare,
+    NodeSpec,
+    ResourcePool,
+    ResourceRequest,
+)
+from psij.executors.pilot.scheduler import (
+    Placement,
+    Scheduler,
+    TaskRequest,
+    TaskState,
+    Transition,
+    expand_iterations,
+)
+
+GIB = 1 << 30
+
+QUEUED, WAITING, RUNNING = TaskState.QUEUED, TaskState.WAITING, TaskState.RUNNING
+SUCCEEDED, FAILED = TaskState.SUCCEEDED, TaskState.FAILED
+CANCELED, OMITTED = TaskState.CANCELED, TaskState.OMITTED
+
+
+def cores(n: int) -> ResourceRequest:
+    return ResourceRequest.from_qcg({"exact": n})
+
+
+def spec(**kwargs: object) -> ResourceRequest:
+    return ResourceRequest.from_resource_spec(ResourceSpecV1(**kwargs))  # type: ignore[arg-type]
+
+
+def task(name: str, resources: Optional[ResourceRequest] = None, priority: int = 0,
+         after: Tuple[str, ...] = ()) -> TaskRequest:
+    return TaskRequest(name, resources or cores(1), priority=priority, after=after)
+
+
+def started(placements: List[Placement]) -> List[str]:
+    return [p.task_id for p in placements]
+
+
+def core_ids(placement: Optional[Placement]) -> Dict[str, Tuple[int, ...]]:
+    assert placement is not None
+    return {share.node: share.cores for share in placement.shares}
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+def test_qcg_amounts_are_read_with_their_rules() -> None:
+    assert Amount.from_qcg("numCores", {"exact": 3}) == Amount(3, 3)
+    assert Amount.from_qcg("numCores", {"min": 2, "max": 5}) == Amount(2, 5)
+    assert Amount.from_qcg("numCores", {"min": 2}) == Amount(2, None)
+    assert Amount.from_qcg("numCores", {"max": 4}) == Amount(1, 4)
+    assert Amount.from_qcg("numCores", {"min": 2, "split-into": 4}) == Amount(2, None, 4)
+    with pytest.raises(ValueError, match="numCores.*'exact' cannot be combined with 'min'"):
+        Amount.from_qcg("numCores", {"exact": 2, "min": 1})
+    with pytest.raises(ValueError, match="numNodes: unknown key 'maximum'"):
+        Amount.from_qcg("numNodes", {"maximum": 2})
+    with pytest.raises(ValueError, match=r"numCores: max \(1\) is less than min \(2\)"):
+        Amount.from_qcg("numCores", {"min": 2, "max": 1})
+    with pytest.raises(ValueError, match="numCores.min: must be at least 1, got 0"):
+        Amount.from_qcg("numCores", {"min": 0})
+    with pytest.raises(TypeError, match="numCores.exact: expected int"):
+        Amount.from_qcg("numCores", {"exact": "2"})
+    with pytest.raises(ValueError, match="numCores: give 'exact' or 'min'/'max'"):
+        Amount.from_qcg("numCores", {})
+
+
+def test_resource_spec_becomes_processes_nodes_and_per_process_needs() -> None:
+    spread = spec(process_count=4, cpu_cores_per_process=2, gpu_cores_per_process=1,
+                  memory=4 * GIB)
+    assert spread.processes == Amount(4, 4) and spread.nodes is None
+    assert (spread.cores_per_process, spread.gpus_per_process) == (2, 1)
+    assert spread.memory_per_process == GIB
+    on_nodes = spec(node_count=2, process_count=6, exclusive_node_use=True)
+    assert on_nodes.nodes == Amount(2, 2)
+    assert on_nodes.processes_per_node == Amount(3, 3)
+    assert on_nodes.exclusive
+    uneven = spec(process_count=5, processes_per_node=2)
+    assert uneven.nodes == Amount(3, 3) and uneven.processes_per_node == Amount(1, 2)
+    assert spec().processes == Amount(1, 1) and spec().cores_per_process == 1
+    with pytest.raises(TypeError, match="resource_spec: expected psij.ResourceSpecV1"):
+        ResourceRequest.from_resource_spec({"node_count": 1})  # type: ignore[arg-type]
+
+
+def test_impossible_ranges_are_refused_when_built() -> None:
+    with pytest.raises(ValueError, match="3 nodes with at least 2 processes each"):
+        ResourceRequest(processes=Amount.exact(4), nodes=Amount.exact(3),
+                        processes_per_node=Amount.exact(2))
+    with pytest.raises(ValueError, match="ResourceRequest.custom\\['lic'\\]: must be at least"):
+        ResourceRequest(custom={"lic": -1})
+    with pytest.raises(ValueError, match="NodeSpec.cores: must be at least 1, got 0"):
+        NodeSpec("n0", 0)
+    with pytest.raises(ValueError, match="node name 'a' appears twice"):
+        ResourcePool([NodeSpec("a", 1), NodeSpec("a", 2)])
+    with pytest.raises(TypeError, match="TaskRequest.priority: expected int or None"):
+        TaskRequest("t", priority=True)
+    with pytest.raises(TypeError, match="TaskRequest.after: expected a list of str"):
+        TaskRequest("t", after="a")
+
+
+# -- placement --------------------------------------------------------------------------------
+
+
+def test_exact_cores_spread_over_nodes_and_take_the_lowest_free_ids() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(2, 4))
+    scheduler.submit(task("a", cores(3)))
+    scheduler.submit(task("b", cores(3)))
+    assert started(scheduler.schedule()) == ["a", "b"]
+    assert core_ids(scheduler.placement("a")) == {"node0": (0, 1, 2)}
+    assert core_ids(scheduler.placement("b")) == {"node0": (3,), "node1": (0, 1)}
+    placement = scheduler.placement("b")
+    assert placement is not None
+    assert placement.nodes == ("node0", "node1") and placement.process_count == 3
+    assert scheduler.pool.usage().free_cores == 2
+
+
+def test_min_max_takes_the_most_that_is_free_now() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(2, 4))
+    scheduler.submit(task("three", cores(3)))
+    scheduler.schedule()
+    scheduler.submit(task("range", ResourceRequest.from_qcg({"min": 2, "max": 8})))
+    (placement,) = scheduler.schedule()
+    assert placement.task_id == "range" and placement.core_count == 5
+    # The maximum caps what is taken even on an empty pool.
+    fresh = Scheduler(ResourcePool.uniform(2, 4))
+    fresh.submit(task("capped", ResourceRequest.from_qcg({"min": 1, "max": 3})))
+    assert fresh.schedule()[0].core_count == 3
+
+
+def test_min_max_waits_below_its_minimum_and_starts_when_enough_is_released() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("hog", cores(3)))
+    scheduler.submit(task("range", ResourceRequest.from_qcg({"min": 2, "max": 4})))
+    assert started(scheduler.schedule()) == ["hog"]
+    assert scheduler.state("range") is QUEUED
+    scheduler.finished("hog", True)
+    assert [p.core_count for p in scheduler.schedule()] == [4]
+
+
+def test_split_into_caps_each_task_at_the_total_divided() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(2, 8))  # 16 cores: chunks of 4
+    request = ResourceRequest.from_qcg({"min": 2, "split-into": 4})
+    for i in range(5):
+        scheduler.submit(task(f"chunk{i}", request))
+    placements = scheduler.schedule()
+    assert [p.core_count for p in placements] == [4, 4, 4, 4]
+    assert scheduler.state("chunk4") is QUEUED
+    # With fewer cores free than a chunk but at least the minimum, the chunk shrinks.
+    scheduler.finished("chunk0", True)
+    hog = Scheduler(ResourcePool.uniform(1, 16))
+    hog.submit(task("hog", cores(13)))
+    hog.submit(task("chunk", request))
+    assert [p.core_count for p in hog.schedule()] == [13, 3]
+
+
+def test_split_into_never_goes_below_the_minimum() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))  # 4 / 8 = 0 < min 2
+    scheduler.submit(task("t", ResourceRequest.from_qcg({"min": 2, "split-into": 8})))
+    assert scheduler.schedule()[0].core_count == 2
+
+
+def test_split_into_on_nodes_divides_the_node_count() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(4, 2))
+    request = ResourceRequest.from_qcg(None, {"min": 1, "split-into": 2})
+    scheduler.submit(task("a", request))
+    scheduler.submit(task("b", request))
+    placements = scheduler.schedule()
+    assert [p.nodes for p in placements] == [("node0", "node1"), ("node2", "node3")]
+
+
+def test_qcg_num_nodes_alone_takes_whole_idle_nodes() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(3, 4))
+    scheduler.submit(task("small", cores(1)))
+    scheduler.submit(task("nodes", ResourceRequest.from_qcg(None, {"min": 1, "max": 3})))
+    small, nodes = scheduler.schedule()
+    assert small.nodes == ("node0",)
+    assert nodes.nodes == ("node1", "node2")  # node0 is not idle
+    assert all(len(share.cores) == 4 and share.processes == 4 for share in nodes.shares)
+
+
+def test_qcg_cores_per_node_with_node_range_prefers_the_nodes_with_most_room() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(3, 4))
+    scheduler.submit(task("filler", cores(3)))  # node0 keeps 1 free core
+    scheduler.schedule()
+    scheduler.submit(task("t", ResourceRequest.from_qcg({"min": 1, "max": 4},
+                                                        {"min": 1, "max": 2})))
+    (placement,) = scheduler.schedule()
+    assert placement.nodes == ("node1", "node2")
+    assert [share.processes for share in placement.shares] == [4, 4]
+
+
+def test_node_count_and_processes_per_node_are_exact_and_memory_is_split_per_node() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(3, 4, memory=8 * GIB))
+    scheduler.submit(task("mpi", spec(node_count=2, processes_per_node=3, memory=6 * GIB)))
+    (placement,) = scheduler.schedule()
+    assert [(s.node, s.processes, len(s.cores), s.memory) for s in placement.shares] == [
+        ("node0", 3, 3, 3 * GIB), ("node1", 3, 3, 3 * GIB)]
+    # A total that does not divide evenly is rounded up per process.
+    assert spec(process_count=3, memory=10).memory_per_process == 4
+
+
+def test_a_node_leaves_enough_processes_for_the_nodes_still_needed() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(2, 4))
+    scheduler.submit(task("t", ResourceRequest(processes=Amount.exact(3),
+                                               nodes=Amount.exact(2))))
+    (placement,) = scheduler.schedule()
+    assert [(s.node, s.processes) for s in placement.shares] == [("node0", 2), ("node1", 1)]
+
+
+def test_processes_per_node_alone_fills_nodes_up_to_that_count() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(3, 4))
+    scheduler.submit(task("t", spec(process_count=5, processes_per_node=2)))
+    (placement,) = scheduler.schedule()
+    assert [s.processes for s in placement.shares] == [2, 2, 1]
+
+
+def test_exclusive_nodes_wait_for_an_idle_node_and_hold_all_of_it() -> None:
+    pool = ResourcePool.uniform(2, 4, memory=4 * GIB, gpus=2, custom={"lic": 1})
+    scheduler = Scheduler(pool)
+    scheduler.submit(task("a", cores(1)))
+    scheduler.submit(task("b", spec(process_count=1, node_count=1)))
+    scheduler.submit(task("c", cores(1)))
+    # a on node0, b needs 1 core per node and node0 has room: it goes there too.
+    scheduler.schedule()
+    scheduler.finished("c", True)
+    scheduler.finished("b", True)
+    scheduler.submit(task("x", spec(process_count=1, exclusive_node_use=True)))
+    (placement,) = scheduler.schedule()
+    assert placement.nodes == ("node1",)
+    (share,) = placement.shares
+    assert share.cores == (0, 1, 2, 3) and share.gpus == (0, 1)
+    assert share.memory == 4 * GIB and dict(share.custom) == {"lic": 1}
+    assert share.processes == 1
+    scheduler.submit(task("y", spec(process_count=1, exclusive_node_use=True)))
+    assert scheduler.schedule() == []  # node0 still runs a
+    scheduler.finished("a", True)
+    assert started(scheduler.schedule()) == ["y"]
+
+
+def test_memory_limits_what_shares_a_node() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(2, 8, memory=8 * GIB))
+    for name in "abc":
+        scheduler.submit(task(name, spec(process_count=1, memory=6 * GIB)))
+    placements = scheduler.schedule()
+    assert [(p.task_id, p.nodes) for p in placements] == [("a", ("node0",)),
+                                                          ("b", ("node1",))]
+    assert scheduler.state("c") is QUEUED and scheduler.pool.usage().free_cores == 14
+    scheduler.finished("a", True)
+    assert started(scheduler.schedule()) == ["c"]
+
+
+def test_gpus_are_given_by_id_and_limit_placement() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 8, gpus=3))
+    scheduler.submit(task("two", spec(process_count=1, gpu_cores_per_process=2)))
+    scheduler.submit(task("one", spec(process_count=1, gpu_cores_per_process=1)))
+    scheduler.submit(task("more", spec(process_count=1, gpu_cores_per_process=1)))
+    placements = scheduler.schedule()
+    assert [(p.task_id, p.shares[0].gpus) for p in placements] == [("two", (0, 1)),
+                                                                   ("one", (2,))]
+    assert scheduler.state("more") is QUEUED
+    scheduler.finished("two", True)
+    assert [p.shares[0].gpus for p in scheduler.schedule()] == [(0,)]
+
+
+def test_custom_resources_are_counted_per_node_used() -> None:
+    scheduler = Scheduler(ResourcePool([NodeSpec("a", 4, custom={"lic": 1}),
+                                        NodeSpec("b", 4, custom={"lic": 1})]))
+    licensed = ResourceRequest(custom={"lic": 1})
+    for name in ("x", "y", "z"):
+        scheduler.submit(task(name, licensed))
+    placements = scheduler.schedule()
+    assert [(p.task_id, p.nodes, dict(p.shares[0].custom)) for p in placements] == [
+        ("x", ("a",), {"lic": 1}), ("y", ("b",), {"lic": 1})]
+    assert scheduler.state("z") is QUEUED
+    assert dict(scheduler.pool.node_usage("a").free_custom) == {"lic": 0}
+    scheduler.finished("x", True)
+    assert started(scheduler.schedule()) == ["z"]
+
+
+# -- never fitting ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("resources, asked", [
+    (cores(9), "9 processes of 1 core"),
+    (spec(node_count=3), "on 3 nodes"),
+    (spec(process_count=1, cpu_cores_per_process=5), "1 processes of 5 cores"),
+    (spec(process_count=1, memory=16 * GIB), "16 GiB"),
+    (spec(process_count=1, gpu_cores_per_process=1), "1 GPU"),
+    (ResourceRequest(custom={"lic": 1}), "per node lic=1"),
+])
+def test_a_task_that_can_never_fit_fails_at_once_saying_why(resources: ResourceRequest,
+                                                            asked: str) -> None:
+    scheduler = Scheduler(ResourcePool.uniform(2, 4, memory=8 * GIB))
+    scheduler.submit(task("big", resources))
+    assert scheduler.state("big") is FAILED
+    message = scheduler.message("big")
+    assert message is not None
+    assert "'big'" in message and asked in message and "never fit" in message
+    assert "2 nodes: node0 (4 cores, 8 GiB), node1 (4 cores, 8 GiB)" in message
+    assert scheduler.schedule() == []
+    assert scheduler.counts()[FAILED] == 1 and scheduler.counts()[QUEUED] == 0
+
+
+def test_a_never_fitting_task_fails_even_while_its_dependencies_run() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 2))
+    scheduler.submit(task("first"))
+    scheduler.submit(task("huge", cores(3), after=("first",)))
+    assert scheduler.state("huge") is FAILED
+
+
+# -- order ------------------------------------------------------------------------------------
+
+
+def test_higher_priority_first_then_arrival_order() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 1))
+    for name, priority in (("low1", 0), ("high1", 5), ("low2", 0), ("high2", 5), ("mid", 2)):
+        scheduler.submit(task(name, priority=priority))
+    order = []
+    running = started(scheduler.schedule())
+    while running:
+        order.extend(running)
+        scheduler.finished(running[0], True)
+        running = started(scheduler.schedule())
+    assert order == ["high1", "high2", "mid", "low1", "low2"]
+
+
+def test_priority_orders_tasks_across_different_shapes() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 2))
+    scheduler.submit(task("one-core", cores(1), priority=1))
+    scheduler.submit(task("two-cores", cores(2), priority=3))
+    assert started(scheduler.schedule()) == ["two-cores"]
+
+
+def test_within_a_priority_a_task_that_does_not_fit_does_not_hold_back_others() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("hog", cores(3)))
+    scheduler.submit(task("wide", cores(4)))
+    scheduler.submit(task("small", cores(1)))
+    assert started(scheduler.schedule()) == ["hog", "small"]
+    assert scheduler.state("wide") is QUEUED
+
+
+def test_a_waiting_higher_priority_task_holds_back_lower_priorities() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("hog", cores(3)))
+    scheduler.schedule()
+    scheduler.submit(task("wide", cores(4), priority=1))
+    scheduler.submit(task("small", cores(1)))
+    assert scheduler.schedule() == []  # the pool drains for "wide"
+    scheduler.finished("hog", True)
+    assert started(scheduler.schedule()) == ["wide"]
+    scheduler.finished("wide", True)
+    assert started(scheduler.schedule()) == ["small"]
+
+
+def test_the_barrier_rises_when_a_higher_priority_joins_a_queue() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("hog", cores(3)))
+    scheduler.submit(task("pair", cores(2)))
+    assert started(scheduler.schedule()) == ["hog"]
+    scheduler.submit(task("wide", cores(4), priority=1))
+    scheduler.submit(task("small", cores(1)))
+    assert scheduler.schedule() == []
+    scheduler.cancel("wide")
+    assert started(scheduler.schedule()) == ["small"]
+
+
+# -- dependencies -----------------------------------------------------------------------------
+
+
+def test_a_dependent_waits_and_starts_after_its_dependency_succeeds() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("a"))
+    scheduler.submit(task("b", after=("a",)))
+    assert scheduler.state("b") is WAITING
+    assert started(scheduler.schedule()) == ["a"]
+    assert scheduler.finished("a", True) == [Transition("a", SUCCEEDED)]
+    assert scheduler.state("b") is QUEUED
+    assert started(scheduler.schedule()) == ["b"]
+
+
+def test_a_failed_dependency_omits_the_whole_chain() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("a"))
+    scheduler.submit(task("b", after=("a",)))
+    scheduler.submit(task("c", after=("b",)))
+    scheduler.submit(task("d", after=("c", "a")))
+    scheduler.submit(task("free"))
+    scheduler.schedule()
+    transitions = scheduler.finished("a", False)
+    assert transitions[0] == Transition("a", FAILED, "the task reported failure")
+    assert {t.task_id: t.state for t in transitions[1:]} == {"b": OMITTED, "c": OMITTED,
+                                                             "d": OMITTED}
+    assert scheduler.message("c") == "omitted: dependency 'b' ended OMITTED"
+    assert scheduler.state("free") is RUNNING
+    assert scheduler.counts()[OMITTED] == 3
+
+
+def test_depending_on_an_already_failed_or_canceled_task_omits_at_submission() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("a"))
+    scheduler.schedule()
+    scheduler.finished("a", False)
+    scheduler.submit(task("b", after=("a",)))
+    assert scheduler.state("b") is OMITTED
+    scheduler.submit(task("c"))
+    scheduler.cancel("c")
+    scheduler.submit(task("d", after=("c",)))
+    assert scheduler.state("d") is OMITTED
+    assert scheduler.message("d") == "omitted: dependency 'c' ended CANCELED"
+
+
+def test_depending_on_an_already_succeeded_task_is_eligible_at_once() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("a"))
+    scheduler.schedule()
+    scheduler.finished("a", True)
+    scheduler.submit(task("b", after=("a",)))
+    assert scheduler.state("b") is QUEUED
+
+
+def test_an_unknown_dependency_is_refused_and_nothing_is_added() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    with pytest.raises(ValueError, match="TaskRequest.after: 'ghost' is neither a task nor"):
+        scheduler.submit(task("b", after=("ghost",)))
+    assert scheduler.task_ids() == [] and sum(scheduler.counts().values()) == 0
+    scheduler.submit(task("b"))  # the name is still free
+
+
+def test_canceling_a_waiting_task_omits_its_dependents() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 1))
+    scheduler.submit(task("a"))
+    scheduler.submit(task("b", after=("a",)))
+    scheduler.submit(task("c", after=("b",)))
+    assert scheduler.cancel("b") == [Transition("b", CANCELED, "canceled before it started"),
+                                     Transition("c", OMITTED,
+                                                "omitted: dependency 'b' ended CANCELED")]
+    scheduler.schedule()
+    assert scheduler.finished("a", True) == [Transition("a", SUCCEEDED)]
+
+
+def test_an_ended_dependent_stays_ended_when_its_dependency_succeeds() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("a"))
+    scheduler.submit(task("b"))
+    scheduler.submit(task("canceled", after=("a",)))
+    scheduler.submit(task("omitted", after=("a", "b")))
+    scheduler.cancel("canceled")
+    scheduler.schedule()
+    scheduler.finished("b", False)
+    assert scheduler.finished("a", True) == [Transition("a", SUCCEEDED)]
+    assert scheduler.schedule() == []
+    assert (scheduler.state("canceled"), scheduler.state("omitted")) == (CANCELED, OMITTED)
+
+
+# -- iterations -------------------------------------------------------------------------------
+
+
+def test_iterations_expand_to_named_members_of_a_group() -> None:
+    request = TaskRequest("sim", cores(2), priority=3, after=("prep:${it}", "setup"))
+    members = expand_iterations(request, 1, 4)
+    assert [m.name for m in members] == ["sim:1", "sim:2", "sim:3"]
+    assert [m.after for m in members] == [("prep:1", "setup"), ("prep:2", "setup"),
+                                         ("prep:3", "setup")]
+    assert all(m.group == "sim" and m.priority == 3 and m.resources == cores(2)
+               for m in members)
+    assert expand_iterations(TaskRequest("x", after=("p:${ it }",)), 0, 1)[0].after == ("p:0",)
+    with pytest.raises(ValueError, match=r"stop \(2\) must be greater than start \(2\)"):
+        expand_iterations(request, 2, 2)
+    with pytest.raises(ValueError, match="cannot be nested"):
+        expand_iterations(members[0], 0, 2)
+
+
+def test_per_iteration_dependencies_and_a_dependency_on_all_iterations() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 8))
+    for member in expand_iterations(TaskRequest("prep"), 0, 3):
+        scheduler.submit(member)
+    for member in expand_iterations(TaskRequest("sim", after=("prep:${it}",)), 0, 3):
+        scheduler.submit(member)
+    scheduler.submit(TaskRequest("report", after=("sim",)))
+    assert scheduler.group_members("sim") == ("sim:0", "sim:1", "sim:2")
+    assert started(scheduler.schedule()) == ["prep:0", "prep:1", "prep:2"]
+    scheduler.finished("prep:1", True)
+    assert started(scheduler.schedule()) == ["sim:1"]  # only its own iteration
+    omitted = scheduler.finished("prep:2", False)[1:]
+    assert [(t.task_id, t.state) for t in omitted] == [("sim:2", OMITTED),
+                                                        ("report", OMITTED)]
+    assert scheduler.state("sim:0") is WAITING
+
+
+def test_a_dependency_on_a_group_waits_for_every_iteration() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 8))
+    for member in expand_iterations(TaskRequest("it"), 0, 2):
+        scheduler.submit(member)
+    scheduler.submit(TaskRequest("after-all", after=("it",)))
+    scheduler.schedule()
+    scheduler.finished("it:0", True)
+    assert scheduler.state("after-all") is WAITING
+    scheduler.finished("it:1", True)
+    assert started(scheduler.schedule()) == ["after-all"]
+
+
+def test_group_and_task_names_do_not_collide() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 8))
+    for member in expand_iterations(TaskRequest("it"), 0, 2):
+        scheduler.submit(member)
+    with pytest.raises(ValueError, match="'it' is already the name of an iteration group"):
+        scheduler.submit(TaskRequest("it"))
+    scheduler.submit(TaskRequest("plain"))
+    with pytest.raises(ValueError, match="TaskRequest.group: 'plain' is already the name"):
+        scheduler.submit(expand_iterations(TaskRequest("plain"), 0, 1)[0])
+
+
+# -- cancel, finish, forget -------------------------------------------------------------------
+
+
+def test_cancel_of_a_queued_task_ends_it_and_it_never_starts() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 1))
+    scheduler.submit(task("run"))
+    scheduler.submit(task("queued"))
+    scheduler.submit(task("next"))
+    scheduler.schedule()
+    assert scheduler.cancel("queued") == [Transition("queued", CANCELED,
+                                                     "canceled before it started")]
+    scheduler.finished("run", True)
+    assert started(scheduler.schedule()) == ["next"]
+    assert scheduler.cancel("queued") == []  # already ended: nothing to do
+
+
+def test_cancel_of_the_only_queued_task_of_a_shape_empties_it() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 1))
+    scheduler.submit(task("blocker"))
+    scheduler.submit(task("two", cores(1), priority=2))
+    scheduler.cancel("two")
+    assert started(scheduler.schedule()) == ["blocker"]
+    assert scheduler.shape_count() == 0
+
+
+def test_cancel_of_a_running_task_ends_it_canceled_when_it_stops() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 2))
+    scheduler.submit(task("a"))
+    scheduler.submit(task("b"))
+    scheduler.schedule()
+    assert scheduler.cancel("a") == [] and scheduler.state("a") is RUNNING
+    assert scheduler.finished("a", False) == [Transition("a", CANCELED,
+                                                         "canceled while running")]
+    scheduler.cancel("b")
+    assert scheduler.finished("b", True)[0].state is SUCCEEDED  # it ended before the kill
+
+
+def test_illegal_calls_raise_and_change_nothing() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 2))
+    scheduler.submit(task("a"))
+    with pytest.raises(ValueError, match="finished: task 'a' is QUEUED, not RUNNING"):
+        scheduler.finished("a", True)
+    with pytest.raises(ValueError, match="'a' is already a task of this scheduler"):
+        scheduler.submit(task("a", cores(2)))
+    with pytest.raises(ValueError, match="task_id: 'nope' is not a task"):
+        scheduler.state("nope")
+    with pytest.raises(ValueError, match="forget: task 'a' is QUEUED"):
+        scheduler.forget("a")
+    assert scheduler.state("a") is QUEUED and scheduler.counts()[QUEUED] == 1
+    scheduler.schedule()
+    with pytest.raises(TypeError, match="succeeded: expected bool"):
+        scheduler.finished("a", 0)  # type: ignore[arg-type]
+    assert scheduler.state("a") is RUNNING and scheduler.counts()[RUNNING] == 1
+    assert scheduler.pool.usage().free_cores == 1
+
+
+def test_forget_frees_the_name_of_an_ended_task() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 2))
+    scheduler.submit(task("a"))
+    scheduler.schedule()
+    scheduler.finished("a", True)
+    scheduler.forget("a")
+    assert scheduler.task_ids() == [] and scheduler.counts()[SUCCEEDED] == 0
+    scheduler.submit(task("a"))
+    assert scheduler.state("a") is QUEUED
+
+
+def test_the_pool_refuses_to_take_back_what_it_does_not_hold() -> None:
+    pool = ResourcePool.uniform(1, 4)
+    shape = pool.resolve(cores(2))
+    shares = pool.allocate(shape)
+    assert shares is not None
+    forged = NodeShare("node0", 0, 2, (2, 3))
+    with pytest.raises(ValueError, match="is not held from this pool"):
+        pool.release([forged])
+    with pytest.raises(ValueError, match="is not held from this pool"):
+        pool.release([shares[0], forged])
+    assert pool.usage().free_cores == 2  # the legal share was not released either
+    with pytest.raises(ValueError, match="given back twice"):
+        pool.release([shares[0], shares[0]])
+    pool.release(shares)
+    assert pool.usage().free_cores == 4 and pool.node_usage("node0").idle
+    with pytest.raises(ValueError, match="released already"):
+        pool.release(shares)
+
+
+def test_usage_reports_totals_like_qcg_resources_info() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(2, 4, gpus=1))
+    scheduler.submit(task("a", cores(3)))
+    scheduler.schedule()
+    usage = scheduler.pool.usage()
+    assert (usage.total_nodes, usage.total_cores, usage.used_cores, usage.free_cores) == (
+        2, 8, 3, 5)
+    assert (usage.idle_nodes, usage.total_gpus, usage.free_gpus) == (1, 2, 2)
+
+
+# -- cost -------------------------------------------------------------------------------------
+
+
+SHAPES = [cores(1), cores(2), cores(3), spec(node_count=2, processes_per_node=2),
+          ResourceRequest.from_qcg({"min": 1, "max": 4})]
+
+
+def steady_state_work(waiting: int, cycles: int) -> List[Tuple[int, int, int]]:
+    """Per scheduling pass: (heads examined, fit checks, tasks started)."""
+    scheduler = Scheduler(ResourcePool.uniform(4, 8))
+    for i in range(waiting):
+        # Three priority levels, the same for the first tasks whatever the queue's length.
+        priority = 2 if i < 60 else 1 if i < 120 else 0
+        scheduler.submit(TaskRequest(f"t{i}", SHAPES[i % len(SHAPES)], priority=priority))
+    running = started(scheduler.schedule())
+    work = []
+    for _ in range(cycles):
+        scheduler.finished(running.pop(0), True)
+        before = (scheduler.stats.heads_examined, scheduler.stats.fit_checks)
+        placed = started(scheduler.schedule())
+        running.extend(placed)
+        work.append((scheduler.stats.heads_examined - before[0],
+                     scheduler.stats.fit_checks - before[1], len(placed)))
+    assert scheduler.shape_count() <= len(SHAPES)
+    return work
+
+
+def test_work_per_decision_is_bounded_by_the_shapes_not_the_waiting_tasks() -> None:
+    work = steady_state_work(10_000, 300)
+    for heads, checks, placed in work:
+        assert heads <= len(SHAPES) + placed
+        assert checks <= len(SHAPES) + placed
+    assert sum(placed for _, _, placed in work) >= 300
+    # Identical work whether 400 or 10 000 tasks wait behind the ones that run.
+    assert steady_state_work(400, 300) == work
+
+
+# -- properties -------------------------------------------------------------------------------
+
+REQUESTS = st.one_of(
+    st.builds(lambda n: cores(n), st.integers(1, 6)),
+    st.builds(lambda lo, extra: ResourceRequest.from_qcg({"min": lo, "max": lo + extra}),
+              st.integers(1, 4), st.integers(0, 4)),
+    st.builds(lambda lo, k: ResourceRequest.from_qcg({"min": lo, "split-into": k}),
+              st.integers(1, 3), st.integers(1, 4)),
+    st.builds(lambda n, lo, extra: ResourceRequest.from_qcg({"min": lo, "max": lo + extra},
+                                                            {"exact": n}),
+              st.integers(1, 3), st.integers(1, 3), st.integers(0, 2)),
+    st.builds(lambda n: ResourceRequest.from_qcg(None, {"min": 1, "max": n}),
+              st.integers(1, 3)),
+    st.builds(lambda p, c, g, m, x: spec(process_count=p, cpu_cores_per_process=c,
+                                         gpu_cores_per_process=g or None,
+                                         memory=m * GIB or None, exclusive_node_use=x),
+              st.integers(1, 4), st.integers(1, 2), st.integers(0, 1), st.integers(0, 3),
+              st.booleans()),
+    st.builds(lambda n, ppn: spec(node_count=n, processes_per_node=ppn),
+              st.integers(1, 3), st.integers(1, 3)),
+    st.builds(lambda k: ResourceRequest(custom={"lic": k}), st.integers(1, 2)),
+)
+
+NODES = st.lists(st.builds(lambda c, m, g, lic: (c, m * GIB, g, lic), st.integers(1, 4),
+                           st.integers(0, 4), st.integers(0, 2), st.integers(0, 1)),
+                 min_size=1, max_size=3)
+
+OPERATIONS = st.lists(st.one_of(
+    st.tuples(st.just("submit"), REQUESTS, st.integers(0, 2), st.lists(st.integers(0, 50),
+                                                                       max_size=2)),
+    st.tuples(st.just("finish"), st.integers(0, 50), st.booleans()),
+    st.tuples(st.just("cancel"), st.integers(0, 50)),
+), max_size=40)
+
+
+def check_books(scheduler: Scheduler, pool: ResourcePool) -> None:
+    """No node is oversubscribed and the pool's free counts match the running tasks."""
+    used: Dict[str, Counter] = {spec.name: Counter() for spec in pool.nodes}
+    cores_seen: Dict[str, Set[int]] = {spec.name: set() for spec in pool.nodes}
+    gpus_seen: Dict[str, Set[int]] = {spec.name: set() for spec in pool.nodes}
+    for name in scheduler.task_ids():
+        if scheduler.state(name) is not RUNNING:
+            continue
+        placement = scheduler.placement(name)
+        assert placement is not None
+        for share in placement.shares:
+            assert not cores_seen[share.node] & set(share.cores)
+            assert not gpus_seen[share.node] & set(share.gpus)
+            cores_seen[share.node] |= set(share.cores)
+            gpus_seen[share.node] |= set(share.gpus)
+            used[share.node]["memory"] += share.memory
+            used[share.node].update({f"custom:{k}": v for k, v in share.custom.items()})
+    for node in pool.nodes:
+        assert cores_seen[node.name] <= set(range(node.cores))
+        assert gpus_seen[node.name] <= set(range(node.gpus))
+        assert used[node.name]["memory"] <= node.memory
+        for name, count in node.custom.items():
+            assert used[node.name][f"custom:{name}"] <= count
+        usage = pool.node_usage(node.name)
+        assert set(usage.free_cores) == set(range(node.cores)) - cores_seen[node.name]
+        assert usage.free_memory == node.memory - used[node.name]["memory"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(NODES, OPERATIONS)
+def test_random_work_never_oversubscribes_and_an_empty_pool_never_idles(
+        nodes: List[Tuple[int, int, int, int]], operations: List[tuple]) -> None:
+    pool = ResourcePool([NodeSpec(f"n{i}", c, m, g, {"lic": lic})
+                         for i, (c, m, g, lic) in enumerate(nodes)])
+    scheduler = Scheduler(pool)
+    names: List[str] = []
+
+    def settle() -> None:
+        scheduler.schedule()
+        check_books(scheduler, pool)
+        counts = scheduler.counts()
+        if counts[RUNNING] == 0:
+            # Every queued task fits the empty pool, and waiting ones wait on unfinished ones.
+            assert counts[QUEUED] == 0 and counts[WAITING] == 0
+
+    for operation in operations:
+        if operation[0] == "submit":
+            _, request, priority, deps = operation
+            after = tuple(sorted({names[d % len(names)] for d in deps})) if names else ()
+            name = f"t{len(names)}"
+            scheduler.submit(TaskRequest(name, request, priority=priority, after=after))
+            names.append(name)
+        elif names and operation[0] == "finish":
+            running = [n for n in names if scheduler.state(n) is RUNNING]
+            if running:
+                scheduler.finished(running[operation[1] % len(running)], operation[2])
+        elif names:
+            scheduler.cancel(names[operation[1] % len(names)])
+        settle()
+    for _ in range(len(names) + 1):
+        running = [n for n in names if scheduler.state(n) is RUNNING]
+        for name in running:
+            scheduler.finished(name, True)
+        settle()
+    assert all(scheduler.state(n).final for n in names)
+    assert pool.usage().free_cores == pool.usage().total_cores
+
+
+@st.composite
+def core_requests(draw: st.DrawFn) -> ResourceRequest:
+    def amount(low: int, high: int, open_ended: bool) -> Amount:
+        minimum = draw(st.integers(low, high))
+        if open_ended and draw(st.booleans()):
+            return Amount(minimum, None)
+        return Amount(minimum, draw(st.integers(minimum, high)))
+
+    processes = amount(1, 8, True)
+    nodes = draw(st.one_of(st.none(), st.builds(lambda: amount(1, 3, True))))
+    per_node = amount(1, 4, True)
+    try:
+        return ResourceRequest(processes=processes, nodes=nodes, processes_per_node=per_node,
+                               cores_per_process=draw(st.integers(1, 2)))
+    except ValueError:  # ranges that contradict each other are refused when built
+        reject()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=3), core_requests())
+def test_placement_is_found_whenever_one_exists_and_takes_the_most(
+        node_cores: List[int], request: ResourceRequest) -> None:
+    pool = ResourcePool([NodeSpec(f"n{i}", c) for i, c in enumerate(node_cores)])
+    shape = pool.resolve(request)
+    # Every way of giving each node 0 or between the per-node bounds, by brute force.
+    options = [[0, *range(shape.per_node_min,
+                          min(c // shape.cores_per_process, shape.per_node_max) + 1)]
+               for c in node_cores]
+    totals = [sum(choice) for choice in itertools.product(*options)
+              if shape.nodes_min <= sum(1 for t in choice if t) <= shape.nodes_max
+              and shape.processes_min <= sum(choice) <= shape.processes_max]
+    shares = pool.allocate(shape)
+    if not totals:
+        assert shares is None
+        return
+    assert shares is not None
+    assert sum(share.processes for share in shares) == max(totals)
+    assert shape.nodes_min <= len(shares) <= shape.nodes_max
+    for share in shares:
+        assert shape.per_node_min <= share.processes <= shape.per_node_max
+        assert len(share.cores) == share.processes * shape.cores_per_process
