@@ -9,6 +9,7 @@ here asserts a time. Run: ``.venv/bin/python bench/pilot_scheduler.py [--tasks N
 
 import argparse
 import gc
+import json
 import random
 import statistics
 import time
@@ -60,7 +61,7 @@ def workload(tasks: int, priorities: int, seed: int = 7) -> List[TaskRequest]:
             for i in range(tasks)]
 
 
-def run_ours(requests: List[TaskRequest], cycles: int, chunks: int) -> None:
+def run_ours(requests: List[TaskRequest], cycles: int, chunks: int) -> Dict[str, float]:
     scheduler = Scheduler(pool())
     gc.collect()
     start = time.perf_counter()
@@ -96,6 +97,7 @@ def run_ours(requests: List[TaskRequest], cycles: int, chunks: int) -> None:
             placed_in_chunk += len(placed)
             running.extend(p.task_id for p in placed)
         decisions += placed_in_chunk
+        placed_in_chunk = max(placed_in_chunk, 1)
         per_decision.append(schedule_s / placed_in_chunk * 1e6)
         per_cycle.append((schedule_s + finish_s) / placed_in_chunk * 1e6)
     calls = stats.schedule_calls - calls_before
@@ -110,6 +112,10 @@ def run_ours(requests: List[TaskRequest], cycles: int, chunks: int) -> None:
           f"(best {min(per_cycle):.2f}; {decisions} decisions, {waiting} still queued)")
     print(f"  work per pass:    {(stats.heads_examined - heads_before) / calls:7.2f} shape heads, "
           f"{(stats.fit_checks - checks_before) / calls:.2f} fit checks")
+    return {"submit_us": submit_s / len(requests) * 1e6,
+            "schedule_us_per_decision": statistics.median(per_decision),
+            "schedule_us_per_decision_best": min(per_decision),
+            "task_cycle_us": statistics.median(per_cycle)}
 
 
 class NaiveQueue:
@@ -144,7 +150,7 @@ class NaiveQueue:
         self.pool.release(self.held.pop(name))
 
 
-def run_naive(requests: List[TaskRequest], cycles: int) -> None:
+def run_naive(requests: List[TaskRequest], cycles: int) -> float:
     naive = NaiveQueue(pool())
     naive.submit_all(requests)
     running: Deque[str] = deque(naive.schedule())
@@ -156,8 +162,10 @@ def run_naive(requests: List[TaskRequest], cycles: int) -> None:
         decisions += len(placed)
         running.extend(placed)
     elapsed = time.perf_counter() - start
-    print(f"  naive scan:       {elapsed / max(decisions, 1) * 1e6:7.0f} us per decision "
+    per_decision = elapsed / max(decisions, 1) * 1e6
+    print(f"  naive scan:       {per_decision:7.0f} us per decision "
           f"(whole queue scanned per pass; {decisions} decisions, {len(naive.queue)} queued)")
+    return per_decision
 
 
 def main() -> None:
@@ -168,15 +176,22 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=10)
     parser.add_argument("--naive-cycles", type=int, default=100,
                         help="tasks ended one by one for the naive scan (0: skip it)")
+    parser.add_argument("--json", action="store_true",
+                        help="also print the figures as one JSON line at the end")
     args = parser.parse_args()
     print(f"pilot scheduler: {args.tasks} queued tasks in {len(shapes())} shapes; pool of "
           f"{pool().describe()}")
+    result: Dict[str, object] = {"workload": "pilot_scheduler", "tasks": args.tasks,
+                                 "shapes": len(shapes())}
     for priorities in (1, 3):
         requests = workload(args.tasks, priorities)
         print(f"{priorities} priority level{'s' if priorities > 1 else ''}:")
-        run_ours(requests, args.cycles, args.chunks)
+        figures: Dict[str, float] = run_ours(requests, args.cycles, args.chunks)
         if args.naive_cycles:
-            run_naive(requests, args.naive_cycles)
+            figures["naive_us_per_decision"] = run_naive(requests, args.naive_cycles)
+        result[f"priorities_{priorities}"] = figures
+    if args.json:
+        print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
 """The pilot's pure scheduler and resource pool: every placement and ordering rule."""
 
 import itertools
+import json
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 from typing import Dict, List, Optional, Set, Tuple
 
 import pytest
@@ -313,11 +317,33 @@ def test_a_task_that_can_never_fit_fails_at_once_saying_why(resources: ResourceR
     assert scheduler.counts()[FAILED] == 1 and scheduler.counts()[QUEUED] == 0
 
 
+def test_a_large_pool_is_summarised_in_the_message() -> None:
+    scheduler = Scheduler(ResourcePool([NodeSpec(f"n{i}", 4 + i, custom={"lic": i})
+                                        for i in range(6)]))
+    scheduler.submit(task("big", cores(100)))
+    assert scheduler.message("big") == (
+        "task 'big' asks for 100 processes of 1 core on any number of nodes, which can never "
+        "fit: the pool has 6 nodes, 39 cores in total; the largest is n5 (9 cores, lic=5); "
+        "custom at most lic=5 per node")
+
+
 def test_a_never_fitting_task_fails_even_while_its_dependencies_run() -> None:
     scheduler = Scheduler(ResourcePool.uniform(1, 2))
     scheduler.submit(task("first"))
     scheduler.submit(task("huge", cores(3), after=("first",)))
     assert scheduler.state("huge") is FAILED
+
+
+def test_requests_that_resolve_alike_share_one_queue() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 2))
+    scheduler.submit(task("blocker", cores(2)))
+    scheduler.schedule()
+    scheduler.submit(task("qcg", ResourceRequest.from_qcg({"exact": 2})))
+    scheduler.submit(task("psij", spec(process_count=2)))
+    scheduler.submit(task("split", ResourceRequest.from_qcg({"min": 2, "split-into": 1})))
+    assert scheduler.shape_count() == 1
+    scheduler.submit(task("other", cores(1)))
+    assert scheduler.shape_count() == 2
 
 
 # -- order ------------------------------------------------------------------------------------
@@ -800,3 +826,17 @@ def test_placement_is_found_whenever_one_exists_and_takes_the_most(
     for share in shares:
         assert shape.per_node_min <= share.processes <= shape.per_node_max
         assert len(share.cores) == share.processes * shape.cores_per_process
+
+
+def test_the_scheduler_benchmark_runs_and_reports_its_figures() -> None:
+    script = Path(__file__).resolve().parent.parent / "bench" / "pilot_scheduler.py"
+    done = subprocess.run([sys.executable, str(script), "--tasks", "600", "--cycles", "60",
+                           "--chunks", "2", "--naive-cycles", "3", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["workload"] == "pilot_scheduler" and result["shapes"] == 20
+    for priorities in ("priorities_1", "priorities_3"):
+        figures = result[priorities]
+        assert figures["schedule_us_per_decision"] > 0
+        assert figures["naive_us_per_decision"] > 0

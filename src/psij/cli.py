@@ -1,13 +1,17 @@
-"""The ``psij`` command: list the installed plugins, or run one job and exit with its exit code.
+"""The ``psij`` command: list the installed plugins, run one job and exit with its exit code, or
+print the submit script a job would get from a batch executor.
 
 ``psij run`` only turns its arguments into a :class:`psij.JobSpec`, submits it and waits. It
 never reads or forwards the job's output: unless redirected with ``--stdout``/``--stderr``/
 ``--stdin``, the job is given this process's own standard streams and writes to them directly.
+``psij script`` takes the same job options, builds the same JobSpec (without this process's
+streams) and prints the script; it never submits anything.
 Nothing here is imported by ``import psij``.
 
 Exit status of ``psij run``: the job's exit code; 1 when the job failed without one or could not
 be submitted; 130 when it was canceled (Ctrl-C, SIGTERM or SIGHUP cancel the job first); 2 for
-bad usage (unknown executor or launcher, bad option value, invalid job).
+bad usage (unknown executor or launcher, bad option value, invalid job). ``psij script`` exits
+with 0, or 2 for bad usage, including an executor that writes no submit script.
 """
 
 import argparse
@@ -47,6 +51,12 @@ _ATTRIBUTE_FIELDS = {
     "reservation": "reservation_id",
 }
 _ACCEPTED_ATTRIBUTES = ", ".join(_ATTRIBUTE_FIELDS) + " or <executor>.<option>"
+
+_ATTRIBUTE_HELP = ("--attr keys:\n"
+                   "  duration=WALLTIME    hh:mm:ss, hh:mm, mm, or N followed by h, m or s\n"
+                   "  queue=NAME, account=NAME, reservation=ID\n"
+                   "  EXECUTOR.OPTION=VALUE  a custom attribute used only by that executor,\n"
+                   "                       e.g. slurm.qos=debug")
 
 # Signals that mean "stop": the job runs in its own process group, so it would outlive this
 # process unless it is canceled first.
@@ -109,29 +119,46 @@ def _build_parser() -> argparse.ArgumentParser:
                "  2                    bad usage: unknown executor or launcher, bad option\n"
                "                       value, or a job the executor rejects as invalid\n"
                "  130                  the job was canceled; Ctrl-C, SIGTERM and SIGHUP cancel\n"
-               "                       the job before this command exits\n\n"
-               "--attr keys:\n"
-               "  duration=WALLTIME    hh:mm:ss, hh:mm, mm, or N followed by h, m or s\n"
-               "  queue=NAME, account=NAME, reservation=ID\n"
-               "  EXECUTOR.OPTION=VALUE  a custom attribute used only by that executor,\n"
-               "                       e.g. slurm.qos=debug")
+               "                       the job before this command exits\n\n" + _ATTRIBUTE_HELP)
     run.add_argument("--executor", default=DEFAULT_EXECUTOR, metavar="NAME",
                      help=f"executor to submit to (default: {DEFAULT_EXECUTOR})")
-    run.add_argument("--launcher", metavar="NAME",
-                     help="launcher that starts the job's processes (default: single)")
-    run.add_argument("-n", "--processes", type=_positive_int, metavar="N",
-                     help="number of processes to start")
-    run.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
-                     help="job attribute (repeatable); see below")
-    run.add_argument("--dir", metavar="DIR", help="working directory of the job")
-    run.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                     help="environment variable for the job (repeatable)")
-    run.add_argument("--stdin", metavar="FILE", help="file the job reads as standard input")
-    run.add_argument("--stdout", metavar="FILE", help="file for the job's standard output")
-    run.add_argument("--stderr", metavar="FILE", help="file for the job's standard error")
-    run.add_argument("job_command", nargs=argparse.REMAINDER,
-                     metavar="EXECUTABLE [ARGUMENT ...]", help=argparse.SUPPRESS)
+    _add_job_options(run)
+
+    script = commands.add_parser(
+        "script", help="print the submit script a job would get, without submitting it",
+        usage="psij script --executor NAME [options] [--] EXECUTABLE [ARGUMENT ...]",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Print to standard output the submit script that a batch executor (slurm,\n"
+                    "sge, pbs, lsf, ...) would write for the job, without submitting it. The\n"
+                    "options are those of `psij run`; without --stdin, --stdout and --stderr\n"
+                    "the job has no redirections. The scheduler does not need to be installed.",
+        epilog="exit status:\n"
+               "  0  the script was printed\n"
+               "  2  bad usage: unknown executor or launcher, an executor without submit\n"
+               "     scripts (such as local), bad option value, or a job the executor\n"
+               "     rejects as invalid\n\n" + _ATTRIBUTE_HELP)
+    script.add_argument("--executor", required=True, metavar="NAME",
+                        help="batch executor whose submit script to print")
+    _add_job_options(script)
     return parser
+
+
+def _add_job_options(parser: argparse.ArgumentParser) -> None:
+    """The options describing a job, shared by ``run`` and ``script``."""
+    parser.add_argument("--launcher", metavar="NAME",
+                        help="launcher that starts the job's processes (default: single)")
+    parser.add_argument("-n", "--processes", type=_positive_int, metavar="N",
+                        help="number of processes to start")
+    parser.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
+                        help="job attribute (repeatable); see below")
+    parser.add_argument("--dir", metavar="DIR", help="working directory of the job")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="environment variable for the job (repeatable)")
+    parser.add_argument("--stdin", metavar="FILE", help="file the job reads as standard input")
+    parser.add_argument("--stdout", metavar="FILE", help="file for the job's standard output")
+    parser.add_argument("--stderr", metavar="FILE", help="file for the job's standard error")
+    parser.add_argument("job_command", nargs=argparse.REMAINDER,
+                        metavar="EXECUTABLE [ARGUMENT ...]", help=argparse.SUPPRESS)
 
 
 # -- building the job ------------------------------------------------------------------------
@@ -232,33 +259,38 @@ def _abspath(path: Optional[str]) -> Optional[str]:
     return None if path is None else os.path.abspath(path)
 
 
-def build_spec(args: argparse.Namespace) -> JobSpec:
-    """The JobSpec described by parsed ``psij run`` arguments.
+def build_spec(args: argparse.Namespace, inherit_streams: bool = True) -> JobSpec:
+    """The JobSpec described by parsed ``psij run`` or ``psij script`` arguments.
 
-    Raises UsageError, or the ValueError/TypeError/InvalidJobException of the core classes.
+    With ``inherit_streams`` the job gets this process's standard streams where no file is
+    named (``run``); without, those streams are left unset (``script``: the job runs elsewhere,
+    later). Raises UsageError, or the ValueError/TypeError/InvalidJobException of the core
+    classes.
     """
     command: List[str] = list(args.job_command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        raise UsageError("no executable given; usage: psij run [options] [--] EXECUTABLE "
-                         "[ARGUMENT ...]")
+        raise UsageError(f"no executable given; usage: psij {args.command} [options] [--] "
+                         "EXECUTABLE [ARGUMENT ...]")
     resources = None if args.processes is None else ResourceSpecV1(process_count=args.processes)
-    stdout = _abspath(args.stdout) or inherited_stream_path(1)
-    if args.stderr is not None:
-        stderr = _abspath(args.stderr)
-    elif args.stdout is None and _same_open_file(1, 2):
-        # One path for both lets the executor give the job a single descriptor, so the two
-        # streams do not overwrite each other in a shared file.
-        stderr = stdout
-    else:
-        stderr = inherited_stream_path(2)
+    stdin, stdout, stderr = _abspath(args.stdin), _abspath(args.stdout), _abspath(args.stderr)
+    if inherit_streams:
+        stdin = stdin or inherited_stream_path(0)
+        stdout = stdout or inherited_stream_path(1)
+        if stderr is None:
+            if args.stdout is None and _same_open_file(1, 2):
+                # One path for both lets the executor give the job a single descriptor, so
+                # the two streams do not overwrite each other in a shared file.
+                stderr = stdout
+            else:
+                stderr = inherited_stream_path(2)
     return JobSpec(
         executable=command[0],
         arguments=command[1:],
         directory=_abspath(args.dir),
         environment=build_environment(args.env),
-        stdin_path=_abspath(args.stdin) or inherited_stream_path(0),
+        stdin_path=stdin,
         stdout_path=stdout,
         stderr_path=stderr,
         resources=resources,
@@ -405,6 +437,57 @@ class _JobRun:
         return code
 
 
+# -- printing a submit script ----------------------------------------------------------------
+
+
+def _print_script(args: argparse.Namespace) -> int:
+    """``psij script``: print the submit script of the job, never submitting it."""
+    from psij._plugins import REGISTRY
+    from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
+
+    try:
+        spec = build_spec(args, inherit_streams=False)
+        # The class is checked before an instance is made: other executors may start work
+        # (threads, journal files) as soon as they exist.
+        if not _is_batch_executor(REGISTRY.select("executor", args.executor).cls):
+            raise UsageError(
+                f"executor {args.executor!r} does not submit to a batch scheduler, so it has no "
+                f"submit script; executors with one: {', '.join(_batch_executor_names())}")
+        _check_launcher(args.launcher)
+        executor = JobExecutor.get_instance(args.executor)
+        assert isinstance(executor, BatchSchedulerExecutor)
+        try:
+            text = executor.submit_script(Job(spec))
+        finally:
+            executor.close()
+    except (UsageError, ValueError, TypeError, InvalidJobException) as ex:
+        _say(str(ex), "script: error")
+        return EXIT_USAGE
+    sys.stdout.write(text)
+    return 0
+
+
+def _is_batch_executor(cls: Optional[type]) -> bool:
+    from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
+
+    return isinstance(cls, type) and issubclass(cls, BatchSchedulerExecutor)
+
+
+def _batch_executor_names() -> List[str]:
+    """Names (and aliases) of the installed executors that write submit scripts."""
+    from psij._plugins import REGISTRY
+
+    names = []
+    for name in REGISTRY.names("executor"):
+        try:
+            cls = REGISTRY.select("executor", name).cls
+        except ValueError:  # a plugin that does not load is listed by `psij plugins`
+            continue
+        if _is_batch_executor(cls):
+            names.append(name)
+    return sorted(names)
+
+
 # -- plugins ---------------------------------------------------------------------------------
 
 
@@ -468,6 +551,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _plugins()
     if args.command == "run":
         return _JobRun(args)()
+    if args.command == "script":
+        return _print_script(args)
     parser.print_usage(sys.stderr)
-    _say("a command is required: plugins or run")
+    _say("a command is required: plugins, run or script")
     return EXIT_USAGE

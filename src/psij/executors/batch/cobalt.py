@@ -2,7 +2,8 @@
 JobID:State`` (one call for all jobs), qdel.
 
 Declarations only: commands, the state map and the template (``templates/cobalt.mustache``);
-the behaviour lives in :class:`~psij.executors.batch.batch_scheduler_executor.BatchSchedulerExecutor`.
+the behaviour lives in
+:class:`~psij.executors.batch.batch_scheduler_executor.BatchSchedulerExecutor`.
 
 Facts this module relies on (Cobalt's client sources and user guides):
 

@@ -24,7 +24,7 @@ Facts this module relies on (flux-core manual pages, RFC 19, RFC 21, RFC 36):
 
 import re
 from pathlib import Path
-from typing import IO, Collection, Dict, List, Optional
+from typing import IO, Collection, Dict, List, Optional, Tuple
 
 from psij._data import data_dir
 from psij.exceptions import InvalidJobException, SubmitException
@@ -62,7 +62,7 @@ STATE_MAP: Dict[str, Optional[JobState]] = {
     "INACTIVE": None,
 }
 # Results of INACTIVE jobs -> (PSI/J state, cause).
-RESULT_MAP: Dict[str, tuple] = {  # type: ignore[type-arg]
+RESULT_MAP: Dict[str, Tuple[JobState, Optional[str]]] = {
     "COMPLETED": (JobState.COMPLETED, None),
     "FAILED": (JobState.FAILED, None),
     "CANCELED": (JobState.CANCELED, None),
@@ -183,7 +183,9 @@ class FluxJobExecutor(BatchSchedulerExecutor):
                 f"{attrs.reservation_id!r}); leave it unset")
         duration = attrs.duration
         context["flux"] = {
-            "nodes": resources.node_count,
+            # Without a node count or a per-node count Flux places the slots where it likes.
+            "nodes": resources.computed_node_count
+            if resources.node_count or resources.processes_per_node else None,
             "slots": resources.computed_process_count,
             "processes_per_node": resources.computed_processes_per_node,
             # Flux Standard Duration; a started second counts.

@@ -14,10 +14,10 @@ Rules:
   Custom resources are counted per node used: every node the task gets must have them free.
 - The number of processes, of nodes, and of processes on each used node are each a range
   (:class:`Amount`); "exactly n" is the range ``n..n``. Whenever a range allows more, the task
-  gets the most that is free *now* (QCG-PilotJob's ``min``/``max`` rule), never less than its
-  minimum. ``split-into`` k caps a range at ``total // k`` (never below its minimum), where the
-  total is the pool's processes for the process count, its node count for the node count and
-  the largest node's processes for the per-node count.
+  gets the most that is free *now*, never less than its minimum (the ``min``/``max`` rule of
+  QCG-PilotJob requests). ``split-into`` k caps a range at ``total // k`` (never below its
+  minimum), where the total is the pool's processes for the process count, its node count for
+  the node count and the largest node's processes for the per-node count.
 - An ``exclusive`` task takes whole idle nodes: every core, GPU, byte and custom count of each
   node it uses, whatever the number of processes it runs there.
 - Where nodes are chosen: a task that needs one process per node at least and any number of

@@ -16,15 +16,14 @@ Rules:
   submission, with a message saying what it asked for and what the pool has.
 - Order: higher ``priority`` first, then earlier submission. Priority is a barrier: while a
   QUEUED task of some priority does not fit, no task of lower priority starts. Within one
-  priority, a task that does not fit does not hold back later ones that do (QCG-PilotJob's
-  rule: skip what cannot start, fill what is left). A wide task that must not be overtaken
-  is therefore given a higher priority; the pool then drains for it.
+  priority, a task that does not fit does not hold back later ones that do (as in QCG-PilotJob
+  request files: skip what cannot start, fill what is left). A wide task that must not be
+  overtaken is therefore given a higher priority; the pool then drains for it.
 - Queued tasks are kept per *shape* (equal resolved resource requests), each shape ordered by
-  priority, then arrival (open-lmake's buckets). A scheduling pass looks at the head of each
-  shape at most once plus once per task it starts, and a shape that did not fit is not tried
-  again until resources are released. So the cost of a decision grows with the number of
-  distinct shapes (and nodes), never with the number of waiting tasks. :class:`SchedulerStats`
-  counts that work.
+  priority, then arrival. A scheduling pass looks at the head of each shape at most once plus
+  once per task it starts, and a shape that did not fit is not tried again until resources are
+  released. So the cost of a decision grows with the number of distinct shapes (and nodes),
+  never with the number of waiting tasks. :class:`SchedulerStats` counts that work.
 - ``finished`` releases a RUNNING task's resources. A task whose cancel was asked while it ran
   ends CANCELED unless it reports success. Cancelling a WAITING or QUEUED task ends it at once;
   cancelling a RUNNING one only records the request (the caller stops the process and then
