@@ -10,6 +10,7 @@
 #
 # Clients need SGE_ROOT=/var/lib/gridengine SGE_CELL=default (the Debian wrappers default to them).
 set -euo pipefail
+source "$(dirname "$0")/daemons.sh"
 
 export SGE_ROOT=/var/lib/gridengine SGE_CELL=default
 COMMON=$SGE_ROOT/$SGE_CELL/common
@@ -30,32 +31,8 @@ if [ "$(id -u)" != 0 ]; then
     say "not root: a local Grid Engine cannot be installed or started here; SGE tests will skip"
     exit 0
 fi
-alive() {
-    local pid
-    pid=$(tr -dc '0-9' 2>/dev/null <"$1") || return 1
-    [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] && ! zombie "/proc/$pid"
-}
-# True when the process at /proc path $1 has exited but was not reaped yet (daemons that fork
-# leave such a parent behind when their starter does not wait for it).
-zombie() {
-    grep -q '^State:[[:space:]]*Z' "$1/status" 2>/dev/null
-}
-running() {
-    local p
-    for p in /proc/[0-9]*; do
-        [ "$(cat "$p/comm" 2>/dev/null)" = "$1" ] && ! zombie "$p" && return 0
-    done
-    return 1
-}
 cleanup=()
 trap 'rm -rf "${cleanup[@]}"' EXIT
-wait_until() {
-    local end=$(( $(date +%s) + $1 )); shift
-    until "$@" >/dev/null 2>&1; do
-        [ "$(date +%s)" -lt "$end" ] || return 1
-        sleep 0.3
-    done
-}
 
 # ------------------------------------------------------------------ packages
 if [ ! -x /usr/lib/gridengine/sge_qmaster ] || [ ! -x /usr/lib/gridengine/sge_execd ] \

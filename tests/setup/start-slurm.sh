@@ -11,6 +11,7 @@
 #   PSIJ_SLURM_TIMEOUT=60     seconds to wait for the node to become usable
 #   PSIJ_SLURM_CPUS=8         CPUs the node offers at least (more than it has, for small jobs)
 set -euo pipefail
+source "$(dirname "$0")/daemons.sh"
 
 RUN_DIR=/run/psij-test-slurm
 CONF_DIR=/etc/slurm
@@ -36,33 +37,6 @@ if [ "$(id -u)" != 0 ]; then
     exit 0
 fi
 
-# True when the pid in file $1 is a live process whose name is $2.
-alive() {
-    local pid
-    pid=$(tr -dc '0-9' 2>/dev/null <"$1") || return 1
-    [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] && ! zombie "/proc/$pid"
-}
-# True when the process at /proc path $1 has exited but was not reaped yet (daemons that fork
-# leave such a parent behind when their starter does not wait for it).
-zombie() {
-    grep -q '^State:[[:space:]]*Z' "$1/status" 2>/dev/null
-}
-# True when some process is named $1 (a daemon started by someone else counts as running).
-running() {
-    local p
-    for p in /proc/[0-9]*; do
-        [ "$(cat "$p/comm" 2>/dev/null)" = "$1" ] && ! zombie "$p" && return 0
-    done
-    return 1
-}
-# Retry "$@" every 0.2 s for up to $1 seconds.
-wait_until() {
-    local end=$(( $(date +%s) + $1 )); shift
-    until "$@" >/dev/null 2>&1; do
-        [ "$(date +%s)" -lt "$end" ] || return 1
-        sleep 0.2
-    done
-}
 # Stop a daemon this script started (config changes need a restart).
 stop_ours() {
     local name=$1 pidfile=$2 i
