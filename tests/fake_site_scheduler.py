@@ -226,7 +226,8 @@ def run(spool: Spool, flavour: str, number: int) -> int:
         job = spool.load(number)
     assert job is not None
     if job["queue"] == "held":
-        while True:
+        give_up = time.time() + 120
+        while time.time() < give_up:
             time.sleep(0.05)
             with spool:
                 job = spool.load(number)
@@ -236,6 +237,12 @@ def run(spool: Spool, flavour: str, number: int) -> int:
                     job["ended"] = time.time()
                     spool.save(job)
                     return 0
+        with spool:
+            job = spool.load(number)
+            assert job is not None
+            job.update({"state": "done", "ended": time.time(), "cancelled": True})
+            spool.save(job)
+        return 0
     host = socket.gethostname()
     nodefile = spool.path / f"nodefile.{number}"
     nodefile.write_text(f"{host}\n" * job["slots"])
@@ -383,10 +390,13 @@ def bjobs(spool: Spool, args: List[str]) -> int:
         elif not a.startswith("-"):
             ids.append(a)
         i += 1
-    selected = [spool.load(int(x)) if x.isdigit() else None for x in ids] if ids \
-        else spool.all()
+    selected: List[Optional[Dict[str, Any]]] = [
+        spool.load(int(x)) if x.isdigit() else None for x in ids]
+    if not ids:
+        selected = list(spool.all())
+        ids = [str(j["number"]) for j in selected if j is not None]
     records = []
-    for text, job in zip(ids or [str(j["number"]) for j in selected], selected):
+    for text, job in zip(ids, selected):
         if job is None:
             records.append({"ERROR": f"Job <{text}> is not found"})
             continue
@@ -418,15 +428,21 @@ def bjobs(spool: Spool, args: List[str]) -> int:
 
 
 def qstat_cobalt(spool: Spool, args: List[str]) -> int:
+    if "-u" in args:
+        print("JobID\n=====")
+        for job in spool.all():
+            if job["state"] != "done":
+                print(job["number"])
+        return 0
     ids = [a for a in args if a.isdigit()]
     blocks = []
     for text in ids:
-        job = spool.load(int(text))
-        if job is None or job["state"] == "done":
+        found = spool.load(int(text))
+        if found is None or found["state"] == "done":
             continue  # Cobalt forgets a job as soon as it has ended
-        state = {"queued": "user_hold" if job["queue"] == "held" else "queued",
-                 "running": "running"}[job["state"]]
-        blocks.append(f"JobID: {job['number']}\n    State : {state}\n")
+        state = {"queued": "user_hold" if found["queue"] == "held" else "queued",
+                 "running": "running"}[found["state"]]
+        blocks.append(f"JobID: {found['number']}\n    State : {state}\n")
     if not blocks:
         return 1
     print("\n".join(blocks))
@@ -452,6 +468,10 @@ def flux_fields(job: Dict[str, Any]) -> Dict[str, str]:
             values.update({"result": "COMPLETED" if job["exit"] == 0 else "FAILED",
                            "returncode": str(job["exit"])})
     return values
+
+
+def render_format(fmt: str, values: Dict[str, str]) -> str:
+    return re.sub(r"\{([\w.]+)\}", lambda m: values[m.group(1)], fmt)
 
 
 def flux(spool: Spool, args: List[str]) -> int:
@@ -499,8 +519,7 @@ def flux(spool: Spool, args: List[str]) -> int:
         if not ids:
             selected = spool.all()
         for job in selected:
-            values = flux_fields(job)
-            print(re.sub(r"\{([\w.]+)\}", lambda m: values[m.group(1)], fmt))
+            print(render_format(fmt, flux_fields(job)))
         return 0
     sys.stderr.write(f"flux: unknown command {command}\n")
     return 1

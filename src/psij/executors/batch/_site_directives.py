@@ -7,8 +7,9 @@ only labels, are made plain instead of refused. This module also spells custom a
 options (``-k value``, ``--key=value``). Pure string work: no files, no commands.
 """
 
-import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
+
+from psij.executors.batch.escape_functions import plain_job_name
 
 __all__ = ["QUOTED_EXTRA", "option_items", "plain_job_name"]
 
@@ -17,22 +18,6 @@ __all__ = ["QUOTED_EXTRA", "option_items", "plain_job_name"]
 # special inside double quotes, so the value reaches the scheduler as written.
 QUOTED_EXTRA = " []()<>!&|*~{}"
 
-_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-def plain_job_name(name: Optional[str], limit: int = 64) -> Optional[str]:
-    """``name`` as a job name every scheduler accepts, or None when there is none.
-
-    Only the last path component is kept (names default to the executable's path), characters
-    other than letters, digits, ``_ . -`` become ``_``, the name starts with a letter and has at
-    most ``limit`` characters.
-    """
-    if name is None:
-        return None
-    plain = _NAME_CHARS.sub("_", name.rsplit("/", 1)[-1])
-    if not plain or not plain[0].isalpha():
-        plain = "j" + plain
-    return plain[:limit]
 
 
 def option_items(items: List[Dict[str, Any]]) -> List[Dict[str, Any]]:

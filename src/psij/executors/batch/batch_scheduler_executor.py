@@ -408,7 +408,7 @@ class BatchSchedulerExecutor(JobExecutor):
                             f"JobAttributes.custom_attributes[{prefix + '.' + item['key']!r}]",
                             str(item["value"]))
         except ValueError as e:
-            raise InvalidJobException(str(e), e) from None
+            raise InvalidJobException(str(e)) from e
 
     def _directive_value(self, field: str, value: str) -> str:
         """``value`` as written inside a directive, or ValueError naming ``field``."""

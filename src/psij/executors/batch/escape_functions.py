@@ -94,3 +94,21 @@ def bash_escape(o: object) -> str:
     if isinstance(o, ShellWord):
         return shell_word(str(o))
     return double_quoted(str(o))
+
+
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def plain_job_name(name: Optional[str], limit: int = 64) -> Optional[str]:
+    """``name`` as a job name every scheduler accepts, or None when there is none.
+
+    Only the last path component is kept (names default to the executable's path), characters
+    other than letters, digits, ``_ . -`` become ``_``, the name starts with a letter and has at
+    most ``limit`` characters.
+    """
+    if name is None:
+        return None
+    plain = _NAME_CHARS.sub("_", name.rsplit("/", 1)[-1])
+    if not plain or not plain[0].isalpha():
+        plain = "j" + plain
+    return plain[:limit]

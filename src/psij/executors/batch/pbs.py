@@ -172,7 +172,7 @@ def pbs_status(native_state: str, fields: Mapping[str, str],
         raise ValueError(f"PBS exit status {code_text!r} is not a number") from None
     metadata["exit_status"] = code
     if code < 0:
-        name, cause, what = exec_codes.get(code, (f"exit status {code}", None,
+        name, cause, what = exec_codes.get(code, ("a code this executor does not know", None,
                                                   "the batch system stopped the job"))
         metadata["exec_code"] = name
         if cause is not None:

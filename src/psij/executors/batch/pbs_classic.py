@@ -134,7 +134,10 @@ class PBSClassicJobExecutor(GenericPBSJobExecutor):
 
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         lines = out.splitlines()
-        errors = [line for line in lines if line.startswith("qstat:")]
+        # When qstat failed, its error lines are among the job blocks (stdout, then stderr).
+        in_blocks = ("Job Id:",) if exit_code == 0 else (" ", "\t", "Job Id:")
+        errors = [line for line in lines if line.startswith("qstat:")
+                  or (line.strip() and not line.startswith(in_blocks))]
         refuse_unknown_job_lines("qstat", exit_code, errors, _UNKNOWN_JOB)
         body = "\n".join(line for line in lines if not line.startswith("qstat:"))
         found: Dict[str, JobStatus] = {}

@@ -18,7 +18,7 @@ from psij.executors.batch.batch_scheduler_executor import (
     InvalidJobStateError,
     check_status_exit_code,
 )
-from psij.executors.batch.escape_functions import plain_directive_value
+from psij.executors.batch.escape_functions import plain_directive_value, plain_job_name
 from psij.executors.batch.script_generator import TemplatedScriptGenerator
 from psij.job import Job
 from psij.job_executor_config import JobExecutorConfig
@@ -71,7 +71,6 @@ STATE_MAP: Dict[str, Tuple[JobState, Optional[str]]] = {
 }
 # qacct "failed" codes with a known cause (the rest are reported with qacct's own words).
 _FAILED_CAUSES = {37: "time_limit"}
-_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
 _JOB_ID = re.compile(r"(\d+)(?:\.[\d:-]+)?\s*$")
 _QACCT_FIELD = re.compile(r"(\w+)\s+(.*?)\s*$")
 
@@ -159,13 +158,7 @@ class SgeJobExecutor(BatchSchedulerExecutor):
     def _job_name(self, spec: JobSpec) -> Optional[str]:
         # Grid Engine refuses names with blanks, '/', ':', '@', '*', '?', non-ASCII, ... and a
         # name is only a label, so it is made plain instead of refused.
-        name = spec.name
-        if name is None:
-            return None
-        plain = _NAME_CHARS.sub("_", name.rsplit("/", 1)[-1])[:64]
-        if not plain or not plain[0].isalpha():
-            plain = "j" + plain
-        return plain
+        return plain_job_name(spec.name)
 
     def _create_script_context(self, job: Job) -> Dict[str, object]:
         context = super()._create_script_context(job)
