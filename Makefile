@@ -53,7 +53,8 @@ docs: $(STAMP)
 	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 
 bench: $(STAMP)
-	$(PY) bench/run.py
+	rc=0; $(PY) bench/run.py || rc=$$?; $(PY) bench/batch.py || rc=$$?; \
+		$(PY) bench/pilot_scheduler.py || rc=$$?; $(PY) bench/pilot.py || rc=$$?; exit $$rc
 
 clean:
 	rm -rf $(VENV) build dist docs/_build .bench-venvs

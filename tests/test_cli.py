@@ -8,7 +8,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -178,7 +178,7 @@ BAD_USAGE = {
                        "expected a whole number of processes of at least 1, got '0'"),
     "non-numeric processes": (["run", "-n", "two", "--", "true"],
                               "expected a whole number of processes of at least 1, got 'two'"),
-    "no command": ([], "a command is required: plugins or run"),
+    "no command": ([], "a command is required: plugins, run or script"),
     "unknown command": (["launch"], "invalid choice: 'launch'"),
 }
 
@@ -294,3 +294,133 @@ def test_exit_status_for_final_states(case: str) -> None:
     assert got_code == code
     assert got_message == message
 
+
+
+# -- psij script --------------------------------------------------------------------------------
+
+# Scheduler commands the batch executors may run; each fake one records that it was called.
+SCHEDULER_COMMANDS = ["sbatch", "squeue", "scancel", "sacct", "scontrol", "qsub", "qstat",
+                      "qdel", "qacct", "bsub", "bjobs", "qalter", "flux"]
+
+
+@pytest.fixture
+def no_scheduler(tmp_path: Path) -> Tuple[Dict[str, str], Path]:
+    """An environment whose PATH holds only fake scheduler commands that record their calls,
+    and the file they record to (absent as long as none was called)."""
+    fake_bin = tmp_path / "fake-bin"
+    fake_bin.mkdir()
+    calls = tmp_path / "scheduler-calls"
+    for name in SCHEDULER_COMMANDS:
+        tool = fake_bin / name
+        tool.write_text(f'#!/bin/sh\necho "{name} $*" >> "{calls}"\necho 4242\n')
+        tool.chmod(0o755)
+    env = dict(os.environ, PATH=str(fake_bin), HOME=str(tmp_path / "home"))
+    return env, calls
+
+
+def test_script_for_slurm_has_the_directives_and_submits_nothing(
+        tmp_path: Path, no_scheduler: Tuple[Dict[str, str], Path]) -> None:
+    env, calls = no_scheduler
+    proc = psij_cmd("script", "--executor", "slurm", "--attr", "duration=5m",
+                    "--attr", "slurm.qos=debug", "--attr", "queue=short", "-n", "2",
+                    "--stdout", "out.txt", "--env", "GREETING=hi there", "--",
+                    "/bin/echo", "it's", "$(touch PWNED)", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    script = proc.stdout
+    assert script.startswith("#!/bin/bash\n")
+    directives = [line for line in script.splitlines() if line.startswith("#SBATCH")]
+    for expected in ('#SBATCH --time=00:05:00', '#SBATCH --qos="debug"',
+                     '#SBATCH --partition="short"', "#SBATCH --ntasks=2"):
+        assert expected in directives
+    assert 'export GREETING="hi there"' in script
+    assert str(tmp_path / "out.txt") in script
+    # The arguments are quoted for the shell, never left to be expanded.
+    assert "'it'\"'\"'s' '$(touch PWNED)'" in script
+    assert not calls.exists(), calls.read_text()
+    # Nothing was written where submitted scripts go, and no job exists.
+    assert list((tmp_path / "home").rglob("*.job")) == []
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_script_for_grid_engine_has_the_directives_and_submits_nothing(
+        tmp_path: Path, no_scheduler: Tuple[Dict[str, str], Path]) -> None:
+    env, calls = no_scheduler
+    proc = psij_cmd("script", "--executor", "gridengine", "--attr", "duration=1:30:00",
+                    "--attr", "sge.l=h_vmem=1G", "--attr", "queue=all.q", "-n", "3",
+                    "--", "/bin/hostname", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    directives = [line for line in proc.stdout.splitlines() if line.startswith("#$")]
+    for expected in ("#$ -l h_rt=1:30:00", "#$ -l h_vmem=1G", "#$ -q all.q", "#$ -pe smp 3"):
+        assert expected in directives
+    assert not calls.exists(), calls.read_text()
+
+
+def test_script_matches_what_submit_writes(tmp_path: Path) -> None:
+    # The printed script is the one `submit` would write: same executor method, same job.
+    from psij import Job, JobExecutor
+    from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
+
+    out = tmp_path / "printed"
+    with open(out, "w") as f:
+        code = main_with_stdout(["script", "--executor", "batch-test", "--attr",
+                                 "batch-test.queue-delay=3", "--", "/bin/true"], f)
+    assert code == 0
+    printed = out.read_text()
+    executor = JobExecutor.get_instance("batch-test")
+    assert isinstance(executor, BatchSchedulerExecutor)
+    spec = psij.JobSpec("/bin/true", attributes=psij.JobAttributes(
+        custom_attributes={"batch-test.queue-delay": "3"}))
+    expected = executor.submit_script(Job(spec))
+    executor.close()
+    # Only the job's id (in the launcher's arguments) differs between two jobs.
+    strip = [line for line in printed.splitlines() if "_launch.sh" not in line]
+    assert strip == [line for line in expected.splitlines() if "_launch.sh" not in line]
+    assert '#BATCH_TEST --queue-delay="3"' in printed.splitlines()
+
+
+def main_with_stdout(argv: List[str], stream: Any) -> int:
+    saved = sys.stdout
+    sys.stdout = stream
+    try:
+        return main(argv)
+    finally:
+        sys.stdout = saved
+
+
+SCRIPT_BAD_USAGE = {
+    "unknown executor": (["--executor", "nosuch", "--", "true"],
+                         "no executor named 'nosuch'; available executors: "),
+    "executor without scripts": (["--executor", "local", "--", "true"],
+                                 "executor 'local' does not submit to a batch scheduler, so it "
+                                 "has no submit script; executors with one: "),
+    "no executor": (["--", "true"], "the following arguments are required: --executor"),
+    "no executable": (["--executor", "slurm"], "no executable given; usage: psij script"),
+    "unknown launcher": (["--executor", "slurm", "--launcher", "nosuch", "--", "true"],
+                         "no launcher named 'nosuch'"),
+    "unknown attribute": (["--executor", "slurm", "--attr", "colour=blue", "--", "true"],
+                          "unknown attribute 'colour'"),
+    "bad custom attribute": (["--executor", "slurm", "--attr", "slurm.q$s=1", "--", "true"],
+                             "'slurm.q$s' is not a valid name"),
+    "value that cannot be a directive": (["--executor", "slurm", "--attr",
+                                          "queue=a\nb", "--", "true"], "JobAttributes.queue_name"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCRIPT_BAD_USAGE))
+def test_script_bad_usage_exits_2(case: str, no_scheduler: Tuple[Dict[str, str], Path]) -> None:
+    env, calls = no_scheduler
+    args, message = SCRIPT_BAD_USAGE[case]
+    proc = psij_cmd("script", *args, env=env)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+    assert not calls.exists()
+
+
+def test_script_refusing_local_names_the_batch_executors() -> None:
+    proc = psij_cmd("script", "--executor", "local", "--", "true")
+    names = proc.stderr.split("executors with one:", 1)[1].replace(",", " ").split()
+    assert {"slurm", "sge", "gridengine", "batch-test"} <= set(names)
+    assert "local" not in names

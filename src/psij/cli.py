@@ -140,7 +140,95 @@ def _build_parser() -> argparse.ArgumentParser:
     script.add_argument("--executor", required=True, metavar="NAME",
                         help="batch executor whose submit script to print")
     _add_job_options(script)
+    _add_pilot_commands(commands)
     return parser
+
+
+# -- psij pilot ... ----------------------------------------------------------------------------
+
+
+def _add_pilot_commands(commands: Any) -> None:
+    """The ``pilot`` group; each of its subcommands is added by one function below."""
+    pilot = commands.add_parser(
+        "pilot", help="run many tasks inside one allocation",
+        description="Pilot commands: schedule many tasks inside one allocation (this machine, "
+                    "or the nodes of the Slurm, PBS, Grid Engine or LSF job this runs in).")
+    pilot_commands = pilot.add_subparsers(dest="pilot_command", metavar="PILOT_COMMAND")
+    _add_pilot_serve(pilot_commands)
+    _add_pilot_run(pilot_commands)
+
+
+def _add_pilot_serve(pilot_commands: Any) -> None:
+    serve = pilot_commands.add_parser(
+        "serve", help="start a pilot that accepts tasks on a Unix socket",
+        description="Start a pilot on this allocation and serve it on a Unix socket (mode "
+                    "0600) until SIGTERM or SIGINT, which cancel the running tasks and flush "
+                    "the journal. Submit into it with the 'pilot' executor and the socket as "
+                    "its URL (unix:///PATH). Refuses to start when a pilot already answers on "
+                    "the socket; a stale socket file is replaced.",
+        epilog="exit status: 0 after a clean stop; 1 when the pilot is already running or "
+               "cannot start; 2 for bad usage")
+    serve.add_argument("--socket", required=True, metavar="PATH", help="Unix socket path")
+    serve.add_argument("--cores", type=_positive_int, metavar="N",
+                       help="local cores to use when not inside a batch allocation")
+    serve.add_argument("--nodes", metavar="SPEC",
+                       help="explicit nodes, NAME:CORES separated by commas (Slurm host "
+                            "lists allowed, e.g. n[1-4]:8); nodes other than this host are "
+                            "reached through agents")
+    serve.add_argument("--wd", metavar="DIR",
+                       help="working directory: base of relative task directories and home "
+                            "of the journal psij-pilot.journal (default: the current one)")
+    serve.add_argument("--resume", action="store_true",
+                       help="read the journal of an earlier run first: tasks that succeeded "
+                            "are not run again, the others are")
+
+
+def _add_pilot_run(pilot_commands: Any) -> None:
+    run = pilot_commands.add_parser(
+        "run", help="run a QCG-PilotJob request file and exit when every request is handled",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Start a pilot on this allocation and handle the requests of a QCG-PilotJob\n"
+                    "request file (a JSON list of submit, control, jobStatus, jobInfo, cancelJob,\n"
+                    "removeJob, listJobs, resourcesInfo and finish requests) in file order. The\n"
+                    "file is checked whole before anything runs. After the last request the\n"
+                    "pilot waits for every task to end ('finish' stops at once instead).\n"
+                    "The working directory receives service.log (with every response as JSON),\n"
+                    "jobs.report (one entry per task) and the journal psij-pilot.journal.",
+        epilog="exit status:\n"
+               "  0        every request was handled (whatever the tasks' own outcomes)\n"
+               "  1        the pilot could not run\n"
+               "  2        bad usage: a malformed request file (the message names the request\n"
+               "           and field) or a bad option\n"
+               "  128+N    stopped by signal N (the tasks were cancelled, the report written)")
+    run.add_argument("requests", metavar="REQUESTS.json", help="the request file")
+    run.add_argument("--cores", type=_positive_int, metavar="N",
+                     help="local cores to use when not inside a batch allocation")
+    run.add_argument("--nodes", metavar="SPEC",
+                     help="explicit nodes, NAME:CORES separated by commas (Slurm host lists "
+                          "allowed, e.g. n[1-4]:8); nodes other than this host are reached "
+                          "through agents")
+    run.add_argument("--wd", metavar="DIR",
+                     help="working directory: base of relative task directories, and where "
+                          "service.log, jobs.report and the journal go (default: the current "
+                          "one)")
+    run.add_argument("--resume", action="store_true",
+                     help="read the journal of an earlier run in the same --wd first: tasks "
+                          "that succeeded are not run again, the others are")
+
+
+def _pilot_main(args: argparse.Namespace) -> int:
+    if args.pilot_command == "run":
+        from psij.executors.pilot.qcg_run import run_request_file
+
+        return run_request_file(args.requests, cores=args.cores, nodes=args.nodes, wd=args.wd,
+                                resume=args.resume)
+    if args.pilot_command == "serve":
+        from psij.executors.pilot.service import serve_main
+
+        return serve_main(socket_path=args.socket, cores=args.cores, nodes=args.nodes,
+                          work_directory=args.wd, resume=args.resume)
+    _say("a pilot command is required: serve or run")
+    return EXIT_USAGE
 
 
 def _add_job_options(parser: argparse.ArgumentParser) -> None:
@@ -553,6 +641,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _JobRun(args)()
     if args.command == "script":
         return _print_script(args)
+    if args.command == "pilot":
+        return _pilot_main(args)
     parser.print_usage(sys.stderr)
     _say("a command is required: plugins, run or script")
     return EXIT_USAGE

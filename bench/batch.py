@@ -1,0 +1,721 @@
+"""Batch benchmarks: this package against psij-python 0.9.11, on a real Slurm and with fake
+scheduler commands.
+
+Figures, each taken for both packages in the same run, rounds alternating between them:
+
+- status commands per poll interval with many tracked jobs (no scheduler needed): this package
+  on its ``batch-test`` executor, counted by wrapping the executor's command runner; and both
+  packages' ``slurm`` executors against a fake ``sbatch``/``squeue`` put first on PATH (the
+  fake ``squeue`` counts its calls and reports every job PENDING);
+- submit throughput to the real Slurm: ``/bin/true`` jobs with a 1-minute time limit submitted
+  in a loop, jobs/s of the submit calls only;
+- time from a job's end to COMPLETED seen: the job writes a timestamp as its last action, the
+  status callback notes when COMPLETED arrives; with each package's default polling and with
+  a 1 s polling interval for both.
+
+Usage: ``python bench/batch.py [--quick] [--no-slurm]`` (``make bench`` runs it after
+``bench/run.py``). Measurements run in child interpreters of each package's venv (``python
+bench/batch.py worker ...``), as in ``bench/run.py``, whose venv handling is reused.
+
+The Slurm figures need a running Slurm; when there is none and this is root, Slurm is started
+with ``tests/setup/start-slurm.sh`` and stopped afterwards with ``stop-slurm.sh`` (only then,
+and only when no test run holds the shared scheduler lock). Without root or Slurm they are
+skipped with the reason. Missed targets never fail the run; exit status 1 means a measurement
+could not be taken. The worker part must not import ``psij`` at module level: each venv
+imports its own.
+"""
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from run import (
+    OURS,
+    OURS_PYTHON,
+    REF,
+    REFERENCE_PYTHON,
+    REPO,
+    Implementation,
+    _child_env,
+    _last_result_line,
+    _tail,
+    ensure_reference_venv,
+    log,
+    probe_version,
+)
+
+SCRIPT = Path(__file__).resolve()
+SETUP = REPO / "tests" / "setup"
+# Shared with the Makefile's test target: a run using the schedulers holds it shared; they are
+# stopped only by whoever gets it exclusively.
+SCHEDULERS_LOCK = Path(os.environ.get("SCHEDULERS_LOCK", "/tmp/psij-test-schedulers.lock"))
+START_SLURM_LIMIT_S = 900.0
+DRAIN_LIMIT_S = 300.0
+# Both packages' default queue_polling_interval: end times spread over it cover every phase.
+DEFAULT_POLLING_INTERVAL_S = 30.0
+
+
+# ====================================================================== worker (child process)
+
+
+def _status_window(starts: List[Tuple[float, int]], ready: float, interval: float,
+                   intervals: int) -> Dict[str, Any]:
+    """How many status commands each poll issued, over ``intervals`` poll intervals after a
+    settling interval.
+
+    ``starts`` holds (start time, job ids asked for, -1 for "all of the user's jobs"). Commands
+    started less than half an interval after the previous one belong to the same poll: an
+    executor polling job by job shows up as polls of many commands. Each poll comes an interval
+    after the previous one *ended* (in both packages), so the polls are counted rather than
+    the interval divided into the window.
+    """
+    begin = ready + interval
+    end = begin + intervals * interval
+    inside = sorted((t, n) for t, n in starts if begin <= t < end)
+    polls: List[List[float]] = []
+    for t, _ in inside:
+        if polls and t - polls[-1][-1] < interval / 2:
+            polls[-1].append(t)
+        else:
+            polls.append([t])
+    period = (polls[-1][0] - polls[0][0]) / (len(polls) - 1) if len(polls) > 1 else None
+    return {
+        "status_commands": len(inside),
+        "polls": len(polls),
+        "window_s": intervals * interval,
+        "interval_s": interval,
+        "per_interval": len(inside) / len(polls) if polls else None,
+        "max_per_interval": max((len(p) for p in polls), default=None),
+        "poll_period_s": period,
+        "ids_per_command": sorted({n for _, n in inside}),
+        "status_commands_total": len(starts),
+    }
+
+
+def _write_fake_slurm(folder: Path) -> Path:
+    """Fake ``sbatch`` (new ids, remembered) and ``squeue`` (logs each call with the number of
+    ids asked for; every known job PENDING, in the format each package asks for)."""
+    fake_bin = folder / "bin"
+    fake_bin.mkdir(parents=True)
+    state = folder / "state"
+    state.mkdir()
+    (fake_bin / "sbatch").write_text(f"""#!/bin/sh
+n=$(( $(cat "{state}/next" 2>/dev/null || echo 1000) + 1 ))
+echo "$n" >"{state}/next"
+echo "$n" >>"{state}/ids"
+echo "Submitted batch job $n"
+""")
+    (fake_bin / "squeue").write_text(f"""#!/bin/sh
+asked=-1
+for a in "$@"; do
+    case $a in --jobs=*) asked=$(printf '%s\\n' "${{a#--jobs=}}" | tr ',' '\\n' | wc -l) ;; esac
+done
+echo "$(date +%s.%N) $asked" >>"{state}/squeue-calls"
+case " $* " in
+    *" -O "*) echo "JOBID STATE REASON"; sed 's/$/ PD Priority/' "{state}/ids" ;;
+    *) sed 's/$/|PENDING|Priority/' "{state}/ids" ;;
+esac
+""")
+    for tool in ("sbatch", "squeue"):
+        (fake_bin / tool).chmod(0o755)
+    os.environ["PATH"] = f"{fake_bin}{os.pathsep}{os.environ.get('PATH', '')}"
+    return state / "squeue-calls"
+
+
+def _states(jobs: Sequence[Any]) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+    for job in jobs:
+        name = str(job.status.state)
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def status_count_slurm_fake(n_jobs: int, interval: float, intervals: int,
+                            work: Path) -> Dict[str, Any]:
+    """Either package's slurm executor with fake sbatch/squeue: status commands per interval."""
+    calls = _write_fake_slurm(work / "fake")
+    import psij
+    from psij.executors.batch.slurm import SlurmExecutorConfig
+
+    config = SlurmExecutorConfig(work_directory=work / "work",
+                                 queue_polling_interval=interval,
+                                 initial_queue_polling_delay=interval)
+    executor = psij.JobExecutor.get_instance("slurm", config=config)
+    jobs = []
+    for _ in range(n_jobs):
+        job = psij.Job(psij.JobSpec("/bin/true"))
+        executor.submit(job)
+        jobs.append(job)
+    ready = time.time()
+    time.sleep(interval * (intervals + 1.5))
+    starts = []
+    for line in calls.read_text().splitlines():
+        when, asked = line.split()
+        starts.append((float(when), int(asked)))
+    return {"workload": "status-slurm-fake", "jobs": n_jobs, "states": _states(jobs),
+            **_status_window(starts, ready, interval, intervals)}
+
+
+def status_count_batch_test(n_jobs: int, interval: float, intervals: int,
+                            work: Path) -> Dict[str, Any]:
+    """This package's batch-test executor: status commands per interval, counted in its runner.
+
+    The jobs are put PENDING into the fake scheduler's queue through its own spool API and then
+    attached, rather than submitted: each submitted batch-test job has a watcher process, and a
+    thousand of them would measure this machine rather than the executor.
+    """
+    import psij
+    from psij.executors.batch import batch_test_tool
+    from psij.executors.batch.batch_test import BatchTestExecutorConfig
+
+    config = BatchTestExecutorConfig(work_directory=work, queue_polling_interval=interval,
+                                     initial_queue_polling_delay=interval)
+    executor = psij.JobExecutor.get_instance("batch-test", config=config)
+    starts: List[Tuple[float, int]] = []
+    inner = executor._runner  # type: ignore[attr-defined]
+
+    class CountingRunner:
+        def run(self, argv: Sequence[str], timeout: float,
+                stdin: Optional[str] = None) -> Any:
+            if "status" in argv:
+                starts.append((time.time(), sum(1 for a in argv if a.isdigit())))
+            return inner.run(argv, timeout, stdin)
+
+    executor._runner = CountingRunner()  # type: ignore[attr-defined]
+    spool = batch_test_tool.Spool(config.spool_directory)
+    jobs = []
+    for number in range(1, n_jobs + 1):
+        native_id = str(number)
+        spool.job_dir(native_id).mkdir()
+        spool.set_state(native_id, "PENDING")
+        job = psij.Job()
+        executor.attach(job, native_id)
+        jobs.append(job)
+    ready = time.time()
+    time.sleep(interval * (intervals + 1.5))
+    executor.close()  # type: ignore[attr-defined]
+    return {"workload": "status-batch-test", "jobs": n_jobs, "states": _states(jobs),
+            **_status_window(starts, ready, interval, intervals)}
+
+
+def _slurm_config(work: Path, interval: Optional[float], initial_delay: float) -> Any:
+    from psij.executors.batch.slurm import SlurmExecutorConfig
+
+    if interval is None:
+        return SlurmExecutorConfig(work_directory=work)
+    return SlurmExecutorConfig(work_directory=work, queue_polling_interval=interval,
+                               initial_queue_polling_delay=initial_delay)
+
+
+def submit_throughput(n_jobs: int, work: Path) -> Dict[str, Any]:
+    """Submit ``n_jobs`` /bin/true jobs (1-minute limit) to Slurm; time the submit calls only."""
+    import psij
+
+    executor = psij.JobExecutor.get_instance("slurm", config=_slurm_config(work, None, 0))
+    submit_s: List[float] = []
+    native_ids: List[str] = []
+    for _ in range(n_jobs):
+        job = psij.Job(psij.JobSpec("/bin/true", attributes=psij.JobAttributes(
+            duration=timedelta(minutes=1))))
+        start = time.perf_counter()
+        executor.submit(job)
+        submit_s.append(time.perf_counter() - start)
+        native_ids.append(str(job.native_id))
+    total = sum(submit_s)
+    return {"workload": "slurm-submit", "jobs": n_jobs, "submit_s": total,
+            "jobs_per_s": n_jobs / total, "median_submit_ms": statistics.median(submit_s) * 1e3,
+            "native_ids": native_ids}
+
+
+def end_to_seen(n_jobs: int, spread: float, interval: Optional[float], initial_delay: float,
+                work: Path, wait_limit: float) -> Dict[str, Any]:
+    """Seconds from a job's last action (writing a timestamp) to its COMPLETED status seen by
+    the status callback. Job i sleeps ``spread * i / n_jobs`` s first, so that the jobs end at
+    different points of the polling period."""
+    import psij
+
+    config = _slurm_config(work, interval, initial_delay)
+    executor = psij.JobExecutor.get_instance("slurm", config=config)
+    # A script file keeps the job's arguments plain words, which any launcher passes intact.
+    stamp_script = work / "stamp.sh"
+    stamp_script.write_text('sleep "$1"\ndate +%s.%N >"$2.tmp" && mv "$2.tmp" "$2"\n')
+    seen: Dict[str, float] = {}
+
+    def note(job: Any, status: Any) -> None:
+        if status.state == psij.JobState.COMPLETED and job.id not in seen:
+            seen[job.id] = time.time()
+
+    jobs: List[Tuple[Any, Path]] = []
+    for i in range(n_jobs):
+        stamp = work / f"end-{i}"
+        spec = psij.JobSpec("/bin/sh", [str(stamp_script), f"{spread * i / n_jobs:.3f}",
+                                        str(stamp)],
+                            attributes=psij.JobAttributes(duration=timedelta(minutes=5)))
+        job = psij.Job(spec)
+        job.set_job_status_callback(note)
+        executor.submit(job)
+        jobs.append((job, stamp))
+    samples: List[float] = []
+    problems: List[str] = []
+    deadline = time.monotonic() + wait_limit
+    for job, stamp in jobs:
+        status = job.wait(timeout=timedelta(seconds=max(1.0, deadline - time.monotonic())))
+        # A callback may run just after wait() returns in some implementations.
+        grace = time.monotonic() + 2
+        while job.id not in seen and time.monotonic() < grace \
+                and status is not None and status.state == psij.JobState.COMPLETED:
+            time.sleep(0.01)
+        if job.id not in seen or not stamp.exists():
+            problems.append(f"{job.native_id}: {status}")
+            continue
+        samples.append(seen[job.id] - float(stamp.read_text()))
+    return {"workload": "slurm-end-to-seen", "jobs": n_jobs,
+            "interval_s": config.queue_polling_interval,
+            "initial_delay_s": config.initial_queue_polling_delay, "samples_s": samples,
+            "not_completed": len(problems), "problems": problems[:3],
+            "native_ids": [str(job.native_id) for job, _ in jobs]}
+
+
+def worker_main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="batch.py worker")
+    sub = parser.add_subparsers(dest="measure", required=True)
+    p = sub.add_parser("status-batch-test")
+    p.add_argument("--jobs", type=int, required=True)
+    p.add_argument("--interval", type=float, default=1.0)
+    p.add_argument("--intervals", type=int, default=10)
+    p = sub.add_parser("status-slurm-fake")
+    p.add_argument("--jobs", type=int, required=True)
+    p.add_argument("--interval", type=float, default=1.0)
+    p.add_argument("--intervals", type=int, default=10)
+    p = sub.add_parser("slurm-submit")
+    p.add_argument("--jobs", type=int, required=True)
+    p.add_argument("--work", type=Path, required=True)
+    p = sub.add_parser("slurm-end-to-seen")
+    p.add_argument("--jobs", type=int, required=True)
+    p.add_argument("--spread", type=float, required=True)
+    p.add_argument("--interval", type=float, help="polling interval (default: the package's)")
+    p.add_argument("--initial-delay", type=float, default=1.0)
+    p.add_argument("--work", type=Path, required=True)
+    p.add_argument("--wait-limit", type=float, default=240.0)
+    args = parser.parse_args(argv)
+    scratch = Path(tempfile.mkdtemp(prefix="psij-bench-batch-"))
+    if args.measure == "status-batch-test":
+        result = status_count_batch_test(args.jobs, args.interval, args.intervals, scratch)
+    elif args.measure == "status-slurm-fake":
+        result = status_count_slurm_fake(args.jobs, args.interval, args.intervals, scratch)
+    elif args.measure == "slurm-submit":
+        result = submit_throughput(args.jobs, args.work)
+    else:
+        result = end_to_seen(args.jobs, args.spread, args.interval, args.initial_delay,
+                             args.work, args.wait_limit)
+    # Flushed at once: the driver keeps this line even if the process then fails to exit.
+    print(json.dumps(result), flush=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+    # Polling threads of either package may still be running a command; the measurement is
+    # over, so the process ends without waiting for them.
+    os._exit(0)
+
+
+# ====================================================================== driver
+
+
+@dataclass
+class Series:
+    """The rounds of one measurement for one implementation."""
+
+    results: List[Dict[str, Any]] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)
+
+
+def run_child(impl: Implementation, argv: List[str], timeout: float) -> Dict[str, Any]:
+    """One worker run in ``impl``'s interpreter; raises RuntimeError when it gives no result.
+
+    Output goes to files, not pipes (a job still holding them cannot keep us waiting); the
+    worker leads its own session so that a timeout kills whatever it started too.
+    """
+    with tempfile.TemporaryDirectory(prefix="psij-bench-cwd-") as cwd:
+        out_path, err_path = Path(cwd) / "stdout", Path(cwd) / "stderr"
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen([str(impl.python), str(SCRIPT), "worker", *argv],
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    env=_child_env(), cwd=cwd, start_new_session=True)
+        try:
+            returncode: Optional[int] = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            returncode = None
+        stdout = out_path.read_text(errors="replace")
+        stderr = err_path.read_text(errors="replace")
+    result = _last_result_line(stdout)
+    if result is None:
+        how = f"killed after {timeout:.0f} s" if returncode is None \
+            else f"exited with {returncode}"
+        raise RuntimeError(f"no result ({how})\n" + _tail(stdout + stderr))
+    return result
+
+
+def alternate(title: str, impls: Sequence[Implementation], rounds: int,
+              argv_for: Callable[[Implementation], List[str]], timeout: float,
+              describe: Callable[[Dict[str, Any]], str],
+              after_round: Optional[Callable[[Dict[str, Any]], None]] = None
+              ) -> Dict[str, Series]:
+    """Run one measurement ``rounds`` times per implementation, alternating between them (the
+    order flips every round, so that neither always runs first)."""
+    log(f"== {title} ({rounds} round(s), alternating)")
+    series = {impl.label: Series() for impl in impls}
+    for round_no in range(1, rounds + 1):
+        for impl in (impls if round_no % 2 else list(reversed(impls))):
+            start = time.monotonic()
+            try:
+                result = run_child(impl, argv_for(impl), timeout)
+            except (OSError, RuntimeError) as exc:
+                series[impl.label].errors.append(str(exc))
+                log(f"   round {round_no} {impl.label:4}: FAILED: {exc}")
+                continue
+            series[impl.label].results.append(result)
+            log(f"   round {round_no} {impl.label:4}: {describe(result)}  "
+                f"({time.monotonic() - start:.1f} s)")
+            if after_round is not None:
+                after_round(result)
+    return series
+
+
+@dataclass
+class Row:
+    """One line of the summary: a figure for ours and the reference."""
+
+    figure: str
+    unit: str
+    ours: Optional[float]
+    ref: Optional[float]
+    higher_is_better: bool
+    note: str = ""
+
+
+def _fmt(value: Optional[float], unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "s":
+        return f"{value:.2f} s"
+    if unit == "jobs/s":
+        return f"{value:.1f} jobs/s"
+    return f"{value:g}"
+
+
+def _ratio(row: Row) -> str:
+    if row.ours is None or row.ref is None or row.ours <= 0 or row.ref <= 0:
+        return "no comparison"
+    factor = row.ours / row.ref if row.higher_is_better else row.ref / row.ours
+    if round(factor, 1) == 1.0:
+        return "same" if row.unit == "commands" else "about the same"
+    better, worse = ("higher", "lower") if row.unit == "jobs/s" else ("faster", "slower")
+    if row.unit == "commands":
+        better, worse = "fewer", "more"
+    return f"{factor:.1f}x {better}" if factor >= 1 else f"{1 / factor:.1f}x {worse}"
+
+
+def status_rows(quick: bool, impls: Sequence[Implementation], errors: List[str]) -> List[Row]:
+    n_jobs = 200 if quick else 1000
+    intervals = 4 if quick else 10
+    common = ["--jobs", str(n_jobs), "--interval", "1", "--intervals", str(intervals)]
+    timeout = 300.0 + intervals
+
+    def describe(r: Dict[str, Any]) -> str:
+        if not r["polls"]:
+            return f"no status command in {r['window_s']:g} s; job states {r['states']}"
+        ids = ", ".join("all of the user's" if n < 0 else str(n) for n in r["ids_per_command"])
+        period = "" if r["poll_period_s"] is None else \
+            f", a poll every {r['poll_period_s']:.2f} s"
+        return (f"{r['per_interval']:.2f} status commands per poll interval, at most "
+                f"{r['max_per_interval']} ({r['status_commands']} commands in {r['polls']} "
+                f"polls over {r['window_s']:g} s at interval {r['interval_s']:g} s{period}; "
+                f"jobs asked for per command: {ids}; job states {r['states']})")
+
+    ours = [i for i in impls if i.label == OURS]
+    bt = alternate(f"status commands per poll interval, {n_jobs} tracked jobs, batch-test "
+                   "(ours; counted in the executor's command runner)", ours, 1,
+                   lambda impl: ["status-batch-test", *common], timeout, describe)
+    fake = alternate(f"status commands per poll interval, {n_jobs} tracked jobs, slurm executor "
+                     "with fake sbatch/squeue on PATH (squeue counts its calls)", impls, 1,
+                     lambda impl: ["status-slurm-fake", *common], timeout, describe)
+    log()
+    rows = []
+    for name, series in (("status cmds/interval, batch-test", bt),
+                         ("status cmds/interval, slurm (fake squeue)", fake)):
+        values: Dict[str, Optional[float]] = {}
+        for label, s in series.items():
+            errors.extend(f"{name} {label}: {e}" for e in s.errors)
+            values[label] = s.results[0]["max_per_interval"] if s.results else None
+        rows.append(Row(f"{name}, {n_jobs} jobs", "commands", values.get(OURS),
+                        values.get(REF), False, note="most in one poll"))
+    return rows
+
+
+# -- Slurm ------------------------------------------------------------------------------------
+
+
+def slurm_up() -> bool:
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "is UP" in ping.stdout
+
+
+class SlurmSession:
+    """A usable Slurm for the duration of a ``with``, or the reason there is none.
+
+    Holds the shared scheduler lock throughout, as a test run does, so that no test run stops
+    Slurm under the benchmark. Starts Slurm only when it is not running and this is root, and
+    then stops it afterwards, unless another run holds the lock by then.
+    """
+
+    def __init__(self) -> None:
+        self.skipped: Optional[str] = None
+        self.started = False
+        self._lock_fd: Optional[int] = None
+
+    def __enter__(self) -> "SlurmSession":
+        self._lock_fd = os.open(SCHEDULERS_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_SH)
+        if slurm_up():
+            log("Slurm is running already; it will be left running.")
+            return self
+        if os.geteuid() != 0:
+            self.skipped = ("Slurm is not running, and it can only be started as root "
+                            "(tests/setup/start-slurm.sh)")
+            return self
+        log("Starting Slurm with tests/setup/start-slurm.sh ...")
+        self.started = True
+        try:
+            done = subprocess.run(["bash", str(SETUP / "start-slurm.sh")], capture_output=True,
+                                  text=True, timeout=START_SLURM_LIMIT_S)
+            said = done.stdout + done.stderr
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            said = str(exc)
+        if not slurm_up():
+            self.skipped = "start-slurm.sh did not give a running Slurm:\n" + _tail(said, 8)
+        else:
+            log(_tail(said, 1).strip(" |"))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._lock_fd is not None
+        try:
+            if not self.started:
+                return
+            # Converting to exclusive drops the shared hold first; a test run still holding
+            # it keeps us from getting the lock, and Slurm then stays up for that run.
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log("Slurm left running: another run on this machine is using it.")
+                return
+            done = subprocess.run(["bash", str(SETUP / "stop-slurm.sh")], capture_output=True,
+                                  text=True, timeout=120)
+            log("Stopped Slurm (started for this benchmark)." if done.returncode == 0 else
+                "stop-slurm.sh failed:\n" + _tail(done.stdout + done.stderr, 8))
+        finally:
+            os.close(self._lock_fd)
+
+
+def wait_drained(native_ids: Sequence[str]) -> None:
+    """Wait until none of these jobs is pending or running, so rounds do not overlap."""
+    if not native_ids:
+        return
+    deadline = time.monotonic() + DRAIN_LIMIT_S
+    while time.monotonic() < deadline:
+        listed = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(native_ids)],
+                                capture_output=True, text=True, timeout=60)
+        if not listed.stdout.strip():
+            return
+        time.sleep(1)
+    log(f"   (some jobs still queued after {DRAIN_LIMIT_S:.0f} s; going on)")
+
+
+class WorkDirs:
+    """One fresh work directory per Slurm round, removed once that round's jobs are gone."""
+
+    def __init__(self) -> None:
+        self.dirs: List[Path] = []
+
+    def new(self) -> Path:
+        path = Path(tempfile.mkdtemp(prefix="psij-bench-slurm-"))
+        self.dirs.append(path)
+        return path
+
+    def remove_all(self) -> None:
+        for path in self.dirs:
+            shutil.rmtree(path, ignore_errors=True)
+        self.dirs = []
+
+
+def slurm_rows(quick: bool, impls: Sequence[Implementation], errors: List[str]) -> List[Row]:
+    dirs = WorkDirs()
+    rows: List[Row] = []
+    try:
+        rows.append(_throughput_row(quick, impls, errors, dirs))
+        for label, interval in (("default polling", None), ("1 s polling", 1.0)):
+            rows.append(_end_to_seen_row(quick, impls, errors, dirs, label, interval))
+    finally:
+        dirs.remove_all()
+    return rows
+
+
+def _throughput_row(quick: bool, impls: Sequence[Implementation], errors: List[str],
+                    dirs: WorkDirs) -> Row:
+    n_jobs = 20 if quick else 100
+    series = alternate(
+        f"Slurm submit throughput, {n_jobs} x /bin/true with a 1-minute limit, submit calls "
+        "only", impls, 1 if quick else 3,
+        lambda impl: ["slurm-submit", "--jobs", str(n_jobs), "--work", str(dirs.new())],
+        600.0,
+        lambda r: (f"{r['jobs_per_s']:.1f} jobs/s ({r['jobs']} submits in {r['submit_s']:.2f} s,"
+                   f" median {r['median_submit_ms']:.1f} ms per submit)"),
+        after_round=lambda r: wait_drained(r["native_ids"]))
+    values: Dict[str, Optional[float]] = {}
+    for label, s in series.items():
+        errors.extend(f"slurm submit {label}: {e}" for e in s.errors)
+        # Pooled: all jobs over all submit time of every round.
+        values[label] = (sum(r["jobs"] for r in s.results) / sum(r["submit_s"] for r in s.results)
+                         if s.results else None)
+    log()
+    return Row(f"Slurm submit throughput, {n_jobs} jobs", "jobs/s", values.get(OURS),
+               values.get(REF), True)
+
+
+def _end_to_seen_row(quick: bool, impls: Sequence[Implementation], errors: List[str],
+                     dirs: WorkDirs, label: str, interval: Optional[float]) -> Row:
+    n_jobs = 3 if quick else 5
+    rounds = 1 if quick else 2
+    spread = interval if interval is not None else DEFAULT_POLLING_INTERVAL_S
+
+    def argv(impl: Implementation) -> List[str]:
+        args = ["slurm-end-to-seen", "--jobs", str(n_jobs), "--spread", str(spread),
+                "--work", str(dirs.new())]
+        if interval is not None:
+            args += ["--interval", str(interval), "--initial-delay", "1"]
+        return args
+
+    def describe(r: Dict[str, Any]) -> str:
+        samples = ", ".join(f"{s:.2f}" for s in r["samples_s"])
+        note = f"; NOT COMPLETED: {r['not_completed']} {r['problems']}" \
+            if r["not_completed"] else ""
+        return (f"median {statistics.median(r['samples_s']):.2f} s" if r["samples_s"]
+                else "no sample") + (f" (polling every {r['interval_s']:g} s, first after "
+                                     f"{r['initial_delay_s']:g} s; samples {samples}){note}")
+
+    series = alternate(
+        f"Slurm job end -> COMPLETED seen by the callback, {label} ({n_jobs} jobs per round, "
+        f"ends spread over {spread:g} s)", impls, rounds, argv, 600.0, describe,
+        after_round=lambda r: wait_drained(r["native_ids"]))
+    values: Dict[str, Optional[float]] = {}
+    for name, s in series.items():
+        errors.extend(f"slurm end-to-seen {label} {name}: {e}" for e in s.errors)
+        samples = [x for r in s.results for x in r["samples_s"]]
+        values[name] = statistics.median(samples) if samples else None
+        missing = sum(r["not_completed"] for r in s.results)
+        if missing:
+            errors.append(f"slurm end-to-seen {label} {name}: {missing} job(s) not seen "
+                          "COMPLETED")
+    log()
+    return Row(f"Slurm end -> COMPLETED seen, {label}", "s", values.get(OURS),
+               values.get(REF), False, note=f"median of {n_jobs * rounds}")
+
+
+# -- summary ----------------------------------------------------------------------------------
+
+
+def print_summary(rows: Sequence[Row]) -> None:
+    table = [("figure", "ours", "ref", "ours vs ref")]
+    for row in rows:
+        table.append((row.figure + (f" ({row.note})" if row.note else ""),
+                      _fmt(row.ours, row.unit), _fmt(row.ref, row.unit), _ratio(row)))
+    widths = [max(len(line[i]) for line in table) for i in range(4)]
+    log("== Summary (batch)")
+    for n, line in enumerate(table):
+        log("   " + "  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
+        if n == 0:
+            log("   " + "  ".join("-" * w for w in widths))
+    log()
+    log("== Targets (informational)")
+    for row in rows:
+        if row.figure.startswith("status cmds/interval, batch-test"):
+            met = None if row.ours is None else row.ours == 1.0
+            verdict = {True: "PASS", False: "FAIL", None: "N/A "}[met]
+            log(f"   {verdict}  one status command per poll interval for all tracked jobs "
+                f"(ours: at most {_fmt(row.ours, row.unit)} per poll)")
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds")
+    parser.add_argument("--no-slurm", action="store_true", help="skip the real-Slurm figures")
+    args = parser.parse_args(argv)
+
+    if not OURS_PYTHON.exists():
+        log(f"{OURS_PYTHON} is missing: run `make .venv/.installed` first.")
+        return 1
+    ours = Implementation(OURS, OURS_PYTHON)
+    problem = probe_version(ours)
+    if problem:
+        log(f"FAILED: {problem}")
+        return 1
+    impls = [ours]
+    problem = ensure_reference_venv()
+    if problem is None:
+        ref = Implementation(REF, REFERENCE_PYTHON)
+        problem = probe_version(ref)
+        if problem is None:
+            impls.append(ref)
+    if problem:
+        log(f"Reference unavailable, measuring ours only. FAILED: {problem}")
+
+    log(f"Batch benchmarks. Machine: {os.cpu_count()} CPU(s), load average "
+        f"{os.getloadavg()[0]:.1f}, {'quick' if args.quick else 'full'} run")
+    for impl in impls:
+        log(f"  {impl.label:4} psij {impl.version}")
+    log()
+
+    errors: List[str] = []
+    rows = status_rows(args.quick, impls, errors)
+    if args.no_slurm:
+        log("== Slurm figures skipped: --no-slurm")
+        log()
+    else:
+        with SlurmSession() as session:
+            if session.skipped is not None:
+                log(f"== Slurm figures skipped: {session.skipped}")
+                log()
+            else:
+                rows.extend(slurm_rows(args.quick, impls, errors))
+    print_summary(rows)
+    if errors or len(impls) < 2:
+        log()
+        log("Measurements that failed:")
+        for error in errors or ["reference setup"]:
+            log("   " + error.splitlines()[0])
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["worker"]:
+        sys.exit(worker_main(sys.argv[2:]))
+    sys.exit(main(sys.argv[1:]))

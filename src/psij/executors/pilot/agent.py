@@ -1,0 +1,175 @@
+"""The pilot's agent: runs the tasks the pilot places on one node that is not its own.
+
+Started by the pilot through the allocation's launcher (``srun``, ``mpirun``, ``ssh``, or
+directly for virtual nodes) as ``python -m psij.executors.pilot.agent --connect ADDRESS
+--node NAME``, with the pilot's token as the first line of its standard input. It connects
+back (``unix:PATH`` or ``tcp:HOST:PORT``), says hello, and then follows the pilot's requests.
+
+Protocol: one JSON object per line, both ways.
+
+- agent to pilot: ``{"op": "hello", "node", "token", "pid"}`` first, then
+  ``{"op": "exited", "id", "code", "message"}`` when a task ends (``code`` null and a message
+  when it could not be started).
+- pilot to agent: ``{"op": "spawn", "launch": {...}}`` (see ``_task_process.Launch``),
+  ``{"op": "signal", "id", "grace"}`` (TERM now, KILL after ``grace`` seconds),
+  ``{"op": "stop"}``.
+
+When the connection ends (the pilot stopped or died) the agent stops every task it runs (TERM,
+KILL after a short grace) and exits. It never decides what to run.
+"""
+
+import argparse
+import json
+import os
+import queue
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from psij.executors.pilot._task_process import Launch, LaunchError, TaskProcesses
+
+__all__ = ["connect", "main"]
+
+_STOP_GRACE = 2.0
+
+
+def connect(address: str, timeout: float = 30.0) -> socket.socket:
+    """A connected socket for ``unix:PATH`` or ``tcp:HOST:PORT``."""
+    kind, _, rest = address.partition(":")
+    if kind == "unix":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        target: Any = rest
+    elif kind == "tcp":
+        host, _, port = rest.rpartition(":")
+        if not port.isdigit():
+            raise ValueError(f"--connect: {address!r} has no port; expected tcp:HOST:PORT")
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        target = (host, int(port))
+    else:
+        raise ValueError(f"--connect: {address!r} is neither unix:PATH nor tcp:HOST:PORT")
+    sock.settimeout(timeout)
+    sock.connect(target)
+    sock.settimeout(None)
+    return sock
+
+
+class _Agent:
+    def __init__(self, sock: socket.socket, tmp_root: Path) -> None:
+        self._sock = sock
+        self._lock = threading.Lock()
+        self._outgoing: queue.SimpleQueue[Optional[Tuple[Any, ...]]] = queue.SimpleQueue()
+        self._processes = TaskProcesses(tmp_root, self._exited)
+        self._ended = threading.Condition(self._lock)
+        self._sender = threading.Thread(target=self._send_loop, name="psij-agent-sender",
+                                        daemon=True)
+        self._sender.start()
+
+    def _exited(self, task_id: str, code: Optional[int]) -> None:
+        # On the ProcessWatch thread: clean-up and sending happen on the sender thread.
+        self._outgoing.put(("exit", task_id, code))
+
+    def send(self, message: Dict[str, Any]) -> None:
+        self._outgoing.put(("send", message))
+
+    def _send_loop(self) -> None:
+        while True:
+            item = self._outgoing.get()
+            if item is None:
+                return
+            if item[0] == "exit":
+                _, task_id, code = item
+                with self._lock:
+                    message = self._processes.finish(task_id, code)
+                    self._ended.notify_all()
+                payload: Dict[str, Any] = {"op": "exited", "id": task_id, "code": code,
+                                           "message": message}
+            else:
+                payload = item[1]
+            try:
+                self._sock.sendall(json.dumps(payload, separators=(",", ":")).encode()
+                                   + b"\n")
+            except OSError:
+                pass  # the pilot is gone; the reader sees the end of the connection
+
+    def handle(self, message: Dict[str, Any]) -> bool:
+        """Follow one request; False when the agent should stop."""
+        op = message.get("op")
+        if op == "spawn":
+            launch = Launch.from_json(message["launch"])
+            try:
+                with self._lock:
+                    self._processes.start(launch)
+            except LaunchError as ex:
+                self.send({"op": "exited", "id": launch.task_id, "code": None,
+                           "message": f"could not start the task: {ex}"})
+        elif op == "signal":
+            with self._lock:
+                self._processes.signal(str(message.get("id")), float(message.get("grace", 5)))
+        elif op == "stop":
+            return False
+        return True
+
+    def stop(self) -> None:
+        """Stop every task, wait for their ends to be sent, remove the TMPDIRs."""
+        deadline = time.monotonic() + _STOP_GRACE + 3.0
+        with self._lock:
+            self._processes.signal_all(_STOP_GRACE)
+            while self._processes.running() and time.monotonic() < deadline:
+                self._ended.wait(deadline - time.monotonic())
+        self._outgoing.put(None)
+        self._sender.join(2.0)
+        self._processes.remove_tmp_root()
+
+
+def _serve(agent: _Agent, sock: socket.socket) -> None:
+    buffer = b""
+    while True:
+        try:
+            data = sock.recv(65536)
+        except OSError:
+            return
+        if not data:
+            return
+        lines: List[bytes] = (buffer + data).split(b"\n")
+        buffer = lines.pop()
+        for line in lines:
+            if line.strip() and not agent.handle(json.loads(line)):
+                return
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m psij.executors.pilot.agent",
+                                     description="Run a pilot's tasks on this node (started "
+                                                 "by the pilot; the token comes on stdin).")
+    parser.add_argument("--connect", required=True, metavar="ADDRESS",
+                        help="the pilot's address: unix:PATH or tcp:HOST:PORT")
+    parser.add_argument("--node", required=True, help="the node name the pilot knows")
+    parser.add_argument("--tmp-root", metavar="DIR",
+                        help="where the tasks' TMPDIRs are made (default: a new folder in "
+                             "this node's temporary directory)")
+    args = parser.parse_args(argv)
+    token = sys.stdin.readline().strip()
+    tmp_root = Path(args.tmp_root) if args.tmp_root else Path(tempfile.mkdtemp(
+        prefix=f"psij-agent-{args.node}-"))
+    try:
+        sock = connect(args.connect)
+    except (OSError, ValueError) as ex:
+        print(f"psij pilot agent on {args.node}: cannot connect to {args.connect}: {ex}",
+              file=sys.stderr)
+        return 1
+    agent = _Agent(sock, tmp_root)
+    agent.send({"op": "hello", "node": args.node, "token": token, "pid": os.getpid()})
+    try:
+        _serve(agent, sock)
+    finally:
+        agent.stop()
+        sock.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1359 @@
+"""The pilot engine: runs the tasks the scheduler places, on the nodes of one allocation.
+
+The engine owns a :class:`~psij.executors.pilot.scheduler.Scheduler` and the processes of the
+tasks it placed. Tasks on the node this process runs on are spawned directly; tasks on other
+nodes are sent to one agent per node (:mod:`psij.executors.pilot.agent`), started with the
+allocation's launcher and connected back over a socket.
+
+Threads:
+
+- One engine thread owns the started processes, the agents' connections, the journal's start
+  and end records, and listener delivery. It sleeps in one ``select`` on a wake-up pipe, the
+  agents' sockets and a timer; it never polls tasks.
+- Exits arrive from the shared ``ProcessWatch`` thread, which only queues them.
+- ``submit``/``cancel``/``status``/... may be called from any thread; they hold one short lock
+  around the scheduler's books and never run listeners or spawn processes under it.
+- Listeners get every state change, in order, on the engine thread, with no lock held; an
+  exception in a listener is logged and does not affect the engine or other listeners.
+
+A scheduling pass runs once per batch of events (submissions, exits, cancels), so its cost is
+the scheduler's: it grows with the number of distinct task shapes, not with waiting tasks.
+
+Journal: one JSON line per event (submit, start, end, user cancel, forget), appended with one
+write per batch, fsync'd at most once a second and at close. ``resume`` reads it back: tasks
+that succeeded are not run again, tasks a user cancelled stay cancelled, all others are queued
+again in their original order.
+
+The engine never reads or changes the tasks' output, and never blocks on a task.
+"""
+
+import json
+import logging
+import os
+import re
+import secrets
+import selectors
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
+
+from psij import _check
+from psij.executors._process_watch import WATCH, exit_code_of
+from psij.executors.pilot._task_process import Launch, LaunchError, TaskProcesses
+from psij.executors.pilot.allocation import Allocation
+from psij.executors.pilot.resources import Amount, PoolUsage, ResourcePool, ResourceRequest
+from psij.executors.pilot.scheduler import (
+    Placement,
+    Scheduler,
+    TaskRequest,
+    TaskState,
+    Transition,
+)
+
+__all__ = ["EngineConfig", "PilotEngine", "TaskEvent", "TaskShare", "TaskSpec", "TaskStatus",
+           "request_from_json", "request_to_json"]
+
+logger = logging.getLogger(__name__)
+
+_NO_ENV: Mapping[str, str] = MappingProxyType({})
+_DEFAULT_REQUEST = ResourceRequest()
+_FSYNC_INTERVAL = 1.0
+_RECV_SIZE = 65536
+_RUN_VARIABLE = "PSIJ_PILOT_RUN"
+
+
+# -- task descriptions ------------------------------------------------------------------------
+
+
+def _amount_to_json(amount: Amount) -> List[Optional[int]]:
+    return [amount.minimum, amount.maximum, amount.split_into]
+
+
+def _amount_from_json(field_name: str, value: Any) -> Amount:
+    if not isinstance(value, list) or len(value) != 3:
+        raise _check.fail_type(field_name, value, "[minimum, maximum or null, split_into or null]")
+    return Amount(value[0], value[1], value[2])
+
+
+def request_to_json(request: ResourceRequest) -> Dict[str, Any]:
+    """A ResourceRequest as JSON-ready data (only what differs from one core)."""
+    out: Dict[str, Any] = {}
+    default = _DEFAULT_REQUEST
+    if request.processes != default.processes:
+        out["processes"] = _amount_to_json(request.processes)
+    if request.nodes is not None:
+        out["nodes"] = _amount_to_json(request.nodes)
+    if request.processes_per_node != default.processes_per_node:
+        out["processes_per_node"] = _amount_to_json(request.processes_per_node)
+    for name in ("cores_per_process", "gpus_per_process", "memory_per_process", "exclusive"):
+        if getattr(request, name) != getattr(default, name):
+            out[name] = getattr(request, name)
+    if request.custom:
+        out["custom"] = dict(request.custom)
+    return out
+
+
+def request_from_json(data: Any) -> ResourceRequest:
+    """The inverse of :func:`request_to_json`; raises naming the bad field."""
+    if not isinstance(data, Mapping):
+        raise _check.fail_type("resources", data, "a dict")
+    known = {"processes", "nodes", "processes_per_node", "cores_per_process",
+             "gpus_per_process", "memory_per_process", "exclusive", "custom"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"resources: unknown field {unknown[0]!r}; accepted: "
+                         f"{', '.join(sorted(known))}")
+    kwargs: Dict[str, Any] = dict(data)
+    for name in ("processes", "nodes", "processes_per_node"):
+        if kwargs.get(name) is not None:
+            kwargs[name] = _amount_from_json(f"resources.{name}", kwargs[name])
+    return ResourceRequest(**kwargs)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task for the engine: what to run, where, with which resources and dependencies.
+
+    ``name`` is the task's id and must be unique in the engine. A relative ``directory`` is
+    taken from the engine's work directory, relative stream paths from ``directory``.
+    ``environment`` is added after the pilot's variables (so it wins). ``after`` names tasks or
+    iteration groups that must all succeed first.
+    """
+
+    name: str
+    executable: str
+    arguments: Sequence[str] = ()
+    directory: Optional[str] = None
+    environment: Mapping[str, str] = field(default_factory=lambda: _NO_ENV)
+    inherit_environment: bool = True
+    stdin: Optional[str] = None
+    stdout: Optional[str] = None
+    stderr: Optional[str] = None
+    resources: ResourceRequest = _DEFAULT_REQUEST
+    priority: int = 0
+    after: Sequence[str] = ()
+    group: Optional[str] = None
+    create_directories: bool = False
+    time_limit: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        _check.req_str("TaskSpec.name", self.name)
+        if self.name == "":
+            raise ValueError("TaskSpec.name: a task needs a non-empty name")
+        if _check.req_str("TaskSpec.executable", self.executable) == "":
+            raise ValueError("TaskSpec.executable: a task needs an executable")
+        args = _check.opt_str_list("TaskSpec.arguments", self.arguments)
+        object.__setattr__(self, "arguments", tuple(args or ()))
+        for name in ("directory", "stdin", "stdout", "stderr", "group"):
+            value = getattr(self, name)
+            if _check.opt_str(f"TaskSpec.{name}", value) == "":
+                raise ValueError(f"TaskSpec.{name}: an empty string is not accepted; use None")
+        env = _check.env_dict("TaskSpec.environment", self.environment)
+        object.__setattr__(self, "environment", MappingProxyType(env or {}))
+        _check.opt_bool("TaskSpec.inherit_environment", self.inherit_environment)
+        _check.opt_bool("TaskSpec.create_directories", self.create_directories)
+        _check.instance("TaskSpec.resources", self.resources, ResourceRequest,
+                        "ResourceRequest", False)
+        if _check.opt_int("TaskSpec.priority", self.priority) is None:
+            raise _check.fail_type("TaskSpec.priority", None, "int")
+        after = _check.opt_str_list("TaskSpec.after", self.after)
+        object.__setattr__(self, "after", tuple(after or ()))
+        limit = self.time_limit
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+                raise _check.fail_type("TaskSpec.time_limit", limit, "seconds (a number) or None")
+            if limit <= 0:
+                raise ValueError(f"TaskSpec.time_limit: must be positive, got {limit}")
+
+    def to_json(self) -> Dict[str, Any]:
+        """JSON-ready data; fields left at their defaults are left out."""
+        out: Dict[str, Any] = {"name": self.name, "executable": self.executable}
+        if self.arguments:
+            out["arguments"] = list(self.arguments)
+        for name in ("directory", "stdin", "stdout", "stderr", "group", "time_limit"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        if self.environment:
+            out["environment"] = dict(self.environment)
+        if not self.inherit_environment:
+            out["inherit_environment"] = False
+        if self.resources != _DEFAULT_REQUEST:
+            out["resources"] = request_to_json(self.resources)
+        if self.priority:
+            out["priority"] = self.priority
+        if self.after:
+            out["after"] = list(self.after)
+        if self.create_directories:
+            out["create_directories"] = True
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> "TaskSpec":
+        """Read :meth:`to_json`'s form; unknown fields and bad values raise naming the field."""
+        if not isinstance(data, Mapping):
+            raise _check.fail_type("task", data, "a dict")
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"task: unknown field {unknown[0]!r}; accepted: "
+                             f"{', '.join(cls.__dataclass_fields__)}")
+        kwargs: Dict[str, Any] = dict(data)
+        if "resources" in kwargs:
+            kwargs["resources"] = request_from_json(kwargs["resources"])
+        for name in ("name", "executable"):
+            if name not in kwargs:
+                raise ValueError(f"task: the field {name!r} is required")
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class TaskShare:
+    """What a started task got: per node (in pool order) its processes, core and GPU ids."""
+
+    nodes: Tuple[str, ...]
+    processes: Tuple[int, ...]
+    cores: Tuple[Tuple[int, ...], ...]
+    gpus: Tuple[Tuple[int, ...], ...] = ()
+
+    @classmethod
+    def of(cls, placement: Placement) -> "TaskShare":
+        shares = placement.shares
+        return cls(tuple(s.node for s in shares), tuple(s.processes for s in shares),
+                   tuple(s.cores for s in shares), tuple(s.gpus for s in shares))
+
+    @property
+    def process_count(self) -> int:
+        return sum(self.processes)
+
+    @property
+    def core_count(self) -> int:
+        return sum(len(c) for c in self.cores)
+
+    @property
+    def allocation_text(self) -> str:
+        """``node:cores`` per node, comma-separated (QCG-PilotJob's ``allocation``)."""
+        return ",".join(f"{n}:{len(c)}" for n, c in zip(self.nodes, self.cores))
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"nodes": list(self.nodes), "processes": list(self.processes),
+                "cores": [list(c) for c in self.cores], "gpus": [list(g) for g in self.gpus]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "TaskShare":
+        return cls(tuple(data["nodes"]), tuple(data["processes"]),
+                   tuple(tuple(c) for c in data["cores"]),
+                   tuple(tuple(g) for g in data.get("gpus", ())))
+
+
+@dataclass(frozen=True)
+class TaskEvent:
+    """A task's state changed (given to listeners, in order)."""
+
+    task_id: str
+    state: TaskState
+    time: float
+    message: Optional[str] = None
+    exit_code: Optional[int] = None
+    share: Optional[TaskShare] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"task_id": self.task_id, "state": self.state.value,
+                               "time": self.time}
+        if self.message is not None:
+            out["message"] = self.message
+        if self.exit_code is not None:
+            out["exit_code"] = self.exit_code
+        if self.share is not None:
+            out["share"] = self.share.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "TaskEvent":
+        share = data.get("share")
+        return cls(data["task_id"], TaskState(data["state"]), data["time"], data.get("message"),
+                   data.get("exit_code"), None if share is None else TaskShare.from_json(share))
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """A snapshot of one task: its state, why, where it ran and when each state began."""
+
+    task_id: str
+    state: TaskState
+    message: Optional[str]
+    exit_code: Optional[int]
+    share: Optional[TaskShare]
+    history: Tuple[Tuple[float, TaskState], ...]
+    directory: str
+    started: Optional[float]
+    ended: Optional[float]
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"task_id": self.task_id, "state": self.state.value, "message": self.message,
+                "exit_code": self.exit_code,
+                "share": None if self.share is None else self.share.to_json(),
+                "history": [[t, s.value] for t, s in self.history],
+                "directory": self.directory, "started": self.started, "ended": self.ended}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "TaskStatus":
+        share = data.get("share")
+        return cls(data["task_id"], TaskState(data["state"]), data.get("message"),
+                   data.get("exit_code"), None if share is None else TaskShare.from_json(share),
+                   tuple((t, TaskState(s)) for t, s in data.get("history", ())),
+                   data.get("directory", ""), data.get("started"), data.get("ended"))
+
+
+Listener = Callable[[TaskEvent], None]
+Prepare = Callable[[TaskSpec, TaskShare], TaskSpec]
+
+
+@dataclass
+class EngineConfig:
+    """How an engine runs its tasks (see the module documentation)."""
+
+    work_directory: Optional[Path] = None
+    journal: Optional[Path] = None
+    resume: bool = False
+    cancel_grace_period: float = 5.0
+    tmp_root: Optional[Path] = None
+    agent_transport: str = "auto"
+    agent_host: Optional[str] = None
+    agent_python: str = sys.executable
+    agent_connect_timeout: float = 60.0
+    prepare: Optional[Prepare] = None
+
+    def __post_init__(self) -> None:
+        self.work_directory = _check.opt_path("EngineConfig.work_directory",
+                                              self.work_directory) or Path(os.getcwd())
+        self.journal = _check.opt_path("EngineConfig.journal", self.journal)
+        self.tmp_root = _check.opt_path("EngineConfig.tmp_root", self.tmp_root)
+        _check.opt_bool("EngineConfig.resume", self.resume)
+        if self.resume and self.journal is None:
+            raise ValueError("EngineConfig.resume: resuming needs a journal; set journal")
+        for name in ("cancel_grace_period", "agent_connect_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"EngineConfig.{name}: expected seconds (a number of at least "
+                                 f"0), got {value!r}")
+        if self.agent_transport not in ("auto", "unix", "tcp"):
+            raise ValueError(f"EngineConfig.agent_transport: {self.agent_transport!r}; "
+                             "accepted: auto, unix, tcp")
+
+
+# -- engine internals -------------------------------------------------------------------------
+
+
+class _Task:
+    """The engine's books on one task (guarded by the engine lock)."""
+
+    __slots__ = ("agent_sent", "directory", "ended", "exit_code", "failure", "history",
+                 "message", "node", "reported", "run", "share", "spec", "started",
+                 "timed_out", "user_canceled")
+
+    def __init__(self, spec: TaskSpec, directory: str) -> None:
+        self.spec = spec
+        self.directory = directory
+        self.history: List[Tuple[float, TaskState]] = []
+        self.reported: Optional[TaskState] = None
+        self.message: Optional[str] = None
+        self.exit_code: Optional[int] = None
+        self.share: Optional[TaskShare] = None
+        self.node: Optional[str] = None
+        self.started: Optional[float] = None
+        self.ended: Optional[float] = None
+        self.run = 0  # which start of the task an exit belongs to
+        self.agent_sent = False
+        self.failure: Optional[str] = None  # engine's own reason for a failure
+        self.timed_out = False
+        self.user_canceled = False
+
+
+class _Journal:
+    """The append-only journal: one write per batch of lines, fsync'd now and then."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        self._dirty = False
+        self._synced = time.monotonic()
+
+    def write(self, records: Iterable[Dict[str, Any]]) -> None:
+        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+        if not data:
+            return
+        try:
+            os.write(self._fd, data.encode())
+            self._dirty = True
+        except OSError as ex:
+            logger.error("could not write the pilot journal: %s", ex)
+
+    def due(self) -> Optional[float]:
+        """Seconds until the next fsync is due, or None when nothing waits for one."""
+        if not self._dirty:
+            return None
+        return max(0.0, self._synced + _FSYNC_INTERVAL - time.monotonic())
+
+    def sync(self, force: bool = False) -> None:
+        if self._dirty and (force or time.monotonic() - self._synced >= _FSYNC_INTERVAL):
+            try:
+                os.fsync(self._fd)
+            except OSError as ex:
+                logger.error("could not fsync the pilot journal: %s", ex)
+            self._dirty = False
+            self._synced = time.monotonic()
+
+    def close(self) -> None:
+        self.sync(force=True)
+        os.close(self._fd)
+
+
+def read_journal(path: Path) -> List[Dict[str, Any]]:
+    """The records of a journal; a last line cut short by a crash is ignored."""
+    records: List[Dict[str, Any]] = []
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().split(b"\n")
+    except FileNotFoundError:
+        return records
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if number < len(lines):
+                logger.warning("pilot journal %s: line %d is not JSON; skipped", path, number)
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+class _Agent:
+    """The engine's side of one node's agent."""
+
+    __slots__ = ("buffer", "connected_at", "launcher", "log", "lost", "node", "pending",
+                 "sock", "tasks")
+
+    def __init__(self, node: str, log: Path) -> None:
+        self.node = node
+        self.log = log
+        self.launcher: Optional[Any] = None
+        self.sock: Optional[socket.socket] = None
+        self.buffer = b""
+        self.pending: List[Dict[str, Any]] = []  # spawn messages waiting for the connection
+        self.tasks: Set[str] = set()  # tasks started there and not yet ended
+        self.lost: Optional[str] = None
+        self.connected_at: Optional[float] = None
+
+
+def _pilot_environment(task_id: str, share: TaskShare, cores_per_process: int
+                       ) -> Dict[str, str]:
+    """The QCG_PM_* and SLURM_* variables that describe a task's own share."""
+    nodes = ",".join(share.nodes)
+    count = str(len(share.nodes))
+    processes = str(share.process_count)
+    per_node = ",".join(str(p) for p in share.processes)
+    env = {
+        "QCG_PM_NNODES": count, "QCG_PM_NODELIST": nodes, "QCG_PM_NPROCS": processes,
+        "QCG_PM_NTASKS": processes, "QCG_PM_STEP_ID": task_id,
+        "QCG_PM_TASKS_PER_NODE": per_node,
+        "SLURM_NNODES": count, "SLURM_NODELIST": nodes, "SLURM_NPROCS": processes,
+        "SLURM_NTASKS": processes, "SLURM_JOB_NODELIST": nodes, "SLURM_JOB_NUM_NODES": count,
+        "SLURM_STEP_NODELIST": nodes, "SLURM_STEP_NUM_NODES": count,
+        "SLURM_STEP_NUM_TASKS": processes, "SLURM_NTASKS_PER_NODE": per_node,
+        "SLURM_STEP_TASKS_PER_NODE": per_node, "SLURM_TASKS_PER_NODE": per_node,
+    }
+    if cores_per_process > 1:
+        env["SLURM_CPUS_PER_TASK"] = str(cores_per_process)
+    if share.gpus and share.gpus[0]:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in share.gpus[0])
+    return env
+
+
+def _nodefile_text(share: TaskShare) -> str:
+    return "".join(f"{node}\n" * processes
+                   for node, processes in zip(share.nodes, share.processes))
+
+
+class PilotEngine:
+    """Schedules and runs tasks on one allocation (see the module documentation)."""
+
+    def __init__(self, allocation: Allocation, config: Optional[EngineConfig] = None) -> None:
+        _check.instance("allocation", allocation, Allocation, "Allocation", False)
+        _check.instance("config", config, EngineConfig, "EngineConfig")
+        self.allocation = allocation
+        self.config = config if config is not None else EngineConfig()
+        self._pool = ResourcePool(list(allocation.nodes))
+        self._scheduler = Scheduler(self._pool)
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._tasks: Dict[str, _Task] = {}
+        self._dependents: Dict[str, List[str]] = {}
+        self._outbox: List[TaskEvent] = []
+        self._journal_records: List[Dict[str, Any]] = []
+        self._listeners: List[Listener] = []
+        self._inbox: Deque[Tuple[Any, ...]] = deque()
+        self._dirty = False  # something may have become schedulable
+        self._selector: Optional[selectors.BaseSelector] = None
+        self._wake_r, self._wake_w = -1, -1
+        self._thread: Optional[threading.Thread] = None
+        self._journal: Optional[_Journal] = None
+        self._local: Optional[TaskProcesses] = None
+        self._agents: Dict[str, _Agent] = {}
+        self._agent_listener: Optional[socket.socket] = None
+        self._agent_address = ""
+        self._agent_token = ""
+        self._run_dir: Optional[Path] = None
+        self._closing = False  # the engine thread is cancelling everything
+        self._refusing = False  # close() was called: no more submissions
+        self._closed = threading.Event()
+        self._started = False
+        self._running = 0  # tasks whose process may still run (local or agent)
+        self._delivered_finals = 0  # tasks whose final event listeners have had
+        # Marks this run's task processes, so that a resume kills only a crashed run's own
+        # processes, never one that reused a pid.
+        self._run_id = secrets.token_hex(8)
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    @property
+    def pool(self) -> ResourcePool:
+        return self._pool
+
+    def start(self) -> None:
+        """Replay the journal (with ``resume``), start the agents and the engine thread."""
+        with self._lock:
+            if self._started:
+                raise RuntimeError("start: this engine was already started")
+            self._started = True
+        config = self.config
+        base = config.tmp_root or Path(tempfile.gettempdir())
+        _remove_dead_run_dirs(base)
+        self._run_dir = Path(tempfile.mkdtemp(prefix=f"psij-pilot-{os.getpid()}-",
+                                              dir=str(base)))
+        self._local = TaskProcesses(self._run_dir / "tmp", self._local_exit)
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, self._drain_wake)
+        if config.journal is not None:
+            previous = read_journal(config.journal) if config.resume else []
+            self._journal = _Journal(config.journal)
+            if previous:
+                self._replay(previous)
+        if self.allocation.remote_nodes:
+            self._start_agents()
+        self._thread = threading.Thread(target=self._loop, name="psij-pilot-engine",
+                                        daemon=True)
+        self._thread.start()
+        self._wake()
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Cancel every task that has not ended, wait for their processes to exit (at most
+        the grace period plus ``timeout``, default 5 s), stop the agents, flush the journal."""
+        with self._lock:
+            self._refusing = True
+        if self._thread is None:
+            return
+        self._post(("close",))
+        limit = self.config.cancel_grace_period + (5.0 if timeout is None else timeout)
+        self._closed.wait(limit)
+        if self._thread.is_alive():
+            self._post(("stop",))
+            self._thread.join(5.0)
+
+    # -- public operations ------------------------------------------------------------------
+
+    def add_listener(self, listener: Listener) -> None:
+        if not callable(listener):
+            raise _check.fail_type("listener", listener, "a callable taking a TaskEvent")
+        with self._lock:
+            self._listeners = [*self._listeners, listener]
+
+    def remove_listener(self, listener: Listener) -> None:
+        with self._lock:
+            self._listeners = [x for x in self._listeners if x is not listener]
+
+    def submit(self, task: TaskSpec) -> str:
+        """Add a task; raises ValueError/TypeError naming the field, adding nothing."""
+        return self.submit_many([task])[0]
+
+    def submit_many(self, tasks: Sequence[TaskSpec]) -> List[str]:
+        """Add several tasks at once, all or none (one journal write, one wake-up)."""
+        if isinstance(tasks, (str, bytes)) or not isinstance(tasks, Sequence):
+            raise _check.fail_type("tasks", tasks, "a list of TaskSpec")
+        for i, task in enumerate(tasks):
+            _check.instance(f"tasks[{i}]", task, TaskSpec, "TaskSpec", False)
+        with self._lock:
+            if self._refusing:
+                raise RuntimeError("submit: the pilot is shutting down")
+            self._check_batch(tasks)
+            ids = [self._add(task) for task in tasks]
+            if self._journal is not None:
+                self._journal.write({"e": "submit", "task": t.to_json()} for t in tasks)
+            self._dirty = True
+        self._wake()
+        return ids
+
+    def cancel(self, task_id: str) -> None:
+        """Cancel a task: a waiting or queued one ends CANCELED at once; a running one gets
+        TERM (KILL after the grace period) and ends CANCELED when it exits."""
+        with self._lock:
+            task = self._get(task_id)
+            if task.history and task.history[-1][1].final:
+                return
+            task.user_canceled = True
+            if self._journal is not None:
+                self._journal.write([{"e": "cancel", "id": task_id}])
+            transitions = self._scheduler.cancel(task_id)
+            if transitions:
+                self._ended(transitions)
+                self._dirty = True
+            else:
+                self._inbox.append(("kill", task_id))
+        self._wake()
+
+    def forget(self, task_id: str) -> None:
+        """Drop an ended task so its name can be used again."""
+        with self._lock:
+            self._scheduler.forget(task_id)
+            task = self._tasks.pop(task_id)
+            if task.reported is not None and task.reported.final:
+                self._delivered_finals -= 1
+            self._dependents.pop(task_id, None)
+            if self._journal is not None:
+                self._journal.write([{"e": "forget", "id": task_id}])
+
+    def status(self, task_id: str) -> TaskStatus:
+        with self._lock:
+            return self._snapshot(self._get(task_id))
+
+    def statuses(self) -> List[TaskStatus]:
+        with self._lock:
+            return [self._snapshot(t) for t in self._tasks.values()]
+
+    def task_ids(self) -> List[str]:
+        with self._lock:
+            return list(self._tasks)
+
+    def usage(self) -> PoolUsage:
+        with self._lock:
+            return self._pool.usage()
+
+    def wait(self, task_ids: Optional[Sequence[str]] = None,
+             timeout: Optional[float] = None) -> bool:
+        """Wait until the given tasks (default: every known task) have ended; False on
+        timeout. Ended means that their final event has been delivered to listeners."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while True:
+                if task_ids is None:
+                    # A count, not a scan: waiting for every task costs the same with 100 000.
+                    if self._delivered_finals >= len(self._tasks):
+                        return True
+                elif all(self._delivered_final(n) for n in task_ids):
+                    return True
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._changed.wait(left)
+
+    # -- submission books (under the lock) --------------------------------------------------
+
+    def _check_batch(self, tasks: Sequence[TaskSpec]) -> None:
+        names: Set[str] = set()
+        groups: Set[str] = set()
+        requests: Set[ResourceRequest] = set()
+        for i, task in enumerate(tasks):
+            if task.name in self._tasks or task.name in names:
+                raise ValueError(f"tasks[{i}].name: {task.name!r} is already a task of this "
+                                 "pilot; task names must be unique")
+            if self._is_group(task.name) or task.name in groups:
+                raise ValueError(f"tasks[{i}].name: {task.name!r} is already the name of an "
+                                 "iteration group")
+            if task.group is not None and (task.group in self._tasks or task.group in names):
+                raise ValueError(f"tasks[{i}].group: {task.group!r} is already the name of a "
+                                 "task")
+            for dependency in task.after:
+                if dependency not in self._tasks and not self._is_group(dependency) \
+                        and dependency not in names and dependency not in groups:
+                    raise ValueError(f"tasks[{i}].after: {dependency!r} is neither a task nor "
+                                     "an iteration group known to this pilot")
+            if task.resources not in requests:
+                requests.add(task.resources)
+                self._pool.resolve(task.resources)  # raises for ranges this pool cannot have
+            names.add(task.name)
+            if task.group is not None:
+                groups.add(task.group)
+
+    def _is_group(self, name: str) -> bool:
+        try:
+            self._scheduler.group_members(name)
+        except ValueError:
+            return False
+        return True
+
+    def _directory(self, spec: TaskSpec) -> str:
+        base = self.config.work_directory
+        assert base is not None
+        if spec.directory is None:
+            return str(base)
+        return os.path.join(base, spec.directory)
+
+    def _add(self, spec: TaskSpec, request: Optional[TaskRequest] = None) -> str:
+        task = _Task(spec, self._directory(spec))
+        self._tasks[spec.name] = task
+        if request is None:
+            request = TaskRequest(spec.name, spec.resources, spec.priority, spec.after,
+                                  spec.group)
+        self._scheduler.submit(request)
+        for dependency in request.after:
+            members = (dependency,) if dependency in self._tasks \
+                else self._scheduler.group_members(dependency)
+            for member in members:
+                self._dependents.setdefault(member, []).append(spec.name)
+        state = self._scheduler.state(spec.name)
+        if state.final:
+            self._end_task(task, state, self._scheduler.message(spec.name))
+        else:
+            self._report(task, state)
+        return spec.name
+
+    def _get(self, task_id: str) -> _Task:
+        task = self._tasks.get(task_id)
+        if task is None:
+            raise ValueError(f"task_id: {task_id!r} is not a task of this pilot")
+        return task
+
+    def _delivered_final(self, task_id: str) -> bool:
+        task = self._tasks.get(task_id)
+        return task is None or (task.reported is not None and task.reported.final)
+
+    def _report(self, task: _Task, state: TaskState, exit_code: Optional[int] = None,
+                share: Optional[TaskShare] = None) -> None:
+        now = time.time()
+        task.history.append((now, state))
+        self._outbox.append(TaskEvent(task.spec.name, state, now, task.message, exit_code,
+                                      share))
+
+    def _end_task(self, task: _Task, state: TaskState, message: Optional[str],
+                  exit_code: Optional[int] = None) -> None:
+        task.message = message
+        task.exit_code = exit_code
+        task.ended = time.time()
+        self._report(task, state, exit_code, task.share)
+
+    def _ended(self, transitions: List[Transition], exit_code: Optional[int] = None,
+               message: Optional[str] = None) -> None:
+        """Record final states from the scheduler: the first may carry the process's exit
+        code and the engine's message; the rest are dependents (OMITTED)."""
+        for i, transition in enumerate(transitions):
+            task = self._tasks[transition.task_id]
+            if i == 0 and transition.state is TaskState.FAILED and message is not None:
+                text: Optional[str] = message
+            else:
+                text = transition.message
+            self._end_task(task, transition.state, text, exit_code if i == 0 else None)
+            if self._journal is not None:
+                self._journal_records.append({"e": "end", "id": transition.task_id,
+                                              "state": transition.state.value,
+                                              "code": exit_code if i == 0 else None})
+        first = transitions[0] if transitions else None
+        if first is not None and first.state is TaskState.SUCCEEDED:
+            for dependent in self._dependents.pop(first.task_id, ()):
+                waiting = self._tasks.get(dependent)
+                if waiting is not None and waiting.history[-1][1] is TaskState.WAITING \
+                        and self._scheduler.state(dependent) is TaskState.QUEUED:
+                    self._report(waiting, TaskState.QUEUED)
+
+    def _snapshot(self, task: _Task) -> TaskStatus:
+        state = task.history[-1][1] if task.history else self._scheduler.state(task.spec.name)
+        return TaskStatus(task.spec.name, state, task.message, task.exit_code, task.share,
+                          tuple(task.history), task.directory, task.started, task.ended)
+
+    # -- resume -----------------------------------------------------------------------------
+
+    def _replay(self, records: List[Dict[str, Any]]) -> None:
+        """Rebuild the tasks of a previous run from its journal (see the module rules)."""
+        specs: Dict[str, TaskSpec] = {}
+        final: Dict[str, str] = {}
+        canceled: Set[str] = set()
+        leftovers: Dict[str, Tuple[int, str]] = {}  # task -> (pid, run marker)
+        for record in records:
+            kind = record.get("e")
+            name = record.get("id")
+            if kind == "submit":
+                try:
+                    spec = TaskSpec.from_json(record["task"])
+                except (KeyError, TypeError, ValueError) as ex:
+                    logger.warning("pilot journal: a submission could not be read: %s", ex)
+                    continue
+                specs[spec.name] = spec
+                final.pop(spec.name, None)
+                canceled.discard(spec.name)
+            elif kind == "end" and isinstance(name, str):
+                final[name] = str(record.get("state"))
+                leftovers.pop(name, None)
+            elif kind == "start" and isinstance(name, str) and record.get("pid"):
+                leftovers[name] = (int(record["pid"]), str(record.get("run")))
+            elif kind == "cancel" and isinstance(name, str):
+                canceled.add(name)
+            elif kind == "forget" and isinstance(name, str):
+                specs.pop(name, None)
+                final.pop(name, None)
+        for name, (pid, run) in leftovers.items():
+            if _is_task_process(pid, run, name):
+                try:
+                    os.killpg(pid, 9)
+                except OSError:
+                    pass
+        with self._lock:
+            succeeded = [s for n, s in specs.items() if final.get(n) == "SUCCEEDED"]
+            # A task that already succeeded enters the scheduler as a one-core task with no
+            # dependency and is ended SUCCEEDED at once, so that tasks after it may start.
+            for spec in succeeded:
+                self._add(spec, TaskRequest(spec.name, _DEFAULT_REQUEST, 0, (), spec.group))
+            while True:
+                placements = self._scheduler.schedule()
+                if not placements:
+                    break
+                for placement in placements:
+                    self._scheduler.finished(placement.task_id, True)
+                    self._end_task(self._tasks[placement.task_id], TaskState.SUCCEEDED,
+                                   "succeeded in an earlier run of the pilot", 0)
+            for name, spec in specs.items():
+                if name in self._tasks:
+                    continue
+                known = tuple(a for a in spec.after if a in self._tasks or self._is_group(a))
+                if known != spec.after:
+                    spec = replace(spec, after=known)
+                self._add(spec)
+                if name in canceled:
+                    self._tasks[name].user_canceled = True
+                    transitions = self._scheduler.cancel(name)
+                    if transitions:
+                        self._ended(transitions)
+            self._journal_records.clear()  # those ends are in the journal already
+            self._dirty = True
+
+    # -- engine thread ----------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass  # already awake, or not started yet
+
+    def _post(self, item: Tuple[Any, ...]) -> None:
+        self._inbox.append(item)
+        self._wake()
+
+    def _drain_wake(self, mask: int) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _local_exit(self, task_id: str, code: Optional[int]) -> None:
+        # On the ProcessWatch thread: queue only.
+        self._post(("exit", task_id, code, None))
+
+    def _loop(self) -> None:
+        selector = self._selector
+        assert selector is not None
+        try:
+            while True:
+                timeout = self._timeout()
+                for key, mask in selector.select(timeout):
+                    key.data(mask)
+                if not self._step():
+                    break
+        except Exception:
+            logger.exception("the pilot engine thread failed")
+        finally:
+            self._shutdown()
+
+    def _timeout(self) -> Optional[float]:
+        if self._inbox or self._dirty or self._outbox:
+            return 0.0
+        due = self._journal.due() if self._journal is not None else None
+        waiting = [a.connected_at for a in self._agents.values()
+                   if a.sock is None and a.lost is None and a.connected_at is not None]
+        if waiting:
+            left = min(waiting) + self.config.agent_connect_timeout - time.monotonic()
+            due = left if due is None else min(due, left)
+        return None if due is None else max(0.0, due)
+
+    def _step(self) -> bool:
+        """Handle what arrived, schedule, start, deliver; False once the engine may stop."""
+        stop = False
+        while self._inbox:
+            item = self._inbox.popleft()
+            kind = item[0]
+            if kind == "exit":
+                self._on_exit(item[1], item[2], item[3])
+            elif kind == "kill":
+                self._kill(item[1])
+            elif kind == "timeout":
+                self._on_time_limit(item[1], item[2])
+            elif kind == "agent-exit":
+                self._agent_lost(item[1], item[2])
+            elif kind == "close":
+                self._begin_close()
+            elif kind == "stop":
+                stop = True
+        self._check_agent_deadlines()
+        if self._dirty and not self._closing:
+            self._schedule()
+        with self._lock:
+            records, self._journal_records = self._journal_records, []
+        if self._journal is not None:
+            if records:
+                self._journal.write(records)
+            self._journal.sync()
+        self._deliver()
+        if self._closing and self._running == 0:
+            return False
+        return not stop
+
+    def _deliver(self) -> None:
+        with self._lock:
+            events, self._outbox = self._outbox, []
+            listeners = self._listeners
+        if not events:
+            return
+        for event in events:
+            for listener in listeners:
+                try:
+                    listener(event)
+                except Exception:
+                    logger.exception("pilot listener %r raised on %s", listener, event)
+        with self._changed:
+            for event in events:
+                task = self._tasks.get(event.task_id)
+                if task is not None and (task.reported is None or not task.reported.final):
+                    task.reported = event.state
+                    if event.state.final:
+                        self._delivered_finals += 1
+            self._changed.notify_all()
+
+    def _schedule(self) -> None:
+        with self._lock:
+            self._dirty = False
+            placements = self._scheduler.schedule()
+            starts = []
+            for placement in placements:
+                task = self._tasks[placement.task_id]
+                task.share = TaskShare.of(placement)
+                task.run += 1
+                self._running += 1
+                starts.append((task, task.spec))
+        for task, spec in starts:
+            self._start_task(task, spec)
+
+    def _start_task(self, task: _Task, spec: TaskSpec) -> None:
+        share = task.share
+        assert share is not None
+        if task.user_canceled:
+            self._finish(task, task.run, None, None)
+            return
+        prepare = self.config.prepare
+        if prepare is not None:
+            try:
+                spec = prepare(spec, share)
+                if not isinstance(spec, TaskSpec) or spec.name != task.spec.name:
+                    raise TypeError("prepare must return a TaskSpec with the same name")
+            except Exception as ex:
+                self._finish(task, task.run, None, f"could not prepare the task: {ex}")
+                return
+            task.directory = self._directory(spec)
+        environment = _pilot_environment(spec.name, share,
+                                         spec.resources.cores_per_process)
+        environment[_RUN_VARIABLE] = self._run_id
+        environment.update(spec.environment)
+        launch = Launch(spec.name, [spec.executable, *spec.arguments], task.directory,
+                        environment, spec.inherit_environment, spec.stdin, spec.stdout,
+                        spec.stderr, _nodefile_text(share), spec.create_directories)
+        node = share.nodes[0]
+        task.node = node
+        record: Dict[str, Any] = {"e": "start", "id": spec.name, "node": node}
+        if node == self.allocation.local_node:
+            assert self._local is not None
+            try:
+                pid = self._local.start(launch)
+            except LaunchError as ex:
+                self._finish(task, task.run, None, f"could not start the task: {ex}")
+                return
+            record["pid"] = pid
+            record["run"] = self._run_id
+        else:
+            agent = self._agents[node]
+            if agent.lost is not None:
+                self._finish(task, task.run, None, f"node {node} is lost: {agent.lost}")
+                return
+            agent.tasks.add(spec.name)
+            message = {"op": "spawn", "launch": launch.to_json()}
+            if agent.sock is None:
+                agent.pending.append(message)
+            else:
+                self._send(agent, message)
+        task.started = time.time()
+        with self._lock:
+            self._journal_records.append(record)
+            self._report(task, TaskState.RUNNING, share=share)
+        if spec.time_limit is not None:
+            run = task.run
+            WATCH.call_later(spec.time_limit,
+                             lambda: self._post(("timeout", spec.name, run)))
+
+    def _on_exit(self, task_id: str, code: Optional[int], message: Optional[str]) -> None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+        if task is None:
+            return
+        if task.node == self.allocation.local_node:
+            assert self._local is not None
+            message = self._local.finish(task_id, code)
+        else:
+            agent = self._agents.get(task.node or "")
+            if agent is not None:
+                agent.tasks.discard(task_id)
+        if task.timed_out and code != 0:
+            message = (f"the task exceeded its time limit of {task.spec.time_limit:g} s and "
+                       f"was killed (exit code {code})")
+        self._finish(task, task.run, code, message)
+
+    def _finish(self, task: _Task, run: int, code: Optional[int],
+                message: Optional[str]) -> None:
+        """A started (or about to start) task ended; settle the scheduler and dependents."""
+        if run != task.run:
+            return
+        with self._lock:
+            if self._scheduler.state(task.spec.name) is not TaskState.RUNNING:
+                return
+            self._running -= 1
+            transitions = self._scheduler.finished(task.spec.name, code == 0)
+            if transitions[0].state is TaskState.FAILED and message is None:
+                message = f"the task ended with exit code {code}"
+            self._ended(transitions, code, message)
+            self._dirty = True
+
+    def _kill(self, task_id: str) -> None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None or self._scheduler.state(task_id) is not TaskState.RUNNING:
+                return
+        grace = self.config.cancel_grace_period
+        if task.node is None:
+            return  # placed but not started: _start_task sees user_canceled
+        if task.node == self.allocation.local_node:
+            assert self._local is not None
+            self._local.signal(task_id, grace)
+            return
+        agent = self._agents[task.node]
+        waiting = [m for m in agent.pending if m["launch"]["task_id"] == task_id]
+        if waiting:
+            agent.pending.remove(waiting[0])
+            agent.tasks.discard(task_id)
+            self._finish(task, task.run, None, None)
+        elif agent.sock is not None:
+            self._send(agent, {"op": "signal", "id": task_id, "grace": grace})
+
+    def _on_time_limit(self, task_id: str, run: int) -> None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None or task.run != run \
+                    or self._scheduler.state(task_id) is not TaskState.RUNNING:
+                return
+            task.timed_out = True
+        self._kill(task_id)
+
+    def _begin_close(self) -> None:
+        with self._lock:
+            self._closing = True
+            for name in self._tasks:
+                state = self._scheduler.state(name)
+                if not state.final:
+                    # A running task then ends CANCELED, not FAILED, when its process exits.
+                    transitions = self._scheduler.cancel(name)
+                    if transitions:
+                        self._ended(transitions)
+            running = [n for n in self._tasks
+                       if self._scheduler.state(n) is TaskState.RUNNING]
+        for name in running:
+            self._kill(name)
+
+    def _shutdown(self) -> None:
+        try:
+            self._deliver()
+            for agent in self._agents.values():
+                if agent.sock is not None:
+                    try:
+                        self._send(agent, {"op": "stop"})
+                        agent.sock.close()
+                    except OSError:
+                        pass
+                    agent.sock = None
+            if self._agent_listener is not None:
+                self._agent_listener.close()
+            if self._journal is not None:
+                with self._lock:
+                    records, self._journal_records = self._journal_records, []
+                self._journal.write(records)
+                self._journal.close()
+                self._journal = None
+            if self._local is not None:
+                self._local.remove_tmp_root()
+            if self._run_dir is not None:
+                _remove_tree(self._run_dir)
+        finally:
+            self._closed.set()
+            with self._changed:
+                self._changed.notify_all()
+
+    # -- agents -----------------------------------------------------------------------------
+
+    def _start_agents(self) -> None:
+        assert self._run_dir is not None and self._selector is not None
+        config = self.config
+        transport = config.agent_transport
+        if transport == "auto":
+            transport = "unix" if not self.allocation.agent_launcher else "tcp"
+        if transport == "unix":
+            path = str(self._run_dir / "agents.sock")
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(path)
+            os.chmod(path, 0o600)
+            self._agent_address = f"unix:{path}"
+        else:
+            # Agents started on this machine connect to the loopback address; agents on other
+            # nodes to this node's name.
+            host = config.agent_host or ("127.0.0.1" if not self.allocation.agent_launcher
+                                         else socket.gethostname())
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.bind((host, 0))
+            self._agent_address = f"tcp:{host}:{listener.getsockname()[1]}"
+        listener.listen(64)
+        listener.setblocking(False)
+        self._agent_listener = listener
+        self._selector.register(listener, selectors.EVENT_READ, self._accept_agent)
+        self._agent_token = secrets.token_hex(16)
+        logs = self._run_dir / "agents"
+        logs.mkdir()
+        for node in self.allocation.remote_nodes:
+            agent = _Agent(node, logs / f"{node}.log")
+            self._agents[node] = agent
+            argv = [a.replace("{node}", node) for a in self.allocation.agent_launcher]
+            argv += [config.agent_python, "-m", "psij.executors.pilot.agent",
+                     "--connect", self._agent_address, "--node", node]
+            agent.connected_at = time.monotonic()
+            try:
+                with open(agent.log, "wb") as log:
+                    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log,
+                                            stderr=subprocess.STDOUT, close_fds=True,
+                                            start_new_session=True)
+            except OSError as ex:
+                agent.lost = f"its agent could not be started ({' '.join(argv)}): {ex}"
+                logger.error("pilot: node %s: %s", node, agent.lost)
+                continue
+            agent.launcher = proc
+            assert proc.stdin is not None
+            try:
+                # The token goes through stdin, never on a command line others can read.
+                proc.stdin.write((self._agent_token + "\n").encode())
+                proc.stdin.close()
+            except BrokenPipeError:
+                # It exited already: the watch below reports how.
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
+            WATCH.watch(proc.pid, self._launcher_watch(node, proc))
+
+    def _launcher_watch(self, node: str, proc: Any) -> Callable[[int, Optional[int]], None]:
+        return lambda pid, status: self._agent_launcher_exited(node, proc, status)
+
+    def _agent_launcher_exited(self, node: str, proc: Any, status: Optional[int]) -> None:
+        code = exit_code_of(status)
+        proc.returncode = code if code is not None else -1
+        self._post(("agent-exit", node, code))
+
+    def _accept_agent(self, mask: int) -> None:
+        assert self._agent_listener is not None and self._selector is not None
+        try:
+            conn, _ = self._agent_listener.accept()
+        except BlockingIOError:
+            return
+        conn.setblocking(True)
+        holder: Dict[str, Any] = {"buffer": b"", "agent": None}
+        self._selector.register(conn, selectors.EVENT_READ,
+                                lambda m: self._read_agent(conn, holder))
+
+    def _read_agent(self, conn: socket.socket, holder: Dict[str, Any]) -> None:
+        try:
+            data = conn.recv(_RECV_SIZE)
+        except OSError:
+            data = b""
+        agent: Optional[_Agent] = holder["agent"]
+        if not data:
+            self._drop_connection(conn)
+            if agent is not None and agent.sock is conn:
+                agent.sock = None
+                self._agent_lost(agent.node, None, "its agent's connection closed")
+            return
+        lines = (holder["buffer"] + data).split(b"\n")
+        holder["buffer"] = lines.pop()
+        for line in lines:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                logger.warning("pilot: a message from an agent is not JSON: %r", line[:200])
+                continue
+            if agent is None:
+                agent = self._hello(conn, message)
+                if agent is None:
+                    self._drop_connection(conn)
+                    return
+                holder["agent"] = agent
+            elif message.get("op") == "exited":
+                self._on_exit(str(message.get("id")), message.get("code"),
+                              message.get("message"))
+
+    def _hello(self, conn: socket.socket, message: Dict[str, Any]) -> Optional[_Agent]:
+        agent = self._agents.get(str(message.get("node")))
+        if message.get("op") != "hello" or agent is None \
+                or not secrets.compare_digest(str(message.get("token")), self._agent_token) \
+                or agent.sock is not None or agent.lost is not None:
+            logger.warning("pilot: refused an agent connection (bad hello)")
+            return None
+        agent.sock = conn
+        pending, agent.pending = agent.pending, []
+        for spawn in pending:
+            self._send(agent, spawn)
+        return agent
+
+    def _drop_connection(self, conn: socket.socket) -> None:
+        assert self._selector is not None
+        try:
+            self._selector.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        conn.close()
+
+    def _send(self, agent: _Agent, message: Dict[str, Any]) -> None:
+        assert agent.sock is not None
+        try:
+            agent.sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        except OSError as ex:
+            self._agent_lost(agent.node, None, f"sending to its agent failed: {ex}")
+
+    def _check_agent_deadlines(self) -> None:
+        limit = self.config.agent_connect_timeout
+        now = time.monotonic()
+        for agent in self._agents.values():
+            if agent.sock is None and agent.lost is None and agent.connected_at is not None \
+                    and now - agent.connected_at > limit:
+                self._agent_lost(agent.node, None,
+                                 f"its agent did not connect within {limit:g} s")
+
+    def _agent_lost(self, node: str, code: Optional[int], why: Optional[str] = None) -> None:
+        """The node's agent is gone (``why``), or its launcher exited (``code``)."""
+        agent = self._agents[node]
+        if agent.lost is not None:
+            return
+        if why is None:
+            if agent.sock is not None:
+                return  # still connected: the connection's end will tell
+            why = f"its agent exited with code {code}{_log_tail(agent.log)}"
+        agent.lost = why
+        if agent.sock is not None:
+            self._drop_connection(agent.sock)
+            agent.sock = None
+        if not self._closing:
+            logger.error("pilot: node %s is lost: %s", node, why)
+        names = list(agent.tasks) + [m["launch"]["task_id"] for m in agent.pending]
+        agent.pending = []
+        agent.tasks.clear()
+        for name in dict.fromkeys(names):
+            with self._lock:
+                task = self._tasks.get(name)
+            if task is not None:
+                self._finish(task, task.run, None, f"node {node} is lost: {why}")
+
+
+def _is_task_process(pid: int, run: str, task_id: str) -> bool:
+    """Whether ``pid`` is still the process a crashed run started for ``task_id``: a process
+    group leader whose initial environment carries that run's marker and the task's id."""
+    try:
+        if os.getpgid(pid) != pid:
+            return False
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            variables = set(f.read().split(b"\0"))
+    except OSError:
+        return False
+    return (f"{_RUN_VARIABLE}={run}".encode() in variables
+            and f"QCG_PM_STEP_ID={task_id}".encode() in variables)
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 1024))
+            text = f.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
+    return f"; its output ends with:\n{text}" if text else ""
+
+
+_RUN_DIR = re.compile(r"^psij-pilot-(\d+)-")
+
+
+def _remove_dead_run_dirs(base: Path) -> None:
+    """Remove the run folders (TMPDIRs, agent logs) that killed pilots of this user left."""
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return
+    uid = os.getuid()
+    for entry in entries:
+        match = _RUN_DIR.match(entry.name)
+        if match is None:
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != uid or not entry.is_dir():
+                continue
+            os.kill(int(match.group(1)), 0)
+        except ProcessLookupError:
+            _remove_tree(Path(entry.path))
+        except OSError:
+            continue
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,372 @@
+"""The ``pilot`` executor: PSI/J jobs run as tasks of a pilot inside one allocation.
+
+``url=None`` runs an engine in this process on the allocation it finds (this machine's cores,
+or the nodes of the Slurm, PBS, Grid Engine or LSF job it runs in; nodes or cores given in the
+config win). ``url="unix:///path"`` (or a plain path) submits into a pilot started with
+``psij pilot serve --socket PATH``, from any process of the same user.
+
+A job becomes one task: its executable starts once, on the first node of its share, in its own
+process group, with ``PSIJ_NODEFILE``, ``TMPDIR`` and the ``SLURM_*``/``QCG_PM_*`` variables of
+that share. The task id is the job's native id. Custom attributes:
+
+- ``pilot.priority`` (int): higher starts first;
+- ``pilot.after`` (comma-separated): names of jobs submitted through this executor, or native
+  ids of any tasks of the pilot, that must all complete first; when one of them fails or is
+  cancelled, the job ends FAILED with a message naming it;
+- ``pilot.time_limit`` (seconds): the task is killed (TERM, then KILL after the grace period)
+  and FAILED when it runs longer. ``JobAttributes.duration`` is not enforced, as with the local
+  executor: its default would end every long task.
+
+Only the ``single`` launcher is accepted (the task itself uses the node file to start more
+processes), and no staging or pre/post-launch scripts: such jobs are refused at submission.
+"""
+
+import os
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from psij import _check
+from psij.exceptions import InvalidJobException, SubmitException
+from psij.executors.pilot.allocation import (
+    Allocation,
+    configured_allocation,
+    discover_allocation,
+    nodes_from_spec,
+)
+from psij.executors.pilot.engine import (
+    EngineConfig,
+    PilotEngine,
+    TaskEvent,
+    TaskSpec,
+    TaskStatus,
+)
+from psij.executors.pilot.resources import NodeSpec, ResourceRequest
+from psij.executors.pilot.scheduler import TaskState
+from psij.executors.pilot.service import PilotClient, PilotUnavailable, socket_path_of
+from psij.job import Job
+from psij.job_executor import JobExecutor
+from psij.job_executor_config import JobExecutorConfig
+from psij.job_state import JobState
+from psij.job_status import JobStatus
+from psij.resource_spec import ResourceSpecV1
+
+__all__ = ["PilotJobExecutor", "PilotJobExecutorConfig"]
+
+NodesLike = Union[str, Sequence[Union[NodeSpec, Tuple[str, int]]]]
+
+
+class PilotJobExecutorConfig(JobExecutorConfig):
+    """Configuration of an in-process pilot (ignored when the executor has a url).
+
+    ``nodes``: explicit nodes (``"n1:4,n2:4"`` or a list of NodeSpec / (name, cores)), reached
+    through agents started with ``agent_launcher`` (an argument prefix with ``{node}``; empty
+    runs them on this machine) unless named ``local_node``. ``cores``: the number of local
+    cores when no allocation is found. ``journal`` with ``resume``: see the engine.
+    """
+
+    def __init__(self, launcher_log_file: Union[str, Path, None] = None,
+                 work_directory: Union[str, Path, None] = None,
+                 nodes: Optional[NodesLike] = None, cores: Optional[int] = None,
+                 cancel_grace_period: float = 5.0,
+                 agent_launcher: Optional[Sequence[str]] = None,
+                 local_node: Optional[str] = None,
+                 journal: Union[str, Path, None] = None, resume: bool = False) -> None:
+        super().__init__(launcher_log_file=launcher_log_file, work_directory=work_directory)
+        self.nodes = self._nodes(nodes)
+        self.cores = _check.opt_int("PilotJobExecutorConfig.cores", cores, minimum=1)
+        if isinstance(cancel_grace_period, bool) or \
+                not isinstance(cancel_grace_period, (int, float)) or cancel_grace_period < 0:
+            raise ValueError("PilotJobExecutorConfig.cancel_grace_period: expected seconds (at "
+                             f"least 0), got {cancel_grace_period!r}")
+        self.cancel_grace_period = float(cancel_grace_period)
+        self.agent_launcher = tuple(_check.opt_str_list(
+            "PilotJobExecutorConfig.agent_launcher", agent_launcher) or ())
+        self.local_node = _check.opt_str("PilotJobExecutorConfig.local_node", local_node)
+        self.journal = _check.opt_path("PilotJobExecutorConfig.journal", journal)
+        self.resume = _check.opt_bool("PilotJobExecutorConfig.resume", resume)
+
+    @staticmethod
+    def _nodes(nodes: Optional[NodesLike]) -> Optional[List[NodeSpec]]:
+        if nodes is None:
+            return None
+        if isinstance(nodes, str):
+            return nodes_from_spec(nodes)
+        return list(configured_allocation(nodes).nodes)
+
+    def allocation(self) -> Allocation:
+        if self.nodes is not None:
+            return configured_allocation(self.nodes, self.local_node, self.agent_launcher)
+        return discover_allocation(cores=self.cores)
+
+
+_FINAL_STATES = {
+    TaskState.SUCCEEDED: JobState.COMPLETED,
+    TaskState.FAILED: JobState.FAILED,
+    TaskState.CANCELED: JobState.CANCELED,
+    TaskState.OMITTED: JobState.FAILED,
+}
+
+
+def job_status_of(state: TaskState, message: Optional[str], exit_code: Optional[int],
+                  nodes: Optional[Sequence[str]], time: Optional[float] = None
+                  ) -> JobStatus:
+    """The PSI/J status of a task state."""
+    metadata: Optional[Dict[str, Any]] = {"pilot_state": state.value}
+    if nodes:
+        assert metadata is not None
+        metadata["nodes"] = list(nodes)
+    if state in (TaskState.WAITING, TaskState.QUEUED):
+        return JobStatus(JobState.QUEUED, time=time, metadata=metadata)
+    if state is TaskState.RUNNING:
+        return JobStatus(JobState.ACTIVE, time=time, metadata=metadata)
+    if state is TaskState.OMITTED:
+        message = f"not run because a job it depends on did not complete ({message})"
+    elif state is TaskState.SUCCEEDED:
+        message = None
+    return JobStatus(_FINAL_STATES[state], time=time, message=message, exit_code=exit_code,
+                     metadata=metadata)
+
+
+class PilotJobExecutor(JobExecutor):
+    """Runs jobs as tasks of a pilot (see the module documentation)."""
+
+    def __init__(self, url: Optional[str] = None,
+                 config: Optional[JobExecutorConfig] = None) -> None:
+        if config is None:
+            config = PilotJobExecutorConfig()
+        super().__init__(url=url, config=config)
+        self._path = None if url is None else socket_path_of(url)
+        self._lock = threading.Lock()
+        self._jobs: Dict[str, List[Job]] = {}  # by task id, until final (attach adds more)
+        self._by_name: Dict[str, List[str]] = {}  # job name -> task ids, for pilot.after
+        self._engine: Optional[PilotEngine] = None
+        self._client: Optional[PilotClient] = None
+
+    # -- the pilot behind this executor -----------------------------------------------------
+
+    def _local_engine(self) -> PilotEngine:
+        with self._lock:
+            if self._engine is None:
+                config = self.config
+                if not isinstance(config, PilotJobExecutorConfig):
+                    config = PilotJobExecutorConfig(
+                        launcher_log_file=config.launcher_log_file,
+                        work_directory=config.work_directory)
+                engine = PilotEngine(config.allocation(), EngineConfig(
+                    work_directory=Path(os.getcwd()), journal=config.journal,
+                    resume=config.resume, cancel_grace_period=config.cancel_grace_period))
+                engine.add_listener(self._on_event)
+                engine.start()
+                self._engine = engine
+            return self._engine
+
+    def _remote(self) -> PilotClient:
+        with self._lock:
+            if self._client is None:
+                assert self._path is not None
+                self._client = PilotClient(self._path, on_event=self._on_event,
+                                           on_lost=self._on_lost)
+            return self._client
+
+    def close(self) -> None:
+        """Stop the in-process pilot (its running tasks are cancelled), or disconnect."""
+        with self._lock:
+            engine, self._engine = self._engine, None
+            client, self._client = self._client, None
+        if engine is not None:
+            engine.close()
+        if client is not None:
+            client.close()
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def submit(self, job: Job) -> None:
+        spec = self._check_job(job)
+        try:
+            task = self._task_of(job)
+        except BaseException:
+            job.executor = None
+            raise
+        with self._lock:
+            self._jobs[task.name] = [job]
+        job._native_id = task.name
+        try:
+            if self._path is None:
+                self._local_engine().submit(task)
+            else:
+                self._remote().request("submit", tasks=[task.to_json()], watch=True)
+        except BaseException as ex:
+            with self._lock:
+                self._forget(task.name, job)
+            job._native_id = None
+            job.executor = None
+            if isinstance(ex, (ValueError, TypeError)):
+                raise SubmitException(f"job {job.id}: {ex}") from ex
+            if isinstance(ex, (PilotUnavailable, TimeoutError, RuntimeError)):
+                raise SubmitException(f"job {job.id} could not be submitted: {ex}") from ex
+            raise
+        if spec.name is not None:
+            with self._lock:
+                self._by_name.setdefault(spec.name, []).append(task.name)
+        self._set_job_status(job, JobStatus(JobState.QUEUED,
+                                            metadata={"pilot_state": "QUEUED"}))
+
+    def cancel(self, job: Job) -> None:
+        if job.executor is not self:
+            raise InvalidJobException(f"job {job.id} was not submitted to this executor")
+        task_id = job.native_id
+        if task_id is None or job.status.final:
+            return
+        try:
+            if self._path is None:
+                self._local_engine().cancel(task_id)
+            else:
+                self._remote().request("cancel", task=task_id)
+        except ValueError as ex:
+            raise InvalidJobException(f"job {job.id}: {ex}") from ex
+        except (PilotUnavailable, TimeoutError) as ex:
+            raise SubmitException(f"job {job.id} could not be cancelled: {ex}") from ex
+
+    def list(self) -> List[str]:
+        """Native ids of the pilot's tasks that have not ended."""
+        if self._path is None:
+            return [s.task_id for s in self._local_engine().statuses()
+                    if not s.state.final]
+        reply = self._remote().request("list")
+        return [name for name, state in reply["tasks"] if not TaskState(state).final]
+
+    def attach(self, job: Job, native_id: str) -> None:
+        """Follow a task of the pilot (submitted by any process) by its native id."""
+        if not isinstance(native_id, str) or native_id == "":
+            raise ValueError(f"attach native_id: expected a task id, got {native_id!r}")
+        if job.status.state is not JobState.NEW or job.executor is not None:
+            raise InvalidJobException(f"attach: job {job.id} must be NEW and not yet bound")
+        job.executor = self
+        job._native_id = native_id
+        with self._lock:
+            self._jobs.setdefault(native_id, []).append(job)
+        try:
+            if self._path is None:
+                status = self._local_engine().status(native_id)
+            else:
+                reply = self._remote().request("watch", tasks=[native_id])
+                status = TaskStatus.from_json(reply["statuses"][0])
+        except BaseException as ex:
+            with self._lock:
+                self._forget(native_id, job)
+            job.executor = None
+            job._native_id = None
+            if isinstance(ex, ValueError):
+                raise InvalidJobException(f"attach: {ex}") from ex
+            raise
+        self._apply(job, status.state, status.message, status.exit_code,
+                    None if status.share is None else status.share.nodes)
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _forget(self, task_id: str, job: Job) -> None:
+        # Called with the lock held.
+        jobs = self._jobs.get(task_id)
+        if jobs is not None and job in jobs:
+            jobs.remove(job)
+            if not jobs:
+                del self._jobs[task_id]
+
+    def _on_event(self, event: TaskEvent) -> None:
+        with self._lock:
+            jobs = list(self._jobs.get(event.task_id, ()))
+        nodes = None if event.share is None else event.share.nodes
+        for job in jobs:
+            self._apply(job, event.state, event.message, event.exit_code, nodes, event.time)
+
+    def _apply(self, job: Job, state: TaskState, message: Optional[str],
+               exit_code: Optional[int], nodes: Optional[Sequence[str]],
+               time: Optional[float] = None) -> None:
+        if state.final:
+            with self._lock:
+                self._forget(job.native_id or "", job)
+        self._set_job_status(job, job_status_of(state, message, exit_code, nodes, time))
+
+    def _on_lost(self, reason: str) -> None:
+        with self._lock:
+            jobs = [job for group in self._jobs.values() for job in group]
+            self._jobs.clear()
+            self._client = None
+        for job in jobs:
+            self._set_job_status(job, JobStatus(
+                JobState.FAILED, message=f"lost the pilot before the job ended: {reason}"))
+
+    # -- JobSpec to task --------------------------------------------------------------------
+
+    def _task_of(self, job: Job) -> TaskSpec:
+        spec = job.spec
+        assert spec is not None
+        if spec.executable is None:
+            raise InvalidJobException("JobSpec.executable: a job needs an executable")
+        if spec.launcher not in (None, "single"):
+            raise InvalidJobException(
+                f"JobSpec.launcher: {spec.launcher!r} is not supported by the pilot executor, "
+                "which starts the executable once on the first node of the job's share; use "
+                "'single' and start more processes from the job with $PSIJ_NODEFILE")
+        for field in ("pre_launch", "post_launch", "stage_in", "stage_out", "cleanup"):
+            if getattr(spec, field):
+                raise InvalidJobException(f"JobSpec.{field}: not supported by the pilot "
+                                          "executor")
+        resources = spec.resources
+        if resources is None:
+            request = ResourceRequest()
+        elif isinstance(resources, ResourceSpecV1):
+            request = ResourceRequest.from_resource_spec(resources)
+        else:
+            raise InvalidJobException(f"JobSpec.resources: expected ResourceSpecV1, got "
+                                      f"{type(resources).__name__}")
+        directory = os.path.abspath(spec.directory) if spec.directory is not None \
+            else os.getcwd()
+        attributes = spec.attributes
+        priority = attributes.get_custom_attribute("pilot.priority") if attributes else None
+        if priority is None:
+            priority = 0
+        elif isinstance(priority, bool) or not isinstance(priority, int):
+            raise InvalidJobException(f"custom attribute pilot.priority: expected an int, got "
+                                      f"{priority!r}")
+        after = self._after(attributes.get_custom_attribute("pilot.after")
+                            if attributes else None)
+        limit = attributes.get_custom_attribute("pilot.time_limit") if attributes else None
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))
+                                  or limit <= 0):
+            raise InvalidJobException(f"custom attribute pilot.time_limit: expected a positive "
+                                      f"number of seconds, got {limit!r}")
+        return TaskSpec(
+            name=job.id, executable=spec.executable, arguments=list(spec.arguments or ()),
+            directory=directory, environment=spec.environment or {},
+            inherit_environment=spec.inherit_environment,
+            stdin=None if spec.stdin_path is None else str(spec.stdin_path),
+            stdout=None if spec.stdout_path is None else str(spec.stdout_path),
+            stderr=None if spec.stderr_path is None else str(spec.stderr_path),
+            resources=request, priority=priority, after=after,
+            time_limit=None if limit is None else float(limit))
+
+    def _after(self, value: Any) -> List[str]:
+        if value is None:
+            return []
+        if isinstance(value, str):
+            names = [n.strip() for n in value.split(",") if n.strip()]
+        elif isinstance(value, (list, tuple)) and all(isinstance(n, str) for n in value):
+            names = list(value)
+        else:
+            raise InvalidJobException(f"custom attribute pilot.after: expected job names or "
+                                      f"native ids separated by commas, got {value!r}")
+        ids: List[str] = []
+        with self._lock:
+            for name in names:
+                known = self._by_name.get(name)
+                if known is None:
+                    ids.append(name)  # a native id, checked by the pilot
+                elif len(known) > 1:
+                    raise InvalidJobException(
+                        f"custom attribute pilot.after: {name!r} names {len(known)} jobs of "
+                        "this executor; give their native ids instead")
+                else:
+                    ids.append(known[0])
+        return ids

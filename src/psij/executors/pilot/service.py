@@ -1,0 +1,554 @@
+"""A running pilot you can submit into: the socket server of ``psij pilot serve`` and its client.
+
+The server listens on a Unix socket that only its user can open (created 0600) and speaks
+newline-delimited JSON. A request is ``{"id": N, "op": ..., ...}``; its reply carries the same
+``id`` and ``"ok": true`` with data, or ``"ok": false`` with ``"error"`` (the message) and
+``"kind"`` (``ValueError``, ``TypeError`` or ``RuntimeError``). Events of watched tasks are
+pushed as ``{"event": {...}}`` lines (``TaskEvent.to_json``), in the engine's order.
+
+Operations: ``ping``; ``submit`` (``tasks``: TaskSpec JSON list, ``watch``: push their events
+to this connection); ``cancel`` (``task``); ``status`` (``tasks``); ``list`` (every task with
+its state); ``watch`` (``tasks``, or null for all; the reply holds their current statuses, so
+nothing is missed between the snapshot and the events); ``usage``; ``shutdown``.
+
+One server thread owns the sockets; the engine's listener only appends encoded events to the
+watching connections' buffers and wakes it, so a slow client never delays the engine. The
+client keeps one connection and one reader thread; it never polls.
+"""
+
+import itertools
+import json
+import logging
+import os
+import selectors
+import socket
+import stat
+import threading
+from dataclasses import asdict
+from typing import Any, Callable, Dict, List, Optional, Set
+
+from psij.executors.pilot.engine import PilotEngine, TaskEvent, TaskSpec
+
+__all__ = ["AlreadyRunning", "PilotClient", "PilotService", "PilotUnavailable",
+           "answering", "socket_path_of"]
+
+logger = logging.getLogger(__name__)
+
+_RECV_SIZE = 65536
+_KINDS = {"ValueError": ValueError, "TypeError": TypeError}
+
+
+class AlreadyRunning(Exception):
+    """A live pilot already answers on the socket path."""
+
+
+class PilotUnavailable(ConnectionError):
+    """The pilot cannot be reached, or went away."""
+
+
+def socket_path_of(url: str) -> str:
+    """The socket path of ``unix:///path``, ``unix:/path`` or a plain path."""
+    if url.startswith("unix://"):
+        path = url[len("unix://"):]
+    elif url.startswith("unix:"):
+        path = url[len("unix:"):]
+    else:
+        path = url
+    if not path or "://" in path:
+        raise ValueError(f"url: {url!r} is not a pilot socket (unix:///path or a path)")
+    return path
+
+
+def answering(path: str, timeout: float = 2.0) -> bool:
+    """Whether a pilot answers a ping on ``path``."""
+    try:
+        client = PilotClient(path, timeout=timeout)
+    except PilotUnavailable:
+        return False
+    try:
+        client.request("ping", timeout=timeout)
+        return True
+    except (PilotUnavailable, TimeoutError, RuntimeError):
+        return False
+    finally:
+        client.close()
+
+
+class _Connection:
+    __slots__ = ("inbuf", "outbuf", "sock", "watch_all", "watched", "writing")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.writing = False  # registered for write readiness (the socket buffer was full)
+        self.inbuf = b""
+        self.outbuf = bytearray()
+        self.watch_all = False
+        self.watched: Set[str] = set()
+
+
+class PilotService:
+    """Serves one engine on a Unix socket (see the module documentation)."""
+
+    def __init__(self, engine: PilotEngine, path: str,
+                 on_shutdown: Optional[Callable[[], None]] = None) -> None:
+        self._engine = engine
+        self._path = path
+        self._on_shutdown = on_shutdown
+        self._lock = threading.Lock()
+        self._connections: Dict[int, _Connection] = {}
+        self._selector = selectors.DefaultSelector()
+        self._listener: Optional[socket.socket] = None
+        self._thread: Optional[threading.Thread] = None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._stopping = False
+
+    def start(self) -> None:
+        """Claim the socket path (refusing a live pilot, removing a stale socket), listen."""
+        path = self._path
+        if os.path.lexists(path):
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                raise FileExistsError(f"{path!r} exists and is not a socket; not replacing it")
+            if answering(path):
+                raise AlreadyRunning(f"a pilot is already running on {path}")
+            os.unlink(path)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # The umask makes the socket 0600 from its creation: no moment where others may open it.
+        old = os.umask(0o177)
+        try:
+            listener.bind(path)
+        finally:
+            os.umask(old)
+        listener.listen(128)
+        listener.setblocking(False)
+        self._listener = listener
+        self._selector.register(listener, selectors.EVENT_READ, None)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._engine.add_listener(self._on_event)
+        self._thread = threading.Thread(target=self._loop, name="psij-pilot-service",
+                                        daemon=True)
+        self._thread.start()
+
+    def close(self, flush_timeout: float = 1.0) -> None:
+        """Stop serving: flush what is queued for clients (briefly), close, remove the socket."""
+        self._engine.remove_listener(self._on_event)
+        with self._lock:
+            self._stopping = True
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(flush_timeout + 1.0)
+        try:
+            os.unlink(self._path)
+        except OSError:
+            pass
+
+    # -- engine side ------------------------------------------------------------------------
+
+    def _on_event(self, event: TaskEvent) -> None:
+        line = None
+        with self._lock:
+            for conn in self._connections.values():
+                if conn.watch_all or event.task_id in conn.watched:
+                    if line is None:
+                        line = _encode({"event": event.to_json()})
+                    conn.outbuf += line
+                    if event.state.final and not conn.watch_all:
+                        conn.watched.discard(event.task_id)
+        if line is not None:
+            self._wake()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    # -- server thread ----------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    stopping = self._stopping
+                    pending = any(c.outbuf for c in self._connections.values())
+                if stopping and not pending:
+                    break
+                for key, mask in self._selector.select(0.2 if stopping else None):
+                    if key.data is None:
+                        self._accept()
+                    elif key.data == "wake":
+                        try:
+                            while os.read(self._wake_r, 4096):
+                                pass
+                        except BlockingIOError:
+                            pass
+                    else:
+                        conn = key.data
+                        if mask & selectors.EVENT_READ:
+                            self._read(conn)
+                        if mask & selectors.EVENT_WRITE:
+                            self._write(conn)
+                self._flush_all()
+        except Exception:
+            logger.exception("the pilot service thread failed")
+        finally:
+            for conn in list(self._connections.values()):
+                self._drop(conn)
+            if self._listener is not None:
+                self._listener.close()
+            self._selector.close()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        try:
+            sock, _ = self._listener.accept()
+        except BlockingIOError:
+            return
+        sock.setblocking(False)
+        conn = _Connection(sock)
+        with self._lock:
+            self._connections[sock.fileno()] = conn
+        self._selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _drop(self, conn: _Connection) -> None:
+        with self._lock:
+            self._connections.pop(conn.sock.fileno(), None)
+        try:
+            self._selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
+
+    def _read(self, conn: _Connection) -> None:
+        try:
+            data = conn.sock.recv(_RECV_SIZE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(conn)
+            return
+        lines = (conn.inbuf + data).split(b"\n")
+        conn.inbuf = lines.pop()
+        for line in lines:
+            if line.strip():
+                reply = self._handle(conn, line)
+                with self._lock:
+                    conn.outbuf += _encode(reply)
+
+    def _flush_all(self) -> None:
+        with self._lock:
+            ready = [c for c in self._connections.values() if c.outbuf]
+        for conn in ready:
+            self._write(conn)
+
+    def _write(self, conn: _Connection) -> None:
+        with self._lock:
+            data = bytes(conn.outbuf)
+        left = False
+        if data:
+            try:
+                sent = conn.sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self._drop(conn)
+                return
+            with self._lock:
+                del conn.outbuf[:sent]
+                left = bool(conn.outbuf)
+        if left != conn.writing:
+            conn.writing = left
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if left else 0)
+            try:
+                self._selector.modify(conn.sock, events, conn)
+            except (KeyError, ValueError):
+                pass
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _handle(self, conn: _Connection, line: bytes) -> Dict[str, Any]:
+        request_id: Any = None
+        try:
+            request = json.loads(line)
+            if not isinstance(request, dict):
+                raise ValueError("a request must be a JSON object")
+            request_id = request.get("id")
+            op = request.get("op")
+            handler = getattr(self, f"_op_{op}", None) if isinstance(op, str) else None
+            if handler is None:
+                raise ValueError(f"op: {op!r} is not an operation of the pilot; accepted: "
+                                 "ping, submit, cancel, status, list, watch, usage, shutdown")
+            reply: Dict[str, Any] = handler(conn, request)
+            reply.update({"id": request_id, "ok": True})
+            return reply
+        except (ValueError, TypeError, RuntimeError, KeyError) as ex:
+            kind = type(ex).__name__ if type(ex).__name__ in _KINDS else "RuntimeError"
+            text = str(ex) if not isinstance(ex, KeyError) else f"missing field {ex}"
+            return {"id": request_id, "ok": False, "error": text, "kind": kind}
+
+    def _op_ping(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
+        return {"pid": os.getpid(), "allocation": self._engine.allocation.describe()}
+
+    def _op_submit(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
+        raw = request.get("tasks")
+        if not isinstance(raw, list):
+            raise TypeError(f"tasks: expected a list of tasks, got {raw!r}")
+        tasks: List[TaskSpec] = []
+        for i, item in enumerate(raw):
+            try:
+                tasks.append(TaskSpec.from_json(item))
+            except (TypeError, ValueError) as ex:
+                raise type(ex)(f"tasks[{i}]: {ex}") from ex
+        watch = bool(request.get("watch"))
+        if watch:
+            # Before submitting: the first events may come before submit_many returns.
+            with self._lock:
+                conn.watched.update(t.name for t in tasks)
+        try:
+            ids = self._engine.submit_many(tasks)
+        except BaseException:
+            if watch:
+                with self._lock:
+                    conn.watched.difference_update(t.name for t in tasks)
+            raise
+        return {"ids": ids}
+
+    def _op_cancel(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
+        self._engine.cancel(str(request["task"]))
+        return {}
+
+    def _op_status(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
+        names = request.get("tasks")
+        if not isinstance(names, list):
+            raise TypeError(f"tasks: expected a list of task ids, got {names!r}")
+        return {"statuses": [self._engine.status(str(n)).to_json() for n in names]}
+
+    def _op_list(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
+        return {"tasks": [[s.task_id, s.state.value] for s in self._engine.statuses()]}
+
+    def _op_watch(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
+        names = request.get("tasks")
+        with self._lock:
+            if names is None:
+                conn.watch_all = True
+            elif isinstance(names, list):
+                conn.watched.update(str(n) for n in names)
+            else:
+                raise TypeError(f"tasks: expected a list of task ids or null, got {names!r}")
+        # The snapshot is taken after the watch is in place: an event may repeat a state
+        # already in it, but none is lost.
+        statuses = self._engine.statuses() if names is None \
+            else [self._engine.status(str(n)) for n in names]
+        return {"statuses": [s.to_json() for s in statuses]}
+
+    def _op_usage(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
+        usage = self._engine.usage()
+        return {"usage": {**asdict(usage), "used_cores": usage.used_cores}}
+
+    def _op_shutdown(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
+        if self._on_shutdown is not None:
+            threading.Thread(target=self._on_shutdown, name="psij-pilot-shutdown",
+                             daemon=True).start()
+        return {}
+
+
+def _encode(message: Dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+
+
+class _Pending:
+    __slots__ = ("done", "reply")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.reply: Optional[Dict[str, Any]] = None
+
+
+class PilotClient:
+    """One connection to a served pilot: requests with replies, and pushed task events.
+
+    ``on_event`` is called on the client's reader thread for every pushed event;
+    ``on_lost`` once, with a reason, when the connection ends.
+    """
+
+    def __init__(self, path: str, on_event: Optional[Callable[[TaskEvent], None]] = None,
+                 on_lost: Optional[Callable[[str], None]] = None,
+                 timeout: float = 10.0) -> None:
+        self.path = path
+        self._on_event = on_event
+        self._on_lost = on_lost
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._pending: Dict[int, _Pending] = {}
+        self._lost: Optional[str] = None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+        except OSError as ex:
+            sock.close()
+            raise PilotUnavailable(f"no pilot answers on {path}: {ex.strerror or ex}") from ex
+        sock.settimeout(None)
+        self._sock = sock
+        self._reader = threading.Thread(target=self._read_loop, name="psij-pilot-client",
+                                        daemon=True)
+        self._reader.start()
+
+    def request(self, op: str, timeout: Optional[float] = 60.0, **fields: Any) -> Dict[str, Any]:
+        """Send one request and wait for its reply; raises ValueError/TypeError as the pilot
+        did, PilotUnavailable when the connection is gone, TimeoutError after ``timeout``."""
+        request_id = next(self._ids)
+        pending = _Pending()
+        with self._lock:
+            if self._lost is not None:
+                raise PilotUnavailable(self._lost)
+            self._pending[request_id] = pending
+        data = _encode({"id": request_id, "op": op, **fields})
+        try:
+            with self._send_lock:
+                self._sock.sendall(data)
+        except OSError as ex:
+            with self._lock:
+                self._pending.pop(request_id, None)
+            raise PilotUnavailable(f"the pilot on {self.path} went away: {ex}") from ex
+        if not pending.done.wait(timeout):
+            with self._lock:
+                self._pending.pop(request_id, None)
+            raise TimeoutError(f"the pilot on {self.path} did not answer {op!r} within "
+                               f"{timeout} s")
+        reply = pending.reply
+        if reply is None:
+            raise PilotUnavailable(self._lost or f"the pilot on {self.path} went away")
+        if not reply.get("ok"):
+            kind = _KINDS.get(str(reply.get("kind")), RuntimeError)
+            raise kind(str(reply.get("error")))
+        return reply
+
+    def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        if threading.current_thread() is not self._reader:
+            self._reader.join(2.0)
+
+    def _read_loop(self) -> None:
+        buffer = b""
+        reason = f"the pilot on {self.path} closed the connection"
+        try:
+            while True:
+                try:
+                    data = self._sock.recv(_RECV_SIZE)
+                except OSError as ex:
+                    reason = f"the connection to the pilot on {self.path} failed: {ex}"
+                    break
+                if not data:
+                    break
+                lines = (buffer + data).split(b"\n")
+                buffer = lines.pop()
+                for line in lines:
+                    if line.strip():
+                        self._dispatch(json.loads(line))
+        finally:
+            self._sock.close()
+            with self._lock:
+                self._lost = reason
+                pending, self._pending = self._pending, {}
+            for waiter in pending.values():
+                waiter.done.set()
+            if self._on_lost is not None:
+                try:
+                    self._on_lost(reason)
+                except Exception:
+                    logger.exception("pilot client: connection-lost handler raised")
+
+    def _dispatch(self, message: Dict[str, Any]) -> None:
+        event = message.get("event")
+        if event is not None:
+            if self._on_event is not None:
+                try:
+                    self._on_event(TaskEvent.from_json(event))
+                except Exception:
+                    logger.exception("pilot client: event handler raised")
+            return
+        with self._lock:
+            waiter = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
+        if waiter is not None:
+            waiter.reply = message
+            waiter.done.set()
+
+
+JOURNAL_NAME = "psij-pilot.journal"
+
+
+def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[str] = None,
+               work_directory: Optional[str] = None, resume: bool = False) -> int:
+    """``psij pilot serve``: run a pilot on a socket until SIGTERM/SIGINT; the exit status."""
+    import signal
+    import sys
+    from pathlib import Path
+
+    from psij.executors.pilot.allocation import (
+        Allocation,
+        configured_allocation,
+        discover_allocation,
+        nodes_from_spec,
+    )
+    from psij.executors.pilot.engine import EngineConfig
+
+    def say(message: str) -> None:
+        print(f"psij pilot serve: {message}", file=sys.stderr, flush=True)
+
+    path = os.path.abspath(socket_path)
+    if os.path.lexists(path) and stat.S_ISSOCK(os.lstat(path).st_mode) and answering(path):
+        say(f"already running on {path}")
+        return 1
+    wd = Path(work_directory or os.getcwd()).absolute()
+    try:
+        wd.mkdir(parents=True, exist_ok=True)
+        if nodes is not None:
+            found = discover_allocation(cores=cores)
+            specs = nodes_from_spec(nodes)
+            names = {n.name for n in specs}
+            local = found.local_node if found.local_node in names else None
+            allocation: Allocation = configured_allocation(
+                specs, local, found.agent_launcher if found.kind != "local" else ())
+        else:
+            allocation = discover_allocation(cores=cores)
+        engine = PilotEngine(allocation, EngineConfig(
+            work_directory=wd, journal=wd / JOURNAL_NAME, resume=resume))
+    except (OSError, ValueError, TypeError) as ex:
+        say(f"cannot start: {ex}")
+        return 1
+    stop = threading.Event()
+    service = PilotService(engine, path, on_shutdown=stop.set)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        engine.start()
+        try:
+            service.start()
+        except (AlreadyRunning, FileExistsError, OSError) as ex:
+            engine.close()
+            say("already running" if isinstance(ex, AlreadyRunning) else f"cannot start: {ex}")
+            return 1
+        say(f"serving {allocation.describe()} on {path}")
+        while not stop.wait(1.0):
+            pass
+        say("stopping: cancelling running tasks")
+        engine.close()
+        service.close()
+        return 0
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

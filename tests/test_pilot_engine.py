@@ -1,0 +1,431 @@
+"""The pilot engine running real processes: task environment, node file and TMPDIR life cycle,
+cancel, dependencies, priorities, time limits, the journal and resume, and two virtual nodes
+served by agents."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+import pytest
+
+from psij.executors.pilot.allocation import configured_allocation, local_allocation
+from psij.executors.pilot.engine import (
+    EngineConfig,
+    PilotEngine,
+    TaskEvent,
+    TaskShare,
+    TaskSpec,
+    TaskStatus,
+    read_journal,
+)
+from psij.executors.pilot.resources import NodeSpec, ResourceRequest
+from psij.executors.pilot.scheduler import TaskState
+
+SUCCEEDED, FAILED, CANCELED = TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELED
+OMITTED, QUEUED, WAITING, RUNNING = (TaskState.OMITTED, TaskState.QUEUED, TaskState.WAITING,
+                                     TaskState.RUNNING)
+WAIT = 20.0
+
+
+class Recorder:
+    """A listener keeping every event, and the thread it came on."""
+
+    def __init__(self) -> None:
+        self.events: List[TaskEvent] = []
+        self.threads = set()
+
+    def __call__(self, event: TaskEvent) -> None:
+        self.events.append(event)
+        self.threads.add(threading.current_thread().name)
+
+    def states(self, task_id: str) -> List[TaskState]:
+        return [e.state for e in self.events if e.task_id == task_id]
+
+
+@pytest.fixture
+def make_engine(tmp_path: Path) -> Iterator[Any]:
+    engines: List[PilotEngine] = []
+
+    def make(cores: int = 2, nodes: Optional[Sequence[Any]] = None, **config: Any
+             ) -> PilotEngine:
+        allocation = local_allocation(cores) if nodes is None else configured_allocation(nodes)
+        config.setdefault("work_directory", tmp_path)
+        config.setdefault("tmp_root", tmp_path)
+        engine = PilotEngine(allocation, EngineConfig(**config))
+        engine.add_listener(Recorder())
+        engines.append(engine)
+        engine.start()
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+def recorder(engine: PilotEngine) -> Recorder:
+    return engine._listeners[0]  # type: ignore[return-value]
+
+
+def sh(name: str, script: str, **kwargs: Any) -> TaskSpec:
+    return TaskSpec(name, "/bin/sh", ["-c", script], **kwargs)
+
+
+def finished(engine: PilotEngine, *names: str) -> Dict[str, TaskStatus]:
+    assert engine.wait(list(names) or None, timeout=WAIT), "tasks did not end in time"
+    return {n: engine.status(n) for n in (names or engine.task_ids())}
+
+
+def wait_for(predicate: Any, what: str, timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+# -- environment of a task --------------------------------------------------------------------
+
+
+def test_task_gets_its_share_in_env_nodefile_and_a_fresh_tmpdir(make_engine: Any,
+                                                                  tmp_path: Path) -> None:
+    engine = make_engine(cores=2)
+    dump = ("import json, os, sys; t = os.environ['TMPDIR']; "
+            "print(json.dumps({'env': dict(os.environ), 'tmp_listing': os.listdir(t), "
+            "'tmp_is_dir': os.path.isdir(t), 'cwd': os.getcwd(), "
+            "'nodes': open(os.environ['PSIJ_NODEFILE']).read()}))")
+    (tmp_path / "wd").mkdir()
+    engine.submit(TaskSpec("two", sys.executable, ["-c", dump], directory="wd",
+                           stdout="out.json", environment={"MINE": "x y"},
+                           resources=ResourceRequest.from_qcg({"exact": 2})))
+    status = finished(engine, "two")["two"]
+    assert status.state is SUCCEEDED and status.exit_code == 0
+    data = json.loads((tmp_path / "wd" / "out.json").read_text())
+    env = data["env"]
+    host = engine.allocation.local_node
+    assert data["nodes"] == f"{host}\n{host}\n"
+    assert data["cwd"] == str(tmp_path / "wd") and env["MINE"] == "x y"
+    assert data["tmp_is_dir"] and data["tmp_listing"] == []
+    expected = {"QCG_PM_NNODES": "1", "QCG_PM_NODELIST": host, "QCG_PM_NPROCS": "2",
+                "QCG_PM_NTASKS": "2", "QCG_PM_STEP_ID": "two", "QCG_PM_TASKS_PER_NODE": "2",
+                "SLURM_NNODES": "1", "SLURM_NODELIST": host, "SLURM_NPROCS": "2",
+                "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": host, "SLURM_JOB_NUM_NODES": "1",
+                "SLURM_STEP_NODELIST": host, "SLURM_STEP_NUM_NODES": "1",
+                "SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS_PER_NODE": "2",
+                "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_TASKS_PER_NODE": "2"}
+    assert {k: env.get(k) for k in expected} == expected
+    # Created before, removed after: neither the TMPDIR nor the node file is left.
+    assert not os.path.exists(env["TMPDIR"]) and not os.path.exists(env["PSIJ_NODEFILE"])
+    assert status.share == TaskShare((host,), (2,), ((0, 1),), ((),))
+    assert [s for _, s in status.history] == [QUEUED, RUNNING, SUCCEEDED]
+
+
+def test_a_leftover_tmpdir_is_removed_and_each_task_gets_its_own(make_engine: Any,
+                                                                  tmp_path: Path) -> None:
+    engine = make_engine(cores=2)
+    for i in range(2):
+        engine.submit(sh(f"t{i}", 'mkdir -p "$TMPDIR/a/b"; echo x > "$TMPDIR/a/b/f"; '
+                                  'echo "$TMPDIR"', stdout=f"t{i}.out"))
+    finished(engine, "t0", "t1")
+    paths = {(tmp_path / f"t{i}.out").read_text().strip() for i in range(2)}
+    assert len(paths) == 2
+    assert not any(os.path.exists(p) for p in paths)
+
+
+def test_inherit_environment_false_gives_only_the_pilot_and_task_variables(
+        make_engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PILOT_SECRET", "leak")
+    engine = make_engine(cores=1)
+    engine.submit(TaskSpec("bare", "/usr/bin/env", inherit_environment=False,
+                           environment={"ONLY": "1"}, stdout="env.txt"))
+    finished(engine, "bare")
+    names = {line.split("=", 1)[0] for line in (tmp_path / "env.txt").read_text().splitlines()}
+    assert "ONLY" in names and "TMPDIR" in names and "QCG_PM_STEP_ID" in names
+    assert "PILOT_SECRET" not in names and "PATH" not in names
+
+
+def test_stdin_and_shared_stdout_stderr_and_created_directories(make_engine: Any,
+                                                               tmp_path: Path) -> None:
+    engine = make_engine(cores=1)
+    (tmp_path / "in.txt").write_text("from stdin\n")
+    engine.submit(sh("io", "cat; echo err >&2", stdin=str(tmp_path / "in.txt"),
+                     directory="made/here", stdout="logs/both", stderr="logs/both",
+                     create_directories=True))
+    assert finished(engine, "io")["io"].state is SUCCEEDED
+    assert (tmp_path / "made/here/logs/both").read_text() == "from stdin\nerr\n"
+
+
+def test_tasks_that_cannot_start_fail_with_a_reason_and_free_their_cores(
+        make_engine: Any) -> None:
+    engine = make_engine(cores=1)
+    engine.submit(TaskSpec("missing", "/no/such/program"))
+    engine.submit(TaskSpec("nodir", "/bin/true", directory="absent"))
+    engine.submit(TaskSpec("after", "/bin/true"))
+    out = finished(engine, "missing", "nodir", "after")
+    assert out["missing"].state is FAILED and out["missing"].exit_code is None
+    assert "'/no/such/program' was not found" in (out["missing"].message or "")
+    assert "does not exist" in (out["nodir"].message or "")
+    assert out["after"].state is SUCCEEDED
+    assert RUNNING not in recorder(engine).states("missing")
+
+
+def test_a_failing_task_reports_its_exit_code_and_stderr(make_engine: Any) -> None:
+    engine = make_engine(cores=1)
+    engine.submit(sh("bad", "echo 'no input.dat' >&2; exit 3", stderr="bad.err"))
+    status = finished(engine, "bad")["bad"]
+    assert status.state is FAILED and status.exit_code == 3
+    assert "exited with code 3" in (status.message or "")
+    assert "no input.dat" in (status.message or "")
+
+
+# -- cancel -----------------------------------------------------------------------------------
+
+
+def test_cancel_a_queued_task_and_a_running_one(make_engine: Any, tmp_path: Path) -> None:
+    engine = make_engine(cores=1, cancel_grace_period=5)
+    engine.submit(sh("running", "touch started; exec sleep 60"))
+    engine.submit(sh("queued", "touch queued-ran"))
+    wait_for(lambda: (tmp_path / "started").exists(), "the first task to start")
+    engine.cancel("queued")
+    assert engine.status("queued").state is CANCELED
+    began = time.monotonic()
+    engine.cancel("running")
+    out = finished(engine, "running", "queued")
+    assert time.monotonic() - began < 3  # TERM was enough: no wait for the grace period
+    assert out["running"].state is CANCELED and out["running"].exit_code == 143
+    assert not (tmp_path / "queued-ran").exists()
+    engine.cancel("running")  # already ended: nothing happens
+    assert engine.usage().free_cores == 1
+
+
+def test_a_task_ignoring_term_is_killed_after_the_grace_period(make_engine: Any,
+                                                                tmp_path: Path) -> None:
+    engine = make_engine(cores=1, cancel_grace_period=0.3)
+    engine.submit(sh("stubborn", "trap '' TERM; touch started; while :; do sleep 0.05; done"))
+    wait_for(lambda: (tmp_path / "started").exists(), "the task to start")
+    engine.cancel("stubborn")
+    status = finished(engine, "stubborn")["stubborn"]
+    assert status.state is CANCELED and status.exit_code == 137
+
+
+def test_a_time_limit_kills_the_task_and_fails_it(make_engine: Any) -> None:
+    engine = make_engine(cores=1, cancel_grace_period=1)
+    engine.submit(TaskSpec("slow", "/bin/sleep", ["30"], time_limit=0.2))
+    status = finished(engine, "slow")["slow"]
+    assert status.state is FAILED and status.exit_code == 143
+    assert "exceeded its time limit of 0.2 s" in (status.message or "")
+
+
+# -- dependencies and order -------------------------------------------------------------------
+
+
+def test_dependencies_wait_then_omit_the_chain_of_a_failed_task(make_engine: Any) -> None:
+    engine = make_engine(cores=2)
+    engine.submit_many([
+        sh("first", "sleep 0.1"), sh("second", "exit 0", after=["first"]),
+        sh("broken", "exit 1"), sh("child", "exit 0", after=["broken"]),
+        sh("grandchild", "exit 0", after=["child", "second"]),
+    ])
+    out = finished(engine)
+    assert out["second"].state is SUCCEEDED and out["broken"].state is FAILED
+    assert out["child"].state is OMITTED and out["grandchild"].state is OMITTED
+    assert "dependency 'broken' ended FAILED" in (out["child"].message or "")
+    rec = recorder(engine)
+    assert rec.states("second") == [WAITING, QUEUED, RUNNING, SUCCEEDED]
+    assert rec.states("child") == [WAITING, OMITTED]
+    assert rec.threads == {"psij-pilot-engine"}
+
+
+def test_iteration_groups_as_dependencies(make_engine: Any, tmp_path: Path) -> None:
+    engine = make_engine(cores=2)
+    engine.submit_many([sh(f"prep:{i}", f"echo {i} >> prep.log", group="prep")
+                        for i in range(3)])
+    engine.submit(sh("merge", "wc -l < prep.log > merged", after=["prep"]))
+    finished(engine)
+    assert (tmp_path / "merged").read_text().strip() == "3"
+
+
+def test_priority_order_on_a_one_core_pool(make_engine: Any, tmp_path: Path) -> None:
+    engine = make_engine(cores=1)
+    gate = tmp_path / "gate"
+    engine.submit(sh("blocker", f"while [ ! -e {gate} ]; do sleep 0.02; done"))
+    order = [("low", 0), ("high", 5), ("mid", 2), ("high2", 5), ("low2", 0)]
+    engine.submit_many([sh(name, f"echo {name} >> order.log", priority=priority)
+                        for name, priority in order])
+    gate.touch()
+    finished(engine)
+    assert (tmp_path / "order.log").read_text().split() == ["high", "high2", "mid", "low",
+                                                            "low2"]
+
+
+# -- bad input and listeners ------------------------------------------------------------------
+
+
+def test_bad_submissions_raise_naming_the_field_and_add_nothing(make_engine: Any) -> None:
+    engine = make_engine(cores=1)
+    engine.submit(TaskSpec("a", "/bin/true"))
+    with pytest.raises(ValueError, match=r"tasks\[1\].name: 'a' is already a task"):
+        engine.submit_many([TaskSpec("b", "/bin/true"), TaskSpec("a", "/bin/true")])
+    with pytest.raises(ValueError, match=r"tasks\[0\].after: 'nope' is neither a task"):
+        engine.submit(TaskSpec("c", "/bin/true", after=["nope"]))
+    assert engine.task_ids() == ["a"]
+    engine.submit_many([TaskSpec("b", "/bin/true"), TaskSpec("c", "/bin/true", after=["b"])])
+    with pytest.raises(TypeError, match="TaskSpec.arguments: expected a list of str"):
+        TaskSpec("x", "/bin/true", arguments="-l")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="TaskSpec.time_limit: must be positive"):
+        TaskSpec("x", "/bin/true", time_limit=0)
+    with pytest.raises(ValueError, match="task_id: 'zz' is not a task of this pilot"):
+        engine.status("zz")
+    finished(engine)
+
+
+def test_a_task_too_big_for_the_pool_fails_at_once(make_engine: Any) -> None:
+    engine = make_engine(cores=2)
+    engine.submit(TaskSpec("huge", "/bin/true", resources=ResourceRequest.from_qcg(
+        {"exact": 3})))
+    status = finished(engine, "huge")["huge"]
+    assert status.state is FAILED and "can never fit" in (status.message or "")
+
+
+def test_a_raising_listener_does_not_stop_others_or_the_engine(make_engine: Any) -> None:
+    engine = make_engine(cores=1)
+
+    def explode(event: TaskEvent) -> None:
+        raise RuntimeError("listener bug")
+
+    engine.add_listener(explode)
+    late = Recorder()
+    engine.add_listener(late)
+    engine.submit(TaskSpec("t", "/bin/true"))
+    assert finished(engine, "t")["t"].state is SUCCEEDED
+    assert late.states("t") == [QUEUED, RUNNING, SUCCEEDED]
+
+
+def test_prepare_hook_can_rewrite_a_task_once_its_share_is_known(make_engine: Any,
+                                                                  tmp_path: Path) -> None:
+    def prepare(spec: TaskSpec, share: TaskShare) -> TaskSpec:
+        return TaskSpec(spec.name, spec.executable,
+                        [a.replace("${ncores}", str(share.core_count)) for a in spec.arguments],
+                        stdout=spec.stdout)
+
+    engine = make_engine(cores=2, prepare=prepare)
+    engine.submit(TaskSpec("p", "/bin/echo", ["${ncores}"], stdout="p.out",
+                           resources=ResourceRequest.from_qcg({"min": 1, "max": 2})))
+    finished(engine, "p")
+    assert (tmp_path / "p.out").read_text() == "2\n"
+
+
+# -- journal and resume -----------------------------------------------------------------------
+
+
+def test_resume_does_not_rerun_succeeded_tasks(make_engine: Any, tmp_path: Path) -> None:
+    journal = tmp_path / "pilot.journal"
+    first = make_engine(cores=2, journal=journal)
+    first.submit_many([
+        sh("ok", "echo run >> ok.count"),
+        sh("fails", "echo run >> fails.count; [ -e fixed ]"),
+        sh("after-fails", "echo run >> after.count", after=["fails"]),
+        sh("after-ok", "echo run >> after-ok.count", after=["ok"]),
+        sh("dropped", "exec sleep 60"),
+    ])
+    wait_for(lambda: first.status("after-ok").state is SUCCEEDED, "after-ok")
+    first.cancel("dropped")
+    finished(first)
+    first.close()
+    records = read_journal(journal)
+    assert [r["e"] for r in records].count("submit") == 5
+    (tmp_path / "fixed").touch()
+    second = make_engine(cores=2, journal=journal, resume=True)
+    out = finished(second)
+    assert {n: s.state for n, s in out.items()} == {
+        "ok": SUCCEEDED, "fails": SUCCEEDED, "after-fails": SUCCEEDED, "after-ok": SUCCEEDED,
+        "dropped": CANCELED}
+    assert (tmp_path / "ok.count").read_text() == "run\n"
+    assert (tmp_path / "after-ok.count").read_text() == "run\n"
+    assert (tmp_path / "fails.count").read_text() == "run\nrun\n"
+    assert "earlier run" in (out["ok"].message or "")
+
+
+def test_a_cut_last_journal_line_is_ignored(tmp_path: Path) -> None:
+    journal = tmp_path / "j"
+    journal.write_text('{"e": "submit", "task": {"name": "a", "executable": "x"}}\n{"e": "en')
+    assert read_journal(journal) == [{"e": "submit",
+                                      "task": {"name": "a", "executable": "x"}}]
+
+
+# -- agents on virtual nodes ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_two_virtual_nodes_through_agents(make_engine: Any, tmp_path: Path,
+                                          transport: str) -> None:
+    engine = make_engine(nodes=[("vnode1", 1), ("vnode2", 1)], agent_transport=transport)
+    names = [f"t{i}" for i in range(6)]
+    engine.submit_many([sh(n, 'echo "$QCG_PM_NODELIST $TMPDIR"; sleep 0.1', stdout=f"{n}.out")
+                        for n in names])
+    engine.submit(sh("both", 'cat "$PSIJ_NODEFILE"; echo "$SLURM_NODELIST $SLURM_NNODES"',
+                     stdout="both.out", resources=ResourceRequest.from_qcg({"exact": 2})))
+    out = finished(engine)
+    assert all(s.state is SUCCEEDED for s in out.values()), out
+    seen = [(tmp_path / f"{n}.out").read_text().split() for n in names]
+    assert {node for node, _ in seen} == {"vnode1", "vnode2"}
+    assert all(out[n].share is not None and out[n].share.nodes[0] == node  # type: ignore
+               for n, (node, _) in zip(names, seen))
+    assert not any(os.path.exists(tmp) for _, tmp in seen)
+    assert (tmp_path / "both.out").read_text() == "vnode1\nvnode2\nvnode1,vnode2 2\n"
+
+
+def test_cancel_and_failures_on_an_agent_node(make_engine: Any, tmp_path: Path) -> None:
+    engine = make_engine(nodes=[("vnode1", 1)], cancel_grace_period=5)
+    engine.submit(sh("long", "touch started; exec sleep 60"))
+    engine.submit(TaskSpec("missing", "/no/such/program"))
+    wait_for(lambda: (tmp_path / "started").exists(), "the task on the agent")
+    engine.cancel("long")
+    out = finished(engine, "long", "missing")
+    assert out["long"].state is CANCELED and out["long"].exit_code == 143
+    assert out["missing"].state is FAILED and "was not found" in (out["missing"].message or "")
+
+
+def test_a_node_whose_agent_dies_fails_its_tasks_with_the_reason(tmp_path: Path) -> None:
+    # The launcher prefix runs a shell that exits instead of starting the agent.
+    broken = PilotEngine(configured_allocation(
+        [NodeSpec("dead", 1)], agent_launcher=["/bin/sh", "-c", "echo no route; exit 3"]),
+        EngineConfig(agent_transport="unix", tmp_root=tmp_path))
+    broken.start()
+    try:
+        broken.submit(TaskSpec("t", "/bin/true"))
+        assert broken.wait(["t"], timeout=WAIT)
+        status = broken.status("t")
+        assert status.state is FAILED
+        assert "node dead is lost: its agent exited with code 3" in (status.message or "")
+        assert "no route" in (status.message or "")
+    finally:
+        broken.close()
+
+
+def test_forget_frees_the_name_of_an_ended_task(make_engine: Any) -> None:
+    engine = make_engine(cores=1)
+    engine.submit(sh("a", "sleep 0.2; exit 1"))
+    with pytest.raises(ValueError, match="forget: task 'a' is"):
+        engine.forget("a")
+    finished(engine, "a")
+    engine.forget("a")
+    assert engine.task_ids() == [] and engine.wait(timeout=0)
+    engine.submit(TaskSpec("a", "/bin/true"))
+    assert finished(engine, "a")["a"].state is SUCCEEDED
+    assert engine.usage().free_cores == 1
+
+
+def test_run_folders_of_killed_pilots_are_removed_at_start(make_engine: Any,
+                                                           tmp_path: Path) -> None:
+    dead = subprocess.Popen(["/bin/true"])
+    dead.wait()
+    stale = tmp_path / f"psij-pilot-{dead.pid}-abc"
+    (stale / "tmp" / "t1").mkdir(parents=True)
+    live = tmp_path / f"psij-pilot-{os.getpid()}-def"
+    live.mkdir()
+    make_engine(cores=1)
+    assert not stale.exists() and live.exists()
