@@ -263,16 +263,22 @@ def parse_requests(data: Any) -> RequestFile:
                                f"{_json_type(data)}")
     requests: List[Request] = []
     dialect: Optional[str] = None
+    # Files repeat a few resource shapes over thousands of jobs: each is read once.
+    resources: _ResourceCache = {}
     for index, item in enumerate(data):
         where = f"requests[{index}]"
-        request, form = _parse_request(where, index, item)
+        request, form = _parse_request(where, index, item, resources)
         requests.append(request)
         if dialect is None:
             dialect = form
     return RequestFile(tuple(requests), dialect or SEED)
 
 
-def _parse_request(where: str, index: int, item: Any) -> Tuple[Request, Optional[str]]:
+_ResourceCache = Dict[Tuple[str, Optional[int]], Tuple[ResourceRequest, Optional[timedelta]]]
+
+
+def _parse_request(where: str, index: int, item: Any, resources: _ResourceCache
+                   ) -> Tuple[Request, Optional[str]]:
     if not isinstance(item, dict):
         raise RequestFileError(f"{where}: expected a JSON object with a 'request' key, got "
                                f"{_json_type(item)}")
@@ -287,7 +293,8 @@ def _parse_request(where: str, index: int, item: Any) -> Tuple[Request, Optional
         if not isinstance(jobs, list) or not jobs:
             raise RequestFileError(f"{where}.jobs: expected a non-empty list of job "
                                    f"descriptions, got {_json_type(jobs)}")
-        parsed = tuple(_parse_job(f"{where}.jobs[{i}]", job) for i, job in enumerate(jobs))
+        parsed = tuple(_parse_job(f"{where}.jobs[{i}]", job, resources)
+                       for i, job in enumerate(jobs))
         forms = [job.form for job in parsed if job.iteration is not None]
         return Submit(index, parsed), (forms[0] if forms else None)
     if kind == "control":
@@ -337,7 +344,7 @@ def _job_names(where: str, item: Mapping[str, Any], allow_single: bool
     raise RequestFileError(f"{where}: {item['request']} needs {wanted}")
 
 
-def _parse_job(where: str, job: Any) -> JobDescription:
+def _parse_job(where: str, job: Any, resources: _ResourceCache) -> JobDescription:
     if not isinstance(job, dict):
         raise RequestFileError(f"{where}: expected a job description (a JSON object), got "
                                f"{_json_type(job)}")
@@ -360,15 +367,19 @@ def _parse_job(where: str, job: Any) -> JobDescription:
         raise RequestFileError(f"{where}.execution: missing; a job needs 'exec' or 'script' "
                                f"in its execution")
     execution = _parse_execution(f"{where}.execution", job["execution"])
-    resources, walltime = _parse_resources(f"{where}.resources", job.get("resources"),
-                                           iteration)
+    value = job.get("resources")
+    key = (json.dumps(value, sort_keys=True), None if iteration is None else iteration.size)
+    known = resources.get(key)
+    if known is None:
+        known = resources[key] = _parse_resources(f"{where}.resources", value, iteration)
+    request, walltime = known
     after: Tuple[str, ...] = ()
     if "dependencies" in job:
         after = _parse_dependencies(f"{where}.dependencies", job["dependencies"])
     if "attributes" in job and not isinstance(job["attributes"], dict):
         raise RequestFileError(f"{where}.attributes: expected a JSON object, got "
                                f"{_json_type(job['attributes'])}")
-    return JobDescription(where=where, name=name, execution=execution, resources=resources,
+    return JobDescription(where=where, name=name, execution=execution, resources=request,
                           iteration=iteration, after=after, walltime=walltime, form=form)
 
 

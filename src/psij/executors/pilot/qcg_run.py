@@ -47,6 +47,7 @@ from psij.executors.pilot.engine import (
     TaskStatus,
 )
 from psij.executors.pilot.qcg_requests import (
+    CURRENT,
     CancelJob,
     Control,
     Finish,
@@ -98,8 +99,8 @@ class _Stop(Exception):
 class ServiceLog:
     """``service.log``: time-stamped lines, written from the main and the engine thread."""
 
-    def __init__(self, path: Path) -> None:
-        self._file: IO[str] = open(path, "a", encoding="utf-8")
+    def __init__(self, path: Path, append: bool) -> None:
+        self._file: IO[str] = open(path, "a" if append else "w", encoding="utf-8")
         self._lock = threading.Lock()
 
     def write(self, text: str, flush: bool = False) -> None:
@@ -182,7 +183,8 @@ class QcgFileRun:
         # Tasks in the order they ended, and reports of ended tasks removed by removeJob.
         self._ended: List[str] = []
         self._removed: Dict[str, TaskReport] = {}
-        self._log = ServiceLog(work_directory / SERVICE_LOG)
+        # A resumed run continues the log of the run it resumes.
+        self._log = ServiceLog(work_directory / SERVICE_LOG, append=resume)
         # Tasks not known to have ended, and an event set when there are none left after the
         # last request. Counting here keeps the final wait O(1) per task end.
         self._open: Set[str] = set()
@@ -350,7 +352,7 @@ class QcgFileRun:
 
     def _list(self, engine: PilotEngine) -> Dict[str, Any]:
         names = list(self._jobs)
-        if self._dialect != "current":
+        if self._dialect != CURRENT:
             return ok_response({"length": len(names), "names": names})
         jobs: Dict[str, Any] = {}
         for name in names:
