@@ -226,6 +226,7 @@ def submit_throughput(n_jobs: int, work: Path) -> Dict[str, Any]:
     executor = psij.JobExecutor.get_instance("slurm", config=_slurm_config(work, None, 0))
     submit_s: List[float] = []
     native_ids: List[str] = []
+    cpu_start = time.process_time()
     for _ in range(n_jobs):
         job = psij.Job(psij.JobSpec("/bin/true", attributes=psij.JobAttributes(
             duration=timedelta(minutes=1))))
@@ -233,10 +234,13 @@ def submit_throughput(n_jobs: int, work: Path) -> Dict[str, Any]:
         executor.submit(job)
         submit_s.append(time.perf_counter() - start)
         native_ids.append(str(job.native_id))
+    # This process only (all its threads; sbatch itself not counted): the library's own cost,
+    # which competing load on the machine hardly changes, unlike the wall time.
+    cpu_s = time.process_time() - cpu_start
     total = sum(submit_s)
     return {"workload": "slurm-submit", "jobs": n_jobs, "submit_s": total,
             "jobs_per_s": n_jobs / total, "median_submit_ms": statistics.median(submit_s) * 1e3,
-            "native_ids": native_ids}
+            "cpu_ms_per_submit": cpu_s * 1e3 / n_jobs, "native_ids": native_ids}
 
 
 def end_to_seen(n_jobs: int, spread: float, interval: Optional[float], initial_delay: float,
@@ -413,6 +417,8 @@ def _fmt(value: Optional[float], unit: str) -> str:
         return "-"
     if unit == "s":
         return f"{value:.2f} s"
+    if unit == "ms":
+        return f"{value:.2f} ms"
     if unit == "jobs/s":
         return f"{value:.1f} jobs/s"
     return f"{value:g}"
@@ -424,9 +430,8 @@ def _ratio(row: Row) -> str:
     factor = row.ours / row.ref if row.higher_is_better else row.ref / row.ours
     if round(factor, 1) == 1.0:
         return "same" if row.unit == "commands" else "about the same"
-    better, worse = ("higher", "lower") if row.unit == "jobs/s" else ("faster", "slower")
-    if row.unit == "commands":
-        better, worse = "fewer", "more"
+    better, worse = {"jobs/s": ("higher", "lower"), "commands": ("fewer", "more"),
+                     "ms": ("less CPU", "more CPU")}.get(row.unit, ("faster", "slower"))
     return f"{factor:.1f}x {better}" if factor >= 1 else f"{1 / factor:.1f}x {worse}"
 
 
@@ -570,7 +575,7 @@ def slurm_rows(quick: bool, impls: Sequence[Implementation], errors: List[str]) 
     dirs = WorkDirs()
     rows: List[Row] = []
     try:
-        rows.append(_throughput_row(quick, impls, errors, dirs))
+        rows.extend(_throughput_rows(quick, impls, errors, dirs))
         for label, interval in (("default polling", None), ("1 s polling", 1.0)):
             rows.append(_end_to_seen_row(quick, impls, errors, dirs, label, interval))
     finally:
@@ -578,8 +583,8 @@ def slurm_rows(quick: bool, impls: Sequence[Implementation], errors: List[str]) 
     return rows
 
 
-def _throughput_row(quick: bool, impls: Sequence[Implementation], errors: List[str],
-                    dirs: WorkDirs) -> Row:
+def _throughput_rows(quick: bool, impls: Sequence[Implementation], errors: List[str],
+                     dirs: WorkDirs) -> List[Row]:
     n_jobs = 20 if quick else 100
     series = alternate(
         f"Slurm submit throughput, {n_jobs} x /bin/true with a 1-minute limit, submit calls "
@@ -587,23 +592,29 @@ def _throughput_row(quick: bool, impls: Sequence[Implementation], errors: List[s
         lambda impl: ["slurm-submit", "--jobs", str(n_jobs), "--work", str(dirs.new())],
         600.0,
         lambda r: (f"{r['jobs_per_s']:.1f} jobs/s ({r['jobs']} submits in {r['submit_s']:.2f} s,"
-                   f" median {r['median_submit_ms']:.1f} ms per submit)"),
+                   f" median {r['median_submit_ms']:.1f} ms per submit, "
+                   f"{r['cpu_ms_per_submit']:.2f} ms own CPU per submit)"),
         after_round=lambda r: wait_drained(r["native_ids"]))
     values: Dict[str, Optional[float]] = {}
+    cpu: Dict[str, Optional[float]] = {}
     for label, s in series.items():
         errors.extend(f"slurm submit {label}: {e}" for e in s.errors)
         # Pooled: all jobs over all submit time of every round.
         values[label] = (sum(r["jobs"] for r in s.results) / sum(r["submit_s"] for r in s.results)
                          if s.results else None)
+        cpu[label] = (statistics.median(r["cpu_ms_per_submit"] for r in s.results)
+                      if s.results else None)
     log()
-    return Row(f"Slurm submit throughput, {n_jobs} jobs", "jobs/s", values.get(OURS),
-               values.get(REF), True)
+    return [Row(f"Slurm submit throughput, {n_jobs} jobs", "jobs/s", values.get(OURS),
+                values.get(REF), True),
+            Row("Slurm submit, own CPU per submit", "ms", cpu.get(OURS), cpu.get(REF), False)]
 
 
 def _end_to_seen_row(quick: bool, impls: Sequence[Implementation], errors: List[str],
                      dirs: WorkDirs, label: str, interval: Optional[float]) -> Row:
     n_jobs = 3 if quick else 5
-    rounds = 1 if quick else 2
+    # Rounds with 1 s polling take seconds: more of them steady the median.
+    rounds = 1 if quick else (2 if interval is None else 4)
     spread = interval if interval is not None else DEFAULT_POLLING_INTERVAL_S
 
     def argv(impl: Implementation) -> List[str]:

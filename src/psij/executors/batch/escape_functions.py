@@ -45,7 +45,8 @@ def shell_word(value: str) -> str:
 
 
 def double_quoted(value: str) -> str:
-    """``value`` ready to sit between double quotes: backslash before ``\\ " $ ` `` only.
+    """``value`` ready to sit between double quotes: a backslash before backslash, double quote,
+    dollar and backquote only.
 
     Inside double quotes the shell removes a backslash only before those four characters (and
     newline, which is kept as is here), so the text reads back exactly as given.
