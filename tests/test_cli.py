@@ -178,7 +178,7 @@ BAD_USAGE = {
                        "expected a whole number of processes of at least 1, got '0'"),
     "non-numeric processes": (["run", "-n", "two", "--", "true"],
                               "expected a whole number of processes of at least 1, got 'two'"),
-    "no command": ([], "a command is required: plugins, run or script"),
+    "no command": ([], "a command is required: plugins, run, script or pilot"),
     "unknown command": (["launch"], "invalid choice: 'launch'"),
 }
 
@@ -199,6 +199,30 @@ def test_bad_usage_exits_2_with_a_clear_message(case: str) -> None:
 def test_unknown_executor_message_lists_the_available_ones() -> None:
     proc = psij_cmd("run", "--executor", "nosuch", "--", "true")
     assert "local" in proc.stderr.split("available executors:", 1)[1]
+
+
+def test_help_lists_every_command_and_each_command_its_own_options() -> None:
+    # The parser is built for the command named on the line only; help must not show that.
+    top = psij_cmd("--help")
+    assert top.returncode == 0
+    for command in ("plugins", "run", "script", "pilot"):
+        assert f"    {command}" in top.stdout
+    pilot = psij_cmd("pilot", "--help")
+    assert pilot.returncode == 0 and "    serve" in pilot.stdout and "    run" in pilot.stdout
+    run = psij_cmd("pilot", "run", "--help")
+    assert run.returncode == 0 and "--cores N" in run.stdout and "--socket" not in run.stdout
+    script = psij_cmd("script", "--help")
+    assert script.returncode == 0 and "--executor NAME" in script.stdout
+    wrong = psij_cmd("pilot", "run", "--socket", "x", "r.json")
+    assert wrong.returncode == 2 and "unrecognized arguments: --socket" in wrong.stderr
+
+
+def test_importing_the_command_loads_no_executor() -> None:
+    code = ("import sys, psij.cli; "
+            "print(sorted(m for m in sys.modules if m.startswith('psij.executors')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_help_documents_exit_statuses() -> None:

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from psij.executors.pilot import allocation
 from psij.executors.pilot.allocation import (
     MPIRUN_AGENT_LAUNCHER,
     SRUN_AGENT_LAUNCHER,
     SSH_AGENT_LAUNCHER,
     Allocation,
+    allocation_from_options,
     configured_allocation,
     discover_allocation,
     local_allocation,
@@ -120,13 +122,39 @@ def test_slurm_allocation_from_its_variables() -> None:
 
 
 def test_the_local_node_is_found_by_host_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(socket, "gethostname", lambda: "node03.cluster.example")
+    monkeypatch.setattr(allocation, "host_name", lambda: "node03.cluster.example")
     found = discover_allocation({"SLURM_JOB_NODELIST": "node[01-03]",
                                  "SLURM_JOB_CPUS_PER_NODE": "1(x3)"})
     assert found.local_node == "node03"
     elsewhere = discover_allocation({"SLURM_JOB_NODELIST": "x1",
                                      "SLURM_JOB_CPUS_PER_NODE": "1"})
     assert elsewhere.local_node is None and elsewhere.remote_nodes == ("x1",)
+
+
+def test_the_host_name_is_the_one_sockets_report() -> None:
+    assert allocation.host_name() == socket.gethostname()
+
+
+def test_cores_and_nodes_options_describe_one_allocation(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    # Neither option: the batch allocation this runs in, else this machine.
+    slurm = {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_CPUS_PER_NODE": "4(x2)",
+             "SLURMD_NODENAME": "n1"}
+    assert allocation_from_options(None, None, slurm) == discover_allocation(slurm)
+    assert allocation_from_options(3, None, {}) == local_allocation(3)
+    # --nodes outside a batch allocation: every node through an agent on this machine.
+    virtual = allocation_from_options(None, "vn[1-2]:2", {})
+    assert [(n.name, n.cores) for n in virtual.nodes] == [("vn1", 2), ("vn2", 2)]
+    assert virtual.kind == "config" and virtual.local_node is None
+    assert virtual.agent_launcher == () and virtual.remote_nodes == ("vn1", "vn2")
+    # Inside one: the node this runs on is used directly, the others through its launcher.
+    inside = allocation_from_options(None, "n1:1,n2:2", slurm)
+    assert inside.local_node == "n1" and inside.remote_nodes == ("n2",)
+    assert inside.agent_launcher == SRUN_AGENT_LAUNCHER
+    monkeypatch.setattr(allocation, "host_name", lambda: "vn2")
+    assert allocation_from_options(None, "vn1,vn2", {}).local_node == "vn2"
+    with pytest.raises(ValueError, match="nodes"):
+        allocation_from_options(None, "vn1:x", {})
 
 
 def test_pbs_grid_engine_and_lsf_allocations_from_their_host_files(

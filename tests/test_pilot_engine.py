@@ -118,7 +118,8 @@ def test_task_gets_its_share_in_env_nodefile_and_a_fresh_tmpdir(make_engine: Any
                 "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_TASKS_PER_NODE": "2"}
     assert {k: env.get(k) for k in expected} == expected
     # Created before, removed after: neither the TMPDIR nor the node file is left.
-    assert not os.path.exists(env["TMPDIR"]) and not os.path.exists(env["PSIJ_NODEFILE"])
+    assert not os.path.exists(env["PSIJ_NODEFILE"])
+    wait_for(lambda: not os.path.exists(env["TMPDIR"]), "the TMPDIR to be removed")
     assert status.share == TaskShare((host,), (2,), ((0, 1),), ((),))
     assert [s for _, s in status.history] == [QUEUED, RUNNING, SUCCEEDED]
 
@@ -126,13 +127,20 @@ def test_task_gets_its_share_in_env_nodefile_and_a_fresh_tmpdir(make_engine: Any
 def test_a_leftover_tmpdir_is_removed_and_each_task_gets_its_own(make_engine: Any,
                                                                   tmp_path: Path) -> None:
     engine = make_engine(cores=2)
-    for i in range(2):
-        engine.submit(sh(f"t{i}", 'mkdir -p "$TMPDIR/a/b"; echo x > "$TMPDIR/a/b/f"; '
+    count = 12
+    for i in range(count):
+        engine.submit(sh(f"t{i}", 'test -z "$(ls -A "$TMPDIR")" || exit 3; '
+                                  'mkdir -p "$TMPDIR/a/b"; echo x > "$TMPDIR/a/b/f"; '
                                   'echo "$TMPDIR"', stdout=f"t{i}.out"))
-    finished(engine, "t0", "t1")
-    paths = {(tmp_path / f"t{i}.out").read_text().strip() for i in range(2)}
-    assert len(paths) == 2
-    assert not any(os.path.exists(p) for p in paths)
+    statuses = finished(engine)
+    assert {s.state for s in statuses.values()} == {SUCCEEDED}  # each found its TMPDIR empty
+    paths = {(tmp_path / f"t{i}.out").read_text().strip() for i in range(count)}
+    assert len(paths) == count
+    # Removed with what the task left in it, shortly after the task ended.
+    wait_for(lambda: not any(os.path.exists(p) for p in paths), "the TMPDIRs to be removed")
+    tmp_root = Path(next(iter(paths))).parent
+    engine.close()
+    assert not tmp_root.exists()
 
 
 def test_inherit_environment_false_gives_only_the_pilot_and_task_variables(
@@ -347,6 +355,9 @@ def test_resume_does_not_rerun_succeeded_tasks(make_engine: Any, tmp_path: Path)
     assert (tmp_path / "after-ok.count").read_text() == "run\n"
     assert (tmp_path / "fails.count").read_text() == "run\nrun\n"
     assert "earlier run" in (out["ok"].message or "")
+    # Restored as ended: no share, no state but its last, and no core ever taken for it.
+    assert out["ok"].share is None and [s for _, s in out["ok"].history] == [SUCCEEDED]
+    assert second.usage().free_cores == 2
 
 
 def test_a_cut_last_journal_line_is_ignored(tmp_path: Path) -> None:
@@ -419,13 +430,145 @@ def test_forget_frees_the_name_of_an_ended_task(make_engine: Any) -> None:
     assert engine.usage().free_cores == 1
 
 
-def test_run_folders_of_killed_pilots_are_removed_at_start(make_engine: Any,
-                                                           tmp_path: Path) -> None:
+def test_run_folders_of_killed_pilots_are_removed_once_started(make_engine: Any,
+                                                                tmp_path: Path) -> None:
     dead = subprocess.Popen(["/bin/true"])
     dead.wait()
     stale = tmp_path / f"psij-pilot-{dead.pid}-abc"
     (stale / "tmp" / "t1").mkdir(parents=True)
     live = tmp_path / f"psij-pilot-{os.getpid()}-def"
     live.mkdir()
-    make_engine(cores=1)
-    assert not stale.exists() and live.exists()
+    not_a_run = tmp_path / f"psij-pilot-{dead.pid}"
+    not_a_run.mkdir()
+    engine = make_engine(cores=1)
+    # Swept by the engine thread once it has nothing more urgent to do.
+    wait_for(lambda: not stale.exists(), "the stale run folder to be removed")
+    assert live.exists() and not_a_run.exists()
+    own = [p for p in tmp_path.iterdir() if p.name.startswith(f"psij-pilot-{os.getpid()}-")
+           and p != live]
+    assert len(own) == 1 and own[0].stat().st_mode & 0o777 == 0o700
+    engine.close()
+    assert not own[0].exists()
+
+
+# -- how tasks are started ----------------------------------------------------------------------
+
+PROBE = ("import json, os; "
+         "print(json.dumps({'own_group': os.getpgrp() == os.getpid(), 'cwd': os.getcwd(), "
+         "'fds': sorted(int(f) for f in os.listdir('/proc/self/fd')), "
+         "'tmp': os.environ['TMPDIR'], 'step': os.environ['QCG_PM_STEP_ID']}))")
+SIGPIPE_BIT = 1 << 12  # SIGPIPE (13) in the SigIgn mask of /proc/<pid>/status
+
+
+@pytest.fixture
+def no_inherited_descriptors() -> Iterator[None]:
+    """This process without the inheritable descriptors above 2 that whoever started the
+    tests may have left it (they are made inheritable again afterwards)."""
+    cleared = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if fd > 2 and os.get_inheritable(fd):
+                os.set_inheritable(fd, False)
+                cleared.append(fd)
+        except OSError:
+            pass
+    yield
+    for fd in cleared:
+        try:
+            os.set_inheritable(fd, True)
+        except OSError:
+            pass
+
+
+@pytest.mark.parametrize("posix_spawn", [True, False], ids=["posix_spawn", "popen"])
+@pytest.mark.usefixtures("no_inherited_descriptors")
+def test_tasks_in_the_pilots_own_directory_start_as_any_other(
+        make_engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        posix_spawn: bool) -> None:
+    # Tasks running in the pilot's own working directory are started the cheap way when the
+    # pilot holds no inheritable descriptor; what they get must not differ.
+    monkeypatch.chdir(tmp_path)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "mytool").write_text("#!/bin/sh\necho tool $1\n")
+    (tools / "mytool").chmod(0o755)
+    (tools / "noexec").write_text("#!/bin/sh\n")
+    engine = make_engine(cores=2)
+    spawner = engine._local._spawner
+    assert spawner._posix  # this process has no inheritable descriptor above 2
+    spawner._posix = posix_spawn
+    path = f"{tools}:{os.environ['PATH']}"
+    engine.submit_many([
+        TaskSpec("probe", sys.executable, ["-c", PROBE], stdout="probe.out"),
+        TaskSpec("on-path", "mytool", ["x"], environment={"PATH": path}, stdout="tool.out"),
+        TaskSpec("missing", "no-such-tool-here", environment={"PATH": path}),
+        TaskSpec("not-executable", str(tools / "noexec")),
+        # grep reports the signals it was started with ignored (Python, unlike a task,
+        # ignores SIGPIPE itself).
+        TaskSpec("signals", "grep", ["^SigIgn", "/proc/self/status"], stdout="sig.out"),
+    ])
+    out = finished(engine)
+    assert out["probe"].state is SUCCEEDED and out["on-path"].state is SUCCEEDED
+    ignored = int((tmp_path / "sig.out").read_text().split()[1], 16)
+    assert not ignored & SIGPIPE_BIT
+    data = json.loads((tmp_path / "probe.out").read_text())
+    assert data["own_group"]
+    assert data["cwd"] == str(tmp_path) and data["step"] == "probe"
+    assert data["fds"] == [0, 1, 2, 3]  # 3: the listing's own descriptor
+    assert (tmp_path / "tool.out").read_text() == "tool x\n"
+    assert out["missing"].state is FAILED and "was not found" in (out["missing"].message or "")
+    assert out["not-executable"].state is FAILED
+    assert "cannot be executed" in (out["not-executable"].message or "")
+
+
+@pytest.mark.usefixtures("no_inherited_descriptors")
+def test_descriptors_the_pilot_inherited_are_not_passed_to_tasks(make_engine: Any,
+                                                                  tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch
+                                                                  ) -> None:
+    monkeypatch.chdir(tmp_path)
+    read, write = os.pipe()
+    try:
+        os.set_inheritable(write, True)
+        engine = make_engine(cores=1)
+        assert not engine._local._spawner._posix  # it could not close that one
+        engine.submit(TaskSpec("probe", sys.executable, ["-c", PROBE], stdout="probe.out"))
+        assert finished(engine, "probe")["probe"].state is SUCCEEDED
+    finally:
+        os.close(read)
+        os.close(write)
+    assert json.loads((tmp_path / "probe.out").read_text())["fds"] == [0, 1, 2, 3]
+
+
+def test_the_loop_watch_reaps_signals_and_runs_timed_actions_on_its_thread() -> None:
+    import selectors
+    import signal
+
+    from psij.executors.pilot._task_process import HAS_PIDFD, LoopWatch
+
+    if not HAS_PIDFD:
+        pytest.skip("this system cannot watch processes through pidfds (Linux 5.3+)")
+    selector = selectors.DefaultSelector()
+    watch = LoopWatch(selector)
+    assert watch.next_timeout() is None
+    child = subprocess.Popen(["sleep", "60"], process_group=0)
+    exits: List[Any] = []
+    order: List[str] = []
+    watch.watch(child.pid, lambda pid, status: exits.append((pid, status)))
+    watch.call_later(0.02, lambda: order.append("second"))
+    watch.call_later(0.01, lambda: order.append("first"))
+    watch.signal_later(child.pid, signal.SIGTERM, 0.05)
+    deadline = time.monotonic() + WAIT
+    while not exits and time.monotonic() < deadline:
+        for key, mask in selector.select(watch.next_timeout()):
+            key.data(mask)
+        watch.run_due()
+    child.returncode = -signal.SIGTERM  # reaped by the watch, not by Popen
+    assert exits and exits[0][0] == child.pid and os.WTERMSIG(exits[0][1]) == signal.SIGTERM
+    assert order == ["first", "second"]
+    # Reaped: its id may be reused, so it is never signalled again.
+    assert not watch.signal_group(child.pid, signal.SIGKILL)
+    assert not selector.get_map()
+    watch.close()
+    selector.close()

@@ -96,8 +96,11 @@ def test_submit_time_variables_of_the_seed_form() -> None:
     assert list(tasks) == ["first", "sim_2", "sim_3"]
     sim = tasks["sim_3"]
     assert sim.group is None and sim.iteration == 3
-    assert list(sim.execution.args) == [
-        "2", "u2", "local", "3", "2", "2", "4", "sim_3", "2024-05-06", "07:08:09.123456",
+    args = list(sim.execution.args)
+    # ${uniq} is one of the ids the planner drew (from a counter here: u0, u1, ...).
+    assert args[1].startswith("u") and args[1][1:].isdigit()
+    assert args[:1] + args[2:] == [
+        "2", "local", "3", "2", "2", "4", "sim_3", "2024-05-06", "07:08:09.123456",
         "2024-05-06 07:08:09.123456", "${ncores}"]
     assert sim.execution.stdout == "logs/sim_3.out"
     # Each sub-task has its own unique id; the request counter is shared.
@@ -360,6 +363,26 @@ def pilot_run(tmp_path: Path, requests: Any, *options: str,
     path.write_text(json.dumps(requests) if not isinstance(requests, str) else requests)
     return subprocess.run([PSIJ_SCRIPT, "pilot", "run", str(path), "--cores", "2", *options],
                           capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+
+
+def test_pilot_run_loads_only_what_a_local_run_needs(tmp_path: Path) -> None:
+    # What `psij pilot run` imports is most of its start-up time: agents, sockets, logging,
+    # generated classes and the other executors stay out unless used.
+    path = tmp_path / "requests.json"
+    path.write_text(json.dumps([submit(job("one", execution={"exec": "/bin/true"}))]))
+    code = ("import sys, psij.cli; "
+            f"status = psij.cli.main(['pilot', 'run', {str(path)!r}, '--cores', '1']); "
+            "print(status, ' '.join(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    status, _, modules = done.stdout.partition(" ")
+    assert status == "0", done.stderr
+    loaded = set(modules.split())
+    unwanted = {"secrets", "hmac", "socket", "logging", "inspect", "dataclasses", "tempfile",
+                "subprocess", "psij.executors.local", "psij.executors.batch",
+                "psij.executors.pilot.agent", "psij.executors.pilot.service"}
+    assert loaded & unwanted == set()
+    assert read_report(tmp_path / "jobs.report")["one"]["state"] == "SUCCEED"
 
 
 def read_report(path: Path) -> Dict[str, Dict[str, Any]]:

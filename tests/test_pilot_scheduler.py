@@ -616,6 +616,33 @@ def test_forget_frees_the_name_of_an_ended_task() -> None:
     assert scheduler.state("a") is QUEUED
 
 
+def test_a_task_recorded_as_succeeded_elsewhere_satisfies_dependencies_without_resources(
+        ) -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 1))
+    scheduler.record_succeeded("done")
+    scheduler.record_succeeded("it:0", group="it")
+    assert scheduler.state("done") is SUCCEEDED and scheduler.counts()[SUCCEEDED] == 2
+    assert scheduler.placement("done") is None and scheduler.is_group("it")
+    assert scheduler.pool.usage().free_cores == 1  # nothing taken, nothing to give back
+    scheduler.submit(task("after", after=("done", "it")))
+    assert scheduler.state("after") is QUEUED
+    assert started(scheduler.schedule()) == ["after"]
+    # It is ended like any other task: nothing to cancel, and it can be forgotten.
+    assert scheduler.cancel("done") == []
+    with pytest.raises(ValueError, match="not RUNNING"):
+        scheduler.finished("done", True)
+    scheduler.forget("done")
+    assert "done" not in scheduler.task_ids()
+    for name, group, error in (("after", None, "already a task"), ("it", None, "group"),
+                               ("x", "after", "already the name of a task"),
+                               ("", None, "non-empty"), ("y", "", "empty group")):
+        with pytest.raises(ValueError, match=error):
+            scheduler.record_succeeded(name, group)
+    with pytest.raises(TypeError, match="task_id"):
+        scheduler.record_succeeded(3)  # type: ignore[arg-type]
+    assert scheduler.task_ids() == ["it:0", "after"]
+
+
 def test_the_pool_refuses_to_take_back_what_it_does_not_hold() -> None:
     pool = ResourcePool.uniform(1, 4)
     shape = pool.resolve(cores(2))

@@ -86,25 +86,90 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _terminal_width() -> int:
+    """Columns for help text, found as ``shutil.get_terminal_size`` finds them (argparse
+    would import shutil, a large module, to ask it each time it makes a formatter)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        stdout = sys.__stdout__
+        try:
+            columns = 0 if stdout is None else os.get_terminal_size(stdout.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return (columns or 80) - 2
+
+
+class _Formatter(argparse.HelpFormatter):
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: Optional[int] = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position,
+                         _terminal_width() if width is None else width)
+
+
+class _RawDescriptionFormatter(argparse.RawDescriptionHelpFormatter, _Formatter):
+    pass
+
+
+_COMMANDS = ("plugins", "run", "script", "pilot")
+_PILOT_COMMANDS = ("serve", "run")
+
+
+def _named(argv: Sequence[str], known: Sequence[str]) -> Optional[str]:
+    """The command ``argv`` names with its first word that is not an option, if it is one of
+    ``known`` (None otherwise, or when help is asked for at this level)."""
+    for word in argv:
+        if word.startswith("-"):
+            if word in ("-h", "--help"):
+                return None
+            continue
+        return word if word in known else None
+    return None
+
+
+def _build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
+    """The ``psij`` parser. Given the command line, it holds only the command that line
+    names (building every parser costs a noticeable part of a short command's run); without,
+    or when no command is named, every command."""
+    command = None if argv is None else _named(argv, _COMMANDS)
     parser = argparse.ArgumentParser(
-        prog="psij",
+        prog="psij", formatter_class=_Formatter,
         description="Portable job submission (PSI/J): run jobs locally or through a batch "
                     "scheduler, and inspect the installed executors and launchers.")
     parser.add_argument("--version", action="version", version=f"psij {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    if command in (None, "plugins"):
+        _add_plugins(commands)
+    if command in (None, "run"):
+        _add_run(commands)
+    if command in (None, "script"):
+        _add_script(commands)
+    if command is None:
+        _add_pilot_commands(commands)
+    elif command == "pilot" and argv is not None:
+        words = list(argv)
+        _add_pilot_commands(commands, _named(words[words.index("pilot") + 1:],
+                                             _PILOT_COMMANDS))
+    return parser
 
+
+def _add_plugins(commands: Any) -> None:
     commands.add_parser(
-        "plugins", help="list executors and launchers with versions, files and load errors",
+        "plugins", formatter_class=_Formatter,
+        help="list executors and launchers with versions, files and load errors",
         description="List every executor and launcher found in psij-descriptors folders on "
                     "sys.path: name, version, descriptor file, class and class file, whether "
                     "it loads, and clashes between declarations. Descriptor files that could "
                     "not be read are listed at the end.")
 
+
+def _add_run(commands: Any) -> None:
     run = commands.add_parser(
         "run", help="run one job and exit with its exit code",
         usage="psij run [options] [--] EXECUTABLE [ARGUMENT ...]",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_RawDescriptionFormatter,
         description="Submit one job, wait for it and exit with its exit code.\n\n"
                     "The job writes to this command's standard output and error (and reads its\n"
                     "standard input) unless --stdout, --stderr or --stdin name files. The job\n"
@@ -124,10 +189,12 @@ def _build_parser() -> argparse.ArgumentParser:
                      help=f"executor to submit to (default: {DEFAULT_EXECUTOR})")
     _add_job_options(run)
 
+
+def _add_script(commands: Any) -> None:
     script = commands.add_parser(
         "script", help="print the submit script a job would get, without submitting it",
         usage="psij script --executor NAME [options] [--] EXECUTABLE [ARGUMENT ...]",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_RawDescriptionFormatter,
         description="Print to standard output the submit script that a batch executor (slurm,\n"
                     "sge, pbs, lsf, ...) would write for the job, without submitting it. The\n"
                     "options are those of `psij run`; without --stdin, --stdout and --stderr\n"
@@ -140,27 +207,29 @@ def _build_parser() -> argparse.ArgumentParser:
     script.add_argument("--executor", required=True, metavar="NAME",
                         help="batch executor whose submit script to print")
     _add_job_options(script)
-    _add_pilot_commands(commands)
-    return parser
 
 
 # -- psij pilot ... ----------------------------------------------------------------------------
 
 
-def _add_pilot_commands(commands: Any) -> None:
-    """The ``pilot`` group; each of its subcommands is added by one function below."""
+def _add_pilot_commands(commands: Any, only: Optional[str] = None) -> None:
+    """The ``pilot`` group; each of its subcommands is added by one function below (``only``
+    that one when given)."""
     pilot = commands.add_parser(
-        "pilot", help="run many tasks inside one allocation",
+        "pilot", formatter_class=_Formatter, help="run many tasks inside one allocation",
         description="Pilot commands: schedule many tasks inside one allocation (this machine, "
                     "or the nodes of the Slurm, PBS, Grid Engine or LSF job this runs in).")
     pilot_commands = pilot.add_subparsers(dest="pilot_command", metavar="PILOT_COMMAND")
-    _add_pilot_serve(pilot_commands)
-    _add_pilot_run(pilot_commands)
+    if only in (None, "serve"):
+        _add_pilot_serve(pilot_commands)
+    if only in (None, "run"):
+        _add_pilot_run(pilot_commands)
 
 
 def _add_pilot_serve(pilot_commands: Any) -> None:
     serve = pilot_commands.add_parser(
-        "serve", help="start a pilot that accepts tasks on a Unix socket",
+        "serve", formatter_class=_Formatter,
+        help="start a pilot that accepts tasks on a Unix socket",
         description="Start a pilot on this allocation and serve it on a Unix socket (mode "
                     "0600) until SIGTERM or SIGINT, which cancel the running tasks and flush "
                     "the journal. Submit into it with the 'pilot' executor and the socket as "
@@ -186,7 +255,7 @@ def _add_pilot_serve(pilot_commands: Any) -> None:
 def _add_pilot_run(pilot_commands: Any) -> None:
     run = pilot_commands.add_parser(
         "run", help="run a QCG-PilotJob request file and exit when every request is handled",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_RawDescriptionFormatter,
         description="Start a pilot on this allocation and handle the requests of a QCG-PilotJob\n"
                     "request file (a JSON list of submit, control, jobStatus, jobInfo, cancelJob,\n"
                     "removeJob, listJobs, resourcesInfo and finish requests) in file order. The\n"
@@ -220,15 +289,26 @@ def _pilot_main(args: argparse.Namespace) -> int:
     if args.pilot_command == "run":
         from psij.executors.pilot.qcg_run import run_request_file
 
+        _freeze_loaded_objects()
         return run_request_file(args.requests, cores=args.cores, nodes=args.nodes, wd=args.wd,
                                 resume=args.resume)
     if args.pilot_command == "serve":
         from psij.executors.pilot.service import serve_main
 
+        _freeze_loaded_objects()
         return serve_main(socket_path=args.socket, cores=args.cores, nodes=args.nodes,
                           work_directory=args.wd, resume=args.resume)
     _say("a pilot command is required: serve or run")
     return EXIT_USAGE
+
+
+def _freeze_loaded_objects() -> None:
+    """Keep what is loaded so far (modules, classes, functions: they live as long as this
+    pilot process) out of the garbage collector's passes, which then cost what the pilot's
+    own objects cost, during the run and in the last pass at exit."""
+    import gc
+
+    gc.freeze()
 
 
 def _add_job_options(parser: argparse.ArgumentParser) -> None:
@@ -630,7 +710,9 @@ def _say(message: str, what: str = "") -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the ``psij`` command with ``argv`` (default: ``sys.argv[1:]``); return its status."""
-    parser = _build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = _build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as ex:  # --help, --version and usage errors end parsing this way
@@ -644,5 +726,5 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "pilot":
         return _pilot_main(args)
     parser.print_usage(sys.stderr)
-    _say("a command is required: plugins, run or script")
+    _say("a command is required: plugins, run, script or pilot")
     return EXIT_USAGE

@@ -13,7 +13,6 @@ It must not run user code, open job files or set job states.
 """
 
 import heapq
-import logging
 import os
 import selectors
 import signal
@@ -21,7 +20,9 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-logger = logging.getLogger(__name__)
+from psij._lazylog import LazyLogger
+
+logger = LazyLogger(__name__)
 
 ExitHandler = Callable[[int, Optional[int]], None]
 """Called with (pid, raw wait status or None when the process was not our child)."""

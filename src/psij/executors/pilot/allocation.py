@@ -14,16 +14,15 @@ An empty prefix runs the agent on this machine, which is what "virtual" nodes fo
 
 import os
 import re
-import shutil
-import socket
-from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from psij import _check
+from psij.executors.pilot._record import Record
 from psij.executors.pilot.resources import NodeSpec
 
 __all__ = [
-    "Allocation", "configured_allocation", "discover_allocation", "local_allocation",
+    "Allocation", "allocation_from_options", "configured_allocation", "discover_allocation",
+    "local_allocation",
     "nodes_from_spec", "parse_host_slots_file", "parse_lsb_mcpu_hosts", "parse_pe_hostfile",
     "parse_slurm_counts", "parse_slurm_nodelist",
 ]
@@ -39,39 +38,44 @@ SSH_AGENT_LAUNCHER = ("ssh", "-o", "BatchMode=yes", "{node}")
 """Starts one process on one node with ssh, where no MPI runtime is installed."""
 
 _KINDS = ("local", "slurm", "pbs", "sge", "lsf", "config")
+_set = object.__setattr__
 
 
-@dataclass(frozen=True)
-class Allocation:
+class Allocation(Record):
     """The nodes a pilot schedules tasks on, the one it runs on, and how it reaches the others.
 
     ``agent_launcher`` is an argument prefix in which ``{node}`` stands for a node name; the
     agent's own command is appended to it. An empty prefix runs the agent on this machine.
     """
 
+    _fields = ("nodes", "local_node", "kind", "agent_launcher")
+    __slots__ = _fields
     nodes: Tuple[NodeSpec, ...]
     local_node: Optional[str]
-    kind: str = "config"
-    agent_launcher: Tuple[str, ...] = field(default=())
+    kind: str
+    agent_launcher: Tuple[str, ...]
 
-    def __post_init__(self) -> None:
-        nodes = tuple(self.nodes) if isinstance(self.nodes, (list, tuple)) else self.nodes
-        if not isinstance(nodes, tuple) or not nodes:
-            raise _check.fail_type("Allocation.nodes", self.nodes, "a non-empty list of NodeSpec")
-        for i, node in enumerate(nodes):
+    def __init__(self, nodes: Sequence[NodeSpec], local_node: Optional[str],
+                 kind: str = "config", agent_launcher: Sequence[str] = ()) -> None:
+        checked = tuple(nodes) if isinstance(nodes, (list, tuple)) else nodes
+        if not isinstance(checked, tuple) or not checked:
+            raise _check.fail_type("Allocation.nodes", nodes, "a non-empty list of NodeSpec")
+        for i, node in enumerate(checked):
             _check.instance(f"Allocation.nodes[{i}]", node, NodeSpec, "NodeSpec", False)
-        object.__setattr__(self, "nodes", nodes)
-        names = [n.name for n in nodes]
+        names = [n.name for n in checked]
         if len(set(names)) != len(names):
             raise ValueError(f"Allocation.nodes: node names must be unique, got {names}")
-        _check.opt_str("Allocation.local_node", self.local_node)
-        if self.local_node is not None and self.local_node not in names:
-            raise ValueError(f"Allocation.local_node: {self.local_node!r} is not one of the "
+        _check.opt_str("Allocation.local_node", local_node)
+        if local_node is not None and local_node not in names:
+            raise ValueError(f"Allocation.local_node: {local_node!r} is not one of the "
                              f"nodes {names}")
-        if self.kind not in _KINDS:
-            raise ValueError(f"Allocation.kind: {self.kind!r} is not one of {', '.join(_KINDS)}")
-        launcher = _check.opt_str_list("Allocation.agent_launcher", list(self.agent_launcher))
-        object.__setattr__(self, "agent_launcher", tuple(launcher or ()))
+        if kind not in _KINDS:
+            raise ValueError(f"Allocation.kind: {kind!r} is not one of {', '.join(_KINDS)}")
+        launcher = _check.opt_str_list("Allocation.agent_launcher", list(agent_launcher))
+        _set(self, "nodes", checked)
+        _set(self, "local_node", local_node)
+        _set(self, "kind", kind)
+        _set(self, "agent_launcher", tuple(launcher or ()))
 
     @property
     def remote_nodes(self) -> Tuple[str, ...]:
@@ -110,13 +114,14 @@ def _split_top_level(text: str, what: str) -> List[str]:
     return [item.strip() for item in items if item.strip()]
 
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+# Patterns as text: compiled (and cached by ``re``) when first used, not at import.
+_RANGE = r"^(\d+)(?:-(\d+))?$"
 
 
 def _expand_ranges(inside: str, text: str, what: str) -> List[str]:
     values: List[str] = []
     for part in inside.split(","):
-        m = _RANGE.match(part.strip())
+        m = re.match(_RANGE, part.strip())
         if m is None:
             raise ValueError(f"{what}: {part!r} in {text!r} is not a number or a range a-b")
         low, high = m.group(1), m.group(2)
@@ -152,14 +157,14 @@ def parse_slurm_nodelist(text: str, what: str = "SLURM_JOB_NODELIST") -> List[st
     return hosts
 
 
-_COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+_COUNT = r"^(\d+)(?:\(x(\d+)\))?$"
 
 
 def parse_slurm_counts(text: str, what: str = "SLURM_JOB_CPUS_PER_NODE") -> List[int]:
     """Expand a Slurm per-node count list: ``4(x2),2`` is 4, 4, 2."""
     counts: List[int] = []
     for part in text.split(","):
-        m = _COUNT.match(part.strip())
+        m = re.match(_COUNT, part.strip())
         if m is None:
             raise ValueError(f"{what}: {part!r} in {text!r} is not N or N(xM)")
         counts.extend([int(m.group(1))] * int(m.group(2) or 1))
@@ -208,7 +213,7 @@ def parse_lsb_mcpu_hosts(text: str, what: str = "LSB_MCPU_HOSTS") -> List[Tuple[
     return pairs
 
 
-_NODE_ITEM = re.compile(r"^(.+?)(?::(\d+))?$")
+_NODE_ITEM = r"^(.+?)(?::(\d+))?$"
 
 
 def nodes_from_spec(text: str) -> List[NodeSpec]:
@@ -217,7 +222,7 @@ def nodes_from_spec(text: str) -> List[NodeSpec]:
     _check.req_str("nodes", text)
     nodes: List[NodeSpec] = []
     for item in _split_top_level(text, "nodes"):
-        m = _NODE_ITEM.match(item)
+        m = re.match(_NODE_ITEM, item)
         assert m is not None
         if ":" in item and m.group(2) is None:
             raise ValueError(f"nodes: {item!r} is not NAME or NAME:CORES")
@@ -231,6 +236,12 @@ def nodes_from_spec(text: str) -> List[NodeSpec]:
 
 
 # -- allocations -------------------------------------------------------------------------------
+
+
+def host_name() -> str:
+    """This machine's host name (what ``socket.gethostname`` gives, without loading the
+    socket module on the pilot's start-up path)."""
+    return os.uname().nodename
 
 
 def _local_memory() -> int:
@@ -250,7 +261,7 @@ def _local_cores() -> int:
 def local_allocation(cores: Optional[int] = None) -> Allocation:
     """This machine alone: the cores this process may run on (or ``cores``) and its memory."""
     count = _check.opt_int("cores", cores, minimum=1)
-    name = socket.gethostname() or "localhost"
+    name = host_name() or "localhost"
     node = NodeSpec(name, count if count is not None else _local_cores(), _local_memory())
     return Allocation((node,), name, "local")
 
@@ -286,7 +297,7 @@ def _pick_local(names: Iterable[str], environ: Mapping[str, str], *hints: str) -
             return value
         if value and _short(value) in names:
             return _short(value)
-    host = socket.gethostname()
+    host = host_name()
     for candidate in (host, _short(host)):
         if candidate in names:
             return candidate
@@ -304,6 +315,8 @@ def _read_file(variable: str, path: str) -> str:
 
 
 def _mpirun_or_ssh() -> Tuple[str, ...]:
+    import shutil
+
     return MPIRUN_AGENT_LAUNCHER if shutil.which("mpirun") else SSH_AGENT_LAUNCHER
 
 
@@ -360,3 +373,24 @@ def discover_allocation(environ: Optional[Mapping[str, str]] = None,
     if env.get("LSB_MCPU_HOSTS"):
         return _from_pairs(parse_lsb_mcpu_hosts(env["LSB_MCPU_HOSTS"]), env, "lsf")
     return local_allocation(cores)
+
+
+def allocation_from_options(cores: Optional[int] = None, nodes: Optional[str] = None,
+                            environ: Optional[Mapping[str, str]] = None) -> Allocation:
+    """The allocation the ``--cores``/``--nodes`` options of the pilot commands describe.
+
+    With ``nodes`` (a :func:`nodes_from_spec` text) those nodes: the one this process runs on,
+    if named, is used directly, the others through agents started with the launcher of the
+    batch allocation this runs in (on this machine outside one). Without, the batch
+    allocation this runs in, else this machine with ``cores`` cores (default: all it may
+    use). ``environ`` stands for this process's environment. Raises ``ValueError``/
+    ``TypeError`` naming the option.
+    """
+    found = discover_allocation(environ, cores=cores)
+    if nodes is None:
+        return found
+    specs = nodes_from_spec(nodes)
+    names = {node.name for node in specs}
+    local = found.local_node if found.local_node in names else None
+    return configured_allocation(specs, local,
+                                 found.agent_launcher if found.kind != "local" else ())

@@ -9,8 +9,9 @@ Threads:
 
 - One engine thread owns the started processes, the agents' connections, the journal's start
   and end records, and listener delivery. It sleeps in one ``select`` on a wake-up pipe, the
-  agents' sockets and a timer; it never polls tasks.
-- Exits arrive from the shared ``ProcessWatch`` thread, which only queues them.
+  agents' sockets, a pidfd per local task and a timer; it never polls tasks.
+- A local task's exit is therefore seen and handled on the engine thread itself. Where pidfds
+  do not exist, exits arrive from the shared ``ProcessWatch`` thread, which only queues them.
 - ``submit``/``cancel``/``status``/... may be called from any thread; they hold one short lock
   around the scheduler's books and never run listeners or spawn processes under it.
 - Listeners get every state change, in order, on the engine thread, with no lock held; an
@@ -20,31 +21,29 @@ A scheduling pass runs once per batch of events (submissions, exits, cancels), s
 the scheduler's: it grows with the number of distinct task shapes, not with waiting tasks.
 
 Journal: one JSON line per event (submit, start, end, user cancel, forget), appended with one
-write per batch, fsync'd at most once a second and at close. ``resume`` reads it back: tasks
-that succeeded are not run again, tasks a user cancelled stay cancelled, all others are queued
-again in their original order.
+write per batch, fsync'd at most once a second and at close. The ends of tasks are written
+before any other task starts, so that a crash never leaves a started dependent behind an end
+the journal does not hold. ``resume`` reads it back: tasks that succeeded are not run again
+(they count as succeeded for what depends on them), tasks a user cancelled stay cancelled,
+all others are queued again in their original order.
+
+Work that no task waits for (removing the run folders that killed pilots left) is done when
+the engine thread has nothing else to do, not before the first task starts.
 
 The engine never reads or changes the tasks' output, and never blocks on a task.
 """
 
 import json
-import logging
 import os
-import re
-import secrets
 import selectors
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import (
+    TYPE_CHECKING,
     Any,
     Callable,
     Deque,
@@ -59,8 +58,16 @@ from typing import (
 )
 
 from psij import _check
+from psij._lazylog import LazyLogger
 from psij.executors._process_watch import WATCH, exit_code_of
-from psij.executors.pilot._task_process import Launch, LaunchError, TaskProcesses
+from psij.executors.pilot._record import Record, replace
+from psij.executors.pilot._task_process import (
+    HAS_PIDFD,
+    Launch,
+    LaunchError,
+    LoopWatch,
+    TaskProcesses,
+)
 from psij.executors.pilot.allocation import Allocation
 from psij.executors.pilot.resources import Amount, PoolUsage, ResourcePool, ResourceRequest
 from psij.executors.pilot.scheduler import (
@@ -74,13 +81,19 @@ from psij.executors.pilot.scheduler import (
 __all__ = ["EngineConfig", "PilotEngine", "TaskEvent", "TaskShare", "TaskSpec", "TaskStatus",
            "request_from_json", "request_to_json"]
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    import socket
+
+# Agents, sockets and their modules are loaded only when a pilot has nodes other than its own,
+# and logging only when something goes wrong: neither is on the start-up path of a pilot.
+logger = LazyLogger(__name__)
 
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
 _DEFAULT_REQUEST = ResourceRequest()
 _FSYNC_INTERVAL = 1.0
 _RECV_SIZE = 65536
 _RUN_VARIABLE = "PSIJ_PILOT_RUN"
+_SHARE_CACHE_SIZE = 4096
 
 
 # -- task descriptions ------------------------------------------------------------------------
@@ -131,8 +144,11 @@ def request_from_json(data: Any) -> ResourceRequest:
     return ResourceRequest(**kwargs)
 
 
-@dataclass(frozen=True)
-class TaskSpec:
+_set = object.__setattr__
+_OPTIONAL_TEXTS = ("directory", "stdin", "stdout", "stderr", "group")
+
+
+class TaskSpec(Record):
     """One task for the engine: what to run, where, with which resources and dependencies.
 
     ``name`` is the task's id and must be unique in the engine. A relative ``directory`` is
@@ -141,50 +157,82 @@ class TaskSpec:
     iteration groups that must all succeed first.
     """
 
+    _fields = ("name", "executable", "arguments", "directory", "environment",
+               "inherit_environment", "stdin", "stdout", "stderr", "resources", "priority",
+               "after", "group", "create_directories", "time_limit")
+    __slots__ = _fields
     name: str
     executable: str
-    arguments: Sequence[str] = ()
-    directory: Optional[str] = None
-    environment: Mapping[str, str] = field(default_factory=lambda: _NO_ENV)
-    inherit_environment: bool = True
-    stdin: Optional[str] = None
-    stdout: Optional[str] = None
-    stderr: Optional[str] = None
-    resources: ResourceRequest = _DEFAULT_REQUEST
-    priority: int = 0
-    after: Sequence[str] = ()
-    group: Optional[str] = None
-    create_directories: bool = False
-    time_limit: Optional[float] = None
+    arguments: Tuple[str, ...]
+    directory: Optional[str]
+    environment: Mapping[str, str]
+    inherit_environment: bool
+    stdin: Optional[str]
+    stdout: Optional[str]
+    stderr: Optional[str]
+    resources: ResourceRequest
+    priority: int
+    after: Tuple[str, ...]
+    group: Optional[str]
+    create_directories: bool
+    time_limit: Optional[float]
 
-    def __post_init__(self) -> None:
-        _check.req_str("TaskSpec.name", self.name)
-        if self.name == "":
+    def __init__(self, name: str, executable: str, arguments: Sequence[str] = (),
+                 directory: Optional[str] = None,
+                 environment: Optional[Mapping[str, str]] = None,
+                 inherit_environment: bool = True, stdin: Optional[str] = None,
+                 stdout: Optional[str] = None, stderr: Optional[str] = None,
+                 resources: ResourceRequest = _DEFAULT_REQUEST, priority: int = 0,
+                 after: Sequence[str] = (), group: Optional[str] = None,
+                 create_directories: bool = False, time_limit: Optional[float] = None) -> None:
+        # Each check first tries the common valid case in a test or two; the full checks
+        # (with their messages) run only for what that does not settle.
+        if type(name) is not str or not name or "\x00" in name:
+            _check.req_str("TaskSpec.name", name)
             raise ValueError("TaskSpec.name: a task needs a non-empty name")
-        if _check.req_str("TaskSpec.executable", self.executable) == "":
+        if type(executable) is not str or not executable or "\x00" in executable:
+            _check.req_str("TaskSpec.executable", executable)
             raise ValueError("TaskSpec.executable: a task needs an executable")
-        args = _check.opt_str_list("TaskSpec.arguments", self.arguments)
-        object.__setattr__(self, "arguments", tuple(args or ()))
-        for name in ("directory", "stdin", "stdout", "stderr", "group"):
-            value = getattr(self, name)
-            if _check.opt_str(f"TaskSpec.{name}", value) == "":
-                raise ValueError(f"TaskSpec.{name}: an empty string is not accepted; use None")
-        env = _check.env_dict("TaskSpec.environment", self.environment)
-        object.__setattr__(self, "environment", MappingProxyType(env or {}))
-        _check.opt_bool("TaskSpec.inherit_environment", self.inherit_environment)
-        _check.opt_bool("TaskSpec.create_directories", self.create_directories)
-        _check.instance("TaskSpec.resources", self.resources, ResourceRequest,
-                        "ResourceRequest", False)
-        if _check.opt_int("TaskSpec.priority", self.priority) is None:
+        for value in (directory, stdin, stdout, stderr, group):
+            if value is not None and (type(value) is not str or not value or "\x00" in value):
+                _check_optional_texts(directory, stdin, stdout, stderr, group)
+        if not environment:
+            env: Mapping[str, str] = _NO_ENV
+        else:
+            env = MappingProxyType(_check.env_dict("TaskSpec.environment", environment) or {})
+        if inherit_environment is not True and inherit_environment is not False:
+            _check.opt_bool("TaskSpec.inherit_environment", inherit_environment)
+        if create_directories is not True and create_directories is not False:
+            _check.opt_bool("TaskSpec.create_directories", create_directories)
+        if type(resources) is not ResourceRequest:
+            _check.instance("TaskSpec.resources", resources, ResourceRequest,
+                            "ResourceRequest", False)
+        if type(priority) is not int and _check.opt_int("TaskSpec.priority", priority) is None:
             raise _check.fail_type("TaskSpec.priority", None, "int")
-        after = _check.opt_str_list("TaskSpec.after", self.after)
-        object.__setattr__(self, "after", tuple(after or ()))
-        limit = self.time_limit
-        if limit is not None:
-            if isinstance(limit, bool) or not isinstance(limit, (int, float)):
-                raise _check.fail_type("TaskSpec.time_limit", limit, "seconds (a number) or None")
-            if limit <= 0:
-                raise ValueError(f"TaskSpec.time_limit: must be positive, got {limit}")
+        if time_limit is not None:
+            if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)):
+                raise _check.fail_type("TaskSpec.time_limit", time_limit,
+                                       "seconds (a number) or None")
+            if time_limit <= 0:
+                raise ValueError(f"TaskSpec.time_limit: must be positive, got {time_limit}")
+        _set(self, "name", name)
+        _set(self, "executable", executable)
+        _set(self, "arguments", _str_tuple("TaskSpec.arguments", arguments))
+        _set(self, "directory", directory)
+        _set(self, "environment", env)
+        _set(self, "inherit_environment", inherit_environment)
+        _set(self, "stdin", stdin)
+        _set(self, "stdout", stdout)
+        _set(self, "stderr", stderr)
+        _set(self, "resources", resources)
+        _set(self, "priority", priority)
+        _set(self, "after", _str_tuple("TaskSpec.after", after))
+        _set(self, "group", group)
+        _set(self, "create_directories", create_directories)
+        _set(self, "time_limit", time_limit)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.executable, self.arguments, self.directory))
 
     def to_json(self) -> Dict[str, Any]:
         """JSON-ready data; fields left at their defaults are left out."""
@@ -214,10 +262,10 @@ class TaskSpec:
         """Read :meth:`to_json`'s form; unknown fields and bad values raise naming the field."""
         if not isinstance(data, Mapping):
             raise _check.fail_type("task", data, "a dict")
-        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        unknown = sorted(set(data) - set(cls._fields))
         if unknown:
             raise ValueError(f"task: unknown field {unknown[0]!r}; accepted: "
-                             f"{', '.join(cls.__dataclass_fields__)}")
+                             f"{', '.join(cls._fields)}")
         kwargs: Dict[str, Any] = dict(data)
         if "resources" in kwargs:
             kwargs["resources"] = request_from_json(kwargs["resources"])
@@ -227,18 +275,49 @@ class TaskSpec:
         return cls(**kwargs)
 
 
-@dataclass(frozen=True)
-class TaskShare:
+def _check_optional_texts(directory: Optional[str], stdin: Optional[str], stdout: Optional[str],
+                          stderr: Optional[str], group: Optional[str]) -> None:
+    for field_name, value in (("directory", directory), ("stdin", stdin),
+                              ("stdout", stdout), ("stderr", stderr), ("group", group)):
+        if value is not None and _check.opt_str(f"TaskSpec.{field_name}", value) == "":
+            raise ValueError(f"TaskSpec.{field_name}: an empty string is not accepted; "
+                             f"use None")
+
+
+def _str_tuple(field_name: str, value: Sequence[str]) -> Tuple[str, ...]:
+    """``value`` as a tuple of strings, checked (cheap for the common tuple of str)."""
+    if type(value) is tuple:
+        if not value:
+            return value
+        if all(type(item) is str and "\x00" not in item for item in value):
+            return value
+    return tuple(_check.opt_str_list(field_name, value) or ())
+
+
+class TaskShare(Record):
     """What a started task got: per node (in pool order) its processes, core and GPU ids."""
 
+    _fields = ("nodes", "processes", "cores", "gpus")
+    __slots__ = _fields
     nodes: Tuple[str, ...]
     processes: Tuple[int, ...]
     cores: Tuple[Tuple[int, ...], ...]
-    gpus: Tuple[Tuple[int, ...], ...] = ()
+    gpus: Tuple[Tuple[int, ...], ...]
+
+    def __init__(self, nodes: Tuple[str, ...], processes: Tuple[int, ...],
+                 cores: Tuple[Tuple[int, ...], ...], gpus: Tuple[Tuple[int, ...], ...] = ()
+                 ) -> None:
+        _set(self, "nodes", nodes)
+        _set(self, "processes", processes)
+        _set(self, "cores", cores)
+        _set(self, "gpus", gpus)
 
     @classmethod
     def of(cls, placement: Placement) -> "TaskShare":
         shares = placement.shares
+        if len(shares) == 1:
+            share = shares[0]
+            return cls((share.node,), (share.processes,), (share.cores,), (share.gpus,))
         return cls(tuple(s.node for s in shares), tuple(s.processes for s in shares),
                    tuple(s.cores for s in shares), tuple(s.gpus for s in shares))
 
@@ -266,16 +345,27 @@ class TaskShare:
                    tuple(tuple(g) for g in data.get("gpus", ())))
 
 
-@dataclass(frozen=True)
-class TaskEvent:
+class TaskEvent(Record):
     """A task's state changed (given to listeners, in order)."""
 
+    _fields = ("task_id", "state", "time", "message", "exit_code", "share")
+    __slots__ = _fields
     task_id: str
     state: TaskState
     time: float
-    message: Optional[str] = None
-    exit_code: Optional[int] = None
-    share: Optional[TaskShare] = None
+    message: Optional[str]
+    exit_code: Optional[int]
+    share: Optional[TaskShare]
+
+    def __init__(self, task_id: str, state: TaskState, time: float,
+                 message: Optional[str] = None, exit_code: Optional[int] = None,
+                 share: Optional[TaskShare] = None) -> None:
+        _set(self, "task_id", task_id)
+        _set(self, "state", state)
+        _set(self, "time", time)
+        _set(self, "message", message)
+        _set(self, "exit_code", exit_code)
+        _set(self, "share", share)
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"task_id": self.task_id, "state": self.state.value,
@@ -295,10 +385,12 @@ class TaskEvent:
                    data.get("exit_code"), None if share is None else TaskShare.from_json(share))
 
 
-@dataclass(frozen=True)
-class TaskStatus:
+class TaskStatus(Record):
     """A snapshot of one task: its state, why, where it ran and when each state began."""
 
+    _fields = ("task_id", "state", "message", "exit_code", "share", "history", "directory",
+               "started", "ended")
+    __slots__ = _fields
     task_id: str
     state: TaskState
     message: Optional[str]
@@ -308,6 +400,20 @@ class TaskStatus:
     directory: str
     started: Optional[float]
     ended: Optional[float]
+
+    def __init__(self, task_id: str, state: TaskState, message: Optional[str],
+                 exit_code: Optional[int], share: Optional[TaskShare],
+                 history: Tuple[Tuple[float, TaskState], ...], directory: str,
+                 started: Optional[float], ended: Optional[float]) -> None:
+        _set(self, "task_id", task_id)
+        _set(self, "state", state)
+        _set(self, "message", message)
+        _set(self, "exit_code", exit_code)
+        _set(self, "share", share)
+        _set(self, "history", history)
+        _set(self, "directory", directory)
+        _set(self, "started", started)
+        _set(self, "ended", ended)
 
     def to_json(self) -> Dict[str, Any]:
         return {"task_id": self.task_id, "state": self.state.value, "message": self.message,
@@ -329,37 +435,40 @@ Listener = Callable[[TaskEvent], None]
 Prepare = Callable[[TaskSpec, TaskShare], TaskSpec]
 
 
-@dataclass
 class EngineConfig:
     """How an engine runs its tasks (see the module documentation)."""
 
-    work_directory: Optional[Path] = None
-    journal: Optional[Path] = None
-    resume: bool = False
-    cancel_grace_period: float = 5.0
-    tmp_root: Optional[Path] = None
-    agent_transport: str = "auto"
-    agent_host: Optional[str] = None
-    agent_python: str = sys.executable
-    agent_connect_timeout: float = 60.0
-    prepare: Optional[Prepare] = None
-
-    def __post_init__(self) -> None:
-        self.work_directory = _check.opt_path("EngineConfig.work_directory",
-                                              self.work_directory) or Path(os.getcwd())
-        self.journal = _check.opt_path("EngineConfig.journal", self.journal)
-        self.tmp_root = _check.opt_path("EngineConfig.tmp_root", self.tmp_root)
-        _check.opt_bool("EngineConfig.resume", self.resume)
+    def __init__(self, work_directory: Optional[Path] = None, journal: Optional[Path] = None,
+                 resume: bool = False, cancel_grace_period: float = 5.0,
+                 tmp_root: Optional[Path] = None, agent_transport: str = "auto",
+                 agent_host: Optional[str] = None, agent_python: str = sys.executable,
+                 agent_connect_timeout: float = 60.0, prepare: Optional[Prepare] = None
+                 ) -> None:
+        self.work_directory: Path = _check.opt_path("EngineConfig.work_directory",
+                                                    work_directory) or Path(os.getcwd())
+        self.journal = _check.opt_path("EngineConfig.journal", journal)
+        self.tmp_root = _check.opt_path("EngineConfig.tmp_root", tmp_root)
+        self.resume = _check.opt_bool("EngineConfig.resume", resume)
         if self.resume and self.journal is None:
             raise ValueError("EngineConfig.resume: resuming needs a journal; set journal")
-        for name in ("cancel_grace_period", "agent_connect_timeout"):
-            value = getattr(self, name)
+        for name, value in (("cancel_grace_period", cancel_grace_period),
+                            ("agent_connect_timeout", agent_connect_timeout)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"EngineConfig.{name}: expected seconds (a number of at least "
                                  f"0), got {value!r}")
-        if self.agent_transport not in ("auto", "unix", "tcp"):
-            raise ValueError(f"EngineConfig.agent_transport: {self.agent_transport!r}; "
+        self.cancel_grace_period = cancel_grace_period
+        self.agent_connect_timeout = agent_connect_timeout
+        if agent_transport not in ("auto", "unix", "tcp"):
+            raise ValueError(f"EngineConfig.agent_transport: {agent_transport!r}; "
                              "accepted: auto, unix, tcp")
+        self.agent_transport = agent_transport
+        self.agent_host = agent_host
+        self.agent_python = agent_python
+        self.prepare = prepare
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"EngineConfig({shown})"
 
 
 # -- engine internals -------------------------------------------------------------------------
@@ -399,8 +508,9 @@ class _Journal:
         self._dirty = False
         self._synced = time.monotonic()
 
-    def write(self, records: Iterable[Dict[str, Any]]) -> None:
-        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+    def write(self, lines: Iterable[str]) -> None:
+        """Append lines (each ends with a newline) in one write."""
+        data = "".join(lines)
         if not data:
             return
         try:
@@ -427,6 +537,15 @@ class _Journal:
     def close(self) -> None:
         self.sync(force=True)
         os.close(self._fd)
+
+
+# One encoder for every line: ``json.dumps`` with separators would build one per call.
+_encode_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _json_line(record: Dict[str, Any]) -> str:
+    """One journal line."""
+    return _encode_compact(record) + "\n"
 
 
 def read_journal(path: Path) -> List[Dict[str, Any]]:
@@ -471,7 +590,8 @@ class _Agent:
 
 def _pilot_environment(task_id: str, share: TaskShare, cores_per_process: int
                        ) -> Dict[str, str]:
-    """The QCG_PM_* and SLURM_* variables that describe a task's own share."""
+    """The QCG_PM_* and SLURM_* variables that describe a task's own share (its id in
+    QCG_PM_STEP_ID)."""
     nodes = ",".join(share.nodes)
     count = str(len(share.nodes))
     processes = str(share.process_count)
@@ -513,7 +633,9 @@ class PilotEngine:
         self._tasks: Dict[str, _Task] = {}
         self._dependents: Dict[str, List[str]] = {}
         self._outbox: List[TaskEvent] = []
-        self._journal_records: List[Dict[str, Any]] = []
+        # Journal lines not yet written: written before the next task starts, so that a task
+        # never starts before the end of the tasks it depends on is in the journal.
+        self._journal_records: List[str] = []
         self._listeners: List[Listener] = []
         self._inbox: Deque[Tuple[Any, ...]] = deque()
         self._dirty = False  # something may have become schedulable
@@ -522,6 +644,11 @@ class PilotEngine:
         self._thread: Optional[threading.Thread] = None
         self._journal: Optional[_Journal] = None
         self._local: Optional[TaskProcesses] = None
+        # Exits and timed actions of local tasks: in the engine's own loop where pidfds exist,
+        # else through the shared ProcessWatch thread.
+        self._loop_watch: Optional[LoopWatch] = None
+        # The environment and node file of each distinct share, made once.
+        self._share_files: Dict[Tuple[Any, ...], Tuple[Dict[str, str], str]] = {}
         self._agents: Dict[str, _Agent] = {}
         self._agent_listener: Optional[socket.socket] = None
         self._agent_address = ""
@@ -535,7 +662,8 @@ class PilotEngine:
         self._delivered_finals = 0  # tasks whose final event listeners have had
         # Marks this run's task processes, so that a resume kills only a crashed run's own
         # processes, never one that reused a pid.
-        self._run_id = secrets.token_hex(8)
+        self._run_id = os.urandom(8).hex()
+        self._swept = False  # whether the run folders of dead pilots were removed
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -550,12 +678,14 @@ class PilotEngine:
                 raise RuntimeError("start: this engine was already started")
             self._started = True
         config = self.config
-        base = config.tmp_root or Path(tempfile.gettempdir())
-        _remove_dead_run_dirs(base)
-        self._run_dir = Path(tempfile.mkdtemp(prefix=f"psij-pilot-{os.getpid()}-",
-                                              dir=str(base)))
-        self._local = TaskProcesses(self._run_dir / "tmp", self._local_exit)
+        self._run_dir = _make_run_dir(config.tmp_root or _temporary_base())
         self._selector = selectors.DefaultSelector()
+        if HAS_PIDFD:
+            self._loop_watch = LoopWatch(self._selector)
+            self._local = TaskProcesses(self._run_dir / "tmp", self._on_local_exit,
+                                        self._loop_watch)
+        else:
+            self._local = TaskProcesses(self._run_dir / "tmp", self._local_exit)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -614,7 +744,8 @@ class PilotEngine:
             self._check_batch(tasks)
             ids = [self._add(task) for task in tasks]
             if self._journal is not None:
-                self._journal.write({"e": "submit", "task": t.to_json()} for t in tasks)
+                self._journal.write([_json_line({"e": "submit", "task": t.to_json()})
+                                     for t in tasks])
             self._dirty = True
         self._wake()
         return ids
@@ -628,7 +759,7 @@ class PilotEngine:
                 return
             task.user_canceled = True
             if self._journal is not None:
-                self._journal.write([{"e": "cancel", "id": task_id}])
+                self._journal.write([_json_line({"e": "cancel", "id": task_id})])
             transitions = self._scheduler.cancel(task_id)
             if transitions:
                 self._ended(transitions)
@@ -646,7 +777,7 @@ class PilotEngine:
                 self._delivered_finals -= 1
             self._dependents.pop(task_id, None)
             if self._journal is not None:
-                self._journal.write([{"e": "forget", "id": task_id}])
+                self._journal.write([_json_line({"e": "forget", "id": task_id})])
 
     def status(self, task_id: str) -> TaskStatus:
         with self._lock:
@@ -711,11 +842,7 @@ class PilotEngine:
                 groups.add(task.group)
 
     def _is_group(self, name: str) -> bool:
-        try:
-            self._scheduler.group_members(name)
-        except ValueError:
-            return False
-        return True
+        return self._scheduler.is_group(name)
 
     def _directory(self, spec: TaskSpec) -> str:
         base = self.config.work_directory
@@ -724,12 +851,10 @@ class PilotEngine:
             return str(base)
         return os.path.join(base, spec.directory)
 
-    def _add(self, spec: TaskSpec, request: Optional[TaskRequest] = None) -> str:
+    def _add(self, spec: TaskSpec) -> str:
         task = _Task(spec, self._directory(spec))
         self._tasks[spec.name] = task
-        if request is None:
-            request = TaskRequest(spec.name, spec.resources, spec.priority, spec.after,
-                                  spec.group)
+        request = TaskRequest(spec.name, spec.resources, spec.priority, spec.after, spec.group)
         self._scheduler.submit(request)
         for dependency in request.after:
             members = (dependency,) if dependency in self._tasks \
@@ -779,9 +904,10 @@ class PilotEngine:
                 text = transition.message
             self._end_task(task, transition.state, text, exit_code if i == 0 else None)
             if self._journal is not None:
-                self._journal_records.append({"e": "end", "id": transition.task_id,
-                                              "state": transition.state.value,
-                                              "code": exit_code if i == 0 else None})
+                code = exit_code if i == 0 else None
+                self._journal_records.append(
+                    f'{{"e":"end","id":{json.dumps(transition.task_id)},"state":'
+                    f'"{transition.state.value}","code":{"null" if code is None else code}}}\n')
         first = transitions[0] if transitions else None
         if first is not None and first.state is TaskState.SUCCEEDED:
             for dependent in self._dependents.pop(first.task_id, ()):
@@ -832,18 +958,14 @@ class PilotEngine:
                 except OSError:
                     pass
         with self._lock:
-            succeeded = [s for n, s in specs.items() if final.get(n) == "SUCCEEDED"]
-            # A task that already succeeded enters the scheduler as a one-core task with no
-            # dependency and is ended SUCCEEDED at once, so that tasks after it may start.
-            for spec in succeeded:
-                self._add(spec, TaskRequest(spec.name, _DEFAULT_REQUEST, 0, (), spec.group))
-            while True:
-                placements = self._scheduler.schedule()
-                if not placements:
-                    break
-                for placement in placements:
-                    self._scheduler.finished(placement.task_id, True)
-                    self._end_task(self._tasks[placement.task_id], TaskState.SUCCEEDED,
+            # Tasks that already succeeded are known to the scheduler as such, so that tasks
+            # after them may start; they take no resources and never run again.
+            for name, spec in specs.items():
+                if final.get(name) == "SUCCEEDED":
+                    task = _Task(spec, self._directory(spec))
+                    self._tasks[name] = task
+                    self._scheduler.record_succeeded(name, spec.group)
+                    self._end_task(task, TaskState.SUCCEEDED,
                                    "succeeded in an earlier run of the pilot", 0)
             for name, spec in specs.items():
                 if name in self._tasks:
@@ -883,14 +1005,37 @@ class PilotEngine:
         # On the ProcessWatch thread: queue only.
         self._post(("exit", task_id, code, None))
 
+    def _on_local_exit(self, task_id: str, code: Optional[int]) -> None:
+        # On the engine thread (a pidfd of the loop): handled at once.
+        self._on_exit(task_id, code, None)
+
+    def _later(self, delay: float, item: Tuple[Any, ...]) -> None:
+        """Handle ``item`` (as if posted) on the engine thread after ``delay`` seconds."""
+        if self._loop_watch is not None:
+            self._loop_watch.call_later(delay, lambda: self._handle(item))
+        else:
+            WATCH.call_later(delay, lambda: self._post(item))
+
     def _loop(self) -> None:
         selector = self._selector
         assert selector is not None
+        watch = self._loop_watch
         try:
             while True:
                 timeout = self._timeout()
+                if timeout != 0.0:
+                    # About to sleep: what waits for the journal goes now, and then, once,
+                    # the work that does not delay any task.
+                    self._write_journal()
+                    if not self._swept:
+                        self._swept = True
+                        assert self._run_dir is not None
+                        _remove_dead_run_dirs(self._run_dir.parent)
+                        timeout = self._timeout()
                 for key, mask in selector.select(timeout):
                     key.data(mask)
+                if watch is not None:
+                    watch.run_due()
                 if not self._step():
                     break
         except Exception:
@@ -902,6 +1047,10 @@ class PilotEngine:
         if self._inbox or self._dirty or self._outbox:
             return 0.0
         due = self._journal.due() if self._journal is not None else None
+        if self._loop_watch is not None:
+            timed = self._loop_watch.next_timeout()
+            if timed is not None:
+                due = timed if due is None else min(due, timed)
         waiting = [a.connected_at for a in self._agents.values()
                    if a.sock is None and a.lost is None and a.connected_at is not None]
         if waiting:
@@ -912,34 +1061,47 @@ class PilotEngine:
     def _step(self) -> bool:
         """Handle what arrived, schedule, start, deliver; False once the engine may stop."""
         stop = False
-        while self._inbox:
-            item = self._inbox.popleft()
-            kind = item[0]
-            if kind == "exit":
-                self._on_exit(item[1], item[2], item[3])
-            elif kind == "kill":
-                self._kill(item[1])
-            elif kind == "timeout":
-                self._on_time_limit(item[1], item[2])
-            elif kind == "agent-exit":
-                self._agent_lost(item[1], item[2])
-            elif kind == "close":
-                self._begin_close()
-            elif kind == "stop":
+        inbox = self._inbox
+        while inbox:
+            if self._handle(inbox.popleft()):
                 stop = True
-        self._check_agent_deadlines()
+        if self._agents:
+            self._check_agent_deadlines()
         if self._dirty and not self._closing:
+            # Ends first: a task must not start before the end of its dependencies is
+            # written, or a crash right after its start would make a resume run them again.
+            self._write_journal()
             self._schedule()
-        with self._lock:
-            records, self._journal_records = self._journal_records, []
         if self._journal is not None:
-            if records:
-                self._journal.write(records)
             self._journal.sync()
         self._deliver()
         if self._closing and self._running == 0:
             return False
         return not stop
+
+    def _handle(self, item: Tuple[Any, ...]) -> bool:
+        """Act on one posted item; True for the request to stop."""
+        kind = item[0]
+        if kind == "exit":
+            self._on_exit(item[1], item[2], item[3])
+        elif kind == "kill":
+            self._kill(item[1])
+        elif kind == "timeout":
+            self._on_time_limit(item[1], item[2])
+        elif kind == "agent-exit":
+            self._agent_lost(item[1], item[2])
+        elif kind == "close":
+            self._begin_close()
+        elif kind == "stop":
+            return True
+        return False
+
+    def _write_journal(self) -> None:
+        if self._journal is None or not self._journal_records:
+            return
+        with self._lock:
+            lines, self._journal_records = self._journal_records, []
+        self._journal.write(lines)
 
     def _deliver(self) -> None:
         with self._lock:
@@ -992,16 +1154,18 @@ class PilotEngine:
                 self._finish(task, task.run, None, f"could not prepare the task: {ex}")
                 return
             task.directory = self._directory(spec)
-        environment = _pilot_environment(spec.name, share,
-                                         spec.resources.cores_per_process)
+        environment, nodefile = self._share_environment(share,
+                                                        spec.resources.cores_per_process)
+        environment["QCG_PM_STEP_ID"] = spec.name
         environment[_RUN_VARIABLE] = self._run_id
-        environment.update(spec.environment)
+        if spec.environment:
+            environment.update(spec.environment)
         launch = Launch(spec.name, [spec.executable, *spec.arguments], task.directory,
                         environment, spec.inherit_environment, spec.stdin, spec.stdout,
-                        spec.stderr, _nodefile_text(share), spec.create_directories)
+                        spec.stderr, nodefile, spec.create_directories)
         node = share.nodes[0]
         task.node = node
-        record: Dict[str, Any] = {"e": "start", "id": spec.name, "node": node}
+        name_json = json.dumps(spec.name)
         if node == self.allocation.local_node:
             assert self._local is not None
             try:
@@ -1009,9 +1173,10 @@ class PilotEngine:
             except LaunchError as ex:
                 self._finish(task, task.run, None, f"could not start the task: {ex}")
                 return
-            record["pid"] = pid
-            record["run"] = self._run_id
+            record = (f'{{"e":"start","id":{name_json},"node":{json.dumps(node)},"pid":{pid},'
+                      f'"run":"{self._run_id}"}}\n')
         else:
+            record = f'{{"e":"start","id":{name_json},"node":{json.dumps(node)}}}\n'
             agent = self._agents[node]
             if agent.lost is not None:
                 self._finish(task, task.run, None, f"node {node} is lost: {agent.lost}")
@@ -1027,9 +1192,21 @@ class PilotEngine:
             self._journal_records.append(record)
             self._report(task, TaskState.RUNNING, share=share)
         if spec.time_limit is not None:
-            run = task.run
-            WATCH.call_later(spec.time_limit,
-                             lambda: self._post(("timeout", spec.name, run)))
+            self._later(spec.time_limit, ("timeout", spec.name, task.run))
+
+    def _share_environment(self, share: TaskShare, cores_per_process: int
+                           ) -> Tuple[Dict[str, str], str]:
+        """A new copy of the variables describing ``share`` (QCG_PM_STEP_ID to be set), and
+        its node file's text; made once per distinct share."""
+        key = (share.nodes, share.processes, cores_per_process,
+               share.gpus[0] if share.gpus else ())
+        known = self._share_files.get(key)
+        if known is None:
+            if len(self._share_files) >= _SHARE_CACHE_SIZE:
+                self._share_files.clear()
+            known = (_pilot_environment("", share, cores_per_process), _nodefile_text(share))
+            self._share_files[key] = known
+        return dict(known[0]), known[1]
 
     def _on_exit(self, task_id: str, code: Optional[int], message: Optional[str]) -> None:
         with self._lock:
@@ -1127,6 +1304,8 @@ class PilotEngine:
                 self._journal.write(records)
                 self._journal.close()
                 self._journal = None
+            if self._loop_watch is not None:
+                self._loop_watch.close()
             if self._local is not None:
                 self._local.remove_tmp_root()
             if self._run_dir is not None:
@@ -1139,6 +1318,9 @@ class PilotEngine:
     # -- agents -----------------------------------------------------------------------------
 
     def _start_agents(self) -> None:
+        import socket
+        import subprocess
+
         assert self._run_dir is not None and self._selector is not None
         config = self.config
         transport = config.agent_transport
@@ -1162,7 +1344,7 @@ class PilotEngine:
         listener.setblocking(False)
         self._agent_listener = listener
         self._selector.register(listener, selectors.EVENT_READ, self._accept_agent)
-        self._agent_token = secrets.token_hex(16)
+        self._agent_token = os.urandom(16).hex()
         logs = self._run_dir / "agents"
         logs.mkdir()
         for node in self.allocation.remote_nodes:
@@ -1214,7 +1396,7 @@ class PilotEngine:
         self._selector.register(conn, selectors.EVENT_READ,
                                 lambda m: self._read_agent(conn, holder))
 
-    def _read_agent(self, conn: socket.socket, holder: Dict[str, Any]) -> None:
+    def _read_agent(self, conn: "socket.socket", holder: Dict[str, Any]) -> None:
         try:
             data = conn.recv(_RECV_SIZE)
         except OSError:
@@ -1244,10 +1426,12 @@ class PilotEngine:
                 self._on_exit(str(message.get("id")), message.get("code"),
                               message.get("message"))
 
-    def _hello(self, conn: socket.socket, message: Dict[str, Any]) -> Optional[_Agent]:
+    def _hello(self, conn: "socket.socket", message: Dict[str, Any]) -> Optional[_Agent]:
+        from hmac import compare_digest
+
         agent = self._agents.get(str(message.get("node")))
         if message.get("op") != "hello" or agent is None \
-                or not secrets.compare_digest(str(message.get("token")), self._agent_token) \
+                or not compare_digest(str(message.get("token")), self._agent_token) \
                 or agent.sock is not None or agent.lost is not None:
             logger.warning("pilot: refused an agent connection (bad hello)")
             return None
@@ -1257,7 +1441,7 @@ class PilotEngine:
             self._send(agent, spawn)
         return agent
 
-    def _drop_connection(self, conn: socket.socket) -> None:
+    def _drop_connection(self, conn: "socket.socket") -> None:
         assert self._selector is not None
         try:
             self._selector.unregister(conn)
@@ -1331,7 +1515,37 @@ def _log_tail(path: Path) -> str:
     return f"; its output ends with:\n{text}" if text else ""
 
 
-_RUN_DIR = re.compile(r"^psij-pilot-(\d+)-")
+_RUN_DIR_PREFIX = "psij-pilot-"
+
+
+def _temporary_base() -> Path:
+    """Where run folders go by default: ``$TMPDIR`` if it is a folder, else ``/tmp``, else
+    what :func:`tempfile.gettempdir` finds (loaded only then)."""
+    for candidate in (os.environ.get("TMPDIR"), "/tmp"):
+        if candidate and os.path.isdir(candidate):
+            return Path(candidate)
+    import tempfile
+
+    return Path(tempfile.gettempdir())
+
+
+def _make_run_dir(base: Path) -> Path:
+    """A new private folder ``psij-pilot-<pid>-<random>`` under ``base`` for this run."""
+    while True:
+        path = base / f"{_RUN_DIR_PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+
+
+def _run_dir_pid(name: str) -> Optional[int]:
+    """The pid in a run folder's name, or None if it is not a run folder's name."""
+    if not name.startswith(_RUN_DIR_PREFIX):
+        return None
+    pid, dash, _ = name[len(_RUN_DIR_PREFIX):].partition("-")
+    return int(pid) if dash and pid.isdigit() and pid.isascii() else None
 
 
 def _remove_dead_run_dirs(base: Path) -> None:
@@ -1342,13 +1556,13 @@ def _remove_dead_run_dirs(base: Path) -> None:
         return
     uid = os.getuid()
     for entry in entries:
-        match = _RUN_DIR.match(entry.name)
-        if match is None:
+        pid = _run_dir_pid(entry.name)
+        if pid is None:
             continue
         try:
             if entry.stat(follow_symlinks=False).st_uid != uid or not entry.is_dir():
                 continue
-            os.kill(int(match.group(1)), 0)
+            os.kill(pid, 0)
         except ProcessLookupError:
             _remove_tree(Path(entry.path))
         except OSError:
@@ -1356,4 +1570,6 @@ def _remove_dead_run_dirs(base: Path) -> None:
 
 
 def _remove_tree(path: Path) -> None:
+    import shutil
+
     shutil.rmtree(path, ignore_errors=True)

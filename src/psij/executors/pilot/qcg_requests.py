@@ -38,7 +38,6 @@ from typing import (
     Dict,
     List,
     Mapping,
-    NamedTuple,
     Optional,
     Sequence,
     Set,
@@ -46,6 +45,7 @@ from typing import (
     Union,
 )
 
+from psij.executors.pilot._record import Record
 from psij.executors.pilot.resources import ResourceRequest
 from psij.executors.pilot.scheduler import TaskState
 
@@ -68,6 +68,7 @@ _JOB_KEYS = ("name", "iterate", "iteration", "execution", "resources", "dependen
              "attributes")
 _EXECUTION_KEYS = ("exec", "args", "script", "env", "wd", "stdin", "stdout", "stderr",
                    "modules", "venv", "model", "model_opts")
+_EXECUTION_TEXTS = ("exec", "script", "wd", "stdin", "stdout", "stderr", "venv")
 _RESOURCE_KEYS = ("numCores", "numNodes", "wt")
 _AMOUNT_KEYS = ("exact", "min", "max", "split-into", "scheduler")
 # Execution models that run the task's program once, as a plain process; the MPI models of
@@ -75,10 +76,13 @@ _AMOUNT_KEYS = ("exact", "min", "max", "split-into", "scheduler")
 _MODELS = ("default", "threads")
 # Characters QCG refuses in a final job name; ':' separates a sub-task's iteration index.
 _NAME_FORBIDDEN = set("${}()'\"") | {":"}
-_WALLTIME = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-_VARIABLE = re.compile(r"\$\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}")
+_NAME_BAD = r"[\s${}()'\":]"
+# Patterns as text: compiled (and cached by ``re``) when first used, not at import.
+_WALLTIME = r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$"
+_VARIABLE = r"\$\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}"
 
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
+_set = object.__setattr__
 
 START_VARIABLES = ("root_wd", "ncores", "nnodes", "nlist")
 """The variables known only when a task is placed."""
@@ -91,20 +95,41 @@ class RequestFileError(ValueError):
 # -- parsed requests -------------------------------------------------------------------------
 
 
-class Execution(NamedTuple):
+class Execution(Record):
     """What a task runs; any string may still hold ``${...}`` variables."""
 
-    exec: Optional[str] = None
-    args: Tuple[str, ...] = ()
-    script: Optional[str] = None
-    env: Mapping[str, str] = _NO_ENV
-    wd: Optional[str] = None
-    stdin: Optional[str] = None
-    stdout: Optional[str] = None
-    stderr: Optional[str] = None
-    modules: Tuple[str, ...] = ()
-    venv: Optional[str] = None
-    model: str = "default"
+    _fields = ("exec", "args", "script", "env", "wd", "stdin", "stdout", "stderr", "modules",
+               "venv", "model")
+    __slots__ = _fields
+    exec: Optional[str]
+    args: Tuple[str, ...]
+    script: Optional[str]
+    env: Mapping[str, str]
+    wd: Optional[str]
+    stdin: Optional[str]
+    stdout: Optional[str]
+    stderr: Optional[str]
+    modules: Tuple[str, ...]
+    venv: Optional[str]
+    model: str
+
+    def __init__(self, exec: Optional[str] = None, args: Tuple[str, ...] = (),
+                 script: Optional[str] = None, env: Mapping[str, str] = _NO_ENV,
+                 wd: Optional[str] = None, stdin: Optional[str] = None,
+                 stdout: Optional[str] = None, stderr: Optional[str] = None,
+                 modules: Tuple[str, ...] = (), venv: Optional[str] = None,
+                 model: str = "default") -> None:
+        _set(self, "exec", exec)
+        _set(self, "args", args)
+        _set(self, "script", script)
+        _set(self, "env", env)
+        _set(self, "wd", wd)
+        _set(self, "stdin", stdin)
+        _set(self, "stdout", stdout)
+        _set(self, "stderr", stderr)
+        _set(self, "modules", modules)
+        _set(self, "venv", venv)
+        _set(self, "model", model)
 
     def command(self) -> List[str]:
         """The program and its arguments (``script``, ``modules`` and ``venv`` go through
@@ -125,7 +150,19 @@ class Execution(NamedTuple):
         assert self.exec is not None
         return ["bash", "-c", prologue + 'exec "$@"', "bash", self.exec, *self.args]
 
+    def has_variables(self) -> bool:
+        """Whether some text of this execution holds a ``${``."""
+        for text in (self.exec, self.script, self.wd, self.stdin, self.stdout, self.stderr,
+                     self.venv):
+            if text is not None and "${" in text:
+                return True
+        return any("${" in text for texts in (self.args, self.modules, self.env.values())
+                   for text in texts)
+
     def expanded(self, values: Mapping[str, str]) -> "Execution":
+        if not self.has_variables():
+            return self
+
         def one(text: Optional[str]) -> Optional[str]:
             return None if text is None else expand_variables(text, values)
 
@@ -139,77 +176,152 @@ class Execution(NamedTuple):
             venv=one(self.venv), model=self.model)
 
 
-class Iteration(NamedTuple):
+class Iteration(Record):
     """The indices ``start`` .. ``stop - 1``; with ``values``, index i stands for values[i]."""
 
+    _fields = ("start", "stop", "values")
+    __slots__ = _fields
     start: int
     stop: int
-    values: Optional[Tuple[str, ...]] = None
+    values: Optional[Tuple[str, ...]]
+
+    def __init__(self, start: int, stop: int, values: Optional[Tuple[str, ...]] = None) -> None:
+        _set(self, "start", start)
+        _set(self, "stop", stop)
+        _set(self, "values", values)
 
     @property
     def size(self) -> int:
         return self.stop - self.start
 
 
-class JobDescription(NamedTuple):
+class JobDescription(Record):
     """One job of a ``submit`` request, checked, with its variables not yet expanded."""
 
+    _fields = ("where", "name", "execution", "resources", "iteration", "after", "walltime",
+               "form")
+    __slots__ = _fields
     where: str
     name: str
     execution: Execution
     resources: ResourceRequest
-    iteration: Optional[Iteration] = None
-    after: Tuple[str, ...] = ()
-    walltime: Optional[timedelta] = None
-    # How the job was written: the seed's ``iterate`` or the current ``iteration``.
-    form: str = CURRENT
+    iteration: Optional[Iteration]
+    after: Tuple[str, ...]
+    walltime: Optional[timedelta]
+    form: str  # how the job was written: the seed's ``iterate`` or the current ``iteration``
+
+    def __init__(self, where: str, name: str, execution: Execution, resources: ResourceRequest,
+                 iteration: Optional[Iteration] = None, after: Tuple[str, ...] = (),
+                 walltime: Optional[timedelta] = None, form: str = CURRENT) -> None:
+        _set(self, "where", where)
+        _set(self, "name", name)
+        _set(self, "execution", execution)
+        _set(self, "resources", resources)
+        _set(self, "iteration", iteration)
+        _set(self, "after", after)
+        _set(self, "walltime", walltime)
+        _set(self, "form", form)
 
 
-class Submit(NamedTuple):
+class Submit(Record):
+    _fields = ("position", "jobs")
+    __slots__ = _fields
     position: int
     jobs: Tuple[JobDescription, ...]
 
+    def __init__(self, position: int, jobs: Tuple[JobDescription, ...]) -> None:
+        _set(self, "position", position)
+        _set(self, "jobs", jobs)
 
-class Control(NamedTuple):
+
+class Control(Record):
+    _fields = ("position", "command")
+    __slots__ = _fields
     position: int
     command: str
 
+    def __init__(self, position: int, command: str) -> None:
+        _set(self, "position", position)
+        _set(self, "command", command)
 
-class JobStatus(NamedTuple):
+
+class JobStatus(Record):
     """``jobStatus``; ``listed`` when the names came as the current form's ``jobNames``."""
 
+    _fields = ("position", "names", "listed")
+    __slots__ = _fields
     position: int
     names: Tuple[str, ...]
     listed: bool
 
+    def __init__(self, position: int, names: Tuple[str, ...], listed: bool) -> None:
+        _set(self, "position", position)
+        _set(self, "names", names)
+        _set(self, "listed", listed)
 
-class JobInfo(NamedTuple):
+
+class JobInfo(Record):
+    _fields = ("position", "names")
+    __slots__ = _fields
     position: int
     names: Tuple[str, ...]
 
+    def __init__(self, position: int, names: Tuple[str, ...]) -> None:
+        _set(self, "position", position)
+        _set(self, "names", names)
 
-class CancelJob(NamedTuple):
+
+class CancelJob(Record):
+    _fields = ("position", "names", "listed")
+    __slots__ = _fields
     position: int
     names: Tuple[str, ...]
     listed: bool
 
+    def __init__(self, position: int, names: Tuple[str, ...], listed: bool) -> None:
+        _set(self, "position", position)
+        _set(self, "names", names)
+        _set(self, "listed", listed)
 
-class RemoveJob(NamedTuple):
+
+class RemoveJob(Record):
+    _fields = ("position", "names", "listed")
+    __slots__ = _fields
     position: int
     names: Tuple[str, ...]
     listed: bool
 
+    def __init__(self, position: int, names: Tuple[str, ...], listed: bool) -> None:
+        _set(self, "position", position)
+        _set(self, "names", names)
+        _set(self, "listed", listed)
 
-class ListJobs(NamedTuple):
+
+class ListJobs(Record):
+    _fields = ("position",)
+    __slots__ = _fields
     position: int
 
+    def __init__(self, position: int) -> None:
+        _set(self, "position", position)
 
-class ResourcesInfo(NamedTuple):
+
+class ResourcesInfo(Record):
+    _fields = ("position",)
+    __slots__ = _fields
     position: int
 
+    def __init__(self, position: int) -> None:
+        _set(self, "position", position)
 
-class Finish(NamedTuple):
+
+class Finish(Record):
+    _fields = ("position",)
+    __slots__ = _fields
     position: int
+
+    def __init__(self, position: int) -> None:
+        _set(self, "position", position)
 
 
 Request = Union[Submit, Control, JobStatus, JobInfo, CancelJob, RemoveJob, ListJobs,
@@ -228,11 +340,17 @@ _KIND_OF: Dict[type, str] = {
 }
 
 
-class RequestFile(NamedTuple):
+class RequestFile(Record):
     """All requests of a file, in file order, and the form its responses take."""
 
+    _fields = ("requests", "dialect")
+    __slots__ = _fields
     requests: Tuple[Request, ...]
-    dialect: str = SEED
+    dialect: str
+
+    def __init__(self, requests: Tuple[Request, ...], dialect: str = SEED) -> None:
+        _set(self, "requests", requests)
+        _set(self, "dialect", dialect)
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -368,7 +486,9 @@ def _parse_job(where: str, job: Any, resources: _ResourceCache) -> JobDescriptio
                                f"in its execution")
     execution = _parse_execution(f"{where}.execution", job["execution"])
     value = job.get("resources")
-    key = (json.dumps(value, sort_keys=True), None if iteration is None else iteration.size)
+    # The text of the decoded JSON tells values apart (a key order of its own only costs a
+    # second parse), for a fraction of the cost of encoding it again.
+    key = (repr(value), None if iteration is None else iteration.size)
     known = resources.get(key)
     if known is None:
         known = resources[key] = _parse_resources(f"{where}.resources", value, iteration)
@@ -428,10 +548,12 @@ def _parse_execution(where: str, value: Any) -> Execution:
     if not isinstance(value, dict):
         raise RequestFileError(f"{where}: expected a JSON object, got {_json_type(value)}")
     _known_keys(where, value, _EXECUTION_KEYS)
-    texts: Dict[str, Optional[str]] = {}
-    for key in ("exec", "script", "wd", "stdin", "stdout", "stderr", "venv"):
+    texts: Dict[str, Optional[str]] = dict.fromkeys(_EXECUTION_TEXTS)
+    for key in _EXECUTION_TEXTS:
         v = value.get(key)
-        if v is not None and (not isinstance(v, str) or v == "" or "\x00" in v):
+        if v is None:
+            continue
+        if type(v) is not str or v == "" or "\x00" in v:
             raise RequestFileError(f"{where}.{key}: expected a non-empty string, got "
                                    f"{_show(v)}")
         texts[key] = v
@@ -440,8 +562,10 @@ def _parse_execution(where: str, value: Any) -> Execution:
                                f"(bash commands)")
     if texts["script"] is not None and "args" in value:
         raise RequestFileError(f"{where}.args: arguments go with 'exec', not with 'script'")
-    args = tuple(_strings(f"{where}.args", value.get("args", []), numbers=True))
-    modules = tuple(_strings(f"{where}.modules", value.get("modules", []), numbers=False))
+    args = tuple(_strings(f"{where}.args", value["args"], numbers=True)) \
+        if "args" in value else ()
+    modules = tuple(_strings(f"{where}.modules", value["modules"], numbers=False)) \
+        if "modules" in value else ()
     env_value = value.get("env", {})
     if env_value is None:
         env_value = {}
@@ -465,10 +589,9 @@ def _parse_execution(where: str, value: Any) -> Execution:
     if "model_opts" in value and not isinstance(value["model_opts"], dict):
         raise RequestFileError(f"{where}.model_opts: expected a JSON object, got "
                                f"{_json_type(value['model_opts'])}")
-    return Execution(exec=texts["exec"], args=args, script=texts["script"],
-                     env=MappingProxyType(env), wd=texts["wd"], stdin=texts["stdin"],
-                     stdout=texts["stdout"], stderr=texts["stderr"], modules=modules,
-                     venv=texts["venv"], model=model)
+    return Execution(texts["exec"], args, texts["script"],
+                     MappingProxyType(env) if env else _NO_ENV, texts["wd"], texts["stdin"],
+                     texts["stdout"], texts["stderr"], modules, texts["venv"], model)
 
 
 def _parse_resources(where: str, value: Any, iteration: Optional[Iteration]
@@ -536,7 +659,7 @@ def _amount(where: str, value: Any, iteration: Optional[Iteration]) -> Dict[str,
 
 
 def _walltime(where: str, value: Any) -> timedelta:
-    match = _WALLTIME.match(value) if isinstance(value, str) else None
+    match = re.match(_WALLTIME, value) if isinstance(value, str) else None
     if match is None or not any(match.groups()):
         raise RequestFileError(f"{where}: expected a duration like '1h30m', '10m' or '45s', "
                                f"got {_show(value)}")
@@ -561,28 +684,50 @@ def _parse_dependencies(where: str, value: Any) -> Tuple[str, ...]:
 # -- planning: submit-time variables, names and dependencies -----------------------------------
 
 
-class TaskTemplate(NamedTuple):
+class TaskTemplate(Record):
     """One task to submit: final name, scheduling data, and its execution with the variables
     known at start (root_wd, ncores, nnodes, nlist) still to expand (see
     :func:`start_variables`)."""
 
+    _fields = ("name", "job", "resources", "execution", "after", "group", "iteration", "walltime")
+    __slots__ = _fields
     name: str
     job: str
     resources: ResourceRequest
     execution: Execution
-    after: Tuple[str, ...] = ()
-    group: Optional[str] = None
-    iteration: Optional[int] = None
-    walltime: Optional[timedelta] = None
+    after: Tuple[str, ...]
+    group: Optional[str]
+    iteration: Optional[int]
+    walltime: Optional[timedelta]
+
+    def __init__(self, name: str, job: str, resources: ResourceRequest, execution: Execution,
+                 after: Tuple[str, ...] = (), group: Optional[str] = None,
+                 iteration: Optional[int] = None, walltime: Optional[timedelta] = None) -> None:
+        _set(self, "name", name)
+        _set(self, "job", job)
+        _set(self, "resources", resources)
+        _set(self, "execution", execution)
+        _set(self, "after", after)
+        _set(self, "group", group)
+        _set(self, "iteration", iteration)
+        _set(self, "walltime", walltime)
 
 
-class StartContext(NamedTuple):
+class StartContext(Record):
     """What is known of a task when it is placed."""
 
+    _fields = ("root_wd", "ncores", "nnodes", "nodes")
+    __slots__ = _fields
     root_wd: str
     ncores: int
     nnodes: int
     nodes: Tuple[str, ...]
+
+    def __init__(self, root_wd: str, ncores: int, nnodes: int, nodes: Tuple[str, ...]) -> None:
+        _set(self, "root_wd", root_wd)
+        _set(self, "ncores", ncores)
+        _set(self, "nnodes", nnodes)
+        _set(self, "nodes", nodes)
 
 
 def start_variables(context: StartContext) -> Dict[str, str]:
@@ -590,13 +735,21 @@ def start_variables(context: StartContext) -> Dict[str, str]:
             "nnodes": str(context.nnodes), "nlist": ",".join(context.nodes)}
 
 
-class PlannedSubmit(NamedTuple):
+class PlannedSubmit(Record):
     """A ``submit`` request with its jobs expanded into tasks, in submission order."""
 
+    _fields = ("position", "tasks", "job_names")
+    __slots__ = _fields
     position: int
     tasks: Tuple[TaskTemplate, ...]
     # The job names as QCG reports them in the submit response (a group counts once).
     job_names: Tuple[str, ...]
+
+    def __init__(self, position: int, tasks: Tuple[TaskTemplate, ...],
+                 job_names: Tuple[str, ...]) -> None:
+        _set(self, "position", position)
+        _set(self, "tasks", tasks)
+        _set(self, "job_names", job_names)
 
 
 def expand_variables(text: str, values: Mapping[str, str]) -> str:
@@ -609,11 +762,11 @@ def expand_variables(text: str, values: Mapping[str, str]) -> str:
         value = values.get(match.group(1))
         return match.group(0) if value is None else value
 
-    return _VARIABLE.sub(replace, text)
+    return re.sub(_VARIABLE, replace, text)
 
 
 def _variables_in(text: str) -> Set[str]:
-    return set(_VARIABLE.findall(text))
+    return set(re.findall(_VARIABLE, text))
 
 
 def plan_requests(requests: RequestFile, received: datetime,
@@ -696,6 +849,19 @@ def _plan_job(job: JobDescription, base: Mapping[str, str], unique_id: Callable[
                                    f"an earlier request; job names must be unique (removeJob "
                                    f"first to reuse one)")
     tasks: List[TaskTemplate] = []
+    if "${" not in job.name and not any("${" in d for d in job.after) \
+            and not job.execution.has_variables():
+        # Nothing to expand: every task is the job itself (under its iteration's name).
+        jname = _checked_name(job.where, job.name)
+        for i, dependency in enumerate(job.after):
+            if not registry.known(dependency):
+                raise _unknown_dependency(job.where, i, dependency)
+        for index in indices:
+            name = f"{jname}:{index}" if group is not None else jname
+            registry.add(job.where, name, group)
+            tasks.append(TaskTemplate(name, group or name, job.resources, job.execution,
+                                      job.after, group, index, job.walltime))
+        return tasks, [group] if group is not None else [t.name for t in tasks]
     for index in indices:
         values = dict(base)
         values["uniq"] = unique_id()
@@ -711,10 +877,7 @@ def _plan_job(job: JobDescription, base: Mapping[str, str], unique_id: Callable[
         for i, dependency in enumerate(job.after):
             target = expand_variables(dependency, values)
             if not registry.known(target):
-                raise RequestFileError(
-                    f"{job.where}.dependencies.after[{i}]: {target!r} is not a job submitted "
-                    f"before this one; a job can only wait for jobs submitted earlier in the "
-                    f"file")
+                raise _unknown_dependency(job.where, i, target)
             after.append(target)
         registry.add(job.where, name, group)
         tasks.append(TaskTemplate(name=name, job=group or name, resources=job.resources,
@@ -724,7 +887,15 @@ def _plan_job(job: JobDescription, base: Mapping[str, str], unique_id: Callable[
     return tasks, [group] if group is not None else [t.name for t in tasks]
 
 
+def _unknown_dependency(where: str, index: int, target: str) -> RequestFileError:
+    return RequestFileError(f"{where}.dependencies.after[{index}]: {target!r} is not a job "
+                            f"submitted before this one; a job can only wait for jobs "
+                            f"submitted earlier in the file")
+
+
 def _checked_name(where: str, name: str) -> str:
+    if re.search(_NAME_BAD, name) is None:
+        return name
     bad = sorted({c for c in name if c in _NAME_FORBIDDEN or c.isspace()})
     if bad:
         unknown = _variables_in(name)
@@ -758,17 +929,32 @@ def qcg_state(state: TaskState) -> str:
     return _QCG_STATES[state]
 
 
-class TaskReport(NamedTuple):
+class TaskReport(Record):
     """What the responses and ``jobs.report`` say about one task."""
 
+    _fields = ("name", "state", "history", "allocation", "wd", "runtime", "exit_code", "message")
+    __slots__ = _fields
     name: str
     state: str
-    history: Tuple[Tuple[datetime, str], ...] = ()
-    allocation: Optional[str] = None
-    wd: Optional[str] = None
-    runtime: Optional[timedelta] = None
-    exit_code: Optional[int] = None
-    message: Optional[str] = None
+    history: Tuple[Tuple[datetime, str], ...]
+    allocation: Optional[str]
+    wd: Optional[str]
+    runtime: Optional[timedelta]
+    exit_code: Optional[int]
+    message: Optional[str]
+
+    def __init__(self, name: str, state: str, history: Tuple[Tuple[datetime, str], ...] = (),
+                 allocation: Optional[str] = None, wd: Optional[str] = None,
+                 runtime: Optional[timedelta] = None, exit_code: Optional[int] = None,
+                 message: Optional[str] = None) -> None:
+        _set(self, "name", name)
+        _set(self, "state", state)
+        _set(self, "history", history)
+        _set(self, "allocation", allocation)
+        _set(self, "wd", wd)
+        _set(self, "runtime", runtime)
+        _set(self, "exit_code", exit_code)
+        _set(self, "message", message)
 
     def runtime_fields(self) -> Dict[str, str]:
         fields: Dict[str, str] = {}
@@ -851,6 +1037,8 @@ def _is_int(value: Any) -> bool:
 
 
 def _known_keys(where: str, item: Mapping[str, Any], accepted: Sequence[str]) -> None:
+    if len(item) <= len(accepted) and all(key in accepted for key in item):
+        return
     for key in item:
         if key not in accepted:
             raise RequestFileError(f"{where}: unknown key {key!r}; accepted: "

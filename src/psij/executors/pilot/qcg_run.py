@@ -8,7 +8,9 @@ waits until every task has ended, whether or not the file asked for it with
 ``finishAfterAllTasksDone`` (a file-mode pilot has nothing to gain by stopping its tasks);
 ``finish`` stops at once, cancelling what has not ended and ignoring the requests after it.
 
-Files written in the working directory (``--wd``, default the current directory):
+The command works in its working directory (``--wd``, default the current directory): the
+process changes to it once the file is checked, so that tasks, which run there unless a job
+names another ``wd``, start without a change of directory. Files written there:
 
 - ``service.log``: what the pilot did, with every response as one line of JSON, as
   ``<time> response to requests[N] (<request>): {...}``, and every task's end;
@@ -26,18 +28,13 @@ import os
 import signal
 import sys
 import threading
-from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
-from psij.executors.pilot.allocation import (
-    Allocation,
-    configured_allocation,
-    discover_allocation,
-    nodes_from_spec,
-)
+from psij.executors.pilot._record import replace
+from psij.executors.pilot.allocation import Allocation, allocation_from_options
 from psij.executors.pilot.engine import (
     EngineConfig,
     PilotEngine,
@@ -77,7 +74,7 @@ from psij.executors.pilot.qcg_requests import (
 )
 from psij.executors.pilot.scheduler import TaskState
 
-__all__ = ["EXIT_BAD_FILE", "EXIT_FAILED", "QcgFileRun", "allocation_for", "run_request_file"]
+__all__ = ["EXIT_BAD_FILE", "EXIT_FAILED", "QcgFileRun", "run_request_file"]
 
 SERVICE_LOG = "service.log"
 JOBS_REPORT = "jobs.report"
@@ -115,20 +112,6 @@ class ServiceLog:
             self._file.close()
 
 
-def allocation_for(cores: Optional[int], nodes: Optional[str]) -> Allocation:
-    """The allocation ``--cores``/``--nodes`` describe, as ``psij pilot serve`` reads them:
-    with ``--nodes`` those nodes (this host among them is used directly, the others through
-    agents started with the batch allocation's launcher, or on this machine outside one);
-    otherwise the batch allocation this runs in, else this machine with ``--cores`` cores."""
-    found = discover_allocation(cores=cores)
-    if nodes is None:
-        return found
-    specs = nodes_from_spec(nodes)
-    local = found.local_node if found.local_node in {n.name for n in specs} else None
-    return configured_allocation(specs, local,
-                                 found.agent_launcher if found.kind != "local" else ())
-
-
 def run_request_file(path: str, cores: Optional[int] = None, nodes: Optional[str] = None,
                      wd: Optional[str] = None, resume: bool = False,
                      err: Optional[IO[str]] = None) -> int:
@@ -142,7 +125,7 @@ def run_request_file(path: str, cores: Optional[int] = None, nodes: Optional[str
         # Everything is checked before the first file is written.
         requests = load_request_file(path)
         planned = plan_requests(requests, datetime.now(), lambda: os.urandom(16).hex())
-        allocation = allocation_for(cores, nodes)
+        allocation = allocation_from_options(cores, nodes)
         if resume and not journal.is_file():
             raise ValueError(f"--resume: no journal {journal} to resume from (it is written "
                              f"by a run with the same --wd)")
@@ -154,6 +137,7 @@ def run_request_file(path: str, cores: Optional[int] = None, nodes: Optional[str
         return EXIT_BAD_FILE
     try:
         work_directory.mkdir(parents=True, exist_ok=True)
+        _work_in(work_directory)
         run = QcgFileRun(requests, planned, allocation, work_directory, resume)
     except OSError as exc:
         out.write(f"psij pilot run: --wd {work_directory}: {exc.strerror or exc}\n")
@@ -164,6 +148,27 @@ def run_request_file(path: str, cores: Optional[int] = None, nodes: Optional[str
         # The engine could not start (agents, journal, files); what ran is reported.
         out.write(f"psij pilot run: the pilot failed: {exc}\n")
         return EXIT_FAILED
+
+
+def _work_in(work_directory: Path) -> None:
+    """Make this process work in ``work_directory``, the tasks' default directory, and keep
+    the descriptors it inherited (above 2) from its tasks.
+
+    Tasks are then started the cheapest way, with no change of directory and nothing to close
+    (see ``_task_process``); they get the same directory and descriptors either way.
+    """
+    os.chdir(work_directory)
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass  # listdir's own descriptor, closed since
 
 
 class QcgFileRun:
@@ -224,8 +229,9 @@ class QcgFileRun:
                 status = _EXIT_SIGNALLED + stop.signum
             finally:
                 engine.close()
-                self._write_report(engine)
-                counts = self._counts(engine)
+                statuses = engine.statuses()
+                self._write_report(statuses)
+                counts = self._counts(statuses)
                 self._log.write("pilot finished: " + ", ".join(
                     f"{n} {state}" for state, n in counts.items() if n), flush=True)
                 self._log.close()
@@ -254,7 +260,7 @@ class QcgFileRun:
         specs = [self._task_spec(t) for t in request.tasks]
         if self._resume:
             # Tasks the journal restored are known already; the others are submitted again.
-            known = {status.task_id for status in engine.statuses()}
+            known = set(engine.task_ids())
             specs = [spec for spec in specs if spec.name not in known]
         names = [spec.name for spec in specs]
         with self._open_lock:
@@ -453,8 +459,8 @@ class QcgFileRun:
 
     # -- the report ---------------------------------------------------------------------------
 
-    def _write_report(self, engine: PilotEngine) -> None:
-        statuses = {status.task_id: status for status in engine.statuses()}
+    def _write_report(self, every: Sequence[TaskStatus]) -> None:
+        statuses = {status.task_id: status for status in every}
         order = list(dict.fromkeys(self._ended))
         # Tasks the journal restored as ended never sent an event in this run: first.
         seen = set(order)
@@ -472,9 +478,9 @@ class QcgFileRun:
         os.replace(tmp, path)
 
     @staticmethod
-    def _counts(engine: PilotEngine) -> Dict[str, int]:
+    def _counts(statuses: Sequence[TaskStatus]) -> Dict[str, int]:
         counts: Dict[str, int] = {}
-        for status in engine.statuses():
+        for status in statuses:
             name = qcg_state(status.state)
             counts[name] = counts.get(name, 0) + 1
         return counts

@@ -37,23 +37,11 @@ Rules:
 """
 
 from bisect import bisect_left, insort
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import (
-    Any,
-    Dict,
-    Iterable,
-    Iterator,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Tuple,
-    Type,
-    TypeVar,
-)
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from psij import _check
+from psij.executors.pilot._record import Record
 from psij.resource_spec import ResourceSpecV1
 
 __all__ = [
@@ -65,23 +53,9 @@ UNBOUNDED = 1 << 62
 """The upper bound of a range that has none (larger than any real count)."""
 
 _NO_COUNTS: Mapping[str, int] = MappingProxyType({})
+_NO_IDS: List[int] = []  # never changed: the ids of a share without GPUs
 
 _QCG_AMOUNT_KEYS = ("exact", "min", "max", "split-into")
-
-
-_Frozen = TypeVar("_Frozen")
-
-
-def assemble(cls: Type[_Frozen], **fields: Any) -> _Frozen:
-    """Build a frozen dataclass from values already known to be valid (hot paths only).
-
-    A frozen dataclass's ``__init__`` stores each field through ``object.__setattr__``;
-    filling the instance dictionary at once yields the same object for a fraction of the cost,
-    which counts on the path of every scheduling decision.
-    """
-    made = object.__new__(cls)
-    made.__dict__.update(fields)
-    return made
 
 
 def _counts(field_name: str, value: Any) -> Mapping[str, int]:
@@ -121,24 +95,30 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-@dataclass(frozen=True)
-class NodeSpec:
+_set = object.__setattr__
+
+
+class NodeSpec(Record):
     """One node of a pool: its host name and what it has."""
 
+    _fields = ("name", "cores", "memory", "gpus", "custom")
+    __slots__ = _fields
     name: str
     cores: int
-    memory: int = 0
-    gpus: int = 0
-    custom: Mapping[str, int] = field(default_factory=lambda: _NO_COUNTS)
+    memory: int
+    gpus: int
+    custom: Mapping[str, int]
 
-    def __post_init__(self) -> None:
-        _check.req_str("NodeSpec.name", self.name)
-        if self.name == "":
+    def __init__(self, name: str, cores: int, memory: int = 0, gpus: int = 0,
+                 custom: Optional[Mapping[str, int]] = None) -> None:
+        _check.req_str("NodeSpec.name", name)
+        if name == "":
             raise ValueError("NodeSpec.name: a node needs a non-empty host name")
-        _count("NodeSpec.cores", self.cores, 1)
-        _count("NodeSpec.memory", self.memory, 0)
-        _count("NodeSpec.gpus", self.gpus, 0)
-        object.__setattr__(self, "custom", _counts("NodeSpec.custom", self.custom))
+        _set(self, "name", name)
+        _set(self, "cores", _count("NodeSpec.cores", cores, 1))
+        _set(self, "memory", _count("NodeSpec.memory", memory, 0))
+        _set(self, "gpus", _count("NodeSpec.gpus", gpus, 0))
+        _set(self, "custom", _counts("NodeSpec.custom", custom))
 
     def __hash__(self) -> int:
         return hash((self.name, self.cores, self.memory, self.gpus,
@@ -154,25 +134,30 @@ class NodeSpec:
         return f"{self.name} ({', '.join(parts)})"
 
 
-@dataclass(frozen=True)
-class Amount:
+class Amount(Record):
     """A count a task asks for: between ``minimum`` and ``maximum`` (None: no upper bound).
 
     The task gets the most that is free, at least ``minimum``. ``split_into`` k further caps the
     maximum at the pool's total divided by k (see the module rules).
     """
 
+    _fields = ("minimum", "maximum", "split_into")
+    __slots__ = _fields
     minimum: int
     maximum: Optional[int]
-    split_into: Optional[int] = None
+    split_into: Optional[int]
 
-    def __post_init__(self) -> None:
-        _count("Amount.minimum", self.minimum, 1)
-        _check.opt_int("Amount.maximum", self.maximum, minimum=1)
-        _check.opt_int("Amount.split_into", self.split_into, minimum=1)
-        if self.maximum is not None and self.maximum < self.minimum:
-            raise ValueError(f"Amount: maximum ({self.maximum}) is less than minimum "
-                             f"({self.minimum})")
+    def __init__(self, minimum: int, maximum: Optional[int],
+                 split_into: Optional[int] = None) -> None:
+        _count("Amount.minimum", minimum, 1)
+        _check.opt_int("Amount.maximum", maximum, minimum=1)
+        _check.opt_int("Amount.split_into", split_into, minimum=1)
+        if maximum is not None and maximum < minimum:
+            raise ValueError(f"Amount: maximum ({maximum}) is less than minimum "
+                             f"({minimum})")
+        _set(self, "minimum", minimum)
+        _set(self, "maximum", maximum)
+        _set(self, "split_into", split_into)
 
     @classmethod
     def exact(cls, n: int) -> "Amount":
@@ -230,44 +215,60 @@ _ONE = Amount.exact(1)
 _ANY = Amount.at_least(1)
 
 
-@dataclass(frozen=True)
-class ResourceRequest:
+class ResourceRequest(Record):
     """What one task asks for, independent of any pool (see the module rules).
 
     ``nodes=None`` means any number of nodes. ``custom`` counts are per node used.
     Build one from PSI/J with :meth:`from_resource_spec` or from QCG with :meth:`from_qcg`.
     """
 
-    processes: Amount = _ONE
-    nodes: Optional[Amount] = None
-    processes_per_node: Amount = _ANY
-    cores_per_process: int = 1
-    gpus_per_process: int = 0
-    memory_per_process: int = 0
-    exclusive: bool = False
-    custom: Mapping[str, int] = field(default_factory=lambda: _NO_COUNTS)
+    _fields = ("processes", "nodes", "processes_per_node", "cores_per_process",
+               "gpus_per_process", "memory_per_process", "exclusive", "custom")
+    # Requests key the scheduler's table of shapes: hashed once, not on every lookup.
+    __slots__ = (*_fields, "_hash")
+    processes: Amount
+    nodes: Optional[Amount]
+    processes_per_node: Amount
+    cores_per_process: int
+    gpus_per_process: int
+    memory_per_process: int
+    exclusive: bool
+    custom: Mapping[str, int]
+    _hash: int
 
-    def __post_init__(self) -> None:
-        _check.instance("ResourceRequest.processes", self.processes, Amount, "Amount", False)
-        _check.instance("ResourceRequest.nodes", self.nodes, Amount, "Amount")
-        _check.instance("ResourceRequest.processes_per_node", self.processes_per_node, Amount,
+    def __init__(self, processes: Amount = _ONE, nodes: Optional[Amount] = None,
+                 processes_per_node: Amount = _ANY, cores_per_process: int = 1,
+                 gpus_per_process: int = 0, memory_per_process: int = 0,
+                 exclusive: bool = False, custom: Optional[Mapping[str, int]] = None) -> None:
+        _check.instance("ResourceRequest.processes", processes, Amount, "Amount", False)
+        _check.instance("ResourceRequest.nodes", nodes, Amount, "Amount")
+        _check.instance("ResourceRequest.processes_per_node", processes_per_node, Amount,
                         "Amount", False)
-        _count("ResourceRequest.cores_per_process", self.cores_per_process, 1)
-        _count("ResourceRequest.gpus_per_process", self.gpus_per_process, 0)
-        _count("ResourceRequest.memory_per_process", self.memory_per_process, 0)
-        _check.opt_bool("ResourceRequest.exclusive", self.exclusive)
-        object.__setattr__(self, "custom", _counts("ResourceRequest.custom", self.custom))
-        amounts = (self.processes, self.nodes, self.processes_per_node)
-        if all(a is None or a.split_into is None for a in amounts):
+        _count("ResourceRequest.cores_per_process", cores_per_process, 1)
+        _count("ResourceRequest.gpus_per_process", gpus_per_process, 0)
+        _count("ResourceRequest.memory_per_process", memory_per_process, 0)
+        _check.opt_bool("ResourceRequest.exclusive", exclusive)
+        counts = _counts("ResourceRequest.custom", custom)
+        if processes.split_into is None and processes_per_node.split_into is None \
+                and (nodes is None or nodes.split_into is None):
             # Without split-into the ranges do not depend on the pool: check them now.
-            _check_ranges(self.processes.bounds(0),
-                          (1, UNBOUNDED) if self.nodes is None else self.nodes.bounds(0),
-                          self.processes_per_node.bounds(0))
+            _check_ranges(processes.bounds(0),
+                          (1, UNBOUNDED) if nodes is None else nodes.bounds(0),
+                          processes_per_node.bounds(0))
+        _set(self, "processes", processes)
+        _set(self, "nodes", nodes)
+        _set(self, "processes_per_node", processes_per_node)
+        _set(self, "cores_per_process", cores_per_process)
+        _set(self, "gpus_per_process", gpus_per_process)
+        _set(self, "memory_per_process", memory_per_process)
+        _set(self, "exclusive", exclusive)
+        _set(self, "custom", counts)
+        _set(self, "_hash", hash((processes, nodes, processes_per_node, cores_per_process,
+                                  gpus_per_process, memory_per_process, exclusive,
+                                  tuple(counts.items()))))
 
     def __hash__(self) -> int:
-        return hash((self.processes, self.nodes, self.processes_per_node, self.cores_per_process,
-                     self.gpus_per_process, self.memory_per_process, self.exclusive,
-                     tuple(self.custom.items())))
+        return self._hash
 
     @classmethod
     def from_resource_spec(cls, spec: ResourceSpecV1,
@@ -373,14 +374,20 @@ def _describe(processes: str, nodes: Optional[str], per_node: str, cores_per_pro
     return text
 
 
-@dataclass(frozen=True)
-class Shape:
+class Shape(Record):
     """A request made concrete for one pool: every range resolved to numbers.
 
     Tasks with equal shapes are interchangeable for placement, which is what lets the scheduler
-    queue them together.
+    queue them together. Built by :meth:`ResourcePool.resolve` from checked values.
     """
 
+    _fields = ("processes_min", "processes_max", "nodes_min", "nodes_max", "per_node_min",
+               "per_node_max", "cores_per_process", "gpus_per_process", "memory_per_process",
+               "exclusive", "custom")
+    # The fields, then lower bounds of what any placement holds, for tests that cost one
+    # comparison (derived, so neither compared nor shown).
+    __slots__ = (*_fields, "min_cores", "min_gpus", "min_node_cores", "min_idle_nodes",
+                 "cores_only", "in_pool_order", "_hash")
     processes_min: int
     processes_max: int
     nodes_min: int
@@ -392,17 +399,41 @@ class Shape:
     memory_per_process: int
     exclusive: bool
     custom: Tuple[Tuple[str, int], ...]
-    # Lower bounds of what any placement holds, for tests that cost one comparison.
-    min_cores: int = field(init=False, compare=False, repr=False)
-    min_gpus: int = field(init=False, compare=False, repr=False)
-    min_node_cores: int = field(init=False, compare=False, repr=False)
-    min_idle_nodes: int = field(init=False, compare=False, repr=False)
+    min_cores: int
+    min_gpus: int
+    min_node_cores: int
+    min_idle_nodes: int
+    cores_only: bool  # asks for cores alone: no GPU, memory or custom count
+    in_pool_order: bool  # placed on the first nodes with room (see ResourcePool._plan)
+    _hash: int
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "min_cores", self.processes_min * self.cores_per_process)
-        object.__setattr__(self, "min_gpus", self.processes_min * self.gpus_per_process)
-        object.__setattr__(self, "min_node_cores", self.per_node_min * self.cores_per_process)
-        object.__setattr__(self, "min_idle_nodes", self.nodes_min if self.exclusive else 0)
+    def __init__(self, processes_min: int, processes_max: int, nodes_min: int, nodes_max: int,
+                 per_node_min: int, per_node_max: int, cores_per_process: int,
+                 gpus_per_process: int, memory_per_process: int, exclusive: bool,
+                 custom: Tuple[Tuple[str, int], ...]) -> None:
+        _set(self, "processes_min", processes_min)
+        _set(self, "processes_max", processes_max)
+        _set(self, "nodes_min", nodes_min)
+        _set(self, "nodes_max", nodes_max)
+        _set(self, "per_node_min", per_node_min)
+        _set(self, "per_node_max", per_node_max)
+        _set(self, "cores_per_process", cores_per_process)
+        _set(self, "gpus_per_process", gpus_per_process)
+        _set(self, "memory_per_process", memory_per_process)
+        _set(self, "exclusive", exclusive)
+        _set(self, "custom", tuple(custom))
+        _set(self, "min_cores", processes_min * cores_per_process)
+        _set(self, "min_gpus", processes_min * gpus_per_process)
+        _set(self, "min_node_cores", per_node_min * cores_per_process)
+        _set(self, "min_idle_nodes", nodes_min if exclusive else 0)
+        _set(self, "cores_only", not gpus_per_process and not memory_per_process and not custom)
+        _set(self, "in_pool_order", not (per_node_min < per_node_max
+                                         and (nodes_max < UNBOUNDED or per_node_min > 1)))
+        # Shapes key the scheduler's buckets: hashed once, not on every lookup.
+        _set(self, "_hash", hash(self._values(self)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def describe(self) -> str:
         nodes = None if self.nodes_max >= UNBOUNDED and self.nodes_min == 1 \
@@ -413,27 +444,40 @@ class Shape:
                          self.memory_per_process, self.exclusive, self.custom)
 
 
-@dataclass(frozen=True)
-class NodeShare:
+class NodeShare(Record):
     """The part of one node given to one task: ``processes`` run on ``cores`` and ``gpus``."""
 
+    _fields = ("node", "index", "processes", "cores", "gpus", "memory", "custom")
+    __slots__ = _fields
     node: str
     index: int
     processes: int
     cores: Tuple[int, ...]
-    gpus: Tuple[int, ...] = ()
-    memory: int = 0
-    custom: Mapping[str, int] = field(default_factory=lambda: _NO_COUNTS)
+    gpus: Tuple[int, ...]
+    memory: int
+    custom: Mapping[str, int]
+
+    def __init__(self, node: str, index: int, processes: int, cores: Tuple[int, ...],
+                 gpus: Tuple[int, ...] = (), memory: int = 0,
+                 custom: Mapping[str, int] = _NO_COUNTS) -> None:
+        _set(self, "node", node)
+        _set(self, "index", index)
+        _set(self, "processes", processes)
+        _set(self, "cores", cores)
+        _set(self, "gpus", gpus)
+        _set(self, "memory", memory)
+        _set(self, "custom", custom)
 
     def __hash__(self) -> int:
         return hash((self.node, self.index, self.processes, self.cores, self.gpus, self.memory,
                      tuple(self.custom.items())))
 
 
-@dataclass(frozen=True)
-class NodeUsage:
+class NodeUsage(Record):
     """What is free on one node at one moment."""
 
+    _fields = ("node", "free_cores", "free_gpus", "free_memory", "free_custom", "idle")
+    __slots__ = _fields
     node: str
     free_cores: Tuple[int, ...]
     free_gpus: Tuple[int, ...]
@@ -441,17 +485,41 @@ class NodeUsage:
     free_custom: Mapping[str, int]
     idle: bool
 
+    def __init__(self, node: str, free_cores: Tuple[int, ...], free_gpus: Tuple[int, ...],
+                 free_memory: int, free_custom: Mapping[str, int], idle: bool) -> None:
+        _set(self, "node", node)
+        _set(self, "free_cores", free_cores)
+        _set(self, "free_gpus", free_gpus)
+        _set(self, "free_memory", free_memory)
+        _set(self, "free_custom", free_custom)
+        _set(self, "idle", idle)
 
-@dataclass(frozen=True)
-class PoolUsage:
+    def __hash__(self) -> int:
+        return hash((self.node, self.free_cores, self.free_gpus, self.free_memory,
+                     tuple(self.free_custom.items()), self.idle))
+
+
+class PoolUsage(Record):
     """Totals of a pool at one moment (QCG's ``resourcesInfo``)."""
 
+    _fields = ("total_nodes", "idle_nodes", "total_cores", "free_cores", "total_gpus",
+               "free_gpus")
+    __slots__ = _fields
     total_nodes: int
     idle_nodes: int
     total_cores: int
     free_cores: int
     total_gpus: int
     free_gpus: int
+
+    def __init__(self, total_nodes: int, idle_nodes: int, total_cores: int, free_cores: int,
+                 total_gpus: int, free_gpus: int) -> None:
+        _set(self, "total_nodes", total_nodes)
+        _set(self, "idle_nodes", idle_nodes)
+        _set(self, "total_cores", total_cores)
+        _set(self, "free_cores", free_cores)
+        _set(self, "total_gpus", total_gpus)
+        _set(self, "free_gpus", free_gpus)
 
     @property
     def used_cores(self) -> int:
@@ -462,10 +530,11 @@ class _NodeState:
     """The free/used books of one node."""
 
     __slots__ = ("free_cores", "free_custom", "free_gpus", "free_memory", "holders", "index",
-                 "spec")
+                 "name", "spec")
 
     def __init__(self, spec: NodeSpec, index: int) -> None:
         self.spec = spec
+        self.name = spec.name
         self.index = index
         self.free_cores: List[int] = list(range(spec.cores))
         self.free_gpus: List[int] = list(range(spec.gpus))
@@ -587,20 +656,33 @@ class ResourcePool:
         if self._free_cores < shape.min_cores or self._free_gpus < shape.min_gpus \
                 or self._idle_nodes < shape.min_idle_nodes:
             return None
-        plan = self._plan(shape, empty=False)
+        if shape.in_pool_order and not shape.exclusive:
+            plan = self._plan_on_open_nodes(shape)
+        else:
+            plan = self._plan(shape, empty=False)
         if plan is None:
             return None
-        return tuple([self._take(shape, index, processes) for index, processes in plan])
+        if len(plan) == 1:
+            return (self._take(shape, plan[0][0], plan[0][1]),)
+        take = self._take
+        return tuple([take(shape, index, processes) for index, processes in plan])
 
     def release(self, shares: Sequence[NodeShare]) -> None:
         """Give back what :meth:`allocate` returned. Raises ``ValueError`` and changes nothing
         unless every share is one that this pool handed out and has not taken back."""
         held = self._held
+        if len(shares) == 1:
+            share = shares[0]
+            if held.pop(id(share), None) is not share:
+                raise ValueError(f"release: {share!r} is not held from this pool (released "
+                                 f"already, or never allocated by it)")
+            self._give_back(share)
+            return
         for share in shares:
             if held.get(id(share)) is not share:
                 raise ValueError(f"release: {share!r} is not held from this pool (released "
                                  f"already, or never allocated by it)")
-        if len(shares) > 1 and len({id(share) for share in shares}) != len(shares):
+        if len({id(share) for share in shares}) != len(shares):
             raise ValueError("release: the same share is given back twice")
         for share in shares:
             del held[id(share)]
@@ -629,6 +711,58 @@ class ResourcePool:
         if n > shape.per_node_max:
             n = shape.per_node_max
         return n if n >= shape.per_node_min else 0
+
+    def _plan_on_open_nodes(self, shape: Shape) -> Optional[Plan]:
+        """What :meth:`_plan` gives a shape placed in pool order on what is free now, in one
+        pass over the nodes with a free core (the path of almost every decision)."""
+        free = self._node_free_cores
+        need = shape.min_node_cores
+        most = shape.processes_max
+        if most == 1 and shape.cores_only:
+            # One process: the first node with its cores free.
+            for index in self._open_nodes:
+                if free[index] >= need:
+                    return [(index, 1)]
+            return None
+        lowest = shape.per_node_min
+        needed = shape.nodes_min
+        limit = most // lowest
+        if shape.nodes_max < limit:
+            limit = shape.nodes_max
+        highest = shape.per_node_max
+        cpp = shape.cores_per_process
+        states = self._states
+        cores_only = shape.cores_only
+        chosen: Plan = []
+        total = 0
+        for index in self._open_nodes:
+            room = free[index]
+            if room < need:
+                continue
+            if cores_only:
+                capacity = room // cpp
+                if capacity > highest:
+                    capacity = highest
+            else:
+                capacity = self._capacity(states[index], shape, False)
+                if not capacity:
+                    continue
+            chosen.append((index, capacity))
+            total += capacity
+            if len(chosen) == limit or (total >= most and len(chosen) >= needed):
+                break
+        if len(chosen) < needed or total < shape.processes_min:
+            return None
+        if len(chosen) == 1:
+            index, capacity = chosen[0]
+            return [(index, capacity if capacity < most else most)]
+        extra = min(total, most) - len(chosen) * lowest
+        plan: Plan = []
+        for index, capacity in chosen:
+            more = min(capacity - lowest, extra)
+            extra -= more
+            plan.append((index, lowest + more))
+        return plan
 
     def _plan(self, shape: Shape, empty: bool) -> Optional[Plan]:
         # Pool order is as good as any when each node needs only one process, or exactly the
@@ -702,14 +836,14 @@ class ResourcePool:
                 st.free_custom = dict.fromkeys(st.free_custom, 0)
         else:
             n_cores = processes * shape.cores_per_process
-            cores = st.free_cores[:n_cores]
-            del st.free_cores[:n_cores]
-            n_gpus = processes * shape.gpus_per_process
-            if n_gpus:
+            free_cores = st.free_cores
+            cores = free_cores[:n_cores]
+            del free_cores[:n_cores]
+            gpus = _NO_IDS
+            if shape.gpus_per_process:
+                n_gpus = processes * shape.gpus_per_process
                 gpus = st.free_gpus[:n_gpus]
                 del st.free_gpus[:n_gpus]
-            else:
-                gpus = []
             memory = processes * shape.memory_per_process
             if shape.custom:
                 custom = MappingProxyType(dict(shape.custom))
@@ -719,23 +853,32 @@ class ResourcePool:
         if st.holders == 0:
             self._idle_nodes -= 1
         st.holders += 1
-        self._free_cores -= len(cores)
-        self._free_gpus -= len(gpus)
-        self._node_free_cores[index] -= len(cores)
-        if cores and self._node_free_cores[index] == 0:
+        taken = len(cores)
+        self._free_cores -= taken
+        if gpus:
+            self._free_gpus -= len(gpus)
+        left = self._node_free_cores[index] - taken
+        self._node_free_cores[index] = left
+        if taken and left == 0:
             del self._open_nodes[bisect_left(self._open_nodes, index)]
-        share = assemble(NodeShare, node=st.spec.name, index=index, processes=processes,
-                         cores=tuple(cores), gpus=tuple(gpus), memory=memory, custom=custom)
+        share = NodeShare(st.name, index, processes, tuple(cores), tuple(gpus), memory, custom)
         self._held[id(share)] = share
         return share
 
     def _give_back(self, share: NodeShare) -> None:
-        st = self._states[share.index]
-        st.free_cores.extend(share.cores)
-        st.free_cores.sort()
+        index = share.index
+        st = self._states[index]
+        cores = share.cores
+        free_cores = st.free_cores
+        if len(cores) == 1:
+            insort(free_cores, cores[0])
+        else:
+            free_cores.extend(cores)
+            free_cores.sort()
         if share.gpus:
             st.free_gpus.extend(share.gpus)
             st.free_gpus.sort()
+            self._free_gpus += len(share.gpus)
         st.free_memory += share.memory
         if share.custom:
             for name, count in share.custom.items():
@@ -743,8 +886,9 @@ class ResourcePool:
         st.holders -= 1
         if st.holders == 0:
             self._idle_nodes += 1
-        self._free_cores += len(share.cores)
-        self._free_gpus += len(share.gpus)
-        if share.cores and self._node_free_cores[share.index] == 0:
-            insort(self._open_nodes, share.index)
-        self._node_free_cores[share.index] += len(share.cores)
+        given = len(cores)
+        self._free_cores += given
+        before = self._node_free_cores[index]
+        if given and before == 0:
+            insort(self._open_nodes, index)
+        self._node_free_cores[index] = before + given

@@ -35,19 +35,18 @@ Rules:
 import re
 from bisect import bisect_left, bisect_right
 from collections import deque
-from dataclasses import dataclass, field, replace
 from enum import Enum
 from heapq import heapify, heappop, heappush
-from typing import Deque, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 from psij import _check
+from psij.executors.pilot._record import Record
 from psij.executors.pilot.resources import (
     UNBOUNDED,
     NodeShare,
     ResourcePool,
     ResourceRequest,
     Shape,
-    assemble,
 )
 
 __all__ = [
@@ -78,43 +77,68 @@ class TaskState(Enum):
 
 _FINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELED,
                     TaskState.OMITTED})
+_QUEUED = TaskState.QUEUED
+_RUNNING = TaskState.RUNNING
+_SUCCEEDED = TaskState.SUCCEEDED
 
 
-@dataclass(frozen=True)
-class TaskRequest:
+_set = object.__setattr__
+_DEFAULT_REQUEST = ResourceRequest()
+
+
+class TaskRequest(Record):
     """One task to schedule: a unique name, its resources, priority and dependencies.
 
     ``after`` names tasks or iteration groups that must all succeed first. ``group`` names the
     iteration group the task belongs to (see :func:`expand_iterations`).
     """
 
+    _fields = ("name", "resources", "priority", "after", "group")
+    __slots__ = _fields
     name: str
-    resources: ResourceRequest = field(default_factory=ResourceRequest)
-    priority: int = 0
-    after: Sequence[str] = ()
-    group: Optional[str] = None
+    resources: ResourceRequest
+    priority: int
+    after: Tuple[str, ...]
+    group: Optional[str]
 
-    def __post_init__(self) -> None:
-        _check.req_str("TaskRequest.name", self.name)
-        if self.name == "":
+    def __init__(self, name: str, resources: ResourceRequest = _DEFAULT_REQUEST,
+                 priority: int = 0, after: Sequence[str] = (),
+                 group: Optional[str] = None) -> None:
+        # The common valid case passes a test or two; the full checks give the messages.
+        if type(name) is not str or not name or "\x00" in name:
+            _check.req_str("TaskRequest.name", name)
             raise ValueError("TaskRequest.name: a task needs a non-empty name")
-        _check.instance("TaskRequest.resources", self.resources, ResourceRequest,
-                        "ResourceRequest", False)
-        _check.opt_int("TaskRequest.priority", self.priority)
-        if self.priority is None:
+        if type(resources) is not ResourceRequest:
+            _check.instance("TaskRequest.resources", resources, ResourceRequest,
+                            "ResourceRequest", False)
+        if type(priority) is not int \
+                and _check.opt_int("TaskRequest.priority", priority) is None:
             raise _check.fail_type("TaskRequest.priority", None, "int")
-        after = _check.opt_str_list("TaskRequest.after", self.after)
-        object.__setattr__(self, "after", tuple(after or ()))
-        if _check.opt_str("TaskRequest.group", self.group) == "":
+        if type(after) is tuple and all(type(a) is str and "\x00" not in a for a in after):
+            checked = after
+        else:
+            checked = tuple(_check.opt_str_list("TaskRequest.after", after) or ())
+        if group is not None and (type(group) is not str or not group or "\x00" in group) \
+                and _check.opt_str("TaskRequest.group", group) == "":
             raise ValueError("TaskRequest.group: an empty group name is not accepted; use None")
+        _set(self, "name", name)
+        _set(self, "resources", resources)
+        _set(self, "priority", priority)
+        _set(self, "after", checked)
+        _set(self, "group", group)
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(Record):
     """Where a started task runs: one share per node, in pool order."""
 
+    _fields = ("task_id", "shares")
+    __slots__ = _fields
     task_id: str
     shares: Tuple[NodeShare, ...]
+
+    def __init__(self, task_id: str, shares: Tuple[NodeShare, ...]) -> None:
+        _set(self, "task_id", task_id)
+        _set(self, "shares", shares)
 
     @property
     def nodes(self) -> Tuple[str, ...]:
@@ -129,34 +153,49 @@ class Placement:
         return sum(len(share.cores) for share in self.shares)
 
 
-@dataclass(frozen=True)
-class Transition:
+class Transition(Record):
     """A task reaching a final state, and why."""
 
+    _fields = ("task_id", "state", "message")
+    __slots__ = _fields
     task_id: str
-    state: TaskState
-    message: Optional[str] = None
+    state: "TaskState"
+    message: Optional[str]
+
+    def __init__(self, task_id: str, state: "TaskState", message: Optional[str] = None
+                 ) -> None:
+        _set(self, "task_id", task_id)
+        _set(self, "state", state)
+        _set(self, "message", message)
 
 
-@dataclass
 class SchedulerStats:
     """Work counters, for tests and benchmarks (not timings)."""
 
-    schedule_calls: int = 0
-    heads_examined: int = 0
-    fit_checks: int = 0
-    placements: int = 0
+    __slots__ = ("fit_checks", "heads_examined", "placements", "schedule_calls")
+
+    def __init__(self) -> None:
+        self.schedule_calls = 0
+        self.heads_examined = 0
+        self.fit_checks = 0
+        self.placements = 0
+
+    def __repr__(self) -> str:
+        return (f"SchedulerStats(schedule_calls={self.schedule_calls}, heads_examined="
+                f"{self.heads_examined}, fit_checks={self.fit_checks}, placements="
+                f"{self.placements})")
 
 
 class _Task:
     __slots__ = ("bucket", "cancel_requested", "dependents", "group", "message", "name",
                  "pending", "placement", "priority", "seq", "state")
 
-    def __init__(self, request: TaskRequest, bucket: "_Bucket", seq: int) -> None:
-        self.name = request.name
-        self.priority = request.priority
-        self.group = request.group
-        self.bucket = bucket
+    def __init__(self, name: str, priority: int, group: Optional[str],
+                 bucket: Optional["_Bucket"], seq: int) -> None:
+        self.name = name
+        self.priority = priority
+        self.group = group
+        self.bucket = bucket  # None for a task recorded as having succeeded elsewhere
         self.seq = seq
         self.state = TaskState.WAITING
         self.message: Optional[str] = None
@@ -170,12 +209,13 @@ class _Bucket:
     """The queued tasks of one shape: a FIFO per priority, highest priority first.
 
     While ``live`` > 0, ``top`` and ``top_seq`` are the priority and arrival number of the head,
-    and ``entry`` is the ready-made heap entry ordering this shape in a scheduling pass; they are
-    kept up to date so that a pass orders shapes without touching their queues.
+    and ``key`` is ``[-top, top_seq, self]``, one list kept up to date in place, so that a pass
+    orders shapes by their heads (highest priority, then earliest) without touching their
+    queues, and the scheduler's list of these keys never needs updating when a head changes.
     Cancelled tasks are dropped lazily when they reach the front.
     """
 
-    __slots__ = ("blocked_epoch", "entry", "fits_empty", "levels", "live", "need_cores",
+    __slots__ = ("blocked_epoch", "fits_empty", "key", "levels", "live", "need_cores",
                  "need_gpus", "need_idle", "order", "rank", "shape", "top", "top_seq")
 
     def __init__(self, shape: Shape, fits_empty: bool, number: int) -> None:
@@ -190,7 +230,7 @@ class _Bucket:
         self.live = 0
         self.top = 0
         self.top_seq = 0
-        self.entry: Tuple[int, int, _Bucket] = (0, 0, self)
+        self.key: List[Any] = [0, 0, self]
         self.blocked_epoch = -1
 
     def push(self, task: _Task) -> None:
@@ -199,10 +239,12 @@ class _Bucket:
             level = self.levels[task.priority] = deque()
             heappush(self.order, -task.priority)
         level.append(task)
-        if self.live == 0 or task.priority > self.top:
+        if not self.live or task.priority > self.top:
             self.top = task.priority
             self.top_seq = task.seq
-            self.entry = (-task.priority, task.seq, self)
+            key = self.key
+            key[0] = -task.priority
+            key[1] = task.seq
         self.live += 1
 
     def head(self) -> _Task:
@@ -220,12 +262,16 @@ class _Bucket:
     def pop_head(self) -> _Task:
         # ``top`` names a level whose front is the head: ``head()`` cleaned it when it was
         # computed, and a cancel of the head recomputes it.
-        task = self.levels[self.top].popleft()
+        level = self.levels[self.top]
+        task = level.popleft()
         self.live -= 1
-        if self.live:
-            self._new_head()
-        else:
+        if not self.live:
             self.clear()
+        elif level and level[0].state is _QUEUED:
+            # The usual case: the next task of the same priority is the new head.
+            self.top_seq = self.key[1] = level[0].seq
+        else:
+            self._new_head()
         return task
 
     def drop(self, task: _Task) -> None:
@@ -240,7 +286,9 @@ class _Bucket:
         head = self.head()
         self.top = head.priority
         self.top_seq = head.seq
-        self.entry = (-head.priority, head.seq, self)
+        key = self.key
+        key[0] = -head.priority
+        key[1] = head.seq
 
     def clear(self) -> None:
         self.levels.clear()
@@ -261,6 +309,7 @@ class Scheduler:
         # them at the first that needs more cores than are free.
         self._ready: List[_Bucket] = []
         self._ready_ranks: List[Tuple[int, int]] = []
+        self._ready_keys: List[List[Any]] = []  # their keys, in the same order
         # Queued tasks per priority, and the highest such priority (the barrier).
         self._queued_priorities: Dict[int, int] = {}
         self._highest = 0
@@ -295,6 +344,10 @@ class Scheduler:
         """The known tasks, in submission order."""
         return list(self._tasks)
 
+    def is_group(self, name: str) -> bool:
+        """Whether ``name`` is an iteration group with members."""
+        return name in self._groups
+
     def group_members(self, group: str) -> Tuple[str, ...]:
         members = self._groups.get(group)
         if members is None:
@@ -312,19 +365,11 @@ class Scheduler:
         or OMITTED (a dependency already failed); see :meth:`state`."""
         _check.instance("request", request, TaskRequest, "TaskRequest", False)
         name = request.name
-        if name in self._tasks:
-            raise ValueError(f"TaskRequest.name: {name!r} is already a task of this scheduler; "
-                             f"task names must be unique")
-        if name in self._groups:
-            raise ValueError(f"TaskRequest.name: {name!r} is already the name of an iteration "
-                             f"group")
-        if request.group is not None and request.group in self._tasks:
-            raise ValueError(f"TaskRequest.group: {request.group!r} is already the name of a "
-                             f"task")
+        self._check_new(name, request.group)
         bucket = self._bucket(request.resources)
         dependencies = self._dependencies(request.after)
 
-        task = _Task(request, bucket, self._seq)
+        task = _Task(name, request.priority, request.group, bucket, self._seq)
         self._seq += 1
         self._tasks[name] = task
         self._counts[TaskState.WAITING] += 1
@@ -351,32 +396,58 @@ class Scheduler:
             self._enqueue(task)
         return name
 
+    def record_succeeded(self, task_id: str, group: Optional[str] = None) -> None:
+        """Register a task that already SUCCEEDED elsewhere (in an earlier run of the pilot),
+        as a member of ``group`` if given, so that tasks submitted after it may depend on it or
+        on its group. It takes no resources and is never placed. Raises ``ValueError`` as
+        :meth:`submit` does for a name or group already used otherwise."""
+        _check.req_str("task_id", task_id)
+        if task_id == "":
+            raise ValueError("task_id: a task needs a non-empty name")
+        if _check.opt_str("group", group) == "":
+            raise ValueError("group: an empty group name is not accepted; use None")
+        self._check_new(task_id, group)
+        task = _Task(task_id, 0, group, None, self._seq)
+        self._seq += 1
+        task.state = TaskState.SUCCEEDED
+        self._tasks[task_id] = task
+        self._counts[TaskState.SUCCEEDED] += 1
+        if group is not None:
+            self._groups.setdefault(group, []).append(task_id)
+
     def schedule(self) -> List[Placement]:
         """Start every queued task that may start now (see the ordering rule); the caller
         runs each placed task and later calls :meth:`finished` for it."""
         stats = self.stats
         stats.schedule_calls += 1
+        placements: List[Placement] = []
         if not self._ready:
-            return []
+            return placements
         epoch = self._release_epoch
         pool = self._pool
         free_cores, free_gpus, idle_nodes = pool.free_totals()
-        # Candidates: shapes not known to be blocked since the last release and not needing
-        # more than is free in total.
+        # The shapes that need no more cores than are free, in the order of their heads; the
+        # shapes' keys are the heap's entries (a key changes only when its shape starts its
+        # head, which takes the key off the heap first).
         enough_cores = bisect_right(self._ready_ranks, (free_cores, UNBOUNDED))
-        heap = [bucket.entry for bucket in self._ready[:enough_cores]
-                if bucket.blocked_epoch != epoch and bucket.need_gpus <= free_gpus
-                and bucket.need_idle <= idle_nodes]
+        heap = self._ready_keys[:enough_cores]
         stats.heads_examined += len(heap)
         heapify(heap)
-        placements: List[Placement] = []
+        highest = self._highest
+        counts = self._counts
         while heap:
-            negated_priority, _, bucket = heappop(heap)
+            key = heappop(heap)
             # Candidates come in priority order, and every shape whose head has a higher
             # priority than this one and is still queued was tried and did not fit (or was
             # not even a candidate): the barrier.
-            if -negated_priority < self._highest:
+            if -key[0] < highest:
                 break
+            bucket = key[2]
+            # Not a candidate: known not to fit since the last release, or short of GPUs or
+            # idle nodes in total.
+            if bucket.blocked_epoch == epoch or bucket.need_gpus > free_gpus \
+                    or bucket.need_idle > idle_nodes:
+                continue
             stats.fit_checks += 1
             shares = pool.allocate(bucket.shape)
             if shares is None:
@@ -384,13 +455,16 @@ class Scheduler:
                 continue
             task = bucket.pop_head()
             self._dequeued(task)
-            placement = assemble(Placement, task_id=task.name, shares=shares)
+            highest = self._highest
+            placement = Placement(task.name, shares)
             task.placement = placement
-            self._move(task, TaskState.RUNNING)
+            counts[_QUEUED] -= 1
+            counts[_RUNNING] += 1
+            task.state = _RUNNING
             placements.append(placement)
             if bucket.live:
                 stats.heads_examined += 1
-                heappush(heap, bucket.entry)
+                heappush(heap, key)
             if pool.free_totals()[0] == 0:
                 break  # every shape needs a core: nothing else can start in this pass
         stats.placements += len(placements)
@@ -405,21 +479,25 @@ class Scheduler:
         task = self._tasks.get(task_id)
         if task is None:
             raise ValueError(f"task_id: {task_id!r} is not a task of this scheduler")
-        if not isinstance(succeeded, bool):
+        if succeeded is not True and succeeded is not False:
             raise _check.fail_type("succeeded", succeeded, "bool")
-        if task.state is not TaskState.RUNNING:
+        if task.state is not _RUNNING:
             raise ValueError(f"finished: task {task_id!r} is {task.state.value}, not RUNNING")
         assert task.placement is not None
         self._pool.release(task.placement.shares)
         self._release_epoch += 1
         if succeeded:
-            state, message = TaskState.SUCCEEDED, None
+            state, message = _SUCCEEDED, None
         elif task.cancel_requested:
             state, message = TaskState.CANCELED, "canceled while running"
         else:
             state, message = TaskState.FAILED, "the task reported failure"
-        self._end(task, state, message)
-        transition = assemble(Transition, task_id=task.name, state=state, message=message)
+        counts = self._counts
+        counts[_RUNNING] -= 1
+        counts[state] += 1
+        task.state = state
+        task.message = message
+        transition = Transition(task.name, state, message)
         if task.dependents is None:
             return [transition]
         return [transition, *self._settle_dependents(task)]
@@ -436,6 +514,7 @@ class Scheduler:
         queued = task.state is TaskState.QUEUED
         self._end(task, TaskState.CANCELED, message)
         if queued:  # after the state change: ``drop`` looks for the next queued task
+            assert task.bucket is not None
             task.bucket.drop(task)
             self._dequeued(task)
         return [Transition(task.name, TaskState.CANCELED, message),
@@ -462,6 +541,17 @@ class Scheduler:
         if task is None:
             raise ValueError(f"task_id: {task_id!r} is not a task of this scheduler")
         return task
+
+    def _check_new(self, name: str, group: Optional[str]) -> None:
+        """Raise unless ``name`` may name a new task of ``group``."""
+        if name in self._tasks:
+            raise ValueError(f"TaskRequest.name: {name!r} is already a task of this scheduler; "
+                             f"task names must be unique")
+        if name in self._groups:
+            raise ValueError(f"TaskRequest.name: {name!r} is already the name of an iteration "
+                             f"group")
+        if group is not None and group in self._tasks:
+            raise ValueError(f"TaskRequest.group: {group!r} is already the name of a task")
 
     def _bucket(self, request: ResourceRequest) -> _Bucket:
         shape = self._shapes.get(request)
@@ -503,11 +593,13 @@ class Scheduler:
     def _enqueue(self, task: _Task) -> None:
         self._move(task, TaskState.QUEUED)
         bucket = task.bucket
+        assert bucket is not None
         bucket.push(task)
         if bucket.live == 1:
             at = bisect_left(self._ready_ranks, bucket.rank)
             self._ready.insert(at, bucket)
             self._ready_ranks.insert(at, bucket.rank)
+            self._ready_keys.insert(at, bucket.key)
         priorities = self._queued_priorities
         if not priorities or task.priority > self._highest:
             self._highest = task.priority
@@ -516,17 +608,20 @@ class Scheduler:
     def _dequeued(self, task: _Task) -> None:
         """Books of a task that left its bucket (started or cancelled)."""
         bucket = task.bucket
-        if bucket.live == 0:
+        assert bucket is not None
+        if not bucket.live:
             at = bisect_left(self._ready_ranks, bucket.rank)
             del self._ready[at]
             del self._ready_ranks[at]
+            del self._ready_keys[at]
         priorities = self._queued_priorities
-        left = priorities[task.priority] - 1
+        priority = task.priority
+        left = priorities[priority] - 1
         if left:
-            priorities[task.priority] = left
+            priorities[priority] = left
         else:
-            del priorities[task.priority]
-            if priorities and task.priority == self._highest:
+            del priorities[priority]
+            if priorities and priority == self._highest:
                 self._highest = max(priorities)
 
     def _settle_dependents(self, ended: _Task) -> List[Transition]:
@@ -554,7 +649,7 @@ def _omitted_message(dependency: _Task) -> str:
     return f"omitted: dependency {dependency.name!r} ended {dependency.state.value}"
 
 
-_ITERATION_VARIABLE = re.compile(r"\$\{\s*it\s*\}")
+_ITERATION_VARIABLE = r"\$\{\s*it\s*\}"
 
 
 def expand_iterations(request: TaskRequest, start: int, stop: int) -> List[TaskRequest]:
@@ -574,6 +669,7 @@ def expand_iterations(request: TaskRequest, start: int, stop: int) -> List[TaskR
     if request.group is not None:
         raise ValueError(f"TaskRequest.group: {request.name!r} already belongs to group "
                          f"{request.group!r}; iterations cannot be nested")
-    return [replace(request, name=f"{request.name}:{i}", group=request.name,
-                    after=tuple(_ITERATION_VARIABLE.sub(str(i), a) for a in request.after))
+    return [TaskRequest(f"{request.name}:{i}", request.resources, request.priority,
+                        tuple(re.sub(_ITERATION_VARIABLE, str(i), a) for a in request.after),
+                        request.name)
             for i in range(first, last)]

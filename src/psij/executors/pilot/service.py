@@ -24,7 +24,6 @@ import selectors
 import socket
 import stat
 import threading
-from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from psij.executors.pilot.engine import PilotEngine, TaskEvent, TaskSpec
@@ -348,7 +347,7 @@ class PilotService:
 
     def _op_usage(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
         usage = self._engine.usage()
-        return {"usage": {**asdict(usage), "used_cores": usage.used_cores}}
+        return {"usage": {**usage.as_dict(), "used_cores": usage.used_cores}}
 
     def _op_shutdown(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
         if self._on_shutdown is not None:
@@ -495,12 +494,7 @@ def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[st
     import sys
     from pathlib import Path
 
-    from psij.executors.pilot.allocation import (
-        Allocation,
-        configured_allocation,
-        discover_allocation,
-        nodes_from_spec,
-    )
+    from psij.executors.pilot.allocation import allocation_from_options
     from psij.executors.pilot.engine import EngineConfig
 
     def say(message: str) -> None:
@@ -513,15 +507,7 @@ def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[st
     wd = Path(work_directory or os.getcwd()).absolute()
     try:
         wd.mkdir(parents=True, exist_ok=True)
-        if nodes is not None:
-            found = discover_allocation(cores=cores)
-            specs = nodes_from_spec(nodes)
-            names = {n.name for n in specs}
-            local = found.local_node if found.local_node in names else None
-            allocation: Allocation = configured_allocation(
-                specs, local, found.agent_launcher if found.kind != "local" else ())
-        else:
-            allocation = discover_allocation(cores=cores)
+        allocation = allocation_from_options(cores, nodes)
         engine = PilotEngine(allocation, EngineConfig(
             work_directory=wd, journal=wd / JOURNAL_NAME, resume=resume))
     except (OSError, ValueError, TypeError) as ex:
