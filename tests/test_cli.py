@@ -217,6 +217,32 @@ def test_help_lists_every_command_and_each_command_its_own_options() -> None:
     assert wrong.returncode == 2 and "unrecognized arguments: --socket" in wrong.stderr
 
 
+PLAIN_LINES = [
+    ["r.json"], ["r.json", "--cores", "2"], ["--cores=3", "r.json"], ["r.json", "--resume"],
+    ["--nodes", "vn[1-2]:2", "--wd", "w d", "r.json"], ["--wd=", "r.json", "--cores", "1"],
+    ["--cores", "1", "--cores", "4", "r.json"], ["--wd=-dir", "r.json"],
+]
+OTHER_LINES = [
+    [], ["--help"], ["-h", "r.json"], ["r.json", "--cores", "0"], ["r.json", "--cores", "x"],
+    ["r.json", "--cor", "2"], ["r.json", "--resume=yes"], ["r.json", "--wd"],
+    ["r.json", "--wd", "-x"], ["a.json", "b.json"], ["--", "r.json"], ["-", "--cores", "2"],
+    ["r.json", "--socket", "s"], ["--cores", "2"],
+]
+
+
+@pytest.mark.parametrize("line", PLAIN_LINES + OTHER_LINES, ids=" ".join)
+def test_a_plain_pilot_run_line_is_read_as_argparse_reads_it(line: List[str]) -> None:
+    # `psij pilot run` reads its plain lines without argparse; every other line goes to
+    # argparse, which then says what is wrong with it.
+    from psij.cli import _build_parser, _plain_pilot_run
+
+    argv = ["pilot", "run", *line]
+    plain = _plain_pilot_run(argv)
+    assert (plain is not None) == (line in PLAIN_LINES)
+    if plain is not None:
+        assert vars(plain) == vars(_build_parser(argv).parse_args(argv))
+
+
 def test_importing_the_command_loads_no_executor() -> None:
     code = ("import sys, psij.cli; "
             "print(sorted(m for m in sys.modules if m.startswith('psij.executors')))")

@@ -116,6 +116,10 @@ def test_priorities_are_honoured(tmp_path: Path) -> None:
         gate = tmp_path / "gate"
         blocker = Job(JobSpec("/bin/sh", ["-c", f"while [ ! -e {gate} ]; do sleep 0.02; done"]))
         ex.submit(blocker)
+        # The others must queue behind it: a job of higher priority submitted before the
+        # blocker is placed would rightly start first.
+        started = blocker.wait(timedelta(seconds=20), target_states=JobState.ACTIVE)
+        assert started is not None and started.state is JobState.ACTIVE
         jobs = [Job(JobSpec("/bin/sh", ["-c", f"echo {p} >> {tmp_path}/order"],
                             attributes=attrs(priority=p))) for p in (1, 3, 2)]
         for job in jobs:

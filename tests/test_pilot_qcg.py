@@ -379,7 +379,7 @@ def test_pilot_run_loads_only_what_a_local_run_needs(tmp_path: Path) -> None:
     assert status == "0", done.stderr
     loaded = set(modules.split())
     unwanted = {"secrets", "hmac", "socket", "logging", "inspect", "dataclasses", "tempfile",
-                "subprocess", "psij.executors.local", "psij.executors.batch",
+                "subprocess", "argparse", "psij.executors.local", "psij.executors.batch",
                 "psij.executors.pilot.agent", "psij.executors.pilot.service"}
     assert loaded & unwanted == set()
     assert read_report(tmp_path / "jobs.report")["one"]["state"] == "SUCCEED"

@@ -14,15 +14,15 @@ bad usage (unknown executor or launcher, bad option value, invalid job). ``psij 
 with 0, or 2 for bad usage, including an executor that writes no submit script.
 """
 
-import argparse
 import fcntl
+import functools
 import os
 import signal
 import stat
 import sys
 from datetime import timedelta
-from types import FrameType
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from types import FrameType, SimpleNamespace
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.job import Job
@@ -33,6 +33,9 @@ from psij.job_state import JobState
 from psij.job_status import JobStatus
 from psij.resource_spec import ResourceSpecV1
 from psij.version import __version__
+
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = ["main"]
 
@@ -74,13 +77,20 @@ class _Stop(Exception):
 # -- argument parsing ------------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
+def _whole_number(text: str) -> Optional[int]:
+    """``text`` as an int of at least 1, or None."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a whole number of processes of at least 1, got {text!r}") from None
-    if value < 1:
+        return None
+    return value if value >= 1 else None
+
+
+def _positive_int(text: str) -> int:
+    value = _whole_number(text)
+    if value is None:
+        import argparse
+
         raise argparse.ArgumentTypeError(
             f"expected a whole number of processes of at least 1, got {text!r}")
     return value
@@ -102,15 +112,22 @@ def _terminal_width() -> int:
     return (columns or 80) - 2
 
 
-class _Formatter(argparse.HelpFormatter):
-    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
-                 width: Optional[int] = None) -> None:
-        super().__init__(prog, indent_increment, max_help_position,
-                         _terminal_width() if width is None else width)
+@functools.cache
+def _formatters() -> Tuple[Any, Any]:
+    """argparse's help formatters (plain, and keeping the description's lines), given the
+    terminal's width at once."""
+    import argparse
 
+    class Formatter(argparse.HelpFormatter):
+        def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                     width: Optional[int] = None) -> None:
+            super().__init__(prog, indent_increment, max_help_position,
+                             _terminal_width() if width is None else width)
 
-class _RawDescriptionFormatter(argparse.RawDescriptionHelpFormatter, _Formatter):
-    pass
+    class RawDescriptionFormatter(argparse.RawDescriptionHelpFormatter, Formatter):
+        pass
+
+    return Formatter, RawDescriptionFormatter
 
 
 _COMMANDS = ("plugins", "run", "script", "pilot")
@@ -129,13 +146,15 @@ def _named(argv: Sequence[str], known: Sequence[str]) -> Optional[str]:
     return None
 
 
-def _build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
+def _build_parser(argv: Optional[Sequence[str]] = None) -> "argparse.ArgumentParser":
     """The ``psij`` parser. Given the command line, it holds only the command that line
     names (building every parser costs a noticeable part of a short command's run); without,
     or when no command is named, every command."""
+    import argparse
+
     command = None if argv is None else _named(argv, _COMMANDS)
     parser = argparse.ArgumentParser(
-        prog="psij", formatter_class=_Formatter,
+        prog="psij", formatter_class=_formatters()[0],
         description="Portable job submission (PSI/J): run jobs locally or through a batch "
                     "scheduler, and inspect the installed executors and launchers.")
     parser.add_argument("--version", action="version", version=f"psij {__version__}")
@@ -157,7 +176,7 @@ def _build_parser(argv: Optional[Sequence[str]] = None) -> argparse.ArgumentPars
 
 def _add_plugins(commands: Any) -> None:
     commands.add_parser(
-        "plugins", formatter_class=_Formatter,
+        "plugins", formatter_class=_formatters()[0],
         help="list executors and launchers with versions, files and load errors",
         description="List every executor and launcher found in psij-descriptors folders on "
                     "sys.path: name, version, descriptor file, class and class file, whether "
@@ -169,7 +188,7 @@ def _add_run(commands: Any) -> None:
     run = commands.add_parser(
         "run", help="run one job and exit with its exit code",
         usage="psij run [options] [--] EXECUTABLE [ARGUMENT ...]",
-        formatter_class=_RawDescriptionFormatter,
+        formatter_class=_formatters()[1],
         description="Submit one job, wait for it and exit with its exit code.\n\n"
                     "The job writes to this command's standard output and error (and reads its\n"
                     "standard input) unless --stdout, --stderr or --stdin name files. The job\n"
@@ -194,7 +213,7 @@ def _add_script(commands: Any) -> None:
     script = commands.add_parser(
         "script", help="print the submit script a job would get, without submitting it",
         usage="psij script --executor NAME [options] [--] EXECUTABLE [ARGUMENT ...]",
-        formatter_class=_RawDescriptionFormatter,
+        formatter_class=_formatters()[1],
         description="Print to standard output the submit script that a batch executor (slurm,\n"
                     "sge, pbs, lsf, ...) would write for the job, without submitting it. The\n"
                     "options are those of `psij run`; without --stdin, --stdout and --stderr\n"
@@ -216,7 +235,7 @@ def _add_pilot_commands(commands: Any, only: Optional[str] = None) -> None:
     """The ``pilot`` group; each of its subcommands is added by one function below (``only``
     that one when given)."""
     pilot = commands.add_parser(
-        "pilot", formatter_class=_Formatter, help="run many tasks inside one allocation",
+        "pilot", formatter_class=_formatters()[0], help="run many tasks inside one allocation",
         description="Pilot commands: schedule many tasks inside one allocation (this machine, "
                     "or the nodes of the Slurm, PBS, Grid Engine or LSF job this runs in).")
     pilot_commands = pilot.add_subparsers(dest="pilot_command", metavar="PILOT_COMMAND")
@@ -228,7 +247,7 @@ def _add_pilot_commands(commands: Any, only: Optional[str] = None) -> None:
 
 def _add_pilot_serve(pilot_commands: Any) -> None:
     serve = pilot_commands.add_parser(
-        "serve", formatter_class=_Formatter,
+        "serve", formatter_class=_formatters()[0],
         help="start a pilot that accepts tasks on a Unix socket",
         description="Start a pilot on this allocation and serve it on a Unix socket (mode "
                     "0600) until SIGTERM or SIGINT, which cancel the running tasks and flush "
@@ -255,7 +274,7 @@ def _add_pilot_serve(pilot_commands: Any) -> None:
 def _add_pilot_run(pilot_commands: Any) -> None:
     run = pilot_commands.add_parser(
         "run", help="run a QCG-PilotJob request file and exit when every request is handled",
-        formatter_class=_RawDescriptionFormatter,
+        formatter_class=_formatters()[1],
         description="Start a pilot on this allocation and handle the requests of a QCG-PilotJob\n"
                     "request file (a JSON list of submit, control, jobStatus, jobInfo, cancelJob,\n"
                     "removeJob, listJobs, resourcesInfo and finish requests) in file order. The\n"
@@ -270,22 +289,71 @@ def _add_pilot_run(pilot_commands: Any) -> None:
                "           and field) or a bad option\n"
                "  128+N    stopped by signal N (the tasks were cancelled, the report written)")
     run.add_argument("requests", metavar="REQUESTS.json", help="the request file")
-    run.add_argument("--cores", type=_positive_int, metavar="N",
-                     help="local cores to use when not inside a batch allocation")
-    run.add_argument("--nodes", metavar="SPEC",
-                     help="explicit nodes, NAME:CORES separated by commas (Slurm host lists "
-                          "allowed, e.g. n[1-4]:8); nodes other than this host are reached "
-                          "through agents")
-    run.add_argument("--wd", metavar="DIR",
-                     help="working directory: base of relative task directories, and where "
-                          "service.log, jobs.report and the journal go (default: the current "
-                          "one)")
-    run.add_argument("--resume", action="store_true",
-                     help="read the journal of an earlier run in the same --wd first: tasks "
-                          "that succeeded are not run again, the others are")
+    for option, (kind, metavar, text) in _PILOT_RUN_OPTIONS.items():
+        if kind == "flag":
+            run.add_argument(option, action="store_true", help=text)
+        else:
+            run.add_argument(option, metavar=metavar, help=text,
+                             type=_positive_int if kind == "count" else str)
 
 
-def _pilot_main(args: argparse.Namespace) -> int:
+# ``psij pilot run``'s options: (kind, metavar, help); what argparse builds and what
+# :func:`_plain_pilot_run` reads.
+_PILOT_RUN_OPTIONS = {
+    "--cores": ("count", "N", "local cores to use when not inside a batch allocation"),
+    "--nodes": ("text", "SPEC", "explicit nodes, NAME:CORES separated by commas (Slurm host "
+                                "lists allowed, e.g. n[1-4]:8); nodes other than this host are "
+                                "reached through agents"),
+    "--wd": ("text", "DIR", "working directory: base of relative task directories, and where "
+                            "service.log, jobs.report and the journal go (default: the "
+                            "current one)"),
+    "--resume": ("flag", "", "read the journal of an earlier run in the same --wd first: "
+                             "tasks that succeeded are not run again, the others are"),
+}
+
+
+def _plain_pilot_run(argv: Sequence[str]) -> Optional[SimpleNamespace]:
+    """The arguments of a plain ``pilot run`` line, as argparse would read them, without
+    loading argparse (a pilot's start-up is measured in milliseconds): the request file and
+    the options of :data:`_PILOT_RUN_OPTIONS`, each value after its option or after ``=``.
+    None for any other line (help, an error, an abbreviation, ``--``, a value that looks like
+    an option), which argparse then reads and reports."""
+    if len(argv) < 3 or argv[0] != "pilot" or argv[1] != "run":
+        return None
+    values: Dict[str, Any] = {"requests": None, "cores": None, "nodes": None, "wd": None,
+                              "resume": False}
+    words = iter(argv[2:])
+    for word in words:
+        if not word.startswith("-"):
+            if values["requests"] is not None:
+                return None
+            values["requests"] = word
+            continue
+        option, given, value = word.partition("=")
+        kind = _PILOT_RUN_OPTIONS.get(option, ("",))[0]
+        if kind == "flag" and not given:
+            values[option[2:]] = True
+            continue
+        if kind not in ("count", "text"):
+            return None
+        if not given:
+            following = next(words, None)
+            if following is None or following.startswith("-"):
+                return None
+            value = following
+        if kind == "count":
+            number = _whole_number(value)
+            if number is None:
+                return None
+            values[option[2:]] = number
+        else:
+            values[option[2:]] = value
+    if values["requests"] is None:
+        return None
+    return SimpleNamespace(command="pilot", pilot_command="run", **values)
+
+
+def _pilot_main(args: Any) -> int:
     if args.pilot_command == "run":
         from psij.executors.pilot.qcg_run import run_request_file
 
@@ -311,8 +379,10 @@ def _freeze_loaded_objects() -> None:
     gc.freeze()
 
 
-def _add_job_options(parser: argparse.ArgumentParser) -> None:
+def _add_job_options(parser: "argparse.ArgumentParser") -> None:
     """The options describing a job, shared by ``run`` and ``script``."""
+    import argparse
+
     parser.add_argument("--launcher", metavar="NAME",
                         help="launcher that starts the job's processes (default: single)")
     parser.add_argument("-n", "--processes", type=_positive_int, metavar="N",
@@ -427,7 +497,7 @@ def _abspath(path: Optional[str]) -> Optional[str]:
     return None if path is None else os.path.abspath(path)
 
 
-def build_spec(args: argparse.Namespace, inherit_streams: bool = True) -> JobSpec:
+def build_spec(args: "argparse.Namespace", inherit_streams: bool = True) -> JobSpec:
     """The JobSpec described by parsed ``psij run`` or ``psij script`` arguments.
 
     With ``inherit_streams`` the job gets this process's standard streams where no file is
@@ -538,7 +608,7 @@ class _StopSignals:
 class _JobRun:
     """One ``psij run``: submit, wait (canceling on a stop signal), report."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: "argparse.Namespace") -> None:
         self.args = args
         # Our stdout/stderr descriptors that the job writes to through its own opening.
         self.shared_fds = [fd for fd, given in ((1, args.stdout), (2, args.stderr))
@@ -608,7 +678,7 @@ class _JobRun:
 # -- printing a submit script ----------------------------------------------------------------
 
 
-def _print_script(args: argparse.Namespace) -> int:
+def _print_script(args: "argparse.Namespace") -> int:
     """``psij script``: print the submit script of the job, never submitting it."""
     from psij._plugins import REGISTRY
     from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
@@ -712,6 +782,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Run the ``psij`` command with ``argv`` (default: ``sys.argv[1:]``); return its status."""
     if argv is None:
         argv = sys.argv[1:]
+    plain = _plain_pilot_run(argv)
+    if plain is not None:
+        return _pilot_main(plain)
     parser = _build_parser(argv)
     try:
         args = parser.parse_args(argv)

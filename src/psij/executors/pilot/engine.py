@@ -27,8 +27,8 @@ the journal does not hold. ``resume`` reads it back: tasks that succeeded are no
 (they count as succeeded for what depends on them), tasks a user cancelled stay cancelled,
 all others are queued again in their original order.
 
-Work that no task waits for (removing the run folders that killed pilots left) is done when
-the engine thread has nothing else to do, not before the first task starts.
+Work that no task waits for (removing the run folders that killed pilots left) starts once
+the first tasks are started, on a thread of its own.
 
 The engine never reads or changes the tasks' output, and never blocks on a task.
 """
@@ -1024,14 +1024,10 @@ class PilotEngine:
             while True:
                 timeout = self._timeout()
                 if timeout != 0.0:
-                    # About to sleep: what waits for the journal goes now, and then, once,
-                    # the work that does not delay any task.
+                    # About to sleep: what waits for the journal goes now.
                     self._write_journal()
                     if not self._swept:
-                        self._swept = True
-                        assert self._run_dir is not None
-                        _remove_dead_run_dirs(self._run_dir.parent)
-                        timeout = self._timeout()
+                        self._sweep()
                 for key, mask in selector.select(timeout):
                     key.data(mask)
                 if watch is not None:
@@ -1042,6 +1038,14 @@ class PilotEngine:
             logger.exception("the pilot engine thread failed")
         finally:
             self._shutdown()
+
+    def _sweep(self) -> None:
+        """Remove what killed pilots left, on a thread of its own: a large leftover must not
+        hold up the tasks of this one."""
+        self._swept = True
+        assert self._run_dir is not None
+        threading.Thread(target=_remove_dead_run_dirs, args=(self._run_dir.parent,),
+                         name="psij-pilot-sweep", daemon=True).start()
 
     def _timeout(self) -> Optional[float]:
         if self._inbox or self._dirty or self._outbox:
