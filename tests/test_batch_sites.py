@@ -19,6 +19,7 @@ from typing import Dict, Iterator, List, Optional, Tuple, Type
 
 import pytest
 
+import psij
 from psij import (
     InvalidJobException,
     Job,
@@ -823,3 +824,19 @@ def test_attach_from_another_executor(site: Tuple[str, BatchSchedulerExecutor],
         assert twin.native_id == job.native_id
     finally:
         other.close()
+
+
+class _OtherResourceSpec(psij.ResourceSpec):
+    @property
+    def version(self) -> int:
+        return 2
+
+
+@pytest.mark.parametrize("name", ["slurm", "sge", "pbs", "pbs_classic", "lsf", "cobalt", "flux",
+                                  "batch-test"])
+def test_resources_other_than_v1_are_refused_naming_the_field(name: str, tmp_path: Path) -> None:
+    ex = psij.JobExecutor.get_instance(
+        name, config=psij.JobExecutorConfig(work_directory=tmp_path))
+    job = psij.Job(psij.JobSpec("/bin/true", resources=_OtherResourceSpec()))
+    with pytest.raises(psij.InvalidJobException, match="JobSpec.resources"):
+        ex.submit_script(job)  # type: ignore[attr-defined]

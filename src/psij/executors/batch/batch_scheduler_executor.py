@@ -466,8 +466,8 @@ class BatchSchedulerExecutor(JobExecutor):
                 # Always absolute: schedulers start scripts in different folders.
                 "directory": os.path.abspath(spec.directory if spec.directory is not None
                                              else os.getcwd()),
-                "process_count": _resources(spec).computed_process_count,
-                "node_count": _resources(spec).computed_node_count,
+                "process_count": v1_resources(spec).computed_process_count,
+                "node_count": v1_resources(spec).computed_node_count,
             },
         }
         duration = spec.attributes.duration
@@ -762,7 +762,8 @@ class BatchSchedulerExecutor(JobExecutor):
     __repr__ = __str__
 
 
-def _resources(spec: JobSpec) -> ResourceSpecV1:
+def v1_resources(spec: JobSpec) -> ResourceSpecV1:
+    """The spec's resources (a default ``ResourceSpecV1`` when unset); refuses other versions."""
     resources = spec.resources
     if resources is None:
         return ResourceSpecV1()

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Collection, Dict, List, Optional
 
 from psij._data import data_dir
-from psij.exceptions import InvalidJobException, SubmitException
+from psij.exceptions import SubmitException
 from psij.executors.batch._site_directives import option_items, plain_job_name
 from psij.executors.batch.batch_scheduler_executor import (
     UNKNOWN_ERROR,
@@ -35,6 +35,7 @@ from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutorConfig,
     InvalidJobStateError,
     check_status_exit_code,
+    v1_resources,
 )
 from psij.executors.batch.escape_functions import plain_directive_value
 from psij.executors.batch.script_generator import TemplatedScriptGenerator
@@ -117,11 +118,7 @@ class CobaltJobExecutor(BatchSchedulerExecutor):
     def _create_script_context(self, job: Job) -> Dict[str, object]:
         context = super()._create_script_context(job)
         assert job.spec is not None
-        resources = job.spec.resources
-        if resources is not None and not isinstance(resources, ResourceSpecV1):
-            raise InvalidJobException("JobSpec.resources: only ResourceSpecV1 is understood by "
-                                      "CobaltJobExecutor")
-        resources = resources or ResourceSpecV1()
+        resources = v1_resources(job.spec)
         attrs = job.spec.attributes
         duration = attrs.duration
         context["cobalt"] = {

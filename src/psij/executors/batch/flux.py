@@ -34,6 +34,7 @@ from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutorConfig,
     InvalidJobStateError,
     check_status_exit_code,
+    v1_resources,
 )
 from psij.executors.batch.escape_functions import plain_directive_value
 from psij.executors.batch.script_generator import TemplatedScriptGenerator
@@ -42,7 +43,6 @@ from psij.job_executor_config import JobExecutorConfig
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
-from psij.resource_spec import ResourceSpecV1
 
 __all__ = ["EXCEPTION_CAUSES", "RESULT_MAP", "STATE_MAP", "FluxExecutorConfig",
            "FluxJobExecutor", "flux_status", "jobid_to_decimal"]
@@ -166,11 +166,7 @@ class FluxJobExecutor(BatchSchedulerExecutor):
     def _create_script_context(self, job: Job) -> Dict[str, object]:
         context = super()._create_script_context(job)
         assert job.spec is not None
-        resources = job.spec.resources
-        if resources is not None and not isinstance(resources, ResourceSpecV1):
-            raise InvalidJobException("JobSpec.resources: only ResourceSpecV1 is understood by "
-                                      "FluxJobExecutor")
-        resources = resources or ResourceSpecV1()
+        resources = v1_resources(job.spec)
         if resources.memory is not None:
             raise InvalidJobException(
                 f"ResourceSpecV1.memory: Flux cannot reserve memory (asked for "

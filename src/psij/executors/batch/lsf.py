@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import IO, Any, Collection, Dict, List, Mapping, Optional, Tuple
 
 from psij._data import data_dir
-from psij.exceptions import InvalidJobException, SubmitException
+from psij.exceptions import SubmitException
 from psij.executors.batch._site_directives import QUOTED_EXTRA, plain_job_name
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
     InvalidJobStateError,
     check_status_exit_code,
+    v1_resources,
 )
 from psij.executors.batch.escape_functions import plain_directive_value
 from psij.executors.batch.script_generator import TemplatedScriptGenerator
@@ -40,7 +41,6 @@ from psij.job_executor_config import JobExecutorConfig
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
-from psij.resource_spec import ResourceSpecV1
 
 __all__ = ["EXIT_REASONS", "STATE_MAP", "LsfExecutorConfig", "LsfJobExecutor", "lsf_status"]
 
@@ -160,11 +160,7 @@ class LsfJobExecutor(BatchSchedulerExecutor):
     def _create_script_context(self, job: Job) -> Dict[str, object]:
         context = super()._create_script_context(job)
         assert job.spec is not None
-        resources = job.spec.resources
-        if resources is not None and not isinstance(resources, ResourceSpecV1):
-            raise InvalidJobException("JobSpec.resources: only ResourceSpecV1 is understood by "
-                                      "LsfJobExecutor")
-        resources = resources or ResourceSpecV1()
+        resources = v1_resources(job.spec)
         per_node = resources.computed_processes_per_node
         memory_kb = resources.memory_kb
         context["lsf"] = {

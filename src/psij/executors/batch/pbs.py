@@ -35,13 +35,14 @@ from typing import (
 )
 
 from psij._data import data_dir
-from psij.exceptions import InvalidJobException, SubmitException
+from psij.exceptions import SubmitException
 from psij.executors.batch._site_directives import plain_job_name
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
     InvalidJobStateError,
     check_status_exit_code,
+    v1_resources,
 )
 from psij.executors.batch.escape_functions import plain_directive_value
 from psij.executors.batch.script_generator import TemplatedScriptGenerator
@@ -279,11 +280,7 @@ class GenericPBSJobExecutor(BatchSchedulerExecutor):
     def _create_script_context(self, job: Job) -> Dict[str, object]:
         context = super()._create_script_context(job)
         assert job.spec is not None
-        resources = job.spec.resources
-        if resources is not None and not isinstance(resources, ResourceSpecV1):
-            raise InvalidJobException(f"JobSpec.resources: only ResourceSpecV1 is understood "
-                                      f"by {type(self).__name__}")
-        context["pbs"] = self._resource_context(resources or ResourceSpecV1(), job.spec)
+        context["pbs"] = self._resource_context(v1_resources(job.spec), job.spec)
         return context
 
     def _resource_context(self, resources: ResourceSpecV1, spec: JobSpec) -> Dict[str, object]:
