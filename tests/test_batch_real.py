@@ -191,6 +191,14 @@ def test_time_limit_is_named(name: str, campaign_root: Path) -> None:
     assert limit in str(st.message)
 
 
+@pytest.mark.slurm
+def test_slurm_time_limit_gives_the_batch_steps_signal(campaign_root: Path) -> None:
+    # sacct reads TIMEOUT|0:0 for the allocation; the batch step was CANCELLED by SIGTERM.
+    st = campaign("slurm", campaign_root).final("timeout")
+    assert st.state is JobState.FAILED and st.exit_code == 143, st
+    assert "SIGTERM" in str(st.message), st
+
+
 @pytest.mark.parametrize("name,launcher", [
     pytest.param("slurm", "srun", marks=pytest.mark.slurm),
     pytest.param("slurm", "mpirun", marks=[pytest.mark.slurm, pytest.mark.mpi]),

@@ -101,6 +101,106 @@ def test_slurm_submit_output(slurm_ex: SlurmJobExecutor) -> None:
         slurm_ex.job_id_from_submit_output("sbatch: error: oops\n")
 
 
+# sacct without --allocations, as a real Slurm 22.05 prints a job stopped at its time limit
+# (1), one cancelled while running (2), one that exited 5 (3), one that completed with an srun
+# step (4) and one cancelled while pending (5, no steps).
+SACCT_WITH_STEPS = """1|TIMEOUT|0:0|None
+1.batch|CANCELLED|0:15|
+1.extern|COMPLETED|0:0|
+2|CANCELLED by 0|0:0|None
+2.batch|CANCELLED|0:15|
+3|FAILED|5:0|None
+3.batch|FAILED|5:0|
+4|COMPLETED|0:0|None
+4.batch|COMPLETED|0:0|
+4.0|COMPLETED|0:0|
+5|CANCELLED by 1001|0:0|None
+"""
+
+
+def test_slurm_sacct_takes_the_batch_steps_signal(slurm_ex: SlurmJobExecutor) -> None:
+    argv = slurm_ex.get_accounting_commands(["1", "2"])[0]
+    assert "--allocations" not in argv  # the batch step's line is needed
+    parsed = slurm_ex.parse_accounting_output(0, SACCT_WITH_STEPS)
+    assert sorted(parsed) == ["1", "2", "3", "4", "5"]  # steps are not jobs
+    timeout = parsed["1"]
+    assert timeout.state is JobState.FAILED and timeout.exit_code == 128 + 15
+    assert timeout.metadata["cause"] == "time_limit"  # type: ignore[index]
+    assert (parsed["2"].state, parsed["2"].exit_code) == (JobState.CANCELED, 143)
+    assert (parsed["3"].state, parsed["3"].exit_code) == (JobState.FAILED, 5)
+    assert (parsed["4"].state, parsed["4"].exit_code) == (JobState.COMPLETED, 0)
+    # Nothing tells the exit code of a job cancelled before it ran: unknown, not 0.
+    assert (parsed["5"].state, parsed["5"].exit_code) == (JobState.CANCELED, None)
+    # A TIMEOUT without any step line (records purged) has no known code either.
+    alone = slurm_ex.parse_accounting_output(0, "9|TIMEOUT|0:0|None\n")["9"]
+    assert alone.state is JobState.FAILED and alone.exit_code is None
+
+
+def test_slurm_failed_reasons_give_messages(slurm_ex: SlurmJobExecutor) -> None:
+    parsed = slurm_ex.parse_status_output(
+        0, "1|FAILED|NonZeroExitCode\n2|FAILED|RaisedSignal:9(Killed)\n3|FAILED|None\n"
+           "4|FAILED|TimeLimit\n")
+    assert "non-zero" in str(parsed["1"].message)
+    assert "NonZeroExitCode" in str(parsed["1"].message)
+    assert "signal" in str(parsed["2"].message) and "RaisedSignal:9(Killed)" in str(
+        parsed["2"].message)
+    assert parsed["3"].message is None
+    assert parsed["4"].message is None  # its cause says it (time_limit)
+
+
+def _slurm_with_answers(tmp_path, squeue: "tuple[int, str]", sacct: "tuple[int, str]"
+                        ):  # type: ignore[no-untyped-def]
+    from psij.executors.batch._runner import FakeCommandRunner
+
+    def respond(argv, stdin):  # type: ignore[no-untyped-def]
+        if argv[0] == "sbatch":
+            return 0, "4242\n"
+        if argv[0] == "squeue":
+            return squeue
+        if argv[0] == "sacct":
+            return sacct
+        return 1, "", f"unexpected command {argv}"
+
+    ex = SlurmJobExecutor(config=BatchSchedulerExecutorConfig(
+        work_directory=tmp_path, queue_polling_interval=0.05, initial_queue_polling_delay=0.01))
+    ex._runner = FakeCommandRunner(respond)
+    return ex
+
+
+def test_slurm_timed_out_job_ends_with_the_steps_signal(tmp_path) -> None:  # type: ignore
+    from datetime import timedelta
+
+    from psij import Job, JobAttributes, JobSpec
+
+    ex = _slurm_with_answers(tmp_path, (0, "4242|TIMEOUT|TimeLimit\n"),
+                             (0, SACCT_WITH_STEPS.replace("1", "4242", 1).replace(
+                                 "1.batch", "4242.batch")))
+    job = Job(JobSpec("/bin/sleep", ["600"],
+                      attributes=JobAttributes(duration=timedelta(minutes=1))))
+    ex.submit(job)
+    st = job.wait(timedelta(seconds=20))
+    ex.close()
+    assert st is not None and st.state is JobState.FAILED, st
+    assert st.exit_code == 143, st
+    assert "time limit (0:01:00)" in str(st.message) and "SIGTERM" in str(st.message), st
+
+
+def test_slurm_failed_job_with_unknown_code_says_slurms_reason(tmp_path) -> None:  # type: ignore
+    from datetime import timedelta
+
+    from psij import Job, JobSpec
+
+    ex = _slurm_with_answers(tmp_path, (0, "4242|FAILED|NonZeroExitCode\n"),
+                             (1, "", "sacct: error: Slurm accounting storage is disabled\n"))
+    job = Job(JobSpec("/bin/false"))
+    ex.submit(job)
+    st = job.wait(timedelta(seconds=20))
+    ex.close()
+    assert st is not None and st.state is JobState.FAILED and st.exit_code is None, st
+    assert "without giving a reason" not in str(st.message), st
+    assert "non-zero" in str(st.message) and "NonZeroExitCode" in str(st.message), st
+
+
 SGE_ACTIVE = ["r", "t", "Rr", "Rt", "s", "ts", "S", "tS", "T", "tT", "Rs", "Rts", "RS", "RtS",
               "RT", "RtT", "dr", "dt", "dRr", "dRt", "ds", "dS", "dT", "dRs", "dRS", "dRT"]
 SGE_QUEUED = ["qw", "hqw", "hRwq", "Rq", "dqw", "dhqw"]

@@ -68,10 +68,21 @@ _STATE_MESSAGES = {
 # Reasons Slurm gives for a FAILED job that say more than its exit code.
 _REASON_CAUSES = {"JobLaunchFailure": "launch_failure", "TimeLimit": "time_limit",
                   "OutOfMemory": "out_of_memory", "NodeDown": "node_failure"}
+# Reasons of a FAILED job without a cause above, in words: what is said when the exit code
+# itself is not known (no exit-code file, no accounting).
+_REASON_MESSAGES = {
+    "NonZeroExitCode": "Slurm reports that the job's batch script exited with a non-zero code "
+                       "(reason NonZeroExitCode)",
+    "RaisedSignal": "Slurm reports that the job's batch script was killed by a signal "
+                    "(reason {reason})",
+    "SystemFailure": "Slurm reports a failure of its own system (reason SystemFailure)",
+    "InactiveLimit": "the job reached the cluster's InactiveLimit (reason InactiveLimit)",
+}
 
 _JOB_ID = re.compile(r"(\d+)(?:;\S*)?\s*$")
 _STATUS_LINE = re.compile(r"(\d+)\|([A-Z_]+)\|(.*)")
-_ACCT_LINE = re.compile(r"(\d+)\|([A-Z_]+)(?: by \d+)?\|(\d+):(\d+)\|(.*)")
+# JobIDRaw is "<id>" for the allocation, "<id>.<step>" for its steps (batch, extern, 0, ...).
+_ACCT_LINE = re.compile(r"(\d+)(?:\.([^|]+))?\|([A-Z_]+)(?: by \d+)?\|(\d+):(\d+)\|(.*)")
 
 
 def slurm_status(native_state: str, reason: Optional[str],
@@ -88,7 +99,27 @@ def slurm_status(native_state: str, reason: Optional[str],
     if cause is not None:
         metadata["cause"] = cause
     message = _STATE_MESSAGES.get(native_state) if state.final else None
+    if message is None and cause is None and state is JobState.FAILED and reason is not None:
+        template = _REASON_MESSAGES.get(reason.partition(":")[0])
+        message = None if template is None else template.format(reason=reason)
     return JobStatus(state, message=message, exit_code=exit_code, metadata=metadata)
+
+
+def _accounting_exit_code(native_state: str, code: int, sig: int,
+                          batch_step: Optional[Tuple[int, int]]) -> Optional[int]:
+    """The job's exit code from sacct's ``code:signal`` of the allocation and its batch step.
+
+    A signal gives 128 + its number, as a shell reports it. The allocation's line alone is not
+    enough: a job stopped at its time limit reads ``TIMEOUT|0:0`` while its batch step reads
+    ``CANCELLED|0:15``, so a zero allocation code of a job that did not complete defers to the
+    batch step; with nothing better the code is unknown (None), never a made-up 0.
+    """
+    for step_code, step_sig in ((code, sig), batch_step or (0, 0)):
+        if step_sig:
+            return 128 + step_sig
+        if step_code:
+            return step_code
+    return 0 if native_state == "COMPLETED" else None
 
 
 class SlurmJobExecutor(BatchSchedulerExecutor):
@@ -158,13 +189,15 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
         return found
 
     def get_accounting_commands(self, native_ids: Sequence[str]) -> List[List[str]]:
-        return [["sacct", "--noheader", "--parsable2", "--allocations",
+        # Not --allocations: the batch step's line is needed too (see _accounting_exit_code).
+        return [["sacct", "--noheader", "--parsable2",
                  "--jobs=" + ",".join(native_ids), "--format=JobIDRaw,State,ExitCode,Reason"]]
 
     def parse_accounting_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         # Without slurmdbd sacct exits 1: "Slurm accounting storage is disabled".
         check_status_exit_code("sacct", exit_code, out)
-        found: Dict[str, JobStatus] = {}
+        allocations: Dict[str, Tuple[str, int, int, str]] = {}
+        batch_steps: Dict[str, Tuple[int, int]] = {}
         for line in out.splitlines():
             line = line.strip()
             if not line:
@@ -172,9 +205,15 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
             match = _ACCT_LINE.fullmatch(line)
             if match is None:
                 raise ValueError(f"unexpected sacct output line {line!r}")
-            native_id, native_state, code, sig, reason = match.groups()
-            exit_code_value = 128 + int(sig) if int(sig) else int(code)
-            found[native_id] = slurm_status(native_state, reason, exit_code_value)
+            native_id, step, native_state, code, sig, reason = match.groups()
+            if step is None:
+                allocations[native_id] = (native_state, int(code), int(sig), reason)
+            elif step == "batch":
+                batch_steps[native_id] = (int(code), int(sig))
+        found: Dict[str, JobStatus] = {}
+        for native_id, (native_state, code, sig, reason) in allocations.items():
+            found[native_id] = slurm_status(native_state, reason, _accounting_exit_code(
+                native_state, code, sig, batch_steps.get(native_id)))
         return found
 
     def get_list_command(self) -> List[str]:
