@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._process_watch import WATCH, exit_code_of, signal_name
 from psij.job import Job
@@ -177,7 +178,7 @@ class LocalJobExecutor(JobExecutor):
 
     def _ensure_dir(self) -> None:
         if not self._dir_ready:
-            self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            ensure_private_dir(self._dir, "local journal directory", self.config.work_directory)
             self._dir_ready = True
 
     def _prepare(self, job: Job, spec: JobSpec) -> Tuple[_Run, "_Prepared"]:

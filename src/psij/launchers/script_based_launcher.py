@@ -7,6 +7,12 @@ appears complete or not at all: it is written under a temporary name and renamed
 any number of processes may deploy at once without locks. Each process deploys a given set of
 files at most once per work directory.
 
+Jobs run these scripts, so they are kept only in private folders (see :mod:`psij._private_dirs`):
+the work directory, ``launchers/`` and the deployed folder must be owned by this user and not
+writable by others, and the deployed files too; anything else is refused with
+:class:`~psij._private_dirs.UnsafePathError`. A folder found in the cache of deployed folders is
+checked again on every use, so a folder that changed hands since is not trusted.
+
 This module builds argument lists and reads the launcher's output; it never starts processes
 (executors do) and never passes anything through a shell command line.
 """
@@ -22,6 +28,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 
 from psij._data import data_dir
+from psij._private_dirs import (
+    UnsafePathError,
+    check_private_dir,
+    check_private_file,
+    ensure_private_dir,
+)
 from psij.exceptions import InvalidJobException
 from psij.job_executor_config import JobExecutorConfig
 from psij.job_launcher import Launcher
@@ -78,13 +90,27 @@ def _write_temporary_folder(root: Path, contents: Sequence[Tuple[str, bytes]]) -
     temporary = Path(tempfile.mkdtemp(prefix=".deploying-", dir=root))
     try:
         for name, data in contents:
-            fd = os.open(temporary / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+            # Read-only use: the scripts are run as "bash <script>", never executed directly.
+            fd = os.open(temporary / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
     return temporary
+
+
+def _check_deployed(work_directory: Path, folder: Path, names: Sequence[str]) -> None:
+    """Raise UnsafePathError unless the deployed ``folder`` and everything above it up to the
+    work directory, and its files, are private to this user."""
+    levels = [folder.parent]
+    if work_directory in folder.parents:
+        levels = [p for p in folder.parents if p == work_directory or work_directory in p.parents]
+    for level in reversed(levels):
+        check_private_dir(level, f"launcher scripts folder {folder} is inside")
+    check_private_dir(folder, "launcher scripts folder")
+    for name in names:
+        check_private_file(folder / name, "deployed launcher file")
 
 
 def _move_aside(folder: Path) -> None:
@@ -104,20 +130,32 @@ def deploy_files(work_directory: Path, files: Sequence[Path]) -> Path:
     reused when its files are byte-for-byte the same; one whose files were edited is replaced.
     """
     contents = _read_contents(files)
+    names = [name for name, _ in contents]
     checksum = _checksum(contents)
-    root = Path(os.path.abspath(work_directory)) / "launchers"
+    base = Path(os.path.abspath(work_directory))
+    root = base / "launchers"
     key = (str(root), checksum)
     with _deployed_lock:
         done = _deployed.get(key)
         if done is not None:
-            return done
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                _check_deployed(base, done, names)
+                return done
+            except FileNotFoundError:
+                del _deployed[key]  # removed meanwhile: deploy again
+        ensure_private_dir(root, "launcher scripts folder", within=base)
         target = root / checksum
         for _ in range(_DEPLOY_ATTEMPTS):
-            if target.is_dir():
+            if os.path.lexists(target):
+                # A symbolic link or another user's folder is refused, never replaced.
+                _check_deployed(base, target, [])
                 if _holds(target, contents):
-                    _deployed[key] = target
-                    return target
+                    try:
+                        _check_deployed(base, target, names)
+                        _deployed[key] = target
+                        return target
+                    except UnsafePathError:
+                        pass  # our folder, but a file in it others may write: replace it
                 _move_aside(target)
             temporary = _write_temporary_folder(root, contents)
             try:
@@ -170,9 +208,16 @@ class ScriptBasedLauncher(Launcher):
 
     def _ensure_deployed(self) -> Path:
         with self._deploy_lock:
-            if self._deployed_script is None:
-                folder = self._deploy_files(self._files_to_deploy())
-                self._deployed_script = folder / self._script_path.name
+            files = self._files_to_deploy()
+            if self._deployed_script is not None:
+                try:
+                    _check_deployed(Path(os.path.abspath(self.config.work_directory)),
+                                    self._deployed_script.parent, [p.name for p in files])
+                    return self._deployed_script
+                except FileNotFoundError:
+                    self._deployed_script = None  # removed meanwhile: deploy again
+            folder = self._deploy_files(files)
+            self._deployed_script = folder / self._script_path.name
             return self._deployed_script
 
     def get_launch_command(self, job: "Job",

@@ -28,7 +28,6 @@ import io
 import logging
 import os
 import re
-import signal
 import threading
 import weakref
 from abc import abstractmethod
@@ -50,7 +49,9 @@ from typing import (
 )
 
 from psij import _check
+from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
+from psij.executors._process_watch import signal_name
 from psij.executors.batch._clock import Clock, MonotonicClock
 from psij.executors.batch._runner import CommandResult, CommandRunner, SubprocessRunner
 from psij.executors.batch._tracking import (
@@ -423,7 +424,7 @@ class BatchSchedulerExecutor(JobExecutor):
         return path
 
     def _ensure_work_dir(self) -> None:
-        self.work_directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        ensure_private_dir(self.work_directory, "batch work directory", self.config.work_directory)
 
     def submit_script(self, job: Job) -> str:
         """The submit script ``job`` would get, without submitting it or binding the job.
@@ -806,12 +807,9 @@ def _describe_exit(code: int) -> str:
         return "the job exited with code 127 (command not found)"
     if code == 126:
         return "the job exited with code 126 (command not executable)"
-    if code > 128:
-        try:
-            name = signal.Signals(code - 128).name
-            return f"the job exited with code {code} (killed by {name})"
-        except ValueError:
-            pass
+    name = signal_name(code)
+    if name is not None:
+        return f"the job exited with code {code} (killed by {name})"
     return f"the job exited with code {code}"
 
 

@@ -24,11 +24,16 @@ records the end state. A finished job stays in the queue for ``--keep-finished``
 A ``faults`` file in the spool folder makes ``status`` misbehave on purpose: its words
 (``ok``, ``nonzero``, ``hang``, ``garbage``) are used in turn, one per status call.
 
+The spool holds the jobs' scripts, and so their environment: it must be a private directory
+(see ``psij/_private_dirs.py``, loaded from its file since ``python -S`` has no site-packages),
+and what the tool writes in it is 0700 (folders) or 0600 (files).
+
 Standard library only, so that it starts fast with ``python -S``. It is a test double: it never
 talks to a real scheduler.
 """
 
 import fcntl
+import importlib.util
 import json
 import os
 import signal
@@ -36,14 +41,31 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Dict, List, Optional, Tuple
 
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 
 
+def _private_dirs() -> ModuleType:
+    """psij's ``_private_dirs`` module, loaded from its file (no import of the package)."""
+    path = Path(__file__).resolve().parents[2] / "_private_dirs.py"
+    spec = importlib.util.spec_from_file_location("psij._private_dirs", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _create(path: Path, text: str, append: bool = False) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    with open(os.open(path, flags, 0o600), "w") as f:
+        f.write(text)
+
+
 def _write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text)
+    _create(tmp, text)
     os.replace(tmp, path)
 
 
@@ -145,7 +167,7 @@ class Spool:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.jobs = root / "jobs"
-        self.jobs.mkdir(parents=True, exist_ok=True)
+        _private_dirs().ensure_private_dir(self.jobs, "batch-test spool", within=root)
 
     def job_dir(self, job_id: str) -> Path:
         if not job_id.isdigit():
@@ -164,8 +186,8 @@ class Spool:
         _write(self.job_dir(job_id) / "state", f"{state}|{code}|{reason}|{time.time()}\n")
         if state in FINAL:
             with _Locked(self.root / "accounting.lock"):
-                with open(self.root / "accounting", "a") as f:
-                    f.write(f"{job_id}|{state}|{code}|{reason}\n")
+                _create(self.root / "accounting", f"{job_id}|{state}|{code}|{reason}\n",
+                        append=True)
 
 
 def cmd_submit(spool: Spool, script_path: str) -> int:
@@ -177,9 +199,9 @@ def cmd_submit(spool: Spool, script_path: str) -> int:
         return 1
     job_id = str(_next_number(spool.root / "next_id"))
     d = spool.job_dir(job_id)
-    d.mkdir()
-    (d / "script").write_text(text)
-    (d / "options.json").write_text(json.dumps(options))
+    d.mkdir(0o700)
+    _create(d / "script", text)
+    _create(d / "options.json", json.dumps(options))
     spool.set_state(job_id, "PENDING")
     subprocess.Popen([sys.executable, "-S", os.path.abspath(__file__), "--spool",
                       str(spool.root), "_watch", job_id], start_new_session=True,
@@ -291,7 +313,7 @@ def cmd_cancel(spool: Spool, job_id: str) -> int:
         print(f"batch-test: error: job {job_id} has already finished", file=sys.stderr)
         return 2
     d = spool.job_dir(job_id)
-    (d / "cancel").touch()
+    _create(d / "cancel", "")
     pgid = _read(d / "pgid")
     if pgid:
         _kill(int(pgid))
@@ -311,7 +333,11 @@ def main(argv: List[str]) -> int:
     if len(argv) < 3 or argv[0] != "--spool":
         print(__doc__, file=sys.stderr)
         return 2
-    spool = Spool(Path(argv[1]))
+    try:
+        spool = Spool(Path(argv[1]))
+    except OSError as e:  # an unsafe spool (UnsafePathError) included
+        print(f"batch-test: error: {e}", file=sys.stderr)
+        return 2
     command, args = argv[2], argv[3:]
     if command == "submit" and len(args) == 1:
         return cmd_submit(spool, args[0])

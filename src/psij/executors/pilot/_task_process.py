@@ -22,6 +22,7 @@ from heapq import heappop, heappush
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from psij._private_dirs import ensure_private_dir
 from psij.executors._process_watch import ExitHandler, exit_code_of
 
 __all__ = ["HAS_PIDFD", "Launch", "LaunchError", "LoopWatch", "TaskProcesses"]
@@ -219,7 +220,7 @@ class TaskProcesses:
             watch = WATCH
         self._watch = watch
         self._tmp_root = Path(tmp_root)
-        self._tmp_root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        ensure_private_dir(self._tmp_root, "pilot tasks' TMPDIR root")
         self._tmp_prefix = os.path.join(str(self._tmp_root), "t")
         self._on_exit = on_exit
         self._base_environment = dict(os.environ)

@@ -57,7 +57,7 @@ from typing import (
     Tuple,
 )
 
-from psij import _check
+from psij import _check, _private_dirs
 from psij._lazylog import LazyLogger
 from psij.executors._process_watch import WATCH, exit_code_of
 from psij.executors.pilot._record import Record, replace
@@ -503,7 +503,7 @@ class _Journal:
     """The append-only journal: one write per batch of lines, fsync'd now and then."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _private_dirs.ensure_private_dir(path.parent, "pilot journal directory")
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         self._dirty = False
         self._synced = time.monotonic()

@@ -33,6 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
+from psij._private_dirs import ensure_private_dir
 from psij.executors.pilot._record import replace
 from psij.executors.pilot.allocation import Allocation, allocation_from_options
 from psij.executors.pilot.engine import (
@@ -136,11 +137,13 @@ def run_request_file(path: str, cores: Optional[int] = None, nodes: Optional[str
         out.write(f"psij pilot run: {exc}\n")
         return EXIT_BAD_FILE
     try:
-        work_directory.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(work_directory, "pilot work directory (--wd)")
         _work_in(work_directory)
         run = QcgFileRun(requests, planned, allocation, work_directory, resume)
     except OSError as exc:
-        out.write(f"psij pilot run: --wd {work_directory}: {exc.strerror or exc}\n")
+        # Without strerror the message is psij's own and names the folder already.
+        detail = f"--wd {work_directory}: {exc.strerror}" if exc.strerror else str(exc)
+        out.write(f"psij pilot run: {detail}\n")
         return EXIT_BAD_FILE
     try:
         return run.run()

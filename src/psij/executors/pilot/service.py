@@ -26,6 +26,7 @@ import stat
 import threading
 from typing import Any, Callable, Dict, List, Optional, Set
 
+from psij._private_dirs import ensure_private_dir
 from psij.executors.pilot.engine import PilotEngine, TaskEvent, TaskSpec
 
 __all__ = ["AlreadyRunning", "PilotClient", "PilotService", "PilotUnavailable",
@@ -506,7 +507,7 @@ def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[st
         return 1
     wd = Path(work_directory or os.getcwd()).absolute()
     try:
-        wd.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(wd, "pilot work directory (--wd)")
         allocation = allocation_from_options(cores, nodes)
         engine = PilotEngine(allocation, EngineConfig(
             work_directory=wd, journal=wd / JOURNAL_NAME, resume=resume))
