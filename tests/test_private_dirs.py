@@ -291,9 +291,9 @@ def test_pilot_run_refuses_a_work_directory_of_another_user(attacker: User,
 
 def test_pilot_journal_and_task_tmp_root_of_another_user_are_refused(
         attacker: User, shared: Path) -> None:
+    from psij.executors.pilot._task_process import TaskProcesses
     from psij.executors.pilot.allocation import allocation_from_options
     from psij.executors.pilot.engine import EngineConfig, PilotEngine
-    from psij.executors.pilot._task_process import TaskProcesses
 
     theirs = attacker_dir(attacker, shared / "theirs")
     engine = PilotEngine(allocation_from_options(1, None), EngineConfig(

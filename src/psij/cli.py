@@ -256,19 +256,9 @@ def _add_pilot_serve(pilot_commands: Any) -> None:
                     "the socket; a stale socket file is replaced.",
         epilog="exit status: 0 after a clean stop; 1 when the pilot is already running or "
                "cannot start; 2 for bad usage")
-    serve.add_argument("--socket", required=True, metavar="PATH", help="Unix socket path")
-    serve.add_argument("--cores", type=_positive_int, metavar="N",
-                       help="local cores to use when not inside a batch allocation")
-    serve.add_argument("--nodes", metavar="SPEC",
-                       help="explicit nodes, NAME:CORES separated by commas (Slurm host "
-                            "lists allowed, e.g. n[1-4]:8); nodes other than this host are "
-                            "reached through agents")
-    serve.add_argument("--wd", metavar="DIR",
-                       help="working directory: base of relative task directories and home "
-                            "of the journal psij-pilot.journal (default: the current one)")
-    serve.add_argument("--resume", action="store_true",
-                       help="read the journal of an earlier run first: tasks that succeeded "
-                            "are not run again, the others are")
+    from psij.executors.pilot._serve_options import add_serve_options
+
+    add_serve_options(serve, _positive_int)
 
 
 def _add_pilot_run(pilot_commands: Any) -> None:
@@ -365,7 +355,8 @@ def _pilot_main(args: Any) -> int:
 
         _freeze_loaded_objects()
         return serve_main(socket_path=args.socket, cores=args.cores, nodes=args.nodes,
-                          work_directory=args.wd, resume=args.resume)
+                          work_directory=args.wd, resume=args.resume,
+                          max_request_bytes=args.max_request_bytes)
     _say("a pilot command is required: serve or run")
     return EXIT_USAGE
 

@@ -14,8 +14,16 @@ nothing is missed between the snapshot and the events); ``usage``; ``shutdown``.
 One server thread owns the sockets; the engine's listener only appends encoded events to the
 watching connections' buffers and wakes it, so a slow client never delays the engine. The
 client keeps one connection and one reader thread; it never polls.
+
+A request line longer than ``max_request_bytes`` (``--max-request-bytes``, 64 MiB by default)
+gets an error reply (``"id": null``, ``"kind": "ValueError"``) and its connection is closed;
+lines are read in time linear in their length (:mod:`._line_framing`). When accepting fails
+for want of file descriptors (EMFILE, ENFILE, ...), the server stops accepting for a while
+(50 ms, doubling up to 1 s) instead of spinning or dying, and takes the waiting connections
+once descriptors are free again; the connections it has are served all along.
 """
 
+import errno
 import itertools
 import json
 import logging
@@ -24,9 +32,11 @@ import selectors
 import socket
 import stat
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from psij._private_dirs import ensure_private_dir
+from psij.executors.pilot._line_framing import DEFAULT_MAX_LINE_BYTES, LineFramer
 from psij.executors.pilot.engine import PilotEngine, TaskEvent, TaskSpec
 
 __all__ = ["AlreadyRunning", "PilotClient", "PilotService", "PilotUnavailable",
@@ -36,6 +46,10 @@ logger = logging.getLogger(__name__)
 
 _RECV_SIZE = 65536
 _KINDS = {"ValueError": ValueError, "TypeError": TypeError}
+# accept() errors that mean "no descriptor or memory for a new connection now": wait, retry.
+_RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_ACCEPT_PAUSE_FIRST = 0.05
+_ACCEPT_PAUSE_MAX = 1.0
 
 
 class AlreadyRunning(Exception):
@@ -75,12 +89,13 @@ def answering(path: str, timeout: float = 2.0) -> bool:
 
 
 class _Connection:
-    __slots__ = ("inbuf", "outbuf", "sock", "watch_all", "watched", "writing")
+    __slots__ = ("closing", "framer", "outbuf", "sock", "watch_all", "watched", "writing")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, max_line: int) -> None:
         self.sock = sock
         self.writing = False  # registered for write readiness (the socket buffer was full)
-        self.inbuf = b""
+        self.closing = False  # answered a bad request: close once outbuf is sent
+        self.framer = LineFramer(max_line)
         self.outbuf = bytearray()
         self.watch_all = False
         self.watched: Set[str] = set()
@@ -90,7 +105,15 @@ class PilotService:
     """Serves one engine on a Unix socket (see the module documentation)."""
 
     def __init__(self, engine: PilotEngine, path: str,
-                 on_shutdown: Optional[Callable[[], None]] = None) -> None:
+                 on_shutdown: Optional[Callable[[], None]] = None,
+                 max_request_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+        if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) \
+                or max_request_bytes < 1:
+            raise ValueError(f"max_request_bytes: expected a whole number of bytes >= 1, got "
+                             f"{max_request_bytes!r}")
+        self.max_request_bytes = max_request_bytes
+        self._accept_pause = 0.0  # the current pause after a failed accept, 0 when accepting
+        self._accept_resume: Optional[float] = None  # when to listen again (monotonic)
         self._engine = engine
         self._path = path
         self._on_shutdown = on_shutdown
@@ -174,7 +197,10 @@ class PilotService:
                     pending = any(c.outbuf for c in self._connections.values())
                 if stopping and not pending:
                     break
-                for key, mask in self._selector.select(0.2 if stopping else None):
+                timeout = self._resume_accepting()
+                if stopping:
+                    timeout = 0.2 if timeout is None else min(timeout, 0.2)
+                for key, mask in self._selector.select(timeout):
                     if key.data is None:
                         self._accept()
                     elif key.data == "wake":
@@ -184,11 +210,7 @@ class PilotService:
                         except BlockingIOError:
                             pass
                     else:
-                        conn = key.data
-                        if mask & selectors.EVENT_READ:
-                            self._read(conn)
-                        if mask & selectors.EVENT_WRITE:
-                            self._write(conn)
+                        self._serve(key.data, mask)
                 self._flush_all()
         except Exception:
             logger.exception("the pilot service thread failed")
@@ -201,17 +223,61 @@ class PilotService:
             os.close(self._wake_r)
             os.close(self._wake_w)
 
+    def _serve(self, conn: _Connection, mask: int) -> None:
+        """One connection's turn; whatever goes wrong ends that connection only."""
+        try:
+            if mask & selectors.EVENT_READ and not conn.closing:
+                self._read(conn)
+            if mask & selectors.EVENT_WRITE:
+                self._write(conn)
+        except Exception:
+            logger.exception("pilot service: a connection failed; closing it")
+            self._drop(conn)
+
     def _accept(self) -> None:
         assert self._listener is not None
         try:
             sock, _ = self._listener.accept()
-        except BlockingIOError:
+        except (BlockingIOError, InterruptedError):
             return
+        except OSError as ex:
+            if ex.errno in _RESOURCE_ERRORS:
+                self._pause_accepting(ex)
+            elif ex.errno not in (errno.ECONNABORTED, errno.EPROTO):
+                logger.warning("pilot service: accepting a connection failed: %s", ex)
+            return
+        if self._accept_pause:
+            logger.warning("pilot service: accepting connections again")
+            self._accept_pause = 0.0
         sock.setblocking(False)
-        conn = _Connection(sock)
+        conn = _Connection(sock, self.max_request_bytes)
         with self._lock:
             self._connections[sock.fileno()] = conn
         self._selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _pause_accepting(self, ex: OSError) -> None:
+        """Stop listening for a while (doubling each time it fails again)."""
+        assert self._listener is not None
+        if not self._accept_pause:
+            logger.warning("pilot service: cannot accept connections (%s); retrying in %g s, "
+                           "then less and less often until descriptors are free",
+                           ex.strerror or ex, _ACCEPT_PAUSE_FIRST)
+        self._accept_pause = min(_ACCEPT_PAUSE_MAX,
+                                 max(_ACCEPT_PAUSE_FIRST, self._accept_pause * 2))
+        self._accept_resume = time.monotonic() + self._accept_pause
+        self._selector.unregister(self._listener)
+
+    def _resume_accepting(self) -> Optional[float]:
+        """Listen again when the pause is over; else the seconds left (None: not paused)."""
+        if self._accept_resume is None:
+            return None
+        left = self._accept_resume - time.monotonic()
+        if left > 0:
+            return left
+        assert self._listener is not None
+        self._accept_resume = None
+        self._selector.register(self._listener, selectors.EVENT_READ, None)
+        return None
 
     def _drop(self, conn: _Connection) -> None:
         with self._lock:
@@ -232,13 +298,19 @@ class PilotService:
         if not data:
             self._drop(conn)
             return
-        lines = (conn.inbuf + data).split(b"\n")
-        conn.inbuf = lines.pop()
-        for line in lines:
+        for line in conn.framer.feed(data):
             if line.strip():
                 reply = self._handle(conn, line)
                 with self._lock:
                     conn.outbuf += _encode(reply)
+        if conn.framer.too_long:
+            error = {"id": None, "ok": False, "kind": "ValueError",
+                     "error": f"request line longer than {self.max_request_bytes} bytes (the "
+                              f"pilot's --max-request-bytes); closing this connection"}
+            with self._lock:
+                conn.outbuf += _encode(error)
+            conn.closing = True
+            self._write(conn)
 
     def _flush_all(self) -> None:
         with self._lock:
@@ -261,9 +333,14 @@ class PilotService:
             with self._lock:
                 del conn.outbuf[:sent]
                 left = bool(conn.outbuf)
-        if left != conn.writing:
+        if conn.closing and not left:
+            self._drop(conn)
+            return
+        if left != conn.writing or conn.closing:
             conn.writing = left
-            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if left else 0)
+            # A closing connection is not read any more: what it sends is not wanted.
+            events = (0 if conn.closing else selectors.EVENT_READ) \
+                | (selectors.EVENT_WRITE if left else 0)
             try:
                 self._selector.modify(conn.sock, events, conn)
             except (KeyError, ValueError):
@@ -440,8 +517,9 @@ class PilotClient:
             self._reader.join(2.0)
 
     def _read_loop(self) -> None:
-        buffer = b""
+        framer = LineFramer()
         reason = f"the pilot on {self.path} closed the connection"
+        refused: Optional[str] = None
         try:
             while True:
                 try:
@@ -451,15 +529,18 @@ class PilotClient:
                     break
                 if not data:
                     break
-                lines = (buffer + data).split(b"\n")
-                buffer = lines.pop()
-                for line in lines:
+                for line in framer.feed(data):
                     if line.strip():
-                        self._dispatch(json.loads(line))
+                        message = json.loads(line)
+                        if message.get("id") is None and message.get("ok") is False:
+                            # Not the answer to a request: why the pilot is hanging up.
+                            refused = f"the pilot on {self.path} closed the connection: " \
+                                      f"{message.get('error')}"
+                        self._dispatch(message)
         finally:
             self._sock.close()
             with self._lock:
-                self._lost = reason
+                self._lost = reason = refused or reason
                 pending, self._pending = self._pending, {}
             for waiter in pending.values():
                 waiter.done.set()
@@ -489,7 +570,8 @@ JOURNAL_NAME = "psij-pilot.journal"
 
 
 def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[str] = None,
-               work_directory: Optional[str] = None, resume: bool = False) -> int:
+               work_directory: Optional[str] = None, resume: bool = False,
+               max_request_bytes: int = DEFAULT_MAX_LINE_BYTES) -> int:
     """``psij pilot serve``: run a pilot on a socket until SIGTERM/SIGINT; the exit status."""
     import signal
     import sys
@@ -515,7 +597,8 @@ def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[st
         say(f"cannot start: {ex}")
         return 1
     stop = threading.Event()
-    service = PilotService(engine, path, on_shutdown=stop.set)
+    service = PilotService(engine, path, on_shutdown=stop.set,
+                           max_request_bytes=max_request_bytes)
 
     def on_signal(signum: int, frame: Any) -> None:
         stop.set()

@@ -1,0 +1,43 @@
+"""The command-line options of ``psij pilot serve``.
+
+Kept apart from the server (:mod:`.service`) so that building the command line loads nothing of
+the pilot. Parsing only: the values are checked again where they are used.
+"""
+
+from typing import Any, Callable
+
+from psij.executors.pilot._line_framing import DEFAULT_MAX_LINE_BYTES
+
+__all__ = ["add_serve_options"]
+
+
+def add_serve_options(serve: Any, count: Callable[[str], int]) -> None:
+    """Add the options of ``pilot serve`` to its argparse ``serve`` parser; ``count`` reads a
+    number of cores."""
+    serve.add_argument("--socket", required=True, metavar="PATH", help="Unix socket path")
+    serve.add_argument("--cores", type=count, metavar="N",
+                       help="local cores to use when not inside a batch allocation")
+    serve.add_argument("--nodes", metavar="SPEC",
+                       help="explicit nodes, NAME:CORES separated by commas (Slurm host "
+                            "lists allowed, e.g. n[1-4]:8); nodes other than this host are "
+                            "reached through agents")
+    serve.add_argument("--wd", metavar="DIR",
+                       help="working directory: base of relative task directories and home "
+                            "of the journal psij-pilot.journal (default: the current one)")
+    serve.add_argument("--resume", action="store_true",
+                       help="read the journal of an earlier run first: tasks that succeeded "
+                            "are not run again, the others are")
+    serve.add_argument("--max-request-bytes", type=_byte_count, metavar="N",
+                       default=DEFAULT_MAX_LINE_BYTES,
+                       help="longest request line accepted, in bytes; a longer one gets an "
+                            "error and its connection is closed (default: %(default)s, "
+                            "64 MiB)")
+
+
+def _byte_count(text: str) -> int:
+    if text.isascii() and text.isdigit() and int(text) >= 1:
+        return int(text)
+    import argparse
+
+    raise argparse.ArgumentTypeError(f"expected a whole number of bytes of at least 1, got "
+                                     f"{text!r}")
