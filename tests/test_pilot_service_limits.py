@@ -230,3 +230,21 @@ def test_out_of_descriptors_the_server_backs_off_and_recovers(short_dir: Path) -
     assert "cannot accept connections" in log and "Too many open files" in log
     assert "accepting connections again" in log
     assert "Traceback" not in log
+
+
+@pytest.mark.parametrize("bad", ["0", "-5", "1.5", "lots", "inf", "NaN", "١٢"])
+def test_max_request_bytes_must_be_a_positive_whole_number(short_dir: Path, bad: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "psij", "pilot", "serve", "--socket", str(short_dir / "s"),
+         "--max-request-bytes", bad], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result
+    assert "--max-request-bytes" in result.stderr and "at least 1" in result.stderr
+    assert not (short_dir / "s").exists()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, float("nan"), "64"])
+def test_pilot_service_refuses_a_bad_max_request_bytes(bad: object) -> None:
+    from psij.executors.pilot.service import PilotService
+
+    with pytest.raises(ValueError, match="max_request_bytes: expected a whole number"):
+        PilotService(None, "/nonexistent.sock", max_request_bytes=bad)  # type: ignore

@@ -68,10 +68,9 @@ def as_user(user: User, argv: List[str]) -> "subprocess.CompletedProcess[str]":
 @pytest.fixture
 def shared() -> Iterator[Path]:
     """A folder like /tmp (pytest's tmp_path is 0700): anyone may make folders in it."""
-    folder = Path(tempfile.mkdtemp(prefix="psij-sec-"))
-    folder.chmod(0o1777)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="psij-sec-") as name:
+        os.chmod(name, 0o1777)
+        yield Path(name)
 
 
 def attacker_dir(attacker: User, path: Path, mode: str = "777") -> Path:
@@ -128,6 +127,15 @@ def test_a_symbolic_link_and_a_file_are_refused(tmp_path: Path) -> None:
     (tmp_path / "file").chmod(0o666)
     with pytest.raises(UnsafePathError, match="writable by group or others"):
         check_private_file(tmp_path / "file", "deployed launcher file")
+
+
+@pytest.mark.parametrize("bad", ["x\ud800", "a\x00b"])
+def test_an_unusable_path_is_refused_naming_it(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(ValueError, match="work directory .*" + bad[0]):
+        ensure_private_dir(str(tmp_path / bad), "work directory")
+    with pytest.raises(ValueError, match="work directory"):
+        check_private_dir(str(tmp_path / bad), "work directory")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_root_refuses_a_directory_of_another_user(attacker: User, shared: Path) -> None:

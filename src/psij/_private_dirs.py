@@ -66,8 +66,20 @@ def _problem(st: os.stat_result, path: str, want_dir: bool) -> Optional[str]:
     return None
 
 
+def _usable(name: str, what: str) -> None:
+    """ValueError naming the path when the system cannot be given it at all."""
+    try:
+        encoded = os.fsencode(name)
+    except UnicodeEncodeError as ex:
+        raise ValueError(f"{what} {name!r}: cannot be a file name here ({ex.reason}); "
+                         f"accepted: a path the file system encoding can represent") from None
+    if b"\0" in encoded:
+        raise ValueError(f"{what} {name!r}: contains a NUL character, which no path may hold")
+
+
 def _check(path: Union[str, Path], what: str, want_dir: bool) -> None:
     name = os.fspath(path)
+    _usable(name, what)
     try:
         st = os.lstat(name)
     except OSError as ex:
@@ -102,6 +114,9 @@ def ensure_private_dir(path: Union[str, Path], what: str,
     used in it is someone else's. The path is made absolute but symbolic links in it are not
     resolved.
     """
+    _usable(os.fspath(path), what)
+    if within is not None:
+        _usable(os.fspath(within), what)
     target = Path(os.path.abspath(path))
     top = target if within is None else Path(os.path.abspath(within))
     levels = [target, *target.parents]
