@@ -46,8 +46,9 @@ logger = logging.getLogger(__name__)
 
 _RECV_SIZE = 65536
 _KINDS = {"ValueError": ValueError, "TypeError": TypeError}
-# accept() errors that mean "no descriptor or memory for a new connection now": wait, retry.
-_RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+# accept() errors that concern one connection only (it went away): just go on. Any other
+# (EMFILE, ENFILE, ENOBUFS, ENOMEM: no descriptor or memory now) pauses accepting.
+_CONNECTION_ERRORS = (errno.ECONNABORTED, errno.EPROTO)
 _ACCEPT_PAUSE_FIRST = 0.05
 _ACCEPT_PAUSE_MAX = 1.0
 
@@ -241,10 +242,8 @@ class PilotService:
         except (BlockingIOError, InterruptedError):
             return
         except OSError as ex:
-            if ex.errno in _RESOURCE_ERRORS:
+            if ex.errno not in _CONNECTION_ERRORS:
                 self._pause_accepting(ex)
-            elif ex.errno not in (errno.ECONNABORTED, errno.EPROTO):
-                logger.warning("pilot service: accepting a connection failed: %s", ex)
             return
         if self._accept_pause:
             logger.warning("pilot service: accepting connections again")
