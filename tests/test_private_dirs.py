@@ -167,6 +167,18 @@ def test_multiple_launcher_job_refuses_a_work_directory_made_by_another_user(
     assert list(work.iterdir()) == []
 
 
+def test_local_list_and_attach_do_not_read_journals_of_another_user(
+        attacker: User, shared: Path) -> None:
+    # A forged journal could make attach() report any exit code for any process.
+    work = attacker_dir(attacker, shared / "work", "755")
+    attacker_dir(attacker, work / "local", "755")
+    ex = LocalJobExecutor(config=JobExecutorConfig(work_directory=work))
+    with pytest.raises(UnsafePathError, match=str(work)):
+        ex.list()
+    with pytest.raises(UnsafePathError, match=str(work)):
+        ex.attach(Job(), str(os.getpid()))
+
+
 def test_own_world_writable_work_directory_is_refused_for_every_job(
         attacker: User, shared: Path) -> None:
     work = shared / "work"
@@ -239,6 +251,11 @@ def test_batch_work_directory_made_by_another_user_is_refused(attacker: User,
     try:
         with pytest.raises(UnsafePathError, match=str(work)):
             ex.submit(Job(JobSpec("/bin/true")))
+        # Attached jobs' exit-code files would be read there: refused as well.
+        job = Job()
+        with pytest.raises(UnsafePathError, match=str(work)):
+            ex.attach(job, "1")
+        assert job.executor is None
     finally:
         ex.close()
     assert list(work.iterdir()) == []

@@ -368,6 +368,7 @@ class LocalJobExecutor(JobExecutor):
 
     def list(self) -> List[str]:
         """Native ids (pids) of this user's local jobs that are still running."""
+        self._ensure_dir()  # journals others could write are not read
         found = _scan_journals(self._dir)
         return sorted((str(pid) for (pid, start), rec in found.items()
                        if rec.exit is None and _start_time(pid) == start), key=int)
@@ -384,6 +385,7 @@ class LocalJobExecutor(JobExecutor):
         if job.status.state is not JobState.NEW or job.executor is not None:
             raise InvalidJobException(f"attach: job {job.id} must be NEW and not yet bound")
         pid = int(native_id)
+        self._ensure_dir()
         key = _latest_entry(_scan_journals(self._dir), pid)
         if key is None:
             raise InvalidJobException(f"attach: no local job with native id {native_id} is "

@@ -548,6 +548,7 @@ class BatchSchedulerExecutor(JobExecutor):
         if job.executor is not None:
             raise InvalidJobException(f"job {job.id} is already bound to executor "
                                       f"{job.executor}")
+        self._ensure_work_dir()  # its exit-code files are read there
         job.executor = self
         job._native_id = native_id
         self._status_poller().add(job, native_id, attach=True)
