@@ -74,6 +74,8 @@ def resources(draw):
         p = draw(st.sampled_from([None, n * ppn]))
     elif n is not None:
         p = draw(st.none() | small_ints.map(lambda k: k * n))
+    elif ppn is not None:
+        p = draw(st.none() | small_ints.map(lambda k: k * ppn))
     else:
         p = draw(st.none() | small_ints)
     return ResourceSpecV1(
