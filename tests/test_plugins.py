@@ -210,7 +210,7 @@ def test_broken_plugin_fails_only_when_asked_for(installed: Dict[str, Path],
     assert "broken" in got["names"] and "demo" in got["names"]
     assert got["demo"]["built"] == "1.0"
     assert got["error"] is not None
-    assert "'broken'" in got["error"]["message"]
+    assert got["error"]["message"].startswith("Unable to load executor broken: version 1.0 ")
     assert "broken plugin module refuses to import" in got["error"]["message"]
     assert got["error"]["cause"].startswith("RuntimeError(")
 
@@ -323,3 +323,80 @@ def test_same_declaration_for_two_files_is_reported_and_first_wins(tmp_path: Pat
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "note:" in _block(proc.stdout, "clash 1.0")
+
+
+@pytest.fixture
+def failing_plugins(tmp_path: Path) -> Path:
+    """Plugins that fail in the ways installed packages do: a package whose ``__init__.py``
+    raises NameError, a module that calls ``sys.exit`` when a dependency is missing, a class
+    that is not an executor, and a launcher in the NameError package."""
+    root = tmp_path / "site-h"
+    write_plugin(root, "nameerr_pkg", "nameerr_pkg.py",
+                 [_descriptor("nameerr", "1.0", "nameerr_pkg.executor.DemoJobExecutor")],
+                 DEMO_EXECUTOR.format(version="1.0"))
+    (root / "nameerr_pkg" / "__init__.py").write_text("undefined_at_import\n")
+    (root / "nameerr_pkg" / "launcher.py").write_text("class DemoLauncher:\n    pass\n")
+    (root / "psij-descriptors" / "nameerr_launcher.py").write_text(textwrap.dedent('''
+        from packaging.version import Version
+        from psij.descriptor import Descriptor
+
+        __PSI_J_LAUNCHERS__ = [Descriptor(name="nameerr-launcher", version=Version("0.3"),
+                                          cls="nameerr_pkg.launcher.DemoLauncher")]
+    '''))
+    write_plugin(root, "exits_pkg", "exits_pkg.py",
+                 [_descriptor("exits", "2.0", "exits_pkg.executor.DemoJobExecutor")],
+                 "import sys\nsys.exit('exits_pkg needs a library that is not installed')\n")
+    write_plugin(root, "notexec_pkg", "notexec_pkg.py",
+                 [_descriptor("notexec", "1.0", "notexec_pkg.executor.NotAnExecutor")],
+                 "class NotAnExecutor:\n    pass\n")
+    return root.resolve()
+
+
+def test_load_errors_are_kept_for_when_the_plugin_is_asked_for(failing_plugins: Path,
+                                                              installed: Dict[str, Path]) -> None:
+    got = run_python(with_pick('''
+        names = sorted(psij.JobExecutor.get_executor_names())
+        errors = {}
+        for kind, name in [("executor", "nameerr"), ("executor", "exits"),
+                           ("executor", "notexec"), ("launcher", "nameerr-launcher")]:
+            get = psij.JobExecutor.get_instance if kind == "executor" else \\
+                psij.Launcher.get_instance
+            try:
+                get(name)
+                errors[name] = None
+            except ValueError as ex:
+                errors[name] = {"message": str(ex), "cause": type(ex.__cause__).__name__}
+        print(json.dumps({"names": names, "errors": errors, "demo": pick("demo"),
+                          "launchers": sorted(psij.Launcher.get_launcher_names())}))
+    '''), [failing_plugins, installed["a"]])
+    assert {"nameerr", "exits", "notexec", "demo"} <= set(got["names"])
+    assert "nameerr-launcher" in got["launchers"]
+    assert got["demo"]["built"] == "1.0"
+    descriptors = failing_plugins / "psij-descriptors"
+    errors = got["errors"]
+    assert errors["nameerr"] == {
+        "message": f"Unable to load executor nameerr: version 1.0 declared in "
+                   f"{descriptors / 'nameerr_pkg.py'}: NameError: name 'undefined_at_import' is "
+                   "not defined",
+        "cause": "NameError"}
+    assert errors["exits"]["message"].startswith("Unable to load executor exits: version 2.0 ")
+    assert errors["exits"]["message"].endswith(
+        "SystemExit: exits_pkg needs a library that is not installed")
+    assert errors["exits"]["cause"] == "SystemExit"
+    assert errors["notexec"] == {
+        "message": f"Unable to load executor notexec: version 1.0 declared in "
+                   f"{descriptors / 'notexec_pkg.py'}: notexec_pkg.executor.NotAnExecutor is "
+                   "not a psij.JobExecutor",
+        "cause": "NoneType"}
+    assert errors["nameerr-launcher"]["message"].startswith(
+        "Unable to load launcher nameerr-launcher: version 0.3 ")
+    assert errors["nameerr-launcher"]["cause"] == "NameError"
+
+    # `psij plugins` lists every one of them with its error and still succeeds.
+    env = dict(os.environ, PYTHONPATH=str(failing_plugins))
+    proc = subprocess.run([str(PSIJ_SCRIPT), "plugins"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "NameError: name 'undefined_at_import'" in _block(proc.stdout, "nameerr 1.0")
+    assert "SystemExit: exits_pkg needs" in _block(proc.stdout, "exits 2.0")
+    assert "NameError" in _block(proc.stdout, "nameerr-launcher 0.3")
