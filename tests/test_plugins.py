@@ -10,10 +10,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
 import pytest
+from packaging.version import Version
+
+from psij.descriptor import Descriptor
 
 PYTHON = sys.executable
 PSIJ_SCRIPT = Path(sys.executable).parent / "psij"
@@ -400,3 +404,126 @@ def test_load_errors_are_kept_for_when_the_plugin_is_asked_for(failing_plugins: 
     assert "NameError: name 'undefined_at_import'" in _block(proc.stdout, "nameerr 1.0")
     assert "SystemExit: exits_pkg needs" in _block(proc.stdout, "exits 2.0")
     assert "NameError" in _block(proc.stdout, "nameerr-launcher 0.3")
+
+
+class StrictVersionShaped:
+    """What a distutils StrictVersion holds: a ``version`` tuple and a str() of it."""
+
+    def __init__(self, text: str) -> None:
+        self.version = tuple(int(p) for p in text.split("."))
+
+    def __str__(self) -> str:
+        return ".".join(str(p) for p in self.version)
+
+
+class LooseVersionShaped:
+    """What a distutils LooseVersion holds: the text as ``vstring`` and a ``version`` list."""
+
+    def __init__(self, text: str) -> None:
+        self.vstring = text
+        self.version = [int(p) if p.isdigit() else p for p in text.split(".")]
+
+
+@pytest.mark.parametrize("given, expected", [
+    (Version("1.2"), "1.2"), ("0.0.1", "0.0.1"), (StrictVersionShaped("0.0.1"), "0.0.1"),
+    (LooseVersionShaped("2.1.post3"), "2.1.post3"), (LooseVersionShaped("3.0rc1"), "3.0rc1"),
+])
+def test_descriptor_versions_are_normalized_to_packaging(given: object, expected: str) -> None:
+    desc = Descriptor(name="x", version=given, cls="pkg.mod.Cls")
+    assert type(desc.version) is Version and desc.version == Version(expected)
+
+
+def test_descriptor_versions_from_real_distutils() -> None:
+    with warnings.catch_warnings():
+        # distutils, and setuptools' copy of it, warn on import and on making a version.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            from distutils.version import LooseVersion, StrictVersion
+        except ImportError:
+            pytest.skip("no distutils in this Python (removed in 3.12); the shaped classes "
+                        "stand in for it")
+        strict, loose = StrictVersion("0.0.1"), LooseVersion("1.10.2")
+        prerelease = StrictVersion("1.0b2")
+    assert Descriptor("x", strict, "p.m.C").version == Version("0.0.1")
+    assert Descriptor("x", loose, "p.m.C").version == Version("1.10.2")
+    assert Descriptor("x", prerelease, "p.m.C").version == Version("1.0b2")
+
+
+@pytest.mark.parametrize("given, exc", [
+    (LooseVersionShaped("1.0-custom.x"), ValueError), (1.0, TypeError), (object(), TypeError),
+    (None, TypeError),
+])
+def test_descriptor_versions_that_cannot_be_read_name_the_field(given: object,
+                                                                exc: type) -> None:
+    with pytest.raises(exc, match=r"Descriptor\.version: .*accepted: .*StrictVersion"):
+        Descriptor("x", given, "p.m.C")
+
+
+SHAPED_STRICT_VERSION = '''
+class StrictVersion:
+    def __init__(self, text):
+        self.version = tuple(int(p) for p in text.split("."))
+
+    def __str__(self):
+        return ".".join(map(str, self.version))
+'''
+
+
+def published_plugin_descriptor(name: str, cls: str, version_class: str) -> str:
+    """A descriptor file in the shape psij-zmq and psij-rest 0.5.0 publish."""
+    source = ("from distutils.version import StrictVersion\n" if version_class == "distutils"
+              else SHAPED_STRICT_VERSION)
+    return (f"{source}\nfrom psij.descriptor import Descriptor\n\n__PSI_J_EXECUTORS__ = "
+            f"[Descriptor(name={name!r}, version=StrictVersion('0.0.1'), cls={cls!r})]\n")
+
+
+@pytest.mark.parametrize("version_class", ["shaped", "distutils"])
+def test_published_plugins_declaring_strict_versions_are_listed(tmp_path: Path,
+                                                                version_class: str) -> None:
+    if version_class == "distutils":
+        probe = subprocess.run([PYTHON, "-W", "ignore", "-c", "import distutils.version"],
+                               capture_output=True, timeout=60)
+        if probe.returncode != 0:
+            pytest.skip("no distutils in this Python (removed in 3.12)")
+    root = tmp_path / "site-z"
+    (root / "psij-descriptors").mkdir(parents=True)
+    (root / "psij-descriptors" / "zmq_service_descriptor.py").write_text(
+        published_plugin_descriptor(
+            "zmq", "psij-zmq.executors.zmq_service.ZMQServiceJobExecutor", version_class))
+    (root / "psij-descriptors" / "rest_service_descriptor.py").write_text(
+        published_plugin_descriptor(
+            "rest", "psij.executors.rest_service.RestServiceJobExecutor", version_class))
+    (root / "psij-zmq" / "executors").mkdir(parents=True)
+    (root / "psij-zmq" / "__init__.py").write_text("")
+    (root / "psij-zmq" / "executors" / "__init__.py").write_text("")
+    (root / "psij-zmq" / "executors" / "zmq_service.py").write_text(
+        "import zmq_not_installed_here\n")
+    # Warnings are errors, as in a test suite run with -W error: the distutils import of the
+    # descriptor files must not hide the plugins.
+    env = dict(os.environ, PYTHONPATH=str(root), PYTHONWARNINGS="error")
+    code = textwrap.dedent('''
+        import json, psij
+        from psij._plugins import describe
+        names = sorted(psij.JobExecutor.get_executor_names())
+        try:
+            psij.JobExecutor.get_instance("zmq")
+            error = None
+        except ValueError as ex:
+            error = str(ex)
+        versions = {r["name"]: r["version"] for r in describe("executor")}
+        print(json.dumps({"names": names, "error": error, "versions": versions}))
+    ''')
+    proc = subprocess.run([PYTHON, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert {"zmq", "rest", "local", "slurm"} <= set(got["names"])
+    assert got["versions"]["zmq"] == got["versions"]["rest"] == "0.0.1"
+    assert got["error"].startswith("Unable to load executor zmq: version 0.0.1 ")
+    assert "zmq_not_installed_here" in got["error"]
+    plugins = subprocess.run([str(PSIJ_SCRIPT), "plugins"], env=env, capture_output=True,
+                             text=True, timeout=60)
+    assert plugins.returncode == 0, plugins.stderr
+    assert "Broken descriptor files:\n  (none)" in plugins.stdout
+    assert "module psij.executors.rest_service is not in" in _block(plugins.stdout, "rest 0.0.1")
+    assert "ModuleNotFoundError" in _block(plugins.stdout, "zmq 0.0.1")

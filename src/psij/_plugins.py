@@ -26,6 +26,7 @@ import logging
 import os
 import sys
 import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -109,7 +110,11 @@ class PluginRegistry:
             if spec is None or spec.loader is None:
                 raise ImportError(f"cannot read {path}")
             mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
+            with warnings.catch_warnings():
+                # Descriptor files written for psij-python import distutils, deprecated since
+                # Python 3.10; under -W error that warning would hide the plugins they declare.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                spec.loader.exec_module(mod)
         except _PLUGIN_ERRORS as ex:  # a broken descriptor file must not stop discovery
             logger.warning("could not read plugin descriptor file %s: %s", path, ex)
             self.broken_files.append(_BrokenFile(path, ex))
