@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck docs unit bench system-deps schedulers stop-schedulers clean
+.PHONY: demo test check lint typecheck docs unit bench system-deps schedulers stop-schedulers clean \
+	compat-dist
 
 $(STAMP): pyproject.toml
 	$(PYTHON_SYSTEM) -m venv $(VENV)
@@ -51,6 +52,11 @@ typecheck: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
+
+# The metadata-only psij-python wheel that lets clients requiring psij-python install next to
+# psij (docs/compat.rst); written to dist/.
+compat-dist: $(STAMP)
+	$(PY) -m build --wheel --no-isolation --outdir dist compat/psij-python
 
 bench: $(STAMP)
 	rc=0; $(PY) bench/run.py || rc=$$?; $(PY) bench/batch.py || rc=$$?; \

@@ -102,8 +102,6 @@ CASES = [
       for v, e in [(1, TypeError), (["q"], TypeError), (NUL, ValueError)]],
     ("JobAttributes", "custom_attributes", [("slurm.qos", "x")], TypeError),
     ("JobAttributes", "custom_attributes", {1: "x"}, TypeError),
-    ("JobAttributes", "custom_attributes", {"qos": "x"}, ValueError),
-    ("JobAttributes", "custom_attributes", {"slurm.": "x"}, ValueError),
     ("JobAttributes", "custom_attributes", {"slurm.qos": ["x"]}, TypeError),
     ("JobAttributes", "custom_attributes", {"slurm.qos": {"a": 1}}, TypeError),
     ("JobAttributes", "custom_attributes", {"slurm.qos": NUL}, ValueError),
@@ -241,8 +239,7 @@ def test_project_name_setter_names_itself():
 
 @pytest.mark.parametrize(("name", "value", "exc"), [
     (1, "x", TypeError),
-    ("qos", "x", ValueError),
-    ("slurm qos.x", "x", ValueError),
+    (None, "x", TypeError),
     ("slurm.qos", object(), TypeError),
     ("slurm.qos", NUL, ValueError),
 ])

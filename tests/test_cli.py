@@ -166,8 +166,6 @@ BAD_USAGE = {
                                 "--attr: expected KEY=VALUE, got 'queue'"),
     "bad duration": (["run", "--attr", "duration=soon", "--", "true"],
                      "--attr 'duration=soon': walltime: cannot parse 'soon'"),
-    "bad custom attribute": (["run", "--attr", "slurm.q$s=1", "--", "true"],
-                             "'slurm.q$s' is not a valid name"),
     "bad environment": (["run", "--env", "=x", "--", "true"],
                         "--env: expected KEY=VALUE, got '=x'"),
     "unknown executor": (["run", "--executor", "nosuch", "--", "true"],
@@ -451,7 +449,7 @@ SCRIPT_BAD_USAGE = {
     "unknown attribute": (["--executor", "slurm", "--attr", "colour=blue", "--", "true"],
                           "unknown attribute 'colour'"),
     "bad custom attribute": (["--executor", "slurm", "--attr", "slurm.q$s=1", "--", "true"],
-                             "'slurm.q$s' is not a valid name"),
+                             "'slurm.q$s' is not a valid slurm option name"),
     "value that cannot be a directive": (["--executor", "slurm", "--attr",
                                           "queue=a\nb", "--", "true"], "JobAttributes.queue_name"),
 }

@@ -278,8 +278,9 @@ def test_custom_attributes():
     assert a.custom_attributes == {"slurm.qos": "debug", "pbs.place": 3}
     b = JobAttributes(custom_attributes={"slurm.qos": "debug", "pbs.place": 3})
     assert a == b
-    with pytest.raises(ValueError, match="noprefix"):
-        a.set_custom_attribute("noprefix", "x")
+    # Any str key is kept, as psij-python does: keys without a prefix appear in real specs.
+    a.set_custom_attribute("ATTR1", "x")
+    assert a.get_custom_attribute("ATTR1") == "x"
 
 
 def test_attributes_equality():
@@ -338,7 +339,6 @@ def test_resource_defaults():
     (dict(node_count=2, processes_per_node=3), 2, 6, 3),
     (dict(node_count=2, process_count=8), 2, 8, 4),
     (dict(process_count=8, processes_per_node=4), 2, 8, 4),
-    (dict(process_count=7, processes_per_node=2), 4, 7, 2),
     (dict(node_count=3, process_count=6, processes_per_node=2), 3, 6, 2),
 ])
 def test_computed_counts(kwargs, nodes, procs, ppn):
@@ -352,10 +352,37 @@ def test_computed_counts(kwargs, nodes, procs, ppn):
     dict(node_count=2, process_count=5, processes_per_node=2),
     dict(node_count=3, process_count=7),
     dict(node_count=1, process_count=1, processes_per_node=2),
+    # The cases psij-python's own test refuses.
+    dict(process_count=3, node_count=2),
+    dict(process_count=3, processes_per_node=2),
+    dict(process_count=8, node_count=2, processes_per_node=2),
+    dict(process_count=7, processes_per_node=2),
 ])
 def test_inconsistent_counts(kwargs):
     with pytest.raises(InvalidJobException, match="process_count"):
         ResourceSpecV1(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(), dict(process_count=2), dict(node_count=2), dict(processes_per_node=2),
+    dict(process_count=4, node_count=2), dict(process_count=4, processes_per_node=2),
+    dict(process_count=4, node_count=2, processes_per_node=2),
+])
+def test_consistent_counts_psij_python_accepts(kwargs):
+    r = ResourceSpecV1(**kwargs)
+    assert r.computed_process_count == r.computed_node_count * r.computed_processes_per_node
+
+
+def test_process_count_not_a_multiple_of_processes_per_node_is_refused_on_assignment():
+    r = ResourceSpecV1(processes_per_node=2)
+    with pytest.raises(InvalidJobException,
+                       match=r"process_count \(3\) is not a multiple of processes_per_node"):
+        r.process_count = 3
+    assert r.process_count is None
+    r.process_count = 6
+    with pytest.raises(InvalidJobException, match="processes_per_node"):
+        r.processes_per_node = 4
+    assert (r.process_count, r.processes_per_node, r.computed_node_count) == (6, 2, 3)
 
 
 def test_inconsistent_setter_is_rolled_back():

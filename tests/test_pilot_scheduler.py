@@ -91,8 +91,8 @@ def test_resource_spec_becomes_processes_nodes_and_per_process_needs() -> None:
     assert on_nodes.nodes == Amount(2, 2)
     assert on_nodes.processes_per_node == Amount(3, 3)
     assert on_nodes.exclusive
-    uneven = spec(process_count=5, processes_per_node=2)
-    assert uneven.nodes == Amount(3, 3) and uneven.processes_per_node == Amount(1, 2)
+    by_ppn = spec(process_count=6, processes_per_node=2)
+    assert by_ppn.nodes == Amount(3, 3) and by_ppn.processes_per_node == Amount(2, 2)
     assert spec().processes == Amount(1, 1) and spec().cores_per_process == 1
     with pytest.raises(TypeError, match="resource_spec: expected psij.ResourceSpecV1"):
         ResourceRequest.from_resource_spec({"node_count": 1})  # type: ignore[arg-type]
@@ -225,7 +225,9 @@ def test_a_node_leaves_enough_processes_for_the_nodes_still_needed() -> None:
 
 def test_processes_per_node_alone_fills_nodes_up_to_that_count() -> None:
     scheduler = Scheduler(ResourcePool.uniform(3, 4))
-    scheduler.submit(task("t", spec(process_count=5, processes_per_node=2)))
+    # ResourceSpecV1 refuses 5 processes at 2 per node; a request can still ask for it.
+    scheduler.submit(task("t", ResourceRequest(processes=Amount.exact(5), nodes=Amount.exact(3),
+                                               processes_per_node=Amount(1, 2))))
     (placement,) = scheduler.schedule()
     assert [s.processes for s in placement.shares] == [2, 2, 1]
 

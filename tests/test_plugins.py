@@ -10,10 +10,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
 import pytest
+from packaging.version import Version
+
+from psij.descriptor import Descriptor
 
 PYTHON = sys.executable
 PSIJ_SCRIPT = Path(sys.executable).parent / "psij"
@@ -210,7 +214,7 @@ def test_broken_plugin_fails_only_when_asked_for(installed: Dict[str, Path],
     assert "broken" in got["names"] and "demo" in got["names"]
     assert got["demo"]["built"] == "1.0"
     assert got["error"] is not None
-    assert "'broken'" in got["error"]["message"]
+    assert got["error"]["message"].startswith("Unable to load executor broken: version 1.0 ")
     assert "broken plugin module refuses to import" in got["error"]["message"]
     assert got["error"]["cause"].startswith("RuntimeError(")
 
@@ -323,3 +327,203 @@ def test_same_declaration_for_two_files_is_reported_and_first_wins(tmp_path: Pat
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "note:" in _block(proc.stdout, "clash 1.0")
+
+
+@pytest.fixture
+def failing_plugins(tmp_path: Path) -> Path:
+    """Plugins that fail in the ways installed packages do: a package whose ``__init__.py``
+    raises NameError, a module that calls ``sys.exit`` when a dependency is missing, a class
+    that is not an executor, and a launcher in the NameError package."""
+    root = tmp_path / "site-h"
+    write_plugin(root, "nameerr_pkg", "nameerr_pkg.py",
+                 [_descriptor("nameerr", "1.0", "nameerr_pkg.executor.DemoJobExecutor")],
+                 DEMO_EXECUTOR.format(version="1.0"))
+    (root / "nameerr_pkg" / "__init__.py").write_text("undefined_at_import\n")
+    (root / "nameerr_pkg" / "launcher.py").write_text("class DemoLauncher:\n    pass\n")
+    (root / "psij-descriptors" / "nameerr_launcher.py").write_text(textwrap.dedent('''
+        from packaging.version import Version
+        from psij.descriptor import Descriptor
+
+        __PSI_J_LAUNCHERS__ = [Descriptor(name="nameerr-launcher", version=Version("0.3"),
+                                          cls="nameerr_pkg.launcher.DemoLauncher")]
+    '''))
+    write_plugin(root, "exits_pkg", "exits_pkg.py",
+                 [_descriptor("exits", "2.0", "exits_pkg.executor.DemoJobExecutor")],
+                 "import sys\nsys.exit('exits_pkg needs a library that is not installed')\n")
+    write_plugin(root, "notexec_pkg", "notexec_pkg.py",
+                 [_descriptor("notexec", "1.0", "notexec_pkg.executor.NotAnExecutor")],
+                 "class NotAnExecutor:\n    pass\n")
+    return root.resolve()
+
+
+def test_load_errors_are_kept_for_when_the_plugin_is_asked_for(failing_plugins: Path,
+                                                              installed: Dict[str, Path]) -> None:
+    got = run_python(with_pick('''
+        names = sorted(psij.JobExecutor.get_executor_names())
+        errors = {}
+        for kind, name in [("executor", "nameerr"), ("executor", "exits"),
+                           ("executor", "notexec"), ("launcher", "nameerr-launcher")]:
+            get = psij.JobExecutor.get_instance if kind == "executor" else \\
+                psij.Launcher.get_instance
+            try:
+                get(name)
+                errors[name] = None
+            except ValueError as ex:
+                errors[name] = {"message": str(ex), "cause": type(ex.__cause__).__name__}
+        print(json.dumps({"names": names, "errors": errors, "demo": pick("demo"),
+                          "launchers": sorted(psij.Launcher.get_launcher_names())}))
+    '''), [failing_plugins, installed["a"]])
+    assert {"nameerr", "exits", "notexec", "demo"} <= set(got["names"])
+    assert "nameerr-launcher" in got["launchers"]
+    assert got["demo"]["built"] == "1.0"
+    descriptors = failing_plugins / "psij-descriptors"
+    errors = got["errors"]
+    assert errors["nameerr"] == {
+        "message": f"Unable to load executor nameerr: version 1.0 declared in "
+                   f"{descriptors / 'nameerr_pkg.py'}: NameError: name 'undefined_at_import' is "
+                   "not defined",
+        "cause": "NameError"}
+    assert errors["exits"]["message"].startswith("Unable to load executor exits: version 2.0 ")
+    assert errors["exits"]["message"].endswith(
+        "SystemExit: exits_pkg needs a library that is not installed")
+    assert errors["exits"]["cause"] == "SystemExit"
+    assert errors["notexec"] == {
+        "message": f"Unable to load executor notexec: version 1.0 declared in "
+                   f"{descriptors / 'notexec_pkg.py'}: notexec_pkg.executor.NotAnExecutor is "
+                   "not a psij.JobExecutor",
+        "cause": "NoneType"}
+    assert errors["nameerr-launcher"]["message"].startswith(
+        "Unable to load launcher nameerr-launcher: version 0.3 ")
+    assert errors["nameerr-launcher"]["cause"] == "NameError"
+
+    # `psij plugins` lists every one of them with its error and still succeeds.
+    env = dict(os.environ, PYTHONPATH=str(failing_plugins))
+    proc = subprocess.run([str(PSIJ_SCRIPT), "plugins"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "NameError: name 'undefined_at_import'" in _block(proc.stdout, "nameerr 1.0")
+    assert "SystemExit: exits_pkg needs" in _block(proc.stdout, "exits 2.0")
+    assert "NameError" in _block(proc.stdout, "nameerr-launcher 0.3")
+
+
+class StrictVersionShaped:
+    """What a distutils StrictVersion holds: a ``version`` tuple and a str() of it."""
+
+    def __init__(self, text: str) -> None:
+        self.version = tuple(int(p) for p in text.split("."))
+
+    def __str__(self) -> str:
+        return ".".join(str(p) for p in self.version)
+
+
+class LooseVersionShaped:
+    """What a distutils LooseVersion holds: the text as ``vstring`` and a ``version`` list."""
+
+    def __init__(self, text: str) -> None:
+        self.vstring = text
+        self.version = [int(p) if p.isdigit() else p for p in text.split(".")]
+
+
+@pytest.mark.parametrize("given, expected", [
+    (Version("1.2"), "1.2"), ("0.0.1", "0.0.1"), (StrictVersionShaped("0.0.1"), "0.0.1"),
+    (LooseVersionShaped("2.1.post3"), "2.1.post3"), (LooseVersionShaped("3.0rc1"), "3.0rc1"),
+])
+def test_descriptor_versions_are_normalized_to_packaging(given: object, expected: str) -> None:
+    desc = Descriptor(name="x", version=given, cls="pkg.mod.Cls")
+    assert type(desc.version) is Version and desc.version == Version(expected)
+
+
+def test_descriptor_versions_from_real_distutils() -> None:
+    with warnings.catch_warnings():
+        # distutils, and setuptools' copy of it, warn on import and on making a version.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            from distutils.version import LooseVersion, StrictVersion
+        except ImportError:
+            pytest.skip("no distutils in this Python (removed in 3.12); the shaped classes "
+                        "stand in for it")
+        strict, loose = StrictVersion("0.0.1"), LooseVersion("1.10.2")
+        prerelease = StrictVersion("1.0b2")
+    assert Descriptor("x", strict, "p.m.C").version == Version("0.0.1")
+    assert Descriptor("x", loose, "p.m.C").version == Version("1.10.2")
+    assert Descriptor("x", prerelease, "p.m.C").version == Version("1.0b2")
+
+
+@pytest.mark.parametrize("given, exc", [
+    (LooseVersionShaped("1.0-custom.x"), ValueError), (1.0, TypeError), (object(), TypeError),
+    (None, TypeError),
+])
+def test_descriptor_versions_that_cannot_be_read_name_the_field(given: object,
+                                                                exc: type) -> None:
+    with pytest.raises(exc, match=r"Descriptor\.version: .*accepted: .*StrictVersion"):
+        Descriptor("x", given, "p.m.C")
+
+
+SHAPED_STRICT_VERSION = '''
+class StrictVersion:
+    def __init__(self, text):
+        self.version = tuple(int(p) for p in text.split("."))
+
+    def __str__(self):
+        return ".".join(map(str, self.version))
+'''
+
+
+def published_plugin_descriptor(name: str, cls: str, version_class: str) -> str:
+    """A descriptor file in the shape psij-zmq and psij-rest 0.5.0 publish."""
+    source = ("from distutils.version import StrictVersion\n" if version_class == "distutils"
+              else SHAPED_STRICT_VERSION)
+    return (f"{source}\nfrom psij.descriptor import Descriptor\n\n__PSI_J_EXECUTORS__ = "
+            f"[Descriptor(name={name!r}, version=StrictVersion('0.0.1'), cls={cls!r})]\n")
+
+
+@pytest.mark.parametrize("version_class", ["shaped", "distutils"])
+def test_published_plugins_declaring_strict_versions_are_listed(tmp_path: Path,
+                                                                version_class: str) -> None:
+    if version_class == "distutils":
+        probe = subprocess.run([PYTHON, "-W", "ignore", "-c", "import distutils.version"],
+                               capture_output=True, timeout=60)
+        if probe.returncode != 0:
+            pytest.skip("no distutils in this Python (removed in 3.12)")
+    root = tmp_path / "site-z"
+    (root / "psij-descriptors").mkdir(parents=True)
+    (root / "psij-descriptors" / "zmq_service_descriptor.py").write_text(
+        published_plugin_descriptor(
+            "zmq", "psij-zmq.executors.zmq_service.ZMQServiceJobExecutor", version_class))
+    (root / "psij-descriptors" / "rest_service_descriptor.py").write_text(
+        published_plugin_descriptor(
+            "rest", "psij.executors.rest_service.RestServiceJobExecutor", version_class))
+    (root / "psij-zmq" / "executors").mkdir(parents=True)
+    (root / "psij-zmq" / "__init__.py").write_text("")
+    (root / "psij-zmq" / "executors" / "__init__.py").write_text("")
+    (root / "psij-zmq" / "executors" / "zmq_service.py").write_text(
+        "import zmq_not_installed_here\n")
+    # Warnings are errors, as in a test suite run with -W error: the distutils import of the
+    # descriptor files must not hide the plugins.
+    env = dict(os.environ, PYTHONPATH=str(root), PYTHONWARNINGS="error")
+    code = textwrap.dedent('''
+        import json, psij
+        from psij._plugins import describe
+        names = sorted(psij.JobExecutor.get_executor_names())
+        try:
+            psij.JobExecutor.get_instance("zmq")
+            error = None
+        except ValueError as ex:
+            error = str(ex)
+        versions = {r["name"]: r["version"] for r in describe("executor")}
+        print(json.dumps({"names": names, "error": error, "versions": versions}))
+    ''')
+    proc = subprocess.run([PYTHON, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert {"zmq", "rest", "local", "slurm"} <= set(got["names"])
+    assert got["versions"]["zmq"] == got["versions"]["rest"] == "0.0.1"
+    assert got["error"].startswith("Unable to load executor zmq: version 0.0.1 ")
+    assert "zmq_not_installed_here" in got["error"]
+    plugins = subprocess.run([str(PSIJ_SCRIPT), "plugins"], env=env, capture_output=True,
+                             text=True, timeout=60)
+    assert plugins.returncode == 0, plugins.stderr
+    assert "Broken descriptor files:\n  (none)" in plugins.stdout
+    assert "module psij.executors.rest_service is not in" in _block(plugins.stdout, "rest 0.0.1")
+    assert "ModuleNotFoundError" in _block(plugins.stdout, "zmq 0.0.1")

@@ -1,5 +1,9 @@
 """The built wheel works on its own: installed into a fresh venv, it runs jobs through its
 launcher scripts and finds its data files inside the installed package, not in this checkout.
+
+The psij-python compatibility wheel (compat/psij-python) lets clients that require psij-python
+install next to psij: checked in one fresh venv with a published client from the package index
+(skipped, saying why, only when no index can be reached).
 """
 
 import json
@@ -7,6 +11,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import urllib.request
+import zipfile
 from pathlib import Path
 from typing import Any, Dict
 
@@ -64,20 +70,38 @@ def _run(argv: Any, **kw: Any) -> "subprocess.CompletedProcess[str]":
     return proc
 
 
-@pytest.fixture(scope="module")
-def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv holding only the wheel built from this checkout (and its dependencies)."""
-    base = tmp_path_factory.mktemp("wheel")
-    dist = base / "dist"
-    _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist),
-          str(SOURCE_ROOT)])
-    wheels = list(dist.glob("psij-*.whl"))
+def _build_wheel(source: Path, outdir: Path, pattern: str) -> Path:
+    """Build the wheel of the project in ``source``: the one file matching ``pattern``."""
+    _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(outdir),
+          str(source)])
+    wheels = list(outdir.glob(pattern))
     assert len(wheels) == 1, wheels
-    venv = base / "venv"
-    # Without a pip of its own the venv is made in a blink; this pip installs into it.
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
-    _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-          "--quiet", "--disable-pip-version-check", str(wheels[0])])
+    return wheels[0]
+
+
+def _fresh_venv(path: Path) -> Path:
+    # Without a pip of its own the venv is made in a blink; _pip installs into it.
+    _run([sys.executable, "-m", "venv", "--without-pip", str(path)])
+    return path
+
+
+def _pip(venv: Path, *args: str) -> "subprocess.CompletedProcess[str]":
+    """This interpreter's pip, acting on ``venv``."""
+    return _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
+                 "--disable-pip-version-check", *args])
+
+
+@pytest.fixture(scope="module")
+def psij_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from this checkout."""
+    return _build_wheel(SOURCE_ROOT, tmp_path_factory.mktemp("wheel") / "dist", "psij-*.whl")
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(psij_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv holding only the wheel built from this checkout (and its dependencies)."""
+    venv = _fresh_venv(tmp_path_factory.mktemp("wheel-venv") / "venv")
+    _pip(venv, "install", "--quiet", str(psij_wheel))
     return venv
 
 
@@ -151,3 +175,136 @@ def test_console_script_of_the_wheel(wheel_venv: Path, tmp_path: Path) -> None:
     run = _run([psij, "run", "-n", "2", "--launcher", "multiple", "--", "/bin/echo", "hi"],
                env=env, cwd=tmp_path)
     assert run.stdout == "hi\nhi\n"
+
+
+# -- the psij-python compatibility distribution (compat/psij-python) ---------------------------
+
+# A published client that declares "Requires-Dist: psij-python" (no version constraint), and two
+# published executor packages that do the same and declare StrictVersion('0.0.1').
+CLIENT = "redun-psij==0.1.1"
+EXECUTOR_PACKAGES = ("psij-zmq==0.5.0", "psij-rest==0.5.0")
+
+CLIENT_SCRIPT = textwrap.dedent('''
+    import json, sys
+    from pathlib import Path
+    import psij
+    from psij import Job, JobExecutor, JobSpec
+    from psij._data import data_dir
+    from redun_psij.executor import _create_job_attributes
+
+    # redun-psij builds the attributes of a Slurm job this way (context -> slurm.comment).
+    attrs = _create_job_attributes({"custom_attributes": {"slurm.qos": "debug"}},
+                                   {"comment": "flow.step"}, "slurm", "align")
+    slurm = JobExecutor.get_instance("slurm", config=psij.JobExecutorConfig(
+        work_directory=Path(sys.argv[1])))
+    script = slurm.submit_script(Job(JobSpec("/bin/true", attributes=attrs)))
+    print(json.dumps({"psij_file": psij.__file__, "version": psij.__version__,
+                      "data_dir": str(data_dir("launchers")),
+                      "directives": [l for l in script.splitlines() if l.startswith("#SBATCH")]}))
+''')
+
+
+def _dist_info(wheel: Path) -> Dict[str, str]:
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        return {"names": "\n".join(names), "METADATA": z.read(metadata).decode()}
+
+
+@pytest.fixture(scope="module")
+def compat_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _build_wheel(SOURCE_ROOT / "compat" / "psij-python",
+                        tmp_path_factory.mktemp("compat") / "dist", "psij_python-*.whl")
+
+
+def test_compat_wheel_is_metadata_only(compat_wheel: Path) -> None:
+    import psij
+
+    info = _dist_info(compat_wheel)
+    assert all(".dist-info/" in n for n in info["names"].splitlines()), info["names"]
+    metadata = info["METADATA"].splitlines()
+    assert "Name: psij-python" in metadata
+    assert f"Version: 0.9.11+psij.{psij.__version__}" in metadata
+    assert f"Requires-Dist: psij>={psij.__version__}" in metadata
+
+
+def _index_url() -> str:
+    """The package index pip uses (PIP_INDEX_URL, pip's configuration, or PyPI)."""
+    url = os.environ.get("PIP_INDEX_URL", "")
+    if not url:
+        proc = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"],
+                              capture_output=True, text=True, timeout=60)
+        url = proc.stdout.strip() if proc.returncode == 0 else ""
+    return (url or "https://pypi.org/simple").rstrip("/")
+
+
+@pytest.fixture(scope="module")
+def client_venv(psij_wheel: Path, compat_wheel: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """psij and the compatibility wheel, then the client from the package index."""
+    base = tmp_path_factory.mktemp("clients")
+    probe = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+         "--no-deps", "--dest", str(base / "probe"), CLIENT],
+        capture_output=True, text=True, timeout=300)
+    if probe.returncode != 0:
+        index = _index_url()
+        try:
+            with urllib.request.urlopen(f"{index}/redun-psij/", timeout=30):
+                pass
+        except OSError as ex:
+            pytest.skip(f"no package index reachable ({index}: {ex}) to fetch {CLIENT}")
+        pytest.fail(f"{index} answers but pip could not fetch {CLIENT}:\n{probe.stderr}")
+    # What makes the test meaningful: the client does require psij-python.
+    (client,) = (base / "probe").glob("*.whl")
+    assert "Requires-Dist: psij-python" in _dist_info(client)["METADATA"].splitlines()
+    venv = _fresh_venv(base / "venv")
+    _pip(venv, "install", "--quiet", str(psij_wheel), str(compat_wheel))
+    _pip(venv, "install", "--quiet", CLIENT)
+    return venv
+
+
+def test_client_requiring_psij_python_installs_next_to_psij(client_venv: Path,
+                                                            tmp_path: Path) -> None:
+    import psij
+
+    installed = {d["name"].lower().replace("_", "-"): d["version"] for d in json.loads(
+        _pip(client_venv, "list", "--format", "json").stdout)}
+    assert installed["psij-python"] == f"0.9.11+psij.{psij.__version__}"
+    assert installed["psij"] == psij.__version__ and "redun-psij" in installed
+    assert "No broken requirements found." in _pip(client_venv, "check").stdout
+
+    env = dict(os.environ, HOME=str(tmp_path))
+    env.pop("PYTHONPATH", None)
+    proc = _run([str(client_venv / "bin" / "python"), "-c", CLIENT_SCRIPT, str(tmp_path / "w")],
+                env=env, cwd=tmp_path)
+    report = json.loads(proc.stdout.splitlines()[-1])
+    site = _site_packages(client_venv)
+    assert Path(report["psij_file"]) == site / "psij" / "__init__.py"
+    assert report["version"] == psij.__version__
+    assert Path(report["data_dir"]) == site / "psij" / "_data" / "launchers"
+    assert {'#SBATCH --job-name="align"', '#SBATCH --comment="flow.step"',
+            '#SBATCH --qos="debug"'} <= set(report["directives"])
+    command = _run([str(client_venv / "bin" / "psij"), "run", "--", "/bin/echo", "hi"],
+                   env=env, cwd=tmp_path)
+    assert command.stdout == "hi\n"
+
+
+def test_executor_packages_requiring_psij_python_resolve_and_are_listed(
+        client_venv: Path, tmp_path: Path) -> None:
+    # pip's resolver takes the compatibility wheel for their "psij-python" requirement...
+    report = tmp_path / "report.json"
+    _pip(client_venv, "install", "--quiet", "--dry-run", "--report", str(report),
+         *EXECUTOR_PACKAGES)
+    would_install = {i["metadata"]["name"].lower()
+                     for i in json.loads(report.read_text())["install"]}
+    assert {"psij-zmq", "psij-rest"} <= would_install
+    assert "psij-python" not in would_install and "psij" not in would_install
+    # ... and psij lists the executors they declare with StrictVersion('0.0.1').
+    target = tmp_path / "plugins"
+    _pip(client_venv, "install", "--quiet", "--no-deps", "--target", str(target),
+         *EXECUTOR_PACKAGES)
+    env = dict(os.environ, HOME=str(tmp_path), PYTHONPATH=str(target))
+    listing = _run([str(client_venv / "bin" / "psij"), "plugins"], env=env, cwd=tmp_path).stdout
+    assert "\n  zmq 0.0.1\n" in listing and "\n  rest 0.0.1\n" in listing
+    assert "Broken descriptor files:\n  (none)" in listing

@@ -11,8 +11,12 @@ Rules:
 - Several versions may share a name; without a constraint the highest wins. The same
   name and version declared twice for the same class file is one plugin; declared for two
   different files, the first in ``sys.path`` order is used and the clash is reported.
-- A broken descriptor file or plugin class never stops discovery; the error is stored and raised
-  (as ValueError) only when that plugin is asked for.
+- A broken descriptor file or plugin class never stops discovery: any exception raised while
+  reading a descriptor file, or locating or importing a plugin's module (an ``ImportError``, a
+  ``NameError`` from the plugin package's ``__init__.py``, even ``SystemExit``) is stored, and
+  raised only when that plugin is asked for, as a ``ValueError`` whose message begins with
+  ``Unable to load executor <name>`` (or ``launcher``), the words psij-python uses and that
+  client code matches on, chained from the stored error.
 - The registry is an object; nothing is stored on plugin classes.
 """
 
@@ -22,6 +26,7 @@ import logging
 import os
 import sys
 import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -33,6 +38,10 @@ logger = logging.getLogger(__name__)
 
 DESCRIPTORS_DIR = "psij-descriptors"
 KINDS = ("executor", "launcher")
+
+# What third-party code may raise at import and that must stay with its plugin. SystemExit is
+# included (a module that exits when a dependency is missing); KeyboardInterrupt is not.
+_PLUGIN_ERRORS = (Exception, SystemExit)
 
 
 @dataclass
@@ -74,8 +83,11 @@ class PluginRegistry:
                 return self._entries
             entries: Dict[str, Dict[str, List[PluginEntry]]] = {k: {} for k in KINDS}
             seen = set()
-            for entry in sys.path:
-                root = os.path.realpath(entry or os.getcwd())
+            for entry in list(sys.path):
+                try:
+                    root = os.path.realpath(entry or os.getcwd())
+                except (OSError, TypeError, ValueError):
+                    continue  # not a path, or "" while the current directory is gone
                 if root in seen:
                     continue
                 seen.add(root)
@@ -98,8 +110,12 @@ class PluginRegistry:
             if spec is None or spec.loader is None:
                 raise ImportError(f"cannot read {path}")
             mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-        except Exception as ex:  # a broken descriptor file must not stop discovery
+            with warnings.catch_warnings():
+                # Descriptor files written for psij-python import distutils, deprecated since
+                # Python 3.10; under -W error that warning would hide the plugins they declare.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                spec.loader.exec_module(mod)
+        except _PLUGIN_ERRORS as ex:  # a broken descriptor file must not stop discovery
             logger.warning("could not read plugin descriptor file %s: %s", path, ex)
             self.broken_files.append(_BrokenFile(path, ex))
             return
@@ -147,12 +163,13 @@ class PluginRegistry:
     def entries(self, kind: str) -> List[Tuple[str, PluginEntry]]:
         return [(name, e) for name, vs in sorted(self._discover()[kind].items()) for e in vs]
 
-    def select(self, kind: str, name: str, version_constraint: Optional[str] = None
-               ) -> PluginEntry:
+    def select(self, kind: str, name: str, version_constraint: Optional[str] = None,
+               base: Optional[type] = None) -> PluginEntry:
         """The entry for ``name`` matching the constraint, with its class loaded.
 
         Raises ValueError for an unknown name, an unsatisfiable constraint, or a plugin whose
-        class could not be loaded (chained from the stored error).
+        class could not be loaded (chained from the stored error) or is not a subclass of
+        ``base``.
         """
         if not isinstance(name, str):
             raise TypeError(f"{kind} name: expected str, got {name!r} ({type(name).__name__})")
@@ -178,10 +195,14 @@ class PluginRegistry:
         else:
             chosen = versions[-1]
         self.load(chosen)
+        where = f"version {chosen.desc.version} declared in {chosen.descriptor_file}"
         if chosen.error is not None:
-            raise ValueError(f"{kind} {name!r} {chosen.desc.version} (declared in "
-                             f"{chosen.descriptor_file}) could not be loaded: {chosen.error}"
-                             ) from chosen.error
+            raise ValueError(f"Unable to load {kind} {name}: {where}: "
+                             f"{type(chosen.error).__name__}: {chosen.error}") from chosen.error
+        if base is not None and not (isinstance(chosen.cls, type)
+                                     and issubclass(chosen.cls, base)):
+            raise ValueError(f"Unable to load {kind} {name}: {where}: {chosen.desc.cls} is not "
+                             f"a {base.__module__.partition('.')[0]}.{base.__name__}")
         return chosen
 
     def load(self, entry: PluginEntry) -> None:
@@ -190,7 +211,7 @@ class PluginRegistry:
                 return
             try:
                 entry.cls = self._load_class(entry)
-            except Exception as ex:
+            except _PLUGIN_ERRORS as ex:
                 entry.error = ex
             entry.loaded = True
 

@@ -8,15 +8,17 @@ from psij import _check
 
 __all__ = ["JobAttributes"]
 
-_CUSTOM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*\.[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _DEFAULT_DURATION = timedelta(minutes=10)
 
 
 class JobAttributes:
     """Attributes that a scheduler uses to place the job.
 
-    Custom attributes are named ``"<executor>.<option>"`` (``slurm.qos``) and are used only by the
-    executor with that prefix.
+    Custom attributes are a dict with str keys. A key ``"<executor>.<option>"`` (``slurm.qos``)
+    is an option for the executor with that prefix, which renders it when the job is submitted;
+    other keys (``ATTR1``) are kept and serialized but rendered by no built-in executor. The dict
+    passed in is the one held (as in psij-python): a key added to it later is seen at submit,
+    where the executor refuses an option of its own that it cannot render safely.
     """
 
     def __init__(
@@ -60,7 +62,7 @@ class JobAttributes:
 
     @property
     def custom_attributes(self) -> Optional[Dict[str, object]]:
-        """Executor-specific options, keyed ``"<executor>.<option>"``."""
+        """Executor options, keyed ``"<executor>.<option>"``: the dict itself, not a copy."""
         return self._custom_attributes
 
     @custom_attributes.setter
@@ -71,15 +73,15 @@ class JobAttributes:
         if not isinstance(value, dict):
             raise _check.fail_type("JobAttributes.custom_attributes", value,
                                    "a dict of str to value, or None")
-        checked: Dict[str, object] = {}
         for k, v in value.items():
-            checked[_check_custom_name(k)] = _check_custom_value(k, v)
-        self._custom_attributes = checked
+            check_custom_value(check_custom_name(k), v)
+        # The caller's dict is kept, not copied: psij-python code fills it after construction.
+        self._custom_attributes = value
 
     def set_custom_attribute(self, name: str, value: object) -> None:
         """Set one custom attribute, e.g. ``set_custom_attribute("slurm.qos", "debug")``."""
-        name = _check_custom_name(name)
-        value = _check_custom_value(name, value)
+        name = check_custom_name(name)
+        value = check_custom_value(name, value)
         if self._custom_attributes is None:
             self._custom_attributes = {}
         self._custom_attributes[name] = value
@@ -129,17 +131,18 @@ class JobAttributes:
                 f"custom_attributes={self.custom_attributes!r})")
 
 
-def _check_custom_name(name: Any) -> str:
+def check_custom_name(name: Any) -> str:
+    """A custom attribute key: any str (psij-python accepts ``"ATTR1"``); else TypeError.
+
+    An executor checks the keys it renders when the job is submitted.
+    """
     if not isinstance(name, str):
         raise _check.fail_type("JobAttributes.custom_attributes key", name, "str")
-    if not _CUSTOM_NAME.match(name):
-        raise ValueError(
-            f"JobAttributes.custom_attributes: {name!r} is not a valid name; accepted: "
-            "'<executor>.<option>' made of letters, digits, '_', '-' and '.', e.g. 'slurm.qos'")
     return name
 
 
-def _check_custom_value(name: str, value: Any) -> object:
+def check_custom_value(name: str, value: Any) -> object:
+    """A custom attribute value: a str without NUL, an int, float, bool or None."""
     if isinstance(value, str):
         _check.no_nul(f"JobAttributes.custom_attributes[{name!r}]", value)
     elif value is not None and not isinstance(value, (int, float, bool)):

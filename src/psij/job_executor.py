@@ -131,10 +131,8 @@ class JobExecutor(ABC):
         """
         from psij._plugins import REGISTRY
 
-        entry = REGISTRY.select("executor", name, version_constraint)
-        assert entry.cls is not None
-        if not issubclass(entry.cls, JobExecutor):
-            raise ValueError(f"executor {name!r}: {entry.desc.cls} is not a psij.JobExecutor")
+        entry = REGISTRY.select("executor", name, version_constraint, base=JobExecutor)
+        assert entry.cls is not None and issubclass(entry.cls, JobExecutor)  # select checked it
         inst: JobExecutor = entry.cls.__new__(entry.cls)
         inst.__dict__["_psij_plugin"] = (name, entry.desc.version)
         inst.__init__(url=url, config=config)  # type: ignore[misc]

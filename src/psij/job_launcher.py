@@ -53,10 +53,8 @@ class Launcher(ABC):
         """A new launcher of the named kind (highest version matching the constraint)."""
         from psij._plugins import REGISTRY
 
-        entry = REGISTRY.select("launcher", name, version_constraint)
-        assert entry.cls is not None
-        if not issubclass(entry.cls, Launcher):
-            raise ValueError(f"launcher {name!r}: {entry.desc.cls} is not a psij.Launcher")
+        entry = REGISTRY.select("launcher", name, version_constraint, base=Launcher)
+        assert entry.cls is not None and issubclass(entry.cls, Launcher)  # select checked it
         inst: Launcher = entry.cls.__new__(entry.cls)
         inst.__dict__["_psij_plugin"] = (name, entry.desc.version)
         inst.__init__(config=config)  # type: ignore[misc]

@@ -33,8 +33,11 @@ _COUNTS = ("node_count", "process_count", "processes_per_node", "cpu_cores_per_p
 class ResourceSpecV1(ResourceSpec):
     """Version 1 resource specification.
 
-    ``process_count`` must equal ``node_count * processes_per_node`` when all three are given;
-    ``computed_*`` properties fill in what is missing (default 1). ``memory`` is in bytes.
+    ``process_count`` must equal ``node_count * processes_per_node`` when all three are given,
+    and be a multiple of the other one when two are given (as psij-python requires); a
+    combination that breaks this raises :class:`~psij.InvalidJobException`, at construction and
+    on assignment. ``computed_*`` properties fill in what is missing (default 1). ``memory`` is
+    in bytes.
     """
 
     def __init__(
@@ -83,6 +86,10 @@ class ResourceSpecV1(ResourceSpec):
         if n is not None and p is not None and ppn is None and p % n != 0:
             raise InvalidJobException(
                 f"ResourceSpecV1: process_count ({p}) is not a multiple of node_count ({n})")
+        if n is None and p is not None and ppn is not None and p % ppn != 0:
+            raise InvalidJobException(
+                f"ResourceSpecV1: process_count ({p}) is not a multiple of processes_per_node "
+                f"({ppn})")
 
     @property
     def version(self) -> int:
@@ -94,7 +101,7 @@ class ResourceSpecV1(ResourceSpec):
         if self.node_count is not None:
             return self.node_count
         if self.process_count is not None and self.processes_per_node is not None:
-            return max(1, -(-self.process_count // self.processes_per_node))
+            return self.process_count // self.processes_per_node
         return 1
 
     @property

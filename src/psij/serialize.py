@@ -16,7 +16,8 @@ The document is one JSON object:
   ``"__version": 1``. A missing ``__version`` is read as 1, the only version there is.
 - ``attributes`` is an object of the non-default ``JobAttributes`` fields; ``project_name`` is
   never written (it is an alias of ``account``) but is read, and must then agree with
-  ``account``. ``custom_attributes`` is an object of str, int, float (finite), bool or null.
+  ``account``. ``custom_attributes`` is an object of str, int, float (finite), bool or null;
+  its keys are any strings (``"slurm.qos"``, ``"ATTR1"``).
 - Durations are a JSON number of seconds: an integer when whole, otherwise a float, which is
   exact to the microsecond for anything shorter than 2**52 microseconds (about 142 years).
   A longer duration with a fractional second is written as the string ``"<seconds> s"``
@@ -50,7 +51,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Dict, List, Mapping, Union
 
 from psij import _check
-from psij.job_attributes import JobAttributes
+from psij.job_attributes import JobAttributes, check_custom_name, check_custom_value
 from psij.job_spec import FIELDS, JobSpec
 from psij.resource_spec import ResourceSpec
 from psij.staging import StageIn, StageOut, StageOutFlags, StagingMode
@@ -180,7 +181,9 @@ def _attributes_to_json(attrs: JobAttributes) -> JSONObject:
             out[name] = _duration_to_json(value) if name == "duration" else value
     custom = attrs.custom_attributes
     if custom:
+        # Checked again here: the dict is the caller's and may have changed since it was set.
         for key, v in custom.items():
+            check_custom_value(check_custom_name(key), v)
             if isinstance(v, float) and not math.isfinite(v):
                 raise ValueError(f"JobAttributes.custom_attributes[{key!r}]: {v} has no JSON "
                                  "form; accepted: finite numbers")

@@ -1,22 +1,63 @@
-"""Directive helpers shared by the PBS, LSF, Cobalt and Flux executors.
+"""Directive helpers shared by the batch executors: custom attributes for all of them, plain
+values and job names for PBS, LSF, Cobalt and Flux.
 
-These schedulers read their directive lines (``#PBS``, ``#BSUB``, ``#COBALT``, ``# flux:``)
+Custom attributes (:func:`custom_attribute_items`) follow psij-python: any str key may be set,
+and an executor renders only the keys ``<prefix>.<option>`` whose prefix is one of its own
+(``slurm.``, ``pbs.`` for PBS Pro and Torque, ...), read when the job is submitted.
+
+PBS, LSF, Cobalt and Flux read their directive lines (``#PBS``, ``#BSUB``, ``#COBALT``, ``# flux:``)
 with rules that have no reliable escape mechanism, so values are either plain or refused (see
 :func:`~psij.executors.batch.escape_functions.plain_directive_value`), and job names, which are
 only labels, are made plain instead of refused. This module also spells custom attributes as
 options (``-k value``, ``--key=value``). Pure string work: no files, no commands.
 """
 
-from typing import Any, Dict, List
+import re
+from typing import Any, Collection, Dict, List, Mapping, Optional
 
 from psij.executors.batch.escape_functions import plain_job_name
+from psij.job_attributes import check_custom_value
 
-__all__ = ["QUOTED_EXTRA", "option_items", "plain_job_name"]
+__all__ = ["QUOTED_EXTRA", "custom_attribute_items", "option_items", "plain_job_name"]
+
+_OPTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 # Characters allowed, beyond the plain ones, in values that a template writes between double
 # quotes for a scheduler that splits directive lines like a shell (LSF, Flux). None of them is
 # special inside double quotes, so the value reaches the scheduler as written.
 QUOTED_EXTRA = " []()<>!&|*~{}"
+
+
+def custom_attribute_items(custom: Optional[Mapping[Any, object]], prefixes: Collection[str]
+                           ) -> Dict[str, List[Dict[str, Any]]]:
+    """Custom attributes by prefix: ``{"slurm": [{"key": "qos", "value": "debug"}]}``.
+
+    Only keys ``<prefix>.<option>`` with a prefix in ``prefixes`` (matched without regard to
+    case) are kept; others (``ATTR1``, ``pbs.x`` for Slurm, non-str keys) are skipped. A value
+    True becomes a bare flag (value None); False and None leave the option out. A kept option
+    whose name is not a letter followed by letters, digits, ``_`` and ``-``, or whose value is
+    not a str, int, float or bool, raises ValueError or TypeError naming the attribute; the
+    value itself is checked for the directive by the executor.
+    """
+    found: Dict[str, List[Dict[str, Any]]] = {}
+    # A snapshot: the dict is the caller's and may change while a script is rendered.
+    for name, value in list((custom or {}).items()):
+        if not isinstance(name, str):
+            continue
+        prefix, dot, key = name.partition(".")
+        prefix = prefix.lower()
+        if not dot or prefix not in prefixes:
+            continue
+        if not _OPTION_NAME.fullmatch(key):
+            raise ValueError(
+                f"JobAttributes.custom_attributes: {name!r} is not a valid {prefix} option "
+                "name; accepted: a letter followed by letters, digits, '_' and '-'")
+        check_custom_value(name, value)
+        if value is None or value is False:
+            continue
+        found.setdefault(prefix, []).append(
+            {"key": key, "value": None if value is True else str(value)})
+    return found
 
 
 

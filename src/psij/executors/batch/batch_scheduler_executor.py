@@ -54,6 +54,7 @@ from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._process_watch import signal_name
 from psij.executors.batch._clock import Clock, MonotonicClock
 from psij.executors.batch._runner import CommandResult, CommandRunner, SubprocessRunner
+from psij.executors.batch._site_directives import custom_attribute_items
 from psij.executors.batch._tracking import (
     Action,
     CancelAsked,
@@ -96,7 +97,6 @@ logger = logging.getLogger(__name__)
 UNKNOWN_ERROR = "PSIJ: Unknown error"
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_OPTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 _STDERR_TAIL_BYTES = 4096
 _STDERR_TAIL_LINES = 10
 _OUTPUT_LIMIT = 64 * 1024
@@ -399,16 +399,11 @@ class BatchSchedulerExecutor(JobExecutor):
                     self._directive_value(f"JobAttributes.{field}", value)
             for prefix, items in self._custom_attribute_items(job).items():
                 for item in items:
-                    if not _OPTION_NAME.fullmatch(str(item["key"])):
-                        raise InvalidJobException(
-                            f"JobAttributes.custom_attributes: {prefix}.{item['key']} is not "
-                            f"a valid {prefix} option name; accepted: a letter followed by "
-                            "letters, digits, '_' and '-'")
                     if item["value"] is not None:
                         self._directive_value(
                             f"JobAttributes.custom_attributes[{prefix + '.' + item['key']!r}]",
                             str(item["value"]))
-        except ValueError as e:
+        except (ValueError, TypeError) as e:
             raise InvalidJobException(str(e)) from e
 
     def _directive_value(self, field: str, value: str) -> str:
@@ -481,21 +476,10 @@ class BatchSchedulerExecutor(JobExecutor):
         return spec.name
 
     def _custom_attribute_items(self, job: Job) -> Dict[str, List[Dict[str, Any]]]:
-        """Custom attributes by prefix: ``{"slurm": [{"key": "qos", "value": "debug"}]}``.
-
-        Only this executor's prefixes are kept. A value True becomes a bare flag (value None);
-        False and None leave the option out.
-        """
+        """This executor's custom attributes by prefix (see :func:`custom_attribute_items`)."""
         assert job.spec is not None
-        found: Dict[str, List[Dict[str, Any]]] = {}
-        for name, value in (job.spec.attributes.custom_attributes or {}).items():
-            prefix, _, key = name.partition(".")
-            prefix = prefix.lower()
-            if prefix not in self.CUSTOM_ATTRIBUTE_PREFIXES or value is None or value is False:
-                continue
-            shown = None if value is True else str(value)
-            found.setdefault(prefix, []).append({"key": key, "value": shown})
-        return found
+        return custom_attribute_items(job.spec.attributes.custom_attributes,
+                                      self.CUSTOM_ATTRIBUTE_PREFIXES)
 
     def _format_duration(self, d: timedelta) -> str:
         """``hours:mm:ss`` (hours not limited to 24), rounding seconds up."""

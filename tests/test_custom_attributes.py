@@ -1,0 +1,160 @@
+"""Custom attributes as psij-python code uses them: any str key, the caller's dict kept (so a key
+added after construction reaches the submit script), each batch executor rendering only its own
+prefix, unsafe options refused at submit, and keys like ``ATTR1`` surviving serialization.
+"""
+
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+from psij import InvalidJobException, Job, JobAttributes, JobExecutor, JobSpec, JobState
+from psij.executors.batch.batch_scheduler_executor import (
+    BatchSchedulerExecutor,
+    BatchSchedulerExecutorConfig,
+)
+from psij.serialize import JSONSerializer
+
+# How each batch executor spells the option ``<prefix>.cust_attr1 = "val-1"``.
+DIRECTIVES: Dict[str, str] = {
+    "slurm": '#SBATCH --cust_attr1="val-1"',
+    "batch-test": '#BATCH_TEST --cust_attr1="val-1"',
+    "sge": "#$ -cust_attr1 val-1",
+    "pbs": "#PBS -cust_attr1 val-1",
+    "pbs_classic": "#PBS -cust_attr1 val-1",
+    "lsf": '#BSUB -cust_attr1 "val-1"',
+    "cobalt": "#COBALT --cust_attr1=val-1",
+    "flux": '# flux: --cust_attr1="val-1"',
+}
+
+
+def prefix_of(name: str) -> str:
+    return "pbs" if name.startswith("pbs") else name
+
+
+def executor(name: str, tmp_path: Path) -> BatchSchedulerExecutor:
+    ex = JobExecutor.get_instance(name, config=BatchSchedulerExecutorConfig(
+        work_directory=tmp_path / "work"))
+    assert isinstance(ex, BatchSchedulerExecutor)
+    return ex
+
+
+def directive_lines(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if line.startswith("#"))
+
+
+def test_the_dict_given_is_the_dict_held() -> None:
+    d: Dict[str, object] = {"slurm.qos": "debug"}
+    attrs = JobAttributes(custom_attributes=d)
+    assert attrs.custom_attributes is d
+    d["ATTR1"] = "later"
+    assert attrs.get_custom_attribute("ATTR1") == "later"
+    attrs.set_custom_attribute("slurm.comment", "set")
+    assert d["slurm.comment"] == "set"
+    other: Dict[str, object] = {}
+    attrs.custom_attributes = other
+    assert attrs.custom_attributes is other
+
+
+@pytest.mark.parametrize("key", ["ATTR1", "attr.with.dots", "slurm", "slurm.", "", " x y ",
+                                 "\ud800", "a\nb", "pbs.Two Words"])
+def test_any_str_key_is_accepted(key: str) -> None:
+    attrs = JobAttributes(custom_attributes={key: "v"})
+    assert attrs.get_custom_attribute(key) == "v"
+    attrs.set_custom_attribute(key, 2)
+    assert attrs.custom_attributes == {key: 2}
+
+
+@pytest.mark.parametrize("key", [1, None, b"slurm.qos", ("slurm", "qos")])
+def test_keys_must_be_str(key: object) -> None:
+    with pytest.raises(TypeError, match=r"JobAttributes\.custom_attributes key"):
+        JobAttributes(custom_attributes={key: "v"})  # type: ignore[dict-item]
+    attrs = JobAttributes()
+    with pytest.raises(TypeError, match=r"JobAttributes\.custom_attributes key"):
+        attrs.set_custom_attribute(key, "v")  # type: ignore[arg-type]
+    assert attrs.custom_attributes is None
+
+
+@pytest.mark.parametrize("name", sorted(DIRECTIVES))
+def test_key_added_after_construction_reaches_the_script(name: str, tmp_path: Path) -> None:
+    d: Dict[str, object] = {}
+    attrs = JobAttributes(custom_attributes=d)
+    d[f"{prefix_of(name)}.cust_attr1"] = "val-1"
+    d["ATTR1"] = "not for any scheduler"
+    d["other.cust_attr2"] = "x"
+    text = directive_lines(executor(name, tmp_path).submit_script(
+        Job(JobSpec("/bin/true", attributes=attrs))))
+    assert DIRECTIVES[name] in text.splitlines()
+    assert "ATTR1" not in text and "scheduler" not in text and "cust_attr2" not in text
+
+
+@pytest.mark.parametrize("name", sorted(DIRECTIVES))
+@pytest.mark.parametrize("option, value, message", [
+    ("bad option", "v", "not a valid .* option name"),
+    ("", "v", "not a valid .* option name"),
+    ("x", "two\nlines", "newline"),
+    ("x", ["a", "list"], "str, int, float or bool"),
+    ("x", "nul\x00", "NUL"),
+])
+def test_unsafe_option_added_later_is_refused_at_submit(name: str, option: str, value: object,
+                                                        message: str, tmp_path: Path) -> None:
+    d: Dict[object, object] = {}
+    attrs = JobAttributes(custom_attributes=d)  # type: ignore[arg-type]
+    key = f"{prefix_of(name)}.{option}"
+    d[key] = value
+    ex = executor(name, tmp_path)
+    job = Job(JobSpec("/bin/true", attributes=attrs))
+    with pytest.raises(InvalidJobException, match=message) as info:
+        ex.submit(job)
+    assert repr(key) in str(info.value)
+    assert job.executor is None and job.status.state is JobState.NEW
+    assert not list((tmp_path / "work").rglob("*.job"))
+
+
+def test_keys_an_executor_does_not_render_are_never_checked_by_it(tmp_path: Path) -> None:
+    d: Dict[object, object] = {"ATTR1": "two\nlines", "pbs.bad option": [1], 7: "int key"}
+    attrs = JobAttributes(custom_attributes={})
+    attrs.custom_attributes.update(d)  # type: ignore[union-attr]
+    text = executor("slurm", tmp_path).submit_script(Job(JobSpec("/bin/true", attributes=attrs)))
+    assert "two" not in text and "int key" not in text
+
+
+SER = JSONSerializer()
+
+
+def test_serialization_round_trips_keys_without_a_prefix() -> None:
+    custom: Dict[str, object] = {"ATTR1": "v1", "ATTR2": 2, "slurm.qos": "debug", "x": None,
+                                 "odd key \ud800": True}
+    spec = JobSpec("/bin/true", attributes=JobAttributes(custom_attributes=custom))
+    back = SER.loads(SER.dumps(spec))
+    assert back.attributes.custom_attributes == custom
+    assert back == spec
+
+
+def test_serializer_checks_values_added_after_construction() -> None:
+    d: Dict[object, object] = {}
+    spec = JobSpec("/bin/true", attributes=JobAttributes(
+        custom_attributes=d))  # type: ignore[arg-type]
+    d["ATTR1"] = object()
+    with pytest.raises(TypeError, match=r"custom_attributes\['ATTR1'\]"):
+        SER.dumps(spec)
+    d.clear()
+    d[3] = "x"
+    with pytest.raises(TypeError, match=r"custom_attributes key"):
+        SER.dumps(spec)
+
+
+def test_job_serialized_by_psij_python_with_keys_without_a_prefix(tmp_path: Path) -> None:
+    # The form psij-python 0.9.11 writes: every non-default constructor argument, the name
+    # filled in from the executable, durations as "<seconds> s", project_name for the account.
+    doc = ('{"name": "/bin/date", "executable": "/bin/date", "attributes": {"duration": '
+           '"1200.0 s", "project_name": "proj", "custom_attributes": {"ATTR1": "v1", '
+           '"ATTR2": "2", "slurm.qos": "debug"}}}')
+    spec = SER.loads(doc)
+    assert spec.attributes.custom_attributes == {"ATTR1": "v1", "ATTR2": "2",
+                                                 "slurm.qos": "debug"}
+    assert spec.attributes.account == "proj"
+    assert SER.loads(SER.dumps(spec)) == spec
+    text = directive_lines(executor("slurm", tmp_path).submit_script(Job(spec)))
+    assert '#SBATCH --qos="debug"' in text.splitlines()
+    assert "ATTR" not in text
