@@ -12,6 +12,7 @@ both. Nothing here starts processes.
 
 import os
 from pathlib import Path
+from typing import Dict
 
 from psij.executors._staging import (
     REPORT_SUFFIX,
@@ -55,7 +56,7 @@ def with_staging(task: TaskSpec, spec: JobSpec, work_directory: Path) -> TaskSpe
         valid_text(f"JobSpec.arguments[{i}]", arg)
     if task.stdin is not None:
         valid_text("JobSpec.stdin_path", task.stdin)
-    context = {"psij": {
+    context: Dict[str, object] = {"psij": {
         "task_id": ShellWord(task.name), "script_dir": ShellWord(str(folder)),
         "command": [ShellWord(w) for w in (task.executable, *task.arguments)],
         "stdin": None if task.stdin is None else ShellWord(task.stdin),
