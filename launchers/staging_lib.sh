@@ -20,11 +20,12 @@
 # What happened goes to REPORT, one "<key> <text>" line each: "stage-in-failed MESSAGE",
 # "stage-out-failed MESSAGE", "cleanup-failed MESSAGE", and "job-exit CODE" once the job ran.
 # A TERM, INT or USR2 received by the script (a cancel, or the scheduler's warning before a
-# kill) marks the job cancelled: the job is not started if it had not been, and the stage-out
-# and cleanup entries with ON_CANCEL run once it has ended.
+# kill) marks the job cancelled and is passed on to the job as TERM: the job is not started if
+# it had not been, and the stage-out and cleanup entries with ON_CANCEL run once it has ended
+# (within the scheduler's grace period before its KILL).
 #
-# Must not: evaluate a path as code (every expansion is quoted), write anything but the report,
-# or signal processes (the scheduler signals the job's processes itself).
+# Must not: evaluate a path as code (every expansion is quoted), write anything but the report
+# and the staged files, or signal anything but the script's own process group.
 
 _psij_report=
 _psij_stage_in_failed=0
@@ -35,8 +36,15 @@ _psij_outcome=0
 _psij_ec=
 _psij_why=
 
+# Some schedulers signal only the script (Slurm sends a cancelled batch job's TERM to the
+# script alone), so the first signal is passed on as TERM to the script's process group: the
+# job's processes (schedulers and the pilot start each job in a group of its own). The script
+# gets it too and ignores it, being already marked cancelled.
 _psij_on_signal() {
-    _psij_canceled=1
+    if (( ! _psij_canceled )); then
+        _psij_canceled=1
+        kill -TERM 0 2>/dev/null
+    fi
 }
 
 _psij_staging_begin() {
