@@ -124,6 +124,10 @@ _psij_staging_run() {
         break
     done
     _psij_ec=$status
+    # From now on cancel signals are ignored, by the script and by the stage-out and cleanup
+    # commands (which inherit that), so that a repeated signal cannot cut them short; the
+    # scheduler's KILL still ends them after its grace period.
+    trap '' TERM INT USR2
     _psij_note job-exit "$_psij_ec"
     # The outcome the ON_* flags are matched against, fixed once the job has ended.
     if (( _psij_canceled )); then

@@ -274,4 +274,4 @@ def test_unwritable_or_remote_paths_are_refused_at_submit(bad: dict, tmp_path: P
         if name == "batch-test":
             spool = work / "batch-test-spool" / "jobs"
             assert not spool.exists() or not list(spool.iterdir())
-        getattr(ex, "close")()
+        ex.close()

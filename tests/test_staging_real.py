@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Dict, Iterator
 
 import pytest
-from test_batch_real import _need, _scheduler_problem
 
 from psij import Job, JobExecutor, JobSpec, JobState, JobStatus
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
 from psij.staging import StageIn, StageOut, StageOutFlags, StagingMode
+from test_batch_real import _need, _scheduler_problem
 
 F = StageOutFlags
 WAIT = timedelta(seconds=240)

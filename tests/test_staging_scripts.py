@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Dict, Type
 
 import pytest
+
 import test_batch_scripts
 import test_batch_sites
-
 from psij import Job
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
