@@ -209,6 +209,16 @@ def test_stage_in_failure_fails_without_running(ex: JobExecutor, tmp_path: Path)
     assert (jd / "ok").exists() and not (results / "ok").exists()
 
 
+@pytest.mark.parametrize("mode", list(StagingMode))
+def test_stage_in_of_a_missing_source_fails_in_every_mode(ex: JobExecutor, tmp_path: Path,
+                                                          mode: StagingMode) -> None:
+    _, jd, _ = folders(tmp_path)
+    st = run(ex, JobSpec("/bin/true", directory=jd,
+                         stage_in=[StageIn(tmp_path / "absent", "x", mode)]))
+    assert st.state is JobState.FAILED and "No such file or directory" in str(st.message), st
+    assert not os.path.lexists(jd / "x")
+
+
 def test_stage_in_failure_names_the_cause(ex: JobExecutor, tmp_path: Path) -> None:
     inputs, jd, _ = folders(tmp_path)
     (inputs / "f").write_text("f")

@@ -681,6 +681,7 @@ def _local_path(uri: Any, field: str) -> Path:
 def _transfer(src: Path, dst: Path, mode: StagingMode) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     if mode is StagingMode.LINK:
+        os.lstat(src)  # a missing source fails, as with the other modes
         if os.path.lexists(dst):
             dst.unlink()
         os.symlink(os.path.abspath(src), dst)
