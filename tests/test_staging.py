@@ -3,6 +3,8 @@ stages (local in its own process; batch-test and the in-process pilot in the job
 with real files, real processes and, for batch-test, the fake scheduler's real cancel."""
 
 import os
+import shutil
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Iterator, List
@@ -149,6 +151,16 @@ def test_stage_in_files_the_job_reads_and_stage_out_every_mode(ex: JobExecutor,
     assert not (jd / "tmpd").exists() and not (jd / "scratch").exists()
 
 
+def test_staged_file_as_stdin(ex: JobExecutor, tmp_path: Path) -> None:
+    inputs, jd, results = folders(tmp_path)
+    (inputs / "in.txt").write_text("IN")
+    st = run(ex, JobSpec("/bin/cat", directory=jd, stdin_path="in.txt", stdout_path="out.txt",
+                         stage_in=[StageIn(inputs / "in.txt", "in.txt")],
+                         stage_out=[StageOut("out.txt", results / "out.txt")]))
+    assert st.state is JobState.COMPLETED, st
+    assert (results / "out.txt").read_text() == "IN"
+
+
 def test_failed_job_stages_on_error_entries_and_keeps_its_failure(ex: JobExecutor,
                                                                   tmp_path: Path) -> None:
     _, jd, results = folders(tmp_path)
@@ -285,3 +297,32 @@ def test_unwritable_or_remote_paths_are_refused_at_submit(bad: dict, tmp_path: P
             spool = work / "batch-test-spool" / "jobs"
             assert not spool.exists() or not list(spool.iterdir())
         ex.close()
+
+
+# -- a served pilot: the task script is written by the submitting process -------------------
+
+def test_served_pilot_stages_in_the_task(tmp_path: Path) -> None:
+    from test_pilot_executor import Served
+
+    short = Path(tempfile.mkdtemp(prefix="pj"))
+    served = Served(short, tmp_path / "wd").start()
+    try:
+        inputs, jd, results = folders(tmp_path)
+        (inputs / "in.txt").write_text("IN")
+        ex = JobExecutor.get_instance("pilot", url=f"unix://{served.socket}",
+                                      config=PilotJobExecutorConfig(work_directory=tmp_path))
+        st = run(ex, JobSpec("/bin/cat", directory=jd, stdin_path="in.txt",
+                             stdout_path="out.txt",
+                             stage_in=[StageIn(inputs / "in.txt", "in.txt")],
+                             stage_out=[StageOut("out.txt", results / "out.txt")]))
+        assert st.state is JobState.COMPLETED, st
+        assert (results / "out.txt").read_text() == "IN"  # stdin opened once staged in
+        st = run(ex, JobSpec("/bin/true", directory=jd,
+                             stage_out=[StageOut("never", results / "never")]))
+        assert st.state is JobState.FAILED and st.exit_code == 0
+        assert st.message == "stage-out: 'never' does not exist"
+        assert not list((tmp_path / "pilot").iterdir())  # scripts and reports removed
+        ex.close()  # type: ignore[attr-defined]
+    finally:
+        served.stop()
+        shutil.rmtree(short, ignore_errors=True)
