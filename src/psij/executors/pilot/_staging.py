@@ -5,7 +5,8 @@ job, stages out and cleans up with the same shell library as batch jobs
 start only once its stage-out is done, and a cancelled task stages out its ``ON_CANCEL``
 entries within the pilot's grace period.
 
-The script and its report live in ``<work_directory>/pilot/`` (0700, files 0600) as
+The script and its report live in ``<work_directory>/pilot/`` (private: 0700, checked as every
+work folder; files 0600) as
 ``<task id>.task`` and ``<task id>.staging``; :func:`final_status` reads the report and removes
 both. Nothing here starts processes.
 """
@@ -14,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Dict
 
+from psij._private_dirs import ensure_private_dir
 from psij.executors._staging import (
     REPORT_SUFFIX,
     needs_staging,
@@ -64,7 +66,7 @@ def with_staging(task: TaskSpec, spec: JobSpec, work_directory: Path) -> TaskSpe
     generator = TemplatedScriptGenerator(JobExecutorConfig(work_directory=work_directory),
                                          data_dir("templates") / "pilot_task.mustache")
     text = generator.render(context)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ensure_private_dir(folder, "pilot task scripts folder", within=work_directory)
     script = folder / f"{task.name}{_SCRIPT_SUFFIX}"
     fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
