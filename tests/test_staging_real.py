@@ -14,7 +14,7 @@ from typing import Dict, Iterator
 
 import pytest
 
-from psij import Job, JobExecutor, JobSpec, JobState, JobStatus
+from psij import Job, JobExecutor, JobSpec, JobState, JobStatus, ResourceSpecV1
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
 from psij.staging import StageIn, StageOut, StageOutFlags, StagingMode
 from test_batch_real import _need, _scheduler_problem
@@ -73,6 +73,13 @@ def _start(name: str, root: Path) -> Jobs:
         stage_out=[StageOut("part", res / "cancel" / "part", F.ON_CANCEL),
                    StageOut("part", res / "cancel" / "error", F.ON_ERROR)],
         cleanup=["part"], cleanup_flags=F.ON_CANCEL))
+    if name == "slurm":
+        j.submit("srun", JobSpec(
+            "/bin/sh", ["-c", "cat in.txt > out.$SLURM_PROCID"], launcher="srun",
+            resources=ResourceSpecV1(process_count=2),
+            stage_in=[StageIn(j.inputs / "c.txt", "in.txt")],
+            stage_out=[StageOut("out.0", res / "srun" / "out.0"),
+                       StageOut("out.1", res / "srun" / "out.1")]))
     return j
 
 
@@ -155,3 +162,11 @@ def test_cancel_stages_out_on_cancel(name: str, root: Path) -> None:
     assert (j.results / "cancel" / "part").read_text() == "p\n"
     assert not (j.results / "cancel" / "error").exists()
     assert not (j.jd / "cancel" / "part").exists()
+
+
+@pytest.mark.slurm
+def test_staged_srun_job(root: Path) -> None:
+    j = jobs_of("slurm", root)
+    st = j.final("srun")
+    assert st.state is JobState.COMPLETED, st
+    assert [(j.results / "srun" / f"out.{i}").read_text() for i in (0, 1)] == ["C", "C"]
