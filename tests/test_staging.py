@@ -275,6 +275,7 @@ def test_cancel_stages_out_on_cancel_entries(ex: JobExecutor, tmp_path: Path) ->
     {"stage_in": [StageIn("/in\nput", "x")]},
     {"stage_out": [StageOut("out\ud800", "/tmp/x")]},
     {"cleanup": ["a\nb"]},
+    {"stage_out": [StageOut("x", "file://localhost")]},
 ])
 def test_unwritable_or_remote_paths_are_refused_at_submit(bad: dict, tmp_path: Path,
                                                           request: pytest.FixtureRequest

@@ -75,6 +75,8 @@ def _local(field: str, uri: Any, executor: str, cwd: str) -> str:
     if uri.scheme != "file" or uri.hostname not in (None, "", "localhost"):
         raise InvalidJobException(f"{field}: {uri} is not a local file (only file:// and plain "
                                   f"paths are staged by the {executor} executor)")
+    if not uri.path:
+        raise InvalidJobException(f"{field}: {uri} names no file; give a path")
     return _writable(field, os.path.join(cwd, uri.path))
 
 
