@@ -1,7 +1,14 @@
 """File staging descriptions: what to copy, link or move before and after a job runs.
 
-Pure data. Executors carry out the staging (see ``psij.executors.local``); relative job-side
+Pure data. Executors carry out the staging (``psij.executors.local`` in its own process; batch
+executors and the pilot in the job's script, see ``psij.executors._staging``); relative job-side
 paths are taken relative to the job's directory.
+
+The flag rules (those of the PSI/J specification): the ``ON_*`` flags say for which outcomes of
+the job an entry applies; when none of them is given the entry applies always. So ``NONE``
+means ``ALWAYS`` and ``IF_PRESENT`` alone means ``IF_PRESENT | ALWAYS``. ``StageOut.flags``
+holds the normalized value (as in psij-python's development line);
+``JobSpec.cleanup_flags`` keeps the value given; executors apply :func:`normalize_flags` to it.
 """
 
 from enum import Enum, Flag
@@ -11,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 from psij import _check
 
-__all__ = ["URI", "StageIn", "StageOut", "StageOutFlags", "StagingMode"]
+__all__ = ["URI", "StageIn", "StageOut", "StageOutFlags", "StagingMode", "normalize_flags"]
 
 
 class URI:
@@ -82,6 +89,17 @@ class StageOutFlags(Flag):
     ALWAYS = 14
 
 
+def normalize_flags(flags: StageOutFlags) -> StageOutFlags:
+    """``flags`` with the outcome rule applied: no ``ON_*`` flag means all of them.
+
+    ``NONE`` becomes ``ALWAYS``, ``IF_PRESENT`` becomes ``IF_PRESENT | ALWAYS``; flags naming an
+    outcome are returned unchanged.
+    """
+    if not flags & StageOutFlags.ALWAYS:
+        return flags | StageOutFlags.ALWAYS
+    return flags
+
+
 def _uri(field: str, value: Any) -> URI:
     if isinstance(value, URI):
         return value
@@ -148,8 +166,8 @@ class StageOut:
         elif name == "target":
             value = _uri("StageOut.target", value)
         elif name == "flags":
-            value = _check.instance("StageOut.flags", value, StageOutFlags, "StageOutFlags",
-                                    False)
+            value = normalize_flags(_check.instance("StageOut.flags", value, StageOutFlags,
+                                                    "StageOutFlags", False))
         elif name == "mode":
             value = _check.instance("StageOut.mode", value, StagingMode, "StagingMode", False)
         object.__setattr__(self, name, value)

@@ -45,7 +45,7 @@ from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 from psij.resource_spec import ResourceSpecV1
-from psij.staging import StageOutFlags, StagingMode
+from psij.staging import StageOutFlags, StagingMode, normalize_flags
 
 __all__ = ["LocalJobExecutor", "LocalJobExecutorConfig"]
 
@@ -475,7 +475,7 @@ class LocalJobExecutor(JobExecutor):
                     _transfer(src, _local_path(item.target, "StageOut.target"), item.mode)
                 except (OSError, ValueError) as ex:
                     error = error or f"stage-out of {str(item.source)!r} failed: {ex}"
-        if spec.cleanup and spec.cleanup_flags & outcome:
+        if spec.cleanup and normalize_flags(spec.cleanup_flags) & outcome:
             self._set_job_status(run.job, JobStatus(JobState.CLEANUP))
             for p in spec.cleanup:
                 target = run.job_dir / p
@@ -681,6 +681,7 @@ def _local_path(uri: Any, field: str) -> Path:
 def _transfer(src: Path, dst: Path, mode: StagingMode) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     if mode is StagingMode.LINK:
+        os.lstat(src)  # a missing source fails, as with the other modes
         if os.path.lexists(dst):
             dst.unlink()
         os.symlink(os.path.abspath(src), dst)

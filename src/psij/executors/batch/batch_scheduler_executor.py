@@ -51,8 +51,14 @@ from typing import (
 from psij import _check
 from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
-from psij.executors._process_watch import signal_name
+from psij.executors._staging import REPORT_SUFFIX, read_report, script_context, staged_status
 from psij.executors.batch._clock import Clock, MonotonicClock
+from psij.executors.batch._job_output import (
+    _describe_duration,
+    _describe_exit,
+    _read_text,
+    _stderr_tail,
+)
 from psij.executors.batch._runner import CommandResult, CommandRunner, SubprocessRunner
 from psij.executors.batch._site_directives import custom_attribute_items
 from psij.executors.batch._tracking import (
@@ -97,8 +103,6 @@ logger = logging.getLogger(__name__)
 UNKNOWN_ERROR = "PSIJ: Unknown error"
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_STDERR_TAIL_BYTES = 4096
-_STDERR_TAIL_LINES = 10
 _OUTPUT_LIMIT = 64 * 1024
 _IDLE_LINGER = 30.0
 
@@ -450,6 +454,8 @@ class BatchSchedulerExecutor(JobExecutor):
         assert spec is not None
         launcher = self._get_launcher_from_job(job)
         words = launcher.get_launch_command(job)
+        # Always absolute: schedulers start scripts in different folders.
+        directory = os.path.abspath(spec.directory if spec.directory is not None else os.getcwd())
         context: Dict[str, object] = {
             "job": job,
             "env": [{"name": k, "value": v} for k, v in (spec.environment or {}).items()],
@@ -459,11 +465,11 @@ class BatchSchedulerExecutor(JobExecutor):
                 "launch_command": [ShellWord(w) for w in words],
                 "script_dir": str(self.work_directory.absolute()),
                 "job_name": self._job_name(spec),
-                # Always absolute: schedulers start scripts in different folders.
-                "directory": os.path.abspath(spec.directory if spec.directory is not None
-                                             else os.getcwd()),
+                "directory": directory,
                 "process_count": v1_resources(spec).computed_process_count,
                 "node_count": v1_resources(spec).computed_node_count,
+                "staging": script_context(spec, directory, self.config.work_directory,
+                                          self.name),
             },
         }
         duration = spec.attributes.duration
@@ -705,7 +711,7 @@ class BatchSchedulerExecutor(JobExecutor):
         for job in jobs:
             self._clean_submit_script(job)
         if jobs:
-            for suffix in (".ec", ".out", ".nodefile"):
+            for suffix in (".ec", ".out", ".nodefile", REPORT_SUFFIX):
                 self._delete_aux_file(jobs[0], suffix)
 
     # ------------------------------------------------------------------------ protected helpers
@@ -764,56 +770,6 @@ def _observation(status: JobStatus, source: Optional[str] = None) -> Observation
     if source is not None:
         meta.setdefault("source", source)
     return Observation(status.state, status.message, status.exit_code, meta)
-
-
-def _read_text(path: Path, limit: int, tail: bool = False) -> Optional[str]:
-    try:
-        with open(path, "rb") as f:
-            if tail:
-                size = os.fstat(f.fileno()).st_size
-                if size > limit:
-                    f.seek(size - limit)
-            data = f.read(limit)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        logger.debug("cannot read %s: %s", path, e)
-        return None
-    return data.decode("utf-8", errors="replace")
-
-
-def _describe_duration(d: timedelta) -> str:
-    total = int(d.total_seconds())
-    return f"{total // 3600}:{total // 60 % 60:02d}:{total % 60:02d}"
-
-
-def _describe_exit(code: int) -> str:
-    if code == 127:
-        return "the job exited with code 127 (command not found)"
-    if code == 126:
-        return "the job exited with code 126 (command not executable)"
-    name = signal_name(code)
-    if name is not None:
-        return f"the job exited with code {code} (killed by {name})"
-    return f"the job exited with code {code}"
-
-
-def _stderr_tail(spec: Optional[JobSpec]) -> Optional[str]:
-    if spec is None or spec.stderr_path is None:
-        return None
-    path = spec.stderr_path
-    if not path.is_absolute() and spec.directory is not None:
-        path = spec.directory / path
-    try:
-        if not path.is_file():
-            return None
-    except OSError:
-        return None
-    text = _read_text(path, _STDERR_TAIL_BYTES, tail=True)
-    if not text or not text.strip():
-        return None
-    lines = text.rstrip("\n").splitlines()[-_STDERR_TAIL_LINES:]
-    return "\n".join(lines)
 
 
 class _StatusPoller:
@@ -971,8 +927,10 @@ class _StatusPoller:
             jobs = self._jobs.pop(action.native_id, [])
             self._last.pop(action.native_id, None)
         try:
-            status = executor._final_status(jobs, action.native_id, action.observation,
-                                            action.cancel_requested)
+            status = staged_status(executor._final_status(
+                jobs, action.native_id, action.observation, action.cancel_requested),
+                read_report(executor._aux_path(action.native_id, REPORT_SUFFIX)),
+                f"job {action.native_id}")
         except Exception as e:
             logger.exception("job %s: could not work out its final status", action.native_id)
             status = JobStatus(action.observation.state if action.observation.state.final

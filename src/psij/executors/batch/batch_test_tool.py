@@ -18,8 +18,9 @@ lines (quotes group, backslash escapes the next character, ``#`` outside quotes 
 Options: ``--job-name``, ``--time`` (h:mm:ss), ``--queue-delay`` (seconds the job stays QUEUED)
 and any other ``--name[=value]`` (recorded only). Each job runs detached, with
 ``BATCH_TEST_JOB_ID`` in its environment, under a watcher process that enforces the time limit and
-records the end state. A finished job stays in the queue for ``--keep-finished`` seconds
-(default 5), then only accounting knows it.
+records the end state. ``cancel`` sends TERM to the job's process group and KILL five seconds
+later (as Slurm does), so a script can clean up. A finished job stays in the queue for
+``--keep-finished`` seconds (default 5), then only accounting knows it.
 
 A ``faults`` file in the spool folder makes ``status`` misbehave on purpose: its words
 (``ok``, ``nonzero``, ``hang``, ``garbage``) are used in turn, one per status call.
@@ -45,6 +46,7 @@ from types import ModuleType
 from typing import Dict, List, Optional, Tuple
 
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+CANCEL_GRACE = 5.0  # seconds between the TERM and the KILL of a cancelled job
 
 
 def _private_dirs() -> ModuleType:
@@ -234,13 +236,18 @@ def cmd_watch(spool: Spool, job_id: str) -> int:
     limit = _seconds(options["time"]) if options.get("time") else None
     started = time.monotonic()
     timed_out = False
+    kill_at: Optional[float] = None
     while True:
         try:
             code = proc.wait(timeout=0.05)
             break
         except subprocess.TimeoutExpired:
             pass
-        if (d / "cancel").exists():
+        if kill_at is None and (d / "cancel").exists():
+            # As Slurm does: TERM now (cmd_cancel sent one too), KILL after the grace period.
+            _kill(proc.pid, signal.SIGTERM)
+            kill_at = time.monotonic() + CANCEL_GRACE
+        if kill_at is not None and time.monotonic() >= kill_at:
             _kill(proc.pid)
         if limit is not None and time.monotonic() - started > limit and not timed_out:
             timed_out = True
@@ -261,9 +268,9 @@ def _status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def _kill(pgid: int) -> None:
+def _kill(pgid: int, signum: int = signal.SIGKILL) -> None:
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pgid, signum)
     except OSError:
         pass
 
@@ -316,7 +323,7 @@ def cmd_cancel(spool: Spool, job_id: str) -> int:
     _create(d / "cancel", "")
     pgid = _read(d / "pgid")
     if pgid:
-        _kill(int(pgid))
+        _kill(int(pgid), signal.SIGTERM)
     return 0
 
 

@@ -18,7 +18,8 @@ that share. The task id is the job's native id. Custom attributes:
   executor: its default would end every long task.
 
 Only the ``single`` launcher is accepted (the task itself uses the node file to start more
-processes), and no staging or pre/post-launch scripts: such jobs are refused at submission.
+processes), and no pre/post-launch scripts: such jobs are refused at submission. Staging runs in
+the task, before and after the job (see :mod:`psij.executors.pilot._staging`).
 """
 
 import os
@@ -28,6 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from psij import _check
 from psij.exceptions import InvalidJobException, SubmitException
+from psij.executors.pilot._staging import final_status, with_staging
 from psij.executors.pilot.allocation import (
     Allocation,
     configured_allocation,
@@ -283,10 +285,12 @@ class PilotJobExecutor(JobExecutor):
     def _apply(self, job: Job, state: TaskState, message: Optional[str],
                exit_code: Optional[int], nodes: Optional[Sequence[str]],
                time: Optional[float] = None) -> None:
+        status = job_status_of(state, message, exit_code, nodes, time)
         if state.final:
             with self._lock:
                 self._forget(job.native_id or "", job)
-        self._set_job_status(job, job_status_of(state, message, exit_code, nodes, time))
+            status = final_status(status, job.native_id or "", Path(self.config.work_directory))
+        self._set_job_status(job, status)
 
     def _on_lost(self, reason: str) -> None:
         with self._lock:
@@ -309,7 +313,7 @@ class PilotJobExecutor(JobExecutor):
                 f"JobSpec.launcher: {spec.launcher!r} is not supported by the pilot executor, "
                 "which starts the executable once on the first node of the job's share; use "
                 "'single' and start more processes from the job with $PSIJ_NODEFILE")
-        for field in ("pre_launch", "post_launch", "stage_in", "stage_out", "cleanup"):
+        for field in ("pre_launch", "post_launch"):
             if getattr(spec, field):
                 raise InvalidJobException(f"JobSpec.{field}: not supported by the pilot "
                                           "executor")
@@ -337,7 +341,7 @@ class PilotJobExecutor(JobExecutor):
                                   or limit <= 0):
             raise InvalidJobException(f"custom attribute pilot.time_limit: expected a positive "
                                       f"number of seconds, got {limit!r}")
-        return TaskSpec(
+        return with_staging(TaskSpec(
             name=job.id, executable=spec.executable, arguments=list(spec.arguments or ()),
             directory=directory, environment=spec.environment or {},
             inherit_environment=spec.inherit_environment,
@@ -345,7 +349,8 @@ class PilotJobExecutor(JobExecutor):
             stdout=None if spec.stdout_path is None else str(spec.stdout_path),
             stderr=None if spec.stderr_path is None else str(spec.stderr_path),
             resources=request, priority=priority, after=after,
-            time_limit=None if limit is None else float(limit))
+            time_limit=None if limit is None else float(limit)),
+            spec, Path(self.config.work_directory))
 
     def _after(self, value: Any) -> List[str]:
         if value is None:

@@ -1,0 +1,58 @@
+#!/bin/bash
+#COBALT --jobname name_with__quotes___dq____rm_-rf_____id_____not-a-comment
+#COBALT -n 2
+#COBALT --proccount 6
+#COBALT -t 1564
+#COBALT -q resv.1
+#COBALT -A proj-42
+#COBALT --attrs=mcdram=cache:numa=quad
+#COBALT -h
+#COBALT -M user@example.org
+#COBALT -o /dev/null
+#COBALT -e /dev/null
+# Cobalt allocates whole nodes; also asked for: cpu_cores_per_process=2, gpu_cores_per_process=1, memory=3221225473, exclusive_node_use=True
+
+_PSIJ_NATIVE_ID=$COBALT_JOBID
+export PLAIN="v"
+export HOSTILE="\$(id) \`id\` \"q\" 'q' \\ \$HOME
+line2"
+export NUM="7"
+
+# PSIJ_NODEFILE: one line per process. COBALT_NODEFILE names each node once; each runs
+# 3 processes.
+PSIJ_NODEFILE="<SCRIPT_DIR>/$_PSIJ_NATIVE_ID.nodefile"
+if [ -n "${COBALT_NODEFILE:-}" ] && [ -r "$COBALT_NODEFILE" ]; then
+    while read -r _psij_host _psij_rest; do
+        [ -n "$_psij_host" ] || continue
+        for ((_psij_i = 0; _psij_i < 3; _psij_i++)); do
+            printf '%s\n' "$_psij_host"
+        done
+    done <"$COBALT_NODEFILE" >"$PSIJ_NODEFILE"
+else
+    for ((_psij_i = 0; _psij_i < 6; _psij_i++)); do
+        hostname
+    done >"$PSIJ_NODEFILE"
+fi
+export PSIJ_NODEFILE
+
+_psij_dir="<SCRIPT_DIR>"
+exec >>"$_psij_dir/$_PSIJ_NATIVE_ID.out" 2>&1
+_psij_launch() {
+    cd "/data/it's \"quoted\" \$(whoami) \`id\` é ✓" || return 1
+    bash <LAUNCHER_SCRIPT> 00000000-1111-2222-3333-444444444444 '' '/etc/pre launch.sh' post.sh '/in/put file.txt' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/out.txt' '/err/e r r'"'"'s.txt' 6 '/opt/my app/run $(x).sh' plain 'two words' 'it'"'"'s' '$(touch /tmp/pwned)' '`id`' 'a"b' 'back\slash' 'new
+line' 'é ✓' '' 
+}
+source <STAGING_LIB>
+_psij_staging_begin "$_psij_dir/$_PSIJ_NATIVE_ID.staging"
+_psij_stage_in COPY '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/a.txt' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/a.txt'
+_psij_stage_in LINK '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/b' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/sub dir/b'"'"''
+_psij_stage_in MOVE /srv/c '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/c'
+_psij_staging_run _psij_launch
+_psij_stage_out 14 COPY 'out $(x).txt' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/out $(x).txt' '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/out.txt'
+_psij_stage_out 15 MOVE log '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/log' /results/log
+_psij_stage_out 8 LINK part '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/part' /results/part
+_psij_cleanup 10 '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/scratch '"'"'x'"'"''
+_psij_cleanup 10 '/tmp/psij scratch'
+_psij_staging_end
+printf '%s\n' "$_psij_ec" >"$_psij_dir/$_PSIJ_NATIVE_ID.ec"
+exit "$_psij_ec"

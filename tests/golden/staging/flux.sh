@@ -1,0 +1,57 @@
+#!/bin/bash
+# flux: --job-name="name_with__quotes___dq____rm_-rf_____id_____not-a-comment"
+# flux: -N 2
+# flux: -n 6
+# flux: -c 2
+# flux: -g 1
+# flux: --exclusive
+# flux: -t 93784s
+# flux: --queue="debug"
+# flux: --setattr=system.bank="proj-42"
+# flux: --requires="host:node[1-2]"
+# flux: -o "cpu-affinity=per-task"
+# flux: --unbuffered
+# flux: --output=/dev/null
+# flux: --error=/dev/null
+# flux: --env=-*
+# flux: --env=PATH
+
+_PSIJ_NATIVE_ID=$(flux job id --to=dec "$(flux getattr jobid)")
+export PLAIN="v"
+export HOSTILE="\$(id) \`id\` \"q\" 'q' \\ \$HOME
+line2"
+export NUM="7"
+
+# PSIJ_NODEFILE: one line per process; each node of the instance runs
+# 3 of them.
+PSIJ_NODEFILE="<SCRIPT_DIR>/$_PSIJ_NATIVE_ID.nodefile"
+mapfile -t _psij_nodes < <(flux exec -r all hostname 2>/dev/null)
+[ ${#_psij_nodes[@]} -gt 0 ] || _psij_nodes=("$(hostname)")
+for _psij_host in "${_psij_nodes[@]}"; do
+    for ((_psij_i = 0; _psij_i < 3; _psij_i++)); do
+        printf '%s\n' "$_psij_host"
+    done
+done >"$PSIJ_NODEFILE"
+export PSIJ_NODEFILE
+
+_psij_dir="<SCRIPT_DIR>"
+exec >>"$_psij_dir/$_PSIJ_NATIVE_ID.out" 2>&1
+_psij_launch() {
+    cd "/data/it's \"quoted\" \$(whoami) \`id\` é ✓" || return 1
+    bash <LAUNCHER_SCRIPT> 00000000-1111-2222-3333-444444444444 '' '/etc/pre launch.sh' post.sh '/in/put file.txt' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/out.txt' '/err/e r r'"'"'s.txt' 6 '/opt/my app/run $(x).sh' plain 'two words' 'it'"'"'s' '$(touch /tmp/pwned)' '`id`' 'a"b' 'back\slash' 'new
+line' 'é ✓' '' 
+}
+source <STAGING_LIB>
+_psij_staging_begin "$_psij_dir/$_PSIJ_NATIVE_ID.staging"
+_psij_stage_in COPY '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/a.txt' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/a.txt'
+_psij_stage_in LINK '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/b' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/sub dir/b'"'"''
+_psij_stage_in MOVE /srv/c '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/c'
+_psij_staging_run _psij_launch
+_psij_stage_out 14 COPY 'out $(x).txt' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/out $(x).txt' '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/out.txt'
+_psij_stage_out 15 MOVE log '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/log' /results/log
+_psij_stage_out 8 LINK part '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/part' /results/part
+_psij_cleanup 10 '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/scratch '"'"'x'"'"''
+_psij_cleanup 10 '/tmp/psij scratch'
+_psij_staging_end
+printf '%s\n' "$_psij_ec" >"$_psij_dir/$_PSIJ_NATIVE_ID.ec"
+exit "$_psij_ec"

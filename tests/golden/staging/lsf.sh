@@ -1,0 +1,61 @@
+#!/bin/bash
+#BSUB -J "name_with__quotes___dq____rm_-rf_____id_____not-a-comment"
+#BSUB -n 6
+#BSUB -R "span[ptile=3]"
+#BSUB -R "affinity[core(2)]"
+#BSUB -gpu "num=1/task"
+#BSUB -x
+#BSUB -M 1048577KB
+#BSUB -R "rusage[mem=1048577KB]"
+#BSUB -W 26:04
+#BSUB -q "debug"
+#BSUB -P "proj-42"
+#BSUB -U "resv.1"
+#BSUB -R "select[mem>4000 && type==any] span[hosts=1]"
+#BSUB -B
+#BSUB -core_isolation "0"
+#BSUB -o /dev/null
+#BSUB -e /dev/null
+#BSUB -env "none"
+
+_PSIJ_NATIVE_ID=$LSB_JOBID
+export PLAIN="v"
+export HOSTILE="\$(id) \`id\` \"q\" 'q' \\ \$HOME
+line2"
+export NUM="7"
+
+# PSIJ_NODEFILE: one line per process. LSF lists the host of each job slot (one slot per
+# process) in LSB_DJOB_HOSTFILE, and in LSB_HOSTS.
+PSIJ_NODEFILE="<SCRIPT_DIR>/$_PSIJ_NATIVE_ID.nodefile"
+if [ -n "${LSB_DJOB_HOSTFILE:-}" ] && [ -r "$LSB_DJOB_HOSTFILE" ]; then
+    cat "$LSB_DJOB_HOSTFILE" >"$PSIJ_NODEFILE"
+elif [ -n "${LSB_HOSTS:-}" ]; then
+    printf '%s\n' $LSB_HOSTS >"$PSIJ_NODEFILE"
+else
+    for ((_psij_i = 0; _psij_i < 6; _psij_i++)); do
+        hostname
+    done >"$PSIJ_NODEFILE"
+fi
+export PSIJ_NODEFILE
+
+_psij_dir="<SCRIPT_DIR>"
+exec >>"$_psij_dir/$_PSIJ_NATIVE_ID.out" 2>&1
+_psij_launch() {
+    cd "/data/it's \"quoted\" \$(whoami) \`id\` é ✓" || return 1
+    bash <LAUNCHER_SCRIPT> 00000000-1111-2222-3333-444444444444 '' '/etc/pre launch.sh' post.sh '/in/put file.txt' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/out.txt' '/err/e r r'"'"'s.txt' 6 '/opt/my app/run $(x).sh' plain 'two words' 'it'"'"'s' '$(touch /tmp/pwned)' '`id`' 'a"b' 'back\slash' 'new
+line' 'é ✓' '' 
+}
+source <STAGING_LIB>
+_psij_staging_begin "$_psij_dir/$_PSIJ_NATIVE_ID.staging"
+_psij_stage_in COPY '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/a.txt' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/a.txt'
+_psij_stage_in LINK '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/b' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/sub dir/b'"'"''
+_psij_stage_in MOVE /srv/c '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/c'
+_psij_staging_run _psij_launch
+_psij_stage_out 14 COPY 'out $(x).txt' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/out $(x).txt' '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/out.txt'
+_psij_stage_out 15 MOVE log '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/log' /results/log
+_psij_stage_out 8 LINK part '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/part' /results/part
+_psij_cleanup 10 '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/scratch '"'"'x'"'"''
+_psij_cleanup 10 '/tmp/psij scratch'
+_psij_staging_end
+printf '%s\n' "$_psij_ec" >"$_psij_dir/$_PSIJ_NATIVE_ID.ec"
+exit "$_psij_ec"

@@ -1,0 +1,53 @@
+#!/bin/bash
+#PBS -S /bin/bash
+#PBS -N name_with__quotes___dq____rm_-rf_____id_____not-a-comment
+#PBS -l select=2:ncpus=6:mpiprocs=3:ngpus=3:mem=3145729kb
+#PBS -l place=scatter:exclhost
+#PBS -l walltime=26:03:04
+#PBS -q resv.1
+#PBS -A proj-42
+#PBS -W depend=afterok:12.pbs1
+#PBS -m abe
+#PBS -h
+#PBS -o /dev/null
+#PBS -e /dev/null
+
+_PSIJ_NATIVE_ID=$PBS_JOBID
+export PLAIN="v"
+export HOSTILE="\$(id) \`id\` \"q\" 'q' \\ \$HOME
+line2"
+export NUM="7"
+
+# PSIJ_NODEFILE: one line per process. PBS_NODEFILE names each chunk's host once per MPI
+# process (mpiprocs), which is what is wanted.
+PSIJ_NODEFILE="<SCRIPT_DIR>/$_PSIJ_NATIVE_ID.nodefile"
+if [ -n "${PBS_NODEFILE:-}" ] && [ -r "$PBS_NODEFILE" ]; then
+    cat "$PBS_NODEFILE" >"$PSIJ_NODEFILE"
+else
+    for ((_psij_i = 0; _psij_i < 6; _psij_i++)); do
+        hostname
+    done >"$PSIJ_NODEFILE"
+fi
+export PSIJ_NODEFILE
+
+_psij_dir="<SCRIPT_DIR>"
+exec >>"$_psij_dir/$_PSIJ_NATIVE_ID.out" 2>&1
+_psij_launch() {
+    cd "/data/it's \"quoted\" \$(whoami) \`id\` é ✓" || return 1
+    bash <LAUNCHER_SCRIPT> 00000000-1111-2222-3333-444444444444 '' '/etc/pre launch.sh' post.sh '/in/put file.txt' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/out.txt' '/err/e r r'"'"'s.txt' 6 '/opt/my app/run $(x).sh' plain 'two words' 'it'"'"'s' '$(touch /tmp/pwned)' '`id`' 'a"b' 'back\slash' 'new
+line' 'é ✓' '' 
+}
+source <STAGING_LIB>
+_psij_staging_begin "$_psij_dir/$_PSIJ_NATIVE_ID.staging"
+_psij_stage_in COPY '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/a.txt' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/a.txt'
+_psij_stage_in LINK '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/b' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/sub dir/b'"'"''
+_psij_stage_in MOVE /srv/c '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/c'
+_psij_staging_run _psij_launch
+_psij_stage_out 14 COPY 'out $(x).txt' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/out $(x).txt' '/data/in '"'"'q'"'"' "d" $(touch PWNED) `id` é ✓/out.txt'
+_psij_stage_out 15 MOVE log '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/log' /results/log
+_psij_stage_out 8 LINK part '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/part' /results/part
+_psij_cleanup 10 '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/scratch '"'"'x'"'"''
+_psij_cleanup 10 '/tmp/psij scratch'
+_psij_staging_end
+printf '%s\n' "$_psij_ec" >"$_psij_dir/$_PSIJ_NATIVE_ID.ec"
+exit "$_psij_ec"
