@@ -48,7 +48,6 @@ from typing import (
     Callable,
     Deque,
     Dict,
-    Iterable,
     List,
     Mapping,
     Optional,
@@ -61,6 +60,12 @@ from psij import _check
 from psij._lazylog import LazyLogger
 from psij.executors._process_watch import WATCH, exit_code_of
 from psij.executors.pilot._record import Record, replace
+from psij.executors.pilot._run_dir import (
+    make_run_dir,
+    remove_dead_run_dirs,
+    remove_tree,
+    temporary_base,
+)
 from psij.executors.pilot._task_process import (
     HAS_PIDFD,
     Launch,
@@ -69,6 +74,14 @@ from psij.executors.pilot._task_process import (
     TaskProcesses,
 )
 from psij.executors.pilot.allocation import Allocation
+from psij.executors.pilot.journal import (
+    RUN_VARIABLE,
+    Journal,
+    ReplayPlan,
+    json_line,
+    kill_leftovers,
+    read_journal,
+)
 from psij.executors.pilot.resources import Amount, PoolUsage, ResourcePool, ResourceRequest
 from psij.executors.pilot.scheduler import (
     Placement,
@@ -90,9 +103,7 @@ logger = LazyLogger(__name__)
 
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
 _DEFAULT_REQUEST = ResourceRequest()
-_FSYNC_INTERVAL = 1.0
 _RECV_SIZE = 65536
-_RUN_VARIABLE = "PSIJ_PILOT_RUN"
 _SHARE_CACHE_SIZE = 4096
 
 
@@ -499,77 +510,6 @@ class _Task:
         self.user_canceled = False
 
 
-class _Journal:
-    """The append-only journal: one write per batch of lines, fsync'd now and then."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        self._dirty = False
-        self._synced = time.monotonic()
-
-    def write(self, lines: Iterable[str]) -> None:
-        """Append lines (each ends with a newline) in one write."""
-        data = "".join(lines)
-        if not data:
-            return
-        try:
-            os.write(self._fd, data.encode())
-            self._dirty = True
-        except OSError as ex:
-            logger.error("could not write the pilot journal: %s", ex)
-
-    def due(self) -> Optional[float]:
-        """Seconds until the next fsync is due, or None when nothing waits for one."""
-        if not self._dirty:
-            return None
-        return max(0.0, self._synced + _FSYNC_INTERVAL - time.monotonic())
-
-    def sync(self, force: bool = False) -> None:
-        if self._dirty and (force or time.monotonic() - self._synced >= _FSYNC_INTERVAL):
-            try:
-                os.fsync(self._fd)
-            except OSError as ex:
-                logger.error("could not fsync the pilot journal: %s", ex)
-            self._dirty = False
-            self._synced = time.monotonic()
-
-    def close(self) -> None:
-        self.sync(force=True)
-        os.close(self._fd)
-
-
-# One encoder for every line: ``json.dumps`` with separators would build one per call.
-_encode_compact = json.JSONEncoder(separators=(",", ":")).encode
-
-
-def _json_line(record: Dict[str, Any]) -> str:
-    """One journal line."""
-    return _encode_compact(record) + "\n"
-
-
-def read_journal(path: Path) -> List[Dict[str, Any]]:
-    """The records of a journal; a last line cut short by a crash is ignored."""
-    records: List[Dict[str, Any]] = []
-    try:
-        with open(path, "rb") as f:
-            lines = f.read().split(b"\n")
-    except FileNotFoundError:
-        return records
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            if number < len(lines):
-                logger.warning("pilot journal %s: line %d is not JSON; skipped", path, number)
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
-
-
 class _Agent:
     """The engine's side of one node's agent."""
 
@@ -642,7 +582,7 @@ class PilotEngine:
         self._selector: Optional[selectors.BaseSelector] = None
         self._wake_r, self._wake_w = -1, -1
         self._thread: Optional[threading.Thread] = None
-        self._journal: Optional[_Journal] = None
+        self._journal: Optional[Journal] = None
         self._local: Optional[TaskProcesses] = None
         # Exits and timed actions of local tasks: in the engine's own loop where pidfds exist,
         # else through the shared ProcessWatch thread.
@@ -678,7 +618,7 @@ class PilotEngine:
                 raise RuntimeError("start: this engine was already started")
             self._started = True
         config = self.config
-        self._run_dir = _make_run_dir(config.tmp_root or _temporary_base())
+        self._run_dir = make_run_dir(config.tmp_root or temporary_base())
         self._selector = selectors.DefaultSelector()
         if HAS_PIDFD:
             self._loop_watch = LoopWatch(self._selector)
@@ -692,7 +632,7 @@ class PilotEngine:
         self._selector.register(self._wake_r, selectors.EVENT_READ, self._drain_wake)
         if config.journal is not None:
             previous = read_journal(config.journal) if config.resume else []
-            self._journal = _Journal(config.journal)
+            self._journal = Journal(config.journal)
             if previous:
                 self._replay(previous)
         if self.allocation.remote_nodes:
@@ -744,7 +684,7 @@ class PilotEngine:
             self._check_batch(tasks)
             ids = [self._add(task) for task in tasks]
             if self._journal is not None:
-                self._journal.write([_json_line({"e": "submit", "task": t.to_json()})
+                self._journal.write([json_line({"e": "submit", "task": t.to_json()})
                                      for t in tasks])
             self._dirty = True
         self._wake()
@@ -759,7 +699,7 @@ class PilotEngine:
                 return
             task.user_canceled = True
             if self._journal is not None:
-                self._journal.write([_json_line({"e": "cancel", "id": task_id})])
+                self._journal.write([json_line({"e": "cancel", "id": task_id})])
             transitions = self._scheduler.cancel(task_id)
             if transitions:
                 self._ended(transitions)
@@ -777,7 +717,7 @@ class PilotEngine:
                 self._delivered_finals -= 1
             self._dependents.pop(task_id, None)
             if self._journal is not None:
-                self._journal.write([_json_line({"e": "forget", "id": task_id})])
+                self._journal.write([json_line({"e": "forget", "id": task_id})])
 
     def status(self, task_id: str) -> TaskStatus:
         with self._lock:
@@ -925,38 +865,17 @@ class PilotEngine:
 
     def _replay(self, records: List[Dict[str, Any]]) -> None:
         """Rebuild the tasks of a previous run from its journal (see the module rules)."""
+        plan = ReplayPlan(records)
         specs: Dict[str, TaskSpec] = {}
-        final: Dict[str, str] = {}
-        canceled: Set[str] = set()
-        leftovers: Dict[str, Tuple[int, str]] = {}  # task -> (pid, run marker)
-        for record in records:
-            kind = record.get("e")
-            name = record.get("id")
-            if kind == "submit":
-                try:
-                    spec = TaskSpec.from_json(record["task"])
-                except (KeyError, TypeError, ValueError) as ex:
-                    logger.warning("pilot journal: a submission could not be read: %s", ex)
-                    continue
-                specs[spec.name] = spec
-                final.pop(spec.name, None)
-                canceled.discard(spec.name)
-            elif kind == "end" and isinstance(name, str):
-                final[name] = str(record.get("state"))
-                leftovers.pop(name, None)
-            elif kind == "start" and isinstance(name, str) and record.get("pid"):
-                leftovers[name] = (int(record["pid"]), str(record.get("run")))
-            elif kind == "cancel" and isinstance(name, str):
-                canceled.add(name)
-            elif kind == "forget" and isinstance(name, str):
-                specs.pop(name, None)
-                final.pop(name, None)
-        for name, (pid, run) in leftovers.items():
-            if _is_task_process(pid, run, name):
-                try:
-                    os.killpg(pid, 9)
-                except OSError:
-                    pass
+        for raw in plan.submitted.values():
+            try:
+                spec = TaskSpec.from_json(raw)
+            except (KeyError, TypeError, ValueError) as ex:
+                logger.warning("pilot journal: a submission could not be read: %s", ex)
+                continue
+            specs[spec.name] = spec
+        final, canceled = plan.final, plan.canceled
+        kill_leftovers(plan.leftovers)
         with self._lock:
             # Tasks that already succeeded are known to the scheduler as such, so that tasks
             # after them may start; they take no resources and never run again.
@@ -971,9 +890,11 @@ class PilotEngine:
                 if name in self._tasks:
                     continue
                 known = tuple(a for a in spec.after if a in self._tasks or self._is_group(a))
-                if known != spec.after:
-                    spec = replace(spec, after=known)
-                self._add(spec)
+                try:
+                    self._add(replace(spec, after=known) if known != spec.after else spec)
+                except (KeyError, TypeError, ValueError) as ex:
+                    logger.warning("pilot journal: task %r cannot be resumed: %s", name, ex)
+                    continue
                 if name in canceled:
                     self._tasks[name].user_canceled = True
                     transitions = self._scheduler.cancel(name)
@@ -1044,7 +965,7 @@ class PilotEngine:
         hold up the tasks of this one."""
         self._swept = True
         assert self._run_dir is not None
-        threading.Thread(target=_remove_dead_run_dirs, args=(self._run_dir.parent,),
+        threading.Thread(target=remove_dead_run_dirs, args=(self._run_dir.parent,),
                          name="psij-pilot-sweep", daemon=True).start()
 
     def _timeout(self) -> Optional[float]:
@@ -1161,7 +1082,7 @@ class PilotEngine:
         environment, nodefile = self._share_environment(share,
                                                         spec.resources.cores_per_process)
         environment["QCG_PM_STEP_ID"] = spec.name
-        environment[_RUN_VARIABLE] = self._run_id
+        environment[RUN_VARIABLE] = self._run_id
         if spec.environment:
             environment.update(spec.environment)
         launch = Launch(spec.name, [spec.executable, *spec.arguments], task.directory,
@@ -1313,7 +1234,7 @@ class PilotEngine:
             if self._local is not None:
                 self._local.remove_tmp_root()
             if self._run_dir is not None:
-                _remove_tree(self._run_dir)
+                remove_tree(self._run_dir)
         finally:
             self._closed.set()
             with self._changed:
@@ -1494,20 +1415,6 @@ class PilotEngine:
                 self._finish(task, task.run, None, f"node {node} is lost: {why}")
 
 
-def _is_task_process(pid: int, run: str, task_id: str) -> bool:
-    """Whether ``pid`` is still the process a crashed run started for ``task_id``: a process
-    group leader whose initial environment carries that run's marker and the task's id."""
-    try:
-        if os.getpgid(pid) != pid:
-            return False
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            variables = set(f.read().split(b"\0"))
-    except OSError:
-        return False
-    return (f"{_RUN_VARIABLE}={run}".encode() in variables
-            and f"QCG_PM_STEP_ID={task_id}".encode() in variables)
-
-
 def _log_tail(path: Path) -> str:
     try:
         with open(path, "rb") as f:
@@ -1517,63 +1424,3 @@ def _log_tail(path: Path) -> str:
     except OSError:
         return ""
     return f"; its output ends with:\n{text}" if text else ""
-
-
-_RUN_DIR_PREFIX = "psij-pilot-"
-
-
-def _temporary_base() -> Path:
-    """Where run folders go by default: ``$TMPDIR`` if it is a folder, else ``/tmp``, else
-    what :func:`tempfile.gettempdir` finds (loaded only then)."""
-    for candidate in (os.environ.get("TMPDIR"), "/tmp"):
-        if candidate and os.path.isdir(candidate):
-            return Path(candidate)
-    import tempfile
-
-    return Path(tempfile.gettempdir())
-
-
-def _make_run_dir(base: Path) -> Path:
-    """A new private folder ``psij-pilot-<pid>-<random>`` under ``base`` for this run."""
-    while True:
-        path = base / f"{_RUN_DIR_PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
-        try:
-            os.mkdir(path, 0o700)
-            return path
-        except FileExistsError:
-            continue
-
-
-def _run_dir_pid(name: str) -> Optional[int]:
-    """The pid in a run folder's name, or None if it is not a run folder's name."""
-    if not name.startswith(_RUN_DIR_PREFIX):
-        return None
-    pid, dash, _ = name[len(_RUN_DIR_PREFIX):].partition("-")
-    return int(pid) if dash and pid.isdigit() and pid.isascii() else None
-
-
-def _remove_dead_run_dirs(base: Path) -> None:
-    """Remove the run folders (TMPDIRs, agent logs) that killed pilots of this user left."""
-    try:
-        entries = list(os.scandir(base))
-    except OSError:
-        return
-    uid = os.getuid()
-    for entry in entries:
-        pid = _run_dir_pid(entry.name)
-        if pid is None:
-            continue
-        try:
-            if entry.stat(follow_symlinks=False).st_uid != uid or not entry.is_dir():
-                continue
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            _remove_tree(Path(entry.path))
-        except OSError:
-            continue
-
-
-def _remove_tree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
