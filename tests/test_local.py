@@ -265,8 +265,6 @@ def _assert_refused(ex: JobExecutor, spec: JobSpec, exc: type, field: str) -> No
 
 
 @pytest.mark.parametrize("make_spec, exc, field", [
-    (lambda t: JobSpec("/no/such/exe"), psij.SubmitException, "JobSpec.executable"),
-    (lambda t: JobSpec("no-such-exe-on-path"), psij.SubmitException, "JobSpec.executable"),
     (lambda t: JobSpec("/bin/true", stdin_path=t / "missing"), psij.SubmitException,
      "JobSpec.stdin_path"),
     (lambda t: JobSpec("/bin/true", stdout_path=t / "nodir" / "o"), psij.SubmitException,

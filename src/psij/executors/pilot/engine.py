@@ -105,6 +105,7 @@ _NO_ENV: Mapping[str, str] = MappingProxyType({})
 _DEFAULT_REQUEST = ResourceRequest()
 _RECV_SIZE = 65536
 _SHARE_CACHE_SIZE = 4096
+_MAX_ERRORS_IN_A_ROW = 20
 
 
 # -- task descriptions ------------------------------------------------------------------------
@@ -221,11 +222,7 @@ class TaskSpec(Record):
         if type(priority) is not int and _check.opt_int("TaskSpec.priority", priority) is None:
             raise _check.fail_type("TaskSpec.priority", None, "int")
         if time_limit is not None:
-            if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)):
-                raise _check.fail_type("TaskSpec.time_limit", time_limit,
-                                       "seconds (a number) or None")
-            if time_limit <= 0:
-                raise ValueError(f"TaskSpec.time_limit: must be positive, got {time_limit}")
+            _check.seconds("TaskSpec.time_limit", time_limit, positive=True)
         _set(self, "name", name)
         _set(self, "executable", executable)
         _set(self, "arguments", _str_tuple("TaskSpec.arguments", arguments))
@@ -462,12 +459,9 @@ class EngineConfig:
         self.resume = _check.opt_bool("EngineConfig.resume", resume)
         if self.resume and self.journal is None:
             raise ValueError("EngineConfig.resume: resuming needs a journal; set journal")
-        for name, value in (("cancel_grace_period", cancel_grace_period),
-                            ("agent_connect_timeout", agent_connect_timeout)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"EngineConfig.{name}: expected seconds (a number of at least "
-                                 f"0), got {value!r}")
-        self.cancel_grace_period = cancel_grace_period
+        self.cancel_grace_period = _check.seconds("EngineConfig.cancel_grace_period",
+                                                  cancel_grace_period)
+        _check.seconds("EngineConfig.agent_connect_timeout", agent_connect_timeout)
         self.agent_connect_timeout = agent_connect_timeout
         if agent_transport not in ("auto", "unix", "tcp"):
             raise ValueError(f"EngineConfig.agent_transport: {agent_transport!r}; "
@@ -604,6 +598,7 @@ class PilotEngine:
         # processes, never one that reused a pid.
         self._run_id = os.urandom(8).hex()
         self._swept = False  # whether the run folders of dead pilots were removed
+        self.failure: Optional[str] = None  # why the engine stopped, if it had to
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -623,9 +618,10 @@ class PilotEngine:
         if HAS_PIDFD:
             self._loop_watch = LoopWatch(self._selector)
             self._local = TaskProcesses(self._run_dir / "tmp", self._on_local_exit,
-                                        self._loop_watch)
+                                        self._loop_watch, config.cancel_grace_period)
         else:
-            self._local = TaskProcesses(self._run_dir / "tmp", self._local_exit)
+            self._local = TaskProcesses(self._run_dir / "tmp", self._local_exit,
+                                        grace=config.cancel_grace_period)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -650,11 +646,20 @@ class PilotEngine:
         if self._thread is None:
             return
         self._post(("close",))
+        if threading.current_thread() is self._thread:
+            return  # from a listener (a collected executor): the engine thread stops itself
         limit = self.config.cancel_grace_period + (5.0 if timeout is None else timeout)
         self._closed.wait(limit)
         if self._thread.is_alive():
             self._post(("stop",))
-            self._thread.join(5.0)
+        self._thread.join(5.0)
+        if not self._thread.is_alive() and self._wake_w >= 0:
+            # Only now: the engine thread no longer uses them.
+            wake_r, wake_w, self._wake_r, self._wake_w = self._wake_r, self._wake_w, -1, -1
+            os.close(wake_w)
+            os.close(wake_r)
+            if self._selector is not None:
+                self._selector.close()
 
     # -- public operations ------------------------------------------------------------------
 
@@ -680,7 +685,8 @@ class PilotEngine:
             _check.instance(f"tasks[{i}]", task, TaskSpec, "TaskSpec", False)
         with self._lock:
             if self._refusing:
-                raise RuntimeError("submit: the pilot is shutting down")
+                why = "is shutting down" if self.failure is None else f"stopped: {self.failure}"
+                raise RuntimeError(f"submit: the pilot {why}")
             self._check_batch(tasks)
             ids = [self._add(task) for task in tasks]
             if self._journal is not None:
@@ -928,7 +934,10 @@ class PilotEngine:
 
     def _on_local_exit(self, task_id: str, code: Optional[int]) -> None:
         # On the engine thread (a pidfd of the loop): handled at once.
-        self._on_exit(task_id, code, None)
+        try:
+            self._on_exit(task_id, code, None)
+        except Exception as ex:
+            self._task_broke(task_id, ex)
 
     def _later(self, delay: float, item: Tuple[Any, ...]) -> None:
         """Handle ``item`` (as if posted) on the engine thread after ``delay`` seconds."""
@@ -941,24 +950,61 @@ class PilotEngine:
         selector = self._selector
         assert selector is not None
         watch = self._loop_watch
+        errors = 0  # unexpected errors in a row
         try:
             while True:
-                timeout = self._timeout()
-                if timeout != 0.0:
-                    # About to sleep: what waits for the journal goes now.
-                    self._write_journal()
-                    if not self._swept:
-                        self._sweep()
-                for key, mask in selector.select(timeout):
-                    key.data(mask)
-                if watch is not None:
-                    watch.run_due()
-                if not self._step():
-                    break
-        except Exception:
-            logger.exception("the pilot engine thread failed")
+                try:
+                    timeout = self._timeout()
+                    if timeout != 0.0:
+                        # About to sleep: what waits for the journal goes now.
+                        self._write_journal()
+                        if not self._swept:
+                            self._sweep()
+                    for key, mask in selector.select(timeout):
+                        key.data(mask)
+                    if watch is not None:
+                        watch.run_due()
+                    if not self._step():
+                        break
+                    errors = 0
+                except Exception as ex:
+                    # What a task's own handling raises fails that task where it is caught;
+                    # this is for the rest. The engine goes on unless it keeps failing.
+                    errors += 1
+                    logger.exception("the pilot engine hit an unexpected error")
+                    if errors >= _MAX_ERRORS_IN_A_ROW:
+                        self._give_up(f"the pilot engine stopped after {errors} unexpected "
+                                      f"errors in a row, the last one: {ex!r}")
+                        break
+                    time.sleep(0.01 * errors)  # never spin on an error that repeats
         finally:
             self._shutdown()
+
+    def _task_broke(self, task_id: str, error: BaseException) -> None:
+        """An unexpected error while handling one task: it alone fails (its process, if any,
+        is killed) and the engine goes on."""
+        logger.error("pilot: task %r failed on an unexpected error: %r", task_id, error,
+                     exc_info=error)
+        with self._lock:
+            task = self._tasks.get(task_id)
+        if task is None:
+            return
+        if self._local is not None:
+            self._local.signal(task_id, 0.0)
+        self._finish(task, task.run, None, f"the pilot hit an unexpected error while "
+                                           f"handling this task: {error!r}")
+
+    def _give_up(self, reason: str) -> None:
+        """The engine cannot go on: every task that has not ended fails with ``reason``."""
+        logger.error("pilot: %s", reason)
+        with self._lock:
+            self.failure = reason
+            self._refusing = True
+            for task in self._tasks.values():
+                if not task.history or not task.history[-1][1].final:
+                    self._end_task(task, TaskState.FAILED, reason)
+        if self._local is not None:
+            self._local.signal_all(0.0)
 
     def _sweep(self) -> None:
         """Remove what killed pilots left, on a thread of its own: a large leftover must not
@@ -1005,7 +1051,17 @@ class PilotEngine:
         return not stop
 
     def _handle(self, item: Tuple[Any, ...]) -> bool:
-        """Act on one posted item; True for the request to stop."""
+        """Act on one posted item; True for the request to stop. An unexpected error fails
+        the task the item is about."""
+        try:
+            return self._act(item)
+        except Exception as ex:
+            if item[0] not in ("exit", "kill", "timeout"):
+                raise
+            self._task_broke(item[1], ex)
+            return False
+
+    def _act(self, item: Tuple[Any, ...]) -> bool:
         kind = item[0]
         if kind == "exit":
             self._on_exit(item[1], item[2], item[3])
@@ -1061,7 +1117,10 @@ class PilotEngine:
                 self._running += 1
                 starts.append((task, task.spec))
         for task, spec in starts:
-            self._start_task(task, spec)
+            try:
+                self._start_task(task, spec)
+            except Exception as ex:
+                self._task_broke(task.spec.name, ex)
 
     def _start_task(self, task: _Task, spec: TaskSpec) -> None:
         share = task.share
@@ -1096,7 +1155,7 @@ class PilotEngine:
             try:
                 pid = self._local.start(launch)
             except LaunchError as ex:
-                self._finish(task, task.run, None, f"could not start the task: {ex}")
+                self._finish(task, task.run, ex.exit_code, f"could not start the task: {ex}")
                 return
             record = (f'{{"e":"start","id":{name_json},"node":{json.dumps(node)},"pid":{pid},'
                       f'"run":"{self._run_id}"}}\n')
