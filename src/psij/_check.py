@@ -132,7 +132,7 @@ def seconds(field: str, value: Any, positive: bool = False) -> float:
     if not 0 <= value <= MAX_SECONDS or (positive and value == 0):
         low = "above 0" if positive else "at least 0"
         raise ValueError(f"{field}: expected a number of seconds {low} and at most "
-                         f"{MAX_SECONDS:g} (about 24 days), got {value!r}")
+                         f"{MAX_SECONDS} (about 24 days), got {value!r}")
     return float(value)
 
 

@@ -311,6 +311,15 @@ class LocalJobExecutor(JobExecutor):
         _WORKER.put(lambda: self._complete(run, code))
 
     def _complete(self, run: _Run, code: Optional[int]) -> None:
+        try:
+            self._settle(run, code)
+        except Exception as ex:
+            # The job must still end, or a waiter would wait forever; the worker goes on.
+            logger.exception("local job %s: handling its end failed", run.job.id)
+            self._finish(run, JobStatus(JobState.FAILED, exit_code=code, message=(
+                f"the job exited with code {code}, but handling its end failed: {ex!r}")))
+
+    def _settle(self, run: _Run, code: Optional[int]) -> None:
         job = run.job
         if run.start is not None:
             note = " canceled" if run.canceled else ""
