@@ -11,6 +11,7 @@ from typing import List
 
 import pytest
 
+from process_checks import members_left_after
 from psij import Job, JobExecutor, JobSpec, JobState, SubmitException
 from psij.executors._process_watch import WATCH
 from psij.executors.local import LocalJobExecutorConfig
@@ -130,20 +131,6 @@ def test_the_process_watch_survives_an_exit_handler_that_raises(ex: JobExecutor)
 # -- item: cancel kills the whole job ----------------------------------------------------------
 
 
-def live_members(pgid: int) -> List[int]:
-    """Processes of a group that are not zombies (an orphaned zombie may wait for init)."""
-    alive = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            alive.append(int(pid))
-    return alive
-
-
 # The leader exits on TERM (bash's wait is interrupted); its child ignores TERM.
 STUBBORN_CHILD = ('(trap "" TERM; echo $BASHPID > child.pid; exec sleep 1000) & '
                   'while [ ! -s child.pid ]; do sleep 0.01; done; echo ready > ready; wait')
@@ -172,10 +159,7 @@ def test_cancel_kills_a_child_that_ignores_term_after_the_leader_exits(
     job.cancel()
     st = job.wait(timeout=TIMEOUT)
     assert st is not None and st.state is JobState.CANCELED
-    deadline = time.monotonic() + 15  # grace period (1 s) and then some
-    while live_members(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert live_members(pgid) == [], "a child that ignores TERM outlived the cancel"
+    assert members_left_after(pgid, 15) == [], "a child that ignores TERM outlived the cancel"
 
 
 # -- item: journals with garbage lines -------------------------------------------------------
@@ -231,7 +215,4 @@ def test_a_python_child_that_ignores_term_is_killed(ex: JobExecutor, tmp_path: P
     job.cancel()
     st = job.wait(timeout=TIMEOUT)
     assert st is not None and st.state is JobState.CANCELED
-    deadline = time.monotonic() + 15
-    while live_members(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert live_members(pgid) == [], "a python child that ignores TERM outlived the cancel"
+    assert members_left_after(pgid, 15) == [], "a child ignoring TERM outlived the cancel"

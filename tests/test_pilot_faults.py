@@ -19,14 +19,17 @@ from typing import Any, Dict, Iterator, List, Set
 
 import pytest
 
+import test_pilot_engine as engine_tests
+from process_checks import alive, live_members
 from psij import InvalidJobException, Job, JobAttributes, JobExecutor, JobSpec, JobState
 from psij.executors.pilot import _task_process
-from psij.executors.pilot.allocation import local_allocation
 from psij.executors.pilot.engine import EngineConfig, PilotEngine, TaskEvent, TaskSpec
 from psij.executors.pilot.executor import PilotJobExecutor, PilotJobExecutorConfig
 from psij.executors.pilot.scheduler import TaskState
 from psij.executors.pilot.service import JOURNAL_NAME, PilotClient, answering, serve_main
 
+make_engine = engine_tests.make_engine  # the fixture, shared
+finished = engine_tests.finished
 WAIT = 20.0
 JOB_WAIT = timedelta(seconds=30)
 SUCCEEDED, FAILED, CANCELED = TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELED
@@ -34,43 +37,6 @@ SUCCEEDED, FAILED, CANCELED = TaskState.SUCCEEDED, TaskState.FAILED, TaskState.C
 # The leader exits on TERM (bash's wait is interrupted); its child ignores TERM.
 STUBBORN_CHILD = ('(trap "" TERM; echo $BASHPID > child.pid; exec sleep 1000) & '
                   'while [ ! -s child.pid ]; do sleep 0.01; done; echo ready > ready; wait')
-
-
-@pytest.fixture
-def make_engine(tmp_path: Path) -> Iterator[Any]:
-    engines: List[PilotEngine] = []
-
-    def make(cores: int = 2, **config: Any) -> PilotEngine:
-        config.setdefault("work_directory", tmp_path)
-        config.setdefault("tmp_root", tmp_path)
-        config.setdefault("cancel_grace_period", 1.0)
-        engine = PilotEngine(local_allocation(cores), EngineConfig(**config))
-        engines.append(engine)
-        engine.start()
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.close()
-
-
-def finished(engine: PilotEngine, *names: str) -> Dict[str, Any]:
-    assert engine.wait(list(names), timeout=WAIT), "tasks did not end in time (engine dead?)"
-    return {n: engine.status(n) for n in names}
-
-
-def live_members(pgid: int) -> List[int]:
-    """Processes of a group that are not zombies (an orphaned zombie may wait for init)."""
-    alive = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            alive.append(int(pid))
-    return alive
 
 
 def wait_for_file(path: Path) -> None:
@@ -324,7 +290,7 @@ def test_serve_exits_non_zero_and_fails_waiting_tasks_when_the_engine_cannot_go_
 
 def test_cancel_kills_a_child_that_ignores_term_before_the_task_ends(
         make_engine: Any, tmp_path: Path) -> None:
-    engine = make_engine(cores=1)
+    engine = make_engine(cores=1, cancel_grace_period=1.0)
     engine.submit(TaskSpec("stubborn", "/bin/bash", ["-c", STUBBORN_CHILD],
                            directory=str(tmp_path)))
     wait_for_file(tmp_path / "ready")
@@ -338,7 +304,7 @@ def test_cancel_kills_a_child_that_ignores_term_before_the_task_ends(
 
 def test_a_task_ends_when_what_its_leader_left_running_is_gone(make_engine: Any,
                                                                 tmp_path: Path) -> None:
-    engine = make_engine(cores=1)
+    engine = make_engine(cores=1, cancel_grace_period=1.0)
     engine.submit(TaskSpec("leaves", "/bin/bash", ["-c", "sleep 1000 & echo $! > bg.pid"],
                            directory=str(tmp_path)))
     status = finished(engine, "leaves")["leaves"]
@@ -347,14 +313,6 @@ def test_a_task_ends_when_what_its_leader_left_running_is_gone(make_engine: Any,
     assert not alive(background), "the task ended while a process it started still ran"
     assert engine.usage().free_cores == 1
 
-
-def alive(pid: int) -> bool:
-    """Whether a process runs (a zombie does not: only its parent has not collected it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_cancelling_a_job_of_the_executor_kills_its_stubborn_child(tmp_path: Path) -> None:

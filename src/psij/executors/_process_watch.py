@@ -131,13 +131,7 @@ class ProcessWatch:
 
     def _signal_child(self, pid: int, signum: int) -> bool:
         # Called with the lock held.
-        if not self._is_child(pid):
-            return False
-        try:
-            os.killpg(pid, signum)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
+        return self._is_child(pid) and killpg(pid, signum)
 
     def _is_child(self, pid: int) -> bool:
         # Called with the lock held.
@@ -252,6 +246,12 @@ def signal_reaped_group(pgid: int, signum: int) -> bool:
         pass
     except OSError:
         return False
+    return killpg(pgid, signum)
+
+
+def killpg(pgid: int, signum: int) -> bool:
+    """Send ``signum`` to process group ``pgid``; False if there is no such group (or it is
+    not ours to signal)."""
     try:
         os.killpg(pgid, signum)
     except OSError:

@@ -26,6 +26,7 @@ from psij.executors._process_watch import (
     ExitHandler,
     exit_code_of,
     group_has_live_members,
+    killpg,
     signal_reaped_group,
     timer_delay,
 )
@@ -163,13 +164,7 @@ class LoopWatch:
 
     def signal_group(self, pid: int, signum: int) -> bool:
         """Signal the process group led by ``pid`` if that process has not been reaped."""
-        if pid not in self._children:
-            return False
-        try:
-            os.killpg(pid, signum)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
+        return pid in self._children and killpg(pid, signum)
 
     def call_later(self, delay: float, action: Callable[[], object]) -> None:
         """Run ``action`` on the loop's thread after ``delay`` seconds."""
