@@ -71,6 +71,7 @@ def test_a_program_that_cannot_run_fails_its_job_with_126_or_127(
     ("JobSpec.stderr_path", lambda t: JobSpec("/bin/true", stderr_path=t / "e\ud800",
                                                pre_launch=t / "pre.sh")),
     ("JobSpec.executable", lambda t: JobSpec("/bin/\ud800")),
+    ("JobSpec.pre_launch", lambda t: JobSpec("/bin/true", pre_launch=t / "p\ud800.sh")),
 ])
 def test_a_lone_surrogate_is_refused_naming_the_field(ex: JobExecutor, tmp_path: Path,
                                                      field: str, make) -> None:  # type: ignore[no-untyped-def]

@@ -597,6 +597,15 @@ def _check_executable(spec: JobSpec, job_dir: Path, env: Dict[str, str]
 
 def _check_os_texts(spec: JobSpec) -> None:
     """Refuse, naming the field, a string no process can be given (a lone surrogate)."""
+    env = spec.environment or {}
+    paths = (spec.directory, spec.stdin_path, spec.stdout_path, spec.stderr_path,
+             spec.pre_launch, spec.post_launch)
+    try:
+        if "".join((spec.executable or "", *(spec.arguments or ()), *env, *env.values(),
+                    *(str(p) for p in paths if p is not None))).isascii():
+            return  # the common case, settled at once: ASCII always has an encoding
+    except TypeError:
+        pass  # not all text: the checks below say which field
     texts: List[Tuple[str, Any]] = [("executable", spec.executable)]
     texts += [(f"arguments[{i}]", a) for i, a in enumerate(spec.arguments or ())]
     for key, value in (spec.environment or {}).items():
