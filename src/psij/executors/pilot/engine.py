@@ -20,12 +20,19 @@ Threads:
 A scheduling pass runs once per batch of events (submissions, exits, cancels), so its cost is
 the scheduler's: it grows with the number of distinct task shapes, not with waiting tasks.
 
-Journal: one JSON line per event (submit, start, end, user cancel, forget), appended with one
-write per batch, fsync'd at most once a second and at close. The ends of tasks are written
+Journal (:mod:`~psij.executors.pilot.journal`): one JSON line per event (submit, start, end,
+user cancel, forget), appended with one write per batch, fsync'd at most once a second and at
+close; a line that cannot be used is skipped with a warning on resume. The ends of tasks are written
 before any other task starts, so that a crash never leaves a started dependent behind an end
 the journal does not hold. ``resume`` reads it back: tasks that succeeded are not run again
 (they count as succeeded for what depends on them), tasks a user cancelled stay cancelled,
 all others are queued again in their original order.
+
+Faults: an unexpected error while handling one task fails that task (its process is killed)
+and the engine goes on; an error outside any task is logged and the loop goes on, unless it
+repeats on every turn, in which case every task that has not ended fails with the reason,
+``failure`` says why and submissions are refused (``psij pilot serve`` then exits with 1).
+A task ends when its process group is empty (see ``_task_process.TaskProcesses``).
 
 Work that no task waits for (removing the run folders that killed pilots left) starts once
 the first tasks are started, on a thread of its own.
