@@ -148,10 +148,11 @@ def test_output_file_that_would_be_overwritten_is_refused(tmp_path: Path, redire
     assert log.read_text() == expected
 
 
-def test_submit_failure_exits_1_with_message() -> None:
+def test_missing_program_exits_127_with_message() -> None:
+    # As a shell does: the job runs and fails with 127, naming what was not found.
     proc = psij_cmd("run", "--", "/nonexistent/prog")
-    assert proc.returncode == 1
-    assert proc.stderr.startswith("psij run: could not submit the job:")
+    assert proc.returncode == 127
+    assert proc.stderr.startswith("psij run: job failed:")
     assert "/nonexistent/prog" in proc.stderr
     assert "Traceback" not in proc.stderr
 

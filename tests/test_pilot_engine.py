@@ -173,7 +173,7 @@ def test_tasks_that_cannot_start_fail_with_a_reason_and_free_their_cores(
     engine.submit(TaskSpec("nodir", "/bin/true", directory="absent"))
     engine.submit(TaskSpec("after", "/bin/true"))
     out = finished(engine, "missing", "nodir", "after")
-    assert out["missing"].state is FAILED and out["missing"].exit_code is None
+    assert out["missing"].state is FAILED and out["missing"].exit_code == 127
     assert "'/no/such/program' was not found" in (out["missing"].message or "")
     assert "does not exist" in (out["nodir"].message or "")
     assert out["after"].state is SUCCEEDED
@@ -283,7 +283,7 @@ def test_bad_submissions_raise_naming_the_field_and_add_nothing(make_engine: Any
     engine.submit_many([TaskSpec("b", "/bin/true"), TaskSpec("c", "/bin/true", after=["b"])])
     with pytest.raises(TypeError, match="TaskSpec.arguments: expected a list of str"):
         TaskSpec("x", "/bin/true", arguments="-l")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="TaskSpec.time_limit: must be positive"):
+    with pytest.raises(ValueError, match="TaskSpec.time_limit: expected a number of seconds ab"):
         TaskSpec("x", "/bin/true", time_limit=0)
     with pytest.raises(ValueError, match="task_id: 'zz' is not a task of this pilot"):
         engine.status("zz")
@@ -398,6 +398,7 @@ def test_cancel_and_failures_on_an_agent_node(make_engine: Any, tmp_path: Path) 
     out = finished(engine, "long", "missing")
     assert out["long"].state is CANCELED and out["long"].exit_code == 143
     assert out["missing"].state is FAILED and "was not found" in (out["missing"].message or "")
+    assert out["missing"].exit_code == 127  # as on the pilot's own node
 
 
 def test_a_node_whose_agent_dies_fails_its_tasks_with_the_reason(tmp_path: Path) -> None:

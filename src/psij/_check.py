@@ -119,3 +119,31 @@ def duration(field: str, value: Any) -> timedelta:
     if value.total_seconds() < 0:
         raise ValueError(f"{field}: must not be negative, got {value}")
     return value
+
+
+MAX_SECONDS = 2147483.647
+"""The longest delay accepted for a timer (2**31 ms, what one ``select``/``epoll`` wait takes)."""
+
+
+def seconds(field: str, value: Any, positive: bool = False) -> float:
+    """A finite number of seconds, at least 0 (above 0 if ``positive``), at most MAX_SECONDS."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise fail_type(field, value, "a number of seconds")
+    if not 0 <= value <= MAX_SECONDS or (positive and value == 0):
+        low = "above 0" if positive else "at least 0"
+        raise ValueError(f"{field}: expected a number of seconds {low} and at most "
+                         f"{MAX_SECONDS} (about 24 days), got {value!r}")
+    return float(value)
+
+
+def os_text(field: str, value: str) -> str:
+    """Refuse text that cannot be passed to a process or used as a file name: one holding a
+    lone surrogate (such as ``"\\ud800"``), which has no encoding in bytes."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as ex:
+            raise ValueError(f"{field}: {value!r} holds a lone surrogate at position "
+                             f"{ex.start}, which no process or file name can receive; "
+                             "accepted: text that has an encoding (UTF-8)") from ex
+    return value

@@ -550,8 +550,8 @@ def exit_status(status: Optional[JobStatus]) -> Tuple[int, Optional[str]]:
     if code is not None and code < 0:
         # Killed by signal -code: report it as a shell does.
         return min(128 - code, 255), None
-    if status.state is JobState.FAILED and not code:
-        return EXIT_FAILED, f"job failed: {status.message or 'no reason given'}"
+    if status.state is JobState.FAILED and (not code or code in (126, 127)):  # 126/127: not run
+        return code or EXIT_FAILED, f"job failed: {status.message or 'no reason given'}"
     if code is None:
         return 0, None
     return (code, None) if code <= 255 else (EXIT_FAILED, f"job exited with code {code}")

@@ -101,16 +101,22 @@ class ProcessWatch:
 
     def call_later(self, delay: float, action: Callable[[], None]) -> None:
         """Run ``action`` on the watch thread after ``delay`` seconds (it must be quick)."""
+        when = time.monotonic() + timer_delay(delay)
         with self._lock:
             self._start()
             self._seq += 1
-            heapq.heappush(self._deadlines, (time.monotonic() + delay, self._seq, action))
+            heapq.heappush(self._deadlines, (when, self._seq, action))
         self._wake()
 
     def signal_later(self, pgid: int, signum: int, delay: float) -> None:
-        """Send ``signum`` to process group ``pgid`` after ``delay`` s if its leader still runs."""
+        """Send ``signum`` to process group ``pgid`` after ``delay`` s: through its leader if
+        that still runs, else to what is left of the group (see :func:`signal_reaped_group`)."""
         def send() -> None:
-            self.signal_group(pgid, signum)
+            with self._lock:  # so that the leader is not reaped between the two tests
+                if self._is_child(pgid):
+                    self._signal_child(pgid, signum)
+                else:
+                    signal_reaped_group(pgid, signum)
 
         self.call_later(delay, send)
 
@@ -121,48 +127,52 @@ class ProcessWatch:
         reaped only by this class, under this lock.
         """
         with self._lock:
-            if not self._is_child(pid):
-                return False
-            try:
-                os.killpg(pid, signum)
-            except ProcessLookupError:
-                return False
-            except PermissionError:
-                return False
-            return True
+            return self._signal_child(pid, signum)
+
+    def _signal_child(self, pid: int, signum: int) -> bool:
+        # Called with the lock held.
+        return self._is_child(pid) and killpg(pid, signum)
 
     def _is_child(self, pid: int) -> bool:
         # Called with the lock held.
         return pid in self._children
 
     def _run(self) -> None:
-        assert self._sel is not None
+        # Nothing may end this loop: every local job of the process depends on it.
         while True:
-            timeout = self._next_timeout()
             try:
-                events = self._sel.select(timeout)
-            except InterruptedError:
-                continue
-            now = time.monotonic()
-            self._fire_deadlines(now)
-            for key, _ in events:
-                w = key.data
-                if w is None:
-                    try:
-                        while os.read(self._wake_r, 512):
-                            pass
-                    except BlockingIOError:
+                self._turn()
+            except Exception:
+                logger.exception("the process watch hit an unexpected error; going on")
+                time.sleep(0.01)  # never spin if the error repeats
+
+    def _turn(self) -> None:
+        assert self._sel is not None
+        timeout = self._next_timeout()
+        try:
+            events = self._sel.select(timeout)
+        except InterruptedError:
+            return
+        now = time.monotonic()
+        self._fire_deadlines(now)
+        for key, _ in events:
+            w = key.data
+            if w is None:
+                try:
+                    while os.read(self._wake_r, 512):
                         pass
-                    continue
-                self._finish(w)
-            if not _HAS_PIDFD:
-                self._poll_children()
+                except BlockingIOError:
+                    pass
+                continue
+            self._finish(w)
+        if not _HAS_PIDFD:
+            self._poll_children()
 
     def _next_timeout(self) -> Optional[float]:
         with self._lock:
             t: Optional[float] = None
             if self._deadlines:
-                t = max(0.0, self._deadlines[0][0] - time.monotonic())
+                t = timer_delay(self._deadlines[0][0] - time.monotonic())
             if not _HAS_PIDFD and (self._children or self._others):
                 t = 0.05 if t is None else min(t, 0.05)
             return t
@@ -209,6 +219,74 @@ class ProcessWatch:
         for w in watched:
             if w.child or not _pid_alive(w.pid):
                 self._finish(w)
+
+
+_LONGEST_WAIT = 86400.0  # a timer further away wakes the loop once a day, harmlessly
+
+
+def timer_delay(delay: float) -> float:
+    """``delay`` made safe for a timer: NaN and negative give 0, more than a day gives a day
+    (``select`` refuses timeouts beyond 2**31 ms, and a loop that raised would stop)."""
+    if not delay >= 0.0:
+        return 0.0
+    return delay if delay < _LONGEST_WAIT else _LONGEST_WAIT
+
+
+def signal_reaped_group(pgid: int, signum: int) -> bool:
+    """Signal process group ``pgid`` whose leader we started and have reaped.
+
+    The id of a process group cannot be given to a new process while the group has members,
+    so if no process has the id ``pgid`` the group is still the one we started (or empty).
+    If a process has it, the group is gone and the id reused: nothing is sent.
+    """
+    try:
+        os.kill(pgid, 0)
+        return False
+    except ProcessLookupError:
+        pass
+    except OSError:
+        return False
+    return killpg(pgid, signum)
+
+
+def killpg(pgid: int, signum: int) -> bool:
+    """Send ``signum`` to process group ``pgid``; False if there is no such group (or it is
+    not ours to signal)."""
+    try:
+        os.killpg(pgid, signum)
+    except OSError:
+        return False
+    return True
+
+
+def group_has_live_members(pgid: int) -> bool:
+    """Whether process group ``pgid`` has a member that is not a zombie.
+
+    One signal-0 settles the common case (no member at all); only a group that still has
+    members (possibly zombies waiting for a parent that never reaps them) is looked up in
+    ``/proc``. Where ``/proc`` does not exist, any member counts as live.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return True
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] != b"Z":
+            return True
+    return False
 
 
 def _pid_alive(pid: int) -> bool:

@@ -17,9 +17,11 @@ How a job runs:
 - Staging (``stage_in``/``stage_out``/``cleanup``) is done by the executor with local file
   operations; the STAGE_IN, STAGE_OUT and CLEANUP states are entered only when there is staging.
 
-Everything a job gets is checked before anything runs: a missing executable or directory, an
-unreadable stdin or an unwritable output directory raises SubmitException naming the field and
-leaves the job NEW and unbound.
+Everything a job gets is checked before anything runs: a missing directory, an unreadable
+stdin, an unwritable output directory or a string no process can receive (a lone surrogate)
+raises SubmitException naming the field and leaves the job NEW and unbound. An executable that
+is missing or cannot be executed is not an error of ``submit``: the job ends FAILED with exit
+code 127 or 126 and a message naming it, as it would on a batch system.
 """
 
 import logging
@@ -30,12 +32,19 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from psij import _check
 from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
+from psij.executors._local_journal import (
+    Journal,
+    JournalEntry,
+    latest_entry,
+    scan_journals,
+    start_time,
+)
 from psij.executors._process_watch import WATCH, exit_code_of, signal_name
 from psij.job import Job
 from psij.job_executor import JobExecutor
@@ -51,8 +60,6 @@ __all__ = ["LocalJobExecutor", "LocalJobExecutorConfig"]
 
 logger = logging.getLogger(__name__)
 
-_JOURNAL_SUFFIX = ".journal"
-_JOURNAL_MAX_AGE = 7 * 24 * 3600.0
 _STDERR_EXCERPT = 1024
 
 
@@ -63,14 +70,8 @@ class LocalJobExecutorConfig(JobExecutorConfig):
                  work_directory: Union[str, Path, None] = None,
                  cancel_grace_period: float = 5.0) -> None:
         super().__init__(launcher_log_file=launcher_log_file, work_directory=work_directory)
-        if isinstance(cancel_grace_period, bool) or not isinstance(cancel_grace_period,
-                                                                   (int, float)):
-            raise TypeError("LocalJobExecutorConfig.cancel_grace_period: expected a number of "
-                            f"seconds, got {cancel_grace_period!r}")
-        if cancel_grace_period < 0:
-            raise ValueError("LocalJobExecutorConfig.cancel_grace_period: must not be negative, "
-                             f"got {cancel_grace_period}")
-        self.cancel_grace_period = float(cancel_grace_period)
+        self.cancel_grace_period = _check.seconds("LocalJobExecutorConfig.cancel_grace_period",
+                                                  cancel_grace_period)
 
 
 class _Worker:
@@ -143,14 +144,16 @@ class LocalJobExecutor(JobExecutor):
                  config: Optional[JobExecutorConfig] = None) -> None:
         super().__init__(url=url, config=config if config is not None
                          else LocalJobExecutorConfig())
-        self._grace = getattr(self.config, "cancel_grace_period", 5.0)
+        # Checked again: the config's attribute may have been changed since it was made.
+        self._grace = _check.seconds("LocalJobExecutorConfig.cancel_grace_period",
+                                     getattr(self.config, "cancel_grace_period", 5.0))
         self._dir = Path(self.config.work_directory) / "local"
         self._dir_ready = False
         self._lock = threading.Lock()
         self._runs: Dict[int, _Run] = {}  # by job object id, while not final
         self._nodefiles: Dict[int, str] = {}
         self._hostname: Optional[str] = None
-        self._journal_file: Optional[_Journal] = None
+        self._journal_file: Optional[Journal] = None
 
     # -- submit ---------------------------------------------------------------------------------
 
@@ -170,6 +173,8 @@ class LocalJobExecutor(JobExecutor):
             return
         try:
             self._start(run, prepared)
+        except _NotRunnable as ex:
+            self._finish(run, ex.status)
         except BaseException:
             with self._lock:
                 self._runs.pop(id(job), None)
@@ -184,6 +189,7 @@ class LocalJobExecutor(JobExecutor):
     def _prepare(self, job: Job, spec: JobSpec) -> Tuple[_Run, "_Prepared"]:
         if spec.executable is None:
             raise InvalidJobException("JobSpec.executable: a job needs an executable")
+        _check_os_texts(spec)
         job_dir = spec.directory if spec.directory is not None else Path(os.getcwd())
         if spec.directory is not None and not job_dir.is_dir():
             raise SubmitException(f"JobSpec.directory: {str(job_dir)!r} is not an existing "
@@ -199,7 +205,9 @@ class LocalJobExecutor(JobExecutor):
                 run.launcher = self._get_launcher(launcher_name)
             except ValueError as ex:
                 raise InvalidJobException(f"JobSpec.launcher: {ex}") from ex
-            self._check_executable(spec, job_dir, env)
+            prepared_failure = _check_executable(spec, job_dir, env)
+        else:
+            prepared_failure = None
         for field in ("pre_launch", "post_launch"):
             p = getattr(spec, field)
             if p is not None and not os.access(job_dir / p, os.R_OK):
@@ -207,6 +215,7 @@ class LocalJobExecutor(JobExecutor):
         if spec.stderr_path is not None:
             run.stderr_path = job_dir / spec.stderr_path
         prepared = _Prepared(direct, env, job_dir)
+        prepared.failure = prepared_failure
         if not _needs_staging(spec):
             # With stage-in, stdin may arrive with the staged files: check it when starting.
             prepared.check_streams(spec)
@@ -234,23 +243,12 @@ class LocalJobExecutor(JobExecutor):
             self._nodefiles[n] = path
         return path
 
-    @staticmethod
-    def _check_executable(spec: JobSpec, job_dir: Path, env: Dict[str, str]) -> None:
-        exe = spec.executable
-        assert exe is not None
-        if "/" in exe:
-            full = job_dir / exe
-            ok = full.is_file() and os.access(full, os.X_OK)
-        else:
-            ok = shutil.which(exe, path=env.get("PATH", os.defpath)) is not None
-        if not ok:
-            raise SubmitException(f"JobSpec.executable: {exe!r} is not an executable file "
-                                  f"(looked in {'the job directory' if '/' in exe else 'PATH'})")
-
     def _start(self, run: _Run, prepared: "_Prepared") -> None:
         job = run.job
         spec = job.spec
         assert spec is not None
+        if prepared.failure is not None:
+            raise _NotRunnable(prepared.failure)
         streams = prepared.open_streams(spec) if prepared.direct else None
         out_fd = -1
         try:
@@ -274,11 +272,9 @@ class LocalJobExecutor(JobExecutor):
                 if prepared.direct and not Path(prepared.job_dir).is_dir():
                     raise SubmitException(f"JobSpec.directory: {str(prepared.job_dir)!r} does "
                                           "not exist") from ex
-                raise SubmitException(f"JobSpec.executable: {spec.executable!r} was not found "
-                                      "(no such file, or not on PATH)") from ex
+                raise _NotRunnable(_not_found(spec.executable)) from ex
             except PermissionError as ex:
-                raise SubmitException(f"JobSpec.executable: {spec.executable!r} cannot be "
-                                      f"executed ({ex.strerror})") from ex
+                raise _NotRunnable(_not_executable(spec.executable, ex.strerror)) from ex
             except OSError as ex:
                 raise SubmitException(f"could not start job {job.id}: {ex}") from ex
         finally:
@@ -291,17 +287,17 @@ class LocalJobExecutor(JobExecutor):
         run.proc = proc
         run.pid = proc.pid
         job._native_id = str(proc.pid)
-        run.start = _start_time(proc.pid)
+        run.start = start_time(proc.pid)
         self._journal().append(f"S {proc.pid} {run.start} {job.id}")
         self._set_job_status(job, JobStatus(JobState.ACTIVE))
         WATCH.watch(proc.pid, lambda pid, status: self._on_exit(run, status))
 
-    def _journal(self) -> "_Journal":
+    def _journal(self) -> Journal:
         j = self._journal_file
         if j is None:
             with self._lock:
                 if self._journal_file is None:
-                    self._journal_file = _Journal.create(self._dir)
+                    self._journal_file = Journal.create(self._dir)
                 j = self._journal_file
         return j
 
@@ -316,6 +312,15 @@ class LocalJobExecutor(JobExecutor):
         _WORKER.put(lambda: self._complete(run, code))
 
     def _complete(self, run: _Run, code: Optional[int]) -> None:
+        try:
+            self._settle(run, code)
+        except Exception as ex:
+            # The job must still end, or a waiter would wait forever; the worker goes on.
+            logger.exception("local job %s: handling its end failed", run.job.id)
+            self._finish(run, JobStatus(JobState.FAILED, exit_code=code, message=(
+                f"the job exited with code {code}, but handling its end failed: {ex!r}")))
+
+    def _settle(self, run: _Run, code: Optional[int]) -> None:
         job = run.job
         if run.start is not None:
             note = " canceled" if run.canceled else ""
@@ -369,9 +374,9 @@ class LocalJobExecutor(JobExecutor):
     def list(self) -> List[str]:
         """Native ids (pids) of this user's local jobs that are still running."""
         self._ensure_dir()  # journals others could write are not read
-        found = _scan_journals(self._dir)
+        found = scan_journals(self._dir)
         return sorted((str(pid) for (pid, start), rec in found.items()
-                       if rec.exit is None and _start_time(pid) == start), key=int)
+                       if not rec.ended and start_time(pid) == start), key=int)
 
     def attach(self, job: Job, native_id: str) -> None:
         """Follow a local job started by any executor instance or process, by its pid.
@@ -379,14 +384,14 @@ class LocalJobExecutor(JobExecutor):
         A running job is reported ACTIVE and then its final state when it ends; a finished one
         gets its final state at once, with the exit code when it was recorded.
         """
-        if not isinstance(native_id, str) or not native_id.isdigit():
+        if not isinstance(native_id, str) or not native_id.isascii() or not native_id.isdigit():
             raise ValueError(f"attach native_id: expected a process id (digits), got "
                              f"{native_id!r}")
         if job.status.state is not JobState.NEW or job.executor is not None:
             raise InvalidJobException(f"attach: job {job.id} must be NEW and not yet bound")
         pid = int(native_id)
         self._ensure_dir()
-        key = _latest_entry(_scan_journals(self._dir), pid)
+        key = latest_entry(scan_journals(self._dir), pid)
         if key is None:
             raise InvalidJobException(f"attach: no local job with native id {native_id} is "
                                       f"known in {self._dir}")
@@ -395,12 +400,12 @@ class LocalJobExecutor(JobExecutor):
         run = _Run(job, Path(os.getcwd()))
         with self._lock:
             self._runs[id(job)] = run
-        entry = _scan_journals(self._dir)[key]
-        if entry.exit is not None:
+        entry = scan_journals(self._dir)[key]
+        if entry.ended:
             # Already over: report the final state now, not after a first poll.
             self._finish(run, self._final_from_journal(run, entry))
             return
-        if _start_time(pid) == key[1]:
+        if start_time(pid) == key[1]:
             run.pid = pid
             self._set_job_status(job, JobStatus(JobState.ACTIVE))
             if WATCH.watch(pid, lambda p, s: self._attached_exit(run, key), child=False):
@@ -410,8 +415,8 @@ class LocalJobExecutor(JobExecutor):
     def _attached_exit(self, run: _Run, key: Tuple[int, str], tries: int = 0) -> None:
         # The owner journals the exit code just after the exit: look again a few times, on a
         # timer, so that neither shared thread ever sleeps.
-        entry = _scan_journals(self._dir).get(key)
-        if (entry is None or entry.exit is None) and tries < _ATTACH_RETRIES:
+        entry = scan_journals(self._dir).get(key)
+        if (entry is None or not entry.ended) and tries < _ATTACH_RETRIES:
             WATCH.call_later(0.02 * (tries + 1),
                              lambda: self._attached_exit(run, key, tries + 1))
             return
@@ -419,15 +424,14 @@ class LocalJobExecutor(JobExecutor):
         _WORKER.put(lambda: self._finish(run, status))
 
     @staticmethod
-    def _final_from_journal(run: _Run, entry: Optional["_JournalEntry"]) -> JobStatus:
-        if entry is None or not entry.exit:
+    def _final_from_journal(run: _Run, entry: Optional[JournalEntry]) -> JobStatus:
+        if entry is None or not entry.ended:
             return JobStatus(JobState.FAILED, message=(
                 "the process ended but its exit code was not recorded (the process that "
                 "started it exited first)"))
-        code_text, _, note = entry.exit.partition(" ")
-        code = int(code_text) if code_text.lstrip("-").isdigit() else None
+        code = entry.code
         state = JobState.COMPLETED if code == 0 else JobState.FAILED
-        if run.canceled or note == "canceled":
+        if run.canceled or entry.canceled:
             state = JobState.CANCELED
         msg = _failure_message(code, None) if state is JobState.FAILED else None
         return JobStatus(state, exit_code=code, message=msg)
@@ -452,9 +456,15 @@ class LocalJobExecutor(JobExecutor):
                 self._finish(run, JobStatus(JobState.CANCELED))
                 return
             self._start(run, prepared)
+        except _NotRunnable as ex:
+            self._finish(run, ex.status)
         except (OSError, SubmitException, InvalidJobException, ValueError) as ex:
             state = JobState.CANCELED if run.canceled else JobState.FAILED
             self._finish(run, JobStatus(state, message=f"stage-in failed: {ex}"))
+        except Exception as ex:
+            # Whatever else: this job fails, the worker and the other jobs go on.
+            logger.exception("local job %s could not be started", job.id)
+            self._finish(run, JobStatus(JobState.FAILED, message=f"could not start: {ex!r}"))
 
     def _stage_out_and_cleanup(self, run: _Run, spec: JobSpec, state: JobState
                                ) -> Optional[str]:
@@ -490,14 +500,16 @@ class LocalJobExecutor(JobExecutor):
 
 
 class _Prepared:
-    """Spawn inputs computed at submit time."""
+    """Spawn inputs computed at submit time (and the job's failure, if it cannot run)."""
 
-    __slots__ = ("direct", "env", "job_dir")
+    __slots__ = ("direct", "env", "failure", "job_dir")
 
     def __init__(self, direct: bool, env: Dict[str, str], job_dir: Path) -> None:
         self.direct = direct
         self.env = env
         self.job_dir = job_dir
+        self.failure: Optional[JobStatus] = None
+
 
     def check_streams(self, spec: JobSpec) -> None:
         """Raise SubmitException if stdin is unreadable or an output's folder unwritable."""
@@ -550,107 +562,73 @@ class _Prepared:
         return fd
 
 
+class _NotRunnable(Exception):
+    """The job's executable cannot be run: the job ends with ``status`` (FAILED, exit code 127
+    or 126, as a shell would report it), as it would on a batch system."""
+
+    def __init__(self, status: JobStatus) -> None:
+        super().__init__(status.message)
+        self.status = status
+
+
+def _not_found(exe: Optional[str]) -> JobStatus:
+    return JobStatus(JobState.FAILED, exit_code=127, message=(
+        f"JobSpec.executable: {exe!r} was not found (no such file, or not on PATH)"))
+
+
+def _not_executable(exe: Optional[str], why: Optional[str]) -> JobStatus:
+    return JobStatus(JobState.FAILED, exit_code=126, message=(
+        f"JobSpec.executable: {exe!r} cannot be executed ({why})"))
+
+
+def _check_executable(spec: JobSpec, job_dir: Path, env: Dict[str, str]
+                      ) -> Optional[JobStatus]:
+    """For a job run through the launcher script: its failure if its executable cannot run."""
+    exe = spec.executable
+    assert exe is not None
+    if "/" in exe:
+        full = job_dir / exe
+        if not full.exists():
+            return _not_found(exe)
+        if full.is_dir() or not os.access(full, os.X_OK):
+            return _not_executable(exe, "not an executable file")
+        return None
+    if shutil.which(exe, path=env.get("PATH", os.defpath)) is None:
+        return _not_found(exe)
+    return None
+
+
+def _check_os_texts(spec: JobSpec) -> None:
+    """Refuse, naming the field, a string no process can be given (a lone surrogate)."""
+    env = spec.environment or {}
+    paths = (spec.directory, spec.stdin_path, spec.stdout_path, spec.stderr_path,
+             spec.pre_launch, spec.post_launch)
+    try:
+        if "".join((spec.executable or "", *(spec.arguments or ()), *env, *env.values(),
+                    *(str(p) for p in paths if p is not None))).isascii():
+            return  # the common case, settled at once: ASCII always has an encoding
+    except TypeError:
+        pass  # not all text: the checks below say which field
+    texts: List[Tuple[str, Any]] = [("executable", spec.executable)]
+    texts += [(f"arguments[{i}]", a) for i, a in enumerate(spec.arguments or ())]
+    for key, value in (spec.environment or {}).items():
+        texts += [(f"environment key {key!r}", key), (f"environment[{key!r}]", value)]
+    texts += [(f, getattr(spec, f)) for f in ("directory", "stdin_path", "stdout_path",
+                                              "stderr_path", "pre_launch", "post_launch")]
+    for field, value in texts:
+        if value is not None:
+            try:
+                _check.os_text(f"JobSpec.{field}", str(value))
+            except ValueError as ex:
+                raise SubmitException(str(ex)) from ex
+
+
 _ATTACH_RETRIES = 12  # about 1.5 s in all
 _WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 _SIGTERM = 15
 _SIGKILL = 9
 _NEW_GROUP: Dict[str, Any] = ({"process_group": 0} if sys.version_info >= (3, 11)
                               else {"start_new_session": True})
-
-
-class _Journal:
-    """This executor instance's append-only journal of job starts and ends."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    @staticmethod
-    def create(folder: Path) -> "_Journal":
-        _prune_journals(folder)
-        name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}{_JOURNAL_SUFFIX}"
-        fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                     0o600)
-        return _Journal(fd)
-
-    def append(self, line: str) -> None:
-        # One write of a short line to an O_APPEND file: never interleaved with other writers.
-        try:
-            os.write(self._fd, (line + "\n").encode())
-        except OSError as ex:
-            logger.warning("could not write the local job journal: %s", ex)
-
-    def __del__(self) -> None:
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
-
-
-class _JournalEntry:
-    __slots__ = ("exit", "job_id")
-
-    def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
-        self.exit: Optional[str] = None
-
-
-def _scan_journals(folder: Path) -> Dict[Tuple[int, str], _JournalEntry]:
-    """Every job in every journal, keyed by (pid, kernel start time)."""
-    found: Dict[Tuple[int, str], _JournalEntry] = {}
-    try:
-        names = [n for n in os.listdir(folder) if n.endswith(_JOURNAL_SUFFIX)]
-    except OSError:
-        return found
-    for name in names:
-        try:
-            with open(folder / name, errors="replace") as f:
-                lines = f.read().splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split(" ", 3)
-            if len(parts) < 4 or not parts[1].isdigit():
-                continue
-            key = (int(parts[1]), parts[2])
-            if parts[0] == "S":
-                found[key] = _JournalEntry(parts[3])
-            elif parts[0] == "E" and key in found:
-                found[key].exit = parts[3]
-    return found
-
-
-def _latest_entry(found: Dict[Tuple[int, str], _JournalEntry], pid: int
-                  ) -> Optional[Tuple[int, str]]:
-    keys = [k for k in found if k[0] == pid]
-    if not keys:
-        return None
-    live = _start_time(pid)
-    if live is not None and (pid, live) in found:
-        return (pid, live)
-    return max(keys, key=lambda k: int(k[1]) if k[1].isdigit() else -1)
-
-
-def _prune_journals(folder: Path) -> None:
-    cutoff = time.time() - _JOURNAL_MAX_AGE
-    try:
-        with os.scandir(folder) as it:
-            for e in it:
-                if e.name.endswith(_JOURNAL_SUFFIX) and e.stat().st_mtime < cutoff:
-                    os.unlink(e.path)
-    except OSError:
-        pass
-
-
-def _start_time(pid: int) -> Optional[str]:
-    """The kernel's start time of a process (clock ticks since boot), to tell reused pids apart."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None if sys.platform.startswith("linux") else "None"
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = data[data.rfind(b")") + 2:].split()
-    return fields[19].decode() if len(fields) > 19 else None
 
 
 def _failure_message(code: Optional[int], stderr_path: Optional[Path]) -> str:

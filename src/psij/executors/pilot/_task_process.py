@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from psij._private_dirs import ensure_private_dir
-from psij.executors._process_watch import ExitHandler, exit_code_of
+from psij.executors._process_watch import (
+    ExitHandler,
+    exit_code_of,
+    group_has_live_members,
+    killpg,
+    signal_reaped_group,
+    timer_delay,
+)
 
 __all__ = ["HAS_PIDFD", "Launch", "LaunchError", "LoopWatch", "TaskProcesses"]
 
@@ -37,6 +44,7 @@ _POPEN_GROUP: Dict[str, Any] = {"process_group": 0} if _NEW_GROUP else {"start_n
 _POSIX_GROUP: Dict[str, Any] = {"setpgroup": 0} if _NEW_GROUP else {"setsid": True}
 _SIGTERM = 15
 _SIGKILL = 9
+_GROUP_CHECK_INTERVAL = 0.05  # while what a task's leader left behind is being ended
 # The selectors module's EVENT_READ, without importing it for a constant.
 _EVENT_READ = 1
 
@@ -57,7 +65,15 @@ which :class:`LoopWatch` needs."""
 
 
 class LaunchError(Exception):
-    """A task could not be started; the message says why in words a user can act on."""
+    """A task could not be started; the message says why in words a user can act on.
+
+    ``exit_code`` is the shell's code for the cause when there is one: 127 for a program that
+    was not found, 126 for one that cannot be executed.
+    """
+
+    def __init__(self, message: str, exit_code: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class Launch:
@@ -149,29 +165,29 @@ class LoopWatch:
 
     def signal_group(self, pid: int, signum: int) -> bool:
         """Signal the process group led by ``pid`` if that process has not been reaped."""
-        if pid not in self._children:
-            return False
-        try:
-            os.killpg(pid, signum)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
+        return pid in self._children and killpg(pid, signum)
 
     def call_later(self, delay: float, action: Callable[[], object]) -> None:
         """Run ``action`` on the loop's thread after ``delay`` seconds."""
         self._seq += 1
-        heappush(self._deadlines, (time.monotonic() + delay, self._seq, action))
+        heappush(self._deadlines, (time.monotonic() + timer_delay(delay), self._seq, action))
 
     def signal_later(self, pgid: int, signum: int, delay: float) -> None:
-        """Send ``signum`` to process group ``pgid`` after ``delay`` seconds, if its leader has
-        not been reaped by then."""
-        self.call_later(delay, lambda: self.signal_group(pgid, signum))
+        """Send ``signum`` to process group ``pgid`` after ``delay`` seconds: through its leader
+        if it has not been reaped, else to what is left of its group."""
+        def send() -> None:
+            if pgid in self._children:
+                self.signal_group(pgid, signum)
+            else:
+                signal_reaped_group(pgid, signum)
+
+        self.call_later(delay, send)
 
     def next_timeout(self) -> Optional[float]:
         """Seconds until the next timed action is due; None when there is none."""
         if not self._deadlines:
             return None
-        return max(0.0, self._deadlines[0][0] - time.monotonic())
+        return timer_delay(self._deadlines[0][0] - time.monotonic())
 
     def run_due(self) -> None:
         """Run the timed actions that are due."""
@@ -194,13 +210,14 @@ class LoopWatch:
 
 
 class _Process:
-    __slots__ = ("nodefile", "pid", "stderr", "tmpdir")
+    __slots__ = ("nodefile", "pid", "signalled", "stderr", "tmpdir")
 
     def __init__(self, pid: int, tmpdir: str, nodefile: str, stderr: Optional[str]) -> None:
         self.pid = pid
         self.tmpdir = tmpdir
         self.nodefile = nodefile
         self.stderr = stderr
+        self.signalled = False  # TERM was sent to its group
 
 
 class TaskProcesses:
@@ -210,10 +227,16 @@ class TaskProcesses:
     thread by default, the loop's own thread with a :class:`LoopWatch`); with the shared
     thread it must only hand the exit over to the owner's thread. The owner then calls
     :meth:`finish`.
+
+    A task has ended when its process group is empty, not when its leader exits: what the
+    leader left running still uses the task's share. So when the leader exits before the rest
+    of its group, the group gets TERM (unless a cancel sent it already) and KILL ``grace``
+    seconds later, as a batch system ends what a job step left behind, and ``on_exit`` is
+    called (with the leader's exit code) once no live process is left in the group.
     """
 
     def __init__(self, tmp_root: Path, on_exit: Callable[[str, Optional[int]], None],
-                 watch: Any = None) -> None:
+                 watch: Any = None, grace: float = 5.0) -> None:
         if watch is None:
             from psij.executors._process_watch import WATCH
 
@@ -223,6 +246,7 @@ class TaskProcesses:
         ensure_private_dir(self._tmp_root, "pilot tasks' TMPDIR root")
         self._tmp_prefix = os.path.join(str(self._tmp_root), "t")
         self._on_exit = on_exit
+        self._grace = grace
         self._base_environment = dict(os.environ)
         self._running: Dict[str, _Process] = {}
         self._seq = 0
@@ -280,9 +304,29 @@ class TaskProcesses:
         if launch.stderr is not None:
             stderr_path = os.path.join(directory, launch.stderr)
         self._running[task_id] = _Process(pid, tmpdir, nodefile, stderr_path)
-        on_exit = self._on_exit
-        self._watch.watch(pid, lambda pid, status: on_exit(task_id, exit_code_of(status)))
+        leader_exited = self._leader_exited
+        self._watch.watch(pid, lambda pid, status: leader_exited(task_id, pid, status))
         return pid
+
+    def _leader_exited(self, task_id: str, pid: int, status: Optional[int]) -> None:
+        # On the watch's thread.
+        code = exit_code_of(status)
+        if not group_has_live_members(pid):
+            self._on_exit(task_id, code)
+            return
+        process = self._running.get(task_id)
+        if process is not None and not process.signalled:
+            process.signalled = True
+            signal_reaped_group(pid, _SIGTERM)
+            self._watch.call_later(self._grace, lambda: signal_reaped_group(pid, _SIGKILL))
+
+        def check() -> None:
+            if group_has_live_members(pid):
+                self._watch.call_later(_GROUP_CHECK_INTERVAL, check)
+            else:
+                self._on_exit(task_id, code)
+
+        self._watch.call_later(_GROUP_CHECK_INTERVAL, check)
 
     def finish(self, task_id: str, code: Optional[int]) -> Optional[str]:
         """Clean up after an exit reported through ``on_exit``; returns the failure message
@@ -302,8 +346,11 @@ class TaskProcesses:
         process = self._running.get(task_id)
         if process is None:
             return False
-        if self._watch.signal_group(process.pid, _SIGTERM):
-            self._watch.signal_later(process.pid, _SIGKILL, grace)
+        process.signalled = True
+        pid = process.pid
+        # After its leader exited, the group is signalled without it (see the class notes).
+        if self._watch.signal_group(pid, _SIGTERM) or signal_reaped_group(pid, _SIGTERM):
+            self._watch.signal_later(pid, _SIGKILL, grace)
             return True
         return False
 
@@ -368,6 +415,8 @@ class TaskProcesses:
                         os.makedirs(parent, exist_ok=True)
         except OSError as ex:
             raise LaunchError(f"cannot create the task's directories: {ex}") from ex
+        except UnicodeEncodeError as ex:
+            raise LaunchError(f"cannot create the task's directories: {_NOT_TEXT}") from ex
 
     def _open_streams(self, launch: Launch, opened: List[int]) -> Tuple[int, int, int]:
         def open_one(path: str, flags: int, what: str) -> int:
@@ -375,6 +424,8 @@ class TaskProcesses:
                 fd = os.open(os.path.join(launch.directory, path), flags, 0o666)
             except OSError as ex:
                 raise LaunchError(f"cannot open {what} {path!r}: {ex.strerror}") from ex
+            except UnicodeEncodeError as ex:
+                raise LaunchError(f"cannot open {what} {path!r}: {_NOT_TEXT}") from ex
             opened.append(fd)
             return fd
 
@@ -414,12 +465,14 @@ class _Spawner:
             return _popen(argv, directory, env, stdin, stdout, stderr)
         except FileNotFoundError as ex:
             raise LaunchError(f"executable {argv[0]!r} was not found (no such file, or not on "
-                              "PATH)") from ex
+                              "PATH)", 127) from ex
         except PermissionError as ex:
             raise LaunchError(f"executable {argv[0]!r} cannot be executed "
-                              f"({ex.strerror})") from ex
+                              f"({ex.strerror})", 126) from ex
         except OSError as ex:
             raise LaunchError(f"could not start {argv[0]!r}: {ex}") from ex
+        except UnicodeEncodeError as ex:
+            raise LaunchError(_unencodable(argv, env)) from ex
 
     def _posix_spawn(self, argv: List[str], env: Dict[str, str], stdin: int, stdout: int,
                      stderr: int) -> int:
@@ -447,6 +500,28 @@ class _Spawner:
                 self._found[key] = candidate
                 return candidate
         raise FileNotFoundError(2, "No such file or directory", name)
+
+
+_NOT_TEXT = "it holds a lone surrogate, which no file name or program can receive"
+
+
+def _unencodable(argv: List[str], env: Mapping[str, str]) -> str:
+    """Which argument or variable of a launch cannot be passed to a program, and why."""
+    def bad(text: str) -> bool:
+        try:
+            os.fsencode(text)
+        except UnicodeEncodeError:
+            return True
+        return False
+
+    for i, arg in enumerate(argv):
+        if bad(arg):
+            return (f"executable {arg!r}: {_NOT_TEXT}" if i == 0
+                    else f"argument {i} ({arg!r}): {_NOT_TEXT}")
+    for key, value in env.items():
+        if bad(key) or bad(value):
+            return f"environment variable {key!r} ({value!r}): {_NOT_TEXT}"
+    return f"the directory, an argument or a variable: {_NOT_TEXT}"
 
 
 def _inheritable_descriptors() -> bool:

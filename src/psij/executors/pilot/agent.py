@@ -8,8 +8,8 @@ back (``unix:PATH`` or ``tcp:HOST:PORT``), says hello, and then follows the pilo
 Protocol: one JSON object per line, both ways.
 
 - agent to pilot: ``{"op": "hello", "node", "token", "pid"}`` first, then
-  ``{"op": "exited", "id", "code", "message"}`` when a task ends (``code`` null and a message
-  when it could not be started).
+  ``{"op": "exited", "id", "code", "message"}`` when a task ends (with a message when it could
+  not be started, and ``code`` 127 or 126 for a program not found or not executable, else null).
 - pilot to agent: ``{"op": "spawn", "launch": {...}}`` (see ``_task_process.Launch``),
   ``{"op": "signal", "id", "grace"}`` (TERM now, KILL after ``grace`` seconds),
   ``{"op": "stop"}``.
@@ -104,7 +104,7 @@ class _Agent:
                 with self._lock:
                     self._processes.start(launch)
             except LaunchError as ex:
-                self.send({"op": "exited", "id": launch.task_id, "code": None,
+                self.send({"op": "exited", "id": launch.task_id, "code": ex.exit_code,
                            "message": f"could not start the task: {ex}"})
         elif op == "signal":
             with self._lock:

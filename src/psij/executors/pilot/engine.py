@@ -20,12 +20,19 @@ Threads:
 A scheduling pass runs once per batch of events (submissions, exits, cancels), so its cost is
 the scheduler's: it grows with the number of distinct task shapes, not with waiting tasks.
 
-Journal: one JSON line per event (submit, start, end, user cancel, forget), appended with one
-write per batch, fsync'd at most once a second and at close. The ends of tasks are written
+Journal (:mod:`~psij.executors.pilot.journal`): one JSON line per event (submit, start, end,
+user cancel, forget), appended with one write per batch, fsync'd at most once a second and at
+close; a line that cannot be used is skipped with a warning on resume. The ends of tasks are written
 before any other task starts, so that a crash never leaves a started dependent behind an end
 the journal does not hold. ``resume`` reads it back: tasks that succeeded are not run again
 (they count as succeeded for what depends on them), tasks a user cancelled stay cancelled,
 all others are queued again in their original order.
+
+Faults: an unexpected error while handling one task fails that task (its process is killed)
+and the engine goes on; an error outside any task is logged and the loop goes on, unless it
+repeats on every turn, in which case every task that has not ended fails with the reason,
+``failure`` says why and submissions are refused (``psij pilot serve`` then exits with 1).
+A task ends when its process group is empty (see ``_task_process.TaskProcesses``).
 
 Work that no task waits for (removing the run folders that killed pilots left) starts once
 the first tasks are started, on a thread of its own.
@@ -48,7 +55,6 @@ from typing import (
     Callable,
     Deque,
     Dict,
-    Iterable,
     List,
     Mapping,
     Optional,
@@ -57,10 +63,16 @@ from typing import (
     Tuple,
 )
 
-from psij import _check, _private_dirs
+from psij import _check
 from psij._lazylog import LazyLogger
 from psij.executors._process_watch import WATCH, exit_code_of
 from psij.executors.pilot._record import Record, replace
+from psij.executors.pilot._run_dir import (
+    make_run_dir,
+    remove_dead_run_dirs,
+    remove_tree,
+    temporary_base,
+)
 from psij.executors.pilot._task_process import (
     HAS_PIDFD,
     Launch,
@@ -69,6 +81,14 @@ from psij.executors.pilot._task_process import (
     TaskProcesses,
 )
 from psij.executors.pilot.allocation import Allocation
+from psij.executors.pilot.journal import (
+    RUN_VARIABLE,
+    Journal,
+    ReplayPlan,
+    json_line,
+    kill_leftovers,
+    read_journal,
+)
 from psij.executors.pilot.resources import Amount, PoolUsage, ResourcePool, ResourceRequest
 from psij.executors.pilot.scheduler import (
     Placement,
@@ -90,10 +110,9 @@ logger = LazyLogger(__name__)
 
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
 _DEFAULT_REQUEST = ResourceRequest()
-_FSYNC_INTERVAL = 1.0
 _RECV_SIZE = 65536
-_RUN_VARIABLE = "PSIJ_PILOT_RUN"
 _SHARE_CACHE_SIZE = 4096
+_MAX_ERRORS_IN_A_ROW = 20
 
 
 # -- task descriptions ------------------------------------------------------------------------
@@ -210,11 +229,7 @@ class TaskSpec(Record):
         if type(priority) is not int and _check.opt_int("TaskSpec.priority", priority) is None:
             raise _check.fail_type("TaskSpec.priority", None, "int")
         if time_limit is not None:
-            if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)):
-                raise _check.fail_type("TaskSpec.time_limit", time_limit,
-                                       "seconds (a number) or None")
-            if time_limit <= 0:
-                raise ValueError(f"TaskSpec.time_limit: must be positive, got {time_limit}")
+            _check.seconds("TaskSpec.time_limit", time_limit, positive=True)
         _set(self, "name", name)
         _set(self, "executable", executable)
         _set(self, "arguments", _str_tuple("TaskSpec.arguments", arguments))
@@ -451,12 +466,9 @@ class EngineConfig:
         self.resume = _check.opt_bool("EngineConfig.resume", resume)
         if self.resume and self.journal is None:
             raise ValueError("EngineConfig.resume: resuming needs a journal; set journal")
-        for name, value in (("cancel_grace_period", cancel_grace_period),
-                            ("agent_connect_timeout", agent_connect_timeout)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"EngineConfig.{name}: expected seconds (a number of at least "
-                                 f"0), got {value!r}")
-        self.cancel_grace_period = cancel_grace_period
+        self.cancel_grace_period = _check.seconds("EngineConfig.cancel_grace_period",
+                                                  cancel_grace_period)
+        _check.seconds("EngineConfig.agent_connect_timeout", agent_connect_timeout)
         self.agent_connect_timeout = agent_connect_timeout
         if agent_transport not in ("auto", "unix", "tcp"):
             raise ValueError(f"EngineConfig.agent_transport: {agent_transport!r}; "
@@ -497,77 +509,6 @@ class _Task:
         self.failure: Optional[str] = None  # engine's own reason for a failure
         self.timed_out = False
         self.user_canceled = False
-
-
-class _Journal:
-    """The append-only journal: one write per batch of lines, fsync'd now and then."""
-
-    def __init__(self, path: Path) -> None:
-        _private_dirs.ensure_private_dir(path.parent, "pilot journal directory")
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        self._dirty = False
-        self._synced = time.monotonic()
-
-    def write(self, lines: Iterable[str]) -> None:
-        """Append lines (each ends with a newline) in one write."""
-        data = "".join(lines)
-        if not data:
-            return
-        try:
-            os.write(self._fd, data.encode())
-            self._dirty = True
-        except OSError as ex:
-            logger.error("could not write the pilot journal: %s", ex)
-
-    def due(self) -> Optional[float]:
-        """Seconds until the next fsync is due, or None when nothing waits for one."""
-        if not self._dirty:
-            return None
-        return max(0.0, self._synced + _FSYNC_INTERVAL - time.monotonic())
-
-    def sync(self, force: bool = False) -> None:
-        if self._dirty and (force or time.monotonic() - self._synced >= _FSYNC_INTERVAL):
-            try:
-                os.fsync(self._fd)
-            except OSError as ex:
-                logger.error("could not fsync the pilot journal: %s", ex)
-            self._dirty = False
-            self._synced = time.monotonic()
-
-    def close(self) -> None:
-        self.sync(force=True)
-        os.close(self._fd)
-
-
-# One encoder for every line: ``json.dumps`` with separators would build one per call.
-_encode_compact = json.JSONEncoder(separators=(",", ":")).encode
-
-
-def _json_line(record: Dict[str, Any]) -> str:
-    """One journal line."""
-    return _encode_compact(record) + "\n"
-
-
-def read_journal(path: Path) -> List[Dict[str, Any]]:
-    """The records of a journal; a last line cut short by a crash is ignored."""
-    records: List[Dict[str, Any]] = []
-    try:
-        with open(path, "rb") as f:
-            lines = f.read().split(b"\n")
-    except FileNotFoundError:
-        return records
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            if number < len(lines):
-                logger.warning("pilot journal %s: line %d is not JSON; skipped", path, number)
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
 
 
 class _Agent:
@@ -642,7 +583,7 @@ class PilotEngine:
         self._selector: Optional[selectors.BaseSelector] = None
         self._wake_r, self._wake_w = -1, -1
         self._thread: Optional[threading.Thread] = None
-        self._journal: Optional[_Journal] = None
+        self._journal: Optional[Journal] = None
         self._local: Optional[TaskProcesses] = None
         # Exits and timed actions of local tasks: in the engine's own loop where pidfds exist,
         # else through the shared ProcessWatch thread.
@@ -664,6 +605,7 @@ class PilotEngine:
         # processes, never one that reused a pid.
         self._run_id = os.urandom(8).hex()
         self._swept = False  # whether the run folders of dead pilots were removed
+        self.failure: Optional[str] = None  # why the engine stopped, if it had to
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -678,21 +620,22 @@ class PilotEngine:
                 raise RuntimeError("start: this engine was already started")
             self._started = True
         config = self.config
-        self._run_dir = _make_run_dir(config.tmp_root or _temporary_base())
+        self._run_dir = make_run_dir(config.tmp_root or temporary_base())
         self._selector = selectors.DefaultSelector()
         if HAS_PIDFD:
             self._loop_watch = LoopWatch(self._selector)
             self._local = TaskProcesses(self._run_dir / "tmp", self._on_local_exit,
-                                        self._loop_watch)
+                                        self._loop_watch, config.cancel_grace_period)
         else:
-            self._local = TaskProcesses(self._run_dir / "tmp", self._local_exit)
+            self._local = TaskProcesses(self._run_dir / "tmp", self._local_exit,
+                                        grace=config.cancel_grace_period)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, self._drain_wake)
         if config.journal is not None:
             previous = read_journal(config.journal) if config.resume else []
-            self._journal = _Journal(config.journal)
+            self._journal = Journal(config.journal)
             if previous:
                 self._replay(previous)
         if self.allocation.remote_nodes:
@@ -710,11 +653,20 @@ class PilotEngine:
         if self._thread is None:
             return
         self._post(("close",))
+        if threading.current_thread() is self._thread:
+            return  # from a listener (a collected executor): the engine thread stops itself
         limit = self.config.cancel_grace_period + (5.0 if timeout is None else timeout)
         self._closed.wait(limit)
         if self._thread.is_alive():
             self._post(("stop",))
-            self._thread.join(5.0)
+        self._thread.join(5.0)
+        if not self._thread.is_alive() and self._wake_w >= 0:
+            # Only now: the engine thread no longer uses them.
+            wake_r, wake_w, self._wake_r, self._wake_w = self._wake_r, self._wake_w, -1, -1
+            os.close(wake_w)
+            os.close(wake_r)
+            if self._selector is not None:
+                self._selector.close()
 
     # -- public operations ------------------------------------------------------------------
 
@@ -740,11 +692,12 @@ class PilotEngine:
             _check.instance(f"tasks[{i}]", task, TaskSpec, "TaskSpec", False)
         with self._lock:
             if self._refusing:
-                raise RuntimeError("submit: the pilot is shutting down")
+                why = "is shutting down" if self.failure is None else f"stopped: {self.failure}"
+                raise RuntimeError(f"submit: the pilot {why}")
             self._check_batch(tasks)
             ids = [self._add(task) for task in tasks]
             if self._journal is not None:
-                self._journal.write([_json_line({"e": "submit", "task": t.to_json()})
+                self._journal.write([json_line({"e": "submit", "task": t.to_json()})
                                      for t in tasks])
             self._dirty = True
         self._wake()
@@ -759,7 +712,7 @@ class PilotEngine:
                 return
             task.user_canceled = True
             if self._journal is not None:
-                self._journal.write([_json_line({"e": "cancel", "id": task_id})])
+                self._journal.write([json_line({"e": "cancel", "id": task_id})])
             transitions = self._scheduler.cancel(task_id)
             if transitions:
                 self._ended(transitions)
@@ -777,7 +730,7 @@ class PilotEngine:
                 self._delivered_finals -= 1
             self._dependents.pop(task_id, None)
             if self._journal is not None:
-                self._journal.write([_json_line({"e": "forget", "id": task_id})])
+                self._journal.write([json_line({"e": "forget", "id": task_id})])
 
     def status(self, task_id: str) -> TaskStatus:
         with self._lock:
@@ -925,38 +878,17 @@ class PilotEngine:
 
     def _replay(self, records: List[Dict[str, Any]]) -> None:
         """Rebuild the tasks of a previous run from its journal (see the module rules)."""
+        plan = ReplayPlan(records)
         specs: Dict[str, TaskSpec] = {}
-        final: Dict[str, str] = {}
-        canceled: Set[str] = set()
-        leftovers: Dict[str, Tuple[int, str]] = {}  # task -> (pid, run marker)
-        for record in records:
-            kind = record.get("e")
-            name = record.get("id")
-            if kind == "submit":
-                try:
-                    spec = TaskSpec.from_json(record["task"])
-                except (KeyError, TypeError, ValueError) as ex:
-                    logger.warning("pilot journal: a submission could not be read: %s", ex)
-                    continue
-                specs[spec.name] = spec
-                final.pop(spec.name, None)
-                canceled.discard(spec.name)
-            elif kind == "end" and isinstance(name, str):
-                final[name] = str(record.get("state"))
-                leftovers.pop(name, None)
-            elif kind == "start" and isinstance(name, str) and record.get("pid"):
-                leftovers[name] = (int(record["pid"]), str(record.get("run")))
-            elif kind == "cancel" and isinstance(name, str):
-                canceled.add(name)
-            elif kind == "forget" and isinstance(name, str):
-                specs.pop(name, None)
-                final.pop(name, None)
-        for name, (pid, run) in leftovers.items():
-            if _is_task_process(pid, run, name):
-                try:
-                    os.killpg(pid, 9)
-                except OSError:
-                    pass
+        for raw in plan.submitted.values():
+            try:
+                spec = TaskSpec.from_json(raw)
+            except (KeyError, TypeError, ValueError) as ex:
+                logger.warning("pilot journal: a submission could not be read: %s", ex)
+                continue
+            specs[spec.name] = spec
+        final, canceled = plan.final, plan.canceled
+        kill_leftovers(plan.leftovers)
         with self._lock:
             # Tasks that already succeeded are known to the scheduler as such, so that tasks
             # after them may start; they take no resources and never run again.
@@ -971,9 +903,11 @@ class PilotEngine:
                 if name in self._tasks:
                     continue
                 known = tuple(a for a in spec.after if a in self._tasks or self._is_group(a))
-                if known != spec.after:
-                    spec = replace(spec, after=known)
-                self._add(spec)
+                try:
+                    self._add(replace(spec, after=known) if known != spec.after else spec)
+                except (KeyError, TypeError, ValueError) as ex:
+                    logger.warning("pilot journal: task %r cannot be resumed: %s", name, ex)
+                    continue
                 if name in canceled:
                     self._tasks[name].user_canceled = True
                     transitions = self._scheduler.cancel(name)
@@ -1007,7 +941,10 @@ class PilotEngine:
 
     def _on_local_exit(self, task_id: str, code: Optional[int]) -> None:
         # On the engine thread (a pidfd of the loop): handled at once.
-        self._on_exit(task_id, code, None)
+        try:
+            self._on_exit(task_id, code, None)
+        except Exception as ex:
+            self._task_broke(task_id, ex)
 
     def _later(self, delay: float, item: Tuple[Any, ...]) -> None:
         """Handle ``item`` (as if posted) on the engine thread after ``delay`` seconds."""
@@ -1020,31 +957,68 @@ class PilotEngine:
         selector = self._selector
         assert selector is not None
         watch = self._loop_watch
+        errors = 0  # unexpected errors in a row
         try:
             while True:
-                timeout = self._timeout()
-                if timeout != 0.0:
-                    # About to sleep: what waits for the journal goes now.
-                    self._write_journal()
-                    if not self._swept:
-                        self._sweep()
-                for key, mask in selector.select(timeout):
-                    key.data(mask)
-                if watch is not None:
-                    watch.run_due()
-                if not self._step():
-                    break
-        except Exception:
-            logger.exception("the pilot engine thread failed")
+                try:
+                    timeout = self._timeout()
+                    if timeout != 0.0:
+                        # About to sleep: what waits for the journal goes now.
+                        self._write_journal()
+                        if not self._swept:
+                            self._sweep()
+                    for key, mask in selector.select(timeout):
+                        key.data(mask)
+                    if watch is not None:
+                        watch.run_due()
+                    if not self._step():
+                        break
+                    errors = 0
+                except Exception as ex:
+                    # What a task's own handling raises fails that task where it is caught;
+                    # this is for the rest. The engine goes on unless it keeps failing.
+                    errors += 1
+                    logger.exception("the pilot engine hit an unexpected error")
+                    if errors >= _MAX_ERRORS_IN_A_ROW:
+                        self._give_up(f"the pilot engine stopped after {errors} unexpected "
+                                      f"errors in a row, the last one: {ex!r}")
+                        break
+                    time.sleep(0.01 * errors)  # never spin on an error that repeats
         finally:
             self._shutdown()
+
+    def _task_broke(self, task_id: str, error: BaseException) -> None:
+        """An unexpected error while handling one task: it alone fails (its process, if any,
+        is killed) and the engine goes on."""
+        logger.error("pilot: task %r failed on an unexpected error: %r", task_id, error,
+                     exc_info=error)
+        with self._lock:
+            task = self._tasks.get(task_id)
+        if task is None:
+            return
+        if self._local is not None:
+            self._local.signal(task_id, 0.0)
+        self._finish(task, task.run, None, f"the pilot hit an unexpected error while "
+                                           f"handling this task: {error!r}")
+
+    def _give_up(self, reason: str) -> None:
+        """The engine cannot go on: every task that has not ended fails with ``reason``."""
+        logger.error("pilot: %s", reason)
+        with self._lock:
+            self.failure = reason
+            self._refusing = True
+            for task in self._tasks.values():
+                if not task.history or not task.history[-1][1].final:
+                    self._end_task(task, TaskState.FAILED, reason)
+        if self._local is not None:
+            self._local.signal_all(0.0)
 
     def _sweep(self) -> None:
         """Remove what killed pilots left, on a thread of its own: a large leftover must not
         hold up the tasks of this one."""
         self._swept = True
         assert self._run_dir is not None
-        threading.Thread(target=_remove_dead_run_dirs, args=(self._run_dir.parent,),
+        threading.Thread(target=remove_dead_run_dirs, args=(self._run_dir.parent,),
                          name="psij-pilot-sweep", daemon=True).start()
 
     def _timeout(self) -> Optional[float]:
@@ -1084,7 +1058,17 @@ class PilotEngine:
         return not stop
 
     def _handle(self, item: Tuple[Any, ...]) -> bool:
-        """Act on one posted item; True for the request to stop."""
+        """Act on one posted item; True for the request to stop. An unexpected error fails
+        the task the item is about."""
+        try:
+            return self._act(item)
+        except Exception as ex:
+            if item[0] not in ("exit", "kill", "timeout"):
+                raise
+            self._task_broke(item[1], ex)
+            return False
+
+    def _act(self, item: Tuple[Any, ...]) -> bool:
         kind = item[0]
         if kind == "exit":
             self._on_exit(item[1], item[2], item[3])
@@ -1140,7 +1124,10 @@ class PilotEngine:
                 self._running += 1
                 starts.append((task, task.spec))
         for task, spec in starts:
-            self._start_task(task, spec)
+            try:
+                self._start_task(task, spec)
+            except Exception as ex:
+                self._task_broke(task.spec.name, ex)
 
     def _start_task(self, task: _Task, spec: TaskSpec) -> None:
         share = task.share
@@ -1161,7 +1148,7 @@ class PilotEngine:
         environment, nodefile = self._share_environment(share,
                                                         spec.resources.cores_per_process)
         environment["QCG_PM_STEP_ID"] = spec.name
-        environment[_RUN_VARIABLE] = self._run_id
+        environment[RUN_VARIABLE] = self._run_id
         if spec.environment:
             environment.update(spec.environment)
         launch = Launch(spec.name, [spec.executable, *spec.arguments], task.directory,
@@ -1175,7 +1162,7 @@ class PilotEngine:
             try:
                 pid = self._local.start(launch)
             except LaunchError as ex:
-                self._finish(task, task.run, None, f"could not start the task: {ex}")
+                self._finish(task, task.run, ex.exit_code, f"could not start the task: {ex}")
                 return
             record = (f'{{"e":"start","id":{name_json},"node":{json.dumps(node)},"pid":{pid},'
                       f'"run":"{self._run_id}"}}\n')
@@ -1313,7 +1300,7 @@ class PilotEngine:
             if self._local is not None:
                 self._local.remove_tmp_root()
             if self._run_dir is not None:
-                _remove_tree(self._run_dir)
+                remove_tree(self._run_dir)
         finally:
             self._closed.set()
             with self._changed:
@@ -1494,20 +1481,6 @@ class PilotEngine:
                 self._finish(task, task.run, None, f"node {node} is lost: {why}")
 
 
-def _is_task_process(pid: int, run: str, task_id: str) -> bool:
-    """Whether ``pid`` is still the process a crashed run started for ``task_id``: a process
-    group leader whose initial environment carries that run's marker and the task's id."""
-    try:
-        if os.getpgid(pid) != pid:
-            return False
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            variables = set(f.read().split(b"\0"))
-    except OSError:
-        return False
-    return (f"{_RUN_VARIABLE}={run}".encode() in variables
-            and f"QCG_PM_STEP_ID={task_id}".encode() in variables)
-
-
 def _log_tail(path: Path) -> str:
     try:
         with open(path, "rb") as f:
@@ -1517,63 +1490,3 @@ def _log_tail(path: Path) -> str:
     except OSError:
         return ""
     return f"; its output ends with:\n{text}" if text else ""
-
-
-_RUN_DIR_PREFIX = "psij-pilot-"
-
-
-def _temporary_base() -> Path:
-    """Where run folders go by default: ``$TMPDIR`` if it is a folder, else ``/tmp``, else
-    what :func:`tempfile.gettempdir` finds (loaded only then)."""
-    for candidate in (os.environ.get("TMPDIR"), "/tmp"):
-        if candidate and os.path.isdir(candidate):
-            return Path(candidate)
-    import tempfile
-
-    return Path(tempfile.gettempdir())
-
-
-def _make_run_dir(base: Path) -> Path:
-    """A new private folder ``psij-pilot-<pid>-<random>`` under ``base`` for this run."""
-    while True:
-        path = base / f"{_RUN_DIR_PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
-        try:
-            os.mkdir(path, 0o700)
-            return path
-        except FileExistsError:
-            continue
-
-
-def _run_dir_pid(name: str) -> Optional[int]:
-    """The pid in a run folder's name, or None if it is not a run folder's name."""
-    if not name.startswith(_RUN_DIR_PREFIX):
-        return None
-    pid, dash, _ = name[len(_RUN_DIR_PREFIX):].partition("-")
-    return int(pid) if dash and pid.isdigit() and pid.isascii() else None
-
-
-def _remove_dead_run_dirs(base: Path) -> None:
-    """Remove the run folders (TMPDIRs, agent logs) that killed pilots of this user left."""
-    try:
-        entries = list(os.scandir(base))
-    except OSError:
-        return
-    uid = os.getuid()
-    for entry in entries:
-        pid = _run_dir_pid(entry.name)
-        if pid is None:
-            continue
-        try:
-            if entry.stat(follow_symlinks=False).st_uid != uid or not entry.is_dir():
-                continue
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            _remove_tree(Path(entry.path))
-        except OSError:
-            continue
-
-
-def _remove_tree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)

@@ -24,6 +24,7 @@ the task, before and after the job (see :mod:`psij.executors.pilot._staging`).
 
 import os
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -77,11 +78,8 @@ class PilotJobExecutorConfig(JobExecutorConfig):
         super().__init__(launcher_log_file=launcher_log_file, work_directory=work_directory)
         self.nodes = self._nodes(nodes)
         self.cores = _check.opt_int("PilotJobExecutorConfig.cores", cores, minimum=1)
-        if isinstance(cancel_grace_period, bool) or \
-                not isinstance(cancel_grace_period, (int, float)) or cancel_grace_period < 0:
-            raise ValueError("PilotJobExecutorConfig.cancel_grace_period: expected seconds (at "
-                             f"least 0), got {cancel_grace_period!r}")
-        self.cancel_grace_period = float(cancel_grace_period)
+        self.cancel_grace_period = _check.seconds(
+            "PilotJobExecutorConfig.cancel_grace_period", cancel_grace_period)
         self.agent_launcher = tuple(_check.opt_str_list(
             "PilotJobExecutorConfig.agent_launcher", agent_launcher) or ())
         self.local_node = _check.opt_str("PilotJobExecutorConfig.local_node", local_node)
@@ -100,6 +98,38 @@ class PilotJobExecutorConfig(JobExecutorConfig):
         if self.nodes is not None:
             return configured_allocation(self.nodes, self.local_node, self.agent_launcher)
         return discover_allocation(cores=self.cores)
+
+
+class _Held:
+    """What an executor must stop when it is closed or collected (it never refers to the
+    executor, or the executor could not be collected)."""
+
+    def __init__(self) -> None:
+        self.engine: Optional[PilotEngine] = None
+        self.client: Optional[PilotClient] = None
+
+    def close(self) -> None:
+        engine, self.engine = self.engine, None
+        client, self.client = self.client, None
+        if engine is not None:
+            engine.close()
+        if client is not None:
+            client.close()
+
+
+class _WeakMethod:
+    """Calls ``owner.<name>(...)`` while the owner lives; does nothing after."""
+
+    __slots__ = ("_name", "_ref")
+
+    def __init__(self, owner: object, name: str) -> None:
+        self._ref = weakref.ref(owner)
+        self._name = name
+
+    def __call__(self, *args: Any) -> None:
+        owner = self._ref()
+        if owner is not None:
+            getattr(owner, self._name)(*args)
 
 
 _FINAL_STATES = {
@@ -144,6 +174,12 @@ class PilotJobExecutor(JobExecutor):
         self._by_name: Dict[str, List[str]] = {}  # job name -> task ids, for pilot.after
         self._engine: Optional[PilotEngine] = None
         self._client: Optional[PilotClient] = None
+        # The engine and the client reach this executor only through weak references, so an
+        # executor dropped without close() is collected, and this finalizer then stops them.
+        self._held = _Held()
+        self._finalizer = weakref.finalize(self, self._held.close)
+        self._finalizer.atexit = False  # at exit, tasks are left as a killed process leaves them
+        self._listener = _WeakMethod(self, "_on_event")
 
     # -- the pilot behind this executor -----------------------------------------------------
 
@@ -158,28 +194,24 @@ class PilotJobExecutor(JobExecutor):
                 engine = PilotEngine(config.allocation(), EngineConfig(
                     work_directory=Path(os.getcwd()), journal=config.journal,
                     resume=config.resume, cancel_grace_period=config.cancel_grace_period))
-                engine.add_listener(self._on_event)
+                engine.add_listener(self._listener)
                 engine.start()
-                self._engine = engine
+                self._engine = self._held.engine = engine
             return self._engine
 
     def _remote(self) -> PilotClient:
         with self._lock:
             if self._client is None:
                 assert self._path is not None
-                self._client = PilotClient(self._path, on_event=self._on_event,
-                                           on_lost=self._on_lost)
+                self._client = self._held.client = PilotClient(
+                    self._path, on_event=self._listener, on_lost=_WeakMethod(self, "_on_lost"))
             return self._client
 
     def close(self) -> None:
         """Stop the in-process pilot (its running tasks are cancelled), or disconnect."""
         with self._lock:
-            engine, self._engine = self._engine, None
-            client, self._client = self._client, None
-        if engine is not None:
-            engine.close()
-        if client is not None:
-            client.close()
+            self._engine = self._client = None
+        self._held.close()
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -337,10 +369,11 @@ class PilotJobExecutor(JobExecutor):
         after = self._after(attributes.get_custom_attribute("pilot.after")
                             if attributes else None)
         limit = attributes.get_custom_attribute("pilot.time_limit") if attributes else None
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))
-                                  or limit <= 0):
-            raise InvalidJobException(f"custom attribute pilot.time_limit: expected a positive "
-                                      f"number of seconds, got {limit!r}")
+        if limit is not None:
+            try:
+                limit = _check.seconds("custom attribute pilot.time_limit", limit, positive=True)
+            except (TypeError, ValueError) as ex:
+                raise InvalidJobException(str(ex)) from ex
         return with_staging(TaskSpec(
             name=job.id, executable=spec.executable, arguments=list(spec.arguments or ()),
             directory=directory, environment=spec.environment or {},
@@ -349,7 +382,7 @@ class PilotJobExecutor(JobExecutor):
             stdout=None if spec.stdout_path is None else str(spec.stdout_path),
             stderr=None if spec.stderr_path is None else str(spec.stderr_path),
             resources=request, priority=priority, after=after,
-            time_limit=None if limit is None else float(limit)),
+            time_limit=limit),
             spec, Path(self.config.work_directory))
 
     def _after(self, value: Any) -> List[str]:

@@ -613,7 +613,12 @@ def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[st
             return 1
         say(f"serving {allocation.describe()} on {path}")
         while not stop.wait(1.0):
-            pass
+            if engine.failure is not None:
+                # Its tasks have failed with the reason; clients see the socket close.
+                say(f"stopping: {engine.failure}")
+                engine.close()
+                service.close()
+                return 1
         say("stopping: cancelling running tasks")
         engine.close()
         service.close()

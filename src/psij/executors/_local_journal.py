@@ -1,0 +1,148 @@
+"""The local executor's journals: which jobs were started, as which process, and how they ended.
+
+Each executor instance appends to a journal of its own in ``<work_directory>/local/``, a line
+``S <pid> <start> <job id>`` when a job starts (``start`` is the kernel's start time of the
+process, which tells a reused pid apart) and ``E <pid> <start> <exit code>[ canceled]`` when it
+ends, so that ``list()`` and ``attach()`` of any instance, in any process, see every job.
+
+Reading trusts nothing in these files: a line that does not have that form (a pid written with
+other digits than ASCII ones, a pid out of range, a cut or binary line) is skipped, with one
+warning per journal, and never stops ``list()`` or ``attach()``.
+
+It does not start, signal or watch processes.
+"""
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+from psij._lazylog import LazyLogger
+
+__all__ = ["Journal", "JournalEntry", "latest_entry", "scan_journals", "start_time"]
+
+logger = LazyLogger(__name__)
+
+_SUFFIX = ".journal"
+_MAX_AGE = 7 * 24 * 3600.0
+_PID_LIMIT = 1 << 31
+
+
+class Journal:
+    """This executor instance's append-only journal of job starts and ends."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    @staticmethod
+    def create(folder: Path) -> "Journal":
+        _prune(folder)
+        name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}{_SUFFIX}"
+        fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                     0o600)
+        return Journal(fd)
+
+    def append(self, line: str) -> None:
+        # One write of a short line to an O_APPEND file: never interleaved with other writers.
+        try:
+            os.write(self._fd, (line + "\n").encode("utf-8", "surrogateescape"))
+        except (OSError, UnicodeEncodeError) as ex:
+            logger.warning("could not write the local job journal: %s", ex)
+
+    def __del__(self) -> None:
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+
+
+class JournalEntry:
+    """One job of a journal: its id and, once it ended, its exit code and whether it was
+    cancelled (``ended`` tells an end without a recorded code from no end)."""
+
+    __slots__ = ("canceled", "code", "ended", "job_id")
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        self.ended = False
+        self.code: Optional[int] = None
+        self.canceled = False
+
+    def end(self, text: str) -> None:
+        code, _, note = text.partition(" ")
+        self.ended = text != ""  # an empty end: the exit code was not known
+        self.code = int(code) if _is_int(code.lstrip("-")) else None
+        self.canceled = note == "canceled"
+
+
+def _is_int(text: str) -> bool:
+    # str.isdigit accepts other digits ("²", "٣") that int() refuses or reads otherwise.
+    return text.isascii() and text.isdigit() and len(text) < 12
+
+
+def scan_journals(folder: Path) -> Dict[Tuple[int, str], JournalEntry]:
+    """Every job in every journal, keyed by (pid, kernel start time)."""
+    found: Dict[Tuple[int, str], JournalEntry] = {}
+    try:
+        names = [n for n in os.listdir(folder) if n.endswith(_SUFFIX)]
+    except OSError:
+        return found
+    for name in names:
+        try:
+            with open(folder / name, errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        skipped = 0
+        for line in lines:
+            parts = line.split(" ", 3)
+            if len(parts) < 4 or parts[0] not in ("S", "E") or not _is_int(parts[1]) \
+                    or not 0 < int(parts[1]) < _PID_LIMIT:
+                skipped += 1
+                continue
+            key = (int(parts[1]), parts[2])
+            if parts[0] == "S":
+                found[key] = JournalEntry(parts[3])
+            elif key in found:
+                found[key].end(parts[3])
+        if skipped:
+            logger.warning("local job journal %s: %d line(s) that are not job records were "
+                           "skipped", folder / name, skipped)
+    return found
+
+
+def latest_entry(found: Dict[Tuple[int, str], JournalEntry], pid: int
+                 ) -> Optional[Tuple[int, str]]:
+    """The key of ``pid``'s job: the running one if any, else the one started last."""
+    keys = [k for k in found if k[0] == pid]
+    if not keys:
+        return None
+    live = start_time(pid)
+    if live is not None and (pid, live) in found:
+        return (pid, live)
+    return max(keys, key=lambda k: int(k[1]) if _is_int(k[1]) else -1)
+
+
+def _prune(folder: Path) -> None:
+    cutoff = time.time() - _MAX_AGE
+    try:
+        with os.scandir(folder) as it:
+            for e in it:
+                if e.name.endswith(_SUFFIX) and e.stat().st_mtime < cutoff:
+                    os.unlink(e.path)
+    except OSError:
+        pass
+
+
+def start_time(pid: int) -> Optional[str]:
+    """The kernel's start time of a process (clock ticks since boot), to tell reused pids apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None if sys.platform.startswith("linux") else "None"
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = data[data.rfind(b")") + 2:].split()
+    return fields[19].decode() if len(fields) > 19 else None

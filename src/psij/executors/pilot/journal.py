@@ -1,0 +1,191 @@
+"""The pilot's journal on disk: appending records, reading them back, and what a resume learns.
+
+One JSON object per line: ``submit`` (with the task), ``start`` (node, and pid and run marker
+for a task of the pilot's own node), ``end`` (state, exit code), ``cancel`` and ``forget``.
+The engine decides what to write and when; this module only writes lines, fsyncs them at most
+once a second, and reads a journal back.
+
+Reading never trusts the file: a line that is not JSON, a record that is not an object, a
+field of the wrong type, a pid written with other digits than ASCII ones: each is skipped with
+a warning naming the line, and reading goes on. A journal can therefore never stop a resume.
+
+It does not schedule, start or signal anything, apart from killing the process groups a
+crashed run left behind (:func:`kill_leftovers`), and only those it can prove are that run's.
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+
+from psij._lazylog import LazyLogger
+from psij._private_dirs import ensure_private_dir
+
+__all__ = [
+    "RUN_VARIABLE",
+    "Journal",
+    "ReplayPlan",
+    "json_line",
+    "kill_leftovers",
+    "read_journal",
+]
+
+logger = LazyLogger(__name__)
+
+_FSYNC_INTERVAL = 1.0
+RUN_VARIABLE = "PSIJ_PILOT_RUN"
+"""The environment variable that marks a task process with its pilot run's id."""
+
+
+class Journal:
+    """The append-only journal: one write per batch of lines, fsync'd now and then."""
+
+    def __init__(self, path: Path) -> None:
+        ensure_private_dir(path.parent, "pilot journal directory")
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        self._dirty = False
+        self._synced = time.monotonic()
+
+    def write(self, lines: Iterable[str]) -> None:
+        """Append lines (each ends with a newline) in one write."""
+        data = "".join(lines)
+        if not data:
+            return
+        try:
+            # surrogatepass: a lone surrogate that reached a line (json escapes them, so only
+            # a hand-made line can hold one) must not stop the engine; the reader skips it.
+            os.write(self._fd, data.encode("utf-8", "surrogatepass"))
+            self._dirty = True
+        except OSError as ex:
+            logger.error("could not write the pilot journal: %s", ex)
+
+    def due(self) -> Optional[float]:
+        """Seconds until the next fsync is due, or None when nothing waits for one."""
+        if not self._dirty:
+            return None
+        return max(0.0, self._synced + _FSYNC_INTERVAL - time.monotonic())
+
+    def sync(self, force: bool = False) -> None:
+        if self._dirty and (force or time.monotonic() - self._synced >= _FSYNC_INTERVAL):
+            try:
+                os.fsync(self._fd)
+            except OSError as ex:
+                logger.error("could not fsync the pilot journal: %s", ex)
+            self._dirty = False
+            self._synced = time.monotonic()
+
+    def close(self) -> None:
+        self.sync(force=True)
+        os.close(self._fd)
+
+
+# One encoder for every line: ``json.dumps`` with separators would build one per call.
+_encode_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def json_line(record: Dict[str, Any]) -> str:
+    """One journal line."""
+    return _encode_compact(record) + "\n"
+
+
+def read_journal(path: Path) -> List[Dict[str, Any]]:
+    """The records of a journal; a last line cut short by a crash is ignored, any other line
+    that is not a JSON object is skipped with a warning."""
+    records: List[Dict[str, Any]] = []
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().split(b"\n")
+    except FileNotFoundError:
+        return records
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            if number < len(lines):
+                logger.warning("pilot journal %s: line %d is not JSON; skipped", path, number)
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            logger.warning("pilot journal %s: line %d is not a record; skipped", path, number)
+    return records
+
+
+class ReplayPlan:
+    """What a journal says about the previous runs of a pilot.
+
+    ``submitted``: the raw task of each submission still known, in submission order;
+    ``final``: the final state of each task that ended; ``canceled``: tasks a user cancelled;
+    ``leftovers``: task -> (pid, run marker) of local processes whose end was not recorded.
+    """
+
+    def __init__(self, records: List[Dict[str, Any]]) -> None:
+        self.submitted: Dict[str, Any] = {}
+        self.final: Dict[str, str] = {}
+        self.canceled: Set[str] = set()
+        self.leftovers: Dict[str, Tuple[int, str]] = {}
+        for number, record in enumerate(records, 1):
+            try:
+                self._read(record)
+            except (KeyError, TypeError, ValueError) as ex:
+                logger.warning("pilot journal: record %d cannot be used (%s); skipped",
+                               number, ex)
+
+    def _read(self, record: Dict[str, Any]) -> None:
+        kind = record.get("e")
+        name = record.get("id")
+        if kind == "submit":
+            task = record["task"]
+            task_name = task.get("name") if isinstance(task, dict) else None
+            if not isinstance(task_name, str):
+                raise ValueError("a submission without a task name")
+            self.submitted[task_name] = task
+            self.final.pop(task_name, None)
+            self.canceled.discard(task_name)
+            return
+        if not isinstance(name, str):
+            raise ValueError(f"{kind!r} record without a task id")
+        if kind == "end":
+            self.final[name] = str(record.get("state"))
+            self.leftovers.pop(name, None)
+        elif kind == "start" and record.get("pid"):
+            self.leftovers[name] = (_pid(record["pid"]), str(record.get("run")))
+        elif kind == "cancel":
+            self.canceled.add(name)
+        elif kind == "forget":
+            self.submitted.pop(name, None)
+            self.final.pop(name, None)
+
+
+def _pid(value: Any) -> int:
+    """A process id from the journal: a positive int within the range of pids."""
+    if type(value) is not int or not 0 < value < 1 << 31:
+        raise ValueError(f"pid {value!r} is not a process id")
+    return value
+
+
+def kill_leftovers(leftovers: Dict[str, Tuple[int, str]]) -> None:
+    """KILL the process groups that a crashed run started and that still run."""
+    for name, (pid, run) in leftovers.items():
+        if _is_task_process(pid, run, name):
+            try:
+                os.killpg(pid, 9)
+            except OSError:
+                pass
+
+
+def _is_task_process(pid: int, run: str, task_id: str) -> bool:
+    """Whether ``pid`` is still the process a crashed run started for ``task_id``: a process
+    group leader whose initial environment carries that run's marker and the task's id."""
+    try:
+        if os.getpgid(pid) != pid:
+            return False
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            variables = set(f.read().split(b"\0"))
+    except OSError:
+        return False
+    return (f"{RUN_VARIABLE}={run}".encode() in variables
+            and f"QCG_PM_STEP_ID={task_id}".encode("utf-8", "surrogatepass") in variables)
