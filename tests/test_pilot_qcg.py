@@ -304,7 +304,8 @@ def test_requests_of_every_kind_and_the_dialect() -> None:
     ])
     assert seed.dialect == SEED
     assert [type(r) for r in seed.requests] == [Submit, Control, JobStatusRequest,
-                                                RemoveJob, ListJobs, ResourcesInfo, FinishRequest]
+                                                CancelJob, RemoveJob, ListJobs, ResourcesInfo,
+                                                FinishRequest]
     status = seed.requests[2]
     assert isinstance(status, JobStatusRequest) and status.names == ("a",) and not status.listed
     current = parse_requests([{"request": "jobStatus", "jobNames": ["a", "b"]},
