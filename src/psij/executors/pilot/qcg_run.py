@@ -36,10 +36,11 @@ import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from psij.executors.pilot._record import replace
 from psij.executors.pilot.allocation import Allocation, allocation_from_options
@@ -248,6 +249,7 @@ class QcgFileRun:
         self._all_read = False
         self._all_ended = threading.Event()
         self._finishing = False
+        self._signals = _stop_signals()
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -263,7 +265,7 @@ class QcgFileRun:
                         f"{self._root_wd}" + ("; resuming from the journal"
                                               if self._resume else ""), flush=True)
         status = 0
-        with _stop_signals():
+        with _stop_signals() as self._signals:
             try:
                 engine.start()
                 self._track_restored(engine)
@@ -358,7 +360,8 @@ class QcgFileRun:
             if group is not None:
                 group.fed += len(specs)
         try:
-            engine.submit_many(specs)
+            with self._signals.held():
+                engine.submit_many(specs)
             return
         except (TypeError, ValueError):
             pass  # one of them cannot be submitted: each on its own, to tell which
@@ -370,7 +373,8 @@ class QcgFileRun:
             with self._lock:
                 self._open.add(spec.name)
             try:
-                engine.submit(spec)
+                with self._signals.held():
+                    engine.submit(spec)
                 if group is not None:
                     with self._lock:
                         group.fed += 1
@@ -650,12 +654,28 @@ class _stop_signals:
     def __init__(self) -> None:
         self._previous: Dict[int, Any] = {}
         self._stopping = False
+        self._held = False
+        self._pending: Optional[int] = None
 
     def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
         # Once: a second signal must not interrupt the cancelling and reporting it started.
-        if not self._stopping:
+        if self._held:
+            self._pending = signum
+        elif not self._stopping:
             self._stopping = True
             raise _Stop(signum)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """A signal arriving inside waits until the end: a submission is never cut in two."""
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
+        if self._pending is not None and not self._stopping:
+            self._stopping = True
+            raise _Stop(self._pending)
 
     def __enter__(self) -> "_stop_signals":
         if threading.current_thread() is threading.main_thread():
