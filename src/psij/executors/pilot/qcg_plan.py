@@ -151,13 +151,14 @@ def maximum_iters(total: int, iterations: int, minimum: int) -> Iterator[int]:
 class PlannedJob:
     """One job of a planned ``submit``: its response name and its tasks, made on demand."""
 
-    __slots__ = ("_make", "count", "group", "name")
+    __slots__ = ("_make", "count", "group", "name", "start")
 
     def __init__(self, name: str, group: Optional[str], count: int,
-                 make: Callable[[], Iterator[TaskTemplate]]) -> None:
+                 make: Callable[[], Iterator[TaskTemplate]], start: int = 0) -> None:
         self.name = name  # as the submit response lists it
         self.group = group  # the iteration group, for a job of sub-tasks
         self.count = count
+        self.start = start  # the first iteration index of a group
         self._make = make
 
     def tasks(self) -> Iterator[TaskTemplate]:
@@ -332,7 +333,7 @@ class RequestPlanner:
                                    job.execution.expanded(values), after, group, index,
                                    job.walltime, self._missing(adding, after))
 
-        return PlannedJob(group, group, iteration.size, make)
+        return PlannedJob(group, group, iteration.size, make, iteration.start)
 
     def _plan_eager(self, job: JobDescription, base: Mapping[str, str],
                     adding: _Registry) -> PlannedJob:

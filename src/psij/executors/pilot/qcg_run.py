@@ -250,6 +250,7 @@ class QcgFileRun:
         self._all_ended = threading.Event()
         self._finishing = False
         self._signals = _stop_signals()
+        self._ended: Dict[str, int] = {}  # tasks per final QCG state, for the last log line
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -283,9 +284,8 @@ class QcgFileRun:
             finally:
                 engine.close()
                 self._report_left(engine)
-                counts = self._counts(engine.statuses())
                 self._log.write("pilot finished: " + ", ".join(
-                    f"{n} {state}" for state, n in counts.items() if n), flush=True)
+                    f"{n} {state}" for state, n in self._ended.items() if n), flush=True)
                 self._report.close()
                 self._log.close()
         return status
@@ -325,8 +325,7 @@ class QcgFileRun:
         """Hand the job's tasks to the engine a chunk at a time (see the module notes)."""
         group: Optional[GroupBook] = None
         if job.group is not None:
-            first = next(job.tasks()).iteration
-            group = GroupBook(job.group, first or 0, job.count, time.time())
+            group = GroupBook(job.group, job.start, job.count, time.time())
         with self._lock:
             if group is not None:
                 self._jobs[job.group or ""] = group
@@ -404,6 +403,8 @@ class QcgFileRun:
         self._omitted[task.name] = report
         self._report.write(report)
         self._log.write(f"task {task.name} OMITTED: {why}")
+        with self._lock:
+            self._count_end("OMITTED")
         if group is not None:
             with self._lock:
                 group.fed += 1
@@ -609,6 +610,7 @@ class QcgFileRun:
         self._report.write(self._task_report(engine.status(task)))
         succeeded = event.state is TaskState.SUCCEEDED
         with self._lock:
+            self._count_end(qcg_state(event.state))
             self._open.discard(task)
             if len(self._open) < _LOW:
                 self._lock.notify_all()
@@ -636,14 +638,12 @@ class QcgFileRun:
                 continue
             if status.state.final:
                 self._report.write(self._task_report(status))
+                with self._lock:
+                    self._count_end(qcg_state(status.state))
 
-    @staticmethod
-    def _counts(statuses: Sequence[TaskStatus]) -> Dict[str, int]:
-        counts: Dict[str, int] = {}
-        for status in statuses:
-            name = qcg_state(status.state)
-            counts[name] = counts.get(name, 0) + 1
-        return counts
+    def _count_end(self, state: str) -> None:
+        """Under the lock."""
+        self._ended[state] = self._ended.get(state, 0) + 1
 
 
 class _stop_signals:
