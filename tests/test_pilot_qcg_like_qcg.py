@@ -313,3 +313,30 @@ def test_slurm_variables_only_inside_slurm_or_when_emulated(tmp_path: Path,
         assert slurm["SLURM_NTASKS"] == "2" and slurm["SLURM_NNODES"] == "1"
     else:
         assert slurm == {}
+
+
+# -- hostile values -------------------------------------------------------------------------------
+
+
+def test_hostile_values_refuse_their_request_only(tmp_path: Path) -> None:
+    text = json.dumps([
+        submit({"name": "a\ud800", "execution": {"exec": "/bin/true"}}),
+        submit({"name": "b", "iteration": {"stop": float("inf")},
+                "execution": {"exec": "/bin/true"}}),
+        submit({"name": "d", "execution": {"exec": "/bin/true", "env": {"X": "\ud800"}}}),
+        submit(iterative("neg", 0, {"exec": "/bin/true"})),
+        submit({"name": "c", "iteration": {"start": -2, "stop": 0},
+                "execution": {"exec": "/bin/true"}}),
+        FINISH_AFTER_ALL])
+    done = pilot_run(tmp_path, text)
+    assert done.returncode == 0, done.stderr
+    answered = [r for k, r in responses(tmp_path / "service.log") if k == "submit"]
+    assert [r["code"] for r in answered] == [1, 1, 1, 1, 0]
+    assert "requests[0].jobs[0].name" in answered[0]["message"]
+    assert "lone surrogate" in answered[0]["message"]
+    assert "requests[1].jobs[0].iteration.stop: expected an integer" in answered[1]["message"]
+    assert "requests[2].jobs[0].execution.env.X" in answered[2]["message"]
+    assert "requests[3].jobs[0].iteration" in answered[3]["message"]
+    # Negative iteration indices are sub-tasks of their job, which ends as a whole.
+    assert set(_entries(tmp_path / "jobs.report")) == {"c:-2 (SUCCEED)", "c:-1 (SUCCEED)",
+                                                       "c (SUCCEED)"}

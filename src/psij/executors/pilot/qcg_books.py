@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Iterator, Optional, Set
 
 from psij.executors.pilot.qcg_report import TaskReport, format_report_entry
+from psij.executors.pilot.qcg_schema import iteration_index
 
 __all__ = ["GroupBook", "ReportFile", "open_private"]
 
@@ -59,9 +60,10 @@ class GroupBook:
         return (f"{self.name}:{i}" for i in range(self.start, self.start + self.fed))
 
     def has_member(self, name: str) -> bool:
-        index = name.rpartition(":")[2]
-        return index.isdigit() and self.start <= int(index) < self.start + self.fed \
-            and name == f"{self.name}:{int(index)}"
+        group, _, text = name.rpartition(":")
+        index = iteration_index(text)
+        return group == self.name and index is not None \
+            and self.start <= index < self.start + self.fed
 
     def record_start(self, when: float) -> None:
         if self.first_start is None:

@@ -54,6 +54,7 @@ from psij.executors.pilot.qcg_schema import (
     RequestFile,
     Submit,
     expand_variables,
+    iteration_index,
 )
 from psij.executors.pilot.resources import Amount, ResourcePool, ResourceRequest
 
@@ -207,9 +208,12 @@ class _Registry:
     def known(self, name: str) -> bool:
         if name in self.tasks or name in self.groups:
             return True
-        group, _, index = name.rpartition(":")
+        group, _, text = name.rpartition(":")
         indices = self.groups.get(group)
-        return indices is not None and index.isdigit() and int(index) in indices
+        if indices is None:
+            return False
+        index = iteration_index(text)
+        return index is not None and index in indices
 
     def remove(self, name: str) -> None:
         self.groups.pop(name, None)

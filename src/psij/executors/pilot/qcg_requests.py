@@ -142,6 +142,7 @@ def _parse_request(where: str, index: int, item: Any, resources: _ResourceCache
     if not isinstance(item, dict):
         raise RequestFileError(f"{where}: expected a JSON object with a 'request' key, got "
                                f"{_json_type(item)}")
+    _valid_text(where, item)
     kind = item.get("request")
     if kind not in _REQUEST_KINDS:
         got = "no 'request' key" if "request" not in item else f"{kind!r}"
@@ -443,6 +444,26 @@ def _parse_dependencies(where: str, value: Any) -> Tuple[str, ...]:
 
 
 # -- small helpers ---------------------------------------------------------------------------
+
+
+def _valid_text(where: str, value: Any) -> None:
+    """Refuse a lone surrogate (``"\\ud800"`` is valid JSON, but no file name, argument or
+    variable can hold it) anywhere in ``value``, naming where it is."""
+    stack = [(where, value)]
+    while stack:
+        at, item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise RequestFileError(f"{at}: {_show(item)} holds a lone surrogate; text "
+                                       f"must be valid Unicode") from None
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                stack.append((at, key))
+                stack.append((f"{at}.{key}", inner))
+        elif isinstance(item, list):
+            stack.extend((f"{at}[{i}]", inner) for i, inner in enumerate(item))
 
 
 def _is_int(value: Any) -> bool:

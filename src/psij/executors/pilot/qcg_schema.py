@@ -17,7 +17,7 @@ __all__ = [
     "CURRENT", "SEED", "BadRequest", "CancelJob", "Control", "Execution", "FinishRequest",
     "Iteration", "JobDescription", "JobInfo", "JobStatusRequest", "ListJobs", "RemoveJob",
     "Request", "RequestFile", "ResourcesInfo", "Spread", "Submit", "expand_variables",
-    "request_kind",
+    "iteration_index", "request_kind",
 ]
 
 SEED = "seed"
@@ -26,6 +26,14 @@ CURRENT = "current"
 _VARIABLE = r"\$\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}"
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
 _set = object.__setattr__
+
+
+def iteration_index(text: str) -> Optional[int]:
+    """The index in a sub-task's name ``job:index`` (which may be negative), or None."""
+    digits = text[1:] if text.startswith("-") else text
+    if not digits.isdigit() or not digits.isascii() or (digits[0] == "0" and len(digits) > 1):
+        return None
+    return int(text)
 
 
 def expand_variables(text: str, values: Mapping[str, str]) -> str:
