@@ -256,11 +256,16 @@ class QcgFileRun:
 
     def run(self) -> int:
         journal = self._work_directory / JOURNAL
-        if not self._resume and journal.exists():
-            journal.unlink()  # a new run starts a new journal
-        engine = PilotEngine(self._allocation, EngineConfig(
-            work_directory=self._work_directory, journal=journal, resume=self._resume,
-            prepare=self._prepare, slurm_variables=True if self._emulate_slurm else None))
+        try:
+            if not self._resume and journal.exists():
+                journal.unlink()  # a new run starts a new journal
+            engine = PilotEngine(self._allocation, EngineConfig(
+                work_directory=self._work_directory, journal=journal, resume=self._resume,
+                prepare=self._prepare, slurm_variables=True if self._emulate_slurm else None))
+        except BaseException:
+            self._report.close()
+            self._log.close()
+            raise
         engine.add_listener(lambda event: self._on_event(engine, event))
         self._log.write(f"pilot started on {self._allocation.describe()}; working directory "
                         f"{self._root_wd}" + ("; resuming from the journal"
