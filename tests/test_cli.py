@@ -220,6 +220,7 @@ PLAIN_LINES = [
     ["r.json"], ["r.json", "--cores", "2"], ["--cores=3", "r.json"], ["r.json", "--resume"],
     ["--nodes", "vn[1-2]:2", "--wd", "w d", "r.json"], ["--wd=", "r.json", "--cores", "1"],
     ["--cores", "1", "--cores", "4", "r.json"], ["--wd=-dir", "r.json"],
+    ["r.json", "--check"], ["--emulate-slurm", "r.json", "--cores", "2"],
 ]
 OTHER_LINES = [
     [], ["--help"], ["-h", "r.json"], ["r.json", "--cores", "0"], ["r.json", "--cores", "x"],
@@ -233,10 +234,11 @@ OTHER_LINES = [
 def test_a_plain_pilot_run_line_is_read_as_argparse_reads_it(line: List[str]) -> None:
     # `psij pilot run` reads its plain lines without argparse; every other line goes to
     # argparse, which then says what is wrong with it.
-    from psij.cli import _build_parser, _plain_pilot_run
+    from psij._cli_pilot import plain_pilot_run
+    from psij.cli import _build_parser
 
     argv = ["pilot", "run", *line]
-    plain = _plain_pilot_run(argv)
+    plain = plain_pilot_run(argv)
     assert (plain is not None) == (line in PLAIN_LINES)
     if plain is not None:
         assert vars(plain) == vars(_build_parser(argv).parse_args(argv))

@@ -21,9 +21,10 @@ import signal
 import stat
 import sys
 from datetime import timedelta
-from types import FrameType, SimpleNamespace
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+from psij._cli_pilot import add_pilot_commands, pilot_main, plain_pilot_run, whole_number
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.job import Job
 from psij.job_attributes import JobAttributes
@@ -77,17 +78,8 @@ class _Stop(Exception):
 # -- argument parsing ------------------------------------------------------------------------
 
 
-def _whole_number(text: str) -> Optional[int]:
-    """``text`` as an int of at least 1, or None."""
-    try:
-        value = int(text)
-    except ValueError:
-        return None
-    return value if value >= 1 else None
-
-
 def _positive_int(text: str) -> int:
-    value = _whole_number(text)
+    value = whole_number(text)
     if value is None:
         import argparse
 
@@ -166,10 +158,10 @@ def _build_parser(argv: Optional[Sequence[str]] = None) -> "argparse.ArgumentPar
     if command in (None, "script"):
         _add_script(commands)
     if command is None:
-        _add_pilot_commands(commands)
+        add_pilot_commands(commands)
     elif command == "pilot" and argv is not None:
         words = list(argv)
-        _add_pilot_commands(commands, _named(words[words.index("pilot") + 1:],
+        add_pilot_commands(commands, _named(words[words.index("pilot") + 1:],
                                              _PILOT_COMMANDS))
     return parser
 
@@ -226,148 +218,6 @@ def _add_script(commands: Any) -> None:
     script.add_argument("--executor", required=True, metavar="NAME",
                         help="batch executor whose submit script to print")
     _add_job_options(script)
-
-
-# -- psij pilot ... ----------------------------------------------------------------------------
-
-
-def _add_pilot_commands(commands: Any, only: Optional[str] = None) -> None:
-    """The ``pilot`` group; each of its subcommands is added by one function below (``only``
-    that one when given)."""
-    pilot = commands.add_parser(
-        "pilot", formatter_class=_formatters()[0], help="run many tasks inside one allocation",
-        description="Pilot commands: schedule many tasks inside one allocation (this machine, "
-                    "or the nodes of the Slurm, PBS, Grid Engine or LSF job this runs in).")
-    pilot_commands = pilot.add_subparsers(dest="pilot_command", metavar="PILOT_COMMAND")
-    if only in (None, "serve"):
-        _add_pilot_serve(pilot_commands)
-    if only in (None, "run"):
-        _add_pilot_run(pilot_commands)
-
-
-def _add_pilot_serve(pilot_commands: Any) -> None:
-    serve = pilot_commands.add_parser(
-        "serve", formatter_class=_formatters()[0],
-        help="start a pilot that accepts tasks on a Unix socket",
-        description="Start a pilot on this allocation and serve it on a Unix socket (mode "
-                    "0600) until SIGTERM or SIGINT, which cancel the running tasks and flush "
-                    "the journal. Submit into it with the 'pilot' executor and the socket as "
-                    "its URL (unix:///PATH). Refuses to start when a pilot already answers on "
-                    "the socket; a stale socket file is replaced.",
-        epilog="exit status: 0 after a clean stop; 1 when the pilot is already running or "
-               "cannot start; 2 for bad usage")
-    from psij.executors.pilot._serve_options import add_serve_options
-
-    add_serve_options(serve, _positive_int)
-
-
-def _add_pilot_run(pilot_commands: Any) -> None:
-    run = pilot_commands.add_parser(
-        "run", help="run a QCG-PilotJob request file and exit when every request is handled",
-        formatter_class=_formatters()[1],
-        description="Start a pilot on this allocation and handle the requests of a QCG-PilotJob\n"
-                    "request file (a JSON list of submit, control, jobStatus, jobInfo, cancelJob,\n"
-                    "removeJob, listJobs, resourcesInfo and finish requests) in file order. The\n"
-                    "file is checked whole before anything runs. After the last request the\n"
-                    "pilot waits for every task to end ('finish' stops at once instead).\n"
-                    "The working directory receives service.log (with every response as JSON),\n"
-                    "jobs.report (one entry per task) and the journal psij-pilot.journal.",
-        epilog="exit status:\n"
-               "  0        every request was handled (whatever the tasks' own outcomes)\n"
-               "  1        the pilot could not run\n"
-               "  2        bad usage: a malformed request file (the message names the request\n"
-               "           and field) or a bad option\n"
-               "  128+N    stopped by signal N (the tasks were cancelled, the report written)")
-    run.add_argument("requests", metavar="REQUESTS.json", help="the request file")
-    for option, (kind, metavar, text) in _PILOT_RUN_OPTIONS.items():
-        if kind == "flag":
-            run.add_argument(option, action="store_true", help=text)
-        else:
-            run.add_argument(option, metavar=metavar, help=text,
-                             type=_positive_int if kind == "count" else str)
-
-
-# ``psij pilot run``'s options: (kind, metavar, help); what argparse builds and what
-# :func:`_plain_pilot_run` reads.
-_PILOT_RUN_OPTIONS = {
-    "--cores": ("count", "N", "local cores to use when not inside a batch allocation"),
-    "--nodes": ("text", "SPEC", "explicit nodes, NAME:CORES separated by commas (Slurm host "
-                                "lists allowed, e.g. n[1-4]:8); nodes other than this host are "
-                                "reached through agents"),
-    "--wd": ("text", "DIR", "working directory: base of relative task directories, and where "
-                            "service.log, jobs.report and the journal go (default: the "
-                            "current one)"),
-    "--resume": ("flag", "", "read the journal of an earlier run in the same --wd first: "
-                             "tasks that succeeded are not run again, the others are"),
-}
-
-
-def _plain_pilot_run(argv: Sequence[str]) -> Optional[SimpleNamespace]:
-    """The arguments of a plain ``pilot run`` line, as argparse would read them, without
-    loading argparse (a pilot's start-up is measured in milliseconds): the request file and
-    the options of :data:`_PILOT_RUN_OPTIONS`, each value after its option or after ``=``.
-    None for any other line (help, an error, an abbreviation, ``--``, a value that looks like
-    an option), which argparse then reads and reports."""
-    if len(argv) < 3 or argv[0] != "pilot" or argv[1] != "run":
-        return None
-    values: Dict[str, Any] = {"requests": None, "cores": None, "nodes": None, "wd": None,
-                              "resume": False}
-    words = iter(argv[2:])
-    for word in words:
-        if not word.startswith("-"):
-            if values["requests"] is not None:
-                return None
-            values["requests"] = word
-            continue
-        option, given, value = word.partition("=")
-        kind = _PILOT_RUN_OPTIONS.get(option, ("",))[0]
-        if kind == "flag" and not given:
-            values[option[2:]] = True
-            continue
-        if kind not in ("count", "text"):
-            return None
-        if not given:
-            following = next(words, None)
-            if following is None or following.startswith("-"):
-                return None
-            value = following
-        if kind == "count":
-            number = _whole_number(value)
-            if number is None:
-                return None
-            values[option[2:]] = number
-        else:
-            values[option[2:]] = value
-    if values["requests"] is None:
-        return None
-    return SimpleNamespace(command="pilot", pilot_command="run", **values)
-
-
-def _pilot_main(args: Any) -> int:
-    if args.pilot_command == "run":
-        from psij.executors.pilot.qcg_run import run_request_file
-
-        _freeze_loaded_objects()
-        return run_request_file(args.requests, cores=args.cores, nodes=args.nodes, wd=args.wd,
-                                resume=args.resume)
-    if args.pilot_command == "serve":
-        from psij.executors.pilot.service import serve_main
-
-        _freeze_loaded_objects()
-        return serve_main(socket_path=args.socket, cores=args.cores, nodes=args.nodes,
-                          work_directory=args.wd, resume=args.resume,
-                          max_request_bytes=args.max_request_bytes)
-    _say("a pilot command is required: serve or run")
-    return EXIT_USAGE
-
-
-def _freeze_loaded_objects() -> None:
-    """Keep what is loaded so far (modules, classes, functions: they live as long as this
-    pilot process) out of the garbage collector's passes, which then cost what the pilot's
-    own objects cost, during the run and in the last pass at exit."""
-    import gc
-
-    gc.freeze()
 
 
 def _add_job_options(parser: "argparse.ArgumentParser") -> None:
@@ -773,9 +623,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Run the ``psij`` command with ``argv`` (default: ``sys.argv[1:]``); return its status."""
     if argv is None:
         argv = sys.argv[1:]
-    plain = _plain_pilot_run(argv)
+    plain = plain_pilot_run(argv)
     if plain is not None:
-        return _pilot_main(plain)
+        return pilot_main(plain)
     parser = _build_parser(argv)
     try:
         args = parser.parse_args(argv)
@@ -788,7 +638,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "script":
         return _print_script(args)
     if args.command == "pilot":
-        return _pilot_main(args)
+        return pilot_main(args)
     parser.print_usage(sys.stderr)
     _say("a command is required: plugins, run, script or pilot")
     return EXIT_USAGE

@@ -97,6 +97,7 @@ from psij.executors.pilot.scheduler import (
     TaskState,
     Transition,
 )
+from psij.executors.pilot.task_environment import nodefile_text, pilot_environment
 
 __all__ = ["EngineConfig", "PilotEngine", "TaskEvent", "TaskShare", "TaskSpec", "TaskStatus",
            "request_from_json", "request_to_json"]
@@ -457,8 +458,8 @@ class EngineConfig:
                  resume: bool = False, cancel_grace_period: float = 5.0,
                  tmp_root: Optional[Path] = None, agent_transport: str = "auto",
                  agent_host: Optional[str] = None, agent_python: str = sys.executable,
-                 agent_connect_timeout: float = 60.0, prepare: Optional[Prepare] = None
-                 ) -> None:
+                 agent_connect_timeout: float = 60.0, prepare: Optional[Prepare] = None,
+                 slurm_variables: Optional[bool] = True) -> None:
         self.work_directory: Path = _check.opt_path("EngineConfig.work_directory",
                                                     work_directory) or Path(os.getcwd())
         self.journal = _check.opt_path("EngineConfig.journal", journal)
@@ -477,6 +478,10 @@ class EngineConfig:
         self.agent_host = agent_host
         self.agent_python = agent_python
         self.prepare = prepare
+        # SLURM_* variables for tasks: always, never, or (None) inside a Slurm allocation.
+        if slurm_variables is not None:
+            _check.opt_bool("EngineConfig.slurm_variables", slurm_variables)
+        self.slurm_variables = slurm_variables
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
@@ -527,36 +532,6 @@ class _Agent:
         self.tasks: Set[str] = set()  # tasks started there and not yet ended
         self.lost: Optional[str] = None
         self.connected_at: Optional[float] = None
-
-
-def _pilot_environment(task_id: str, share: TaskShare, cores_per_process: int
-                       ) -> Dict[str, str]:
-    """The QCG_PM_* and SLURM_* variables that describe a task's own share (its id in
-    QCG_PM_STEP_ID)."""
-    nodes = ",".join(share.nodes)
-    count = str(len(share.nodes))
-    processes = str(share.process_count)
-    per_node = ",".join(str(p) for p in share.processes)
-    env = {
-        "QCG_PM_NNODES": count, "QCG_PM_NODELIST": nodes, "QCG_PM_NPROCS": processes,
-        "QCG_PM_NTASKS": processes, "QCG_PM_STEP_ID": task_id,
-        "QCG_PM_TASKS_PER_NODE": per_node,
-        "SLURM_NNODES": count, "SLURM_NODELIST": nodes, "SLURM_NPROCS": processes,
-        "SLURM_NTASKS": processes, "SLURM_JOB_NODELIST": nodes, "SLURM_JOB_NUM_NODES": count,
-        "SLURM_STEP_NODELIST": nodes, "SLURM_STEP_NUM_NODES": count,
-        "SLURM_STEP_NUM_TASKS": processes, "SLURM_NTASKS_PER_NODE": per_node,
-        "SLURM_STEP_TASKS_PER_NODE": per_node, "SLURM_TASKS_PER_NODE": per_node,
-    }
-    if cores_per_process > 1:
-        env["SLURM_CPUS_PER_TASK"] = str(cores_per_process)
-    if share.gpus and share.gpus[0]:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in share.gpus[0])
-    return env
-
-
-def _nodefile_text(share: TaskShare) -> str:
-    return "".join(f"{node}\n" * processes
-                   for node, processes in zip(share.nodes, share.processes))
 
 
 class PilotEngine:
@@ -1195,7 +1170,11 @@ class PilotEngine:
         if known is None:
             if len(self._share_files) >= _SHARE_CACHE_SIZE:
                 self._share_files.clear()
-            known = (_pilot_environment("", share, cores_per_process), _nodefile_text(share))
+            slurm = self.config.slurm_variables
+            if slurm is None:
+                slurm = self.allocation.kind == "slurm"
+            known = (pilot_environment("", share, cores_per_process, slurm),
+                     nodefile_text(share))
             self._share_files[key] = known
         return dict(known[0]), known[1]
 

@@ -1,26 +1,33 @@
 """``psij pilot run REQUESTS.json``: a pilot that runs a QCG-PilotJob request file.
 
-The file is read and checked whole first (:mod:`psij.executors.pilot.qcg_requests`); a bad file
-stops the command before anything runs. Then one :class:`PilotEngine` runs on the allocation
-and the requests are handled one after the other, in file order, without waiting for tasks in
-between: a status request reports the moment it is read. After the last request the command
-waits until every task has ended, whether or not the file asked for it with
-``finishAfterAllTasksDone`` (a file-mode pilot has nothing to gain by stopping its tasks);
-``finish`` stops at once, cancelling what has not ended and ignoring the requests after it.
+Requests are handled one after the other, in file order, as QCG-PilotJob handles them: each
+is checked and planned when its turn comes (:mod:`~psij.executors.pilot.qcg_requests`,
+:mod:`~psij.executors.pilot.qcg_plan`), and one that cannot run gets an error response (code
+and message in ``service.log``) while the others still run. Only a file that is not a JSON list
+stops the command before anything runs; ``--check`` checks every request instead and runs
+nothing. One :class:`PilotEngine` runs the tasks; a status request reports the moment it is
+read. After the last request the command waits until every task has ended, whether or not the
+file asked for it with ``finishAfterAllTasksDone`` (a file-mode pilot has nothing to gain by
+stopping its tasks); ``finish`` stops at once, cancelling what has not ended and ignoring the
+requests after it.
+
+The iterations of a job are handed to the engine in chunks as they are made, and the request
+thread waits while many handed over have not ended: a million iterations start at once and hold
+memory only for those waiting, and the engine thread never waits for the request thread.
 
 The command works in its working directory (``--wd``, default the current directory): the
-process changes to it once the file is checked, so that tasks, which run there unless a job
-names another ``wd``, start without a change of directory. Files written there:
+process changes to it once the file is read, so that tasks, which run there unless a job
+names another ``wd``, start without a change of directory. Files written there (0600):
 
 - ``service.log``: what the pilot did, with every response as one line of JSON, as
   ``<time> response to requests[N] (<request>): {...}``, and every task's end;
-- ``jobs.report``: one entry per task in the order they ended (see
-  :func:`~psij.executors.pilot.qcg_requests.format_report_entry`);
+- ``jobs.report``: one entry per task as it ends, and one per iterative job once all its
+  iterations have ended (see :mod:`~psij.executors.pilot.qcg_books`);
 - ``psij-pilot.journal``: the engine's journal, which ``--resume`` reads so that tasks that
   succeeded before a crash are not run again.
 
 This module owns the files and the order of requests; it does not start processes itself (the
-engine does) and does not parse requests (``qcg_requests`` does).
+engine does) and does not parse requests.
 """
 
 import json
@@ -28,10 +35,12 @@ import os
 import signal
 import sys
 import threading
+import time
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from psij._private_dirs import ensure_private_dir
 from psij.executors.pilot._record import replace
@@ -44,38 +53,46 @@ from psij.executors.pilot.engine import (
     TaskSpec,
     TaskStatus,
 )
-from psij.executors.pilot.qcg_requests import (
+from psij.executors.pilot.qcg_books import GroupBook, ReportFile, open_private
+from psij.executors.pilot.qcg_plan import (
+    PlannedJob,
+    PlannedSubmit,
+    RequestPlanner,
+    StartContext,
+    TaskTemplate,
+    start_variables,
+)
+from psij.executors.pilot.qcg_report import (
+    TaskReport,
+    error_response,
+    job_info_data,
+    job_status_data,
+    ok_response,
+    qcg_state,
+    resources_data,
+)
+from psij.executors.pilot.qcg_requests import load_request_file
+from psij.executors.pilot.qcg_schema import (
     CURRENT,
+    BadRequest,
     CancelJob,
     Control,
-    Finish,
+    FinishRequest,
     JobInfo,
-    JobStatus,
+    JobStatusRequest,
     ListJobs,
-    PlannedSubmit,
     RemoveJob,
     Request,
     RequestFile,
     ResourcesInfo,
-    StartContext,
-    TaskReport,
-    TaskTemplate,
-    error_response,
     expand_variables,
-    format_report_entry,
-    job_info_data,
-    job_status_data,
-    load_request_file,
-    ok_response,
-    plan_requests,
-    qcg_state,
     request_kind,
-    resources_data,
-    start_variables,
 )
+from psij.executors.pilot.resources import ResourcePool
 from psij.executors.pilot.scheduler import TaskState
 
-__all__ = ["EXIT_BAD_FILE", "EXIT_FAILED", "QcgFileRun", "run_request_file"]
+__all__ = ["EXIT_BAD_FILE", "EXIT_FAILED", "QcgFileRun", "check_request_file",
+           "run_request_file"]
 
 SERVICE_LOG = "service.log"
 JOBS_REPORT = "jobs.report"
@@ -84,6 +101,12 @@ JOURNAL = "psij-pilot.journal"
 EXIT_FAILED = 1
 EXIT_BAD_FILE = 2
 _EXIT_SIGNALLED = 128
+
+# Iterations are handed to the engine this many at a time; the request thread waits while
+# more than _HIGH tasks have not ended, until fewer than _LOW have not.
+_CHUNK = 500
+_HIGH = 20000
+_LOW = 10000
 
 
 class _Stop(Exception):
@@ -98,12 +121,14 @@ class ServiceLog:
     """``service.log``: time-stamped lines, written from the main and the engine thread."""
 
     def __init__(self, path: Path, append: bool) -> None:
-        self._file: IO[str] = open(path, "a" if append else "w", encoding="utf-8")
+        self._file = open_private(path, append)
         self._lock = threading.Lock()
 
     def write(self, text: str, flush: bool = False) -> None:
         line = f"{datetime.now()} {text}\n"
         with self._lock:
+            if self._file.closed:
+                return
             self._file.write(line)
             if flush:
                 self._file.flush()
@@ -113,33 +138,55 @@ class ServiceLog:
             self._file.close()
 
 
+def check_request_file(path: str, cores: Optional[int] = None, nodes: Optional[str] = None,
+                       err: Optional[IO[str]] = None) -> int:
+    """``psij pilot run --check``: every request checked and planned, nothing run; each error
+    listed with its request; 0 when there is none, else 2."""
+    out = sys.stderr if err is None else err
+    try:
+        requests = load_request_file(path)
+        allocation = allocation_from_options(cores, nodes)
+    except (OSError, TypeError, ValueError) as exc:  # RequestFileError included
+        out.write(f"psij pilot run: {exc}\n")
+        return EXIT_BAD_FILE
+    planner = RequestPlanner(datetime.now(), lambda: os.urandom(16).hex(),
+                             ResourcePool(list(allocation.nodes)))
+    errors = 0
+    for request in requests.requests:
+        planned = planner.plan(request)
+        if isinstance(planned, BadRequest):
+            errors += 1
+            out.write(f"psij pilot run: {planned.message}\n")
+    if errors:
+        out.write(f"psij pilot run: {path}: {errors} of {len(requests.requests)} request(s) "
+                  f"cannot run; nothing was run\n")
+        return EXIT_BAD_FILE
+    sys.stdout.write(f"{path}: {len(requests.requests)} request(s), no errors\n")
+    return 0
+
+
 def run_request_file(path: str, cores: Optional[int] = None, nodes: Optional[str] = None,
                      wd: Optional[str] = None, resume: bool = False,
-                     err: Optional[IO[str]] = None) -> int:
+                     err: Optional[IO[str]] = None, emulate_slurm: bool = False) -> int:
     """The whole ``psij pilot run`` command; returns its exit status (0 once every request
-    was handled, 2 for a bad file or option, 1 when the pilot could not run, 128+N after
-    signal N)."""
+    was handled, 2 for a file that is not a list of requests or a bad option, 1 when the
+    pilot could not run, 128+N after signal N)."""
     out = sys.stderr if err is None else err
     work_directory = Path(wd if wd is not None else os.getcwd()).resolve()
     journal = work_directory / JOURNAL
     try:
-        # Everything is checked before the first file is written.
         requests = load_request_file(path)
-        planned = plan_requests(requests, datetime.now(), lambda: os.urandom(16).hex())
         allocation = allocation_from_options(cores, nodes)
         if resume and not journal.is_file():
             raise ValueError(f"--resume: no journal {journal} to resume from (it is written "
                              f"by a run with the same --wd)")
-    except (TypeError, ValueError) as exc:  # RequestFileError included
-        out.write(f"psij pilot run: {exc}\n")
-        return EXIT_BAD_FILE
-    except OSError as exc:
+    except (OSError, TypeError, ValueError) as exc:  # RequestFileError included
         out.write(f"psij pilot run: {exc}\n")
         return EXIT_BAD_FILE
     try:
         ensure_private_dir(work_directory, "pilot work directory (--wd)")
         _work_in(work_directory)
-        run = QcgFileRun(requests, planned, allocation, work_directory, resume)
+        run = QcgFileRun(requests, allocation, work_directory, resume, emulate_slurm)
     except OSError as exc:
         # Without strerror the message is psij's own and names the folder already.
         detail = f"--wd {work_directory}: {exc.strerror}" if exc.strerror else str(exc)
@@ -175,52 +222,64 @@ def _work_in(work_directory: Path) -> None:
 
 
 class QcgFileRun:
-    """One run of a checked and planned request file on one engine."""
+    """One run of a request file on one engine (see the module documentation)."""
 
-    def __init__(self, requests: RequestFile, planned: Sequence[Union[PlannedSubmit, Request]],
-                 allocation: Allocation, work_directory: Path, resume: bool) -> None:
+    def __init__(self, requests: RequestFile, allocation: Allocation, work_directory: Path,
+                 resume: bool, emulate_slurm: bool = False) -> None:
+        self._requests = requests
         self._dialect = requests.dialect
-        self._planned = planned
         self._allocation = allocation
         self._work_directory = work_directory
         self._root_wd = str(work_directory)
         self._resume = resume
-        # Job names as the requests use them: a plain task, or an iteration group standing
-        # for its sub-tasks; in submission order.
-        self._jobs: Dict[str, Tuple[str, ...]] = {}
-        # Tasks in the order they ended, and reports of ended tasks removed by removeJob.
-        self._ended: List[str] = []
+        self._emulate_slurm = emulate_slurm
+        self._planner = RequestPlanner(datetime.now(), lambda: os.urandom(16).hex(),
+                                       ResourcePool(list(allocation.nodes)))
+        # Job names as the requests use them: a plain task (None) or an iterative job.
+        self._jobs: Dict[str, Optional[GroupBook]] = {}
+        # Tasks that never reached the engine (a dependency that is no job): OMITTED.
+        self._omitted: Dict[str, TaskReport] = {}
+        # Reports of ended tasks removed by removeJob.
         self._removed: Dict[str, TaskReport] = {}
-        # A resumed run continues the log of the run it resumes.
+        # A resumed run continues the log and report of the run it resumes.
         self._log = ServiceLog(work_directory / SERVICE_LOG, append=resume)
-        # Tasks not known to have ended, and an event set when there are none left after the
-        # last request. Counting here keeps the final wait O(1) per task end.
+        self._report = ReportFile(work_directory / JOBS_REPORT, append=resume)
+        # Tasks not known to have ended; the request thread waits on ``_lock`` while there
+        # are many, and the final wait ends when there are none after the last request.
         self._open: Set[str] = set()
-        self._open_lock = threading.Lock()
+        self._lock = threading.Condition()
+        self._early_ends: Dict[str, bool] = {}  # ends seen before their job was booked
         self._all_read = False
         self._all_ended = threading.Event()
         self._finishing = False
+        self._signals = _stop_signals()
+        self._ended: Dict[str, int] = {}  # tasks per final QCG state, for the last log line
 
     # -- the run ------------------------------------------------------------------------------
 
     def run(self) -> int:
         journal = self._work_directory / JOURNAL
-        if not self._resume and journal.exists():
-            journal.unlink()  # a new run starts a new journal
-        engine = PilotEngine(self._allocation, EngineConfig(
-            work_directory=self._work_directory, journal=journal, resume=self._resume,
-            prepare=self._prepare))
-        engine.add_listener(self._on_event)
+        try:
+            if not self._resume and journal.exists():
+                journal.unlink()  # a new run starts a new journal
+            engine = PilotEngine(self._allocation, EngineConfig(
+                work_directory=self._work_directory, journal=journal, resume=self._resume,
+                prepare=self._prepare, slurm_variables=True if self._emulate_slurm else None))
+        except BaseException:
+            self._report.close()
+            self._log.close()
+            raise
+        engine.add_listener(lambda event: self._on_event(engine, event))
         self._log.write(f"pilot started on {self._allocation.describe()}; working directory "
                         f"{self._root_wd}" + ("; resuming from the journal"
                                               if self._resume else ""), flush=True)
         status = 0
-        with _stop_signals():
+        with _stop_signals() as self._signals:
             try:
                 engine.start()
                 self._track_restored(engine)
                 self._handle_requests(engine)
-                with self._open_lock:
+                with self._lock:
                     self._all_read = True
                     if not self._open:
                         self._all_ended.set()
@@ -232,60 +291,151 @@ class QcgFileRun:
                 status = _EXIT_SIGNALLED + stop.signum
             finally:
                 engine.close()
-                statuses = engine.statuses()
-                self._write_report(statuses)
-                counts = self._counts(statuses)
+                self._report_left(engine)
                 self._log.write("pilot finished: " + ", ".join(
-                    f"{n} {state}" for state, n in counts.items() if n), flush=True)
+                    f"{n} {state}" for state, n in self._ended.items() if n), flush=True)
+                self._report.close()
                 self._log.close()
         return status
 
     def _handle_requests(self, engine: PilotEngine) -> None:
-        for position, request in enumerate(self._planned):
-            if isinstance(request, PlannedSubmit):
-                where, kind = f"requests[{request.position}]", "submit"
-                response = self._submit(engine, request)
+        requests = self._requests.requests
+        for position, request in enumerate(requests):
+            planned = self._planner.plan(request)
+            where, kind = f"requests[{request.position}]", request_kind(request)
+            if isinstance(planned, BadRequest):
+                response = error_response(planned.message)
+            elif isinstance(planned, PlannedSubmit):
+                response = self._submit(engine, planned)
             else:
-                where, kind = f"requests[{request.position}]", request_kind(request)
-                response = self._answer(engine, request)
-            self._log.write(f"response to {where} ({kind}): {_json(response)}", flush=True)
-            if isinstance(request, Finish):
+                response = self._answer(engine, planned)
+            self._log.write(f"response to {where} ({kind}): {json.dumps(response)}",
+                            flush=True)
+            if isinstance(request, FinishRequest):
                 self._finishing = True
-                left = len(self._planned) - position - 1
+                left = len(requests) - position - 1
                 if left:
                     self._log.write(f"finish: the {left} request(s) after {where} are ignored",
                                     flush=True)
                 return
 
-    # -- requests -----------------------------------------------------------------------------
+    # -- submitting ---------------------------------------------------------------------------
 
     def _submit(self, engine: PilotEngine, request: PlannedSubmit) -> Dict[str, Any]:
-        specs = [self._task_spec(t) for t in request.tasks]
-        if self._resume:
-            # Tasks the journal restored are known already; the others are submitted again.
-            known = set(engine.task_ids())
-            specs = [spec for spec in specs if spec.name not in known]
-        names = [spec.name for spec in specs]
-        with self._open_lock:
-            # Before submitting: the engine thread may report a task's end at once.
-            self._open.update(names)
-        try:
-            engine.submit_many(specs)
-        except (TypeError, ValueError) as exc:
-            with self._open_lock:
-                self._open.difference_update(names)
-            return error_response(f"nothing of this request was submitted: {exc}")
-        for template in request.tasks:
-            self._jobs.setdefault(template.job, ())
-            self._jobs[template.job] += (template.name,)
+        known: Set[str] = set(engine.task_ids()) if self._resume else set()
+        for job in request.jobs:
+            self._feed(engine, job, known)
         jobs = list(request.job_names)
         return ok_response({"submitted": len(jobs), "jobs": jobs},
                            f"{len(jobs)} jobs submitted")
 
+    def _feed(self, engine: PilotEngine, job: PlannedJob, known: Set[str]) -> None:
+        """Hand the job's tasks to the engine a chunk at a time (see the module notes)."""
+        group: Optional[GroupBook] = None
+        if job.group is not None:
+            group = GroupBook(job.group, job.start, job.count, time.time())
+        with self._lock:
+            if group is not None:
+                self._jobs[job.group or ""] = group
+        chunk: List[TaskSpec] = []
+        for template in job.tasks():
+            if group is None:
+                with self._lock:
+                    self._jobs[template.name] = None
+            name = template.name
+            if name in known:
+                self._count_restored(engine, group, name)
+                continue
+            why = self._why_omitted(template)
+            if why is not None:
+                self._omit(group, template, why)
+                continue
+            chunk.append(self._task_spec(template))
+            if len(chunk) >= _CHUNK:
+                self._hand_over(engine, group, chunk)
+                chunk = []
+        if chunk:
+            self._hand_over(engine, group, chunk)
+
+    def _hand_over(self, engine: PilotEngine, group: Optional[GroupBook],
+                   specs: List[TaskSpec]) -> None:
+        with self._lock:
+            while len(self._open) > _HIGH and not self._finishing:
+                self._lock.wait(0.5)
+            # Before submitting: the engine thread may report a task's end at once.
+            self._open.update(spec.name for spec in specs)
+            if group is not None:
+                group.fed += len(specs)
+        try:
+            with self._signals.held():
+                engine.submit_many(specs)
+            return
+        except (TypeError, ValueError):
+            pass  # one of them cannot be submitted: each on its own, to tell which
+        with self._lock:
+            self._open.difference_update(spec.name for spec in specs)
+            if group is not None:
+                group.fed -= len(specs)
+        for spec in specs:
+            with self._lock:
+                self._open.add(spec.name)
+            try:
+                with self._signals.held():
+                    engine.submit(spec)
+                if group is not None:
+                    with self._lock:
+                        group.fed += 1
+            except (TypeError, ValueError) as exc:
+                with self._lock:
+                    self._open.discard(spec.name)
+                self._omit(group, spec, f"omitted: {exc}")
+
+    def _why_omitted(self, template: TaskTemplate) -> Optional[str]:
+        if template.missing is not None:
+            return f"omitted: dependency {template.missing!r} is not a submitted job"
+        for dependency in template.after:
+            if dependency in self._omitted:
+                return f"omitted: dependency {dependency!r} ended OMITTED"
+            with self._lock:
+                group = self._jobs.get(dependency)
+            if group is not None and group.not_succeeded:
+                return (f"omitted: dependency {dependency!r} has iterations that did not "
+                        f"succeed")
+        return None
+
+    def _omit(self, group: Optional[GroupBook], task: Union[TaskTemplate, TaskSpec],
+              why: str) -> None:
+        now = datetime.now()
+        report = TaskReport(name=task.name, state="OMITTED",
+                            history=((now, "QUEUED"), (now, "OMITTED")), message=why)
+        self._omitted[task.name] = report
+        self._report.write(report)
+        self._log.write(f"task {task.name} OMITTED: {why}")
+        with self._lock:
+            self._count_end("OMITTED")
+        if group is not None:
+            with self._lock:
+                group.fed += 1
+                if group.record_end(False, time.time()):
+                    self._report.write(group.report())
+
+    def _count_restored(self, engine: PilotEngine, group: Optional[GroupBook],
+                        name: str) -> None:
+        """A task the journal restored (``--resume``): it counts for its job as it is."""
+        if group is None:
+            return
+        with self._lock:
+            group.fed += 1
+            if name in self._early_ends:
+                if group.record_end(self._early_ends.pop(name), time.time()):
+                    self._report.write(group.report())
+
+    # -- requests -----------------------------------------------------------------------------
+
     def _answer(self, engine: PilotEngine, request: Request) -> Dict[str, Any]:
         if isinstance(request, Control):
             return ok_response(message=f"{request.command} command accepted")
-        if isinstance(request, (JobStatus, JobInfo)):
+        if isinstance(request, (JobStatusRequest, JobInfo)):
             return self._status(engine, request)
         if isinstance(request, CancelJob):
             return self._cancel(engine, request.names)
@@ -297,12 +447,13 @@ class QcgFileRun:
             usage = engine.usage()
             return ok_response(resources_data(self._dialect, usage.total_nodes,
                                               usage.total_cores, usage.used_cores))
-        assert isinstance(request, Finish)
+        assert isinstance(request, FinishRequest)
         return ok_response(message="finishing: tasks that have not ended are cancelled")
 
-    def _status(self, engine: PilotEngine, request: Union[JobStatus, JobInfo]) -> Dict[str, Any]:
+    def _status(self, engine: PilotEngine, request: Union[JobStatusRequest, JobInfo]
+                ) -> Dict[str, Any]:
         detailed = isinstance(request, JobInfo)
-        if isinstance(request, JobStatus) and not request.listed:
+        if isinstance(request, JobStatusRequest) and not request.listed:
             name = request.names[0]
             report = self._job_report(engine, name)
             if report is None:
@@ -328,7 +479,7 @@ class QcgFileRun:
                 errors[name] = f"Job '{name}' doesn't exist"
                 continue
             for task in tasks:
-                if not engine.status(task).state.final:
+                if task not in self._omitted and not engine.status(task).state.final:
                     engine.cancel(task)
                     canceled += 1
         data: Dict[str, Any] = {"canceled": canceled}
@@ -344,15 +495,17 @@ class QcgFileRun:
             if tasks is None:
                 errors[name] = f"Job '{name}' doesn't exist"
                 continue
-            running = [t for t in tasks if not engine.status(t).state.final]
+            tasks = [t for t in tasks if t not in self._omitted]
+            running = sum(1 for t in tasks if not engine.status(t).state.final)
             if running:
-                errors[name] = (f"Job '{name}' has not ended ({len(running)} task(s) still "
+                errors[name] = (f"Job '{name}' has not ended ({running} task(s) still "
                                 f"queued or executing); only ended jobs can be removed")
                 continue
             for task in tasks:
                 self._removed[task] = self._task_report(engine.status(task))
                 engine.forget(task)
-            del self._jobs[name]
+            with self._lock:
+                del self._jobs[name]
             removed += 1
         data: Dict[str, Any] = {"removed": removed}
         if errors:
@@ -360,7 +513,8 @@ class QcgFileRun:
         return ok_response(data)
 
     def _list(self, engine: PilotEngine) -> Dict[str, Any]:
-        names = list(self._jobs)
+        with self._lock:
+            names = list(self._jobs)
         if self._dialect != CURRENT:
             return ok_response({"length": len(names), "names": names})
         jobs: Dict[str, Any] = {}
@@ -372,24 +526,27 @@ class QcgFileRun:
 
     # -- tasks --------------------------------------------------------------------------------
 
-    def _tasks_of(self, name: str) -> Optional[Tuple[str, ...]]:
-        """The tasks a request means by ``name``: a job, an iteration group or a sub-task."""
-        tasks = self._jobs.get(name)
-        if tasks is not None:
-            return tasks
-        job = name.rpartition(":")[0]
-        if job and name in self._jobs.get(job, ()):
-            return (name,)
+    def _tasks_of(self, name: str) -> Optional[List[str]]:
+        """The tasks a request means by ``name``: a job, an iterative job or one iteration."""
+        with self._lock:
+            if name in self._jobs:
+                group = self._jobs[name]
+                return [name] if group is None else list(group.members())
+            group = self._jobs.get(name.rpartition(":")[0])
+            if group is not None and group.has_member(name):
+                return [name]
         return None
 
     def _job_report(self, engine: PilotEngine, name: str) -> Optional[TaskReport]:
-        tasks = self._tasks_of(name)
-        if tasks is None:
+        with self._lock:
+            group = self._jobs.get(name)
+            if group is not None:
+                return group.report()
+        if self._tasks_of(name) is None:
             return None
-        if tasks == (name,):
-            return self._task_report(engine.status(name))
-        states = [engine.status(t).state for t in tasks]
-        return TaskReport(name=name, state=_group_state(states))
+        if name in self._omitted:
+            return self._omitted[name]
+        return self._task_report(engine.status(name))
 
     def _task_report(self, status: TaskStatus) -> TaskReport:
         history: List[Tuple[datetime, str]] = []
@@ -441,69 +598,60 @@ class QcgFileRun:
 
     def _track_restored(self, engine: PilotEngine) -> None:
         """Count the tasks the journal restored that have still to run."""
-        with self._open_lock:
+        with self._lock:
             # Under the lock: an end reported after the status was read waits for the add.
             for status in engine.statuses():
                 if not status.state.final:
                     self._open.add(status.task_id)
 
-    def _on_event(self, event: TaskEvent) -> None:
+    def _on_event(self, engine: PilotEngine, event: TaskEvent) -> None:
+        """On the engine thread: books, the report and the log of one state change."""
+        task = event.task_id
+        group_name = task.rpartition(":")[0]
         if not event.state.final:
+            if event.state is TaskState.RUNNING and group_name:
+                with self._lock:
+                    group = self._jobs.get(group_name)
+                    if group is not None:
+                        group.record_start(event.time)
             return
-        self._ended.append(event.task_id)
-        with self._open_lock:
-            self._open.discard(event.task_id)
+        self._report.write(self._task_report(engine.status(task)))
+        succeeded = event.state is TaskState.SUCCEEDED
+        with self._lock:
+            self._count_end(qcg_state(event.state))
+            self._open.discard(task)
+            if len(self._open) < _LOW:
+                self._lock.notify_all()
             if self._all_read and not self._open:
                 self._all_ended.set()
+            group = self._jobs.get(group_name) if group_name else None
+            if group is not None and group.has_member(task):
+                if group.record_end(succeeded, event.time):
+                    self._report.write(group.report())
+            elif group_name:
+                self._early_ends[task] = succeeded
         detail = f" (exit code {event.exit_code})" if event.exit_code is not None else ""
-        if event.message and event.state is not TaskState.SUCCEEDED:
+        if event.message and not succeeded:
             detail += f": {event.message}"
-        self._log.write(f"task {event.task_id} {qcg_state(event.state)}{detail}")
+        self._log.write(f"task {task} {qcg_state(event.state)}{detail}")
 
-    # -- the report ---------------------------------------------------------------------------
+    def _report_left(self, engine: PilotEngine) -> None:
+        """After the engine closed: the entries of tasks whose end was never delivered."""
+        with self._lock:
+            left = list(self._open)
+        for task in left:
+            try:
+                status = engine.status(task)
+            except ValueError:
+                continue
+            if status.state.final:
+                self._report.write(self._task_report(status))
+                with self._lock:
+                    self._count_end(qcg_state(status.state))
 
-    def _write_report(self, every: Sequence[TaskStatus]) -> None:
-        statuses = {status.task_id: status for status in every}
-        order = list(dict.fromkeys(self._ended))
-        # Tasks the journal restored as ended never sent an event in this run: first.
-        seen = set(order)
-        restored = [task for task, status in statuses.items()
-                    if status.state.final and task not in seen]
-        entries: List[str] = []
-        for task in restored + order:
-            if task in self._removed:
-                entries.append(format_report_entry(self._removed[task]))
-            elif task in statuses:
-                entries.append(format_report_entry(self._task_report(statuses[task])))
-        path = self._work_directory / JOBS_REPORT
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(entries), encoding="utf-8")
-        os.replace(tmp, path)
-
-    @staticmethod
-    def _counts(statuses: Sequence[TaskStatus]) -> Dict[str, int]:
-        counts: Dict[str, int] = {}
-        for status in statuses:
-            name = qcg_state(status.state)
-            counts[name] = counts.get(name, 0) + 1
-        return counts
-
-
-def _group_state(states: Sequence[TaskState]) -> str:
-    """One QCG state for an iteration group: executing while a member runs, queued while one
-    waits, then succeeded only if all did, else the first of failed, canceled, omitted."""
-    if any(s is TaskState.RUNNING for s in states):
-        return qcg_state(TaskState.RUNNING)
-    if not all(s.final for s in states):
-        return qcg_state(TaskState.QUEUED)
-    for state in (TaskState.FAILED, TaskState.CANCELED, TaskState.OMITTED):
-        if state in states:
-            return qcg_state(state)
-    return qcg_state(TaskState.SUCCEEDED)
-
-
-def _json(response: Mapping[str, Any]) -> str:
-    return json.dumps(response)
+    def _count_end(self, state: str) -> None:
+        """Under the lock."""
+        self._ended[state] = self._ended.get(state, 0) + 1
 
 
 class _stop_signals:
@@ -514,12 +662,28 @@ class _stop_signals:
     def __init__(self) -> None:
         self._previous: Dict[int, Any] = {}
         self._stopping = False
+        self._held = False
+        self._pending: Optional[int] = None
 
     def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
         # Once: a second signal must not interrupt the cancelling and reporting it started.
-        if not self._stopping:
+        if self._held:
+            self._pending = signum
+        elif not self._stopping:
             self._stopping = True
             raise _Stop(signum)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """A signal arriving inside waits until the end: a submission is never cut in two."""
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
+        if self._pending is not None and not self._stopping:
+            self._stopping = True
+            raise _Stop(self._pending)
 
     def __enter__(self) -> "_stop_signals":
         if threading.current_thread() is threading.main_thread():

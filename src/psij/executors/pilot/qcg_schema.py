@@ -1,0 +1,335 @@
+"""The requests of a QCG-PilotJob request file, as checked records (what
+:mod:`psij.executors.pilot.qcg_requests` reads and :mod:`psij.executors.pilot.qcg_plan`
+expands).
+
+Pure data: no parsing, no I/O. Any text of a job may still hold ``${...}`` variables.
+"""
+
+import re
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+from psij.executors.pilot._record import Record
+from psij.executors.pilot.resources import ResourceRequest
+
+__all__ = [
+    "CURRENT", "SEED", "BadRequest", "CancelJob", "Control", "Execution", "FinishRequest",
+    "Iteration", "JobDescription", "JobInfo", "JobStatusRequest", "ListJobs", "RemoveJob",
+    "Request", "RequestFile", "ResourcesInfo", "Spread", "Submit", "expand_variables",
+    "iteration_index", "request_kind",
+]
+
+SEED = "seed"
+CURRENT = "current"
+
+_VARIABLE = r"\$\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}"
+_NO_ENV: Mapping[str, str] = MappingProxyType({})
+_set = object.__setattr__
+
+
+def iteration_index(text: str) -> Optional[int]:
+    """The index in a sub-task's name ``job:index`` (which may be negative), or None."""
+    digits = text[1:] if text.startswith("-") else text
+    if not digits.isdigit() or not digits.isascii() or (digits[0] == "0" and len(digits) > 1):
+        return None
+    return int(text)
+
+
+def expand_variables(text: str, values: Mapping[str, str]) -> str:
+    """``${name}`` (spaces allowed inside the braces) replaced by ``values[name]``; a name
+    not in ``values`` is left as written."""
+    if "${" not in text:
+        return text
+
+    def replace(match: "re.Match[str]") -> str:
+        value = values.get(match.group(1))
+        return match.group(0) if value is None else value
+
+    return re.sub(_VARIABLE, replace, text)
+
+
+class Execution(Record):
+    """What a task runs; any string may still hold ``${...}`` variables."""
+
+    _fields = ("exec", "args", "script", "env", "wd", "stdin", "stdout", "stderr", "modules",
+               "venv", "model")
+    __slots__ = _fields
+    exec: Optional[str]
+    args: Tuple[str, ...]
+    script: Optional[str]
+    env: Mapping[str, str]
+    wd: Optional[str]
+    stdin: Optional[str]
+    stdout: Optional[str]
+    stderr: Optional[str]
+    modules: Tuple[str, ...]
+    venv: Optional[str]
+    model: str
+
+    def __init__(self, exec: Optional[str] = None, args: Tuple[str, ...] = (),
+                 script: Optional[str] = None, env: Mapping[str, str] = _NO_ENV,
+                 wd: Optional[str] = None, stdin: Optional[str] = None,
+                 stdout: Optional[str] = None, stderr: Optional[str] = None,
+                 modules: Tuple[str, ...] = (), venv: Optional[str] = None,
+                 model: str = "default") -> None:
+        _set(self, "exec", exec)
+        _set(self, "args", args)
+        _set(self, "script", script)
+        _set(self, "env", env)
+        _set(self, "wd", wd)
+        _set(self, "stdin", stdin)
+        _set(self, "stdout", stdout)
+        _set(self, "stderr", stderr)
+        _set(self, "modules", modules)
+        _set(self, "venv", venv)
+        _set(self, "model", model)
+
+    def command(self) -> List[str]:
+        """The program and its arguments (``script``, ``modules`` and ``venv`` go through
+        bash, as QCG runs them)."""
+        if not self.modules and self.venv is None:
+            if self.script is not None:
+                return ["bash", "-c", self.script]
+            assert self.exec is not None
+            return [self.exec, *self.args]
+        prologue = ""
+        if self.modules:
+            prologue += "source /etc/profile && module load " \
+                + " ".join(_shell_quote(m) for m in self.modules) + " && "
+        if self.venv is not None:
+            prologue += f"source {_shell_quote(self.venv + '/bin/activate')} && "
+        if self.script is not None:
+            return ["bash", "-c", prologue + self.script]
+        assert self.exec is not None
+        return ["bash", "-c", prologue + 'exec "$@"', "bash", self.exec, *self.args]
+
+    def has_variables(self) -> bool:
+        """Whether some text of this execution holds a ``${``."""
+        for text in (self.exec, self.script, self.wd, self.stdin, self.stdout, self.stderr,
+                     self.venv):
+            if text is not None and "${" in text:
+                return True
+        return any("${" in text for texts in (self.args, self.modules, self.env.values())
+                   for text in texts)
+
+    def expanded(self, values: Mapping[str, str]) -> "Execution":
+        if not self.has_variables():
+            return self
+
+        def one(text: Optional[str]) -> Optional[str]:
+            return None if text is None else expand_variables(text, values)
+
+        return Execution(
+            exec=one(self.exec), args=tuple(expand_variables(a, values) for a in self.args),
+            script=one(self.script),
+            env=MappingProxyType({k: expand_variables(v, values) for k, v in self.env.items()}),
+            wd=one(self.wd), stdin=one(self.stdin), stdout=one(self.stdout),
+            stderr=one(self.stderr), modules=tuple(expand_variables(m, values)
+                                                  for m in self.modules),
+            venv=one(self.venv), model=self.model)
+
+
+class Iteration(Record):
+    """The indices ``start`` .. ``stop - 1``; with ``values``, index i stands for values[i]."""
+
+    _fields = ("start", "stop", "values")
+    __slots__ = _fields
+    start: int
+    stop: int
+    values: Optional[Tuple[str, ...]]
+
+    def __init__(self, start: int, stop: int, values: Optional[Tuple[str, ...]] = None) -> None:
+        _set(self, "start", start)
+        _set(self, "stop", stop)
+        _set(self, "values", values)
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+
+class JobDescription(Record):
+    """One job of a ``submit`` request, checked, with its variables not yet expanded."""
+
+    _fields = ("where", "name", "execution", "resources", "iteration", "after", "walltime",
+               "form", "spread")
+    __slots__ = _fields
+    where: str
+    name: str
+    execution: Execution
+    resources: ResourceRequest
+    iteration: Optional[Iteration]
+    after: Tuple[str, ...]
+    walltime: Optional[timedelta]
+    form: str  # how the job was written: the seed's ``iterate`` or the current ``iteration``
+    spread: Optional["Spread"]  # maximum-iters: each iteration's own share of the pool
+
+    def __init__(self, where: str, name: str, execution: Execution, resources: ResourceRequest,
+                 iteration: Optional[Iteration] = None, after: Tuple[str, ...] = (),
+                 walltime: Optional[timedelta] = None, form: str = CURRENT,
+                 spread: Optional["Spread"] = None) -> None:
+        _set(self, "where", where)
+        _set(self, "name", name)
+        _set(self, "execution", execution)
+        _set(self, "resources", resources)
+        _set(self, "iteration", iteration)
+        _set(self, "after", after)
+        _set(self, "walltime", walltime)
+        _set(self, "form", form)
+        _set(self, "spread", spread)
+
+
+class Spread(Record):
+    """``maximum-iters`` on ``numCores`` or ``numNodes`` (``key``): the pool's cores or nodes
+    are shared out among the iterations, each getting at least ``minimum``; ``other`` is the
+    element of the other key, if any, as written."""
+
+    _fields = ("key", "minimum", "other")
+    __slots__ = _fields
+    key: str
+    minimum: int
+    other: Optional[Mapping[str, Any]]
+
+    def __init__(self, key: str, minimum: int, other: Optional[Mapping[str, Any]]) -> None:
+        _set(self, "key", key)
+        _set(self, "minimum", minimum)
+        _set(self, "other", other)
+
+    def request(self, amount: int) -> ResourceRequest:
+        """The request of an iteration given ``amount`` cores or nodes."""
+        exact = {"exact": amount}
+        if self.key == "numCores":
+            return ResourceRequest.from_qcg(exact, self.other)
+        return ResourceRequest.from_qcg(self.other, exact)
+
+
+class Submit(Record):
+    _fields = ("position", "jobs")
+    __slots__ = _fields
+    position: int
+    jobs: Tuple[JobDescription, ...]
+
+    def __init__(self, position: int, jobs: Tuple[JobDescription, ...]) -> None:
+        _set(self, "position", position)
+        _set(self, "jobs", jobs)
+
+
+class Control(Record):
+    _fields = ("position", "command")
+    __slots__ = _fields
+    position: int
+    command: str
+
+    def __init__(self, position: int, command: str) -> None:
+        _set(self, "position", position)
+        _set(self, "command", command)
+
+
+class _NamedJobs(Record):
+    """A request about named jobs; ``listed`` when the names came as ``jobNames``."""
+
+    _fields = ("position", "names", "listed")
+    __slots__ = _fields
+    position: int
+    names: Tuple[str, ...]
+    listed: bool
+
+    def __init__(self, position: int, names: Tuple[str, ...], listed: bool = True) -> None:
+        _set(self, "position", position)
+        _set(self, "names", names)
+        _set(self, "listed", listed)
+
+
+class JobStatusRequest(_NamedJobs):
+    """``jobStatus`` (named so as not to be taken for :class:`psij.JobStatus`)."""
+
+    __slots__ = ()
+
+
+class JobInfo(_NamedJobs):
+    __slots__ = ()
+
+
+class CancelJob(_NamedJobs):
+    __slots__ = ()
+
+
+class RemoveJob(_NamedJobs):
+    __slots__ = ()
+
+
+class _Bare(Record):
+    _fields = ("position",)
+    __slots__ = _fields
+    position: int
+
+    def __init__(self, position: int) -> None:
+        _set(self, "position", position)
+
+
+class ListJobs(_Bare):
+    __slots__ = ()
+
+
+class ResourcesInfo(_Bare):
+    __slots__ = ()
+
+
+class FinishRequest(_Bare):
+    """``finish``: stop at once (named apart from the batch layer's ``Finish``)."""
+
+    __slots__ = ()
+
+
+class BadRequest(Record):
+    """A request that cannot be run: answered with an error response, the others still run."""
+
+    _fields = ("position", "kind", "message")
+    __slots__ = _fields
+    position: int
+    kind: str
+    message: str
+
+    def __init__(self, position: int, kind: str, message: str) -> None:
+        _set(self, "position", position)
+        _set(self, "kind", kind)
+        _set(self, "message", message)
+
+
+Request = Union[Submit, Control, JobStatusRequest, JobInfo, CancelJob, RemoveJob, ListJobs,
+                ResourcesInfo, FinishRequest, BadRequest]
+
+
+def request_kind(request: Request) -> str:
+    """The ``request`` word of a parsed request."""
+    if isinstance(request, BadRequest):
+        return request.kind
+    return _KIND_OF[type(request)]
+
+
+_KIND_OF: Dict[type, str] = {
+    Submit: "submit", Control: "control", JobStatusRequest: "jobStatus", JobInfo: "jobInfo",
+    CancelJob: "cancelJob", RemoveJob: "removeJob", ListJobs: "listJobs",
+    ResourcesInfo: "resourcesInfo", FinishRequest: "finish",
+}
+
+
+class RequestFile(Record):
+    """All requests of a file, in file order, and the form its responses take."""
+
+    _fields = ("requests", "dialect")
+    __slots__ = _fields
+    requests: Tuple[Request, ...]
+    dialect: str
+
+    def __init__(self, requests: Tuple[Request, ...], dialect: str = SEED) -> None:
+        _set(self, "requests", requests)
+        _set(self, "dialect", dialect)
+
+    def errors(self) -> List[BadRequest]:
+        return [r for r in self.requests if isinstance(r, BadRequest)]
+
+
+def _shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
