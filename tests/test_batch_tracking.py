@@ -5,7 +5,7 @@ from typing import List
 import pytest
 
 from psij import JobState
-from psij.executors.batch._clock import ManualClock
+from psij._clock import ManualClock
 from psij.executors.batch._tracking import (
     CancelAsked,
     CancelFailed,

@@ -29,7 +29,7 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from psij.executors.batch._clock import Clock
+from psij._clock import Clock
 from psij.job_state import JobState
 
 __all__ = [

@@ -49,10 +49,10 @@ from typing import (
 )
 
 from psij import _check
+from psij._clock import Clock, MonotonicClock
 from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._staging import REPORT_SUFFIX, read_report, script_context, staged_status
-from psij.executors.batch._clock import Clock, MonotonicClock
 from psij.executors.batch._job_output import (
     _describe_duration,
     _describe_exit,

@@ -1,8 +1,9 @@
-"""Where the batch layer gets the time from.
+"""Where every time-dependent rule gets the time from.
 
-Polling intervals, retry backoff and outage tolerance are measured on a ``Clock`` so that the job
-tracking state machine can be driven in tests by a ``ManualClock`` that moves only when told to,
-instead of by sleeping. This module only reads time; it never sleeps or waits.
+Polling intervals, retry backoff, outage tolerance, grace periods, time limits and timers are
+measured on a ``Clock`` so that the state machines and loops that apply them can be driven in
+tests by a ``ManualClock`` that moves only when told to, instead of by sleeping. This module
+only reads time; it never sleeps or waits.
 """
 
 import threading
