@@ -22,7 +22,6 @@ Rules:
 
 import importlib
 import importlib.util
-import logging
 import os
 import sys
 import threading
@@ -32,9 +31,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
 
+from psij._lazylog import LazyLogger
 from psij.descriptor import Descriptor
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 DESCRIPTORS_DIR = "psij-descriptors"
 KINDS = ("executor", "launcher")

@@ -88,8 +88,19 @@ _PREDECESSORS: Dict[JobState, JobState] = {
 
 
 class JobStateOrder:
-    """Kept for code written against the reference API: orders states like ``is_greater_than``."""
+    """The predecessor table, under the name psij-python code imports it by.
+
+    It does not order states (that is :meth:`JobState.is_greater_than`); it only answers which
+    state a job is reported in just before a given one when it skips ahead.
+    """
 
     @staticmethod
     def prev(state: JobState) -> Optional[JobState]:
+        """``state.predecessor``: the state filled in before ``state`` when a job skips it.
+
+        None for NEW, FAILED and CANCELED (a job reaches the last two from any state). Unlike
+        psij-python's table, no state has STAGE_IN, STAGE_OUT or CLEANUP as its predecessor
+        (ACTIVE follows QUEUED, COMPLETED follows ACTIVE), since a job that stages nothing never
+        enters them.
+        """
         return state.predecessor
