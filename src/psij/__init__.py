@@ -1,15 +1,15 @@
 """Portable job submission: one API for local runs, batch schedulers and pilots (PSI/J).
 
-``import psij`` loads this file and :mod:`psij.version`, nothing else: every name in
+``import psij`` loads this file and ``psij.version``, nothing else: every name in
 ``__all__`` is imported from its module the first time it is read (PEP 562), so a program that
 only asks for ``psij.__version__`` or imports one submodule does not pay for the whole model.
 ``from psij import Job``, ``from psij import *`` and ``dir(psij)`` behave as if the names were
 imported eagerly. Executors and launchers are plugins found through ``psij-descriptors`` files
 on ``sys.path`` the first time one is asked for.
-
-Nothing may be imported here at module level but :mod:`psij.version`; ``tests/test_import.py``
-checks that a fresh ``import psij`` loads no other module.
 """
+
+# Nothing may be imported here at module level but psij.version: tests/test_import.py checks
+# that a fresh ``import psij`` loads no other module.
 
 from psij.version import __version__
 
