@@ -333,7 +333,10 @@ def test_lsf_unknown_ids_and_garbage(lsf_ex: LsfJobExecutor) -> None:
     out = bjobs_json([{"JOBID": "1", "STAT": "RUN", "EXIT_CODE": "", "EXIT_REASON": ""},
                       {"ERROR": "Job <2> is not found"}])
     assert list(lsf_ex.parse_status_output(0, out)) == ["1"]
-    assert lsf_ex.parse_status_output(255, "Job <2> is not found\n") == {}
+    # bjobs exits 255 when none of the ids is known (LSB_BJOBS_CONSISTENT_EXIT_CODE).
+    assert lsf_ex.output_means_no_jobs(255, "Job <2> is not found\n")
+    assert not lsf_ex.output_means_no_jobs(255, "LSF is down. Please wait ...\n")
+    assert not lsf_ex.output_means_no_jobs(255, "")
     # bjobs prints this before its answer while mbatchd is busy.
     busy = "Cannot connect to LSF. Please wait ...\n" + out
     assert list(lsf_ex.parse_status_output(0, busy)) == ["1"]
@@ -356,9 +359,12 @@ def test_lsf_submit_and_cancel_outputs(lsf_ex: LsfJobExecutor) -> None:
     for gone in ("Job <5>: Job has already finished", "Job <5>: No matching job found"):
         with pytest.raises(InvalidJobStateError):
             lsf_ex.process_cancel_command_output(255, gone)
-    command = lsf_ex.get_submit_command(Job(), Path("/w/it's a \"script\".job"))
-    assert command[:3] == ["/bin/sh", "-c", 'exec bsub <"$1"']
-    assert command[-1] == "/w/it's a \"script\".job"
+    # The script goes to bsub's standard input; its path is never part of the command.
+    script = lsf_ex.work_directory / "it's a \"script\".job"
+    script.parent.mkdir(parents=True)
+    script.write_text("#BSUB -J x\n")
+    assert lsf_ex.get_submit_command(Job(), script) == ["bsub"]
+    assert lsf_ex.get_submit_stdin(Job(), script) == "#BSUB -J x\n"
 
 
 # ==================================================================== Cobalt: qstat -l
@@ -396,8 +402,8 @@ def test_cobalt_every_state(cobalt_ex: CobaltJobExecutor) -> None:
 
 def test_cobalt_gone_jobs_garbage_and_outputs(cobalt_ex: CobaltJobExecutor) -> None:
     # qstat exits 1 without a word when none of the ids is in the queue.
-    assert cobalt_ex.parse_status_output(1, "PSIJ: Unknown error") == {}
-    assert cobalt_ex.parse_status_output(1, "") == {}
+    assert cobalt_ex.output_means_no_jobs(1, "")
+    assert not cobalt_ex.output_means_no_jobs(1, "Failed to connect to queue manager\n")
     for exit_code, bad in [(0, "JobID: 1\n    State : exploding\n"), (0, "<html>\n"),
                            (1, "Failed to connect to queue manager\n"),
                            (0, "    State : running\n"), (0, "JobID: x1\n")]:

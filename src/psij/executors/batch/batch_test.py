@@ -9,21 +9,16 @@ use.
 import re
 import sys
 from pathlib import Path
-from typing import IO, Collection, Dict, List, Optional, Sequence, Union
+from typing import Any, Collection, Dict, List, Optional, Sequence, Union
 
 from psij import _check
-from psij._data import data_dir
-from psij.exceptions import SubmitException
 from psij.executors.batch import batch_test_tool
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
-    InvalidJobStateError,
     check_status_exit_code,
 )
-from psij.executors.batch.script_generator import TemplatedScriptGenerator
 from psij.job import Job
-from psij.job_executor_config import JobExecutorConfig
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
@@ -43,18 +38,17 @@ _ACCT_LINE = re.compile(r"(\d+)\|([A-Z]+)\|(\d*)\|([A-Za-z]*)")
 
 class BatchTestExecutorConfig(BatchSchedulerExecutorConfig):
     """batch-test settings: ``spool_directory`` (default ``<work_directory>/batch-test-spool``)
-    and ``keep_finished`` (seconds a finished job stays in the fake queue)."""
+    and ``keep_finished`` (seconds a finished job stays in the fake queue). The other
+    parameters are the batch ones, with shorter polling by default (every 0.5 s, the first
+    0.2 s after a submit)."""
 
-    def __init__(self, launcher_log_file: Union[str, Path, None] = None,
-                 work_directory: Union[str, Path, None] = None,
-                 queue_polling_interval: float = 0.5, initial_queue_polling_delay: float = 0.2,
-                 queue_polling_error_threshold: int = 2, keep_files: bool = False,
-                 queue_polling_outage_tolerance: float = 300, command_timeout: float = 60,
-                 spool_directory: Union[str, Path, None] = None,
-                 keep_finished: float = 5.0) -> None:
-        super().__init__(launcher_log_file, work_directory, queue_polling_interval,
-                         initial_queue_polling_delay, queue_polling_error_threshold, keep_files,
-                         queue_polling_outage_tolerance, command_timeout)
+    def __init__(self, *args: Any, spool_directory: Union[str, Path, None] = None,
+                 keep_finished: float = 5.0, **kwargs: Any) -> None:
+        if len(args) < 3:
+            kwargs.setdefault("queue_polling_interval", 0.5)
+        if len(args) < 4:
+            kwargs.setdefault("initial_queue_polling_delay", 0.2)
+        super().__init__(*args, **kwargs)
         spool = _check.opt_path("BatchTestExecutorConfig.spool_directory", spool_directory)
         self.spool_directory: Path = spool if spool is not None \
             else self.work_directory / "batch-test-spool"
@@ -85,11 +79,9 @@ class BatchTestJobExecutor(BatchSchedulerExecutor):
     CONFIG_CLASS = BatchTestExecutorConfig
     CUSTOM_ATTRIBUTE_PREFIXES = ("batch-test",)
 
-    def __init__(self, url: Optional[str] = None,
-                 config: Optional[JobExecutorConfig] = None) -> None:
-        super().__init__(url=url, config=config)
-        self.generator = TemplatedScriptGenerator(self.config,
-                                                  data_dir("templates") / "batch-test.mustache")
+    TEMPLATE = "batch-test.mustache"
+    JOB_ID_PATTERN = re.compile(r"\A\d+\Z")
+    CANCEL_GONE_PATTERN = re.compile("already finished")
 
     @property
     def _cfg(self) -> BatchTestExecutorConfig:
@@ -100,26 +92,11 @@ class BatchTestJobExecutor(BatchSchedulerExecutor):
         return [sys.executable, "-S", batch_test_tool.__file__, "--spool",
                 str(self._cfg.spool_directory.absolute()), *args]
 
-    def generate_submit_script(self, job: Job, context: Dict[str, object],
-                               submit_file: IO[str]) -> None:
-        self.generator.generate_submit_script(job, context, submit_file)
-
     def get_submit_command(self, job: Job, submit_file_path: Path) -> List[str]:
         return self._tool("submit", str(submit_file_path.absolute()))
 
-    def job_id_from_submit_output(self, out: str) -> str:
-        text = out.strip()
-        if not text.isdigit():
-            raise ValueError(f"not a batch-test job id: {text!r}")
-        return text
-
     def get_cancel_command(self, native_id: str) -> List[str]:
         return self._tool("cancel", native_id)
-
-    def process_cancel_command_output(self, exit_code: int, out: str) -> None:
-        if exit_code == 2 and "already finished" in out:
-            raise InvalidJobStateError(out.strip())
-        raise SubmitException(f"batch-test cancel exited with {exit_code}: {out.strip()}")
 
     def get_status_command(self, native_ids: Collection[str]) -> List[str]:
         return self._tool("status", "--keep-finished", repr(self._cfg.keep_finished),

@@ -1,9 +1,9 @@
 """The classic PBS executor (Torque, OpenPBS 2.x): qsub, ``qstat -f`` (one call for all jobs),
 qdel.
 
-Declarations only: the text status format, the state map, what Torque's exit statuses mean and
-the template (``templates/pbs_classic.mustache``, ``-l nodes=N:ppn=M``); everything else is
-shared with :mod:`~psij.executors.batch.pbs` and the batch base class.
+The status command and the template (``templates/pbs_classic.mustache``, ``-l nodes=N:ppn=M``),
+the state map, what Torque's exit statuses mean and the parser of the text status format;
+everything else is shared with :mod:`~psij.executors.batch.pbs` and the batch base class.
 
 What the status output means (Torque administrator guide, "Job exit status"; ``qstat(1B)``):
 
@@ -18,7 +18,7 @@ What the status output means (Torque administrator guide, "Job exit status"; ``q
 """
 
 import re
-from typing import Collection, Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from psij.executors.batch.pbs import (
     GenericPBSJobExecutor,
@@ -111,6 +111,7 @@ class PBSClassicJobExecutor(GenericPBSJobExecutor):
 
     _NAME_ = "pbs_classic"
     TEMPLATE = "pbs_classic.mustache"
+    STATUS_COMMAND = ("qstat", "-f")
 
     def _resource_context(self, resources: ResourceSpecV1, spec: JobSpec) -> Dict[str, object]:
         per_node = resources.computed_processes_per_node
@@ -128,9 +129,6 @@ class PBSClassicJobExecutor(GenericPBSJobExecutor):
             # PBS_NODEFILE names a host once per ppn slot; a process takes this many of them.
             "cores_per_process": cores,
         }
-
-    def get_status_command(self, native_ids: Collection[str]) -> List[str]:
-        return ["qstat", "-f", *native_ids]
 
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         lines = out.splitlines()
