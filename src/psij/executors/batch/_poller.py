@@ -102,6 +102,11 @@ class StatusPoller:
             if self._tracker.is_tracked(native_id):
                 self._tracker.feed(CancelFailed(native_id))
 
+    def wake(self) -> None:
+        """Look at the clock again now (tests call it after moving a manual clock)."""
+        with self._cond:
+            self._cond.notify_all()
+
     def stop(self, wait: bool = False) -> None:
         with self._cond:
             self._stopped = True

@@ -28,7 +28,6 @@ import io
 import logging
 import os
 import threading
-from abc import abstractmethod
 from datetime import timedelta
 from pathlib import Path
 from typing import (
@@ -67,6 +66,7 @@ from psij.executors.batch._script_context import (
     hours_minutes_seconds,
 )
 from psij.executors.batch._site_directives import ESCAPED, DirectiveRules, custom_attribute_items
+from psij.executors.batch._status_table import StateMap, parse_status_lines
 from psij.executors.batch._tracking import (
     Event,
     MissingResolved,
@@ -116,15 +116,16 @@ class InvalidJobStateError(Exception):
 class BatchSchedulerExecutor(JobExecutor):
     """Base class of executors that submit jobs to a batch scheduler.
 
-    A subclass declares its scheduler in class attributes (below) and implements
-    :meth:`parse_status_output` (and, when the scheduler has accounting,
-    :meth:`get_accounting_commands` and :meth:`parse_accounting_output`). The hooks of the
-    PSI/J Python API (:meth:`generate_submit_script`, :meth:`get_submit_command`,
+    A subclass declares its scheduler in class attributes (below); where the scheduler's ways
+    do not fit them, it overrides the hooks of the PSI/J Python API
+    (:meth:`generate_submit_script`, :meth:`get_submit_command`,
     :meth:`job_id_from_submit_output`, :meth:`get_cancel_command`,
     :meth:`process_cancel_command_output`, :meth:`get_status_command`,
-    :meth:`get_list_command`, :meth:`parse_list_output`) use the declarations by default and
-    may be overridden instead. Custom attributes named ``<prefix>.<option>`` with a prefix in
-    ``CUSTOM_ATTRIBUTE_PREFIXES`` reach the template as ``custom_attributes.<prefix>``.
+    :meth:`parse_status_output`, :meth:`get_list_command`, :meth:`parse_list_output`), which
+    use the declarations by default. A scheduler with accounting also implements
+    :meth:`get_accounting_commands` and :meth:`parse_accounting_output`. Custom attributes
+    named ``<prefix>.<option>`` with a prefix in ``CUSTOM_ATTRIBUTE_PREFIXES`` reach the
+    template as ``custom_attributes.<prefix>``.
     """
 
     CONFIG_CLASS: Type[BatchSchedulerExecutorConfig] = BatchSchedulerExecutorConfig
@@ -144,8 +145,11 @@ class BatchSchedulerExecutor(JobExecutor):
     # because the job had already ended.
     CANCEL_COMMAND: Tuple[str, ...] = ()
     CANCEL_GONE_PATTERN: Optional[Pattern[str]] = None
-    # The status command (the native ids are appended) and the list command.
+    # The status command (the native ids are appended), and, for output of one line per job,
+    # the pattern of a line (groups: native id, state[, reason]) and the scheduler's states.
     STATUS_COMMAND: Tuple[str, ...] = ()
+    STATUS_LINE_PATTERN: Optional[Pattern[str]] = None
+    STATE_MAP: StateMap = {}
     LIST_COMMAND: Tuple[str, ...] = ()
     # Lines of the list command's output that are native ids (None: every non-blank line).
     LIST_ID_PATTERN: Optional[Pattern[str]] = None
@@ -248,11 +252,14 @@ class BatchSchedulerExecutor(JobExecutor):
         """One command giving the state of all ``native_ids``."""
         return [*self._declared("STATUS_COMMAND"), *native_ids]
 
-    @abstractmethod
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         """The state of each job shown in the status command's output. Must raise on output it
-        does not understand (a job left out is looked up, never assumed done)."""
-        raise NotImplementedError
+        does not understand (a job left out is looked up, never assumed done). By default the
+        output is one line per job, read with ``STATUS_LINE_PATTERN`` and ``STATE_MAP``."""
+        pattern = self._declared("STATUS_LINE_PATTERN")
+        name = " ".join(self.STATUS_COMMAND) or f"{self._work_name()} status"
+        check_status_exit_code(name, exit_code, out)
+        return parse_status_lines(pattern, self.STATE_MAP, out)
 
     def get_list_command(self) -> List[str]:
         """The command listing this user's jobs."""

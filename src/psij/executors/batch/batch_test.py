@@ -9,10 +9,11 @@ use.
 import re
 import sys
 from pathlib import Path
-from typing import Any, Collection, Dict, List, Optional, Sequence, Union
+from typing import Any, Collection, Dict, List, Sequence, Union
 
 from psij import _check
 from psij.executors.batch import batch_test_tool
+from psij.executors.batch._status_table import StateMap, status_from_map
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
@@ -24,7 +25,7 @@ from psij.job_status import JobStatus
 
 __all__ = ["BatchTestExecutorConfig", "BatchTestJobExecutor"]
 
-STATE_MAP = {
+STATE_MAP: StateMap = {
     "PENDING": (JobState.QUEUED, None),
     "RUNNING": (JobState.ACTIVE, None),
     "COMPLETED": (JobState.COMPLETED, None),
@@ -32,7 +33,6 @@ STATE_MAP = {
     "CANCELLED": (JobState.CANCELED, None),
     "TIMEOUT": (JobState.FAILED, "time_limit"),
 }
-_STATUS_LINE = re.compile(r"(\d+)\|([A-Z]+)\|([A-Za-z]*)")
 _ACCT_LINE = re.compile(r"(\d+)\|([A-Z]+)\|(\d*)\|([A-Za-z]*)")
 
 
@@ -59,18 +59,6 @@ class BatchTestExecutorConfig(BatchSchedulerExecutorConfig):
         self.keep_finished = float(keep_finished)
 
 
-def _status(native_state: str, reason: str, exit_code: Optional[int] = None) -> JobStatus:
-    try:
-        state, cause = STATE_MAP[native_state]
-    except KeyError:
-        raise ValueError(f"unknown batch-test state {native_state!r}") from None
-    metadata: Dict[str, object] = {"native_state": native_state,
-                                   "reason": None if reason in ("", "None") else reason}
-    if cause is not None:
-        metadata["cause"] = cause
-    return JobStatus(state, exit_code=exit_code, metadata=metadata)
-
-
 class BatchTestJobExecutor(BatchSchedulerExecutor):
     """Submits to the ``batch-test`` fake scheduler. Custom attributes ``batch-test.<option>``
     become directives; ``batch-test.queue-delay`` keeps a job QUEUED for that many seconds."""
@@ -82,6 +70,8 @@ class BatchTestJobExecutor(BatchSchedulerExecutor):
     TEMPLATE = "batch-test.mustache"
     JOB_ID_PATTERN = re.compile(r"\A\d+\Z")
     CANCEL_GONE_PATTERN = re.compile("already finished")
+    STATUS_LINE_PATTERN = re.compile(r"(\d+)\|([A-Z]+)\|([A-Za-z]*)")
+    STATE_MAP = STATE_MAP
 
     @property
     def _cfg(self) -> BatchTestExecutorConfig:
@@ -102,17 +92,6 @@ class BatchTestJobExecutor(BatchSchedulerExecutor):
         return self._tool("status", "--keep-finished", repr(self._cfg.keep_finished),
                           *native_ids)
 
-    def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
-        check_status_exit_code("batch-test status", exit_code, out)
-        found: Dict[str, JobStatus] = {}
-        for line in out.splitlines():
-            match = _STATUS_LINE.fullmatch(line.strip())
-            if match is None:
-                raise ValueError(f"unexpected status line {line!r}")
-            native_id, native_state, reason = match.groups()
-            found[native_id] = _status(native_state, reason)
-        return found
-
     def get_accounting_commands(self, native_ids: Sequence[str]) -> List[List[str]]:
         return [self._tool("acct", *native_ids)]
 
@@ -124,7 +103,8 @@ class BatchTestJobExecutor(BatchSchedulerExecutor):
             if match is None:
                 raise ValueError(f"unexpected accounting line {line!r}")
             native_id, native_state, code, reason = match.groups()
-            found[native_id] = _status(native_state, reason, int(code) if code else None)
+            found[native_id] = status_from_map(STATE_MAP, native_state, reason,
+                                               int(code) if code else None)
         return found
 
     def get_list_command(self) -> List[str]:

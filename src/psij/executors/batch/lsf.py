@@ -92,7 +92,8 @@ EXIT_REASONS: Dict[str, Tuple[JobState, Optional[str], Optional[str]]] = {
 }
 
 _TERM_KEYWORD = re.compile(r"\b(TERM_[A-Z_]+)\b")
-_NOT_FOUND = re.compile(r"is not found|No matching job found", re.IGNORECASE)
+_NOT_FOUND = re.compile(r"is not found|No matching job found|No (?:unfinished )?job found",
+                        re.IGNORECASE)
 
 
 def lsf_status(record: Mapping[str, Any]) -> JobStatus:
