@@ -61,17 +61,31 @@ STATE_MAP: Dict[str, Optional[JobState]] = {
     "X": None,              # finished subjob
 }
 
+ExecCodes = Dict[int, Tuple[str, Optional[str], str]]
+
+
+def start_exec_codes(system: str, mom: str) -> ExecCodes:
+    """The exit statuses -1 to -7, which PBS Pro and Torque share (``system`` and ``mom`` are
+    how each names itself and its execution daemon)."""
+    restarted = f"the job was aborted when its {mom} restarted"
+    return {
+        -1: ("JOB_EXEC_FAIL1", "launch_failure", "the job could not be started (before its "
+                                                 "files were staged)"),
+        -2: ("JOB_EXEC_FAIL2", "launch_failure", "the job could not be started (after its "
+                                                 "files were staged)"),
+        -3: ("JOB_EXEC_RETRY", "launch_failure", f"the job could not be started ({system} "
+                                                 "retries it)"),
+        -4: ("JOB_EXEC_INITABT", "node_failure", restarted),
+        -5: ("JOB_EXEC_INITRST", "node_failure", restarted),
+        -6: ("JOB_EXEC_INITRMG", "node_failure", restarted),
+        -7: ("JOB_EXEC_BADRESRT", "launch_failure", "restarting the job from its checkpoint "
+                                                    "failed"),
+    }
+
+
 # Exit statuses PBS Pro sets itself: code -> (name, cause, what happened).
-EXEC_CODES: Dict[int, Tuple[str, Optional[str], str]] = {
-    -1: ("JOB_EXEC_FAIL1", "launch_failure", "the job could not be started (before its files "
-                                             "were staged)"),
-    -2: ("JOB_EXEC_FAIL2", "launch_failure", "the job could not be started (after its files "
-                                             "were staged)"),
-    -3: ("JOB_EXEC_RETRY", "launch_failure", "the job could not be started (PBS retries it)"),
-    -4: ("JOB_EXEC_INITABT", "node_failure", "the job was aborted when its MoM restarted"),
-    -5: ("JOB_EXEC_INITRST", "node_failure", "the job was aborted when its MoM restarted"),
-    -6: ("JOB_EXEC_INITRMG", "node_failure", "the job was aborted when its MoM restarted"),
-    -7: ("JOB_EXEC_BADRESRT", "launch_failure", "restarting the job from its checkpoint failed"),
+EXEC_CODES: ExecCodes = {
+    **start_exec_codes("PBS", "MoM"),
     -10: ("JOB_EXEC_FAILUID", "launch_failure", "the job's user or group is not valid on the "
                                                 "execution host"),
     -11: ("JOB_EXEC_RERUN", None, "the job was requeued to run again"),

@@ -18,12 +18,14 @@ What the status output means (Torque administrator guide, "Job exit status"; ``q
 """
 
 import re
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 from psij.executors.batch.pbs import (
+    ExecCodes,
     GenericPBSJobExecutor,
     pbs_status,
     refuse_unknown_job_lines,
+    start_exec_codes,
 )
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
@@ -45,16 +47,8 @@ STATE_MAP: Dict[str, Optional[JobState]] = {
 }
 
 # Exit statuses Torque sets itself: code -> (name, cause, what happened).
-EXEC_CODES: Dict[int, Tuple[str, Optional[str], str]] = {
-    -1: ("JOB_EXEC_FAIL1", "launch_failure", "the job could not be started (before its files "
-                                             "were staged)"),
-    -2: ("JOB_EXEC_FAIL2", "launch_failure", "the job could not be started (after its files "
-                                             "were staged)"),
-    -3: ("JOB_EXEC_RETRY", "launch_failure", "the job could not be started (Torque retries it)"),
-    -4: ("JOB_EXEC_INITABT", "node_failure", "the job was aborted when its MOM restarted"),
-    -5: ("JOB_EXEC_INITRST", "node_failure", "the job was aborted when its MOM restarted"),
-    -6: ("JOB_EXEC_INITRMG", "node_failure", "the job was aborted when its MOM restarted"),
-    -7: ("JOB_EXEC_BADRESRT", "launch_failure", "restarting the job from its checkpoint failed"),
+EXEC_CODES: ExecCodes = {
+    **start_exec_codes("Torque", "MOM"),
     -8: ("JOB_EXEC_CMDFAIL", "launch_failure", "the job's command could not be executed"),
     -9: ("JOB_EXEC_STDOUTFAIL", "launch_failure", "the job's output files could not be "
                                                   "created"),

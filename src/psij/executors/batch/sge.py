@@ -26,44 +26,16 @@ from psij.job_status import JobStatus
 __all__ = ["SgeExecutorConfig", "SgeJobExecutor"]
 
 # qstat state codes -> (PSI/J state, cause). Finished jobs are not in qstat; qacct has them.
+_QUEUED, _ACTIVE = (JobState.QUEUED, None), (JobState.ACTIVE, None)
 STATE_MAP: Dict[str, Tuple[JobState, Optional[str]]] = {
-    "qw": (JobState.QUEUED, None),
-    "hqw": (JobState.QUEUED, None),
-    "hRwq": (JobState.QUEUED, None),
-    "Rq": (JobState.QUEUED, None),
-    "r": (JobState.ACTIVE, None),
-    "t": (JobState.ACTIVE, None),
-    "Rr": (JobState.ACTIVE, None),
-    "Rt": (JobState.ACTIVE, None),
-    "s": (JobState.ACTIVE, None),
-    "ts": (JobState.ACTIVE, None),
-    "S": (JobState.ACTIVE, None),
-    "tS": (JobState.ACTIVE, None),
-    "T": (JobState.ACTIVE, None),
-    "tT": (JobState.ACTIVE, None),
-    "Rs": (JobState.ACTIVE, None),
-    "Rts": (JobState.ACTIVE, None),
-    "RS": (JobState.ACTIVE, None),
-    "RtS": (JobState.ACTIVE, None),
-    "RT": (JobState.ACTIVE, None),
-    "RtT": (JobState.ACTIVE, None),
+    **dict.fromkeys(("qw", "hqw", "hRwq", "Rq"), _QUEUED),
+    **dict.fromkeys(("r", "t", "Rr", "Rt", "s", "ts", "S", "tS", "T", "tT", "Rs", "Rts", "RS",
+                     "RtS", "RT", "RtT"), _ACTIVE),
     # Being deleted: the job is still there until it has gone; its end is learned then.
-    "dqw": (JobState.QUEUED, None),
-    "dhqw": (JobState.QUEUED, None),
-    "dr": (JobState.ACTIVE, None),
-    "dt": (JobState.ACTIVE, None),
-    "dRr": (JobState.ACTIVE, None),
-    "dRt": (JobState.ACTIVE, None),
-    "ds": (JobState.ACTIVE, None),
-    "dS": (JobState.ACTIVE, None),
-    "dT": (JobState.ACTIVE, None),
-    "dRs": (JobState.ACTIVE, None),
-    "dRS": (JobState.ACTIVE, None),
-    "dRT": (JobState.ACTIVE, None),
+    **dict.fromkeys(("dqw", "dhqw"), _QUEUED),
+    **dict.fromkeys(("dr", "dt", "dRr", "dRt", "ds", "dS", "dT", "dRs", "dRS", "dRT"), _ACTIVE),
     # Error states: the job will not run unless an administrator clears the error.
-    "Eqw": (JobState.FAILED, "held_error"),
-    "Ehqw": (JobState.FAILED, "held_error"),
-    "EhRqw": (JobState.FAILED, "held_error"),
+    **dict.fromkeys(("Eqw", "Ehqw", "EhRqw"), (JobState.FAILED, "held_error")),
 }
 # qacct "failed" codes with a known cause (the rest are reported with qacct's own words).
 _FAILED_CAUSES = {37: "time_limit"}
