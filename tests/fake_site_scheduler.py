@@ -14,8 +14,10 @@ the real scheduler sets), and prints status in the documented output format of e
 - Torque: ``qstat -f ID...`` (``Job Id: ID`` blocks of indented ``name = value`` lines, long
   values continued on tab-indented lines; ``qstat: Unknown Job Id Error ID``);
 - LSF: ``bjobs -a -o "FIELDS" -json ID...`` (``{"COMMAND": "bjobs", "JOBS": n, "RECORDS":
-  [...]}``, string values, ``ERROR`` records for unknown ids); ``bsub`` reads the script on
-  stdin and answers ``Job <ID> is submitted to queue <Q>.``;
+  [...]}``, string values, ``ERROR`` records for unknown ids; with
+  ``LSB_BJOBS_CONSISTENT_EXIT_CODE=Y`` in the environment, exit 255 and a message on stderr when
+  none of the jobs is found); ``bsub`` reads the script on stdin and answers ``Job <ID> is
+  submitted to queue <Q>.``;
 - Cobalt: ``qstat -l --header JobID:State ID...`` (vertical blocks; ended jobs are gone; exit 1
   without output when no id is known);
 - Flux: ``flux batch`` (prints an F58 id ``ƒ...``), ``flux jobs -a -n -o FORMAT ID...``,
@@ -395,6 +397,12 @@ def bjobs(spool: Spool, args: List[str]) -> int:
     if not ids:
         selected = list(spool.all())
         ids = [str(j["number"]) for j in selected if j is not None]
+    if os.environ.get("LSB_BJOBS_CONSISTENT_EXIT_CODE") == "Y" \
+            and all(job is None for job in selected):
+        # With this lsf.conf setting bjobs exits 255 when it finds none of the jobs.
+        sys.stderr.write("".join(f"Job <{text}> is not found\n" for text in ids)
+                         or "No job found\n")
+        return 255
     records = []
     for text, job in zip(ids, selected):
         if job is None:

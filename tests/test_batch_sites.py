@@ -15,7 +15,7 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple, Type
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Type
 
 import pytest
 
@@ -32,6 +32,8 @@ from psij import (
     SubmitException,
 )
 from psij.executors.batch import cobalt, flux, lsf, pbs, pbs_classic
+from psij.executors.batch._runner import CommandResult
+from psij.executors.batch._tracking import PollSucceeded
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
@@ -333,7 +335,10 @@ def test_lsf_unknown_ids_and_garbage(lsf_ex: LsfJobExecutor) -> None:
     out = bjobs_json([{"JOBID": "1", "STAT": "RUN", "EXIT_CODE": "", "EXIT_REASON": ""},
                       {"ERROR": "Job <2> is not found"}])
     assert list(lsf_ex.parse_status_output(0, out)) == ["1"]
-    assert lsf_ex.parse_status_output(255, "Job <2> is not found\n") == {}
+    # bjobs exits 255 when none of the ids is known (LSB_BJOBS_CONSISTENT_EXIT_CODE).
+    assert lsf_ex.output_means_no_jobs(255, "Job <2> is not found\n")
+    assert not lsf_ex.output_means_no_jobs(255, "LSF is down. Please wait ...\n")
+    assert not lsf_ex.output_means_no_jobs(255, "")
     # bjobs prints this before its answer while mbatchd is busy.
     busy = "Cannot connect to LSF. Please wait ...\n" + out
     assert list(lsf_ex.parse_status_output(0, busy)) == ["1"]
@@ -356,9 +361,12 @@ def test_lsf_submit_and_cancel_outputs(lsf_ex: LsfJobExecutor) -> None:
     for gone in ("Job <5>: Job has already finished", "Job <5>: No matching job found"):
         with pytest.raises(InvalidJobStateError):
             lsf_ex.process_cancel_command_output(255, gone)
-    command = lsf_ex.get_submit_command(Job(), Path("/w/it's a \"script\".job"))
-    assert command[:3] == ["/bin/sh", "-c", 'exec bsub <"$1"']
-    assert command[-1] == "/w/it's a \"script\".job"
+    # The script goes to bsub's standard input; its path is never part of the command.
+    script = lsf_ex.work_directory / "it's a \"script\".job"
+    script.parent.mkdir(parents=True)
+    script.write_text("#BSUB -J x\n")
+    assert lsf_ex.get_submit_command(Job(), script) == ["bsub"]
+    assert lsf_ex.get_submit_stdin(Job(), script) == "#BSUB -J x\n"
 
 
 # ==================================================================== Cobalt: qstat -l
@@ -396,8 +404,8 @@ def test_cobalt_every_state(cobalt_ex: CobaltJobExecutor) -> None:
 
 def test_cobalt_gone_jobs_garbage_and_outputs(cobalt_ex: CobaltJobExecutor) -> None:
     # qstat exits 1 without a word when none of the ids is in the queue.
-    assert cobalt_ex.parse_status_output(1, "PSIJ: Unknown error") == {}
-    assert cobalt_ex.parse_status_output(1, "") == {}
+    assert cobalt_ex.output_means_no_jobs(1, "")
+    assert not cobalt_ex.output_means_no_jobs(1, "Failed to connect to queue manager\n")
     for exit_code, bad in [(0, "JobID: 1\n    State : exploding\n"), (0, "<html>\n"),
                            (1, "Failed to connect to queue manager\n"),
                            (0, "    State : running\n"), (0, "JobID: x1\n")]:
@@ -689,6 +697,13 @@ def site(request: pytest.FixtureRequest, tmp_path: Path,
          monkeypatch: pytest.MonkeyPatch) -> Iterator[Tuple[str, BatchSchedulerExecutor]]:
     """An executor whose scheduler commands are the fakes, first on PATH."""
     name: str = request.param
+    executor = fake_site(name, tmp_path, monkeypatch)
+    yield name, executor
+    executor.close()
+
+
+def fake_site(name: str, tmp_path: Path,
+              monkeypatch: pytest.MonkeyPatch) -> BatchSchedulerExecutor:
     flavour, tools = TOOLS[name]
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -706,8 +721,61 @@ def site(request: pytest.FixtureRequest, tmp_path: Path,
                                           initial_queue_polling_delay=0.1)
     executor = JobExecutor.get_instance(name, config=config)
     assert isinstance(executor, BatchSchedulerExecutor)
-    yield name, executor
-    executor.close()
+    return executor
+
+
+def test_lsf_script_goes_to_bsub_on_stdin(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    ex = fake_site("lsf", tmp_path, monkeypatch)
+    calls = []
+    real = ex._runner
+
+    class Recording:
+        def run(self, argv: Sequence[str], timeout: float,
+                stdin: Optional[str] = None) -> CommandResult:
+            calls.append((tuple(argv), stdin))
+            return real.run(argv, timeout, stdin)
+
+    ex._runner = Recording()
+    job = Job(JobSpec("/bin/true", name="on stdin"))
+    ex.submit(job)
+    argv, stdin = calls[0]
+    assert argv == ("bsub",)  # no shell, no path: the fake bsub reads the script on stdin
+    assert stdin is not None and "#BSUB -J \"on_stdin\"" in stdin
+    st = job.wait(WAIT)
+    assert st is not None and st.state is JobState.COMPLETED, st
+    ex.close()
+
+
+def test_lsf_bjobs_exit_255_means_no_jobs(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LSB_BJOBS_CONSISTENT_EXIT_CODE", "Y")
+    ex = fake_site("lsf", tmp_path, monkeypatch)
+    result = ex._run(ex.get_list_command())
+    assert result.exit_code == 255 and "No job found" in result.stderr
+    assert ex.list() == []
+    event = ex._poll_status(["404"])
+    assert isinstance(event, PollSucceeded) and event.observations == {}
+    job = Job(JobSpec("/bin/sleep", ["30"]))
+    ex.submit(job)
+    assert ex.list() == [job.native_id]
+    job.cancel()
+    st = job.wait(WAIT)
+    assert st is not None and st.state is JobState.CANCELED, st
+    ex.close()
+
+
+def test_cobalt_script_is_executable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ex = fake_site("cobalt", tmp_path, monkeypatch)
+    ex.batch_config.keep_files = True
+    job = Job(JobSpec("/bin/true"))
+    ex.submit(job)  # the fake qsub refuses scripts that are not executable
+    script = ex.work_directory / f"{job.id}.job"
+    assert script.stat().st_mode & 0o777 == 0o700
+    assert type(ex).SCRIPT_MODE == 0o700
+    st = job.wait(WAIT)
+    assert st is not None and st.state is JobState.COMPLETED, st
+    ex.close()
 
 
 def test_end_to_end(site: Tuple[str, BatchSchedulerExecutor], tmp_path: Path) -> None:

@@ -61,8 +61,10 @@ def test_slurm_failed_reasons_give_causes(slurm_ex: SlurmJobExecutor) -> None:
 
 
 def test_slurm_squeue_purged_single_job_is_no_rows(slurm_ex: SlurmJobExecutor) -> None:
-    assert slurm_ex.parse_status_output(
-        1, "slurm_load_jobs error: Invalid job id specified\n") == {}
+    assert slurm_ex.output_means_no_jobs(
+        1, "slurm_load_jobs error: Invalid job id specified\n")
+    assert not slurm_ex.output_means_no_jobs(
+        1, "squeue: error: Unable to contact slurm controller (connect failure)\n")
 
 
 @pytest.mark.parametrize("exit_code,out", [

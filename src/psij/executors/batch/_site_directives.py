@@ -1,5 +1,6 @@
-"""Directive helpers shared by the batch executors: custom attributes for all of them, plain
-values and job names for PBS, LSF, Cobalt and Flux.
+"""Directive helpers shared by the batch executors: custom attributes for all of them, the
+rules for values and job names in directive lines (:class:`DirectiveRules`), and options
+spelled from custom attributes.
 
 Custom attributes (:func:`custom_attribute_items`) follow psij-python: any str key may be set,
 and an executor renders only the keys ``<prefix>.<option>`` whose prefix is one of its own
@@ -13,12 +14,18 @@ options (``-k value``, ``--key=value``). Pure string work: no files, no commands
 """
 
 import re
+from dataclasses import dataclass
 from typing import Any, Collection, Dict, List, Mapping, Optional
 
-from psij.executors.batch.escape_functions import plain_job_name
+from psij.executors.batch.escape_functions import (
+    directive_value,
+    plain_directive_value,
+    plain_job_name,
+)
 from psij.job_attributes import check_custom_value
 
-__all__ = ["QUOTED_EXTRA", "custom_attribute_items", "option_items", "plain_job_name"]
+__all__ = ["ESCAPED", "PLAIN", "PLAIN_QUOTED", "QUOTED_EXTRA", "DirectiveRules",
+           "custom_attribute_items", "option_items", "plain_job_name"]
 
 _OPTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
@@ -26,6 +33,37 @@ _OPTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 # quotes for a scheduler that splits directive lines like a shell (LSF, Flux). None of them is
 # special inside double quotes, so the value reaches the scheduler as written.
 QUOTED_EXTRA = " []()<>!&|*~{}"
+
+
+@dataclass(frozen=True)
+class DirectiveRules:
+    """How a scheduler reads values in its directive lines.
+
+    ``plain``: the scheduler has no escape mechanism, so a value may only hold characters that
+    need none (plus ``extra``), and job names are made plain; otherwise values are escaped the
+    way ``sbatch`` reads them and job names are written as given.
+    """
+
+    plain: bool
+    extra: Optional[str] = None
+
+    def value(self, field: str, value: str) -> str:
+        """``value`` as written in a directive, or ValueError naming ``field``."""
+        if self.plain:
+            return plain_directive_value(field, value, extra=self.extra)
+        return directive_value(field, value)
+
+    def job_name(self, name: Optional[str]) -> Optional[str]:
+        """The job name written in the script."""
+        return plain_job_name(name) if self.plain else name
+
+
+# sbatch-like: values between double quotes, backslash escapes (Slurm, batch-test).
+ESCAPED = DirectiveRules(plain=False)
+# No escape mechanism at all (Grid Engine, PBS, Cobalt).
+PLAIN = DirectiveRules(plain=True)
+# Lines split like a shell command line, values between double quotes (LSF, Flux).
+PLAIN_QUOTED = DirectiveRules(plain=True, extra=QUOTED_EXTRA)
 
 
 def custom_attribute_items(custom: Optional[Mapping[Any, object]], prefixes: Collection[str]
@@ -58,7 +96,6 @@ def custom_attribute_items(custom: Optional[Mapping[Any, object]], prefixes: Col
         found.setdefault(prefix, []).append(
             {"key": key, "value": None if value is True else str(value)})
     return found
-
 
 
 def option_items(items: List[Dict[str, Any]]) -> List[Dict[str, Any]]:

@@ -1,25 +1,25 @@
 """The base class of batch scheduler executors (Slurm, Grid Engine, PBS, LSF, ...).
 
-A backend is small and declarative: it names its submit, status, cancel, list and accounting
-commands, parses their output, maps the scheduler's states, and renders a template. Everything
-else lives here, once:
+A backend is a few declarations: its template (``TEMPLATE``), commands (``SUBMIT_COMMAND``,
+``CANCEL_COMMAND``, ``STATUS_COMMAND``, ``LIST_COMMAND``), the job-id pattern, what a failed
+cancel or status command says when the job is already gone, its directive rules, and the
+parsers of its status (and accounting) output, which map the scheduler's states. The hooks of
+the PSI/J Python API (``get_submit_command``, ``job_id_from_submit_output``, ...) have defaults
+built from those declarations, so a backend written for psij-python that overrides the hooks
+works unchanged. Everything else lives here, once:
 
 - ``submit``: check the job (values that cannot be written safely into the script are refused
   before anything is written), render the submit script into ``<work_directory>/<executor>/``
-  (folder 0700, script 0600, named ``<job.id>.job``), run the submit command, parse the native
-  id, report QUEUED and hand the job to the executor's status poller. A failing submit raises
+  (folder 0700, script ``SCRIPT_MODE``, 0600 unless the scheduler needs it executable, named
+  ``<job.id>.job``), run the submit command (with the script on its standard input when
+  ``SCRIPT_ON_STDIN``), parse the native id, report QUEUED and hand the job to the executor's
+  status poller (:mod:`~psij.executors.batch._poller`). A failing submit raises
   SubmitException with the scheduler's message and the path of the kept script, and leaves the
   job NEW and unbound.
-- One :class:`_StatusPoller` per executor, started on first use, runs one status command per
-  interval for all the executor's jobs. Its decisions come from the pure state machine in
-  :mod:`~psij.executors.batch._tracking`; it holds the executor only weakly, and its thread ends
-  when the executor is closed or garbage collected (or after a while without jobs).
 - A job that leaves the queue is resolved from its exit-code file (``<native_id>.ec``, written
   by the submit script), then from the scheduler's accounting, and otherwise ends FAILED with a
-  message saying so; it is never assumed to have completed.
-- Final messages say why a job failed in words a user can act on (time limit, memory, node
-  failure, preemption, cancelled by someone else, launcher failure, exit code, the end of the
-  job's stderr); the scheduler's own state and reason stay in ``status.metadata``.
+  message saying so; it is never assumed to have completed. The final status is decided by the
+  pure rules of :mod:`~psij.executors.batch._final_state` from what this module read.
 
 Scheduler commands run only through the executor's :class:`~._runner.CommandRunner`.
 """
@@ -27,21 +27,17 @@ Scheduler commands run only through the executor's :class:`~._runner.CommandRunn
 import io
 import logging
 import os
-import re
 import threading
-import weakref
-from abc import abstractmethod
-from collections import deque
 from datetime import timedelta
 from pathlib import Path
 from typing import (
     IO,
     Any,
     Collection,
-    Deque,
     Dict,
     List,
     Optional,
+    Pattern,
     Sequence,
     Tuple,
     Type,
@@ -50,37 +46,35 @@ from typing import (
 
 from psij import _check
 from psij._clock import Clock, MonotonicClock
+from psij._data import data_dir
 from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
-from psij.executors._staging import REPORT_SUFFIX, read_report, script_context, staged_status
-from psij.executors.batch._job_output import (
-    _describe_duration,
-    _describe_exit,
-    _read_text,
-    _stderr_tail,
+from psij.executors._staging import REPORT_SUFFIX
+from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
+from psij.executors.batch._final_state import (
+    Seen,
+    final_state,
+    final_status,
+    needs_accounting,
 )
+from psij.executors.batch._job_output import _read_text, _stderr_tail
+from psij.executors.batch._poller import StatusPoller
 from psij.executors.batch._runner import CommandResult, CommandRunner, SubprocessRunner
-from psij.executors.batch._site_directives import custom_attribute_items
+from psij.executors.batch._script_context import (
+    build_script_context,
+    check_script_values,
+    hours_minutes_seconds,
+)
+from psij.executors.batch._site_directives import ESCAPED, DirectiveRules, custom_attribute_items
+from psij.executors.batch._status_table import StateMap, parse_status_lines
 from psij.executors.batch._tracking import (
-    Action,
-    CancelAsked,
-    CancelFailed,
     Event,
-    Finish,
-    JobAdded,
-    JobTracker,
     MissingResolved,
     Observation,
     PollFailed,
     PollSucceeded,
-    ReportState,
-    ResolveMissing,
-    RunStatusCommand,
-    Settings,
-    Tick,
 )
-from psij.executors.batch.escape_functions import ShellWord, directive_value
-from psij.executors.batch.template_function_library import ALL as FUNCTION_LIBRARY
+from psij.executors.batch.script_generator import TemplatedScriptGenerator
 from psij.job import Job
 from psij.job_executor import JobExecutor
 from psij.job_executor_config import JobExecutorConfig
@@ -88,7 +82,6 @@ from psij.job_launcher import Launcher
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
-from psij.resource_spec import ResourceSpecV1
 
 __all__ = [
     "BatchSchedulerExecutor",
@@ -101,26 +94,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 UNKNOWN_ERROR = "PSIJ: Unknown error"
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _OUTPUT_LIMIT = 64 * 1024
-_IDLE_LINGER = 30.0
-
-# Why a job failed, in words; {time_limit} is the job's requested duration.
-CAUSE_MESSAGES: Dict[str, str] = {
-    "time_limit": "the job reached its time limit ({time_limit}) and was stopped by the "
-                  "scheduler; ask for a longer duration (JobAttributes.duration)",
-    "out_of_memory": "the job ran out of memory and was killed; ask for more memory "
-                     "(ResourceSpecV1.memory) or use less",
-    "node_failure": "a node allocated to the job failed; the job may be resubmitted",
-    "preempted": "the job was preempted by the scheduler (to make room for other work); it "
-                 "may be resubmitted",
-    "boot_failure": "the job's nodes could not be booted; the job may be resubmitted",
-    "deadline": "the job reached its deadline before it could finish",
-    "launch_failure": "the scheduler could not launch the job (a file system problem, a "
-                      "missing directory or program, ...)",
-    "held_error": "the scheduler put the job in an error state",
-}
 
 
 class StatusCommandError(RuntimeError):
@@ -139,114 +113,52 @@ class InvalidJobStateError(Exception):
     """The job cannot be cancelled because the scheduler no longer has it running or queued."""
 
 
-class BatchSchedulerExecutorConfig(JobExecutorConfig):
-    """Configuration of batch executors.
-
-    Parameters beyond :class:`~psij.JobExecutorConfig`:
-
-    queue_polling_interval
-        Seconds between two status commands.
-    initial_queue_polling_delay
-        Seconds from a submit to the first status command (short jobs are seen finishing fast).
-    queue_polling_error_threshold
-        How many status commands in a row must fail before the jobs are failed (it also takes
-        ``queue_polling_outage_tolerance`` seconds of failures).
-    keep_files
-        Keep submit scripts, exit-code and output files after jobs end (for debugging).
-    queue_polling_outage_tolerance
-        Seconds of failing status commands tolerated before the jobs are failed (5 minutes).
-    command_timeout
-        Seconds after which a scheduler command is killed and counted as failed.
-    """
-
-    def __init__(self, launcher_log_file: Union[str, Path, None] = None,
-                 work_directory: Union[str, Path, None] = None,
-                 queue_polling_interval: float = 30, initial_queue_polling_delay: float = 2,
-                 queue_polling_error_threshold: int = 2, keep_files: bool = False,
-                 queue_polling_outage_tolerance: float = 300,
-                 command_timeout: float = 60) -> None:
-        super().__init__(launcher_log_file, work_directory)
-        name = type(self).__name__
-        self.queue_polling_interval = _positive(f"{name}.queue_polling_interval",
-                                                queue_polling_interval)
-        self.initial_queue_polling_delay = _non_negative(
-            f"{name}.initial_queue_polling_delay", initial_queue_polling_delay)
-        threshold = _check.opt_int(f"{name}.queue_polling_error_threshold",
-                                   queue_polling_error_threshold, minimum=0)
-        if threshold is None:
-            raise TypeError(f"{name}.queue_polling_error_threshold: expected int, got None")
-        self.queue_polling_error_threshold: int = threshold
-        self.keep_files = _check.opt_bool(f"{name}.keep_files", keep_files)
-        self.queue_polling_outage_tolerance = _non_negative(
-            f"{name}.queue_polling_outage_tolerance", queue_polling_outage_tolerance)
-        self.command_timeout = _positive(f"{name}.command_timeout", command_timeout)
-
-    @classmethod
-    def _from_config(cls, config: JobExecutorConfig) -> "BatchSchedulerExecutorConfig":
-        """This kind of configuration with the settings ``config`` has (the general ones, and
-        the batch ones when it is another kind of batch configuration)."""
-        made = cls(launcher_log_file=config.launcher_log_file,
-                   work_directory=config.work_directory)
-        if isinstance(config, BatchSchedulerExecutorConfig):
-            for name in _BATCH_SETTINGS:
-                setattr(made, name, getattr(config, name))
-        return made
-
-    def _settings(self) -> Settings:
-        interval = float(self.queue_polling_interval)
-        return Settings(interval=interval, initial_delay=float(self.initial_queue_polling_delay),
-                        error_threshold=self.queue_polling_error_threshold,
-                        outage_tolerance=float(self.queue_polling_outage_tolerance),
-                        max_backoff=max(interval, min(4 * interval, 120.0)),
-                        cancel_poll_delay=min(1.0, interval))
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}(work_directory={self.work_directory!r}, "
-                f"queue_polling_interval={self.queue_polling_interval!r}, "
-                f"keep_files={self.keep_files!r})")
-
-
-_BATCH_SETTINGS = ("queue_polling_interval", "initial_queue_polling_delay",
-                   "queue_polling_error_threshold", "keep_files",
-                   "queue_polling_outage_tolerance", "command_timeout")
-
-
-def _number(field: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _check.fail_type(field, value, "a number of seconds")
-    return float(value)
-
-
-def _positive(field: str, value: Any) -> float:
-    v = _number(field, value)
-    if not v > 0:
-        raise ValueError(f"{field}: must be more than 0 seconds, got {value!r}")
-    return v
-
-
-def _non_negative(field: str, value: Any) -> float:
-    v = _number(field, value)
-    if not v >= 0:
-        raise ValueError(f"{field}: must not be negative, got {value!r}")
-    return v
-
-
 class BatchSchedulerExecutor(JobExecutor):
     """Base class of executors that submit jobs to a batch scheduler.
 
-    Subclasses implement the hooks :meth:`generate_submit_script`, :meth:`get_submit_command`,
+    A subclass declares its scheduler in class attributes (below); where the scheduler's ways
+    do not fit them, it overrides the hooks of the PSI/J Python API
+    (:meth:`generate_submit_script`, :meth:`get_submit_command`,
     :meth:`job_id_from_submit_output`, :meth:`get_cancel_command`,
     :meth:`process_cancel_command_output`, :meth:`get_status_command`,
-    :meth:`parse_status_output` and :meth:`get_list_command`; optionally
-    :meth:`parse_list_output`, :meth:`get_accounting_commands` and
-    :meth:`parse_accounting_output`. Custom attributes named ``<prefix>.<option>`` with a prefix
-    in ``CUSTOM_ATTRIBUTE_PREFIXES`` reach the template as ``custom_attributes.<prefix>``.
+    :meth:`parse_status_output`, :meth:`get_list_command`, :meth:`parse_list_output`), which
+    use the declarations by default. A scheduler with accounting also implements
+    :meth:`get_accounting_commands` and :meth:`parse_accounting_output`. Custom attributes
+    named ``<prefix>.<option>`` with a prefix in ``CUSTOM_ATTRIBUTE_PREFIXES`` reach the
+    template as ``custom_attributes.<prefix>``.
     """
 
     CONFIG_CLASS: Type[BatchSchedulerExecutorConfig] = BatchSchedulerExecutorConfig
     CUSTOM_ATTRIBUTE_PREFIXES: Tuple[str, ...] = ()
     # Substrings of a failed submit command's output that mean "try again later".
     TRANSIENT_SUBMIT_ERRORS: Tuple[str, ...] = ()
+    # The submit-script template: a path, or a file name among the templates shipped with psij.
+    TEMPLATE: Union[str, Path, None] = None
+    # Permissions of the submit script (0o700 for schedulers that run only executable scripts).
+    SCRIPT_MODE: int = 0o600
+    # The submit command; the script's path is appended, or given on stdin when SCRIPT_ON_STDIN.
+    SUBMIT_COMMAND: Tuple[str, ...] = ()
+    SCRIPT_ON_STDIN: bool = False
+    # Searched in the submit command's stripped stdout; group 1 (or the match) is the native id.
+    JOB_ID_PATTERN: Optional[Pattern[str]] = None
+    # The cancel command (the native id is appended), and what its output says when it failed
+    # because the job had already ended.
+    CANCEL_COMMAND: Tuple[str, ...] = ()
+    CANCEL_GONE_PATTERN: Optional[Pattern[str]] = None
+    # The status command (the native ids are appended), and, for output of one line per job,
+    # the pattern of a line (groups: native id, state[, reason]) and the scheduler's states.
+    STATUS_COMMAND: Tuple[str, ...] = ()
+    STATUS_LINE_PATTERN: Optional[Pattern[str]] = None
+    STATE_MAP: StateMap = {}
+    LIST_COMMAND: Tuple[str, ...] = ()
+    # Lines of the list command's output that are native ids (None: every non-blank line).
+    LIST_ID_PATTERN: Optional[Pattern[str]] = None
+    # Exit codes of the status and list commands that mean "none of these jobs is known" when
+    # its output has lines and every one matches NO_JOBS_PATTERN (None: it has no output).
+    NO_JOBS_EXIT_CODES: Tuple[int, ...] = ()
+    NO_JOBS_PATTERN: Optional[Pattern[str]] = None
+    # How values and job names are written in directive lines.
+    DIRECTIVES: DirectiveRules = ESCAPED
 
     def __init__(self, url: Optional[str] = None,
                  config: Optional[JobExecutorConfig] = None) -> None:
@@ -256,8 +168,13 @@ class BatchSchedulerExecutor(JobExecutor):
         self._runner: CommandRunner = SubprocessRunner()
         self._clock: Clock = MonotonicClock()
         self._poller_lock = threading.Lock()
-        self._poller: Optional[_StatusPoller] = None
+        self._poller: Optional[StatusPoller] = None
         self._closed = False
+        if self.TEMPLATE is not None:
+            template = Path(self.TEMPLATE)
+            if not template.is_absolute():
+                template = data_dir("templates") / template
+            self.generator = TemplatedScriptGenerator(self.config, template)
 
     def _batch_config(self, config: Optional[JobExecutorConfig]
                       ) -> BatchSchedulerExecutorConfig:
@@ -281,55 +198,90 @@ class BatchSchedulerExecutor(JobExecutor):
         assert isinstance(self.config, BatchSchedulerExecutorConfig)
         return self.config
 
+    def _declared(self, name: str) -> Any:
+        value = getattr(self, name)
+        if value is None or value == ():
+            raise NotImplementedError(f"{type(self).__name__}: set {name} or override the "
+                                      "hook that uses it")
+        return value
+
     # ------------------------------------------------------------------------ hooks
 
-    @abstractmethod
     def generate_submit_script(self, job: Job, context: Dict[str, object],
                                submit_file: IO[str]) -> None:
         """Write the submit script of ``job`` to ``submit_file`` (see
-        :meth:`_create_script_context` for ``context``)."""
-        raise NotImplementedError
+        :meth:`_create_script_context` for ``context``); renders ``TEMPLATE`` by default."""
+        if getattr(self, "generator", None) is None:
+            self._declared("TEMPLATE")
+        self.generator.generate_submit_script(job, context, submit_file)
 
-    @abstractmethod
     def get_submit_command(self, job: Job, submit_file_path: Path) -> List[str]:
         """The command that submits the script at ``submit_file_path``."""
-        raise NotImplementedError
+        command = list(self._declared("SUBMIT_COMMAND"))
+        return command if self.SCRIPT_ON_STDIN else [*command, str(submit_file_path.absolute())]
 
-    @abstractmethod
+    def get_submit_stdin(self, job: Job, submit_file_path: Path) -> Optional[str]:
+        """The standard input of the submit command: the script when ``SCRIPT_ON_STDIN``,
+        else nothing (None)."""
+        if not self.SCRIPT_ON_STDIN:
+            return None
+        return submit_file_path.read_text(encoding="utf-8")
+
     def job_id_from_submit_output(self, out: str) -> str:
         """The native id in the (successful) submit command's stdout."""
-        raise NotImplementedError
+        pattern: Pattern[str] = self._declared("JOB_ID_PATTERN")
+        match = pattern.search(out.strip())
+        if match is None:
+            raise ValueError(f"no job id (matching {pattern.pattern!r}) in {out.strip()!r}")
+        return match.group(1) if pattern.groups else match.group(0)
 
-    @abstractmethod
     def get_cancel_command(self, native_id: str) -> List[str]:
         """The command that cancels the job ``native_id``."""
-        raise NotImplementedError
+        return [*self._declared("CANCEL_COMMAND"), native_id]
 
-    @abstractmethod
     def process_cancel_command_output(self, exit_code: int, out: str) -> None:
         """Called when the cancel command failed: raise :class:`InvalidJobStateError` if the job
         had already left the queue, SubmitException otherwise."""
-        raise NotImplementedError
+        gone = self.CANCEL_GONE_PATTERN
+        if gone is not None and gone.search(out):
+            raise InvalidJobStateError(out.strip())
+        name = " ".join(self.CANCEL_COMMAND) or f"{self._work_name()} cancel"
+        raise SubmitException(f"{name} exited with {exit_code}: {out.strip()}")
 
-    @abstractmethod
     def get_status_command(self, native_ids: Collection[str]) -> List[str]:
         """One command giving the state of all ``native_ids``."""
-        raise NotImplementedError
+        return [*self._declared("STATUS_COMMAND"), *native_ids]
 
-    @abstractmethod
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         """The state of each job shown in the status command's output. Must raise on output it
-        does not understand (a job left out is looked up, never assumed done)."""
-        raise NotImplementedError
+        does not understand (a job left out is looked up, never assumed done). By default the
+        output is one line per job, read with ``STATUS_LINE_PATTERN`` and ``STATE_MAP``."""
+        pattern = self._declared("STATUS_LINE_PATTERN")
+        name = " ".join(self.STATUS_COMMAND) or f"{self._work_name()} status"
+        check_status_exit_code(name, exit_code, out)
+        return parse_status_lines(pattern, self.STATE_MAP, out)
 
-    @abstractmethod
     def get_list_command(self) -> List[str]:
         """The command listing this user's jobs."""
-        raise NotImplementedError
+        return list(self._declared("LIST_COMMAND"))
 
     def parse_list_output(self, out: str) -> List[str]:
-        """Native ids in the list command's output; by default one per non-blank line."""
-        return [s.strip() for s in out.splitlines() if s.strip()]
+        """Native ids in the list command's output: the non-blank lines (those that match
+        ``LIST_ID_PATTERN`` when it is set)."""
+        lines = [s.strip() for s in out.splitlines() if s.strip()]
+        pattern = self.LIST_ID_PATTERN
+        return lines if pattern is None else [s for s in lines if pattern.fullmatch(s)]
+
+    def output_means_no_jobs(self, exit_code: int, out: str) -> bool:
+        """True when a failed status or list command only said that none of the jobs is
+        known (``NO_JOBS_EXIT_CODES``, ``NO_JOBS_PATTERN``)."""
+        if exit_code == 0 or exit_code not in self.NO_JOBS_EXIT_CODES:
+            return False
+        lines = [line for line in out.splitlines() if line.strip()]
+        pattern = self.NO_JOBS_PATTERN
+        if pattern is None:
+            return not lines
+        return bool(lines) and all(pattern.search(x) for x in lines)
 
     def get_accounting_commands(self, native_ids: Sequence[str]) -> List[List[str]]:
         """Commands asking the scheduler's accounting about jobs that left the queue (none by
@@ -355,7 +307,8 @@ class BatchSchedulerExecutor(JobExecutor):
         except BaseException:
             job.executor = None
             raise
-        result = self._run(self.get_submit_command(job, script))
+        result = self._run(self.get_submit_command(job, script),
+                           stdin=self.get_submit_stdin(job, script))
         if not result.ok:
             job.executor = None
             raise SubmitException(
@@ -385,40 +338,18 @@ class BatchSchedulerExecutor(JobExecutor):
 
     def _check_script_values(self, job: Job, spec: JobSpec) -> None:
         """Refuse, before anything is written, values the submit script cannot hold safely."""
-        if spec.executable is None:
-            raise InvalidJobException(f"job {job.id}: JobSpec.executable is not set")
-        for name in (spec.environment or {}):
-            if not _ENV_NAME.fullmatch(name):
-                raise InvalidJobException(
-                    f"JobSpec.environment: {name!r} cannot be exported by a submit script; "
-                    "accepted names: letters, digits and '_', not starting with a digit")
-        attrs = spec.attributes
-        try:
-            job_name = self._job_name(spec)
-            if job_name is not None:
-                self._directive_value("JobSpec.name", job_name)
-            for field in ("queue_name", "account", "reservation_id"):
-                value = getattr(attrs, field)
-                if value is not None:
-                    self._directive_value(f"JobAttributes.{field}", value)
-            for prefix, items in self._custom_attribute_items(job).items():
-                for item in items:
-                    if item["value"] is not None:
-                        self._directive_value(
-                            f"JobAttributes.custom_attributes[{prefix + '.' + item['key']!r}]",
-                            str(item["value"]))
-        except (ValueError, TypeError) as e:
-            raise InvalidJobException(str(e)) from e
+        check_script_values(self, job, spec)
 
     def _directive_value(self, field: str, value: str) -> str:
         """``value`` as written inside a directive, or ValueError naming ``field``."""
-        return directive_value(field, value)
+        return self.DIRECTIVES.value(field, value)
 
     def _write_submit_script(self, job: Job, context: Dict[str, object]) -> Path:
         self._ensure_work_dir()
         path = self.work_directory / f"{job.id}.job"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.SCRIPT_MODE)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(fd, self.SCRIPT_MODE)  # exactly, whatever the umask or an older file
             self.generate_submit_script(job, context, f)
         return path
 
@@ -449,37 +380,20 @@ class BatchSchedulerExecutor(JobExecutor):
 
     def _create_script_context(self, job: Job) -> Dict[str, object]:
         """The values templates see: ``job``, ``env``, ``custom_attributes``,
-        ``formatted_job_duration`` and ``psij`` (``lib``, ``launch_command``, ``script_dir``)."""
-        spec = job.spec
-        assert spec is not None
-        launcher = self._get_launcher_from_job(job)
-        words = launcher.get_launch_command(job)
-        # Always absolute: schedulers start scripts in different folders.
-        directory = os.path.abspath(spec.directory if spec.directory is not None else os.getcwd())
-        context: Dict[str, object] = {
-            "job": job,
-            "env": [{"name": k, "value": v} for k, v in (spec.environment or {}).items()],
-            "custom_attributes": self._custom_attribute_items(job),
-            "psij": {
-                "lib": FUNCTION_LIBRARY,
-                "launch_command": [ShellWord(w) for w in words],
-                "script_dir": str(self.work_directory.absolute()),
-                "job_name": self._job_name(spec),
-                "directory": directory,
-                "process_count": v1_resources(spec).computed_process_count,
-                "node_count": v1_resources(spec).computed_node_count,
-                "staging": script_context(spec, directory, self.config.work_directory,
-                                          self.name),
-            },
-        }
-        duration = spec.attributes.duration
-        if duration is not None:
-            context["formatted_job_duration"] = self._format_duration(duration)
+        ``formatted_job_duration`` and ``psij`` (``lib``, ``launch_command``, ``script_dir``,
+        ...), plus the scheduler's own from :meth:`_template_values`."""
+        context = build_script_context(self, job)
+        assert job.spec is not None
+        context.update(self._template_values(job, job.spec))
         return context
 
+    def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:
+        """Entries the scheduler's template needs beyond the common ones (none by default)."""
+        return {}
+
     def _job_name(self, spec: JobSpec) -> Optional[str]:
-        """The job name written in the script (schedulers with stricter names override)."""
-        return spec.name
+        """The job name written in the script (by the directive rules)."""
+        return self.DIRECTIVES.job_name(spec.name)
 
     def _custom_attribute_items(self, job: Job) -> Dict[str, List[Dict[str, Any]]]:
         """This executor's custom attributes by prefix (see :func:`custom_attribute_items`)."""
@@ -489,8 +403,7 @@ class BatchSchedulerExecutor(JobExecutor):
 
     def _format_duration(self, d: timedelta) -> str:
         """``hours:mm:ss`` (hours not limited to 24), rounding seconds up."""
-        total = -(-int(d.total_seconds() * 1000) // 1000)
-        return f"{total // 3600}:{total // 60 % 60:02d}:{total % 60:02d}"
+        return hours_minutes_seconds(d)
 
     # ---------------------------------------------------------------- cancel / attach / list
 
@@ -546,6 +459,9 @@ class BatchSchedulerExecutor(JobExecutor):
     def list(self) -> List[str]:
         """Native ids of this user's jobs known to the scheduler."""
         result = self._run(self.get_list_command())
+        if result.exit_code is not None and self.output_means_no_jobs(result.exit_code,
+                                                                      result.output):
+            return []
         if not result.ok:
             raise SubmitException(f"listing jobs failed: {result.describe()}",
                                   transient=result.exit_code is None)
@@ -571,14 +487,14 @@ class BatchSchedulerExecutor(JobExecutor):
         if self._closed:
             raise SubmitException(f"{self} is closed")
 
-    def _status_poller(self) -> "_StatusPoller":
+    def _status_poller(self) -> StatusPoller:
         with self._poller_lock:
             if self._poller is None:
-                self._poller = _StatusPoller(self, self.batch_config._settings(), self._clock)
+                self._poller = StatusPoller(self, self.batch_config._settings(), self._clock)
             return self._poller
 
-    def _run(self, argv: Sequence[str]) -> CommandResult:
-        return self._runner.run(argv, timeout=self.batch_config.command_timeout)
+    def _run(self, argv: Sequence[str], stdin: Optional[str] = None) -> CommandResult:
+        return self._runner.run(argv, timeout=self.batch_config.command_timeout, stdin=stdin)
 
     # ------------------------------------------------------------------------ polling I/O
 
@@ -590,6 +506,8 @@ class BatchSchedulerExecutor(JobExecutor):
             return PollFailed(f"the status command could not be built: {e!r}")
         if result.exit_code is None:
             return PollFailed(result.describe())
+        if self.output_means_no_jobs(result.exit_code, result.output):
+            return PollSucceeded({})
         out = result.stdout if result.exit_code == 0 else (result.output or UNKNOWN_ERROR)
         try:
             statuses = self.parse_status_output(result.exit_code, out)
@@ -651,60 +569,36 @@ class BatchSchedulerExecutor(JobExecutor):
         """The final status from what the scheduler said and what the job left behind."""
         job = jobs[0] if jobs else None
         spec = job.spec if job is not None else None
-        code = self._exit_code_from_file(native_id)
-        exit_code = code if code is not None else obs.exit_code
-        if exit_code is None and obs.state is not JobState.CANCELED:
+        exit_code = self._exit_code_from_file(native_id)
+        if exit_code is None:
+            exit_code = obs.exit_code
+        if needs_accounting(obs, exit_code):
             # The queue gave the state but not the exit code, and the exit-code file is gone
             # (another process following the same job may have removed it).
             known = self._accounting_lookup([native_id]).get(native_id)
             if known is not None and known.exit_code is not None:
                 exit_code = known.exit_code
-        metadata: Dict[str, Any] = dict(obs.metadata)
-        metadata["native_id"] = native_id
-        state = obs.state
-        message = obs.message
-        cause = metadata.get("cause")
-        if state is JobState.CANCELED or (cancel_requested and state is JobState.FAILED
-                                          and cause is None):
-            state = JobState.CANCELED
-            if not cancel_requested and message is None:
-                message = ("the job was cancelled outside this executor (by its owner through "
-                           "another tool, an administrator or the scheduler)")
-            return JobStatus(state, message=message, exit_code=exit_code, metadata=metadata)
-        if state is JobState.COMPLETED and exit_code not in (None, 0):
-            state = JobState.FAILED
-        if state is JobState.COMPLETED:
-            return JobStatus(state, message=message,
-                             exit_code=0 if exit_code is None else exit_code, metadata=metadata)
-        parts: List[str] = []
-        if isinstance(cause, str) and cause in CAUSE_MESSAGES:
-            limit = spec.attributes.duration if spec is not None else None
-            parts.append(CAUSE_MESSAGES[cause].format(
-                time_limit=_describe_duration(limit) if limit is not None else "unknown"))
-        elif message:
-            parts.append(message)
+        launcher_said = tail = None
+        if final_state(obs, cancel_requested, exit_code) is JobState.FAILED:
+            tail = _stderr_tail(spec)
+            if job is not None and spec is not None and exit_code != 0:
+                launcher_said = self._launcher_failure(job, native_id)
+        return final_status(Seen(native_id, obs, cancel_requested, exit_code,
+                                 spec.attributes.duration if spec is not None else None,
+                                 launcher_said, tail))
+
+    def _launcher_failure(self, job: Job, native_id: str) -> Optional[str]:
+        """What the launcher said, when the script's output shows that it failed."""
         script_output = _read_text(self._aux_path(native_id, ".out"), _OUTPUT_LIMIT, tail=True)
-        launcher_said = None
-        if script_output and spec is not None and exit_code != 0:
-            assert job is not None
-            try:
-                launcher = self._get_launcher_from_job(job)
-                if launcher.is_launcher_failure(script_output):
-                    launcher_said = launcher.get_launcher_failure_message(script_output)
-            except Exception as e:
-                logger.debug("job %s: could not check the launcher output: %s", native_id, e)
-        if launcher_said:
-            parts.append(f"the launcher failed: {launcher_said}")
-        if exit_code not in (None, 0):
-            assert exit_code is not None
-            parts.append(_describe_exit(exit_code))
-        tail = _stderr_tail(spec)
-        if tail:
-            parts.append(f"last lines of the job's stderr:\n{tail}")
-        if not parts:
-            parts.append("the scheduler reported the job as failed without giving a reason")
-        return JobStatus(JobState.FAILED, message="; ".join(parts), exit_code=exit_code,
-                         metadata=metadata)
+        if not script_output:
+            return None
+        try:
+            launcher = self._get_launcher_from_job(job)
+            if launcher.is_launcher_failure(script_output):
+                return launcher.get_launcher_failure_message(script_output)
+        except Exception as e:
+            logger.debug("job %s: could not check the launcher output: %s", native_id, e)
+        return None
 
     def _job_ended(self, jobs: Sequence[Job], native_id: str) -> None:
         """Remove the files of a job that ended (unless ``keep_files``)."""
@@ -754,17 +648,6 @@ class BatchSchedulerExecutor(JobExecutor):
     __repr__ = __str__
 
 
-def v1_resources(spec: JobSpec) -> ResourceSpecV1:
-    """The spec's resources (a default ``ResourceSpecV1`` when unset); refuses other versions."""
-    resources = spec.resources
-    if resources is None:
-        return ResourceSpecV1()
-    if not isinstance(resources, ResourceSpecV1):
-        raise InvalidJobException(f"JobSpec.resources: only ResourceSpecV1 is understood by "
-                                  f"batch executors, got {type(resources).__name__}")
-    return resources
-
-
 def _observation(status: JobStatus, source: Optional[str] = None) -> Observation:
     meta = dict(status.metadata or {})
     if source is not None:
@@ -772,183 +655,3 @@ def _observation(status: JobStatus, source: Optional[str] = None) -> Observation
     return Observation(status.state, status.message, status.exit_code, meta)
 
 
-class _StatusPoller:
-    """Follows the jobs of one executor: one thread, one status command per interval.
-
-    The executor is held weakly: when it is collected the thread ends. Jobs being followed hold
-    their executor, so an executor lives at least as long as it has unfinished jobs. The thread
-    also ends after a while without jobs, and starts again with the next job.
-    """
-
-    def __init__(self, executor: BatchSchedulerExecutor, settings: Settings,
-                 clock: Clock) -> None:
-        self._executor = weakref.ref(executor)
-        self._label = f"psij-{executor._work_name()}-status"
-        self._clock = clock
-        self._cond = threading.Condition()
-        self._tracker = JobTracker(settings, clock)
-        self._jobs: Dict[str, List[Job]] = {}
-        self._last: Dict[str, JobStatus] = {}
-        self._thread: Optional[threading.Thread] = None
-        self._stopped = False
-        weakref.finalize(executor, self.stop)
-
-    # called from user threads
-
-    def add(self, job: Job, native_id: str, attach: bool) -> None:
-        with self._cond:
-            if self._stopped:
-                raise SubmitException("the executor is closed")
-            known = self._jobs.get(native_id)
-            if known is not None:
-                known.append(job)
-                last = self._last.get(native_id)
-            else:
-                self._tracker.feed(JobAdded(native_id, JobState.NEW if attach
-                                            else JobState.QUEUED, poll_soon=attach))
-                self._jobs[native_id] = [job]
-                last = None
-            self._ensure_thread()
-            self._cond.notify_all()
-        if last is not None:
-            self._deliver(job, last)
-
-    def cancel_asked(self, native_id: str) -> None:
-        with self._cond:
-            if self._tracker.is_tracked(native_id):
-                self._tracker.feed(CancelAsked(native_id))
-                self._cond.notify_all()
-
-    def cancel_failed(self, native_id: str) -> None:
-        with self._cond:
-            if self._tracker.is_tracked(native_id):
-                self._tracker.feed(CancelFailed(native_id))
-
-    def stop(self, wait: bool = False) -> None:
-        with self._cond:
-            self._stopped = True
-            thread = self._thread
-            self._cond.notify_all()
-        if wait and thread is not None and thread is not threading.current_thread():
-            thread.join()
-
-    def _ensure_thread(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=self._label, daemon=True)
-            self._thread.start()
-
-    # the poller's thread
-
-    def _run(self) -> None:
-        try:
-            while True:
-                actions = self._next_actions()
-                if actions is None:
-                    return
-                self._perform(actions)
-        except Exception:
-            logger.exception("%s: internal error; status polling stopped", self._label)
-            with self._cond:
-                self._thread = None
-
-    def _next_actions(self) -> Optional[List[Action]]:
-        """Wait until something is due; None when the thread should end."""
-        with self._cond:
-            idle_since: Optional[float] = None
-            while True:
-                if self._stopped:
-                    self._thread = None
-                    return None
-                actions = self._tracker.feed(Tick())
-                if actions:
-                    return actions
-                now = self._clock.now()
-                if not self._tracker.tracked():
-                    if idle_since is None:
-                        idle_since = now
-                    elif now - idle_since >= _IDLE_LINGER:
-                        self._thread = None
-                        return None
-                    self._cond.wait(_IDLE_LINGER)
-                    continue
-                idle_since = None
-                deadline = self._tracker.next_deadline()
-                self._cond.wait(None if deadline is None else max(0.0, deadline - now))
-
-    def _perform(self, first: List[Action]) -> None:
-        queue: Deque[Action] = deque(first)
-        while queue:
-            action = queue.popleft()
-            executor = self._executor()
-            if executor is None:
-                self.stop()
-                return
-            try:
-                if isinstance(action, RunStatusCommand):
-                    try:
-                        event: Event = executor._poll_status(action.native_ids)
-                    except Exception as e:
-                        logger.exception("%s: status poll failed", self._label)
-                        event = PollFailed(f"internal error while polling: {e!r}")
-                    queue.extend(self._feed(event))
-                elif isinstance(action, ResolveMissing):
-                    try:
-                        event = executor._resolve_missing(action.native_ids)
-                    except Exception:
-                        logger.exception("%s: looking up jobs that left the queue failed",
-                                         self._label)
-                        event = MissingResolved({})
-                    queue.extend(self._feed(event))
-                elif isinstance(action, ReportState):
-                    self._report(action)
-                elif isinstance(action, Finish):
-                    self._finish(executor, action)
-            finally:
-                del executor
-
-    def _feed(self, event: Event) -> List[Action]:
-        with self._cond:
-            return self._tracker.feed(event)
-
-    def _report(self, action: ReportState) -> None:
-        obs = action.observation
-        meta = dict(obs.metadata)
-        meta["native_id"] = action.native_id
-        status = JobStatus(obs.state, message=obs.message, exit_code=obs.exit_code,
-                           metadata=meta)
-        with self._cond:
-            jobs = list(self._jobs.get(action.native_id, ()))
-            self._last[action.native_id] = status
-        for job in jobs:
-            self._deliver(job, status)
-
-    def _finish(self, executor: BatchSchedulerExecutor, action: Finish) -> None:
-        with self._cond:
-            jobs = self._jobs.pop(action.native_id, [])
-            self._last.pop(action.native_id, None)
-        try:
-            status = staged_status(executor._final_status(
-                jobs, action.native_id, action.observation, action.cancel_requested),
-                read_report(executor._aux_path(action.native_id, REPORT_SUFFIX)),
-                f"job {action.native_id}")
-        except Exception as e:
-            logger.exception("job %s: could not work out its final status", action.native_id)
-            status = JobStatus(action.observation.state if action.observation.state.final
-                               else JobState.FAILED,
-                               message=f"{action.observation.message or ''} (internal error "
-                                       f"while reading the job's files: {e!r})".strip(),
-                               metadata={"native_id": action.native_id})
-        try:
-            executor._job_ended(jobs, action.native_id)
-        except Exception:
-            logger.exception("job %s: could not clean up its files", action.native_id)
-        for job in jobs:
-            self._deliver(job, status)
-
-    @staticmethod
-    def _deliver(job: Job, status: JobStatus) -> None:
-        executor = job.executor
-        if executor is not None:
-            executor._set_job_status(job, status)
-        else:
-            job._set_status(status)

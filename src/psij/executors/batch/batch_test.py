@@ -9,27 +9,23 @@ use.
 import re
 import sys
 from pathlib import Path
-from typing import IO, Collection, Dict, List, Optional, Sequence, Union
+from typing import Any, Collection, Dict, List, Sequence, Union
 
 from psij import _check
-from psij._data import data_dir
-from psij.exceptions import SubmitException
 from psij.executors.batch import batch_test_tool
+from psij.executors.batch._status_table import StateMap, status_from_map
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
-    InvalidJobStateError,
     check_status_exit_code,
 )
-from psij.executors.batch.script_generator import TemplatedScriptGenerator
 from psij.job import Job
-from psij.job_executor_config import JobExecutorConfig
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
 __all__ = ["BatchTestExecutorConfig", "BatchTestJobExecutor"]
 
-STATE_MAP = {
+STATE_MAP: StateMap = {
     "PENDING": (JobState.QUEUED, None),
     "RUNNING": (JobState.ACTIVE, None),
     "COMPLETED": (JobState.COMPLETED, None),
@@ -37,24 +33,22 @@ STATE_MAP = {
     "CANCELLED": (JobState.CANCELED, None),
     "TIMEOUT": (JobState.FAILED, "time_limit"),
 }
-_STATUS_LINE = re.compile(r"(\d+)\|([A-Z]+)\|([A-Za-z]*)")
 _ACCT_LINE = re.compile(r"(\d+)\|([A-Z]+)\|(\d*)\|([A-Za-z]*)")
 
 
 class BatchTestExecutorConfig(BatchSchedulerExecutorConfig):
     """batch-test settings: ``spool_directory`` (default ``<work_directory>/batch-test-spool``)
-    and ``keep_finished`` (seconds a finished job stays in the fake queue)."""
+    and ``keep_finished`` (seconds a finished job stays in the fake queue). The other
+    parameters are the batch ones, with shorter polling by default (every 0.5 s, the first
+    0.2 s after a submit)."""
 
-    def __init__(self, launcher_log_file: Union[str, Path, None] = None,
-                 work_directory: Union[str, Path, None] = None,
-                 queue_polling_interval: float = 0.5, initial_queue_polling_delay: float = 0.2,
-                 queue_polling_error_threshold: int = 2, keep_files: bool = False,
-                 queue_polling_outage_tolerance: float = 300, command_timeout: float = 60,
-                 spool_directory: Union[str, Path, None] = None,
-                 keep_finished: float = 5.0) -> None:
-        super().__init__(launcher_log_file, work_directory, queue_polling_interval,
-                         initial_queue_polling_delay, queue_polling_error_threshold, keep_files,
-                         queue_polling_outage_tolerance, command_timeout)
+    def __init__(self, *args: Any, spool_directory: Union[str, Path, None] = None,
+                 keep_finished: float = 5.0, **kwargs: Any) -> None:
+        if len(args) < 3:
+            kwargs.setdefault("queue_polling_interval", 0.5)
+        if len(args) < 4:
+            kwargs.setdefault("initial_queue_polling_delay", 0.2)
+        super().__init__(*args, **kwargs)
         spool = _check.opt_path("BatchTestExecutorConfig.spool_directory", spool_directory)
         self.spool_directory: Path = spool if spool is not None \
             else self.work_directory / "batch-test-spool"
@@ -65,18 +59,6 @@ class BatchTestExecutorConfig(BatchSchedulerExecutorConfig):
         self.keep_finished = float(keep_finished)
 
 
-def _status(native_state: str, reason: str, exit_code: Optional[int] = None) -> JobStatus:
-    try:
-        state, cause = STATE_MAP[native_state]
-    except KeyError:
-        raise ValueError(f"unknown batch-test state {native_state!r}") from None
-    metadata: Dict[str, object] = {"native_state": native_state,
-                                   "reason": None if reason in ("", "None") else reason}
-    if cause is not None:
-        metadata["cause"] = cause
-    return JobStatus(state, exit_code=exit_code, metadata=metadata)
-
-
 class BatchTestJobExecutor(BatchSchedulerExecutor):
     """Submits to the ``batch-test`` fake scheduler. Custom attributes ``batch-test.<option>``
     become directives; ``batch-test.queue-delay`` keeps a job QUEUED for that many seconds."""
@@ -85,11 +67,11 @@ class BatchTestJobExecutor(BatchSchedulerExecutor):
     CONFIG_CLASS = BatchTestExecutorConfig
     CUSTOM_ATTRIBUTE_PREFIXES = ("batch-test",)
 
-    def __init__(self, url: Optional[str] = None,
-                 config: Optional[JobExecutorConfig] = None) -> None:
-        super().__init__(url=url, config=config)
-        self.generator = TemplatedScriptGenerator(self.config,
-                                                  data_dir("templates") / "batch-test.mustache")
+    TEMPLATE = "batch-test.mustache"
+    JOB_ID_PATTERN = re.compile(r"\A\d+\Z")
+    CANCEL_GONE_PATTERN = re.compile("already finished")
+    STATUS_LINE_PATTERN = re.compile(r"(\d+)\|([A-Z]+)\|([A-Za-z]*)")
+    STATE_MAP = STATE_MAP
 
     @property
     def _cfg(self) -> BatchTestExecutorConfig:
@@ -100,41 +82,15 @@ class BatchTestJobExecutor(BatchSchedulerExecutor):
         return [sys.executable, "-S", batch_test_tool.__file__, "--spool",
                 str(self._cfg.spool_directory.absolute()), *args]
 
-    def generate_submit_script(self, job: Job, context: Dict[str, object],
-                               submit_file: IO[str]) -> None:
-        self.generator.generate_submit_script(job, context, submit_file)
-
     def get_submit_command(self, job: Job, submit_file_path: Path) -> List[str]:
         return self._tool("submit", str(submit_file_path.absolute()))
-
-    def job_id_from_submit_output(self, out: str) -> str:
-        text = out.strip()
-        if not text.isdigit():
-            raise ValueError(f"not a batch-test job id: {text!r}")
-        return text
 
     def get_cancel_command(self, native_id: str) -> List[str]:
         return self._tool("cancel", native_id)
 
-    def process_cancel_command_output(self, exit_code: int, out: str) -> None:
-        if exit_code == 2 and "already finished" in out:
-            raise InvalidJobStateError(out.strip())
-        raise SubmitException(f"batch-test cancel exited with {exit_code}: {out.strip()}")
-
     def get_status_command(self, native_ids: Collection[str]) -> List[str]:
         return self._tool("status", "--keep-finished", repr(self._cfg.keep_finished),
                           *native_ids)
-
-    def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
-        check_status_exit_code("batch-test status", exit_code, out)
-        found: Dict[str, JobStatus] = {}
-        for line in out.splitlines():
-            match = _STATUS_LINE.fullmatch(line.strip())
-            if match is None:
-                raise ValueError(f"unexpected status line {line!r}")
-            native_id, native_state, reason = match.groups()
-            found[native_id] = _status(native_state, reason)
-        return found
 
     def get_accounting_commands(self, native_ids: Sequence[str]) -> List[List[str]]:
         return [self._tool("acct", *native_ids)]
@@ -147,7 +103,8 @@ class BatchTestJobExecutor(BatchSchedulerExecutor):
             if match is None:
                 raise ValueError(f"unexpected accounting line {line!r}")
             native_id, native_state, code, reason = match.groups()
-            found[native_id] = _status(native_state, reason, int(code) if code else None)
+            found[native_id] = status_from_map(STATE_MAP, native_state, reason,
+                                               int(code) if code else None)
         return found
 
     def get_list_command(self) -> List[str]:

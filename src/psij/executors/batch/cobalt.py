@@ -1,7 +1,8 @@
 """The Cobalt executor (Argonne's Cobalt): ``qsub --mode script``, ``qstat -l --header
 JobID:State`` (one call for all jobs), qdel.
 
-Declarations only: commands, the state map and the template (``templates/cobalt.mustache``);
+Declarations (commands, an executable script, the job-id pattern, qstat's "no job" answer,
+the template ``templates/cobalt.mustache``), the state map and the parser of qstat's output;
 the behaviour lives in
 :class:`~psij.executors.batch.batch_scheduler_executor.BatchSchedulerExecutor`.
 
@@ -20,27 +21,17 @@ Facts this module relies on (Cobalt's client sources and user guides):
 """
 
 import getpass
-import os
 import re
-import stat
-from pathlib import Path
-from typing import IO, Collection, Dict, List, Optional
+from typing import Dict, List, Optional
 
-from psij._data import data_dir
-from psij.exceptions import SubmitException
-from psij.executors.batch._site_directives import option_items, plain_job_name
+from psij.executors.batch._script_context import v1_resources
+from psij.executors.batch._site_directives import PLAIN, option_items
 from psij.executors.batch.batch_scheduler_executor import (
-    UNKNOWN_ERROR,
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
-    InvalidJobStateError,
     check_status_exit_code,
-    v1_resources,
 )
-from psij.executors.batch.escape_functions import plain_directive_value
-from psij.executors.batch.script_generator import TemplatedScriptGenerator
 from psij.job import Job
-from psij.job_executor_config import JobExecutorConfig
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
@@ -102,26 +93,24 @@ class CobaltJobExecutor(BatchSchedulerExecutor):
     CUSTOM_ATTRIBUTE_PREFIXES = ("cobalt",)
     TRANSIENT_SUBMIT_ERRORS = ("Failed to connect", "component error", "XMLRPC failure",
                                "try again")
+    TEMPLATE = "cobalt.mustache"
+    # Cobalt runs script jobs only from executable files.
+    SCRIPT_MODE = 0o700
+    SUBMIT_COMMAND = ("qsub", "--mode", "script")
+    JOB_ID_PATTERN = re.compile(r"(?:\A|\n)\s*(\d+)\Z")
+    CANCEL_COMMAND = ("qdel",)
+    CANCEL_GONE_PATTERN = re.compile("not found|has already completed", re.IGNORECASE)
+    STATUS_COMMAND = ("qstat", "-l", "--header", "JobID:State")
+    LIST_ID_PATTERN = re.compile(r"\d+")
+    # qstat exits 1 without output when none of the jobs is in the queue any more.
+    NO_JOBS_EXIT_CODES = (1,)
+    DIRECTIVES = PLAIN
 
-    def __init__(self, url: Optional[str] = None,
-                 config: Optional[JobExecutorConfig] = None) -> None:
-        super().__init__(url=url, config=config)
-        self.generator = TemplatedScriptGenerator(self.config,
-                                                  data_dir("templates") / "cobalt.mustache")
-
-    def _directive_value(self, field: str, value: str) -> str:
-        return plain_directive_value(field, value)
-
-    def _job_name(self, spec: JobSpec) -> Optional[str]:
-        return plain_job_name(spec.name)
-
-    def _create_script_context(self, job: Job) -> Dict[str, object]:
-        context = super()._create_script_context(job)
-        assert job.spec is not None
-        resources = v1_resources(job.spec)
-        attrs = job.spec.attributes
+    def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:
+        resources = v1_resources(spec)
+        attrs = spec.attributes
         duration = attrs.duration
-        context["cobalt"] = {
+        return {"cobalt": {
             "nodes": resources.computed_node_count,
             "processes": resources.computed_process_count,
             "processes_per_node": resources.computed_processes_per_node,
@@ -131,42 +120,10 @@ class CobaltJobExecutor(BatchSchedulerExecutor):
             # Cobalt reservations are queues named after them.
             "queue": attrs.reservation_id or attrs.queue_name,
             "whole_node_note": _whole_node_note(resources),
-            "options": option_items(
-                self._custom_attribute_items(job).get("cobalt", [])),
-        }
-        return context
-
-    def generate_submit_script(self, job: Job, context: Dict[str, object],
-                               submit_file: IO[str]) -> None:
-        self.generator.generate_submit_script(job, context, submit_file)
-
-    def get_submit_command(self, job: Job, submit_file_path: Path) -> List[str]:
-        path = submit_file_path.absolute()
-        # Cobalt runs script jobs only from executable files.
-        os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
-        return ["qsub", "--mode", "script", str(path)]
-
-    def job_id_from_submit_output(self, out: str) -> str:
-        lines = [line.strip() for line in out.splitlines() if line.strip()]
-        if not lines or not lines[-1].isdigit():
-            raise ValueError(f"no Cobalt job id in {out.strip()!r}")
-        return lines[-1]
-
-    def get_cancel_command(self, native_id: str) -> List[str]:
-        return ["qdel", native_id]
-
-    def process_cancel_command_output(self, exit_code: int, out: str) -> None:
-        lowered = out.lower()
-        if "not found" in lowered or "has already completed" in lowered:
-            raise InvalidJobStateError(out.strip())
-        raise SubmitException(f"qdel exited with {exit_code}: {out.strip()}")
-
-    def get_status_command(self, native_ids: Collection[str]) -> List[str]:
-        return ["qstat", "-l", "--header", "JobID:State", *native_ids]
+            "options": option_items(self._custom_attribute_items(job).get("cobalt", [])),
+        }}
 
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
-        if exit_code != 0 and out.strip() in ("", UNKNOWN_ERROR):
-            return {}  # none of the jobs is in the queue any more
         check_status_exit_code("qstat", exit_code, out)
         found: Dict[str, JobStatus] = {}
         native_id: Optional[str] = None
@@ -190,8 +147,6 @@ class CobaltJobExecutor(BatchSchedulerExecutor):
     def get_list_command(self) -> List[str]:
         return ["qstat", "-u", getpass.getuser(), "--header", "JobID"]
 
-    def parse_list_output(self, out: str) -> List[str]:
-        return [line.strip() for line in out.splitlines() if line.strip().isdigit()]
 
 
 def _whole_node_note(resources: ResourceSpecV1) -> Optional[str]:

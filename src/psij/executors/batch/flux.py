@@ -1,8 +1,9 @@
 """The Flux executor, through Flux's command-line tools: ``flux batch``, ``flux jobs`` (one call
 for all jobs), ``flux cancel``.
 
-Declarations only: commands, the state and result maps, job-id conversion and the template
-(``templates/flux.mustache``); the behaviour lives in
+Declarations (commands, the template ``templates/flux.mustache``), the state and result maps,
+job-id conversion (which cannot be a pattern: ids come in F58) and the parser of ``flux jobs``
+lines; the behaviour lives in
 :class:`~psij.executors.batch.batch_scheduler_executor.BatchSchedulerExecutor`.
 
 Facts this module relies on (flux-core manual pages, RFC 19, RFC 21, RFC 36):
@@ -23,23 +24,17 @@ Facts this module relies on (flux-core manual pages, RFC 19, RFC 21, RFC 36):
 """
 
 import re
-from pathlib import Path
-from typing import IO, Collection, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-from psij._data import data_dir
-from psij.exceptions import InvalidJobException, SubmitException
-from psij.executors.batch._site_directives import QUOTED_EXTRA, option_items, plain_job_name
+from psij.exceptions import InvalidJobException
+from psij.executors.batch._script_context import v1_resources
+from psij.executors.batch._site_directives import PLAIN_QUOTED, option_items
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
-    InvalidJobStateError,
     check_status_exit_code,
-    v1_resources,
 )
-from psij.executors.batch.escape_functions import plain_directive_value
-from psij.executors.batch.script_generator import TemplatedScriptGenerator
 from psij.job import Job
-from psij.job_executor_config import JobExecutorConfig
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
@@ -151,34 +146,28 @@ class FluxJobExecutor(BatchSchedulerExecutor):
     TRANSIENT_SUBMIT_ERRORS = ("Connection refused", "Resource temporarily unavailable",
                                "broker", "try again")
 
-    def __init__(self, url: Optional[str] = None,
-                 config: Optional[JobExecutorConfig] = None) -> None:
-        super().__init__(url=url, config=config)
-        self.generator = TemplatedScriptGenerator(self.config,
-                                                  data_dir("templates") / "flux.mustache")
+    TEMPLATE = "flux.mustache"
+    SUBMIT_COMMAND = ("flux", "batch")
+    CANCEL_COMMAND = ("flux", "cancel")
+    CANCEL_GONE_PATTERN = re.compile("inactive|" + _UNKNOWN_JOB.pattern, re.IGNORECASE)
+    STATUS_COMMAND = ("flux", "jobs", "-a", "-n", "--color=never", "-o", _STATUS_FIELDS)
+    LIST_COMMAND = ("flux", "jobs", "-n", "--color=never", "-o", "{id.f58}")
+    DIRECTIVES = PLAIN_QUOTED
 
-    def _directive_value(self, field: str, value: str) -> str:
-        return plain_directive_value(field, value, extra=QUOTED_EXTRA)
-
-    def _job_name(self, spec: JobSpec) -> Optional[str]:
-        return plain_job_name(spec.name)
-
-    def _create_script_context(self, job: Job) -> Dict[str, object]:
-        context = super()._create_script_context(job)
-        assert job.spec is not None
-        resources = v1_resources(job.spec)
+    def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:
+        resources = v1_resources(spec)
         if resources.memory is not None:
             raise InvalidJobException(
                 f"ResourceSpecV1.memory: Flux cannot reserve memory (asked for "
                 f"{resources.memory} bytes); leave it unset, and use exclusive_node_use=True "
                 "to get whole nodes with all their memory")
-        attrs = job.spec.attributes
+        attrs = spec.attributes
         if attrs.reservation_id is not None:
             raise InvalidJobException(
                 f"JobAttributes.reservation_id: Flux has no reservations (got "
                 f"{attrs.reservation_id!r}); leave it unset")
         duration = attrs.duration
-        context["flux"] = {
+        return {"flux": {
             # Without a node count or a per-node count Flux places the slots where it likes.
             "nodes": resources.computed_node_count
             if resources.node_count or resources.processes_per_node else None,
@@ -188,15 +177,7 @@ class FluxJobExecutor(BatchSchedulerExecutor):
             "duration": None if duration is None
             else f"{max(1, -(-int(duration.total_seconds() * 1000) // 1000))}s",
             "options": option_items(self._custom_attribute_items(job).get("flux", [])),
-        }
-        return context
-
-    def generate_submit_script(self, job: Job, context: Dict[str, object],
-                               submit_file: IO[str]) -> None:
-        self.generator.generate_submit_script(job, context, submit_file)
-
-    def get_submit_command(self, job: Job, submit_file_path: Path) -> List[str]:
-        return ["flux", "batch", str(submit_file_path.absolute())]
+        }}
 
     def job_id_from_submit_output(self, out: str) -> str:
         lines = [line.strip() for line in out.splitlines() if line.strip()]
@@ -211,18 +192,6 @@ class FluxJobExecutor(BatchSchedulerExecutor):
         except ValueError as e:
             raise ValueError(f"attach native_id: {e}") from None
         super().attach(job, decimal)
-
-    def get_cancel_command(self, native_id: str) -> List[str]:
-        return ["flux", "cancel", native_id]
-
-    def process_cancel_command_output(self, exit_code: int, out: str) -> None:
-        if "inactive" in out or _UNKNOWN_JOB.search(out):
-            raise InvalidJobStateError(out.strip())
-        raise SubmitException(f"flux cancel exited with {exit_code}: {out.strip()}")
-
-    def get_status_command(self, native_ids: Collection[str]) -> List[str]:
-        return ["flux", "jobs", "-a", "-n", "--color=never", "-o", _STATUS_FIELDS,
-                *native_ids]
 
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         found: Dict[str, JobStatus] = {}
@@ -244,9 +213,6 @@ class FluxJobExecutor(BatchSchedulerExecutor):
                 raise ValueError(f"unexpected flux jobs output {others[0]!r}")
             check_status_exit_code("flux jobs", exit_code, "\n".join(others))
         return found
-
-    def get_list_command(self) -> List[str]:
-        return ["flux", "jobs", "-n", "--color=never", "-o", "{id.f58}"]
 
     def parse_list_output(self, out: str) -> List[str]:
         return [jobid_to_decimal(line) for line in out.splitlines() if line.strip()]

@@ -1,8 +1,9 @@
 """The LSF executor (IBM Spectrum LSF): ``bsub < script``, ``bjobs -o ... -json`` (one call for
 all jobs), bkill.
 
-Declarations only: commands, the state map, LSF's exit reasons and the template
-(``templates/lsf.mustache``); the behaviour lives in
+Declarations (commands, the script on bsub's standard input, the job-id pattern, bjobs' "no
+job" answers, the template ``templates/lsf.mustache``), the state map, LSF's exit reasons and
+the parser of bjobs' JSON; the behaviour lives in
 :class:`~psij.executors.batch.batch_scheduler_executor.BatchSchedulerExecutor`.
 
 Facts this module relies on (IBM Spectrum LSF 10.1 command reference):
@@ -13,7 +14,9 @@ Facts this module relies on (IBM Spectrum LSF 10.1 command reference):
 - ``bjobs -a -o "jobid stat exit_code exit_reason" -json ID...`` prints ``{"COMMAND": "bjobs",
   "JOBS": n, "RECORDS": [{"JOBID": "1", "STAT": "RUN", "EXIT_CODE": "", "EXIT_REASON": ""},
   ...]}`` (every value a string), with ``{"ERROR": "Job <ID> is not found"}`` records for ids it
-  does not know; ``-a`` keeps recently finished jobs (DONE, EXIT) in the output;
+  does not know; ``-a`` keeps recently finished jobs (DONE, EXIT) in the output; where
+  ``LSB_BJOBS_CONSISTENT_EXIT_CODE=Y``, bjobs exits 255 when none of the jobs asked for (or, for
+  a list, no job at all) is found, saying so on stderr;
 - ``#BSUB`` lines are split like a shell command line, so values go between double quotes and
   may not hold ``"``, ``\\``, ``$`` or a backquote.
 """
@@ -21,23 +24,16 @@ Facts this module relies on (IBM Spectrum LSF 10.1 command reference):
 import json
 import math
 import re
-from pathlib import Path
-from typing import IO, Any, Collection, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
-from psij._data import data_dir
-from psij.exceptions import SubmitException
-from psij.executors.batch._site_directives import QUOTED_EXTRA, plain_job_name
+from psij.executors.batch._script_context import v1_resources
+from psij.executors.batch._site_directives import PLAIN_QUOTED
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
-    InvalidJobStateError,
     check_status_exit_code,
-    v1_resources,
 )
-from psij.executors.batch.escape_functions import plain_directive_value
-from psij.executors.batch.script_generator import TemplatedScriptGenerator
 from psij.job import Job
-from psij.job_executor_config import JobExecutorConfig
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
@@ -95,9 +91,9 @@ EXIT_REASONS: Dict[str, Tuple[JobState, Optional[str], Optional[str]]] = {
     "TERM_RC_RECLAIM": (JobState.FAILED, "preempted", None),
 }
 
-_SUBMITTED = re.compile(r"Job <(\d+)> is submitted")
 _TERM_KEYWORD = re.compile(r"\b(TERM_[A-Z_]+)\b")
-_NOT_FOUND = re.compile(r"is not found|No matching job found", re.IGNORECASE)
+_NOT_FOUND = re.compile(r"is not found|No matching job found|No (?:unfinished )?job found",
+                        re.IGNORECASE)
 
 
 def lsf_status(record: Mapping[str, Any]) -> JobStatus:
@@ -144,70 +140,38 @@ class LsfJobExecutor(BatchSchedulerExecutor):
         "LSF is down", "Please wait", "not responding", "try again", "Cannot connect",
         "temporarily unavailable", "Failed in an LSF library call",
     )
+    TEMPLATE = "lsf.mustache"
+    # bsub reads #BSUB lines only from standard input.
+    SUBMIT_COMMAND = ("bsub",)
+    SCRIPT_ON_STDIN = True
+    JOB_ID_PATTERN = re.compile(r"Job <(\d+)> is submitted")
+    CANCEL_COMMAND = ("bkill",)
+    CANCEL_GONE_PATTERN = re.compile(r"already finished|" + _NOT_FOUND.pattern, re.IGNORECASE)
+    STATUS_COMMAND = ("bjobs", "-a", "-o", "jobid stat exit_code exit_reason", "-json")
+    LIST_COMMAND = ("bjobs", "-a", "-noheader", "-o", "jobid")
+    LIST_ID_PATTERN = re.compile(r"\d+")
+    NO_JOBS_EXIT_CODES = (255,)
+    NO_JOBS_PATTERN = _NOT_FOUND
+    DIRECTIVES = PLAIN_QUOTED
 
-    def __init__(self, url: Optional[str] = None,
-                 config: Optional[JobExecutorConfig] = None) -> None:
-        super().__init__(url=url, config=config)
-        self.generator = TemplatedScriptGenerator(self.config,
-                                                  data_dir("templates") / "lsf.mustache")
-
-    def _directive_value(self, field: str, value: str) -> str:
-        return plain_directive_value(field, value, extra=QUOTED_EXTRA)
-
-    def _job_name(self, spec: JobSpec) -> Optional[str]:
-        return plain_job_name(spec.name)
-
-    def _create_script_context(self, job: Job) -> Dict[str, object]:
-        context = super()._create_script_context(job)
-        assert job.spec is not None
-        resources = v1_resources(job.spec)
+    def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:
+        resources = v1_resources(spec)
         per_node = resources.computed_processes_per_node
         memory_kb = resources.memory_kb
-        context["lsf"] = {
+        return {"lsf": {
             "slots": resources.computed_process_count,
             "ptile": per_node,
             "cores": resources.cpu_cores_per_process,
             # ResourceSpecV1.memory is per node; LSF's limit and reservation are per process.
             "memory_kb": None if memory_kb is None else -(-memory_kb // per_node),
             # bsub -W takes [hours:]minutes; a started minute counts.
-            "walltime": None if job.spec.attributes.duration is None
-            else _hours_minutes(job.spec.attributes.duration.total_seconds()),
-        }
-        return context
-
-    def generate_submit_script(self, job: Job, context: Dict[str, object],
-                               submit_file: IO[str]) -> None:
-        self.generator.generate_submit_script(job, context, submit_file)
-
-    def get_submit_command(self, job: Job, submit_file_path: Path) -> List[str]:
-        # bsub reads #BSUB lines only from standard input. The script path is passed to sh as
-        # an argument, never pasted into the command text.
-        return ["/bin/sh", "-c", 'exec bsub <"$1"', "bsub", str(submit_file_path.absolute())]
-
-    def job_id_from_submit_output(self, out: str) -> str:
-        match = _SUBMITTED.search(out)
-        if match is None:
-            raise ValueError(f"no LSF job id in {out.strip()!r}")
-        return match.group(1)
-
-    def get_cancel_command(self, native_id: str) -> List[str]:
-        return ["bkill", native_id]
-
-    def process_cancel_command_output(self, exit_code: int, out: str) -> None:
-        if "already finished" in out or _NOT_FOUND.search(out):
-            raise InvalidJobStateError(out.strip())
-        raise SubmitException(f"bkill exited with {exit_code}: {out.strip()}")
-
-    def get_status_command(self, native_ids: Collection[str]) -> List[str]:
-        return ["bjobs", "-a", "-o", "jobid stat exit_code exit_reason", "-json", *native_ids]
+            "walltime": None if spec.attributes.duration is None
+            else _hours_minutes(spec.attributes.duration.total_seconds()),
+        }}
 
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         start = out.find("{")
         if start < 0:
-            # bjobs exits 255 when none of the ids is known (LSB_BJOBS_CONSISTENT_EXIT_CODE).
-            lines = [line for line in out.splitlines() if line.strip()]
-            if exit_code != 0 and lines and all(_NOT_FOUND.search(x) for x in lines):
-                return {}
             check_status_exit_code("bjobs", exit_code, out)
             raise ValueError(f"bjobs printed no JSON: {out.strip()[:200]!r}")
         try:
@@ -230,12 +194,6 @@ class LsfJobExecutor(BatchSchedulerExecutor):
                 raise ValueError(f"bjobs -json: a record without a job id: {record!r}")
             found[native_id] = lsf_status(record)
         return found
-
-    def get_list_command(self) -> List[str]:
-        return ["bjobs", "-a", "-noheader", "-o", "jobid"]
-
-    def parse_list_output(self, out: str) -> List[str]:
-        return [line.strip() for line in out.splitlines() if line.strip().isdigit()]
 
 
 def _hours_minutes(seconds: float) -> str:

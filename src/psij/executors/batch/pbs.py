@@ -2,8 +2,8 @@
 ones included), qdel. Also :class:`GenericPBSJobExecutor`, the part shared with the classic
 (Torque) flavour in :mod:`~psij.executors.batch.pbs_classic`.
 
-Declarations only: commands, the state map, what PBS's exit statuses mean, and the template
-(``templates/pbs.mustache``); the behaviour lives in
+Declarations (commands, the job-id pattern, the template ``templates/pbs.mustache``), the state
+map, what PBS's exit statuses mean and the parser of qstat's JSON; the behaviour lives in
 :class:`~psij.executors.batch.batch_scheduler_executor.BatchSchedulerExecutor`. ``#PBS`` lines
 are read like qsub's command line, so values written there must be plain (they are refused
 otherwise, before anything is submitted) and job names are made plain.
@@ -22,32 +22,16 @@ What the status output means (PBS Pro reference guide, ``qstat(1B)``, ``job.h``)
 import getpass
 import json
 import re
-from pathlib import Path
-from typing import (
-    IO,
-    Any,
-    Collection,
-    Dict,
-    List,
-    Mapping,
-    Optional,
-    Tuple,
-)
+from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
 
-from psij._data import data_dir
-from psij.exceptions import SubmitException
-from psij.executors.batch._site_directives import plain_job_name
+from psij.executors.batch._script_context import v1_resources
+from psij.executors.batch._site_directives import PLAIN
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
-    InvalidJobStateError,
     check_status_exit_code,
-    v1_resources,
 )
-from psij.executors.batch.escape_functions import plain_directive_value
-from psij.executors.batch.script_generator import TemplatedScriptGenerator
 from psij.job import Job
-from psij.job_executor_config import JobExecutorConfig
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
@@ -77,17 +61,31 @@ STATE_MAP: Dict[str, Optional[JobState]] = {
     "X": None,              # finished subjob
 }
 
+ExecCodes = Dict[int, Tuple[str, Optional[str], str]]
+
+
+def start_exec_codes(system: str, mom: str) -> ExecCodes:
+    """The exit statuses -1 to -7, which PBS Pro and Torque share (``system`` and ``mom`` are
+    how each names itself and its execution daemon)."""
+    restarted = f"the job was aborted when its {mom} restarted"
+    return {
+        -1: ("JOB_EXEC_FAIL1", "launch_failure", "the job could not be started (before its "
+                                                 "files were staged)"),
+        -2: ("JOB_EXEC_FAIL2", "launch_failure", "the job could not be started (after its "
+                                                 "files were staged)"),
+        -3: ("JOB_EXEC_RETRY", "launch_failure", f"the job could not be started ({system} "
+                                                 "retries it)"),
+        -4: ("JOB_EXEC_INITABT", "node_failure", restarted),
+        -5: ("JOB_EXEC_INITRST", "node_failure", restarted),
+        -6: ("JOB_EXEC_INITRMG", "node_failure", restarted),
+        -7: ("JOB_EXEC_BADRESRT", "launch_failure", "restarting the job from its checkpoint "
+                                                    "failed"),
+    }
+
+
 # Exit statuses PBS Pro sets itself: code -> (name, cause, what happened).
-EXEC_CODES: Dict[int, Tuple[str, Optional[str], str]] = {
-    -1: ("JOB_EXEC_FAIL1", "launch_failure", "the job could not be started (before its files "
-                                             "were staged)"),
-    -2: ("JOB_EXEC_FAIL2", "launch_failure", "the job could not be started (after its files "
-                                             "were staged)"),
-    -3: ("JOB_EXEC_RETRY", "launch_failure", "the job could not be started (PBS retries it)"),
-    -4: ("JOB_EXEC_INITABT", "node_failure", "the job was aborted when its MoM restarted"),
-    -5: ("JOB_EXEC_INITRST", "node_failure", "the job was aborted when its MoM restarted"),
-    -6: ("JOB_EXEC_INITRMG", "node_failure", "the job was aborted when its MoM restarted"),
-    -7: ("JOB_EXEC_BADRESRT", "launch_failure", "restarting the job from its checkpoint failed"),
+EXEC_CODES: ExecCodes = {
+    **start_exec_codes("PBS", "MoM"),
     -10: ("JOB_EXEC_FAILUID", "launch_failure", "the job's user or group is not valid on the "
                                                 "execution host"),
     -11: ("JOB_EXEC_RERUN", None, "the job was requeued to run again"),
@@ -262,26 +260,17 @@ class GenericPBSJobExecutor(BatchSchedulerExecutor):
         "would exceed queue", "temporarily unavailable", "try again",
     )
     TEMPLATE = "pbs.mustache"
+    SUBMIT_COMMAND = ("qsub",)
+    # The last non-blank line of qsub's output: 1234.server, 12[].server, ...
+    JOB_ID_PATTERN = re.compile(r"(?:\A|\n)\s*(" + _JOB_ID.pattern + r")\Z")
+    CANCEL_COMMAND = ("qdel",)
+    CANCEL_GONE_PATTERN = re.compile("unknown job id|job has finished|request invalid for "
+                                     "state of job|invalid state for job", re.IGNORECASE)
+    LIST_ID_PATTERN = _JOB_ID
+    DIRECTIVES = PLAIN
 
-    def __init__(self, url: Optional[str] = None,
-                 config: Optional[JobExecutorConfig] = None) -> None:
-        super().__init__(url=url, config=config)
-        self.generator = TemplatedScriptGenerator(self.config,
-                                                  data_dir("templates") / self.TEMPLATE)
-
-    # -- what may be written in #PBS lines
-
-    def _directive_value(self, field: str, value: str) -> str:
-        return plain_directive_value(field, value)
-
-    def _job_name(self, spec: JobSpec) -> Optional[str]:
-        return plain_job_name(spec.name)
-
-    def _create_script_context(self, job: Job) -> Dict[str, object]:
-        context = super()._create_script_context(job)
-        assert job.spec is not None
-        context["pbs"] = self._resource_context(v1_resources(job.spec), job.spec)
-        return context
+    def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:
+        return {"pbs": self._resource_context(v1_resources(spec), spec)}
 
     def _resource_context(self, resources: ResourceSpecV1, spec: JobSpec) -> Dict[str, object]:
         """The ``pbs`` values of the template: PBS Pro chunks (``select``, ``place``)."""
@@ -302,37 +291,8 @@ class GenericPBSJobExecutor(BatchSchedulerExecutor):
             "cores_per_process": 1,
         }
 
-    # -- hooks
-
-    def generate_submit_script(self, job: Job, context: Dict[str, object],
-                               submit_file: IO[str]) -> None:
-        self.generator.generate_submit_script(job, context, submit_file)
-
-    def get_submit_command(self, job: Job, submit_file_path: Path) -> List[str]:
-        return ["qsub", str(submit_file_path.absolute())]
-
-    def job_id_from_submit_output(self, out: str) -> str:
-        lines = [line.strip() for line in out.splitlines() if line.strip()]
-        if not lines or not _JOB_ID.fullmatch(lines[-1]):
-            raise ValueError(f"no PBS job id in {out.strip()!r}")
-        return lines[-1]
-
-    def get_cancel_command(self, native_id: str) -> List[str]:
-        return ["qdel", native_id]
-
-    def process_cancel_command_output(self, exit_code: int, out: str) -> None:
-        lowered = out.lower()
-        if any(gone in lowered for gone in ("unknown job id", "job has finished",
-                                            "request invalid for state of job",
-                                            "invalid state for job")):
-            raise InvalidJobStateError(out.strip())
-        raise SubmitException(f"qdel exited with {exit_code}: {out.strip()}")
-
     def get_list_command(self) -> List[str]:
         return ["qselect", "-u", getpass.getuser()]
-
-    def parse_list_output(self, out: str) -> List[str]:
-        return [line.strip() for line in out.splitlines() if _JOB_ID.fullmatch(line.strip())]
 
 
 class PBSJobExecutor(GenericPBSJobExecutor):
@@ -344,9 +304,7 @@ class PBSJobExecutor(GenericPBSJobExecutor):
     """
 
     _NAME_ = "pbs"
-
-    def get_status_command(self, native_ids: Collection[str]) -> List[str]:
-        return ["qstat", "-f", "-F", "json", "-x", *native_ids]
+    STATUS_COMMAND = ("qstat", "-f", "-F", "json", "-x")
 
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         document, errors = _split_json_and_errors(out)

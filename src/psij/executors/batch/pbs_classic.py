@@ -1,9 +1,9 @@
 """The classic PBS executor (Torque, OpenPBS 2.x): qsub, ``qstat -f`` (one call for all jobs),
 qdel.
 
-Declarations only: the text status format, the state map, what Torque's exit statuses mean and
-the template (``templates/pbs_classic.mustache``, ``-l nodes=N:ppn=M``); everything else is
-shared with :mod:`~psij.executors.batch.pbs` and the batch base class.
+The status command and the template (``templates/pbs_classic.mustache``, ``-l nodes=N:ppn=M``),
+the state map, what Torque's exit statuses mean and the parser of the text status format;
+everything else is shared with :mod:`~psij.executors.batch.pbs` and the batch base class.
 
 What the status output means (Torque administrator guide, "Job exit status"; ``qstat(1B)``):
 
@@ -18,12 +18,14 @@ What the status output means (Torque administrator guide, "Job exit status"; ``q
 """
 
 import re
-from typing import Collection, Dict, List, Optional, Tuple
+from typing import Dict, Optional
 
 from psij.executors.batch.pbs import (
+    ExecCodes,
     GenericPBSJobExecutor,
     pbs_status,
     refuse_unknown_job_lines,
+    start_exec_codes,
 )
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
@@ -45,16 +47,8 @@ STATE_MAP: Dict[str, Optional[JobState]] = {
 }
 
 # Exit statuses Torque sets itself: code -> (name, cause, what happened).
-EXEC_CODES: Dict[int, Tuple[str, Optional[str], str]] = {
-    -1: ("JOB_EXEC_FAIL1", "launch_failure", "the job could not be started (before its files "
-                                             "were staged)"),
-    -2: ("JOB_EXEC_FAIL2", "launch_failure", "the job could not be started (after its files "
-                                             "were staged)"),
-    -3: ("JOB_EXEC_RETRY", "launch_failure", "the job could not be started (Torque retries it)"),
-    -4: ("JOB_EXEC_INITABT", "node_failure", "the job was aborted when its MOM restarted"),
-    -5: ("JOB_EXEC_INITRST", "node_failure", "the job was aborted when its MOM restarted"),
-    -6: ("JOB_EXEC_INITRMG", "node_failure", "the job was aborted when its MOM restarted"),
-    -7: ("JOB_EXEC_BADRESRT", "launch_failure", "restarting the job from its checkpoint failed"),
+EXEC_CODES: ExecCodes = {
+    **start_exec_codes("Torque", "MOM"),
     -8: ("JOB_EXEC_CMDFAIL", "launch_failure", "the job's command could not be executed"),
     -9: ("JOB_EXEC_STDOUTFAIL", "launch_failure", "the job's output files could not be "
                                                   "created"),
@@ -111,6 +105,7 @@ class PBSClassicJobExecutor(GenericPBSJobExecutor):
 
     _NAME_ = "pbs_classic"
     TEMPLATE = "pbs_classic.mustache"
+    STATUS_COMMAND = ("qstat", "-f")
 
     def _resource_context(self, resources: ResourceSpecV1, spec: JobSpec) -> Dict[str, object]:
         per_node = resources.computed_processes_per_node
@@ -128,9 +123,6 @@ class PBSClassicJobExecutor(GenericPBSJobExecutor):
             # PBS_NODEFILE names a host once per ppn slot; a process takes this many of them.
             "cores_per_process": cores,
         }
-
-    def get_status_command(self, native_ids: Collection[str]) -> List[str]:
-        return ["qstat", "-f", *native_ids]
 
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         lines = out.splitlines()

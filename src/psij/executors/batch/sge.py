@@ -1,93 +1,54 @@
 """The Grid Engine executor (Son of Grid Engine, Univa/Altair GE): qsub, qstat, qdel, qacct.
 
-Declarations only: commands, the state map, the template (``templates/sge.mustache``) and the
-rules for values in ``#$`` lines, which Grid Engine reads without any escape mechanism. A job of
-more than one slot asks for the parallel environment of the configuration (``smp`` by default).
+Declarations (commands, the job-id pattern, the template ``templates/sge.mustache``, plain
+values in ``#$`` lines, which Grid Engine reads without any escape mechanism), the state map and
+the parsers of qstat's and qacct's output. A job of more than one slot asks for the parallel
+environment of the configuration (``smp`` by default).
 """
 
 import re
 import xml.etree.ElementTree as ET
-from pathlib import Path
-from typing import IO, Collection, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
-from psij._data import data_dir
-from psij.exceptions import SubmitException
+from psij.executors.batch._script_context import v1_resources
+from psij.executors.batch._site_directives import PLAIN
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
-    InvalidJobStateError,
     check_status_exit_code,
 )
-from psij.executors.batch.escape_functions import plain_directive_value, plain_job_name
-from psij.executors.batch.script_generator import TemplatedScriptGenerator
+from psij.executors.batch.escape_functions import plain_directive_value
 from psij.job import Job
-from psij.job_executor_config import JobExecutorConfig
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
-from psij.resource_spec import ResourceSpecV1
 
 __all__ = ["SgeExecutorConfig", "SgeJobExecutor"]
 
 # qstat state codes -> (PSI/J state, cause). Finished jobs are not in qstat; qacct has them.
+_QUEUED, _ACTIVE = (JobState.QUEUED, None), (JobState.ACTIVE, None)
 STATE_MAP: Dict[str, Tuple[JobState, Optional[str]]] = {
-    "qw": (JobState.QUEUED, None),
-    "hqw": (JobState.QUEUED, None),
-    "hRwq": (JobState.QUEUED, None),
-    "Rq": (JobState.QUEUED, None),
-    "r": (JobState.ACTIVE, None),
-    "t": (JobState.ACTIVE, None),
-    "Rr": (JobState.ACTIVE, None),
-    "Rt": (JobState.ACTIVE, None),
-    "s": (JobState.ACTIVE, None),
-    "ts": (JobState.ACTIVE, None),
-    "S": (JobState.ACTIVE, None),
-    "tS": (JobState.ACTIVE, None),
-    "T": (JobState.ACTIVE, None),
-    "tT": (JobState.ACTIVE, None),
-    "Rs": (JobState.ACTIVE, None),
-    "Rts": (JobState.ACTIVE, None),
-    "RS": (JobState.ACTIVE, None),
-    "RtS": (JobState.ACTIVE, None),
-    "RT": (JobState.ACTIVE, None),
-    "RtT": (JobState.ACTIVE, None),
+    **dict.fromkeys(("qw", "hqw", "hRwq", "Rq"), _QUEUED),
+    **dict.fromkeys(("r", "t", "Rr", "Rt", "s", "ts", "S", "tS", "T", "tT", "Rs", "Rts", "RS",
+                     "RtS", "RT", "RtT"), _ACTIVE),
     # Being deleted: the job is still there until it has gone; its end is learned then.
-    "dqw": (JobState.QUEUED, None),
-    "dhqw": (JobState.QUEUED, None),
-    "dr": (JobState.ACTIVE, None),
-    "dt": (JobState.ACTIVE, None),
-    "dRr": (JobState.ACTIVE, None),
-    "dRt": (JobState.ACTIVE, None),
-    "ds": (JobState.ACTIVE, None),
-    "dS": (JobState.ACTIVE, None),
-    "dT": (JobState.ACTIVE, None),
-    "dRs": (JobState.ACTIVE, None),
-    "dRS": (JobState.ACTIVE, None),
-    "dRT": (JobState.ACTIVE, None),
+    **dict.fromkeys(("dqw", "dhqw"), _QUEUED),
+    **dict.fromkeys(("dr", "dt", "dRr", "dRt", "ds", "dS", "dT", "dRs", "dRS", "dRT"), _ACTIVE),
     # Error states: the job will not run unless an administrator clears the error.
-    "Eqw": (JobState.FAILED, "held_error"),
-    "Ehqw": (JobState.FAILED, "held_error"),
-    "EhRqw": (JobState.FAILED, "held_error"),
+    **dict.fromkeys(("Eqw", "Ehqw", "EhRqw"), (JobState.FAILED, "held_error")),
 }
 # qacct "failed" codes with a known cause (the rest are reported with qacct's own words).
 _FAILED_CAUSES = {37: "time_limit"}
-_JOB_ID = re.compile(r"(\d+)(?:\.[\d:-]+)?\s*$")
 _QACCT_FIELD = re.compile(r"(\w+)\s+(.*?)\s*$")
 
 
 class SgeExecutorConfig(BatchSchedulerExecutorConfig):
     """Grid Engine settings: ``parallel_environment`` names the PE asked for by jobs of more
-    than one slot (``smp``)."""
+    than one slot (``smp``); the other parameters are those of
+    :class:`~psij.executors.batch.batch_scheduler_executor.BatchSchedulerExecutorConfig`."""
 
-    def __init__(self, launcher_log_file: Union[str, Path, None] = None,
-                 work_directory: Union[str, Path, None] = None,
-                 queue_polling_interval: float = 30, initial_queue_polling_delay: float = 2,
-                 queue_polling_error_threshold: int = 2, keep_files: bool = False,
-                 queue_polling_outage_tolerance: float = 300, command_timeout: float = 60,
-                 parallel_environment: str = "smp") -> None:
-        super().__init__(launcher_log_file, work_directory, queue_polling_interval,
-                         initial_queue_polling_delay, queue_polling_error_threshold, keep_files,
-                         queue_polling_outage_tolerance, command_timeout)
+    def __init__(self, *args: Any, parallel_environment: str = "smp", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         if not isinstance(parallel_environment, str):
             raise TypeError(f"SgeExecutorConfig.parallel_environment: expected str, got "
                             f"{parallel_environment!r}")
@@ -140,63 +101,27 @@ class SgeJobExecutor(BatchSchedulerExecutor):
     CUSTOM_ATTRIBUTE_PREFIXES = ("sge", "gridengine")
     TRANSIENT_SUBMIT_ERRORS = ("unable to contact qmaster", "failed receiving gdi request",
                                "commlib error", "got no connection", "try again")
+    TEMPLATE = "sge.mustache"
+    SUBMIT_COMMAND = ("qsub", "-terse")
+    JOB_ID_PATTERN = re.compile(r"(\d+)(?:\.[\d:-]+)?\s*$")
+    CANCEL_COMMAND = ("qdel",)
+    CANCEL_GONE_PATTERN = re.compile("does not exist")
+    # qstat cannot select jobs by id in its list view; it lists this user's jobs.
+    STATUS_COMMAND = LIST_COMMAND = ("qstat", "-xml")
+    DIRECTIVES = PLAIN
 
-    def __init__(self, url: Optional[str] = None,
-                 config: Optional[JobExecutorConfig] = None) -> None:
-        super().__init__(url=url, config=config)
-        self.generator = TemplatedScriptGenerator(self.config,
-                                                  data_dir("templates") / "sge.mustache")
-
-    @property
-    def _cfg(self) -> SgeExecutorConfig:
-        assert isinstance(self.config, SgeExecutorConfig)
-        return self.config
-
-    def _directive_value(self, field: str, value: str) -> str:
-        return plain_directive_value(field, value)
-
-    def _job_name(self, spec: JobSpec) -> Optional[str]:
-        # Grid Engine refuses names with blanks, '/', ':', '@', '*', '?', non-ASCII, ... and a
-        # name is only a label, so it is made plain instead of refused.
-        return plain_job_name(spec.name)
-
-    def _create_script_context(self, job: Job) -> Dict[str, object]:
-        context = super()._create_script_context(job)
-        assert job.spec is not None
-        resources = job.spec.resources
-        if not isinstance(resources, ResourceSpecV1):
-            resources = ResourceSpecV1()
+    def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:
+        resources = v1_resources(spec)
         cores = resources.cpu_cores_per_process or 1
         slots = resources.computed_process_count * cores
-        context["sge"] = {"slots": slots if slots > 1 else None,
-                          "parallel_environment": self._cfg.parallel_environment,
-                          "cores_per_process": cores}
-        return context
-
-    def generate_submit_script(self, job: Job, context: Dict[str, object],
-                               submit_file: IO[str]) -> None:
-        self.generator.generate_submit_script(job, context, submit_file)
-
-    def get_submit_command(self, job: Job, submit_file_path: Path) -> List[str]:
-        return ["qsub", "-terse", str(submit_file_path.absolute())]
-
-    def job_id_from_submit_output(self, out: str) -> str:
-        match = _JOB_ID.search(out.strip())
-        if match is None:
-            raise ValueError(f"no Grid Engine job id in {out.strip()!r}")
-        return match.group(1)
-
-    def get_cancel_command(self, native_id: str) -> List[str]:
-        return ["qdel", native_id]
-
-    def process_cancel_command_output(self, exit_code: int, out: str) -> None:
-        if "does not exist" in out:
-            raise InvalidJobStateError(out.strip())
-        raise SubmitException(f"qdel exited with {exit_code}: {out.strip()}")
+        config = self.config
+        assert isinstance(config, SgeExecutorConfig)
+        return {"sge": {"slots": slots if slots > 1 else None,
+                        "parallel_environment": config.parallel_environment,
+                        "cores_per_process": cores}}
 
     def get_status_command(self, native_ids: Collection[str]) -> List[str]:
-        # qstat cannot select jobs by id in its list view; it lists this user's jobs.
-        return ["qstat", "-xml"]
+        return list(self.STATUS_COMMAND)
 
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         check_status_exit_code("qstat", exit_code, out)
@@ -233,9 +158,6 @@ class SgeJobExecutor(BatchSchedulerExecutor):
             if number.isdigit():
                 found[number] = qacct_status(fields)
         return found
-
-    def get_list_command(self) -> List[str]:
-        return ["qstat", "-xml"]
 
     def parse_list_output(self, out: str) -> List[str]:
         return list(self.parse_status_output(0, out))

@@ -1,27 +1,20 @@
 """The Slurm executor: sbatch, squeue (one call for all jobs), sacct when the site has
 accounting, scancel.
 
-Declarations only: commands, the job-id pattern, the state map and the template
-(``templates/slurm.mustache``); the behaviour lives in
+Declarations (commands, the job-id pattern, the template ``templates/slurm.mustache``), the
+state map, and the parsers of squeue's and sacct's output; the behaviour lives in
 :class:`~psij.executors.batch.batch_scheduler_executor.BatchSchedulerExecutor`.
 """
 
 import re
 from datetime import timedelta
-from pathlib import Path
-from typing import IO, Collection, Dict, List, Optional, Sequence, Tuple
+from typing import Collection, Dict, List, Optional, Sequence, Tuple
 
-from psij._data import data_dir
-from psij.exceptions import SubmitException
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
-    InvalidJobStateError,
     check_status_exit_code,
 )
-from psij.executors.batch.script_generator import TemplatedScriptGenerator
-from psij.job import Job
-from psij.job_executor_config import JobExecutorConfig
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
@@ -79,7 +72,6 @@ _REASON_MESSAGES = {
     "InactiveLimit": "the job reached the cluster's InactiveLimit (reason InactiveLimit)",
 }
 
-_JOB_ID = re.compile(r"(\d+)(?:;\S*)?\s*$")
 _STATUS_LINE = re.compile(r"(\d+)\|([A-Z_]+)\|(.*)")
 # JobIDRaw is "<id>" for the allocation, "<id>.<step>" for its steps (batch, extern, 0, ...).
 _ACCT_LINE = re.compile(r"(\d+)(?:\.([^|]+))?\|([A-Z_]+)(?: by \d+)?\|(\d+):(\d+)\|(.*)")
@@ -138,43 +130,21 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
         "QOSMaxSubmitJob", "AssocMaxSubmitJobLimit", "MaxSubmitJobsPerAccount",
         "slurm_persist_conn_open", "try again",
     )
-
-    def __init__(self, url: Optional[str] = None,
-                 config: Optional[JobExecutorConfig] = None) -> None:
-        super().__init__(url=url, config=config)
-        self.generator = TemplatedScriptGenerator(self.config,
-                                                  data_dir("templates") / "slurm.mustache")
-
-    def generate_submit_script(self, job: Job, context: Dict[str, object],
-                               submit_file: IO[str]) -> None:
-        self.generator.generate_submit_script(job, context, submit_file)
-
-    def get_submit_command(self, job: Job, submit_file_path: Path) -> List[str]:
-        return ["sbatch", "--parsable", str(submit_file_path.absolute())]
-
-    def job_id_from_submit_output(self, out: str) -> str:
-        match = _JOB_ID.search(out.strip())
-        if match is None:
-            raise ValueError(f"no Slurm job id in {out.strip()!r}")
-        return match.group(1)
-
-    def get_cancel_command(self, native_id: str) -> List[str]:
-        return ["scancel", native_id]
-
-    def process_cancel_command_output(self, exit_code: int, out: str) -> None:
-        if "Invalid job id" in out or "already completing or completed" in out:
-            raise InvalidJobStateError(out.strip())
-        raise SubmitException(f"scancel exited with {exit_code}: {out.strip()}")
+    TEMPLATE = "slurm.mustache"
+    SUBMIT_COMMAND = ("sbatch", "--parsable")
+    JOB_ID_PATTERN = re.compile(r"(\d+)(?:;\S*)?\s*$")
+    CANCEL_COMMAND = ("scancel",)
+    CANCEL_GONE_PATTERN = re.compile("Invalid job id|already completing or completed")
+    LIST_COMMAND = ("squeue", "--me", "--noheader", "--states=all", "--format=%i")
+    # squeue fails this way when the only job asked for has been purged: no rows.
+    NO_JOBS_EXIT_CODES = (1,)
+    NO_JOBS_PATTERN = re.compile("Invalid job id specified")
 
     def get_status_command(self, native_ids: Collection[str]) -> List[str]:
         return ["squeue", "--noheader", "--states=all", "--jobs=" + ",".join(native_ids),
                 "--format=%i|%T|%r"]
 
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
-        if exit_code != 0 and "Invalid job id specified" in out \
-                and not any(_STATUS_LINE.fullmatch(x.strip()) for x in out.splitlines()):
-            # squeue fails this way when the only job asked for has been purged: no rows.
-            return {}
         check_status_exit_code("squeue", exit_code, out)
         found: Dict[str, JobStatus] = {}
         for line in out.splitlines():
@@ -215,9 +185,6 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
             found[native_id] = slurm_status(native_state, reason, _accounting_exit_code(
                 native_state, code, sig, batch_steps.get(native_id)))
         return found
-
-    def get_list_command(self) -> List[str]:
-        return ["squeue", "--me", "--noheader", "--states=all", "--format=%i"]
 
     def _format_duration(self, d: timedelta) -> str:
         # sbatch --time accepts days-hours:minutes:seconds; seconds round up to a minute there.

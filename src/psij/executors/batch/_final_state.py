@@ -1,0 +1,121 @@
+"""How a batch job's final status is decided, as pure functions of what was observed.
+
+The rules:
+
+- the exit code is the one in the job's exit-code file, else the one the scheduler gave, else
+  the accounting's (asked only when both are missing and the job was not cancelled:
+  :func:`needs_accounting`);
+- a job the scheduler reports CANCELED, or FAILED without a known cause after this executor
+  asked to cancel it, ends CANCELED; when nobody here asked, the message says it was cancelled
+  from outside;
+- a job reported COMPLETED ends COMPLETED only if its exit code is 0 or unknown (then 0);
+  otherwise, and for every other state, it ends FAILED;
+- a FAILED job's message says why, in this order: the cause's words (time limit, memory, ...)
+  or else the scheduler's message, what the launcher said when it failed, the exit code in
+  words, the end of the job's stderr; with none of these, that the scheduler gave no reason.
+
+The caller reads the files and runs the accounting command; this module does no I/O, so every
+rule is tested by calling :func:`final_status` with a :class:`Seen`.
+"""
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Dict, List, Optional
+
+from psij.executors.batch._job_output import _describe_duration, _describe_exit
+from psij.executors.batch._tracking import Observation
+from psij.job_state import JobState
+from psij.job_status import JobStatus
+
+__all__ = ["CAUSE_MESSAGES", "Seen", "final_state", "final_status", "needs_accounting"]
+
+# Why a job failed, in words; {time_limit} is the job's requested duration.
+CAUSE_MESSAGES: Dict[str, str] = {
+    "time_limit": "the job reached its time limit ({time_limit}) and was stopped by the "
+                  "scheduler; ask for a longer duration (JobAttributes.duration)",
+    "out_of_memory": "the job ran out of memory and was killed; ask for more memory "
+                     "(ResourceSpecV1.memory) or use less",
+    "node_failure": "a node allocated to the job failed; the job may be resubmitted",
+    "preempted": "the job was preempted by the scheduler (to make room for other work); it "
+                 "may be resubmitted",
+    "boot_failure": "the job's nodes could not be booted; the job may be resubmitted",
+    "deadline": "the job reached its deadline before it could finish",
+    "launch_failure": "the scheduler could not launch the job (a file system problem, a "
+                      "missing directory or program, ...)",
+    "held_error": "the scheduler put the job in an error state",
+}
+
+_CANCELLED_OUTSIDE = ("the job was cancelled outside this executor (by its owner through "
+                      "another tool, an administrator or the scheduler)")
+
+
+@dataclass(frozen=True)
+class Seen:
+    """Everything the final status of one job is decided from.
+
+    ``exit_code`` is the one already chosen (file, scheduler, accounting); ``launcher_failure``
+    is what the launcher said when its output shows it failed; ``stderr_tail`` the last lines
+    of the job's stderr; ``time_limit`` the job's requested duration.
+    """
+
+    native_id: str
+    observation: Observation
+    cancel_requested: bool
+    exit_code: Optional[int] = None
+    time_limit: Optional[timedelta] = None
+    launcher_failure: Optional[str] = None
+    stderr_tail: Optional[str] = None
+
+
+def needs_accounting(observation: Observation, exit_code: Optional[int]) -> bool:
+    """True when the accounting should be asked for the exit code: none is known yet and the
+    job was not cancelled."""
+    return exit_code is None and observation.state is not JobState.CANCELED
+
+
+def final_state(observation: Observation, cancel_requested: bool,
+                exit_code: Optional[int]) -> JobState:
+    """The final state: CANCELED, COMPLETED or FAILED (see the module's rules)."""
+    state = observation.state
+    if state is JobState.CANCELED or (cancel_requested and state is JobState.FAILED
+                                      and observation.metadata.get("cause") is None):
+        return JobState.CANCELED
+    if state is JobState.COMPLETED and exit_code in (None, 0):
+        return JobState.COMPLETED
+    return JobState.FAILED
+
+
+def final_status(seen: Seen) -> JobStatus:
+    """The final status of a job from what was seen of it."""
+    obs = seen.observation
+    exit_code = seen.exit_code
+    metadata: Dict[str, Any] = dict(obs.metadata)
+    metadata["native_id"] = seen.native_id
+    state = final_state(obs, seen.cancel_requested, exit_code)
+    if state is JobState.CANCELED:
+        message = obs.message
+        if not seen.cancel_requested and message is None:
+            message = _CANCELLED_OUTSIDE
+        return JobStatus(state, message=message, exit_code=exit_code, metadata=metadata)
+    if state is JobState.COMPLETED:
+        return JobStatus(state, message=obs.message,
+                         exit_code=0 if exit_code is None else exit_code, metadata=metadata)
+    parts: List[str] = []
+    cause = metadata.get("cause")
+    if isinstance(cause, str) and cause in CAUSE_MESSAGES:
+        limit = seen.time_limit
+        parts.append(CAUSE_MESSAGES[cause].format(
+            time_limit=_describe_duration(limit) if limit is not None else "unknown"))
+    elif obs.message:
+        parts.append(obs.message)
+    if seen.launcher_failure:
+        parts.append(f"the launcher failed: {seen.launcher_failure}")
+    if exit_code not in (None, 0):
+        assert exit_code is not None
+        parts.append(_describe_exit(exit_code))
+    if seen.stderr_tail:
+        parts.append(f"last lines of the job's stderr:\n{seen.stderr_tail}")
+    if not parts:
+        parts.append("the scheduler reported the job as failed without giving a reason")
+    return JobStatus(JobState.FAILED, message="; ".join(parts), exit_code=exit_code,
+                     metadata=metadata)

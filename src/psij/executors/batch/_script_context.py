@@ -1,0 +1,106 @@
+"""What a batch executor puts into a submit script: the values checked before anything is
+written, and the context a template is rendered with.
+
+:func:`check_script_values` refuses, naming the field, values that no script or directive can
+hold safely (environment names that are not identifiers, line breaks in directive values, ...),
+using the executor's directive rules. :func:`build_script_context` gives the template context
+documented in ``docs/batch.rst`` (``job``, ``env``, ``custom_attributes``,
+``formatted_job_duration`` and ``psij.*``), to which the executor adds its scheduler's own
+values. Nothing here writes files or runs commands.
+"""
+
+import os
+import re
+from datetime import timedelta
+from typing import TYPE_CHECKING, Dict
+
+from psij.exceptions import InvalidJobException
+from psij.executors._staging import script_context as staging_context
+from psij.executors.batch.escape_functions import ShellWord
+from psij.executors.batch.template_function_library import ALL as FUNCTION_LIBRARY
+from psij.job import Job
+from psij.job_spec import JobSpec
+from psij.resource_spec import ResourceSpecV1
+
+if TYPE_CHECKING:
+    from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
+
+__all__ = ["build_script_context", "check_script_values", "hours_minutes_seconds",
+           "v1_resources"]
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def v1_resources(spec: JobSpec) -> ResourceSpecV1:
+    """The spec's resources (a default ``ResourceSpecV1`` when unset); refuses other versions."""
+    resources = spec.resources
+    if resources is None:
+        return ResourceSpecV1()
+    if not isinstance(resources, ResourceSpecV1):
+        raise InvalidJobException(f"JobSpec.resources: only ResourceSpecV1 is understood by "
+                                  f"batch executors, got {type(resources).__name__}")
+    return resources
+
+
+def hours_minutes_seconds(d: timedelta) -> str:
+    """``hours:mm:ss`` (hours not limited to 24), rounding seconds up."""
+    total = -(-int(d.total_seconds() * 1000) // 1000)
+    return f"{total // 3600}:{total // 60 % 60:02d}:{total % 60:02d}"
+
+
+def check_script_values(executor: "BatchSchedulerExecutor", job: Job, spec: JobSpec) -> None:
+    """Refuse, before anything is written, values the submit script cannot hold safely."""
+    if spec.executable is None:
+        raise InvalidJobException(f"job {job.id}: JobSpec.executable is not set")
+    for name in (spec.environment or {}):
+        if not _ENV_NAME.fullmatch(name):
+            raise InvalidJobException(
+                f"JobSpec.environment: {name!r} cannot be exported by a submit script; "
+                "accepted names: letters, digits and '_', not starting with a digit")
+    attrs = spec.attributes
+    try:
+        job_name = executor._job_name(spec)
+        if job_name is not None:
+            executor._directive_value("JobSpec.name", job_name)
+        for field in ("queue_name", "account", "reservation_id"):
+            value = getattr(attrs, field)
+            if value is not None:
+                executor._directive_value(f"JobAttributes.{field}", value)
+        for prefix, items in executor._custom_attribute_items(job).items():
+            for item in items:
+                if item["value"] is not None:
+                    executor._directive_value(
+                        f"JobAttributes.custom_attributes[{prefix + '.' + item['key']!r}]",
+                        str(item["value"]))
+    except (ValueError, TypeError) as e:
+        raise InvalidJobException(str(e)) from e
+
+
+def build_script_context(executor: "BatchSchedulerExecutor", job: Job) -> Dict[str, object]:
+    """The values every template sees (see the module's docstring)."""
+    spec = job.spec
+    assert spec is not None
+    launcher = executor._get_launcher_from_job(job)
+    words = launcher.get_launch_command(job)
+    # Always absolute: schedulers start scripts in different folders.
+    directory = os.path.abspath(spec.directory if spec.directory is not None else os.getcwd())
+    context: Dict[str, object] = {
+        "job": job,
+        "env": [{"name": k, "value": v} for k, v in (spec.environment or {}).items()],
+        "custom_attributes": executor._custom_attribute_items(job),
+        "psij": {
+            "lib": FUNCTION_LIBRARY,
+            "launch_command": [ShellWord(w) for w in words],
+            "script_dir": str(executor.work_directory.absolute()),
+            "job_name": executor._job_name(spec),
+            "directory": directory,
+            "process_count": v1_resources(spec).computed_process_count,
+            "node_count": v1_resources(spec).computed_node_count,
+            "staging": staging_context(spec, directory, executor.config.work_directory,
+                                       executor.name),
+        },
+    }
+    duration = spec.attributes.duration
+    if duration is not None:
+        context["formatted_job_duration"] = executor._format_duration(duration)
+    return context

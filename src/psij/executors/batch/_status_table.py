@@ -1,0 +1,53 @@
+"""Status output of one line per job, read through a pattern and a state map.
+
+Schedulers whose status command prints a line per job (``<id> <state>`` or ``<id>|<state>|
+<reason>``) need no parser of their own: a backend declares ``STATUS_LINE_PATTERN`` (groups:
+native id, state, and optionally the reason) and ``STATE_MAP`` (the scheduler's state names to a
+PSI/J state, or to a pair of the state and the cause of a failure), and
+:func:`parse_status_lines` does the rest. Output it does not understand raises, so that it
+counts as a failed poll. Pure: text in, statuses out.
+"""
+
+from typing import Dict, Mapping, Optional, Pattern, Tuple, Union
+
+from psij.job_state import JobState
+from psij.job_status import JobStatus
+
+__all__ = ["StateMap", "parse_status_lines", "status_from_map"]
+
+StateMap = Mapping[str, Union[JobState, Tuple[JobState, Optional[str]]]]
+
+
+def status_from_map(state_map: StateMap, native_state: str, reason: Optional[str] = None,
+                    exit_code: Optional[int] = None) -> JobStatus:
+    """The JobStatus for a scheduler's state name; ValueError for a name not in the map."""
+    try:
+        mapped = state_map[native_state]
+    except KeyError:
+        raise ValueError(f"unknown job state {native_state!r}") from None
+    state, cause = mapped if isinstance(mapped, tuple) else (mapped, None)
+    metadata: Dict[str, object] = {"native_state": native_state}
+    if reason is not None:
+        metadata["reason"] = None if reason in ("", "None") else reason
+    if cause is not None:
+        metadata["cause"] = cause
+    return JobStatus(state, exit_code=exit_code, metadata=metadata)
+
+
+def parse_status_lines(pattern: Pattern[str], state_map: StateMap,
+                       out: str) -> Dict[str, JobStatus]:
+    """The status of every job in ``out``, one per non-blank line matching ``pattern``.
+
+    Raises ValueError for a line that does not match or a state not in ``state_map``.
+    """
+    found: Dict[str, JobStatus] = {}
+    for line in out.splitlines():
+        if not line.strip():
+            continue
+        match = pattern.fullmatch(line.strip())
+        if match is None:
+            raise ValueError(f"unexpected status line {line!r}")
+        groups = match.groups()
+        reason = groups[2] if len(groups) > 2 else None
+        found[groups[0]] = status_from_map(state_map, groups[1], reason)
+    return found
