@@ -46,7 +46,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from psij import _check
 from psij._clock import Clock, MonotonicClock
@@ -63,7 +63,6 @@ from psij.executors.pilot._engine_events import (
     TimeLimitReached,
     TimeLimits,
 )
-from psij.executors.pilot._record import replace
 from psij.executors.pilot._remote_nodes import RemoteNodes
 from psij.executors.pilot._run_dir import (
     make_run_dir,
@@ -71,6 +70,7 @@ from psij.executors.pilot._run_dir import (
     remove_tree,
     temporary_base,
 )
+from psij.executors.pilot._task_books import TaskBooks, TaskEntry
 from psij.executors.pilot._task_process import (
     HAS_PIDFD,
     Launch,
@@ -83,17 +83,14 @@ from psij.executors.pilot.engine_config import EngineConfig
 from psij.executors.pilot.journal import (
     RUN_VARIABLE,
     Journal,
-    ReplayPlan,
     cancel_line,
-    end_line,
     forget_line,
-    kill_leftovers,
     read_journal,
     start_line,
     submit_lines,
 )
-from psij.executors.pilot.resources import PoolUsage, ResourcePool, ResourceRequest
-from psij.executors.pilot.scheduler import Scheduler, TaskRequest, TaskState, Transition
+from psij.executors.pilot.resources import ResourcePool
+from psij.executors.pilot.scheduler import TaskState
 from psij.executors.pilot.task_environment import nodefile_text, pilot_environment
 from psij.executors.pilot.tasks import (
     Listener,
@@ -119,32 +116,7 @@ _MAX_ERRORS_IN_A_ROW = 20
 # -- engine internals -------------------------------------------------------------------------
 
 
-class _Task:
-    """The engine's books on one task (guarded by the engine lock)."""
-
-    __slots__ = ("agent_sent", "directory", "ended", "exit_code", "failure", "history",
-                 "message", "node", "reported", "run", "share", "spec", "started",
-                 "timed_out", "user_canceled")
-
-    def __init__(self, spec: TaskSpec, directory: str) -> None:
-        self.spec = spec
-        self.directory = directory
-        self.history: List[Tuple[float, TaskState]] = []
-        self.reported: Optional[TaskState] = None
-        self.message: Optional[str] = None
-        self.exit_code: Optional[int] = None
-        self.share: Optional[TaskShare] = None
-        self.node: Optional[str] = None
-        self.started: Optional[float] = None
-        self.ended: Optional[float] = None
-        self.run = 0  # which start of the task an exit belongs to
-        self.agent_sent = False
-        self.failure: Optional[str] = None  # engine's own reason for a failure
-        self.timed_out = False
-        self.user_canceled = False
-
-
-class PilotEngine:
+class PilotEngine(TaskBooks):
     """Schedules and runs tasks on one allocation (see the module documentation)."""
 
     def __init__(self, allocation: Allocation, config: Optional[EngineConfig] = None,
@@ -157,23 +129,12 @@ class PilotEngine:
         self.config = config if config is not None else EngineConfig()
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._time_limits = TimeLimits(self._clock)
-        self._pool = ResourcePool(list(allocation.nodes))
-        self._scheduler = Scheduler(self._pool)
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
-        self._tasks: Dict[str, _Task] = {}
-        self._dependents: Dict[str, List[str]] = {}
-        self._outbox: List[TaskEvent] = []
-        # Journal lines not yet written: written before the next task starts, so that a task
-        # never starts before the end of the tasks it depends on is in the journal.
-        self._journal_records: List[str] = []
+        super().__init__(ResourcePool(list(allocation.nodes)), self.config.work_directory)
         self._listeners: List[Listener] = []
         self._inbox: Deque[EngineEvent] = deque()
-        self._dirty = False  # something may have become schedulable
         self._selector: Optional[selectors.BaseSelector] = None
         self._wake_r, self._wake_w = -1, -1
         self._thread: Optional[threading.Thread] = None
-        self._journal: Optional[Journal] = None
         self._local: Optional[TaskProcesses] = None
         # Exits and timed actions of local tasks: in the engine's own loop where pidfds exist,
         # else through the shared ProcessWatch thread.
@@ -187,7 +148,6 @@ class PilotEngine:
         self._closed = threading.Event()
         self._started = False
         self._running = 0  # tasks whose process may still run (local or agent)
-        self._delivered_finals = 0  # tasks whose final event listeners have had
         # Marks this run's task processes, so that a resume kills only a crashed run's own
         # processes, never one that reused a pid.
         self._run_id = os.urandom(8).hex()
@@ -319,189 +279,6 @@ class PilotEngine:
             self._dependents.pop(task_id, None)
             if self._journal is not None:
                 self._journal.write([forget_line(task_id)])
-
-    def status(self, task_id: str) -> TaskStatus:
-        with self._lock:
-            return self._snapshot(self._get(task_id))
-
-    def statuses(self) -> List[TaskStatus]:
-        with self._lock:
-            return [self._snapshot(t) for t in self._tasks.values()]
-
-    def task_ids(self) -> List[str]:
-        with self._lock:
-            return list(self._tasks)
-
-    def usage(self) -> PoolUsage:
-        with self._lock:
-            return self._pool.usage()
-
-    def wait(self, task_ids: Optional[Sequence[str]] = None,
-             timeout: Optional[float] = None) -> bool:
-        """Wait until the given tasks (default: every known task) have ended; False on
-        timeout. Ended means that their final event has been delivered to listeners."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._changed:
-            while True:
-                if task_ids is None:
-                    # A count, not a scan: waiting for every task costs the same with 100 000.
-                    if self._delivered_finals >= len(self._tasks):
-                        return True
-                elif all(self._delivered_final(n) for n in task_ids):
-                    return True
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._changed.wait(left)
-
-    # -- submission books (under the lock) --------------------------------------------------
-
-    def _check_batch(self, tasks: Sequence[TaskSpec]) -> None:
-        names: Set[str] = set()
-        groups: Set[str] = set()
-        requests: Set[ResourceRequest] = set()
-        for i, task in enumerate(tasks):
-            if task.name in self._tasks or task.name in names:
-                raise ValueError(f"tasks[{i}].name: {task.name!r} is already a task of this "
-                                 "pilot; task names must be unique")
-            if self._is_group(task.name) or task.name in groups:
-                raise ValueError(f"tasks[{i}].name: {task.name!r} is already the name of an "
-                                 "iteration group")
-            if task.group is not None and (task.group in self._tasks or task.group in names):
-                raise ValueError(f"tasks[{i}].group: {task.group!r} is already the name of a "
-                                 "task")
-            for dependency in task.after:
-                if dependency not in self._tasks and not self._is_group(dependency) \
-                        and dependency not in names and dependency not in groups:
-                    raise ValueError(f"tasks[{i}].after: {dependency!r} is neither a task nor "
-                                     "an iteration group known to this pilot")
-            if task.resources not in requests:
-                requests.add(task.resources)
-                self._pool.resolve(task.resources)  # raises for ranges this pool cannot have
-            names.add(task.name)
-            if task.group is not None:
-                groups.add(task.group)
-
-    def _is_group(self, name: str) -> bool:
-        return self._scheduler.is_group(name)
-
-    def _directory(self, spec: TaskSpec) -> str:
-        base = self.config.work_directory
-        assert base is not None
-        if spec.directory is None:
-            return str(base)
-        return os.path.join(base, spec.directory)
-
-    def _add(self, spec: TaskSpec) -> str:
-        task = _Task(spec, self._directory(spec))
-        self._tasks[spec.name] = task
-        request = TaskRequest(spec.name, spec.resources, spec.priority, spec.after, spec.group)
-        self._scheduler.submit(request)
-        for dependency in request.after:
-            members = (dependency,) if dependency in self._tasks \
-                else self._scheduler.group_members(dependency)
-            for member in members:
-                self._dependents.setdefault(member, []).append(spec.name)
-        state = self._scheduler.state(spec.name)
-        if state.final:
-            self._end_task(task, state, self._scheduler.message(spec.name))
-        else:
-            self._report(task, state)
-        return spec.name
-
-    def _get(self, task_id: str) -> _Task:
-        task = self._tasks.get(task_id)
-        if task is None:
-            raise ValueError(f"task_id: {task_id!r} is not a task of this pilot")
-        return task
-
-    def _delivered_final(self, task_id: str) -> bool:
-        task = self._tasks.get(task_id)
-        return task is None or (task.reported is not None and task.reported.final)
-
-    def _report(self, task: _Task, state: TaskState, exit_code: Optional[int] = None,
-                share: Optional[TaskShare] = None) -> None:
-        now = time.time()
-        task.history.append((now, state))
-        self._outbox.append(TaskEvent(task.spec.name, state, now, task.message, exit_code,
-                                      share))
-
-    def _end_task(self, task: _Task, state: TaskState, message: Optional[str],
-                  exit_code: Optional[int] = None) -> None:
-        task.message = message
-        task.exit_code = exit_code
-        task.ended = time.time()
-        self._report(task, state, exit_code, task.share)
-
-    def _ended(self, transitions: List[Transition], exit_code: Optional[int] = None,
-               message: Optional[str] = None) -> None:
-        """Record final states from the scheduler: the first may carry the process's exit
-        code and the engine's message; the rest are dependents (OMITTED)."""
-        for i, transition in enumerate(transitions):
-            task = self._tasks[transition.task_id]
-            if i == 0 and transition.state is TaskState.FAILED and message is not None:
-                text: Optional[str] = message
-            else:
-                text = transition.message
-            self._end_task(task, transition.state, text, exit_code if i == 0 else None)
-            if self._journal is not None:
-                code = exit_code if i == 0 else None
-                self._journal_records.append(end_line(transition.task_id,
-                                                      transition.state.value, code))
-        first = transitions[0] if transitions else None
-        if first is not None and first.state is TaskState.SUCCEEDED:
-            for dependent in self._dependents.pop(first.task_id, ()):
-                waiting = self._tasks.get(dependent)
-                if waiting is not None and waiting.history[-1][1] is TaskState.WAITING \
-                        and self._scheduler.state(dependent) is TaskState.QUEUED:
-                    self._report(waiting, TaskState.QUEUED)
-
-    def _snapshot(self, task: _Task) -> TaskStatus:
-        state = task.history[-1][1] if task.history else self._scheduler.state(task.spec.name)
-        return TaskStatus(task.spec.name, state, task.message, task.exit_code, task.share,
-                          tuple(task.history), task.directory, task.started, task.ended)
-
-    # -- resume -----------------------------------------------------------------------------
-
-    def _replay(self, records: List[Dict[str, Any]]) -> None:
-        """Rebuild the tasks of a previous run from its journal (see the module rules)."""
-        plan = ReplayPlan(records)
-        specs: Dict[str, TaskSpec] = {}
-        for raw in plan.submitted.values():
-            try:
-                spec = TaskSpec.from_json(raw)
-            except (KeyError, TypeError, ValueError) as ex:
-                logger.warning("pilot journal: a submission could not be read: %s", ex)
-                continue
-            specs[spec.name] = spec
-        final, canceled = plan.final, plan.canceled
-        kill_leftovers(plan.leftovers)
-        with self._lock:
-            # Tasks that already succeeded are known to the scheduler as such, so that tasks
-            # after them may start; they take no resources and never run again.
-            for name, spec in specs.items():
-                if final.get(name) == "SUCCEEDED":
-                    task = _Task(spec, self._directory(spec))
-                    self._tasks[name] = task
-                    self._scheduler.record_succeeded(name, spec.group)
-                    self._end_task(task, TaskState.SUCCEEDED,
-                                   "succeeded in an earlier run of the pilot", 0)
-            for name, spec in specs.items():
-                if name in self._tasks:
-                    continue
-                known = tuple(a for a in spec.after if a in self._tasks or self._is_group(a))
-                try:
-                    self._add(replace(spec, after=known) if known != spec.after else spec)
-                except (KeyError, TypeError, ValueError) as ex:
-                    logger.warning("pilot journal: task %r cannot be resumed: %s", name, ex)
-                    continue
-                if name in canceled:
-                    self._tasks[name].user_canceled = True
-                    transitions = self._scheduler.cancel(name)
-                    if transitions:
-                        self._ended(transitions)
-            self._journal_records.clear()  # those ends are in the journal already
-            self._dirty = True
 
     # -- engine thread ----------------------------------------------------------------------
 
@@ -709,7 +486,7 @@ class PilotEngine:
             except Exception as ex:
                 self._task_broke(task.spec.name, ex)
 
-    def _start_task(self, task: _Task, spec: TaskSpec) -> None:
+    def _start_task(self, task: TaskEntry, spec: TaskSpec) -> None:
         share = task.share
         assert share is not None
         if task.user_canceled:
@@ -791,7 +568,7 @@ class PilotEngine:
                        f"was killed (exit code {code})")
         self._finish(task, task.run, code, message)
 
-    def _finish(self, task: _Task, run: int, code: Optional[int],
+    def _finish(self, task: TaskEntry, run: int, code: Optional[int],
                 message: Optional[str]) -> None:
         """A started (or about to start) task ended; settle the scheduler and dependents."""
         if run != task.run:
