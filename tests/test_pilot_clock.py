@@ -1,12 +1,11 @@
-"""The pilot's time rules on a manual clock: task time limits (alone and in a running engine),
-the journal's fsync interval and agents' connect deadlines, with no sleeping."""
+"""The pilot engine's time rules on a manual clock: task time limits, the journal's fsync
+interval and agents' connect deadlines, with no sleeping."""
 
 import threading
 from pathlib import Path
 from typing import Any, Dict, List
 
 from psij._clock import ManualClock
-from psij.executors.pilot._engine_events import TimeLimitReached, TimeLimits
 from psij.executors.pilot.allocation import configured_allocation, local_allocation
 from psij.executors.pilot.engine import EngineConfig, PilotEngine, TaskEvent, TaskSpec
 from psij.executors.pilot.journal import Journal
@@ -14,26 +13,6 @@ from psij.executors.pilot.resources import NodeSpec
 from psij.executors.pilot.scheduler import TaskState
 
 WAIT = 30.0  # a cap on waiting for real processes, never a measure
-
-
-def test_time_limits_run_out_by_the_clock_earliest_first_and_once() -> None:
-    clock = ManualClock(100.0)
-    limits = TimeLimits(clock)
-    assert limits.next_in() is None and limits.expired() == []
-    limits.start("long", 1, 10.0)
-    clock.advance(1.0)
-    limits.start("short", 3, 2.0)
-    assert limits.next_in() == 2.0
-    clock.advance(1.999)
-    assert limits.expired() == []
-    clock.advance(0.001)
-    assert limits.expired() == [TimeLimitReached("short", 3)]
-    assert limits.expired() == []
-    assert limits.next_in() == 7.0
-    clock.advance(100.0)
-    assert limits.next_in() == 0.0
-    assert limits.expired() == [TimeLimitReached("long", 1)]
-    assert limits.next_in() is None
 
 
 class _States:

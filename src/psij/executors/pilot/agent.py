@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from psij.executors.pilot._line_framing import LineFramer, encode_line
 from psij.executors.pilot._task_process import Launch, LaunchError, TaskProcesses
 
 __all__ = ["connect", "main"]
@@ -90,8 +91,7 @@ class _Agent:
             else:
                 payload = item[1]
             try:
-                self._sock.sendall(json.dumps(payload, separators=(",", ":")).encode()
-                                   + b"\n")
+                self._sock.sendall(encode_line(payload))
             except OSError:
                 pass  # the pilot is gone; the reader sees the end of the connection
 
@@ -126,7 +126,7 @@ class _Agent:
 
 
 def _serve(agent: _Agent, sock: socket.socket) -> None:
-    buffer = b""
+    framer = LineFramer()
     while True:
         try:
             data = sock.recv(65536)
@@ -134,9 +134,7 @@ def _serve(agent: _Agent, sock: socket.socket) -> None:
             return
         if not data:
             return
-        lines: List[bytes] = (buffer + data).split(b"\n")
-        buffer = lines.pop()
-        for line in lines:
+        for line in framer.feed(data):
             if line.strip() and not agent.handle(json.loads(line)):
                 return
 

@@ -41,17 +41,17 @@ The engine never reads or changes the tasks' output, and never blocks on a task.
 """
 
 import os
-import selectors
 import threading
 import time
 from collections import deque
+from functools import partial
 from pathlib import Path
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from psij import _check
 from psij._clock import Clock, MonotonicClock
 from psij._lazylog import LazyLogger
-from psij.executors._process_watch import timer_delay
+from psij._wakeup import Timers, Wakeup, timer_delay
 from psij.executors.pilot._engine_events import (
     TASK_EVENTS,
     AgentLauncherExited,
@@ -61,7 +61,6 @@ from psij.executors.pilot._engine_events import (
     StopRequested,
     TaskExited,
     TimeLimitReached,
-    TimeLimits,
 )
 from psij.executors.pilot._remote_nodes import RemoteNodes
 from psij.executors.pilot._run_dir import (
@@ -128,12 +127,11 @@ class PilotEngine(TaskBooks):
         self.allocation = allocation
         self.config = config if config is not None else EngineConfig()
         self._clock: Clock = clock if clock is not None else MonotonicClock()
-        self._time_limits = TimeLimits(self._clock)
+        self._timers = Timers(self._clock)  # the engine's own: time limits
         super().__init__(ResourcePool(list(allocation.nodes)), self.config.work_directory)
         self._listeners: List[Listener] = []
         self._inbox: Deque[EngineEvent] = deque()
-        self._selector: Optional[selectors.BaseSelector] = None
-        self._wake_r, self._wake_w = -1, -1
+        self._wakeup: Optional[Wakeup] = None
         self._thread: Optional[threading.Thread] = None
         self._local: Optional[TaskProcesses] = None
         # Exits and timed actions of local tasks: in the engine's own loop where pidfds exist,
@@ -168,25 +166,22 @@ class PilotEngine(TaskBooks):
             self._started = True
         config = self.config
         self._run_dir = make_run_dir(config.tmp_root or temporary_base())
-        self._selector = selectors.DefaultSelector()
+        self._wakeup = Wakeup()
+        selector = self._wakeup.selector
         if HAS_PIDFD:
-            self._loop_watch = LoopWatch(self._selector)
+            self._loop_watch = LoopWatch(selector)
             self._local = TaskProcesses(self._run_dir / "tmp", self._on_local_exit,
                                         self._loop_watch, config.cancel_grace_period)
         else:
             self._local = TaskProcesses(self._run_dir / "tmp", self._local_exit,
                                         grace=config.cancel_grace_period)
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, self._drain_wake)
         if config.journal is not None:
             previous = read_journal(config.journal) if config.resume else []
             self._journal = Journal(config.journal, self._clock)
             if previous:
                 self._replay(previous)
         if self.allocation.remote_nodes:
-            self._agents = RemoteNodes(self.allocation, config, self._clock, self._selector,
+            self._agents = RemoteNodes(self.allocation, config, self._clock, selector,
                                        self._post, self._on_exit, self._node_lost)
             self._agents.start(self._run_dir)
         self._thread = threading.Thread(target=self._loop, name="psij-pilot-engine",
@@ -209,13 +204,8 @@ class PilotEngine(TaskBooks):
         if self._thread.is_alive():
             self._post(StopRequested())
         self._thread.join(5.0)
-        if not self._thread.is_alive() and self._wake_w >= 0:
-            # Only now: the engine thread no longer uses them.
-            wake_r, wake_w, self._wake_r, self._wake_w = self._wake_r, self._wake_w, -1, -1
-            os.close(wake_w)
-            os.close(wake_r)
-            if self._selector is not None:
-                self._selector.close()
+        if not self._thread.is_alive() and self._wakeup is not None:
+            self._wakeup.close()  # only now: the engine thread no longer uses it
 
     # -- public operations ------------------------------------------------------------------
 
@@ -283,21 +273,13 @@ class PilotEngine(TaskBooks):
     # -- engine thread ----------------------------------------------------------------------
 
     def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass  # already awake, or not started yet
+        wakeup = self._wakeup
+        if wakeup is not None:  # else not started yet
+            wakeup.wake()
 
     def _post(self, event: EngineEvent) -> None:
         self._inbox.append(event)
         self._wake()
-
-    def _drain_wake(self, mask: int) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
 
     def _local_exit(self, task_id: str, code: Optional[int]) -> None:
         # On the ProcessWatch thread: queue only.
@@ -311,8 +293,8 @@ class PilotEngine(TaskBooks):
             self._task_broke(task_id, ex)
 
     def _loop(self) -> None:
-        selector = self._selector
-        assert selector is not None
+        wakeup = self._wakeup
+        assert wakeup is not None
         watch = self._loop_watch
         errors = 0  # unexpected errors in a row
         try:
@@ -324,7 +306,7 @@ class PilotEngine(TaskBooks):
                         self._write_journal()
                         if not self._swept:
                             self._sweep()
-                    for key, mask in selector.select(timeout):
+                    for key, mask in wakeup.select(timeout):
                         key.data(mask)
                     if watch is not None:
                         watch.run_due()
@@ -386,7 +368,7 @@ class PilotEngine(TaskBooks):
             timed = self._loop_watch.next_timeout()
             if timed is not None:
                 due = timed if due is None else min(due, timed)
-        for left in (self._time_limits.next_in(),
+        for left in (self._timers.next_timeout(),
                      None if self._agents is None else self._agents.next_deadline_in()):
             if left is not None:
                 due = left if due is None else min(due, left)
@@ -396,7 +378,8 @@ class PilotEngine(TaskBooks):
         """Handle what arrived, schedule, start, deliver; False once the engine may stop."""
         stop = False
         inbox = self._inbox
-        inbox.extend(self._time_limits.expired())
+        for action in self._timers.pop_due():
+            action()
         while inbox:
             if self._handle(inbox.popleft()):
                 stop = True
@@ -533,7 +516,8 @@ class PilotEngine(TaskBooks):
             self._journal_records.append(record)
             self._report(task, TaskState.RUNNING, share=share)
         if spec.time_limit is not None:
-            self._time_limits.start(spec.name, task.run, spec.time_limit)
+            self._timers.call_later(spec.time_limit, partial(
+                self._inbox.append, TimeLimitReached(spec.name, task.run)))
 
     def _share_environment(self, share: TaskShare, cores_per_process: int
                            ) -> Tuple[Dict[str, str], str]:

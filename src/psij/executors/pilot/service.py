@@ -36,7 +36,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from psij._private_dirs import ensure_private_dir
-from psij.executors.pilot._line_framing import DEFAULT_MAX_LINE_BYTES, LineFramer
+from psij.executors.pilot._line_framing import DEFAULT_MAX_LINE_BYTES, LineFramer, encode_line
 from psij.executors.pilot.engine import PilotEngine, TaskEvent, TaskSpec
 
 __all__ = ["AlreadyRunning", "PilotClient", "PilotService", "PilotUnavailable",
@@ -175,7 +175,7 @@ class PilotService:
             for conn in self._connections.values():
                 if conn.watch_all or event.task_id in conn.watched:
                     if line is None:
-                        line = _encode({"event": event.to_json()})
+                        line = encode_line({"event": event.to_json()})
                     conn.outbuf += line
                     if event.state.final and not conn.watch_all:
                         conn.watched.discard(event.task_id)
@@ -301,13 +301,13 @@ class PilotService:
             if line.strip():
                 reply = self._handle(conn, line)
                 with self._lock:
-                    conn.outbuf += _encode(reply)
+                    conn.outbuf += encode_line(reply)
         if conn.framer.too_long:
             error = {"id": None, "ok": False, "kind": "ValueError",
                      "error": f"request line longer than {self.max_request_bytes} bytes (the "
                               f"pilot's --max-request-bytes); closing this connection"}
             with self._lock:
-                conn.outbuf += _encode(error)
+                conn.outbuf += encode_line(error)
             conn.closing = True
             self._write(conn)
 
@@ -433,9 +433,6 @@ class PilotService:
         return {}
 
 
-def _encode(message: Dict[str, Any]) -> bytes:
-    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
-
 
 class _Pending:
     __slots__ = ("done", "reply")
@@ -485,7 +482,7 @@ class PilotClient:
             if self._lost is not None:
                 raise PilotUnavailable(self._lost)
             self._pending[request_id] = pending
-        data = _encode({"id": request_id, "op": op, **fields})
+        data = encode_line({"id": request_id, "op": op, **fields})
         try:
             with self._send_lock:
                 self._sock.sendall(data)
