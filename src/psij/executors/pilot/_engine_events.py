@@ -2,58 +2,79 @@
 
 Other threads (the process watch, ``cancel``, ``close``) and the engine's own timers (a task's
 time limit, on the engine's :class:`~psij._clock.Clock`) put these into the engine's inbox; the
-engine acts on them by type, never by picking a message apart.
+engine acts on them by type, never by picking a message apart. They are
+:class:`~psij.executors.pilot._record.Record` values like every other value of the pilot.
 
 Values only: no I/O, no threads; the engine owns the inbox and the loop.
 """
 
-from dataclasses import dataclass
 from typing import Optional, Union
+
+from psij.executors.pilot._record import Record
 
 __all__ = ["TASK_EVENTS", "AgentLauncherExited", "CloseRequested", "EngineEvent", "KillTask",
            "StopRequested", "TaskExited", "TimeLimitReached"]
 
 
-@dataclass(frozen=True)
-class TaskExited:
+class TaskExited(Record):
     """A task's process (group) ended with ``code`` (None: unknown), or could not start."""
 
+    _fields = ("task_id", "code", "message")
+    __slots__ = _fields
     task_id: str
     code: Optional[int]
-    message: Optional[str] = None
+    message: Optional[str]
+
+    def __init__(self, task_id: str, code: Optional[int], message: Optional[str] = None
+                 ) -> None:
+        self._store(task_id, code, message)
 
 
-@dataclass(frozen=True)
-class KillTask:
+class KillTask(Record):
     """Stop a running task: TERM, then KILL after the grace period."""
 
+    _fields = ("task_id",)
+    __slots__ = _fields
     task_id: str
 
+    def __init__(self, task_id: str) -> None:
+        self._store(task_id)
 
-@dataclass(frozen=True)
-class TimeLimitReached:
+
+class TimeLimitReached(Record):
     """The ``run``-th start of a task reached its time limit."""
 
+    _fields = ("task_id", "run")
+    __slots__ = _fields
     task_id: str
     run: int
 
+    def __init__(self, task_id: str, run: int) -> None:
+        self._store(task_id, run)
 
-@dataclass(frozen=True)
-class AgentLauncherExited:
+
+class AgentLauncherExited(Record):
     """The launcher of a node's agent exited with ``code`` (None: unknown)."""
 
+    _fields = ("node", "code")
+    __slots__ = _fields
     node: str
     code: Optional[int]
 
+    def __init__(self, node: str, code: Optional[int]) -> None:
+        self._store(node, code)
 
-@dataclass(frozen=True)
-class CloseRequested:
+
+class CloseRequested(Record):
     """``close()`` was called: cancel what has not ended, then stop."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True)
-class StopRequested:
+
+class StopRequested(Record):
     """Stop the loop now, whatever still runs."""
+
+    __slots__ = ()
 
 
 EngineEvent = Union[TaskExited, KillTask, TimeLimitReached, AgentLauncherExited,

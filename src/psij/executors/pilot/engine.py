@@ -3,13 +3,18 @@
 The engine owns a :class:`~psij.executors.pilot.scheduler.Scheduler` and the processes of the
 tasks it placed. Tasks on the node this process runs on are spawned directly; tasks on other
 nodes are sent to one agent per node (:mod:`psij.executors.pilot.agent`), started with the
-allocation's launcher and connected back over a socket.
+allocation's launcher and connected back over a socket (the engine's side of them is
+:mod:`~psij.executors.pilot._remote_nodes`). Its books on the tasks are
+:mod:`~psij.executors.pilot._task_books`; what other threads tell it arrives as the typed
+events of :mod:`~psij.executors.pilot._engine_events`.
 
 Threads:
 
 - One engine thread owns the started processes, the agents' connections, the journal's start
-  and end records, and listener delivery. It sleeps in one ``select`` on a wake-up pipe, the
-  agents' sockets, a pidfd per local task and a timer; it never polls tasks.
+  and end records, and listener delivery. It sleeps in one ``select`` (a
+  :class:`psij._wakeup.Wakeup`) on the agents' sockets, a pidfd per local task and its next
+  timer; it never polls tasks. Time limits, agents' connect deadlines and the journal's fsync
+  interval are measured on the engine's :class:`~psij._clock.Clock`.
 - A local task's exit is therefore seen and handled on the engine thread itself. Where pidfds
   do not exist, exits arrive from the shared ``ProcessWatch`` thread, which only queues them.
 - ``submit``/``cancel``/``status``/... may be called from any thread; they hold one short lock

@@ -66,7 +66,6 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-_set = object.__setattr__
 
 
 class NodeSpec(Record):
@@ -85,11 +84,9 @@ class NodeSpec(Record):
         _check.req_str("NodeSpec.name", name)
         if name == "":
             raise ValueError("NodeSpec.name: a node needs a non-empty host name")
-        _set(self, "name", name)
-        _set(self, "cores", _count("NodeSpec.cores", cores, 1))
-        _set(self, "memory", _count("NodeSpec.memory", memory, 0))
-        _set(self, "gpus", _count("NodeSpec.gpus", gpus, 0))
-        _set(self, "custom", _counts("NodeSpec.custom", custom))
+        self._store(
+            name, _count("NodeSpec.cores", cores, 1), _count("NodeSpec.memory", memory, 0),
+            _count("NodeSpec.gpus", gpus, 0), _counts("NodeSpec.custom", custom))
 
     def __hash__(self) -> int:
         return hash((self.name, self.cores, self.memory, self.gpus,
@@ -126,9 +123,7 @@ class Amount(Record):
         if maximum is not None and maximum < minimum:
             raise ValueError(f"Amount: maximum ({maximum}) is less than minimum "
                              f"({minimum})")
-        _set(self, "minimum", minimum)
-        _set(self, "maximum", maximum)
-        _set(self, "split_into", split_into)
+        self._store(minimum, maximum, split_into)
 
     @classmethod
     def exact(cls, n: int) -> "Amount":
@@ -226,17 +221,11 @@ class ResourceRequest(Record):
             _check_ranges(processes.bounds(0),
                           (1, UNBOUNDED) if nodes is None else nodes.bounds(0),
                           processes_per_node.bounds(0))
-        _set(self, "processes", processes)
-        _set(self, "nodes", nodes)
-        _set(self, "processes_per_node", processes_per_node)
-        _set(self, "cores_per_process", cores_per_process)
-        _set(self, "gpus_per_process", gpus_per_process)
-        _set(self, "memory_per_process", memory_per_process)
-        _set(self, "exclusive", exclusive)
-        _set(self, "custom", counts)
-        _set(self, "_hash", hash((processes, nodes, processes_per_node, cores_per_process,
-                                  gpus_per_process, memory_per_process, exclusive,
-                                  tuple(counts.items()))))
+        self._store(processes, nodes, processes_per_node, cores_per_process, gpus_per_process,
+                    memory_per_process, exclusive, counts,
+                    hash((processes, nodes, processes_per_node, cores_per_process,
+                          gpus_per_process, memory_per_process, exclusive,
+                          tuple(counts.items()))))
 
     def __hash__(self) -> int:
         return self._hash
@@ -382,26 +371,19 @@ class Shape(Record):
                  per_node_min: int, per_node_max: int, cores_per_process: int,
                  gpus_per_process: int, memory_per_process: int, exclusive: bool,
                  custom: Tuple[Tuple[str, int], ...]) -> None:
-        _set(self, "processes_min", processes_min)
-        _set(self, "processes_max", processes_max)
-        _set(self, "nodes_min", nodes_min)
-        _set(self, "nodes_max", nodes_max)
-        _set(self, "per_node_min", per_node_min)
-        _set(self, "per_node_max", per_node_max)
-        _set(self, "cores_per_process", cores_per_process)
-        _set(self, "gpus_per_process", gpus_per_process)
-        _set(self, "memory_per_process", memory_per_process)
-        _set(self, "exclusive", exclusive)
-        _set(self, "custom", tuple(custom))
-        _set(self, "min_cores", processes_min * cores_per_process)
-        _set(self, "min_gpus", processes_min * gpus_per_process)
-        _set(self, "min_node_cores", per_node_min * cores_per_process)
-        _set(self, "min_idle_nodes", nodes_min if exclusive else 0)
-        _set(self, "cores_only", not gpus_per_process and not memory_per_process and not custom)
-        _set(self, "in_pool_order", not (per_node_min < per_node_max
-                                         and (nodes_max < UNBOUNDED or per_node_min > 1)))
+        custom = tuple(custom)
         # Shapes key the scheduler's buckets: hashed once, not on every lookup.
-        _set(self, "_hash", hash(self._values(self)))
+        self._store(processes_min, processes_max, nodes_min, nodes_max, per_node_min,
+                    per_node_max, cores_per_process, gpus_per_process, memory_per_process,
+                    exclusive, custom, processes_min * cores_per_process,
+                    processes_min * gpus_per_process, per_node_min * cores_per_process,
+                    nodes_min if exclusive else 0,
+                    not gpus_per_process and not memory_per_process and not custom,
+                    not (per_node_min < per_node_max
+                         and (nodes_max < UNBOUNDED or per_node_min > 1)),
+                    hash((processes_min, processes_max, nodes_min, nodes_max, per_node_min,
+                          per_node_max, cores_per_process, gpus_per_process,
+                          memory_per_process, exclusive, custom)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -431,13 +413,7 @@ class NodeShare(Record):
     def __init__(self, node: str, index: int, processes: int, cores: Tuple[int, ...],
                  gpus: Tuple[int, ...] = (), memory: int = 0,
                  custom: Mapping[str, int] = _NO_COUNTS) -> None:
-        _set(self, "node", node)
-        _set(self, "index", index)
-        _set(self, "processes", processes)
-        _set(self, "cores", cores)
-        _set(self, "gpus", gpus)
-        _set(self, "memory", memory)
-        _set(self, "custom", custom)
+        self._store(node, index, processes, cores, gpus, memory, custom)
 
     def __hash__(self) -> int:
         return hash((self.node, self.index, self.processes, self.cores, self.gpus, self.memory,
@@ -458,12 +434,7 @@ class NodeUsage(Record):
 
     def __init__(self, node: str, free_cores: Tuple[int, ...], free_gpus: Tuple[int, ...],
                  free_memory: int, free_custom: Mapping[str, int], idle: bool) -> None:
-        _set(self, "node", node)
-        _set(self, "free_cores", free_cores)
-        _set(self, "free_gpus", free_gpus)
-        _set(self, "free_memory", free_memory)
-        _set(self, "free_custom", free_custom)
-        _set(self, "idle", idle)
+        self._store(node, free_cores, free_gpus, free_memory, free_custom, idle)
 
     def __hash__(self) -> int:
         return hash((self.node, self.free_cores, self.free_gpus, self.free_memory,
@@ -485,12 +456,7 @@ class PoolUsage(Record):
 
     def __init__(self, total_nodes: int, idle_nodes: int, total_cores: int, free_cores: int,
                  total_gpus: int, free_gpus: int) -> None:
-        _set(self, "total_nodes", total_nodes)
-        _set(self, "idle_nodes", idle_nodes)
-        _set(self, "total_cores", total_cores)
-        _set(self, "free_cores", free_cores)
-        _set(self, "total_gpus", total_gpus)
-        _set(self, "free_gpus", free_gpus)
+        self._store(total_nodes, idle_nodes, total_cores, free_cores, total_gpus, free_gpus)
 
     @property
     def used_cores(self) -> int:

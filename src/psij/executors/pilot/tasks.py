@@ -68,7 +68,6 @@ def request_from_json(data: Any) -> ResourceRequest:
     return ResourceRequest(**kwargs)
 
 
-_set = object.__setattr__
 _OPTIONAL_TEXTS = ("directory", "stdin", "stdout", "stderr", "group")
 
 
@@ -135,21 +134,10 @@ class TaskSpec(Record):
             raise _check.fail_type("TaskSpec.priority", None, "int")
         if time_limit is not None:
             _check.seconds("TaskSpec.time_limit", time_limit, positive=True)
-        _set(self, "name", name)
-        _set(self, "executable", executable)
-        _set(self, "arguments", _str_tuple("TaskSpec.arguments", arguments))
-        _set(self, "directory", directory)
-        _set(self, "environment", env)
-        _set(self, "inherit_environment", inherit_environment)
-        _set(self, "stdin", stdin)
-        _set(self, "stdout", stdout)
-        _set(self, "stderr", stderr)
-        _set(self, "resources", resources)
-        _set(self, "priority", priority)
-        _set(self, "after", _str_tuple("TaskSpec.after", after))
-        _set(self, "group", group)
-        _set(self, "create_directories", create_directories)
-        _set(self, "time_limit", time_limit)
+        self._store(
+            name, executable, _str_tuple("TaskSpec.arguments", arguments), directory, env,
+            inherit_environment, stdin, stdout, stderr, resources, priority,
+            _str_tuple("TaskSpec.after", after), group, create_directories, time_limit)
 
     def __hash__(self) -> int:
         return hash((self.name, self.executable, self.arguments, self.directory))
@@ -227,10 +215,7 @@ class TaskShare(Record):
     def __init__(self, nodes: Tuple[str, ...], processes: Tuple[int, ...],
                  cores: Tuple[Tuple[int, ...], ...], gpus: Tuple[Tuple[int, ...], ...] = ()
                  ) -> None:
-        _set(self, "nodes", nodes)
-        _set(self, "processes", processes)
-        _set(self, "cores", cores)
-        _set(self, "gpus", gpus)
+        self._store(nodes, processes, cores, gpus)
 
     @classmethod
     def of(cls, placement: Placement) -> "TaskShare":
@@ -280,12 +265,7 @@ class TaskEvent(Record):
     def __init__(self, task_id: str, state: TaskState, time: float,
                  message: Optional[str] = None, exit_code: Optional[int] = None,
                  share: Optional[TaskShare] = None) -> None:
-        _set(self, "task_id", task_id)
-        _set(self, "state", state)
-        _set(self, "time", time)
-        _set(self, "message", message)
-        _set(self, "exit_code", exit_code)
-        _set(self, "share", share)
+        self._store(task_id, state, time, message, exit_code, share)
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"task_id": self.task_id, "state": self.state.value,
@@ -325,15 +305,7 @@ class TaskStatus(Record):
                  exit_code: Optional[int], share: Optional[TaskShare],
                  history: Tuple[Tuple[float, TaskState], ...], directory: str,
                  started: Optional[float], ended: Optional[float]) -> None:
-        _set(self, "task_id", task_id)
-        _set(self, "state", state)
-        _set(self, "message", message)
-        _set(self, "exit_code", exit_code)
-        _set(self, "share", share)
-        _set(self, "history", history)
-        _set(self, "directory", directory)
-        _set(self, "started", started)
-        _set(self, "ended", ended)
+        self._store(task_id, state, message, exit_code, share, history, directory, started, ended)
 
     def to_json(self) -> Dict[str, Any]:
         return {"task_id": self.task_id, "state": self.state.value, "message": self.message,
