@@ -37,7 +37,8 @@ from typing import Any, Callable, Dict, List, Optional, Set
 
 from psij._private_dirs import ensure_private_dir
 from psij.executors.pilot._line_framing import DEFAULT_MAX_LINE_BYTES, LineFramer, encode_line
-from psij.executors.pilot.engine import PilotEngine, TaskEvent, TaskSpec
+from psij.executors.pilot.engine import PilotEngine
+from psij.executors.pilot.tasks import TaskEvent, TaskSpec
 
 __all__ = ["AlreadyRunning", "PilotClient", "PilotService", "PilotUnavailable",
            "answering", "socket_path_of"]
@@ -574,7 +575,7 @@ def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[st
     from pathlib import Path
 
     from psij.executors.pilot.allocation import allocation_from_options
-    from psij.executors.pilot.engine import EngineConfig
+    from psij.executors.pilot.engine_config import EngineConfig
 
     def say(message: str) -> None:
         print(f"psij pilot serve: {message}", file=sys.stderr, flush=True)
