@@ -5,6 +5,8 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, List
 
+import pytest
+
 from psij._clock import ManualClock
 from psij.executors.pilot.allocation import configured_allocation, local_allocation
 from psij.executors.pilot.engine import EngineConfig, PilotEngine, TaskEvent, TaskSpec
@@ -99,3 +101,34 @@ def test_an_agent_that_does_not_connect_in_time_loses_its_node(tmp_path: Path) -
         assert "its agent did not connect within 10 s" in (status.message or "")
     finally:
         engine.close()
+
+
+def test_the_served_pilot_pauses_accepting_by_its_clock(tmp_path: Path) -> None:
+    import errno
+    import socket
+
+    from psij.executors.pilot.service import PilotService
+
+    clock = ManualClock()
+    engine = PilotEngine(local_allocation(1), EngineConfig(work_directory=tmp_path))
+    service = PilotService(engine, str(tmp_path / "p.sock"), clock=clock)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(tmp_path / "p.sock"))
+        listener.listen(1)
+        service._listener = listener
+        service._selector.register(listener, 1, None)
+        full = OSError(errno.EMFILE, "Too many open files")
+        service._pause_accepting(full)
+        assert listener not in service._selector.get_map()
+        assert service._resume_accepting() == 0.05
+        clock.advance(0.04)
+        assert service._resume_accepting() == pytest.approx(0.01)
+        clock.advance(0.02)
+        assert service._resume_accepting() is None
+        assert listener in service._selector.get_map()
+        service._pause_accepting(full)  # failing again: twice as long
+        assert service._resume_accepting() == 0.1
+    finally:
+        listener.close()
+        service._selector.close()

@@ -32,9 +32,9 @@ import selectors
 import socket
 import stat
 import threading
-import time
 from typing import Any, Callable, Dict, List, Optional, Set
 
+from psij._clock import Clock, MonotonicClock
 from psij._private_dirs import ensure_private_dir
 from psij.executors.pilot._line_framing import DEFAULT_MAX_LINE_BYTES, LineFramer, encode_line
 from psij.executors.pilot.engine import PilotEngine
@@ -108,14 +108,17 @@ class PilotService:
 
     def __init__(self, engine: PilotEngine, path: str,
                  on_shutdown: Optional[Callable[[], None]] = None,
-                 max_request_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+                 max_request_bytes: int = DEFAULT_MAX_LINE_BYTES,
+                 clock: Optional[Clock] = None) -> None:
+        """``clock`` measures the pause after a failed accept (default: monotonic)."""
         if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) \
                 or max_request_bytes < 1:
             raise ValueError(f"max_request_bytes: expected a whole number of bytes >= 1, got "
                              f"{max_request_bytes!r}")
         self.max_request_bytes = max_request_bytes
         self._accept_pause = 0.0  # the current pause after a failed accept, 0 when accepting
-        self._accept_resume: Optional[float] = None  # when to listen again (monotonic)
+        self._accept_resume: Optional[float] = None  # when to listen again (on the clock)
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._engine = engine
         self._path = path
         self._on_shutdown = on_shutdown
@@ -264,14 +267,14 @@ class PilotService:
                            ex.strerror or ex, _ACCEPT_PAUSE_FIRST)
         self._accept_pause = min(_ACCEPT_PAUSE_MAX,
                                  max(_ACCEPT_PAUSE_FIRST, self._accept_pause * 2))
-        self._accept_resume = time.monotonic() + self._accept_pause
+        self._accept_resume = self._clock.now() + self._accept_pause
         self._selector.unregister(self._listener)
 
     def _resume_accepting(self) -> Optional[float]:
         """Listen again when the pause is over; else the seconds left (None: not paused)."""
         if self._accept_resume is None:
             return None
-        left = self._accept_resume - time.monotonic()
+        left = self._accept_resume - self._clock.now()
         if left > 0:
             return left
         assert self._listener is not None
