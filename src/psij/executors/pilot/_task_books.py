@@ -4,7 +4,9 @@ journal on resume.
 
 :class:`TaskBooks` is the base of :class:`~psij.executors.pilot.engine.PilotEngine`: what
 happens to tasks (scheduling, processes, agents, the loop) is the engine's; this module only
-records it. It starts, signals and delivers nothing, and never writes the journal itself.
+records it. It starts and delivers nothing and signals nothing but the leftovers of a crashed
+run on resume (``journal.kill_leftovers``); the journal lines it makes (a task's end) wait in
+``_journal_records`` for the engine to write.
 """
 
 import os
@@ -22,6 +24,7 @@ from psij.executors.pilot.tasks import TaskEvent, TaskShare, TaskSpec, TaskStatu
 
 __all__ = ["TaskBooks", "TaskEntry"]
 
+# The engine's logger: what users filter on for the engine's warnings stays one name.
 logger = LazyLogger("psij.executors.pilot.engine")
 
 
@@ -48,8 +51,6 @@ class TaskEntry:
         self.failure: Optional[str] = None  # engine's own reason for a failure
         self.timed_out = False
         self.user_canceled = False
-
-
 
 
 class TaskBooks:
