@@ -65,3 +65,35 @@ def test_copies_and_pickles_are_equal_values(value: Any) -> None:
 def test_repr_names_the_class_and_every_field() -> None:
     assert repr(Amount(1, None)) == "Amount(minimum=1, maximum=None, split_into=None)"
     assert repr(Transition("a", TaskState.FAILED)).startswith("Transition(task_id='a', state=")
+
+
+def test_every_pilot_value_is_a_record_stored_in_slot_order() -> None:
+    # One value idiom in the pilot: Record subclasses that store every slot at once, derived
+    # ones included; no module keeps its own object.__setattr__ alias.
+    import importlib
+    import pkgutil
+    from pathlib import Path
+
+    import psij.executors.pilot as pilot
+    from psij.executors.pilot._record import Record
+    from psij.executors.pilot.resources import Shape
+
+    folder = Path(pilot.__file__).parent
+    for info in pkgutil.iter_modules([str(folder)]):
+        text = (folder / f"{info.name}.py").read_text()
+        assert "object.__setattr__" not in text, info.name
+        assert "@dataclass" not in text, info.name
+        if info.name not in ("agent", "service", "qcg_run", "executor"):
+            importlib.import_module(f"psij.executors.pilot.{info.name}")
+
+    shape = Shape(2, 4, 1, 2, 1, 4, 3, 0, 0, False, ())
+    assert (shape.min_cores, shape.min_node_cores, shape.cores_only) == (6, 3, True)
+    assert hash(shape) == hash(Shape(2, 4, 1, 2, 1, 4, 3, 0, 0, False, ()))
+    assert issubclass(Shape, Record)
+
+
+def test_store_refuses_a_wrong_number_of_values() -> None:
+    with pytest.raises(TypeError, match=r"_store\(\) missing 1 required positional argument"):
+        Transition("a", TaskState.FAILED)._store("a", TaskState.FAILED)
+    with pytest.raises(TypeError, match=r"_store\(\) takes 4 positional arguments but 5"):
+        Transition("a", TaskState.FAILED)._store("a", TaskState.FAILED, None, None)

@@ -1,6 +1,16 @@
 """In-allocation ("pilot") execution: many tasks scheduled inside one allocation.
 
-``resources`` holds the resource arithmetic (nodes, requests, concrete shares) and
-``scheduler`` the pure task scheduler built on it. Neither does I/O; processes, sockets and
-files belong to the executor that drives them.
+Pure parts (no I/O, no threads, no clock): ``resource_values`` (nodes, requests, shapes,
+shares) and ``resources`` (the pool and its arithmetic), ``scheduler`` (which task runs next),
+``tasks`` (task descriptions and events, with their JSON), ``_engine_events`` (what reaches the
+engine thread), ``_record`` (the one base of the pilot's immutable values), ``_line_framing``
+(the newline-JSON lines of every pilot socket) and ``qcg_schema``/``qcg_plan``/``qcg_report``
+(QCG-PilotJob requests read, planned and reported).
+
+Parts with I/O: ``engine`` (the loop: one thread that owns the task processes through
+``_task_process``, the agents' sockets through ``_remote_nodes``, the journal's writes and
+listener delivery; ``_task_books`` holds its books under one lock), ``journal`` (the journal
+file's one schema, writer and reader), ``_run_dir`` (run folders), ``agent`` (the process that
+runs tasks on another node), ``service`` (the served pilot's socket and its clients),
+``executor`` (the PSI/J executor) and ``qcg_run`` (``psij pilot run`` of a QCG request file).
 """

@@ -6,12 +6,16 @@ whole buffer again for every chunk. With a limit, a line longer than the limit s
 framing: the lines before it are still returned, :attr:`LineFramer.too_long` becomes true, and
 nothing more is kept, so a peer cannot make the reader hold more than the limit.
 
+:func:`encode_line` is the other direction: the one way the pilot's peers (agents, the served
+pilot and its clients) put a message on a line.
+
 Pure: no sockets, no clock; the caller reads and writes.
 """
 
-from typing import List, Optional
+import json
+from typing import Any, List, Optional
 
-__all__ = ["DEFAULT_MAX_LINE_BYTES", "LineFramer"]
+__all__ = ["DEFAULT_MAX_LINE_BYTES", "LineFramer", "encode_line"]
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 """The default longest request line a served pilot accepts (``--max-request-bytes``)."""
@@ -73,3 +77,12 @@ class LineFramer:
         self._buffer = bytearray()
         self._scanned = 0
         return lines
+
+
+# One encoder for every message: ``json.dumps`` with separators would build one per call.
+_encode_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def encode_line(message: Any) -> bytes:
+    """``message`` as one compact JSON line (with its ``\\n``), as the pilot's peers send it."""
+    return _encode_compact(message).encode() + b"\n"

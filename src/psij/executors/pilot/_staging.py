@@ -26,7 +26,7 @@ from psij.executors._staging import (
 )
 from psij.executors.batch.escape_functions import ShellWord
 from psij.executors.pilot._record import replace
-from psij.executors.pilot.engine import TaskSpec
+from psij.executors.pilot.tasks import TaskSpec
 from psij.job_spec import JobSpec
 from psij.job_status import JobStatus
 

@@ -26,10 +26,12 @@ import socket
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Union
 
+from psij._clock import Clock, MonotonicClock
+from psij.executors.pilot._engine_events import TaskExited
+from psij.executors.pilot._line_framing import LineFramer, encode_line
 from psij.executors.pilot._task_process import Launch, LaunchError, TaskProcesses
 
 __all__ = ["connect", "main"]
@@ -58,10 +60,14 @@ def connect(address: str, timeout: float = 30.0) -> socket.socket:
 
 
 class _Agent:
-    def __init__(self, sock: socket.socket, tmp_root: Path) -> None:
+    def __init__(self, sock: socket.socket, tmp_root: Path, clock: Optional[Clock] = None
+                 ) -> None:
         self._sock = sock
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._lock = threading.Lock()
-        self._outgoing: queue.SimpleQueue[Optional[Tuple[Any, ...]]] = queue.SimpleQueue()
+        # A task's end to settle and report, a message to send, or None: the sender stops.
+        self._outgoing: queue.SimpleQueue[Union[TaskExited, Dict[str, Any], None]] = \
+            queue.SimpleQueue()
         self._processes = TaskProcesses(tmp_root, self._exited)
         self._ended = threading.Condition(self._lock)
         self._sender = threading.Thread(target=self._send_loop, name="psij-agent-sender",
@@ -70,28 +76,27 @@ class _Agent:
 
     def _exited(self, task_id: str, code: Optional[int]) -> None:
         # On the ProcessWatch thread: clean-up and sending happen on the sender thread.
-        self._outgoing.put(("exit", task_id, code))
+        self._outgoing.put(TaskExited(task_id, code))
 
     def send(self, message: Dict[str, Any]) -> None:
-        self._outgoing.put(("send", message))
+        self._outgoing.put(message)
 
     def _send_loop(self) -> None:
         while True:
             item = self._outgoing.get()
             if item is None:
                 return
-            if item[0] == "exit":
-                _, task_id, code = item
+            if isinstance(item, TaskExited):
+                task_id, code = item.task_id, item.code
                 with self._lock:
                     message = self._processes.finish(task_id, code)
                     self._ended.notify_all()
                 payload: Dict[str, Any] = {"op": "exited", "id": task_id, "code": code,
                                            "message": message}
             else:
-                payload = item[1]
+                payload = item
             try:
-                self._sock.sendall(json.dumps(payload, separators=(",", ":")).encode()
-                                   + b"\n")
+                self._sock.sendall(encode_line(payload))
             except OSError:
                 pass  # the pilot is gone; the reader sees the end of the connection
 
@@ -115,18 +120,19 @@ class _Agent:
 
     def stop(self) -> None:
         """Stop every task, wait for their ends to be sent, remove the TMPDIRs."""
-        deadline = time.monotonic() + _STOP_GRACE + 3.0
+        clock = self._clock
+        deadline = clock.now() + _STOP_GRACE + 3.0
         with self._lock:
             self._processes.signal_all(_STOP_GRACE)
-            while self._processes.running() and time.monotonic() < deadline:
-                self._ended.wait(deadline - time.monotonic())
+            while self._processes.running() and clock.now() < deadline:
+                self._ended.wait(deadline - clock.now())
         self._outgoing.put(None)
         self._sender.join(2.0)
         self._processes.remove_tmp_root()
 
 
 def _serve(agent: _Agent, sock: socket.socket) -> None:
-    buffer = b""
+    framer = LineFramer()
     while True:
         try:
             data = sock.recv(65536)
@@ -134,9 +140,7 @@ def _serve(agent: _Agent, sock: socket.socket) -> None:
             return
         if not data:
             return
-        lines: List[bytes] = (buffer + data).split(b"\n")
-        buffer = lines.pop()
-        for line in lines:
+        for line in framer.feed(data):
             if line.strip() and not agent.handle(json.loads(line)):
                 return
 

@@ -38,7 +38,6 @@ SSH_AGENT_LAUNCHER = ("ssh", "-o", "BatchMode=yes", "{node}")
 """Starts one process on one node with ssh, where no MPI runtime is installed."""
 
 _KINDS = ("local", "slurm", "pbs", "sge", "lsf", "config")
-_set = object.__setattr__
 
 
 class Allocation(Record):
@@ -72,10 +71,7 @@ class Allocation(Record):
         if kind not in _KINDS:
             raise ValueError(f"Allocation.kind: {kind!r} is not one of {', '.join(_KINDS)}")
         launcher = _check.opt_str_list("Allocation.agent_launcher", list(agent_launcher))
-        _set(self, "nodes", checked)
-        _set(self, "local_node", local_node)
-        _set(self, "kind", kind)
-        _set(self, "agent_launcher", tuple(launcher or ()))
+        self._store(checked, local_node, kind, tuple(launcher or ()))
 
     @property
     def remote_nodes(self) -> Tuple[str, ...]:

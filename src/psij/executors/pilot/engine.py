@@ -3,13 +3,18 @@
 The engine owns a :class:`~psij.executors.pilot.scheduler.Scheduler` and the processes of the
 tasks it placed. Tasks on the node this process runs on are spawned directly; tasks on other
 nodes are sent to one agent per node (:mod:`psij.executors.pilot.agent`), started with the
-allocation's launcher and connected back over a socket.
+allocation's launcher and connected back over a socket (the engine's side of them is
+:mod:`~psij.executors.pilot._remote_nodes`). Its books on the tasks are
+:mod:`~psij.executors.pilot._task_books`; what other threads tell it arrives as the typed
+events of :mod:`~psij.executors.pilot._engine_events`.
 
 Threads:
 
 - One engine thread owns the started processes, the agents' connections, the journal's start
-  and end records, and listener delivery. It sleeps in one ``select`` on a wake-up pipe, the
-  agents' sockets, a pidfd per local task and a timer; it never polls tasks.
+  and end records, and listener delivery. It sleeps in one ``select`` (a
+  :class:`psij._wakeup.Wakeup`) on the agents' sockets, a pidfd per local task and its next
+  timer; it never polls tasks. Time limits, agents' connect deadlines and the journal's fsync
+  interval are measured on the engine's :class:`~psij._clock.Clock`.
 - A local task's exit is therefore seen and handled on the engine thread itself. Where pidfds
   do not exist, exits arrive from the shared ``ProcessWatch`` thread, which only queues them.
 - ``submit``/``cancel``/``status``/... may be called from any thread; they hold one short lock
@@ -40,39 +45,36 @@ the first tasks are started, on a thread of its own.
 The engine never reads or changes the tasks' output, and never blocks on a task.
 """
 
-import json
 import os
-import selectors
-import sys
 import threading
 import time
 from collections import deque
+from functools import partial
 from pathlib import Path
-from types import MappingProxyType
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Callable,
-    Deque,
-    Dict,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Set,
-    Tuple,
-)
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from psij import _check
+from psij._clock import Clock, MonotonicClock
 from psij._lazylog import LazyLogger
-from psij.executors._process_watch import WATCH, exit_code_of
-from psij.executors.pilot._record import Record, replace
+from psij._wakeup import Timers, Wakeup, timer_delay
+from psij.executors.pilot._engine_events import (
+    TASK_EVENTS,
+    AgentLauncherExited,
+    CloseRequested,
+    EngineEvent,
+    KillTask,
+    StopRequested,
+    TaskExited,
+    TimeLimitReached,
+)
+from psij.executors.pilot._remote_nodes import RemoteNodes
 from psij.executors.pilot._run_dir import (
     make_run_dir,
     remove_dead_run_dirs,
     remove_tree,
     temporary_base,
 )
+from psij.executors.pilot._task_books import TaskBooks, TaskEntry
 from psij.executors.pilot._task_process import (
     HAS_PIDFD,
     Launch,
@@ -81,501 +83,74 @@ from psij.executors.pilot._task_process import (
     TaskProcesses,
 )
 from psij.executors.pilot.allocation import Allocation
+from psij.executors.pilot.engine_config import EngineConfig
 from psij.executors.pilot.journal import (
     RUN_VARIABLE,
     Journal,
-    ReplayPlan,
-    json_line,
-    kill_leftovers,
+    cancel_line,
+    forget_line,
     read_journal,
+    start_line,
+    submit_lines,
 )
-from psij.executors.pilot.resources import Amount, PoolUsage, ResourcePool, ResourceRequest
-from psij.executors.pilot.scheduler import (
-    Placement,
-    Scheduler,
-    TaskRequest,
-    TaskState,
-    Transition,
-)
+from psij.executors.pilot.resources import ResourcePool
+from psij.executors.pilot.scheduler import TaskState
 from psij.executors.pilot.task_environment import nodefile_text, pilot_environment
+from psij.executors.pilot.tasks import (
+    Listener,
+    TaskEvent,
+    TaskShare,
+    TaskSpec,
+    TaskStatus,
+    request_from_json,
+    request_to_json,
+)
 
 __all__ = ["EngineConfig", "PilotEngine", "TaskEvent", "TaskShare", "TaskSpec", "TaskStatus",
-           "request_from_json", "request_to_json"]
-
-if TYPE_CHECKING:
-    import socket
+           "read_journal", "request_from_json", "request_to_json"]
 
 # Agents, sockets and their modules are loaded only when a pilot has nodes other than its own,
 # and logging only when something goes wrong: neither is on the start-up path of a pilot.
 logger = LazyLogger(__name__)
 
-_NO_ENV: Mapping[str, str] = MappingProxyType({})
-_DEFAULT_REQUEST = ResourceRequest()
-_RECV_SIZE = 65536
 _SHARE_CACHE_SIZE = 4096
 _MAX_ERRORS_IN_A_ROW = 20
-
-
-# -- task descriptions ------------------------------------------------------------------------
-
-
-def _amount_to_json(amount: Amount) -> List[Optional[int]]:
-    return [amount.minimum, amount.maximum, amount.split_into]
-
-
-def _amount_from_json(field_name: str, value: Any) -> Amount:
-    if not isinstance(value, list) or len(value) != 3:
-        raise _check.fail_type(field_name, value, "[minimum, maximum or null, split_into or null]")
-    return Amount(value[0], value[1], value[2])
-
-
-def request_to_json(request: ResourceRequest) -> Dict[str, Any]:
-    """A ResourceRequest as JSON-ready data (only what differs from one core)."""
-    out: Dict[str, Any] = {}
-    default = _DEFAULT_REQUEST
-    if request.processes != default.processes:
-        out["processes"] = _amount_to_json(request.processes)
-    if request.nodes is not None:
-        out["nodes"] = _amount_to_json(request.nodes)
-    if request.processes_per_node != default.processes_per_node:
-        out["processes_per_node"] = _amount_to_json(request.processes_per_node)
-    for name in ("cores_per_process", "gpus_per_process", "memory_per_process", "exclusive"):
-        if getattr(request, name) != getattr(default, name):
-            out[name] = getattr(request, name)
-    if request.custom:
-        out["custom"] = dict(request.custom)
-    return out
-
-
-def request_from_json(data: Any) -> ResourceRequest:
-    """The inverse of :func:`request_to_json`; raises naming the bad field."""
-    if not isinstance(data, Mapping):
-        raise _check.fail_type("resources", data, "a dict")
-    known = {"processes", "nodes", "processes_per_node", "cores_per_process",
-             "gpus_per_process", "memory_per_process", "exclusive", "custom"}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"resources: unknown field {unknown[0]!r}; accepted: "
-                         f"{', '.join(sorted(known))}")
-    kwargs: Dict[str, Any] = dict(data)
-    for name in ("processes", "nodes", "processes_per_node"):
-        if kwargs.get(name) is not None:
-            kwargs[name] = _amount_from_json(f"resources.{name}", kwargs[name])
-    return ResourceRequest(**kwargs)
-
-
-_set = object.__setattr__
-_OPTIONAL_TEXTS = ("directory", "stdin", "stdout", "stderr", "group")
-
-
-class TaskSpec(Record):
-    """One task for the engine: what to run, where, with which resources and dependencies.
-
-    ``name`` is the task's id and must be unique in the engine. A relative ``directory`` is
-    taken from the engine's work directory, relative stream paths from ``directory``.
-    ``environment`` is added after the pilot's variables (so it wins). ``after`` names tasks or
-    iteration groups that must all succeed first.
-    """
-
-    _fields = ("name", "executable", "arguments", "directory", "environment",
-               "inherit_environment", "stdin", "stdout", "stderr", "resources", "priority",
-               "after", "group", "create_directories", "time_limit")
-    __slots__ = _fields
-    name: str
-    executable: str
-    arguments: Tuple[str, ...]
-    directory: Optional[str]
-    environment: Mapping[str, str]
-    inherit_environment: bool
-    stdin: Optional[str]
-    stdout: Optional[str]
-    stderr: Optional[str]
-    resources: ResourceRequest
-    priority: int
-    after: Tuple[str, ...]
-    group: Optional[str]
-    create_directories: bool
-    time_limit: Optional[float]
-
-    def __init__(self, name: str, executable: str, arguments: Sequence[str] = (),
-                 directory: Optional[str] = None,
-                 environment: Optional[Mapping[str, str]] = None,
-                 inherit_environment: bool = True, stdin: Optional[str] = None,
-                 stdout: Optional[str] = None, stderr: Optional[str] = None,
-                 resources: ResourceRequest = _DEFAULT_REQUEST, priority: int = 0,
-                 after: Sequence[str] = (), group: Optional[str] = None,
-                 create_directories: bool = False, time_limit: Optional[float] = None) -> None:
-        # Each check first tries the common valid case in a test or two; the full checks
-        # (with their messages) run only for what that does not settle.
-        if type(name) is not str or not name or "\x00" in name:
-            _check.req_str("TaskSpec.name", name)
-            raise ValueError("TaskSpec.name: a task needs a non-empty name")
-        if type(executable) is not str or not executable or "\x00" in executable:
-            _check.req_str("TaskSpec.executable", executable)
-            raise ValueError("TaskSpec.executable: a task needs an executable")
-        for value in (directory, stdin, stdout, stderr, group):
-            if value is not None and (type(value) is not str or not value or "\x00" in value):
-                _check_optional_texts(directory, stdin, stdout, stderr, group)
-        if not environment:
-            env: Mapping[str, str] = _NO_ENV
-        else:
-            env = MappingProxyType(_check.env_dict("TaskSpec.environment", environment) or {})
-        if inherit_environment is not True and inherit_environment is not False:
-            _check.opt_bool("TaskSpec.inherit_environment", inherit_environment)
-        if create_directories is not True and create_directories is not False:
-            _check.opt_bool("TaskSpec.create_directories", create_directories)
-        if type(resources) is not ResourceRequest:
-            _check.instance("TaskSpec.resources", resources, ResourceRequest,
-                            "ResourceRequest", False)
-        if type(priority) is not int and _check.opt_int("TaskSpec.priority", priority) is None:
-            raise _check.fail_type("TaskSpec.priority", None, "int")
-        if time_limit is not None:
-            _check.seconds("TaskSpec.time_limit", time_limit, positive=True)
-        _set(self, "name", name)
-        _set(self, "executable", executable)
-        _set(self, "arguments", _str_tuple("TaskSpec.arguments", arguments))
-        _set(self, "directory", directory)
-        _set(self, "environment", env)
-        _set(self, "inherit_environment", inherit_environment)
-        _set(self, "stdin", stdin)
-        _set(self, "stdout", stdout)
-        _set(self, "stderr", stderr)
-        _set(self, "resources", resources)
-        _set(self, "priority", priority)
-        _set(self, "after", _str_tuple("TaskSpec.after", after))
-        _set(self, "group", group)
-        _set(self, "create_directories", create_directories)
-        _set(self, "time_limit", time_limit)
-
-    def __hash__(self) -> int:
-        return hash((self.name, self.executable, self.arguments, self.directory))
-
-    def to_json(self) -> Dict[str, Any]:
-        """JSON-ready data; fields left at their defaults are left out."""
-        out: Dict[str, Any] = {"name": self.name, "executable": self.executable}
-        if self.arguments:
-            out["arguments"] = list(self.arguments)
-        for name in ("directory", "stdin", "stdout", "stderr", "group", "time_limit"):
-            value = getattr(self, name)
-            if value is not None:
-                out[name] = value
-        if self.environment:
-            out["environment"] = dict(self.environment)
-        if not self.inherit_environment:
-            out["inherit_environment"] = False
-        if self.resources != _DEFAULT_REQUEST:
-            out["resources"] = request_to_json(self.resources)
-        if self.priority:
-            out["priority"] = self.priority
-        if self.after:
-            out["after"] = list(self.after)
-        if self.create_directories:
-            out["create_directories"] = True
-        return out
-
-    @classmethod
-    def from_json(cls, data: Any) -> "TaskSpec":
-        """Read :meth:`to_json`'s form; unknown fields and bad values raise naming the field."""
-        if not isinstance(data, Mapping):
-            raise _check.fail_type("task", data, "a dict")
-        unknown = sorted(set(data) - set(cls._fields))
-        if unknown:
-            raise ValueError(f"task: unknown field {unknown[0]!r}; accepted: "
-                             f"{', '.join(cls._fields)}")
-        kwargs: Dict[str, Any] = dict(data)
-        if "resources" in kwargs:
-            kwargs["resources"] = request_from_json(kwargs["resources"])
-        for name in ("name", "executable"):
-            if name not in kwargs:
-                raise ValueError(f"task: the field {name!r} is required")
-        return cls(**kwargs)
-
-
-def _check_optional_texts(directory: Optional[str], stdin: Optional[str], stdout: Optional[str],
-                          stderr: Optional[str], group: Optional[str]) -> None:
-    for field_name, value in (("directory", directory), ("stdin", stdin),
-                              ("stdout", stdout), ("stderr", stderr), ("group", group)):
-        if value is not None and _check.opt_str(f"TaskSpec.{field_name}", value) == "":
-            raise ValueError(f"TaskSpec.{field_name}: an empty string is not accepted; "
-                             f"use None")
-
-
-def _str_tuple(field_name: str, value: Sequence[str]) -> Tuple[str, ...]:
-    """``value`` as a tuple of strings, checked (cheap for the common tuple of str)."""
-    if type(value) is tuple:
-        if not value:
-            return value
-        if all(type(item) is str and "\x00" not in item for item in value):
-            return value
-    return tuple(_check.opt_str_list(field_name, value) or ())
-
-
-class TaskShare(Record):
-    """What a started task got: per node (in pool order) its processes, core and GPU ids."""
-
-    _fields = ("nodes", "processes", "cores", "gpus")
-    __slots__ = _fields
-    nodes: Tuple[str, ...]
-    processes: Tuple[int, ...]
-    cores: Tuple[Tuple[int, ...], ...]
-    gpus: Tuple[Tuple[int, ...], ...]
-
-    def __init__(self, nodes: Tuple[str, ...], processes: Tuple[int, ...],
-                 cores: Tuple[Tuple[int, ...], ...], gpus: Tuple[Tuple[int, ...], ...] = ()
-                 ) -> None:
-        _set(self, "nodes", nodes)
-        _set(self, "processes", processes)
-        _set(self, "cores", cores)
-        _set(self, "gpus", gpus)
-
-    @classmethod
-    def of(cls, placement: Placement) -> "TaskShare":
-        shares = placement.shares
-        if len(shares) == 1:
-            share = shares[0]
-            return cls((share.node,), (share.processes,), (share.cores,), (share.gpus,))
-        return cls(tuple(s.node for s in shares), tuple(s.processes for s in shares),
-                   tuple(s.cores for s in shares), tuple(s.gpus for s in shares))
-
-    @property
-    def process_count(self) -> int:
-        return sum(self.processes)
-
-    @property
-    def core_count(self) -> int:
-        return sum(len(c) for c in self.cores)
-
-    @property
-    def allocation_text(self) -> str:
-        """``node:cores`` per node, comma-separated (QCG-PilotJob's ``allocation``)."""
-        return ",".join(f"{n}:{len(c)}" for n, c in zip(self.nodes, self.cores))
-
-    def to_json(self) -> Dict[str, Any]:
-        return {"nodes": list(self.nodes), "processes": list(self.processes),
-                "cores": [list(c) for c in self.cores], "gpus": [list(g) for g in self.gpus]}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "TaskShare":
-        return cls(tuple(data["nodes"]), tuple(data["processes"]),
-                   tuple(tuple(c) for c in data["cores"]),
-                   tuple(tuple(g) for g in data.get("gpus", ())))
-
-
-class TaskEvent(Record):
-    """A task's state changed (given to listeners, in order)."""
-
-    _fields = ("task_id", "state", "time", "message", "exit_code", "share")
-    __slots__ = _fields
-    task_id: str
-    state: TaskState
-    time: float
-    message: Optional[str]
-    exit_code: Optional[int]
-    share: Optional[TaskShare]
-
-    def __init__(self, task_id: str, state: TaskState, time: float,
-                 message: Optional[str] = None, exit_code: Optional[int] = None,
-                 share: Optional[TaskShare] = None) -> None:
-        _set(self, "task_id", task_id)
-        _set(self, "state", state)
-        _set(self, "time", time)
-        _set(self, "message", message)
-        _set(self, "exit_code", exit_code)
-        _set(self, "share", share)
-
-    def to_json(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"task_id": self.task_id, "state": self.state.value,
-                               "time": self.time}
-        if self.message is not None:
-            out["message"] = self.message
-        if self.exit_code is not None:
-            out["exit_code"] = self.exit_code
-        if self.share is not None:
-            out["share"] = self.share.to_json()
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "TaskEvent":
-        share = data.get("share")
-        return cls(data["task_id"], TaskState(data["state"]), data["time"], data.get("message"),
-                   data.get("exit_code"), None if share is None else TaskShare.from_json(share))
-
-
-class TaskStatus(Record):
-    """A snapshot of one task: its state, why, where it ran and when each state began."""
-
-    _fields = ("task_id", "state", "message", "exit_code", "share", "history", "directory",
-               "started", "ended")
-    __slots__ = _fields
-    task_id: str
-    state: TaskState
-    message: Optional[str]
-    exit_code: Optional[int]
-    share: Optional[TaskShare]
-    history: Tuple[Tuple[float, TaskState], ...]
-    directory: str
-    started: Optional[float]
-    ended: Optional[float]
-
-    def __init__(self, task_id: str, state: TaskState, message: Optional[str],
-                 exit_code: Optional[int], share: Optional[TaskShare],
-                 history: Tuple[Tuple[float, TaskState], ...], directory: str,
-                 started: Optional[float], ended: Optional[float]) -> None:
-        _set(self, "task_id", task_id)
-        _set(self, "state", state)
-        _set(self, "message", message)
-        _set(self, "exit_code", exit_code)
-        _set(self, "share", share)
-        _set(self, "history", history)
-        _set(self, "directory", directory)
-        _set(self, "started", started)
-        _set(self, "ended", ended)
-
-    def to_json(self) -> Dict[str, Any]:
-        return {"task_id": self.task_id, "state": self.state.value, "message": self.message,
-                "exit_code": self.exit_code,
-                "share": None if self.share is None else self.share.to_json(),
-                "history": [[t, s.value] for t, s in self.history],
-                "directory": self.directory, "started": self.started, "ended": self.ended}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "TaskStatus":
-        share = data.get("share")
-        return cls(data["task_id"], TaskState(data["state"]), data.get("message"),
-                   data.get("exit_code"), None if share is None else TaskShare.from_json(share),
-                   tuple((t, TaskState(s)) for t, s in data.get("history", ())),
-                   data.get("directory", ""), data.get("started"), data.get("ended"))
-
-
-Listener = Callable[[TaskEvent], None]
-Prepare = Callable[[TaskSpec, TaskShare], TaskSpec]
-
-
-class EngineConfig:
-    """How an engine runs its tasks (see the module documentation)."""
-
-    def __init__(self, work_directory: Optional[Path] = None, journal: Optional[Path] = None,
-                 resume: bool = False, cancel_grace_period: float = 5.0,
-                 tmp_root: Optional[Path] = None, agent_transport: str = "auto",
-                 agent_host: Optional[str] = None, agent_python: str = sys.executable,
-                 agent_connect_timeout: float = 60.0, prepare: Optional[Prepare] = None,
-                 slurm_variables: Optional[bool] = True) -> None:
-        self.work_directory: Path = _check.opt_path("EngineConfig.work_directory",
-                                                    work_directory) or Path(os.getcwd())
-        self.journal = _check.opt_path("EngineConfig.journal", journal)
-        self.tmp_root = _check.opt_path("EngineConfig.tmp_root", tmp_root)
-        self.resume = _check.opt_bool("EngineConfig.resume", resume)
-        if self.resume and self.journal is None:
-            raise ValueError("EngineConfig.resume: resuming needs a journal; set journal")
-        self.cancel_grace_period = _check.seconds("EngineConfig.cancel_grace_period",
-                                                  cancel_grace_period)
-        _check.seconds("EngineConfig.agent_connect_timeout", agent_connect_timeout)
-        self.agent_connect_timeout = agent_connect_timeout
-        if agent_transport not in ("auto", "unix", "tcp"):
-            raise ValueError(f"EngineConfig.agent_transport: {agent_transport!r}; "
-                             "accepted: auto, unix, tcp")
-        self.agent_transport = agent_transport
-        self.agent_host = agent_host
-        self.agent_python = agent_python
-        self.prepare = prepare
-        # SLURM_* variables for tasks: always, never, or (None) inside a Slurm allocation.
-        if slurm_variables is not None:
-            _check.opt_bool("EngineConfig.slurm_variables", slurm_variables)
-        self.slurm_variables = slurm_variables
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
-        return f"EngineConfig({shown})"
 
 
 # -- engine internals -------------------------------------------------------------------------
 
 
-class _Task:
-    """The engine's books on one task (guarded by the engine lock)."""
-
-    __slots__ = ("agent_sent", "directory", "ended", "exit_code", "failure", "history",
-                 "message", "node", "reported", "run", "share", "spec", "started",
-                 "timed_out", "user_canceled")
-
-    def __init__(self, spec: TaskSpec, directory: str) -> None:
-        self.spec = spec
-        self.directory = directory
-        self.history: List[Tuple[float, TaskState]] = []
-        self.reported: Optional[TaskState] = None
-        self.message: Optional[str] = None
-        self.exit_code: Optional[int] = None
-        self.share: Optional[TaskShare] = None
-        self.node: Optional[str] = None
-        self.started: Optional[float] = None
-        self.ended: Optional[float] = None
-        self.run = 0  # which start of the task an exit belongs to
-        self.agent_sent = False
-        self.failure: Optional[str] = None  # engine's own reason for a failure
-        self.timed_out = False
-        self.user_canceled = False
-
-
-class _Agent:
-    """The engine's side of one node's agent."""
-
-    __slots__ = ("buffer", "connected_at", "launcher", "log", "lost", "node", "pending",
-                 "sock", "tasks")
-
-    def __init__(self, node: str, log: Path) -> None:
-        self.node = node
-        self.log = log
-        self.launcher: Optional[Any] = None
-        self.sock: Optional[socket.socket] = None
-        self.buffer = b""
-        self.pending: List[Dict[str, Any]] = []  # spawn messages waiting for the connection
-        self.tasks: Set[str] = set()  # tasks started there and not yet ended
-        self.lost: Optional[str] = None
-        self.connected_at: Optional[float] = None
-
-
-class PilotEngine:
+class PilotEngine(TaskBooks):
     """Schedules and runs tasks on one allocation (see the module documentation)."""
 
-    def __init__(self, allocation: Allocation, config: Optional[EngineConfig] = None) -> None:
+    def __init__(self, allocation: Allocation, config: Optional[EngineConfig] = None,
+                 clock: Optional[Clock] = None) -> None:
+        """``clock`` measures time limits, agent connect deadlines and the journal's fsync
+        interval (default: the monotonic clock; tests give a ``ManualClock``)."""
         _check.instance("allocation", allocation, Allocation, "Allocation", False)
         _check.instance("config", config, EngineConfig, "EngineConfig")
         self.allocation = allocation
         self.config = config if config is not None else EngineConfig()
-        self._pool = ResourcePool(list(allocation.nodes))
-        self._scheduler = Scheduler(self._pool)
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
-        self._tasks: Dict[str, _Task] = {}
-        self._dependents: Dict[str, List[str]] = {}
-        self._outbox: List[TaskEvent] = []
-        # Journal lines not yet written: written before the next task starts, so that a task
-        # never starts before the end of the tasks it depends on is in the journal.
-        self._journal_records: List[str] = []
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
+        self._timers = Timers(self._clock)  # the engine's own: time limits
+        super().__init__(ResourcePool(list(allocation.nodes)), self.config.work_directory)
         self._listeners: List[Listener] = []
-        self._inbox: Deque[Tuple[Any, ...]] = deque()
-        self._dirty = False  # something may have become schedulable
-        self._selector: Optional[selectors.BaseSelector] = None
-        self._wake_r, self._wake_w = -1, -1
+        self._inbox: Deque[EngineEvent] = deque()
+        self._wakeup: Optional[Wakeup] = None
         self._thread: Optional[threading.Thread] = None
-        self._journal: Optional[Journal] = None
         self._local: Optional[TaskProcesses] = None
         # Exits and timed actions of local tasks: in the engine's own loop where pidfds exist,
         # else through the shared ProcessWatch thread.
         self._loop_watch: Optional[LoopWatch] = None
         # The environment and node file of each distinct share, made once.
         self._share_files: Dict[Tuple[Any, ...], Tuple[Dict[str, str], str]] = {}
-        self._agents: Dict[str, _Agent] = {}
-        self._agent_listener: Optional[socket.socket] = None
-        self._agent_address = ""
-        self._agent_token = ""
+        self._agents: Optional[RemoteNodes] = None
         self._run_dir: Optional[Path] = None
         self._closing = False  # the engine thread is cancelling everything
         self._refusing = False  # close() was called: no more submissions
         self._closed = threading.Event()
         self._started = False
         self._running = 0  # tasks whose process may still run (local or agent)
-        self._delivered_finals = 0  # tasks whose final event listeners have had
         # Marks this run's task processes, so that a resume kills only a crashed run's own
         # processes, never one that reused a pid.
         self._run_id = os.urandom(8).hex()
@@ -596,25 +171,24 @@ class PilotEngine:
             self._started = True
         config = self.config
         self._run_dir = make_run_dir(config.tmp_root or temporary_base())
-        self._selector = selectors.DefaultSelector()
+        self._wakeup = Wakeup()
+        selector = self._wakeup.selector
         if HAS_PIDFD:
-            self._loop_watch = LoopWatch(self._selector)
+            self._loop_watch = LoopWatch(selector)
             self._local = TaskProcesses(self._run_dir / "tmp", self._on_local_exit,
                                         self._loop_watch, config.cancel_grace_period)
         else:
             self._local = TaskProcesses(self._run_dir / "tmp", self._local_exit,
                                         grace=config.cancel_grace_period)
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, self._drain_wake)
         if config.journal is not None:
             previous = read_journal(config.journal) if config.resume else []
-            self._journal = Journal(config.journal)
+            self._journal = Journal(config.journal, self._clock)
             if previous:
                 self._replay(previous)
         if self.allocation.remote_nodes:
-            self._start_agents()
+            self._agents = RemoteNodes(self.allocation, config, self._clock, selector,
+                                       self._post, self._on_exit, self._node_lost)
+            self._agents.start(self._run_dir)
         self._thread = threading.Thread(target=self._loop, name="psij-pilot-engine",
                                         daemon=True)
         self._thread.start()
@@ -627,21 +201,16 @@ class PilotEngine:
             self._refusing = True
         if self._thread is None:
             return
-        self._post(("close",))
+        self._post(CloseRequested())
         if threading.current_thread() is self._thread:
             return  # from a listener (a collected executor): the engine thread stops itself
         limit = self.config.cancel_grace_period + (5.0 if timeout is None else timeout)
         self._closed.wait(limit)
         if self._thread.is_alive():
-            self._post(("stop",))
+            self._post(StopRequested())
         self._thread.join(5.0)
-        if not self._thread.is_alive() and self._wake_w >= 0:
-            # Only now: the engine thread no longer uses them.
-            wake_r, wake_w, self._wake_r, self._wake_w = self._wake_r, self._wake_w, -1, -1
-            os.close(wake_w)
-            os.close(wake_r)
-            if self._selector is not None:
-                self._selector.close()
+        if not self._thread.is_alive() and self._wakeup is not None:
+            self._wakeup.close()  # only now: the engine thread no longer uses it
 
     # -- public operations ------------------------------------------------------------------
 
@@ -672,8 +241,7 @@ class PilotEngine:
             self._check_batch(tasks)
             ids = [self._add(task) for task in tasks]
             if self._journal is not None:
-                self._journal.write([json_line({"e": "submit", "task": t.to_json()})
-                                     for t in tasks])
+                self._journal.write(submit_lines(t.to_json() for t in tasks))
             self._dirty = True
         self._wake()
         return ids
@@ -687,13 +255,13 @@ class PilotEngine:
                 return
             task.user_canceled = True
             if self._journal is not None:
-                self._journal.write([json_line({"e": "cancel", "id": task_id})])
+                self._journal.write([cancel_line(task_id)])
             transitions = self._scheduler.cancel(task_id)
             if transitions:
                 self._ended(transitions)
                 self._dirty = True
             else:
-                self._inbox.append(("kill", task_id))
+                self._inbox.append(KillTask(task_id))
         self._wake()
 
     def forget(self, task_id: str) -> None:
@@ -705,214 +273,22 @@ class PilotEngine:
                 self._delivered_finals -= 1
             self._dependents.pop(task_id, None)
             if self._journal is not None:
-                self._journal.write([json_line({"e": "forget", "id": task_id})])
-
-    def status(self, task_id: str) -> TaskStatus:
-        with self._lock:
-            return self._snapshot(self._get(task_id))
-
-    def statuses(self) -> List[TaskStatus]:
-        with self._lock:
-            return [self._snapshot(t) for t in self._tasks.values()]
-
-    def task_ids(self) -> List[str]:
-        with self._lock:
-            return list(self._tasks)
-
-    def usage(self) -> PoolUsage:
-        with self._lock:
-            return self._pool.usage()
-
-    def wait(self, task_ids: Optional[Sequence[str]] = None,
-             timeout: Optional[float] = None) -> bool:
-        """Wait until the given tasks (default: every known task) have ended; False on
-        timeout. Ended means that their final event has been delivered to listeners."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._changed:
-            while True:
-                if task_ids is None:
-                    # A count, not a scan: waiting for every task costs the same with 100 000.
-                    if self._delivered_finals >= len(self._tasks):
-                        return True
-                elif all(self._delivered_final(n) for n in task_ids):
-                    return True
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._changed.wait(left)
-
-    # -- submission books (under the lock) --------------------------------------------------
-
-    def _check_batch(self, tasks: Sequence[TaskSpec]) -> None:
-        names: Set[str] = set()
-        groups: Set[str] = set()
-        requests: Set[ResourceRequest] = set()
-        for i, task in enumerate(tasks):
-            if task.name in self._tasks or task.name in names:
-                raise ValueError(f"tasks[{i}].name: {task.name!r} is already a task of this "
-                                 "pilot; task names must be unique")
-            if self._is_group(task.name) or task.name in groups:
-                raise ValueError(f"tasks[{i}].name: {task.name!r} is already the name of an "
-                                 "iteration group")
-            if task.group is not None and (task.group in self._tasks or task.group in names):
-                raise ValueError(f"tasks[{i}].group: {task.group!r} is already the name of a "
-                                 "task")
-            for dependency in task.after:
-                if dependency not in self._tasks and not self._is_group(dependency) \
-                        and dependency not in names and dependency not in groups:
-                    raise ValueError(f"tasks[{i}].after: {dependency!r} is neither a task nor "
-                                     "an iteration group known to this pilot")
-            if task.resources not in requests:
-                requests.add(task.resources)
-                self._pool.resolve(task.resources)  # raises for ranges this pool cannot have
-            names.add(task.name)
-            if task.group is not None:
-                groups.add(task.group)
-
-    def _is_group(self, name: str) -> bool:
-        return self._scheduler.is_group(name)
-
-    def _directory(self, spec: TaskSpec) -> str:
-        base = self.config.work_directory
-        assert base is not None
-        if spec.directory is None:
-            return str(base)
-        return os.path.join(base, spec.directory)
-
-    def _add(self, spec: TaskSpec) -> str:
-        task = _Task(spec, self._directory(spec))
-        self._tasks[spec.name] = task
-        request = TaskRequest(spec.name, spec.resources, spec.priority, spec.after, spec.group)
-        self._scheduler.submit(request)
-        for dependency in request.after:
-            members = (dependency,) if dependency in self._tasks \
-                else self._scheduler.group_members(dependency)
-            for member in members:
-                self._dependents.setdefault(member, []).append(spec.name)
-        state = self._scheduler.state(spec.name)
-        if state.final:
-            self._end_task(task, state, self._scheduler.message(spec.name))
-        else:
-            self._report(task, state)
-        return spec.name
-
-    def _get(self, task_id: str) -> _Task:
-        task = self._tasks.get(task_id)
-        if task is None:
-            raise ValueError(f"task_id: {task_id!r} is not a task of this pilot")
-        return task
-
-    def _delivered_final(self, task_id: str) -> bool:
-        task = self._tasks.get(task_id)
-        return task is None or (task.reported is not None and task.reported.final)
-
-    def _report(self, task: _Task, state: TaskState, exit_code: Optional[int] = None,
-                share: Optional[TaskShare] = None) -> None:
-        now = time.time()
-        task.history.append((now, state))
-        self._outbox.append(TaskEvent(task.spec.name, state, now, task.message, exit_code,
-                                      share))
-
-    def _end_task(self, task: _Task, state: TaskState, message: Optional[str],
-                  exit_code: Optional[int] = None) -> None:
-        task.message = message
-        task.exit_code = exit_code
-        task.ended = time.time()
-        self._report(task, state, exit_code, task.share)
-
-    def _ended(self, transitions: List[Transition], exit_code: Optional[int] = None,
-               message: Optional[str] = None) -> None:
-        """Record final states from the scheduler: the first may carry the process's exit
-        code and the engine's message; the rest are dependents (OMITTED)."""
-        for i, transition in enumerate(transitions):
-            task = self._tasks[transition.task_id]
-            if i == 0 and transition.state is TaskState.FAILED and message is not None:
-                text: Optional[str] = message
-            else:
-                text = transition.message
-            self._end_task(task, transition.state, text, exit_code if i == 0 else None)
-            if self._journal is not None:
-                code = exit_code if i == 0 else None
-                self._journal_records.append(
-                    f'{{"e":"end","id":{json.dumps(transition.task_id)},"state":'
-                    f'"{transition.state.value}","code":{"null" if code is None else code}}}\n')
-        first = transitions[0] if transitions else None
-        if first is not None and first.state is TaskState.SUCCEEDED:
-            for dependent in self._dependents.pop(first.task_id, ()):
-                waiting = self._tasks.get(dependent)
-                if waiting is not None and waiting.history[-1][1] is TaskState.WAITING \
-                        and self._scheduler.state(dependent) is TaskState.QUEUED:
-                    self._report(waiting, TaskState.QUEUED)
-
-    def _snapshot(self, task: _Task) -> TaskStatus:
-        state = task.history[-1][1] if task.history else self._scheduler.state(task.spec.name)
-        return TaskStatus(task.spec.name, state, task.message, task.exit_code, task.share,
-                          tuple(task.history), task.directory, task.started, task.ended)
-
-    # -- resume -----------------------------------------------------------------------------
-
-    def _replay(self, records: List[Dict[str, Any]]) -> None:
-        """Rebuild the tasks of a previous run from its journal (see the module rules)."""
-        plan = ReplayPlan(records)
-        specs: Dict[str, TaskSpec] = {}
-        for raw in plan.submitted.values():
-            try:
-                spec = TaskSpec.from_json(raw)
-            except (KeyError, TypeError, ValueError) as ex:
-                logger.warning("pilot journal: a submission could not be read: %s", ex)
-                continue
-            specs[spec.name] = spec
-        final, canceled = plan.final, plan.canceled
-        kill_leftovers(plan.leftovers)
-        with self._lock:
-            # Tasks that already succeeded are known to the scheduler as such, so that tasks
-            # after them may start; they take no resources and never run again.
-            for name, spec in specs.items():
-                if final.get(name) == "SUCCEEDED":
-                    task = _Task(spec, self._directory(spec))
-                    self._tasks[name] = task
-                    self._scheduler.record_succeeded(name, spec.group)
-                    self._end_task(task, TaskState.SUCCEEDED,
-                                   "succeeded in an earlier run of the pilot", 0)
-            for name, spec in specs.items():
-                if name in self._tasks:
-                    continue
-                known = tuple(a for a in spec.after if a in self._tasks or self._is_group(a))
-                try:
-                    self._add(replace(spec, after=known) if known != spec.after else spec)
-                except (KeyError, TypeError, ValueError) as ex:
-                    logger.warning("pilot journal: task %r cannot be resumed: %s", name, ex)
-                    continue
-                if name in canceled:
-                    self._tasks[name].user_canceled = True
-                    transitions = self._scheduler.cancel(name)
-                    if transitions:
-                        self._ended(transitions)
-            self._journal_records.clear()  # those ends are in the journal already
-            self._dirty = True
+                self._journal.write([forget_line(task_id)])
 
     # -- engine thread ----------------------------------------------------------------------
 
     def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass  # already awake, or not started yet
+        wakeup = self._wakeup
+        if wakeup is not None:  # else not started yet
+            wakeup.wake()
 
-    def _post(self, item: Tuple[Any, ...]) -> None:
-        self._inbox.append(item)
+    def _post(self, event: EngineEvent) -> None:
+        self._inbox.append(event)
         self._wake()
-
-    def _drain_wake(self, mask: int) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
 
     def _local_exit(self, task_id: str, code: Optional[int]) -> None:
         # On the ProcessWatch thread: queue only.
-        self._post(("exit", task_id, code, None))
+        self._post(TaskExited(task_id, code))
 
     def _on_local_exit(self, task_id: str, code: Optional[int]) -> None:
         # On the engine thread (a pidfd of the loop): handled at once.
@@ -921,16 +297,9 @@ class PilotEngine:
         except Exception as ex:
             self._task_broke(task_id, ex)
 
-    def _later(self, delay: float, item: Tuple[Any, ...]) -> None:
-        """Handle ``item`` (as if posted) on the engine thread after ``delay`` seconds."""
-        if self._loop_watch is not None:
-            self._loop_watch.call_later(delay, lambda: self._handle(item))
-        else:
-            WATCH.call_later(delay, lambda: self._post(item))
-
     def _loop(self) -> None:
-        selector = self._selector
-        assert selector is not None
+        wakeup = self._wakeup
+        assert wakeup is not None
         watch = self._loop_watch
         errors = 0  # unexpected errors in a row
         try:
@@ -942,7 +311,7 @@ class PilotEngine:
                         self._write_journal()
                         if not self._swept:
                             self._sweep()
-                    for key, mask in selector.select(timeout):
+                    for key, mask in wakeup.select(timeout):
                         key.data(mask)
                     if watch is not None:
                         watch.run_due()
@@ -1004,22 +373,23 @@ class PilotEngine:
             timed = self._loop_watch.next_timeout()
             if timed is not None:
                 due = timed if due is None else min(due, timed)
-        waiting = [a.connected_at for a in self._agents.values()
-                   if a.sock is None and a.lost is None and a.connected_at is not None]
-        if waiting:
-            left = min(waiting) + self.config.agent_connect_timeout - time.monotonic()
-            due = left if due is None else min(due, left)
-        return None if due is None else max(0.0, due)
+        for left in (self._timers.next_timeout(),
+                     None if self._agents is None else self._agents.next_deadline_in()):
+            if left is not None:
+                due = left if due is None else min(due, left)
+        return None if due is None else timer_delay(due)
 
     def _step(self) -> bool:
         """Handle what arrived, schedule, start, deliver; False once the engine may stop."""
         stop = False
         inbox = self._inbox
+        for action in self._timers.pop_due():
+            action()
         while inbox:
             if self._handle(inbox.popleft()):
                 stop = True
         if self._agents:
-            self._check_agent_deadlines()
+            self._agents.check_deadlines()
         if self._dirty and not self._closing:
             # Ends first: a task must not start before the end of its dependencies is
             # written, or a crash right after its start would make a resume run them again.
@@ -1032,30 +402,30 @@ class PilotEngine:
             return False
         return not stop
 
-    def _handle(self, item: Tuple[Any, ...]) -> bool:
-        """Act on one posted item; True for the request to stop. An unexpected error fails
-        the task the item is about."""
+    def _handle(self, event: EngineEvent) -> bool:
+        """Act on one posted event; True for the request to stop. An unexpected error fails
+        the task the event is about."""
         try:
-            return self._act(item)
+            return self._act(event)
         except Exception as ex:
-            if item[0] not in ("exit", "kill", "timeout"):
+            if not isinstance(event, TASK_EVENTS):
                 raise
-            self._task_broke(item[1], ex)
+            self._task_broke(event.task_id, ex)
             return False
 
-    def _act(self, item: Tuple[Any, ...]) -> bool:
-        kind = item[0]
-        if kind == "exit":
-            self._on_exit(item[1], item[2], item[3])
-        elif kind == "kill":
-            self._kill(item[1])
-        elif kind == "timeout":
-            self._on_time_limit(item[1], item[2])
-        elif kind == "agent-exit":
-            self._agent_lost(item[1], item[2])
-        elif kind == "close":
+    def _act(self, event: EngineEvent) -> bool:
+        if isinstance(event, TaskExited):
+            self._on_exit(event.task_id, event.code, event.message)
+        elif isinstance(event, KillTask):
+            self._kill(event.task_id)
+        elif isinstance(event, TimeLimitReached):
+            self._on_time_limit(event.task_id, event.run)
+        elif isinstance(event, AgentLauncherExited):
+            if self._agents is not None:
+                self._agents.launcher_exited(event)
+        elif isinstance(event, CloseRequested):
             self._begin_close()
-        elif kind == "stop":
+        elif isinstance(event, StopRequested):
             return True
         return False
 
@@ -1104,7 +474,7 @@ class PilotEngine:
             except Exception as ex:
                 self._task_broke(task.spec.name, ex)
 
-    def _start_task(self, task: _Task, spec: TaskSpec) -> None:
+    def _start_task(self, task: TaskEntry, spec: TaskSpec) -> None:
         share = task.share
         assert share is not None
         if task.user_canceled:
@@ -1131,7 +501,6 @@ class PilotEngine:
                         spec.stderr, nodefile, spec.create_directories)
         node = share.nodes[0]
         task.node = node
-        name_json = json.dumps(spec.name)
         if node == self.allocation.local_node:
             assert self._local is not None
             try:
@@ -1139,26 +508,21 @@ class PilotEngine:
             except LaunchError as ex:
                 self._finish(task, task.run, ex.exit_code, f"could not start the task: {ex}")
                 return
-            record = (f'{{"e":"start","id":{name_json},"node":{json.dumps(node)},"pid":{pid},'
-                      f'"run":"{self._run_id}"}}\n')
+            record = start_line(spec.name, node, pid, self._run_id)
         else:
-            record = f'{{"e":"start","id":{name_json},"node":{json.dumps(node)}}}\n'
-            agent = self._agents[node]
-            if agent.lost is not None:
-                self._finish(task, task.run, None, f"node {node} is lost: {agent.lost}")
+            assert self._agents is not None
+            lost = self._agents.spawn(node, launch)
+            if lost is not None:
+                self._finish(task, task.run, None, f"node {node} is lost: {lost}")
                 return
-            agent.tasks.add(spec.name)
-            message = {"op": "spawn", "launch": launch.to_json()}
-            if agent.sock is None:
-                agent.pending.append(message)
-            else:
-                self._send(agent, message)
+            record = start_line(spec.name, node)
         task.started = time.time()
         with self._lock:
             self._journal_records.append(record)
             self._report(task, TaskState.RUNNING, share=share)
         if spec.time_limit is not None:
-            self._later(spec.time_limit, ("timeout", spec.name, task.run))
+            self._timers.call_later(spec.time_limit, partial(
+                self._inbox.append, TimeLimitReached(spec.name, task.run)))
 
     def _share_environment(self, share: TaskShare, cores_per_process: int
                            ) -> Tuple[Dict[str, str], str]:
@@ -1186,16 +550,14 @@ class PilotEngine:
         if task.node == self.allocation.local_node:
             assert self._local is not None
             message = self._local.finish(task_id, code)
-        else:
-            agent = self._agents.get(task.node or "")
-            if agent is not None:
-                agent.tasks.discard(task_id)
+        elif self._agents is not None:
+            self._agents.task_ended(task.node, task_id)
         if task.timed_out and code != 0:
             message = (f"the task exceeded its time limit of {task.spec.time_limit:g} s and "
                        f"was killed (exit code {code})")
         self._finish(task, task.run, code, message)
 
-    def _finish(self, task: _Task, run: int, code: Optional[int],
+    def _finish(self, task: TaskEntry, run: int, code: Optional[int],
                 message: Optional[str]) -> None:
         """A started (or about to start) task ended; settle the scheduler and dependents."""
         if run != task.run:
@@ -1222,14 +584,9 @@ class PilotEngine:
             assert self._local is not None
             self._local.signal(task_id, grace)
             return
-        agent = self._agents[task.node]
-        waiting = [m for m in agent.pending if m["launch"]["task_id"] == task_id]
-        if waiting:
-            agent.pending.remove(waiting[0])
-            agent.tasks.discard(task_id)
+        assert self._agents is not None
+        if self._agents.signal(task.node, task_id, grace):
             self._finish(task, task.run, None, None)
-        elif agent.sock is not None:
-            self._send(agent, {"op": "signal", "id": task_id, "grace": grace})
 
     def _on_time_limit(self, task_id: str, run: int) -> None:
         with self._lock:
@@ -1243,6 +600,8 @@ class PilotEngine:
     def _begin_close(self) -> None:
         with self._lock:
             self._closing = True
+            if self._agents is not None:
+                self._agents.closing = True
             for name in self._tasks:
                 state = self._scheduler.state(name)
                 if not state.final:
@@ -1258,16 +617,8 @@ class PilotEngine:
     def _shutdown(self) -> None:
         try:
             self._deliver()
-            for agent in self._agents.values():
-                if agent.sock is not None:
-                    try:
-                        self._send(agent, {"op": "stop"})
-                        agent.sock.close()
-                    except OSError:
-                        pass
-                    agent.sock = None
-            if self._agent_listener is not None:
-                self._agent_listener.close()
+            if self._agents is not None:
+                self._agents.stop()
             if self._journal is not None:
                 with self._lock:
                     records, self._journal_records = self._journal_records, []
@@ -1285,187 +636,10 @@ class PilotEngine:
             with self._changed:
                 self._changed.notify_all()
 
-    # -- agents -----------------------------------------------------------------------------
-
-    def _start_agents(self) -> None:
-        import socket
-        import subprocess
-
-        assert self._run_dir is not None and self._selector is not None
-        config = self.config
-        transport = config.agent_transport
-        if transport == "auto":
-            transport = "unix" if not self.allocation.agent_launcher else "tcp"
-        if transport == "unix":
-            path = str(self._run_dir / "agents.sock")
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            listener.bind(path)
-            os.chmod(path, 0o600)
-            self._agent_address = f"unix:{path}"
-        else:
-            # Agents started on this machine connect to the loopback address; agents on other
-            # nodes to this node's name.
-            host = config.agent_host or ("127.0.0.1" if not self.allocation.agent_launcher
-                                         else socket.gethostname())
-            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            listener.bind((host, 0))
-            self._agent_address = f"tcp:{host}:{listener.getsockname()[1]}"
-        listener.listen(64)
-        listener.setblocking(False)
-        self._agent_listener = listener
-        self._selector.register(listener, selectors.EVENT_READ, self._accept_agent)
-        self._agent_token = os.urandom(16).hex()
-        logs = self._run_dir / "agents"
-        logs.mkdir()
-        for node in self.allocation.remote_nodes:
-            agent = _Agent(node, logs / f"{node}.log")
-            self._agents[node] = agent
-            argv = [a.replace("{node}", node) for a in self.allocation.agent_launcher]
-            argv += [config.agent_python, "-m", "psij.executors.pilot.agent",
-                     "--connect", self._agent_address, "--node", node]
-            agent.connected_at = time.monotonic()
-            try:
-                with open(agent.log, "wb") as log:
-                    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log,
-                                            stderr=subprocess.STDOUT, close_fds=True,
-                                            start_new_session=True)
-            except OSError as ex:
-                agent.lost = f"its agent could not be started ({' '.join(argv)}): {ex}"
-                logger.error("pilot: node %s: %s", node, agent.lost)
-                continue
-            agent.launcher = proc
-            assert proc.stdin is not None
-            try:
-                # The token goes through stdin, never on a command line others can read.
-                proc.stdin.write((self._agent_token + "\n").encode())
-                proc.stdin.close()
-            except BrokenPipeError:
-                # It exited already: the watch below reports how.
-                try:
-                    proc.stdin.close()
-                except OSError:
-                    pass
-            WATCH.watch(proc.pid, self._launcher_watch(node, proc))
-
-    def _launcher_watch(self, node: str, proc: Any) -> Callable[[int, Optional[int]], None]:
-        return lambda pid, status: self._agent_launcher_exited(node, proc, status)
-
-    def _agent_launcher_exited(self, node: str, proc: Any, status: Optional[int]) -> None:
-        code = exit_code_of(status)
-        proc.returncode = code if code is not None else -1
-        self._post(("agent-exit", node, code))
-
-    def _accept_agent(self, mask: int) -> None:
-        assert self._agent_listener is not None and self._selector is not None
-        try:
-            conn, _ = self._agent_listener.accept()
-        except BlockingIOError:
-            return
-        conn.setblocking(True)
-        holder: Dict[str, Any] = {"buffer": b"", "agent": None}
-        self._selector.register(conn, selectors.EVENT_READ,
-                                lambda m: self._read_agent(conn, holder))
-
-    def _read_agent(self, conn: "socket.socket", holder: Dict[str, Any]) -> None:
-        try:
-            data = conn.recv(_RECV_SIZE)
-        except OSError:
-            data = b""
-        agent: Optional[_Agent] = holder["agent"]
-        if not data:
-            self._drop_connection(conn)
-            if agent is not None and agent.sock is conn:
-                agent.sock = None
-                self._agent_lost(agent.node, None, "its agent's connection closed")
-            return
-        lines = (holder["buffer"] + data).split(b"\n")
-        holder["buffer"] = lines.pop()
-        for line in lines:
-            try:
-                message = json.loads(line)
-            except ValueError:
-                logger.warning("pilot: a message from an agent is not JSON: %r", line[:200])
-                continue
-            if agent is None:
-                agent = self._hello(conn, message)
-                if agent is None:
-                    self._drop_connection(conn)
-                    return
-                holder["agent"] = agent
-            elif message.get("op") == "exited":
-                self._on_exit(str(message.get("id")), message.get("code"),
-                              message.get("message"))
-
-    def _hello(self, conn: "socket.socket", message: Dict[str, Any]) -> Optional[_Agent]:
-        from hmac import compare_digest
-
-        agent = self._agents.get(str(message.get("node")))
-        if message.get("op") != "hello" or agent is None \
-                or not compare_digest(str(message.get("token")), self._agent_token) \
-                or agent.sock is not None or agent.lost is not None:
-            logger.warning("pilot: refused an agent connection (bad hello)")
-            return None
-        agent.sock = conn
-        pending, agent.pending = agent.pending, []
-        for spawn in pending:
-            self._send(agent, spawn)
-        return agent
-
-    def _drop_connection(self, conn: "socket.socket") -> None:
-        assert self._selector is not None
-        try:
-            self._selector.unregister(conn)
-        except (KeyError, ValueError):
-            pass
-        conn.close()
-
-    def _send(self, agent: _Agent, message: Dict[str, Any]) -> None:
-        assert agent.sock is not None
-        try:
-            agent.sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
-        except OSError as ex:
-            self._agent_lost(agent.node, None, f"sending to its agent failed: {ex}")
-
-    def _check_agent_deadlines(self) -> None:
-        limit = self.config.agent_connect_timeout
-        now = time.monotonic()
-        for agent in self._agents.values():
-            if agent.sock is None and agent.lost is None and agent.connected_at is not None \
-                    and now - agent.connected_at > limit:
-                self._agent_lost(agent.node, None,
-                                 f"its agent did not connect within {limit:g} s")
-
-    def _agent_lost(self, node: str, code: Optional[int], why: Optional[str] = None) -> None:
-        """The node's agent is gone (``why``), or its launcher exited (``code``)."""
-        agent = self._agents[node]
-        if agent.lost is not None:
-            return
-        if why is None:
-            if agent.sock is not None:
-                return  # still connected: the connection's end will tell
-            why = f"its agent exited with code {code}{_log_tail(agent.log)}"
-        agent.lost = why
-        if agent.sock is not None:
-            self._drop_connection(agent.sock)
-            agent.sock = None
-        if not self._closing:
-            logger.error("pilot: node %s is lost: %s", node, why)
-        names = list(agent.tasks) + [m["launch"]["task_id"] for m in agent.pending]
-        agent.pending = []
-        agent.tasks.clear()
-        for name in dict.fromkeys(names):
+    def _node_lost(self, node: str, task_ids: List[str], why: str) -> None:
+        """A remote node's agent is gone: the tasks it had fail with ``why``."""
+        for name in task_ids:
             with self._lock:
                 task = self._tasks.get(name)
             if task is not None:
                 self._finish(task, task.run, None, f"node {node} is lost: {why}")
-
-
-def _log_tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 1024))
-            text = f.read().decode(errors="replace").strip()
-    except OSError:
-        return ""
-    return f"; its output ends with:\n{text}" if text else ""

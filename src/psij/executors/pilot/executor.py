@@ -37,16 +37,12 @@ from psij.executors.pilot.allocation import (
     discover_allocation,
     nodes_from_spec,
 )
-from psij.executors.pilot.engine import (
-    EngineConfig,
-    PilotEngine,
-    TaskEvent,
-    TaskSpec,
-    TaskStatus,
-)
+from psij.executors.pilot.engine import PilotEngine
+from psij.executors.pilot.engine_config import EngineConfig
 from psij.executors.pilot.resources import NodeSpec, ResourceRequest
 from psij.executors.pilot.scheduler import TaskState
 from psij.executors.pilot.service import PilotClient, PilotUnavailable, socket_path_of
+from psij.executors.pilot.tasks import TaskEvent, TaskSpec, TaskStatus
 from psij.job import Job
 from psij.job_executor import JobExecutor
 from psij.job_executor_config import JobExecutorConfig

@@ -1,9 +1,22 @@
 """The pilot's journal on disk: appending records, reading them back, and what a resume learns.
 
-One JSON object per line: ``submit`` (with the task), ``start`` (node, and pid and run marker
-for a task of the pilot's own node), ``end`` (state, exit code), ``cancel`` and ``forget``.
-The engine decides what to write and when; this module only writes lines, fsyncs them at most
-once a second, and reads a journal back.
+One JSON object per line, its kind in ``e``; the line builders below are the only writers and
+:class:`ReplayPlan` the only reader of these records:
+
+=========  =====================================================================================
+``e``      other fields
+=========  =====================================================================================
+submit     ``task``: the task as :meth:`TaskSpec.to_json <psij.executors.pilot.tasks.TaskSpec>`
+start      ``id``, ``node``; for a task of the pilot's own node also ``pid`` and ``run`` (the
+           run marker, see :data:`RUN_VARIABLE`)
+end        ``id``, ``state`` (a final state's name), ``code`` (exit code or null)
+cancel     ``id``: a user cancelled the task
+forget     ``id``: the task was dropped; its name may be used again
+=========  =====================================================================================
+
+The engine decides what to write and when; this module only builds and writes lines, fsyncs
+them at most once a second (measured on a :class:`~psij._clock.Clock`), and reads a journal
+back.
 
 Reading never trusts the file: a line that is not JSON, a record that is not an object, a
 field of the wrong type, a pid written with other digits than ASCII ones: each is skipped with
@@ -15,10 +28,10 @@ crashed run left behind (:func:`kill_leftovers`), and only those it can prove ar
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
+from psij._clock import Clock, MonotonicClock
 from psij._lazylog import LazyLogger
 from psij._private_dirs import ensure_private_dir
 
@@ -26,9 +39,13 @@ __all__ = [
     "RUN_VARIABLE",
     "Journal",
     "ReplayPlan",
-    "json_line",
+    "cancel_line",
+    "end_line",
+    "forget_line",
     "kill_leftovers",
     "read_journal",
+    "start_line",
+    "submit_lines",
 ]
 
 logger = LazyLogger(__name__)
@@ -41,11 +58,12 @@ RUN_VARIABLE = "PSIJ_PILOT_RUN"
 class Journal:
     """The append-only journal: one write per batch of lines, fsync'd now and then."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, clock: Optional[Clock] = None) -> None:
         ensure_private_dir(path.parent, "pilot journal directory")
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._dirty = False
-        self._synced = time.monotonic()
+        self._synced = self._clock.now()
 
     def write(self, lines: Iterable[str]) -> None:
         """Append lines (each ends with a newline) in one write."""
@@ -64,16 +82,16 @@ class Journal:
         """Seconds until the next fsync is due, or None when nothing waits for one."""
         if not self._dirty:
             return None
-        return max(0.0, self._synced + _FSYNC_INTERVAL - time.monotonic())
+        return max(0.0, self._synced + _FSYNC_INTERVAL - self._clock.now())
 
     def sync(self, force: bool = False) -> None:
-        if self._dirty and (force or time.monotonic() - self._synced >= _FSYNC_INTERVAL):
+        if self._dirty and (force or self._clock.now() - self._synced >= _FSYNC_INTERVAL):
             try:
                 os.fsync(self._fd)
             except OSError as ex:
                 logger.error("could not fsync the pilot journal: %s", ex)
             self._dirty = False
-            self._synced = time.monotonic()
+            self._synced = self._clock.now()
 
     def close(self) -> None:
         self.sync(force=True)
@@ -84,9 +102,34 @@ class Journal:
 _encode_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 
-def json_line(record: Dict[str, Any]) -> str:
-    """One journal line."""
-    return _encode_compact(record) + "\n"
+def submit_lines(tasks: Iterable[Dict[str, Any]]) -> List[str]:
+    """The ``submit`` lines of tasks given in their JSON form."""
+    return [_encode_compact({"e": "submit", "task": task}) + "\n" for task in tasks]
+
+
+# ``start`` and ``end`` are written once per task run: formatted directly, with only the
+# strings going through the encoder.
+def start_line(task_id: str, node: str, pid: Optional[int] = None,
+               run: Optional[str] = None) -> str:
+    """The ``start`` line; ``pid`` and ``run`` for a task of the pilot's own node."""
+    head = f'{{"e":"start","id":{_encode_compact(task_id)},"node":{_encode_compact(node)}'
+    if pid is None:
+        return head + "}\n"
+    return f'{head},"pid":{int(pid)},"run":{_encode_compact(run)}}}\n'
+
+
+def end_line(task_id: str, state: str, code: Optional[int]) -> str:
+    """The ``end`` line: ``state`` is a final state's name, ``code`` the exit code or None."""
+    return (f'{{"e":"end","id":{_encode_compact(task_id)},"state":"{state}","code":'
+            f'{"null" if code is None else int(code)}}}\n')
+
+
+def cancel_line(task_id: str) -> str:
+    return _encode_compact({"e": "cancel", "id": task_id}) + "\n"
+
+
+def forget_line(task_id: str) -> str:
+    return _encode_compact({"e": "forget", "id": task_id}) + "\n"
 
 
 def read_journal(path: Path) -> List[Dict[str, Any]]:

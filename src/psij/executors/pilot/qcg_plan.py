@@ -70,7 +70,6 @@ _NAME_BAD = r"[\s${}()'\":]"
 _VARIABLE = r"\$\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}"
 _SPLIT_ZERO = "Wrong submit request - split-into resolved to zero"
 
-_set = object.__setattr__
 
 
 class TaskTemplate(Record):
@@ -95,15 +94,7 @@ class TaskTemplate(Record):
                  after: Tuple[str, ...] = (), group: Optional[str] = None,
                  iteration: Optional[int] = None, walltime: Optional[timedelta] = None,
                  missing: Optional[str] = None) -> None:
-        _set(self, "name", name)
-        _set(self, "job", job)
-        _set(self, "resources", resources)
-        _set(self, "execution", execution)
-        _set(self, "after", after)
-        _set(self, "group", group)
-        _set(self, "iteration", iteration)
-        _set(self, "walltime", walltime)
-        _set(self, "missing", missing)
+        self._store(name, job, resources, execution, after, group, iteration, walltime, missing)
 
 
 class StartContext(Record):
@@ -117,10 +108,7 @@ class StartContext(Record):
     nodes: Tuple[str, ...]
 
     def __init__(self, root_wd: str, ncores: int, nnodes: int, nodes: Tuple[str, ...]) -> None:
-        _set(self, "root_wd", root_wd)
-        _set(self, "ncores", ncores)
-        _set(self, "nnodes", nnodes)
-        _set(self, "nodes", nodes)
+        self._store(root_wd, ncores, nnodes, nodes)
 
 
 def start_variables(context: StartContext) -> Dict[str, str]:
@@ -179,9 +167,7 @@ class PlannedSubmit(Record):
 
     def __init__(self, position: int, jobs: Tuple[PlannedJob, ...],
                  job_names: Tuple[str, ...]) -> None:
-        _set(self, "position", position)
-        _set(self, "jobs", jobs)
-        _set(self, "job_names", job_names)
+        self._store(position, jobs, job_names)
 
     def tasks(self) -> Iterator[TaskTemplate]:
         for job in self.jobs:

@@ -16,7 +16,6 @@ from psij.executors.pilot.scheduler import TaskState
 __all__ = ["TaskReport", "error_response", "format_report_entry", "job_info_data",
            "job_status_data", "ok_response", "qcg_state", "resources_data"]
 
-_set = object.__setattr__
 
 
 
@@ -55,14 +54,7 @@ class TaskReport(Record):
                  allocation: Optional[str] = None, wd: Optional[str] = None,
                  runtime: Optional[timedelta] = None, exit_code: Optional[int] = None,
                  message: Optional[str] = None) -> None:
-        _set(self, "name", name)
-        _set(self, "state", state)
-        _set(self, "history", history)
-        _set(self, "allocation", allocation)
-        _set(self, "wd", wd)
-        _set(self, "runtime", runtime)
-        _set(self, "exit_code", exit_code)
-        _set(self, "message", message)
+        self._store(name, state, history, allocation, wd, runtime, exit_code, message)
 
     def runtime_fields(self) -> Dict[str, str]:
         fields: Dict[str, str] = {}

@@ -76,7 +76,6 @@ _MODELS = ("default", "threads")
 _WALLTIME = r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$"
 
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
-_set = object.__setattr__
 
 
 

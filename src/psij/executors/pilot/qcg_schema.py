@@ -25,7 +25,6 @@ CURRENT = "current"
 
 _VARIABLE = r"\$\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}"
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
-_set = object.__setattr__
 
 
 def iteration_index(text: str) -> Optional[int]:
@@ -73,17 +72,7 @@ class Execution(Record):
                  stdout: Optional[str] = None, stderr: Optional[str] = None,
                  modules: Tuple[str, ...] = (), venv: Optional[str] = None,
                  model: str = "default") -> None:
-        _set(self, "exec", exec)
-        _set(self, "args", args)
-        _set(self, "script", script)
-        _set(self, "env", env)
-        _set(self, "wd", wd)
-        _set(self, "stdin", stdin)
-        _set(self, "stdout", stdout)
-        _set(self, "stderr", stderr)
-        _set(self, "modules", modules)
-        _set(self, "venv", venv)
-        _set(self, "model", model)
+        self._store(exec, args, script, env, wd, stdin, stdout, stderr, modules, venv, model)
 
     def command(self) -> List[str]:
         """The program and its arguments (``script``, ``modules`` and ``venv`` go through
@@ -140,9 +129,7 @@ class Iteration(Record):
     values: Optional[Tuple[str, ...]]
 
     def __init__(self, start: int, stop: int, values: Optional[Tuple[str, ...]] = None) -> None:
-        _set(self, "start", start)
-        _set(self, "stop", stop)
-        _set(self, "values", values)
+        self._store(start, stop, values)
 
     @property
     def size(self) -> int:
@@ -169,15 +156,7 @@ class JobDescription(Record):
                  iteration: Optional[Iteration] = None, after: Tuple[str, ...] = (),
                  walltime: Optional[timedelta] = None, form: str = CURRENT,
                  spread: Optional["Spread"] = None) -> None:
-        _set(self, "where", where)
-        _set(self, "name", name)
-        _set(self, "execution", execution)
-        _set(self, "resources", resources)
-        _set(self, "iteration", iteration)
-        _set(self, "after", after)
-        _set(self, "walltime", walltime)
-        _set(self, "form", form)
-        _set(self, "spread", spread)
+        self._store(where, name, execution, resources, iteration, after, walltime, form, spread)
 
 
 class Spread(Record):
@@ -192,9 +171,7 @@ class Spread(Record):
     other: Optional[Mapping[str, Any]]
 
     def __init__(self, key: str, minimum: int, other: Optional[Mapping[str, Any]]) -> None:
-        _set(self, "key", key)
-        _set(self, "minimum", minimum)
-        _set(self, "other", other)
+        self._store(key, minimum, other)
 
     def request(self, amount: int) -> ResourceRequest:
         """The request of an iteration given ``amount`` cores or nodes."""
@@ -211,8 +188,7 @@ class Submit(Record):
     jobs: Tuple[JobDescription, ...]
 
     def __init__(self, position: int, jobs: Tuple[JobDescription, ...]) -> None:
-        _set(self, "position", position)
-        _set(self, "jobs", jobs)
+        self._store(position, jobs)
 
 
 class Control(Record):
@@ -222,8 +198,7 @@ class Control(Record):
     command: str
 
     def __init__(self, position: int, command: str) -> None:
-        _set(self, "position", position)
-        _set(self, "command", command)
+        self._store(position, command)
 
 
 class _NamedJobs(Record):
@@ -236,9 +211,7 @@ class _NamedJobs(Record):
     listed: bool
 
     def __init__(self, position: int, names: Tuple[str, ...], listed: bool = True) -> None:
-        _set(self, "position", position)
-        _set(self, "names", names)
-        _set(self, "listed", listed)
+        self._store(position, names, listed)
 
 
 class JobStatusRequest(_NamedJobs):
@@ -265,7 +238,7 @@ class _Bare(Record):
     position: int
 
     def __init__(self, position: int) -> None:
-        _set(self, "position", position)
+        self._store(position)
 
 
 class ListJobs(_Bare):
@@ -292,9 +265,7 @@ class BadRequest(Record):
     message: str
 
     def __init__(self, position: int, kind: str, message: str) -> None:
-        _set(self, "position", position)
-        _set(self, "kind", kind)
-        _set(self, "message", message)
+        self._store(position, kind, message)
 
 
 Request = Union[Submit, Control, JobStatusRequest, JobInfo, CancelJob, RemoveJob, ListJobs,
@@ -324,8 +295,7 @@ class RequestFile(Record):
     dialect: str
 
     def __init__(self, requests: Tuple[Request, ...], dialect: str = SEED) -> None:
-        _set(self, "requests", requests)
-        _set(self, "dialect", dialect)
+        self._store(requests, dialect)
 
     def errors(self) -> List[BadRequest]:
         return [r for r in self.requests if isinstance(r, BadRequest)]

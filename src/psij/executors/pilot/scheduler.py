@@ -82,7 +82,6 @@ _RUNNING = TaskState.RUNNING
 _SUCCEEDED = TaskState.SUCCEEDED
 
 
-_set = object.__setattr__
 _DEFAULT_REQUEST = ResourceRequest()
 
 
@@ -121,11 +120,7 @@ class TaskRequest(Record):
         if group is not None and (type(group) is not str or not group or "\x00" in group) \
                 and _check.opt_str("TaskRequest.group", group) == "":
             raise ValueError("TaskRequest.group: an empty group name is not accepted; use None")
-        _set(self, "name", name)
-        _set(self, "resources", resources)
-        _set(self, "priority", priority)
-        _set(self, "after", checked)
-        _set(self, "group", group)
+        self._store(name, resources, priority, checked, group)
 
 
 class Placement(Record):
@@ -137,8 +132,7 @@ class Placement(Record):
     shares: Tuple[NodeShare, ...]
 
     def __init__(self, task_id: str, shares: Tuple[NodeShare, ...]) -> None:
-        _set(self, "task_id", task_id)
-        _set(self, "shares", shares)
+        self._store(task_id, shares)
 
     @property
     def nodes(self) -> Tuple[str, ...]:
@@ -164,9 +158,7 @@ class Transition(Record):
 
     def __init__(self, task_id: str, state: "TaskState", message: Optional[str] = None
                  ) -> None:
-        _set(self, "task_id", task_id)
-        _set(self, "state", state)
-        _set(self, "message", message)
+        self._store(task_id, state, message)
 
 
 class SchedulerStats:

@@ -32,12 +32,13 @@ import selectors
 import socket
 import stat
 import threading
-import time
 from typing import Any, Callable, Dict, List, Optional, Set
 
+from psij._clock import Clock, MonotonicClock
 from psij._private_dirs import ensure_private_dir
-from psij.executors.pilot._line_framing import DEFAULT_MAX_LINE_BYTES, LineFramer
-from psij.executors.pilot.engine import PilotEngine, TaskEvent, TaskSpec
+from psij.executors.pilot._line_framing import DEFAULT_MAX_LINE_BYTES, LineFramer, encode_line
+from psij.executors.pilot.engine import PilotEngine
+from psij.executors.pilot.tasks import TaskEvent, TaskSpec
 
 __all__ = ["AlreadyRunning", "PilotClient", "PilotService", "PilotUnavailable",
            "answering", "socket_path_of"]
@@ -107,14 +108,17 @@ class PilotService:
 
     def __init__(self, engine: PilotEngine, path: str,
                  on_shutdown: Optional[Callable[[], None]] = None,
-                 max_request_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+                 max_request_bytes: int = DEFAULT_MAX_LINE_BYTES,
+                 clock: Optional[Clock] = None) -> None:
+        """``clock`` measures the pause after a failed accept (default: monotonic)."""
         if isinstance(max_request_bytes, bool) or not isinstance(max_request_bytes, int) \
                 or max_request_bytes < 1:
             raise ValueError(f"max_request_bytes: expected a whole number of bytes >= 1, got "
                              f"{max_request_bytes!r}")
         self.max_request_bytes = max_request_bytes
         self._accept_pause = 0.0  # the current pause after a failed accept, 0 when accepting
-        self._accept_resume: Optional[float] = None  # when to listen again (monotonic)
+        self._accept_resume: Optional[float] = None  # when to listen again (on the clock)
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._engine = engine
         self._path = path
         self._on_shutdown = on_shutdown
@@ -175,7 +179,7 @@ class PilotService:
             for conn in self._connections.values():
                 if conn.watch_all or event.task_id in conn.watched:
                     if line is None:
-                        line = _encode({"event": event.to_json()})
+                        line = encode_line({"event": event.to_json()})
                     conn.outbuf += line
                     if event.state.final and not conn.watch_all:
                         conn.watched.discard(event.task_id)
@@ -263,14 +267,14 @@ class PilotService:
                            ex.strerror or ex, _ACCEPT_PAUSE_FIRST)
         self._accept_pause = min(_ACCEPT_PAUSE_MAX,
                                  max(_ACCEPT_PAUSE_FIRST, self._accept_pause * 2))
-        self._accept_resume = time.monotonic() + self._accept_pause
+        self._accept_resume = self._clock.now() + self._accept_pause
         self._selector.unregister(self._listener)
 
     def _resume_accepting(self) -> Optional[float]:
         """Listen again when the pause is over; else the seconds left (None: not paused)."""
         if self._accept_resume is None:
             return None
-        left = self._accept_resume - time.monotonic()
+        left = self._accept_resume - self._clock.now()
         if left > 0:
             return left
         assert self._listener is not None
@@ -301,13 +305,13 @@ class PilotService:
             if line.strip():
                 reply = self._handle(conn, line)
                 with self._lock:
-                    conn.outbuf += _encode(reply)
+                    conn.outbuf += encode_line(reply)
         if conn.framer.too_long:
             error = {"id": None, "ok": False, "kind": "ValueError",
                      "error": f"request line longer than {self.max_request_bytes} bytes (the "
                               f"pilot's --max-request-bytes); closing this connection"}
             with self._lock:
-                conn.outbuf += _encode(error)
+                conn.outbuf += encode_line(error)
             conn.closing = True
             self._write(conn)
 
@@ -433,9 +437,6 @@ class PilotService:
         return {}
 
 
-def _encode(message: Dict[str, Any]) -> bytes:
-    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
-
 
 class _Pending:
     __slots__ = ("done", "reply")
@@ -485,7 +486,7 @@ class PilotClient:
             if self._lost is not None:
                 raise PilotUnavailable(self._lost)
             self._pending[request_id] = pending
-        data = _encode({"id": request_id, "op": op, **fields})
+        data = encode_line({"id": request_id, "op": op, **fields})
         try:
             with self._send_lock:
                 self._sock.sendall(data)
@@ -577,7 +578,7 @@ def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[st
     from pathlib import Path
 
     from psij.executors.pilot.allocation import allocation_from_options
-    from psij.executors.pilot.engine import EngineConfig
+    from psij.executors.pilot.engine_config import EngineConfig
 
     def say(message: str) -> None:
         print(f"psij pilot serve: {message}", file=sys.stderr, flush=True)

@@ -8,7 +8,7 @@ than the whole allocation so that ``srun`` or ``mpirun`` inside the task stays w
 from typing import TYPE_CHECKING, Dict
 
 if TYPE_CHECKING:
-    from psij.executors.pilot.engine import TaskShare
+    from psij.executors.pilot.tasks import TaskShare
 
 __all__ = ["nodefile_text", "pilot_environment"]
 

@@ -1,0 +1,83 @@
+"""What reaches the pilot engine's thread from elsewhere: one frozen value per kind of event.
+
+Other threads (the process watch, ``cancel``, ``close``) and the engine's own timers (a task's
+time limit, on the engine's :class:`~psij._clock.Clock`) put these into the engine's inbox; the
+engine acts on them by type, never by picking a message apart. They are
+:class:`~psij.executors.pilot._record.Record` values like every other value of the pilot.
+
+Values only: no I/O, no threads; the engine owns the inbox and the loop.
+"""
+
+from typing import Optional, Union
+
+from psij.executors.pilot._record import Record
+
+__all__ = ["TASK_EVENTS", "AgentLauncherExited", "CloseRequested", "EngineEvent", "KillTask",
+           "StopRequested", "TaskExited", "TimeLimitReached"]
+
+
+class TaskExited(Record):
+    """A task's process (group) ended with ``code`` (None: unknown), or could not start."""
+
+    _fields = ("task_id", "code", "message")
+    __slots__ = _fields
+    task_id: str
+    code: Optional[int]
+    message: Optional[str]
+
+    def __init__(self, task_id: str, code: Optional[int], message: Optional[str] = None
+                 ) -> None:
+        self._store(task_id, code, message)
+
+
+class KillTask(Record):
+    """Stop a running task: TERM, then KILL after the grace period."""
+
+    _fields = ("task_id",)
+    __slots__ = _fields
+    task_id: str
+
+    def __init__(self, task_id: str) -> None:
+        self._store(task_id)
+
+
+class TimeLimitReached(Record):
+    """The ``run``-th start of a task reached its time limit."""
+
+    _fields = ("task_id", "run")
+    __slots__ = _fields
+    task_id: str
+    run: int
+
+    def __init__(self, task_id: str, run: int) -> None:
+        self._store(task_id, run)
+
+
+class AgentLauncherExited(Record):
+    """The launcher of a node's agent exited with ``code`` (None: unknown)."""
+
+    _fields = ("node", "code")
+    __slots__ = _fields
+    node: str
+    code: Optional[int]
+
+    def __init__(self, node: str, code: Optional[int]) -> None:
+        self._store(node, code)
+
+
+class CloseRequested(Record):
+    """``close()`` was called: cancel what has not ended, then stop."""
+
+    __slots__ = ()
+
+
+class StopRequested(Record):
+    """Stop the loop now, whatever still runs."""
+
+    __slots__ = ()
+
+
+EngineEvent = Union[TaskExited, KillTask, TimeLimitReached, AgentLauncherExited,
+                    CloseRequested, StopRequested]
+TASK_EVENTS = (TaskExited, KillTask, TimeLimitReached)
+"""The kinds of event about one task: an error while acting on one fails that task only."""

@@ -1,0 +1,327 @@
+"""The pilot's task descriptions and what the engine tells about them, with their JSON.
+
+:class:`TaskSpec` is what a user (or the QCG and PSI/J front ends) asks the engine to run;
+:class:`TaskShare` what a started task got; :class:`TaskEvent` a state change given to
+listeners; :class:`TaskStatus` a snapshot of one task. Each converts to and from JSON-ready
+data (the journal, the served pilot's protocol and the QCG report use these forms).
+
+Values only: no processes, no files, no clock.
+"""
+
+from types import MappingProxyType
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from psij import _check
+from psij.executors.pilot._record import Record
+from psij.executors.pilot.resources import Amount, ResourceRequest
+from psij.executors.pilot.scheduler import Placement, TaskState
+
+__all__ = ["Listener", "Prepare", "TaskEvent", "TaskShare", "TaskSpec", "TaskStatus",
+           "request_from_json", "request_to_json"]
+
+_NO_ENV: Mapping[str, str] = MappingProxyType({})
+_DEFAULT_REQUEST = ResourceRequest()
+
+
+def _amount_to_json(amount: Amount) -> List[Optional[int]]:
+    return [amount.minimum, amount.maximum, amount.split_into]
+
+
+def _amount_from_json(field_name: str, value: Any) -> Amount:
+    if not isinstance(value, list) or len(value) != 3:
+        raise _check.fail_type(field_name, value, "[minimum, maximum or null, split_into or null]")
+    return Amount(value[0], value[1], value[2])
+
+
+def request_to_json(request: ResourceRequest) -> Dict[str, Any]:
+    """A ResourceRequest as JSON-ready data (only what differs from one core)."""
+    out: Dict[str, Any] = {}
+    default = _DEFAULT_REQUEST
+    if request.processes != default.processes:
+        out["processes"] = _amount_to_json(request.processes)
+    if request.nodes is not None:
+        out["nodes"] = _amount_to_json(request.nodes)
+    if request.processes_per_node != default.processes_per_node:
+        out["processes_per_node"] = _amount_to_json(request.processes_per_node)
+    for name in ("cores_per_process", "gpus_per_process", "memory_per_process", "exclusive"):
+        if getattr(request, name) != getattr(default, name):
+            out[name] = getattr(request, name)
+    if request.custom:
+        out["custom"] = dict(request.custom)
+    return out
+
+
+def request_from_json(data: Any) -> ResourceRequest:
+    """The inverse of :func:`request_to_json`; raises naming the bad field."""
+    if not isinstance(data, Mapping):
+        raise _check.fail_type("resources", data, "a dict")
+    known = {"processes", "nodes", "processes_per_node", "cores_per_process",
+             "gpus_per_process", "memory_per_process", "exclusive", "custom"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"resources: unknown field {unknown[0]!r}; accepted: "
+                         f"{', '.join(sorted(known))}")
+    kwargs: Dict[str, Any] = dict(data)
+    for name in ("processes", "nodes", "processes_per_node"):
+        if kwargs.get(name) is not None:
+            kwargs[name] = _amount_from_json(f"resources.{name}", kwargs[name])
+    return ResourceRequest(**kwargs)
+
+
+_OPTIONAL_TEXTS = ("directory", "stdin", "stdout", "stderr", "group")
+
+
+class TaskSpec(Record):
+    """One task for the engine: what to run, where, with which resources and dependencies.
+
+    ``name`` is the task's id and must be unique in the engine. A relative ``directory`` is
+    taken from the engine's work directory, relative stream paths from ``directory``.
+    ``environment`` is added after the pilot's variables (so it wins). ``after`` names tasks or
+    iteration groups that must all succeed first.
+    """
+
+    _fields = ("name", "executable", "arguments", "directory", "environment",
+               "inherit_environment", "stdin", "stdout", "stderr", "resources", "priority",
+               "after", "group", "create_directories", "time_limit")
+    __slots__ = _fields
+    name: str
+    executable: str
+    arguments: Tuple[str, ...]
+    directory: Optional[str]
+    environment: Mapping[str, str]
+    inherit_environment: bool
+    stdin: Optional[str]
+    stdout: Optional[str]
+    stderr: Optional[str]
+    resources: ResourceRequest
+    priority: int
+    after: Tuple[str, ...]
+    group: Optional[str]
+    create_directories: bool
+    time_limit: Optional[float]
+
+    def __init__(self, name: str, executable: str, arguments: Sequence[str] = (),
+                 directory: Optional[str] = None,
+                 environment: Optional[Mapping[str, str]] = None,
+                 inherit_environment: bool = True, stdin: Optional[str] = None,
+                 stdout: Optional[str] = None, stderr: Optional[str] = None,
+                 resources: ResourceRequest = _DEFAULT_REQUEST, priority: int = 0,
+                 after: Sequence[str] = (), group: Optional[str] = None,
+                 create_directories: bool = False, time_limit: Optional[float] = None) -> None:
+        # Each check first tries the common valid case in a test or two; the full checks
+        # (with their messages) run only for what that does not settle.
+        if type(name) is not str or not name or "\x00" in name:
+            _check.req_str("TaskSpec.name", name)
+            raise ValueError("TaskSpec.name: a task needs a non-empty name")
+        if type(executable) is not str or not executable or "\x00" in executable:
+            _check.req_str("TaskSpec.executable", executable)
+            raise ValueError("TaskSpec.executable: a task needs an executable")
+        for value in (directory, stdin, stdout, stderr, group):
+            if value is not None and (type(value) is not str or not value or "\x00" in value):
+                _check_optional_texts(directory, stdin, stdout, stderr, group)
+        if not environment:
+            env: Mapping[str, str] = _NO_ENV
+        else:
+            env = MappingProxyType(_check.env_dict("TaskSpec.environment", environment) or {})
+        if inherit_environment is not True and inherit_environment is not False:
+            _check.opt_bool("TaskSpec.inherit_environment", inherit_environment)
+        if create_directories is not True and create_directories is not False:
+            _check.opt_bool("TaskSpec.create_directories", create_directories)
+        if type(resources) is not ResourceRequest:
+            _check.instance("TaskSpec.resources", resources, ResourceRequest,
+                            "ResourceRequest", False)
+        if type(priority) is not int and _check.opt_int("TaskSpec.priority", priority) is None:
+            raise _check.fail_type("TaskSpec.priority", None, "int")
+        if time_limit is not None:
+            _check.seconds("TaskSpec.time_limit", time_limit, positive=True)
+        self._store(
+            name, executable, _str_tuple("TaskSpec.arguments", arguments), directory, env,
+            inherit_environment, stdin, stdout, stderr, resources, priority,
+            _str_tuple("TaskSpec.after", after), group, create_directories, time_limit)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.executable, self.arguments, self.directory))
+
+    def to_json(self) -> Dict[str, Any]:
+        """JSON-ready data; fields left at their defaults are left out."""
+        out: Dict[str, Any] = {"name": self.name, "executable": self.executable}
+        if self.arguments:
+            out["arguments"] = list(self.arguments)
+        for name in ("directory", "stdin", "stdout", "stderr", "group", "time_limit"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        if self.environment:
+            out["environment"] = dict(self.environment)
+        if not self.inherit_environment:
+            out["inherit_environment"] = False
+        if self.resources != _DEFAULT_REQUEST:
+            out["resources"] = request_to_json(self.resources)
+        if self.priority:
+            out["priority"] = self.priority
+        if self.after:
+            out["after"] = list(self.after)
+        if self.create_directories:
+            out["create_directories"] = True
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> "TaskSpec":
+        """Read :meth:`to_json`'s form; unknown fields and bad values raise naming the field."""
+        if not isinstance(data, Mapping):
+            raise _check.fail_type("task", data, "a dict")
+        unknown = sorted(set(data) - set(cls._fields))
+        if unknown:
+            raise ValueError(f"task: unknown field {unknown[0]!r}; accepted: "
+                             f"{', '.join(cls._fields)}")
+        kwargs: Dict[str, Any] = dict(data)
+        if "resources" in kwargs:
+            kwargs["resources"] = request_from_json(kwargs["resources"])
+        for name in ("name", "executable"):
+            if name not in kwargs:
+                raise ValueError(f"task: the field {name!r} is required")
+        return cls(**kwargs)
+
+
+def _check_optional_texts(directory: Optional[str], stdin: Optional[str], stdout: Optional[str],
+                          stderr: Optional[str], group: Optional[str]) -> None:
+    for field_name, value in (("directory", directory), ("stdin", stdin),
+                              ("stdout", stdout), ("stderr", stderr), ("group", group)):
+        if value is not None and _check.opt_str(f"TaskSpec.{field_name}", value) == "":
+            raise ValueError(f"TaskSpec.{field_name}: an empty string is not accepted; "
+                             f"use None")
+
+
+def _str_tuple(field_name: str, value: Sequence[str]) -> Tuple[str, ...]:
+    """``value`` as a tuple of strings, checked (cheap for the common tuple of str)."""
+    if type(value) is tuple:
+        if not value:
+            return value
+        if all(type(item) is str and "\x00" not in item for item in value):
+            return value
+    return tuple(_check.opt_str_list(field_name, value) or ())
+
+
+class TaskShare(Record):
+    """What a started task got: per node (in pool order) its processes, core and GPU ids."""
+
+    _fields = ("nodes", "processes", "cores", "gpus")
+    __slots__ = _fields
+    nodes: Tuple[str, ...]
+    processes: Tuple[int, ...]
+    cores: Tuple[Tuple[int, ...], ...]
+    gpus: Tuple[Tuple[int, ...], ...]
+
+    def __init__(self, nodes: Tuple[str, ...], processes: Tuple[int, ...],
+                 cores: Tuple[Tuple[int, ...], ...], gpus: Tuple[Tuple[int, ...], ...] = ()
+                 ) -> None:
+        self._store(nodes, processes, cores, gpus)
+
+    @classmethod
+    def of(cls, placement: Placement) -> "TaskShare":
+        shares = placement.shares
+        if len(shares) == 1:
+            share = shares[0]
+            return cls((share.node,), (share.processes,), (share.cores,), (share.gpus,))
+        return cls(tuple(s.node for s in shares), tuple(s.processes for s in shares),
+                   tuple(s.cores for s in shares), tuple(s.gpus for s in shares))
+
+    @property
+    def process_count(self) -> int:
+        return sum(self.processes)
+
+    @property
+    def core_count(self) -> int:
+        return sum(len(c) for c in self.cores)
+
+    @property
+    def allocation_text(self) -> str:
+        """``node:cores`` per node, comma-separated (QCG-PilotJob's ``allocation``)."""
+        return ",".join(f"{n}:{len(c)}" for n, c in zip(self.nodes, self.cores))
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"nodes": list(self.nodes), "processes": list(self.processes),
+                "cores": [list(c) for c in self.cores], "gpus": [list(g) for g in self.gpus]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "TaskShare":
+        return cls(tuple(data["nodes"]), tuple(data["processes"]),
+                   tuple(tuple(c) for c in data["cores"]),
+                   tuple(tuple(g) for g in data.get("gpus", ())))
+
+
+class TaskEvent(Record):
+    """A task's state changed (given to listeners, in order)."""
+
+    _fields = ("task_id", "state", "time", "message", "exit_code", "share")
+    __slots__ = _fields
+    task_id: str
+    state: TaskState
+    time: float
+    message: Optional[str]
+    exit_code: Optional[int]
+    share: Optional[TaskShare]
+
+    def __init__(self, task_id: str, state: TaskState, time: float,
+                 message: Optional[str] = None, exit_code: Optional[int] = None,
+                 share: Optional[TaskShare] = None) -> None:
+        self._store(task_id, state, time, message, exit_code, share)
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"task_id": self.task_id, "state": self.state.value,
+                               "time": self.time}
+        if self.message is not None:
+            out["message"] = self.message
+        if self.exit_code is not None:
+            out["exit_code"] = self.exit_code
+        if self.share is not None:
+            out["share"] = self.share.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "TaskEvent":
+        share = data.get("share")
+        return cls(data["task_id"], TaskState(data["state"]), data["time"], data.get("message"),
+                   data.get("exit_code"), None if share is None else TaskShare.from_json(share))
+
+
+class TaskStatus(Record):
+    """A snapshot of one task: its state, why, where it ran and when each state began."""
+
+    _fields = ("task_id", "state", "message", "exit_code", "share", "history", "directory",
+               "started", "ended")
+    __slots__ = _fields
+    task_id: str
+    state: TaskState
+    message: Optional[str]
+    exit_code: Optional[int]
+    share: Optional[TaskShare]
+    history: Tuple[Tuple[float, TaskState], ...]
+    directory: str
+    started: Optional[float]
+    ended: Optional[float]
+
+    def __init__(self, task_id: str, state: TaskState, message: Optional[str],
+                 exit_code: Optional[int], share: Optional[TaskShare],
+                 history: Tuple[Tuple[float, TaskState], ...], directory: str,
+                 started: Optional[float], ended: Optional[float]) -> None:
+        self._store(task_id, state, message, exit_code, share, history, directory, started, ended)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"task_id": self.task_id, "state": self.state.value, "message": self.message,
+                "exit_code": self.exit_code,
+                "share": None if self.share is None else self.share.to_json(),
+                "history": [[t, s.value] for t, s in self.history],
+                "directory": self.directory, "started": self.started, "ended": self.ended}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "TaskStatus":
+        share = data.get("share")
+        return cls(data["task_id"], TaskState(data["state"]), data.get("message"),
+                   data.get("exit_code"), None if share is None else TaskShare.from_json(share),
+                   tuple((t, TaskState(s)) for t, s in data.get("history", ())),
+                   data.get("directory", ""), data.get("started"), data.get("ended"))
+
+
+Listener = Callable[[TaskEvent], None]
+Prepare = Callable[[TaskSpec, TaskShare], TaskSpec]
