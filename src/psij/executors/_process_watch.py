@@ -5,9 +5,11 @@ process is a pidfd in one epoll set, so an exit wakes the thread at once and the
 does not grow with the number of running processes. Elsewhere it falls back to checking its own
 children a few times a second.
 
-The watch also keeps deadlines (the KILL that follows a cancel's TERM). What to do when a process
-ends is not its business: it hands ``(entry, wait status)`` to the callback given at registration,
-which must be quick (the executor queues the real work on its own worker).
+The watch also keeps deadlines (the KILL that follows a cancel's TERM) on a ``Clock``, and sleeps
+on the wake-up helper of ``psij._wakeup``; reaping and signalling a group are the process
+layer's (``psij.executors._process``). What to do when a process ends is not its business: it
+hands ``(pid, wait status)`` to the callback given at registration, which must be quick (the
+executor queues the real work on its own worker).
 
 It must not run user code, open job files or set job states.
 """

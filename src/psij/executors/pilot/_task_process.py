@@ -2,14 +2,16 @@
 
 Shared by the pilot engine (tasks on its own node) and the agent (tasks on the other nodes), so
 that a task is started the same way wherever it runs: its own process group, its directory,
-redirections and environment given to the spawn call, a fresh ``TMPDIR`` and a node file
+redirections and environment given to the spawn call (through the process layer that the
+local executor uses too, ``psij.executors._process``), a fresh ``TMPDIR`` and a node file
 created before and removed after.
 
 Exits are reported by an exit watch: the shared ``ProcessWatch`` thread (the agent), or a
 :class:`LoopWatch` whose process ids sit in the owner's own event loop (the engine), so that an
 exit reaches the owner's thread without a hop through another thread. Either way the owner
-then calls :meth:`TaskProcesses.finish` on its own thread, so that removing a large ``TMPDIR``
-never delays reaping.
+then calls :meth:`TaskProcesses.finish` on its own thread, which hands the ``TMPDIR`` to a
+cleanup thread: removing a directory never delays reaping or starting the next task. The
+timers (the KILL after a TERM) run on the watch's clock, a ``ManualClock`` in tests.
 
 It does not decide what runs, when, or where, and it never blocks on a task.
 """
