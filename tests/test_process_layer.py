@@ -269,34 +269,49 @@ def test_agent_watch_kills_on_its_clock_too(tmp_path: Path) -> None:
         tasks.remove_tmp_root()
 
 
-# -- TMPDIRs removed off the owner's thread -----------------------------------------------------
+# -- TMPDIRs made and removed off the owner's thread -------------------------------------------
 
 
 @needs_pidfd
-def test_finish_leaves_tmpdir_removal_to_another_thread(tmp_path: Path,
-                                                        monkeypatch: Any) -> None:
+def test_tmpdirs_are_made_ahead_and_removed_on_a_thread_of_their_own(
+        tmp_path: Path, monkeypatch: Any) -> None:
     import threading
 
-    from psij.executors.pilot import _task_process
+    calls: List[Any] = []
 
-    removed_on: List[str] = []
-    real_rmdir = os.rmdir
+    def recorded(real: Any) -> Any:
+        def call(path: Any, *args: Any, **kwargs: Any) -> None:
+            calls.append((real.__name__, threading.current_thread().name))
+            real(path, *args, **kwargs)
+        return call
 
-    def rmdir(path: Any, *args: Any, **kwargs: Any) -> None:
-        removed_on.append(threading.current_thread().name)
-        real_rmdir(path, *args, **kwargs)
-
-    monkeypatch.setattr(_task_process.os, "rmdir", rmdir)
+    monkeypatch.setattr(os, "rmdir", recorded(os.rmdir))
+    monkeypatch.setattr(os, "mkdir", recorded(os.mkdir))
     loop = Loop(tmp_path)
-    try:
-        for i in range(20):
+
+    def wave(n: int) -> List[str]:
+        loop.exits.clear()
+        for i in range(n):
             loop.tasks.start(Launch(f"t{i}", ["/bin/true"], os.getcwd()))
-        loop.until(lambda: len(loop.exits) == 20, "exits")
+        tmpdirs = [loop.tasks._running[f"t{i}"].tmpdir for i in range(n)]  # type: ignore
+        assert all(os.path.isdir(t) for t in tmpdirs)
+        loop.until(lambda: len(loop.exits) == n, "exits")
         for task_id, code in loop.exits.items():
             assert loop.tasks.finish(task_id, code) is None
-        assert not list((tmp_path / "tmp").glob("t*.nodes"))  # node files: removed at once
-        loop.tasks._cleanup.close()  # waits until what is queued is removed
-        assert [p.name for p in (tmp_path / "tmp").iterdir() if p.is_dir()] == []
-        assert len(removed_on) == 20 and set(removed_on) == {"psij-task-cleanup"}
+        assert not list((tmp_path / "tmp").glob("*.nodes"))  # node files: removed at once
+        wait_until(lambda: not any(os.path.exists(t) for t in tmpdirs)
+                   and len(loop.tasks._tmpdirs._spares) == 16, "removals and spares")
+        return tmpdirs
+
+    try:
+        first = wave(20)
+        assert ("rmdir", "psij-task-tmpdirs") in calls
+        assert ("rmdir", "MainThread") not in calls  # the owner's thread removed none
+        calls.clear()
+        second = wave(16)  # all from the spares made after the first wave
+        assert ("mkdir", "MainThread") not in calls and ("rmdir", "MainThread") not in calls
+        assert not set(first) & set(second)
+        assert all(os.stat(t).st_mode & 0o777 == 0o700
+                   for t in loop.tasks._tmpdirs._spares)
     finally:
         loop.close()

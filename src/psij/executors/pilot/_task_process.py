@@ -10,7 +10,8 @@ Exits are reported by an exit watch: the shared ``ProcessWatch`` thread (the age
 :class:`LoopWatch` whose process ids sit in the owner's own event loop (the engine), so that an
 exit reaches the owner's thread without a hop through another thread. Either way the owner
 then calls :meth:`TaskProcesses.finish` on its own thread, which hands the ``TMPDIR`` to a
-cleanup thread: removing a directory never delays reaping or starting the next task. The
+thread of its own that removes it and makes fresh ones ahead: creating or removing a directory
+never delays reaping or starting the next task. The
 timers (the KILL after a TERM) run on the watch's clock, a ``ManualClock`` in tests.
 
 It does not decide what runs, when, or where, and it never blocks on a task.
@@ -18,8 +19,9 @@ It does not decide what runs, when, or where, and it never blocks on a task.
 
 import os
 import threading
+from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional
 
 from psij._clock import Clock
 from psij._lazylog import LazyLogger
@@ -49,7 +51,7 @@ __all__ = ["HAS_PIDFD", "Launch", "LaunchError", "LoopWatch", "TaskProcesses"]
 logger = LazyLogger(__name__)
 
 _GROUP_CHECK_INTERVAL = 0.05  # while what a task's leader left behind is being ended
-_CLEANUP_IDLE = 1.0  # seconds the cleanup thread waits for more work before it ends
+_CLEANUP_IDLE = 1.0  # seconds the TMPDIR thread waits for more work before it ends
 # The selectors module's EVENT_READ, without importing it for a constant.
 _EVENT_READ = 1
 
@@ -246,7 +248,7 @@ class TaskProcesses:
         self._nodefile_sources: Dict[str, str] = {}
         self._devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         self._spawner = Spawner()
-        self._cleanup = _Cleanup()
+        self._tmpdirs = _TmpDirs(os.path.join(str(self._tmp_root), "s"))
 
     @property
     def tmp_root(self) -> Path:
@@ -271,7 +273,8 @@ class TaskProcesses:
         elif not os.path.isdir(directory):
             raise LaunchError(f"directory {directory!r} does not exist")
         self._seq += 1
-        tmpdir = self._tmp_prefix + str(self._seq)
+        spare = self._tmpdirs.take()  # made ahead by the TMPDIR thread, when it has one
+        tmpdir = self._tmp_prefix + str(self._seq) if spare is None else spare
         nodefile = tmpdir + ".nodes"
         if launch.inherit_environment:
             env = self._base_environment.copy()
@@ -282,7 +285,8 @@ class TaskProcesses:
         env["PSIJ_NODEFILE"] = nodefile
         opened: List[int] = []
         try:
-            os.mkdir(tmpdir, 0o700)
+            if spare is None:
+                os.mkdir(tmpdir, 0o700)
             self._link_nodefile(launch.nodefile, nodefile)
             stdin, stdout, stderr = open_streams(directory, launch.stdin, launch.stdout,
                                                  launch.stderr, self._devnull, opened)
@@ -327,11 +331,11 @@ class TaskProcesses:
     def finish(self, task_id: str, code: Optional[int]) -> Optional[str]:
         """Clean up after an exit reported through ``on_exit``; returns the failure message
         (None when the exit code is 0). The node file is removed at once, the task's ``TMPDIR``
-        on a thread of its own, so that a slow disk never delays the next task."""
+        on the TMPDIR thread, so that a slow disk never delays the next task."""
         process = self._running.pop(task_id, None)
         if process is not None:
             _unlink(process.nodefile)
-            self._cleanup.put(process.tmpdir)
+            self._tmpdirs.put(process.tmpdir)
         if code == 0:
             return None
         return failure_message(code, None if process is None or process.stderr is None
@@ -354,7 +358,7 @@ class TaskProcesses:
         """Remove the folder of the TMPDIRs (after the last task ended)."""
         import shutil
 
-        self._cleanup.close()
+        self._tmpdirs.close()
         shutil.rmtree(self._tmp_root, ignore_errors=True)
         if self._devnull >= 0:
             os.close(self._devnull)
@@ -420,26 +424,41 @@ def _unlink(path: str) -> None:
         pass
 
 
-class _Cleanup:
-    """Removes ended tasks' ``TMPDIR`` on a thread of its own, in batches.
+class _TmpDirs:
+    """Makes fresh TMPDIRs ahead and removes those of ended tasks, on a thread of its own.
 
-    Removing a directory costs a fraction of a millisecond to a few milliseconds on a slow
-    disk, as much as starting a task: done on the owner's thread it would slow down how fast
-    tasks start. The thread ends when it has had nothing to do for a second and is started
-    again by the next removal; :meth:`close` waits until everything queued is removed.
+    Creating and removing a directory each cost from a tenth of a millisecond to a few
+    milliseconds on a slow disk, as much as starting a task: done on the owner's thread they
+    would slow down how fast tasks start. Removals are queued by :meth:`put` and done in
+    batches; after each batch the thread makes empty directories (0700, named ``<prefix>N``)
+    until ``spares`` are ready for :meth:`take`. The thread ends when it has had nothing to do
+    for a second and is started again by the next removal; :meth:`close` waits until
+    everything queued is removed (spares left over are the owner's to remove with the root).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str, spares: int = 16) -> None:
+        self._prefix = prefix
+        self._want = spares
+        self._spares: Deque[str] = deque()
+        self._made = 0
         self._cond = threading.Condition(threading.Lock())
         self._todo: List[str] = []
         self._thread: Optional[threading.Thread] = None
         self._closing = False
 
+    def take(self) -> Optional[str]:
+        """A fresh empty directory, or None when none is ready (the caller makes one)."""
+        try:
+            return self._spares.popleft()
+        except IndexError:
+            return None
+
     def put(self, tmpdir: str) -> None:
+        """Queue ``tmpdir`` (and everything in it) for removal."""
         with self._cond:
             self._todo.append(tmpdir)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="psij-task-cleanup",
+                self._thread = threading.Thread(target=self._run, name="psij-task-tmpdirs",
                                                 daemon=True)
                 self._thread.start()
             elif len(self._todo) == 1:
@@ -451,6 +470,7 @@ class _Cleanup:
                 if not self._todo and not self._closing:
                     self._cond.wait(_CLEANUP_IDLE)
                 batch, self._todo = self._todo, []
+                closing = self._closing
                 if not batch:
                     self._thread = None
                     return
@@ -459,6 +479,19 @@ class _Cleanup:
                     _remove_tmpdir(tmpdir)
                 except Exception:  # one task's leftovers must not stop the others' removal
                     logger.exception("removing %s failed", tmpdir)
+            if not closing:
+                self._make_spares()
+
+    def _make_spares(self) -> None:
+        while len(self._spares) < self._want:
+            self._made += 1
+            path = self._prefix + str(self._made)
+            try:
+                os.mkdir(path, 0o700)
+            except OSError as ex:  # the owner makes its own until this works again
+                logger.warning("cannot make a spare TMPDIR %s: %s", path, ex)
+                return
+            self._spares.append(path)
 
     def close(self) -> None:
         """Remove what is queued, now, and wait until it is done."""
