@@ -412,7 +412,7 @@ class LocalJobExecutor(JobExecutor):
         entry = scan_journals(self._dir).get(key)
         if (entry is None or not entry.ended) and tries < _ATTACH_RETRIES:
             self._watch.call_later(0.02 * (tries + 1),
-                             lambda: self._attached_exit(run, key, tries + 1))
+                                   lambda: self._attached_exit(run, key, tries + 1))
             return
         status = self._final_from_journal(run, entry)
         _WORKER.put(lambda: self._finish(run, status))
