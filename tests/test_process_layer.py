@@ -269,49 +269,54 @@ def test_agent_watch_kills_on_its_clock_too(tmp_path: Path) -> None:
         tasks.remove_tmp_root()
 
 
-# -- TMPDIRs made and removed off the owner's thread -------------------------------------------
+# -- TMPDIRs: an empty one is renamed and given to a later task -------------------------------
 
 
 @needs_pidfd
-def test_tmpdirs_are_made_ahead_and_removed_on_a_thread_of_their_own(
+def test_an_empty_tmpdir_is_renamed_for_a_later_task_instead_of_made_again(
         tmp_path: Path, monkeypatch: Any) -> None:
-    import threading
-
-    calls: List[Any] = []
+    calls: List[str] = []
 
     def recorded(real: Any) -> Any:
         def call(path: Any, *args: Any, **kwargs: Any) -> None:
-            calls.append((real.__name__, threading.current_thread().name))
+            calls.append(real.__name__)
             real(path, *args, **kwargs)
         return call
 
-    monkeypatch.setattr(os, "rmdir", recorded(os.rmdir))
-    monkeypatch.setattr(os, "mkdir", recorded(os.mkdir))
     loop = Loop(tmp_path)
+    leave = tmp_path / "leave"
+    leave.write_text("")
 
-    def wave(n: int) -> List[str]:
+    def wave(argvs: List[List[str]]) -> List[str]:
         loop.exits.clear()
-        for i in range(n):
-            loop.tasks.start(Launch(f"t{i}", ["/bin/true"], os.getcwd()))
+        n = len(argvs)
+        for i, argv in enumerate(argvs):
+            loop.tasks.start(Launch(f"t{i}", argv, str(tmp_path)))
         tmpdirs = [loop.tasks._running[f"t{i}"].tmpdir for i in range(n)]  # type: ignore
-        assert all(os.path.isdir(t) for t in tmpdirs)
         loop.until(lambda: len(loop.exits) == n, "exits")
         for task_id, code in loop.exits.items():
             assert loop.tasks.finish(task_id, code) is None
-        assert not list((tmp_path / "tmp").glob("*.nodes"))  # node files: removed at once
-        wait_until(lambda: not any(os.path.exists(t) for t in tmpdirs)
-                   and len(loop.tasks._tmpdirs._spares) == 16, "removals and spares")
+        # Gone at the task's end, either way; node files too.
+        assert not any(os.path.exists(t) for t in tmpdirs)
+        assert not list((tmp_path / "tmp").glob("*.nodes"))
         return tmpdirs
 
     try:
-        first = wave(20)
-        assert ("rmdir", "psij-task-tmpdirs") in calls
-        assert ("rmdir", "MainThread") not in calls  # the owner's thread removed none
-        calls.clear()
-        second = wave(16)  # all from the spares made after the first wave
-        assert ("mkdir", "MainThread") not in calls and ("rmdir", "MainThread") not in calls
+        # Each task finds its TMPDIR empty and private.
+        check = ["sh", "-c", '[ -z "$(ls -A "$TMPDIR")" ] && [ "$(stat -c %a "$TMPDIR")" = 700 ]']
+        first = wave([check] * 4)
+        assert all(code == 0 for code in loop.exits.values())
+        monkeypatch.setattr(os, "rmdir", recorded(os.rmdir))
+        monkeypatch.setattr(os, "mkdir", recorded(os.mkdir))
+        # The four empty ones are given out again (no mkdir); the tasks leave something in
+        # them or open them to others, so they are removed, not kept.
+        leaves = ["sh", "-c", 'touch "$TMPDIR/left"']
+        opens = ["sh", "-c", 'chmod 755 "$TMPDIR"']
+        second = wave([leaves, opens, leaves, opens])
+        assert "mkdir" not in calls and calls.count("rmdir") >= 4
         assert not set(first) & set(second)
-        assert all(os.stat(t).st_mode & 0o777 == 0o700
-                   for t in loop.tasks._tmpdirs._spares)
+        calls.clear()
+        wave([check] * 4)  # nothing spare any more: made anew
+        assert calls.count("mkdir") == 4 and all(code == 0 for code in loop.exits.values())
     finally:
         loop.close()

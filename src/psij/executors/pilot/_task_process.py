@@ -9,19 +9,18 @@ created before and removed after.
 Exits are reported by an exit watch: the shared ``ProcessWatch`` thread (the agent), or a
 :class:`LoopWatch` whose process ids sit in the owner's own event loop (the engine), so that an
 exit reaches the owner's thread without a hop through another thread. Either way the owner
-then calls :meth:`TaskProcesses.finish` on its own thread, which hands the ``TMPDIR`` to a
-thread of its own that removes it and makes fresh ones ahead: creating or removing a directory
-never delays reaping or starting the next task. The
+then calls :meth:`TaskProcesses.finish` on its own thread. An ended task's empty ``TMPDIR`` is
+renamed and given to a later task rather than removed and made again, which would cost ten
+times more on the owner's thread. The
 timers (the KILL after a TERM) run on the watch's clock, a ``ManualClock`` in tests.
 
 It does not decide what runs, when, or where, and it never blocks on a task.
 """
 
 import os
-import threading
-from collections import deque
+import stat
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from psij._clock import Clock
 from psij._lazylog import LazyLogger
@@ -51,7 +50,7 @@ __all__ = ["HAS_PIDFD", "Launch", "LaunchError", "LoopWatch", "TaskProcesses"]
 logger = LazyLogger(__name__)
 
 _GROUP_CHECK_INTERVAL = 0.05  # while what a task's leader left behind is being ended
-_CLEANUP_IDLE = 1.0  # seconds the TMPDIR thread waits for more work before it ends
+_SPARE_TMPDIRS = 64  # empty TMPDIRs of ended tasks kept for later tasks, at most
 # The selectors module's EVENT_READ, without importing it for a constant.
 _EVENT_READ = 1
 
@@ -241,6 +240,7 @@ class TaskProcesses:
         self._on_exit = on_exit
         self._grace = grace
         self._base_environment = dict(os.environ)
+        self._uid = os.getuid()
         self._running: Dict[str, _Process] = {}
         self._seq = 0
         # One file per distinct node file text; each task's node file is a hard link to it,
@@ -248,7 +248,7 @@ class TaskProcesses:
         self._nodefile_sources: Dict[str, str] = {}
         self._devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         self._spawner = Spawner()
-        self._tmpdirs = _TmpDirs(os.path.join(str(self._tmp_root), "s"))
+        self._spare_tmpdirs: List[str] = []  # empty, private, renamed: for later tasks
 
     @property
     def tmp_root(self) -> Path:
@@ -273,7 +273,7 @@ class TaskProcesses:
         elif not os.path.isdir(directory):
             raise LaunchError(f"directory {directory!r} does not exist")
         self._seq += 1
-        spare = self._tmpdirs.take()  # made ahead by the TMPDIR thread, when it has one
+        spare = self._spare_tmpdirs.pop() if self._spare_tmpdirs else None
         tmpdir = self._tmp_prefix + str(self._seq) if spare is None else spare
         nodefile = tmpdir + ".nodes"
         if launch.inherit_environment:
@@ -330,12 +330,12 @@ class TaskProcesses:
 
     def finish(self, task_id: str, code: Optional[int]) -> Optional[str]:
         """Clean up after an exit reported through ``on_exit``; returns the failure message
-        (None when the exit code is 0). The node file is removed at once, the task's ``TMPDIR``
-        on the TMPDIR thread, so that a slow disk never delays the next task."""
+        (None when the exit code is 0). The task's node file and ``TMPDIR`` are removed (an
+        empty ``TMPDIR`` is renamed and kept for a later task, see :meth:`_recycle`)."""
         process = self._running.pop(task_id, None)
         if process is not None:
             _unlink(process.nodefile)
-            self._tmpdirs.put(process.tmpdir)
+            self._recycle(process.tmpdir)
         if code == 0:
             return None
         return failure_message(code, None if process is None or process.stderr is None
@@ -358,11 +358,34 @@ class TaskProcesses:
         """Remove the folder of the TMPDIRs (after the last task ended)."""
         import shutil
 
-        self._tmpdirs.close()
         shutil.rmtree(self._tmp_root, ignore_errors=True)
         if self._devnull >= 0:
             os.close(self._devnull)
             self._devnull = -1
+
+    def _recycle(self, tmpdir: str) -> None:
+        """Remove an ended task's ``TMPDIR``, or, when it is still an empty private directory,
+        rename it and keep it for a later task.
+
+        Removing a directory and making a new one cost about ten times what looking into it
+        and renaming it cost (a rename is one change of its parent; ``rmdir`` and ``mkdir`` are
+        journaled changes of the directory itself too), and both would be on the owner's
+        thread, between two task starts. Once renamed, the ended task's ``TMPDIR`` path no
+        longer exists, and the next task receives an empty directory only it can use.
+        """
+        if len(self._spare_tmpdirs) < _SPARE_TMPDIRS:
+            try:
+                st = os.lstat(tmpdir)
+                if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o777 == 0o700 \
+                        and st.st_uid == self._uid and not os.listdir(tmpdir):
+                    self._seq += 1
+                    fresh = self._tmp_prefix + str(self._seq)
+                    os.rename(tmpdir, fresh)
+                    self._spare_tmpdirs.append(fresh)
+                    return
+            except OSError:
+                pass  # removed below, as any other
+        _remove_tmpdir(tmpdir)
 
     def _link_nodefile(self, text: str, path: str) -> None:
         source = self._nodefile_sources.get(text)
@@ -422,87 +445,3 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-class _TmpDirs:
-    """Makes fresh TMPDIRs ahead and removes those of ended tasks, on a thread of its own.
-
-    Creating and removing a directory each cost from a tenth of a millisecond to a few
-    milliseconds on a slow disk, as much as starting a task: done on the owner's thread they
-    would slow down how fast tasks start. Removals are queued by :meth:`put` and done in
-    batches; after each batch the thread makes empty directories (0700, named ``<prefix>N``)
-    until ``spares`` are ready for :meth:`take`. The thread ends when it has had nothing to do
-    for a second and is started again by the next removal; :meth:`close` waits until
-    everything queued is removed (spares left over are the owner's to remove with the root).
-    """
-
-    def __init__(self, prefix: str, spares: int = 16) -> None:
-        self._prefix = prefix
-        self._want = spares
-        self._spares: Deque[str] = deque()
-        self._made = 0
-        self._cond = threading.Condition(threading.Lock())
-        self._todo: List[str] = []
-        self._thread: Optional[threading.Thread] = None
-        self._closing = False
-
-    def take(self) -> Optional[str]:
-        """A fresh empty directory, or None when none is ready (the caller makes one)."""
-        try:
-            return self._spares.popleft()
-        except IndexError:
-            return None
-
-    def put(self, tmpdir: str) -> None:
-        """Queue ``tmpdir`` (and everything in it) for removal."""
-        with self._cond:
-            self._todo.append(tmpdir)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="psij-task-tmpdirs",
-                                                daemon=True)
-                self._thread.start()
-            elif len(self._todo) == 1:
-                self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if not self._todo and not self._closing:
-                    self._cond.wait(_CLEANUP_IDLE)
-                batch, self._todo = self._todo, []
-                closing = self._closing
-                if not batch:
-                    self._thread = None
-                    return
-            for tmpdir in batch:
-                try:
-                    _remove_tmpdir(tmpdir)
-                except Exception:  # one task's leftovers must not stop the others' removal
-                    logger.exception("removing %s failed", tmpdir)
-            if not closing:
-                self._make_spares()
-
-    def _make_spares(self) -> None:
-        while len(self._spares) < self._want:
-            self._made += 1
-            path = self._prefix + str(self._made)
-            try:
-                os.mkdir(path, 0o700)
-            except OSError as ex:  # the owner makes its own until this works again
-                logger.warning("cannot make a spare TMPDIR %s: %s", path, ex)
-                return
-            self._spares.append(path)
-
-    def close(self) -> None:
-        """Remove what is queued, now, and wait until it is done."""
-        with self._cond:
-            self._closing = True
-            thread = self._thread
-            self._cond.notify()
-        if thread is not None:
-            thread.join()
-        with self._cond:
-            batch, self._todo = self._todo, []
-            self._closing = False
-        for tmpdir in batch:
-            _remove_tmpdir(tmpdir)
