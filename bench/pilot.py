@@ -10,12 +10,16 @@ both alike. Figures:
   jobs/s from the first submit to the last task's end, both read from each pilot's own job
   report, and the whole process from spawn to exit;
 - start-up: one ``/bin/true`` task; from spawn to the moment the task starts executing (its
-  EXECUTING time in the report).
+  EXECUTING time in the report);
+- the local executor's throughput on the same 1000 ``/bin/true`` (``bench/workloads.py
+  throughput``, first submit to last final state), and the ``pilot`` executor's through the
+  same PSI/J calls, in the same alternation: the pilot's tasks on its own node are started and
+  reaped by the same process layer as the local executor's jobs.
 
 Both interpreters use cached bytecode (PYTHONDONTWRITEBYTECODE is dropped for the children and
 one unmeasured warm-up round runs first), as an installed package would. The targets are
 printed as PASS/FAIL lines and never change the exit status; exit status 1 means a measurement
-could not be taken. Run: ``.venv/bin/python bench/pilot.py [--quick]``.
+could not be taken. Run: ``.venv/bin/python bench/pilot.py [--quick] [--ours-only]``.
 """
 
 import argparse
@@ -27,11 +31,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from run import PIP_INSTALL_LIMIT_S, REPO, _child_env, _tail, log
+from run import (
+    OURS_PYTHON,
+    PIP_INSTALL_LIMIT_S,
+    REPO,
+    Implementation,
+    _child_env,
+    _tail,
+    build_workloads,
+    log,
+    run_worker,
+)
 
 OURS_PSIJ = REPO / ".venv" / "bin" / "psij"
 QCG_REQUIREMENT = "qcg-pilotjob==0.14.2"
@@ -44,6 +59,8 @@ RUN_LIMIT_S = 600.0
 
 OURS = "ours"
 QCG = "qcg"
+LOCAL = "local"  # this package's local executor, not a pilot
+PILOT_EXECUTOR = "pilot-executor"  # the ``pilot`` executor in-process, through the PSI/J API
 
 
 def ensure_qcg_venv() -> Optional[str]:
@@ -142,8 +159,22 @@ def command(side: str, requests: Path, wd: Path) -> List[str]:
             "--wd", str(wd), "--report-format", "json"]
 
 
+def executor_round(executor: str, tasks: int) -> Dict[str, float]:
+    """``tasks`` x ``/bin/true`` through the PSI/J API with one of our executors (``local``
+    or ``pilot``), in a child interpreter of ours."""
+    workload = next(w for w in build_workloads(quick=False) if w.name == "throughput")
+    result = run_worker(Implementation(OURS, OURS_PYTHON),
+                        replace(workload, args=["--jobs", str(tasks), "--executor", executor]))
+    if result.get("not_completed"):
+        raise RuntimeError(f"{result['not_completed']} of {tasks} jobs did not complete")
+    return {"whole_s": result["seconds"], "span_s": result["seconds"],
+            "jobs_per_s": result["jobs_per_s"], "startup_s": 0.0}
+
+
 def one_round(side: str, requests: Path, tasks: int) -> Dict[str, float]:
     """Run one pilot process on ``requests``; figures of that run. Raises RuntimeError."""
+    if side in (LOCAL, PILOT_EXECUTOR):
+        return executor_round("local" if side == LOCAL else "pilot", tasks)
     with tempfile.TemporaryDirectory(prefix=f"psij-bench-pilot-{side}-") as tmp:
         wd = Path(tmp) / "wd"
         wd.mkdir()
@@ -223,6 +254,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="200 tasks and fewer rounds, for a smoke run")
+    parser.add_argument("--ours-only", action="store_true",
+                        help="leave qcg-pilotjob out (ours and the local executor only)")
     return parser.parse_args(argv)
 
 
@@ -235,10 +268,10 @@ def main(argv: Sequence[str]) -> int:
         log(f"{OURS_PSIJ} is missing: run `make .venv/.installed` first.")
         return 1
     sides = [OURS]
-    problem = ensure_qcg_venv()
-    if problem is None:
+    problem = None if args.ours_only else ensure_qcg_venv()
+    if problem is None and not args.ours_only:
         sides.append(QCG)
-    else:
+    elif problem is not None:
         log(f"qcg-pilotjob unavailable, measuring ours only. FAILED: {problem}")
     log(f"Machine: {os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.1f} (wall times "
         f"are only comparable on an idle machine), Python {sys.version.split()[0]}, "
@@ -253,7 +286,8 @@ def main(argv: Sequence[str]) -> int:
         alternate("warm-up (not counted)", 1, 1, sides, work, lambda r: "ok")
         log()
         throughput = alternate(
-            f"throughput: {tasks} x /bin/true", tasks, throughput_rounds, sides, work,
+            f"throughput: {tasks} x /bin/true", tasks, throughput_rounds,
+            [*sides, LOCAL, PILOT_EXECUTOR], work,
             lambda r: f"{r['jobs_per_s']:.0f} jobs/s ({r['span_s']:.2f} s first submit to "
                       f"last end), whole process {r['whole_s']:.2f} s")
         log()
@@ -274,7 +308,11 @@ def main(argv: Sequence[str]) -> int:
     qcg_whole = median(throughput.get(QCG, []), "whole_s")
     ours_startup = median(startup[OURS], "startup_s")
     qcg_startup = median(startup.get(QCG, []), "startup_s")
+    local_rate = median(throughput[LOCAL], "jobs_per_s")
     rate_ratio = ours_rate / qcg_rate if ours_rate and qcg_rate else None
+    executor_rate = median(throughput[PILOT_EXECUTOR], "jobs_per_s")
+    local_ratio = ours_rate / local_rate if ours_rate and local_rate else None
+    executor_ratio = executor_rate / local_rate if executor_rate and local_rate else None
     whole_ratio = qcg_whole / ours_whole if ours_whole and qcg_whole else None
     startup_ratio = qcg_startup / ours_startup if ours_startup and qcg_startup else None
 
@@ -287,6 +325,10 @@ def main(argv: Sequence[str]) -> int:
          "no comparison" if whole_ratio is None else f"{whole_ratio:.2f}x faster"),
         ("start-up to first task", fmt(ours_startup, "s"), fmt(qcg_startup, "s"),
          "no comparison" if startup_ratio is None else f"{startup_ratio:.1f}x faster"),
+        (f"local executor jobs/s, {tasks} jobs", fmt(local_rate, "jobs/s", 0), "",
+         "no comparison" if local_ratio is None else f"pilot {local_ratio:.2f}x of local"),
+        (f"pilot executor jobs/s, {tasks} jobs", fmt(executor_rate, "jobs/s", 0), "",
+         "no comparison" if executor_ratio is None else f"{executor_ratio:.2f}x of local"),
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for n, row in enumerate(rows):
@@ -295,12 +337,15 @@ def main(argv: Sequence[str]) -> int:
             log("   " + "  ".join("-" * w for w in widths))
     log()
     log("== Targets (informational)")
-    log(f"   {verdict(None if rate_ratio is None else rate_ratio >= 1.5)}  "
-        f"throughput at least 1.5x qcg-pilotjob's jobs/s"
-        + ("" if rate_ratio is None else f"  ({rate_ratio:.2f}x)"))
-    log(f"   {verdict(None if whole_ratio is None else whole_ratio >= 3.0)}  "
-        f"whole process at least 3x faster than qcg-pilotjob's"
-        + ("" if whole_ratio is None else f"  ({whole_ratio:.2f}x)"))
+    for ratio, floor, text in (
+            (rate_ratio, 1.5, "throughput at least 1.5x qcg-pilotjob's jobs/s"),
+            (whole_ratio, 3.0, "whole process at least 3x faster than qcg-pilotjob's"),
+            (local_ratio, 0.8, "pilot throughput within 20% of the local executor's in the "
+                               "same run"),
+            (executor_ratio, 0.8, "pilot executor within 20% of the local executor's in the "
+                                  "same run")):
+        log(f"   {verdict(None if ratio is None else ratio >= floor)}  {text}"
+            + ("" if ratio is None else f"  ({ratio:.2f}x)"))
     log(f"   {verdict(None if ours_startup is None else ours_startup < 0.1)}  "
         f"start-up under 0.1 s" + ("" if ours_startup is None
                                    else f"  ({ours_startup * 1e3:.0f} ms)"))
@@ -308,8 +353,8 @@ def main(argv: Sequence[str]) -> int:
     failed = [f"{name}/{side}" for name, results, rounds in
               (("throughput", throughput, throughput_rounds), ("start-up", startup,
                                                                startup_rounds))
-              for side in sides if len(results[side]) < rounds]
-    if failed or len(sides) < 2:
+              for side in results if len(results[side]) < rounds]
+    if failed or (len(sides) < 2 and not args.ours_only):
         log()
         log("Measurements that failed: " + (", ".join(failed) or "qcg-pilotjob setup"))
         return 1

@@ -87,15 +87,21 @@ def measure_import(runs: int) -> Dict[str, Any]:
 
 
 @contextmanager
-def local_executor() -> Iterator["psij.JobExecutor"]:
-    """A local executor writing into a fresh work directory that is removed afterwards."""
+def local_executor(name: str = "local") -> Iterator["psij.JobExecutor"]:
+    """An executor (the local one unless ``name`` says otherwise) writing into a fresh work
+    directory that is removed afterwards."""
     import psij
 
     work_dir = Path(tempfile.mkdtemp(prefix="psij-bench-work-"))
+    executor = None
     try:
         config = psij.JobExecutorConfig(work_directory=work_dir)
-        yield psij.JobExecutor.get_instance("local", config=config)
+        executor = psij.JobExecutor.get_instance(name, config=config)
+        yield executor
     finally:
+        close = getattr(executor, "close", None)
+        if callable(close):
+            close()
         shutil.rmtree(work_dir, ignore_errors=True)
 
 
@@ -117,9 +123,9 @@ def wait_all(jobs: List["psij.Job"]) -> int:
     return not_completed
 
 
-def measure_throughput(n_jobs: int) -> Dict[str, Any]:
+def measure_throughput(n_jobs: int, executor_name: str = "local") -> Dict[str, Any]:
     """Jobs/s for ``n_jobs`` /bin/true jobs submitted at once, first submit to last final."""
-    with local_executor() as executor:
+    with local_executor(executor_name) as executor:
         jobs = [true_job() for _ in range(n_jobs)]
         cpu_start = time.process_time()
         start = time.perf_counter()
@@ -224,6 +230,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--runs", type=_positive_int, default=15)
     p = sub.add_parser("throughput", help="jobs/s for many /bin/true submitted at once")
     p.add_argument("--jobs", type=_positive_int, default=1000)
+    p.add_argument("--executor", default="local",
+                   help="the executor's name (default local; pilot runs an in-process pilot)")
     p = sub.add_parser("latency", help="submit-to-COMPLETED time of sequential jobs")
     p.add_argument("--jobs", type=_positive_int, default=30)
     p = sub.add_parser("rss", help="RSS growth per finished job still referenced")
@@ -236,7 +244,7 @@ def main(argv: List[str]) -> int:
     args = parse_args(argv)
     runners: Dict[str, Callable[[], Dict[str, Any]]] = {
         "import": lambda: measure_import(args.runs),
-        "throughput": lambda: measure_throughput(args.jobs),
+        "throughput": lambda: measure_throughput(args.jobs, args.executor),
         "latency": lambda: measure_latency(args.jobs),
         "rss": lambda: measure_rss(args.batch, args.chunk),
     }

@@ -39,6 +39,12 @@ def test_throughput_runs_every_job_to_completion(tmp_path: Path) -> None:
     assert result["jobs_per_s"] == pytest.approx(20 / result["seconds"])
 
 
+def test_throughput_runs_through_the_pilot_executor_too(tmp_path: Path) -> None:
+    # What bench/pilot.py compares with the local executor's figure in the same run.
+    result = run_workload(tmp_path, ["throughput", "--jobs", "20", "--executor", "pilot"])
+    assert result["jobs"] == 20 and result["not_completed"] == 0
+
+
 def test_latency_reports_one_sample_per_job(tmp_path: Path) -> None:
     result = run_workload(tmp_path, ["latency", "--jobs", "5"])
     assert result["not_completed"] == 0

@@ -21,10 +21,10 @@ import signal
 import stat
 import sys
 from datetime import timedelta
-from types import FrameType
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from psij._cli_pilot import add_pilot_commands, pilot_main, plain_pilot_run, whole_number
+from psij._stop_signals import StopSignals
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.job import Job
 from psij.job_attributes import JobAttributes
@@ -61,11 +61,6 @@ _ATTRIBUTE_HELP = ("--attr keys:\n"
                    "  queue=NAME, account=NAME, reservation=ID\n"
                    "  EXECUTOR.OPTION=VALUE  a custom attribute used only by that executor,\n"
                    "                       e.g. slurm.qos=debug")
-
-# Signals that mean "stop": the job runs in its own process group, so it would outlive this
-# process unless it is canceled first.
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
 
 class UsageError(Exception):
     """A command line that cannot be turned into a job; reported with exit status 2."""
@@ -407,43 +402,10 @@ def exit_status(status: Optional[JobStatus]) -> Tuple[int, Optional[str]]:
     return (code, None) if code <= 255 else (EXIT_FAILED, f"job exited with code {code}")
 
 
-class _StopSignals:
-    """Stop signals while a job is submitted and waited for.
-
-    During submission a signal is only remembered, so that submit is never cut in half; once
-    armed (the job is running and we wait) it raises :class:`_Stop` in the main thread, which
-    is the only way to interrupt the wait.
-    """
-
-    def __init__(self) -> None:
-        self._saved: List[Tuple[int, Any]] = []
-        self._armed = False
-        self._pending: Optional[str] = None
-
-    def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
-        name = signal.Signals(signum).name
-        if self._armed:
-            raise _Stop(name)
-        self._pending = name
-
-    def arm(self) -> None:
-        """From now on a stop signal raises _Stop; raise it now if one came in already."""
-        self._armed = True
-        if self._pending is not None:
-            raise _Stop(self._pending)
-
-    def __enter__(self) -> "_StopSignals":
-        for sig in _STOP_SIGNALS:
-            try:
-                self._saved.append((sig, signal.signal(sig, self._handle)))
-            except ValueError:  # not the main thread: signals stay as they are
-                break
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._saved:
-            signal.signal(sig, handler)
-        self._saved = []
+def _raise_stop(signum: int) -> None:
+    # The job runs in its own process group, so it would outlive this process unless it is
+    # canceled first: a stop signal interrupts the wait (the only way to) to cancel it.
+    raise _Stop(signal.Signals(signum).name)
 
 
 class _JobRun:
@@ -475,7 +437,8 @@ class _JobRun:
 
     def __call__(self) -> int:
         args = self.args
-        with _StopSignals() as stop:
+        # Held during submission, so that submit is never cut in half.
+        with StopSignals(_raise_stop, hold=True) as stop:
             try:
                 spec = build_spec(args)
                 executor = JobExecutor.get_instance(args.executor)
@@ -492,9 +455,9 @@ class _JobRun:
         self.catch_up()
         return code
 
-    def wait_or_cancel(self, job: Job, stop: _StopSignals) -> int:
+    def wait_or_cancel(self, job: Job, stop: StopSignals) -> int:
         try:
-            stop.arm()
+            stop.release()
             status = job.wait()
         except (_Stop, KeyboardInterrupt):
             self.say("stopping: canceling the job")

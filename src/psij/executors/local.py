@@ -30,7 +30,6 @@ import queue
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -45,7 +44,16 @@ from psij.executors._local_journal import (
     scan_journals,
     start_time,
 )
-from psij.executors._process_watch import WATCH, exit_code_of, signal_name
+from psij.executors._process import (
+    LaunchError,
+    Spawner,
+    StreamError,
+    exit_code_of,
+    failure_message,
+    open_streams,
+    terminate_group,
+)
+from psij.executors._process_watch import WATCH
 from psij.job import Job
 from psij.job_executor import JobExecutor
 from psij.job_executor_config import JobExecutorConfig
@@ -59,8 +67,6 @@ from psij.staging import StageOutFlags, StagingMode, normalize_flags
 __all__ = ["LocalJobExecutor", "LocalJobExecutorConfig"]
 
 logger = logging.getLogger(__name__)
-
-_STDERR_EXCERPT = 1024
 
 
 class LocalJobExecutorConfig(JobExecutorConfig):
@@ -115,7 +121,6 @@ class _Run:
         "launcher",
         "launcher_out",
         "pid",
-        "proc",
         "start",
         "stderr_path",
     )
@@ -123,7 +128,6 @@ class _Run:
     def __init__(self, job: Job, job_dir: Path) -> None:
         self.job = job
         self.job_dir = job_dir
-        self.proc: Optional[subprocess.Popen[bytes]] = None
         self.pid: Optional[int] = None
         self.start: Optional[str] = None  # kernel start time, journaled with the pid
         self.launcher: Optional[Launcher] = None
@@ -154,6 +158,8 @@ class LocalJobExecutor(JobExecutor):
         self._nodefiles: Dict[int, str] = {}
         self._hostname: Optional[str] = None
         self._journal_file: Optional[Journal] = None
+        # Reaps the jobs and times the KILL after a cancel's TERM (tests give it a manual clock).
+        self._watch = WATCH
 
     # -- submit ---------------------------------------------------------------------------------
 
@@ -265,18 +271,10 @@ class LocalJobExecutor(JobExecutor):
                 out_fd = os.open(run.launcher_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 stdin, stdout, stderr = subprocess.DEVNULL, out_fd, out_fd
             try:
-                proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr,
-                                        cwd=str(prepared.job_dir), env=prepared.env,
-                                        close_fds=True, **_NEW_GROUP)
-            except FileNotFoundError as ex:
-                if prepared.direct and not Path(prepared.job_dir).is_dir():
-                    raise SubmitException(f"JobSpec.directory: {str(prepared.job_dir)!r} does "
-                                          "not exist") from ex
-                raise _NotRunnable(_not_found(spec.executable)) from ex
-            except PermissionError as ex:
-                raise _NotRunnable(_not_executable(spec.executable, ex.strerror)) from ex
-            except OSError as ex:
-                raise SubmitException(f"could not start job {job.id}: {ex}") from ex
+                pid = _SPAWNER.spawn(argv, str(prepared.job_dir), prepared.env, stdin, stdout,
+                                     stderr)
+            except LaunchError as ex:
+                raise _spawn_failure(ex, job, prepared) from ex
         finally:
             if streams is not None:
                 for s in set(streams):  # stdout and stderr may share one descriptor
@@ -284,13 +282,12 @@ class LocalJobExecutor(JobExecutor):
                         os.close(s)
             elif out_fd >= 0:
                 os.close(out_fd)
-        run.proc = proc
-        run.pid = proc.pid
-        job._native_id = str(proc.pid)
-        run.start = start_time(proc.pid)
-        self._journal().append(f"S {proc.pid} {run.start} {job.id}")
+        run.pid = pid
+        job._native_id = str(pid)
+        run.start = start_time(pid)
+        self._journal().append(f"S {pid} {run.start} {job.id}")
         self._set_job_status(job, JobStatus(JobState.ACTIVE))
-        WATCH.watch(proc.pid, lambda pid, status: self._on_exit(run, status))
+        self._watch.watch(pid, lambda pid, status: self._on_exit(run, status))
 
     def _journal(self) -> Journal:
         j = self._journal_file
@@ -307,8 +304,6 @@ class LocalJobExecutor(JobExecutor):
         # On the ProcessWatch thread: record what is needed, hand the rest to the worker.
         code = exit_code_of(status)
         run.exited = True
-        if run.proc is not None:
-            run.proc.returncode = code if code is not None else -1
         _WORKER.put(lambda: self._complete(run, code))
 
     def _complete(self, run: _Run, code: Optional[int]) -> None:
@@ -341,7 +336,7 @@ class LocalJobExecutor(JobExecutor):
         if run.canceled:
             state = JobState.CANCELED
         elif state is JobState.FAILED and message is None:
-            message = _failure_message(code, run.stderr_path)
+            message = failure_message(code, run.stderr_path)
         spec = job.spec
         assert spec is not None
         if _needs_staging(spec):
@@ -368,8 +363,7 @@ class LocalJobExecutor(JobExecutor):
         run.canceled = True
         if run.pid is None:
             return  # not started yet: the worker sees the flag and never starts it
-        if WATCH.signal_group(run.pid, _SIGTERM):
-            WATCH.signal_later(run.pid, _SIGKILL, self._grace)
+        terminate_group(self._watch, run.pid, self._grace)
 
     def list(self) -> List[str]:
         """Native ids (pids) of this user's local jobs that are still running."""
@@ -408,7 +402,7 @@ class LocalJobExecutor(JobExecutor):
         if start_time(pid) == key[1]:
             run.pid = pid
             self._set_job_status(job, JobStatus(JobState.ACTIVE))
-            if WATCH.watch(pid, lambda p, s: self._attached_exit(run, key), child=False):
+            if self._watch.watch(pid, lambda p, s: self._attached_exit(run, key), child=False):
                 return
         self._attached_exit(run, key)
 
@@ -417,8 +411,8 @@ class LocalJobExecutor(JobExecutor):
         # timer, so that neither shared thread ever sleeps.
         entry = scan_journals(self._dir).get(key)
         if (entry is None or not entry.ended) and tries < _ATTACH_RETRIES:
-            WATCH.call_later(0.02 * (tries + 1),
-                             lambda: self._attached_exit(run, key, tries + 1))
+            self._watch.call_later(0.02 * (tries + 1),
+                                   lambda: self._attached_exit(run, key, tries + 1))
             return
         status = self._final_from_journal(run, entry)
         _WORKER.put(lambda: self._finish(run, status))
@@ -433,7 +427,7 @@ class LocalJobExecutor(JobExecutor):
         state = JobState.COMPLETED if code == 0 else JobState.FAILED
         if run.canceled or entry.canceled:
             state = JobState.CANCELED
-        msg = _failure_message(code, None) if state is JobState.FAILED else None
+        msg = failure_message(code, None) if state is JobState.FAILED else None
         return JobStatus(state, exit_code=code, message=msg)
 
     # -- staging --------------------------------------------------------------------------------
@@ -531,35 +525,22 @@ class _Prepared:
                                       f"({'file' if p.exists() else 'folder'} not writable or "
                                       "missing)")
 
-    def open_streams(self, spec: JobSpec) -> Tuple[Any, Any, Any]:
+    def open_streams(self, spec: JobSpec) -> Tuple[int, int, int]:
         opened: List[int] = []
+
+        def text(path: Optional[Path]) -> Optional[str]:
+            return None if path is None else str(path)
+
         try:
-            stdin: Any = subprocess.DEVNULL
-            if spec.stdin_path is not None:
-                stdin = self._open(spec.stdin_path, os.O_RDONLY, "stdin_path", opened)
-            out: Any = subprocess.DEVNULL
-            if spec.stdout_path is not None:
-                out = self._open(spec.stdout_path, _WRITE, "stdout_path", opened)
-            err: Any = subprocess.DEVNULL
-            if spec.stderr_path is not None:
-                if spec.stderr_path == spec.stdout_path:
-                    err = out
-                else:
-                    err = self._open(spec.stderr_path, _WRITE, "stderr_path", opened)
-            return stdin, out, err
-        except BaseException:
+            return open_streams(str(self.job_dir), text(spec.stdin_path), text(spec.stdout_path),
+                                text(spec.stderr_path), subprocess.DEVNULL, opened)
+        except BaseException as ex:
             for fd in opened:
                 os.close(fd)
+            if isinstance(ex, StreamError):
+                raise SubmitException(f"JobSpec.{ex.which}_path: cannot open {ex.path!r}: "
+                                      f"{ex.reason}") from ex
             raise
-
-    def _open(self, rel: Path, flags: int, field: str, opened: List[int]) -> int:
-        try:
-            fd = os.open(self.job_dir / rel, flags | os.O_CLOEXEC, 0o666)
-        except OSError as ex:
-            raise SubmitException(f"JobSpec.{field}: cannot open {str(rel)!r}: "
-                                  f"{ex.strerror}") from ex
-        opened.append(fd)
-        return fd
 
 
 class _NotRunnable(Exception):
@@ -569,6 +550,22 @@ class _NotRunnable(Exception):
     def __init__(self, status: JobStatus) -> None:
         super().__init__(status.message)
         self.status = status
+
+
+def _spawn_failure(ex: LaunchError, job: Job, prepared: _Prepared) -> Exception:
+    """What submit makes of a job whose process could not be started: a missing or
+    unexecutable program ends the job (127, 126), anything else is refused."""
+    spec = job.spec
+    assert spec is not None
+    if ex.exit_code == 127:
+        if prepared.direct and not Path(prepared.job_dir).is_dir():
+            return SubmitException(f"JobSpec.directory: {str(prepared.job_dir)!r} does not "
+                                   "exist")
+        return _NotRunnable(_not_found(spec.executable))
+    cause = ex.__cause__
+    if ex.exit_code == 126:
+        return _NotRunnable(_not_executable(spec.executable, getattr(cause, "strerror", None)))
+    return SubmitException(f"could not start job {job.id}: {cause or ex}")
 
 
 def _not_found(exe: Optional[str]) -> JobStatus:
@@ -624,29 +621,8 @@ def _check_os_texts(spec: JobSpec) -> None:
 
 
 _ATTACH_RETRIES = 12  # about 1.5 s in all
-_WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-_SIGTERM = 15
-_SIGKILL = 9
-_NEW_GROUP: Dict[str, Any] = ({"process_group": 0} if sys.version_info >= (3, 11)
-                              else {"start_new_session": True})
-
-
-def _failure_message(code: Optional[int], stderr_path: Optional[Path]) -> str:
-    sig = signal_name(code)
-    msg = f"the job was killed by {sig} (exit code {code})" if sig else \
-        f"the job exited with code {code}"
-    if stderr_path is not None:
-        try:
-            with open(stderr_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                f.seek(max(0, size - _STDERR_EXCERPT))
-                tail = f.read().decode(errors="replace").strip()
-            if tail:
-                msg += f"; end of its stderr:\n{tail}"
-        except OSError:
-            pass
-    return msg
+# Popen always: a job must not inherit a descriptor this process made inheritable after start.
+_SPAWNER = Spawner(posix_spawn=False)
 
 
 def _local_path(uri: Any, field: str) -> Path:

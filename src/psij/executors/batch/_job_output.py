@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Optional
 
-from psij.executors._process_watch import signal_name
+from psij.executors._process import exit_message
 from psij.job_spec import JobSpec
 
 logger = logging.getLogger("psij.executors.batch.batch_scheduler_executor")
@@ -43,14 +43,7 @@ def _describe_duration(d: timedelta) -> str:
 
 
 def _describe_exit(code: int) -> str:
-    if code == 127:
-        return "the job exited with code 127 (command not found)"
-    if code == 126:
-        return "the job exited with code 126 (command not executable)"
-    name = signal_name(code)
-    if name is not None:
-        return f"the job exited with code {code} (killed by {name})"
-    return f"the job exited with code {code}"
+    return exit_message(code)
 
 
 def _stderr_tail(spec: Optional[JobSpec]) -> Optional[str]:

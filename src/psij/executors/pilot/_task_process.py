@@ -2,49 +2,55 @@
 
 Shared by the pilot engine (tasks on its own node) and the agent (tasks on the other nodes), so
 that a task is started the same way wherever it runs: its own process group, its directory,
-redirections and environment given to the spawn call, a fresh ``TMPDIR`` and a node file
+redirections and environment given to the spawn call (through the process layer that the
+local executor uses too, ``psij.executors._process``), a fresh ``TMPDIR`` and a node file
 created before and removed after.
 
 Exits are reported by an exit watch: the shared ``ProcessWatch`` thread (the agent), or a
 :class:`LoopWatch` whose process ids sit in the owner's own event loop (the engine), so that an
 exit reaches the owner's thread without a hop through another thread. Either way the owner
-then calls :meth:`TaskProcesses.finish` on its own thread, so that removing a large ``TMPDIR``
-never delays reaping.
+then calls :meth:`TaskProcesses.finish` on its own thread. An ended task's empty ``TMPDIR`` is
+renamed and given to a later task rather than removed and made again, which would cost ten
+times more on the owner's thread. The
+timers (the KILL after a TERM) run on the watch's clock, a ``ManualClock`` in tests.
 
 It does not decide what runs, when, or where, and it never blocks on a task.
 """
 
 import os
-import signal
-import sys
-import time
-from heapq import heappop, heappush
+import stat
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from psij._clock import Clock
+from psij._lazylog import LazyLogger
 from psij._private_dirs import ensure_private_dir
-from psij.executors._process_watch import (
-    ExitHandler,
+from psij._wakeup import Timers
+from psij.executors._process import (
+    NOT_TEXT,
+    SIGKILL,
+    SIGTERM,
+    WRITE,
+    LaunchError,
+    Spawner,
+    StreamError,
     exit_code_of,
+    failure_message,
     group_has_live_members,
     killpg,
+    open_streams,
+    reap,
     signal_reaped_group,
-    timer_delay,
+    terminate_group,
 )
+from psij.executors._process_watch import ExitHandler
 
 __all__ = ["HAS_PIDFD", "Launch", "LaunchError", "LoopWatch", "TaskProcesses"]
 
-_WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-_RESTORED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ", "SIGXFZ")
-                          if hasattr(signal, name))
-# A task leads a process group of its own either way it is started (before Python 3.11,
-# Popen can only make a new session, which is also a new group).
-_NEW_GROUP = sys.version_info >= (3, 11)
-_POPEN_GROUP: Dict[str, Any] = {"process_group": 0} if _NEW_GROUP else {"start_new_session": True}
-_POSIX_GROUP: Dict[str, Any] = {"setpgroup": 0} if _NEW_GROUP else {"setsid": True}
-_SIGTERM = 15
-_SIGKILL = 9
+logger = LazyLogger(__name__)
+
 _GROUP_CHECK_INTERVAL = 0.05  # while what a task's leader left behind is being ended
+_SPARE_TMPDIRS = 64  # empty TMPDIRs of ended tasks kept for later tasks, at most
 # The selectors module's EVENT_READ, without importing it for a constant.
 _EVENT_READ = 1
 
@@ -62,18 +68,6 @@ def _pidfds_work() -> bool:
 HAS_PIDFD = _pidfds_work()
 """Whether this system can watch a process through a file descriptor (Linux 5.3 and later),
 which :class:`LoopWatch` needs."""
-
-
-class LaunchError(Exception):
-    """A task could not be started; the message says why in words a user can act on.
-
-    ``exit_code`` is the shell's code for the cause when there is one: 127 for a program that
-    was not found, 126 for one that cannot be executed.
-    """
-
-    def __init__(self, message: str, exit_code: Optional[int] = None) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 class Launch:
@@ -131,14 +125,14 @@ class LoopWatch:
     cancel's TERM, time limits) are kept here and run by :meth:`run_due`; the loop sleeps at
     most :meth:`next_timeout`. Every method must be called on the loop's thread, which is also
     what makes signalling safe: a process id is signalled only while this watch has not
-    reaped it, so it cannot have been reused.
+    reaped it, so it cannot have been reused. Timed actions are due on ``clock`` (the monotonic
+    clock by default).
     """
 
-    def __init__(self, selector: Any) -> None:
+    def __init__(self, selector: Any, clock: Optional[Clock] = None) -> None:
         self._selector = selector
         self._children: Dict[int, int] = {}  # pid -> pidfd, until reaped
-        self._deadlines: List[Tuple[float, int, Callable[[], object]]] = []
-        self._seq = 0
+        self._timers = Timers(clock)
 
     def watch(self, pid: int, on_exit: ExitHandler) -> bool:
         """Watch our child ``pid`` (not yet reaped: a pidfd opens on a zombie too)."""
@@ -152,12 +146,9 @@ class LoopWatch:
         return True
 
     def _ready(self, pid: int, fd: int, on_exit: ExitHandler) -> None:
-        try:
-            reaped, status = os.waitpid(pid, os.WNOHANG)
-            if reaped == 0:
-                return  # not ended yet
-        except ChildProcessError:
-            status = None  # reaped by someone else: its status is lost
+        ended, status = reap(pid)
+        if not ended:
+            return
         if self._children.pop(pid, None) is not None:
             self._selector.unregister(fd)
             os.close(fd)
@@ -169,8 +160,7 @@ class LoopWatch:
 
     def call_later(self, delay: float, action: Callable[[], object]) -> None:
         """Run ``action`` on the loop's thread after ``delay`` seconds."""
-        self._seq += 1
-        heappush(self._deadlines, (time.monotonic() + timer_delay(delay), self._seq, action))
+        self._timers.call_later(delay, action)
 
     def signal_later(self, pgid: int, signum: int, delay: float) -> None:
         """Send ``signum`` to process group ``pgid`` after ``delay`` seconds: through its leader
@@ -185,18 +175,18 @@ class LoopWatch:
 
     def next_timeout(self) -> Optional[float]:
         """Seconds until the next timed action is due; None when there is none."""
-        if not self._deadlines:
-            return None
-        return timer_delay(self._deadlines[0][0] - time.monotonic())
+        return self._timers.next_timeout()
 
     def run_due(self) -> None:
-        """Run the timed actions that are due."""
-        deadlines = self._deadlines
-        if not deadlines:
-            return
-        now = time.monotonic()
-        while deadlines and deadlines[0][0] <= now:
-            heappop(deadlines)[2]()
+        """Run the timed actions that are due (when one raises, the others stay due)."""
+        due = self._timers.pop_due()
+        for i, action in enumerate(due):
+            try:
+                action()
+            except BaseException:
+                for rest in due[i + 1:]:
+                    self._timers.call_later(0.0, rest)
+                raise
 
     def close(self) -> None:
         """Stop watching (the processes left are not reaped here)."""
@@ -237,6 +227,8 @@ class TaskProcesses:
 
     def __init__(self, tmp_root: Path, on_exit: Callable[[str, Optional[int]], None],
                  watch: Any = None, grace: float = 5.0) -> None:
+        # ``watch`` is a ProcessWatch or a LoopWatch: its timers (so its clock) time the KILL
+        # after a TERM.
         if watch is None:
             from psij.executors._process_watch import WATCH
 
@@ -248,13 +240,15 @@ class TaskProcesses:
         self._on_exit = on_exit
         self._grace = grace
         self._base_environment = dict(os.environ)
+        self._uid = os.getuid()
         self._running: Dict[str, _Process] = {}
         self._seq = 0
         # One file per distinct node file text; each task's node file is a hard link to it,
         # which costs far less than writing a new file for every task.
         self._nodefile_sources: Dict[str, str] = {}
         self._devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-        self._spawner = _Spawner()
+        self._spawner = Spawner()
+        self._spare_tmpdirs: List[str] = []  # empty, private, renamed: for later tasks
 
     @property
     def tmp_root(self) -> Path:
@@ -279,7 +273,8 @@ class TaskProcesses:
         elif not os.path.isdir(directory):
             raise LaunchError(f"directory {directory!r} does not exist")
         self._seq += 1
-        tmpdir = self._tmp_prefix + str(self._seq)
+        spare = self._spare_tmpdirs.pop() if self._spare_tmpdirs else None
+        tmpdir = self._tmp_prefix + str(self._seq) if spare is None else spare
         nodefile = tmpdir + ".nodes"
         if launch.inherit_environment:
             env = self._base_environment.copy()
@@ -290,12 +285,17 @@ class TaskProcesses:
         env["PSIJ_NODEFILE"] = nodefile
         opened: List[int] = []
         try:
-            os.mkdir(tmpdir, 0o700)
+            if spare is None:
+                os.mkdir(tmpdir, 0o700)
             self._link_nodefile(launch.nodefile, nodefile)
-            stdin, stdout, stderr = self._open_streams(launch, opened)
+            stdin, stdout, stderr = open_streams(directory, launch.stdin, launch.stdout,
+                                                 launch.stderr, self._devnull, opened)
             pid = self._spawner.spawn(launch.argv, directory, env, stdin, stdout, stderr)
+        except StreamError as ex:
+            _remove(tmpdir, nodefile)
+            raise LaunchError(str(ex)) from ex
         except BaseException:
-            self._remove(tmpdir, nodefile)
+            _remove(tmpdir, nodefile)
             raise
         finally:
             for fd in opened:
@@ -317,8 +317,8 @@ class TaskProcesses:
         process = self._running.get(task_id)
         if process is not None and not process.signalled:
             process.signalled = True
-            signal_reaped_group(pid, _SIGTERM)
-            self._watch.call_later(self._grace, lambda: signal_reaped_group(pid, _SIGKILL))
+            signal_reaped_group(pid, SIGTERM)
+            self._watch.call_later(self._grace, lambda: signal_reaped_group(pid, SIGKILL))
 
         def check() -> None:
             if group_has_live_members(pid):
@@ -330,16 +330,16 @@ class TaskProcesses:
 
     def finish(self, task_id: str, code: Optional[int]) -> Optional[str]:
         """Clean up after an exit reported through ``on_exit``; returns the failure message
-        (None when the exit code is 0)."""
+        (None when the exit code is 0). The task's node file and ``TMPDIR`` are removed (an
+        empty ``TMPDIR`` is renamed and kept for a later task, see :meth:`_recycle`)."""
         process = self._running.pop(task_id, None)
         if process is not None:
-            self._remove(process.tmpdir, process.nodefile)
+            _unlink(process.nodefile)
+            self._recycle(process.tmpdir)
         if code == 0:
             return None
-        from psij.executors.local import _failure_message
-
-        return _failure_message(code, None if process is None or process.stderr is None
-                                else Path(process.stderr))
+        return failure_message(code, None if process is None or process.stderr is None
+                               else Path(process.stderr))
 
     def signal(self, task_id: str, grace: float) -> bool:
         """TERM the task's process group now and KILL it after ``grace`` seconds."""
@@ -347,12 +347,8 @@ class TaskProcesses:
         if process is None:
             return False
         process.signalled = True
-        pid = process.pid
         # After its leader exited, the group is signalled without it (see the class notes).
-        if self._watch.signal_group(pid, _SIGTERM) or signal_reaped_group(pid, _SIGTERM):
-            self._watch.signal_later(pid, _SIGKILL, grace)
-            return True
-        return False
+        return terminate_group(self._watch, process.pid, grace, leftovers=True)
 
     def signal_all(self, grace: float) -> None:
         for task_id in list(self._running):
@@ -367,20 +363,29 @@ class TaskProcesses:
             os.close(self._devnull)
             self._devnull = -1
 
-    @staticmethod
-    def _remove(tmpdir: str, nodefile: str) -> None:
-        try:
-            os.rmdir(tmpdir)  # the common case, an empty TMPDIR, in one call
-        except FileNotFoundError:
-            pass
-        except OSError:
-            import shutil
+    def _recycle(self, tmpdir: str) -> None:
+        """Remove an ended task's ``TMPDIR``, or, when it is still an empty private directory,
+        rename it and keep it for a later task.
 
-            shutil.rmtree(tmpdir, ignore_errors=True)
-        try:
-            os.unlink(nodefile)
-        except OSError:
-            pass
+        Removing a directory and making a new one cost about ten times what looking into it
+        and renaming it cost (a rename is one change of its parent; ``rmdir`` and ``mkdir`` are
+        journaled changes of the directory itself too), and both would be on the owner's
+        thread, between two task starts. Once renamed, the ended task's ``TMPDIR`` path no
+        longer exists, and the next task receives an empty directory only it can use.
+        """
+        if len(self._spare_tmpdirs) < _SPARE_TMPDIRS:
+            try:
+                st = os.lstat(tmpdir)
+                if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o777 == 0o700 \
+                        and st.st_uid == self._uid and not os.listdir(tmpdir):
+                    self._seq += 1
+                    fresh = self._tmp_prefix + str(self._seq)
+                    os.rename(tmpdir, fresh)
+                    self._spare_tmpdirs.append(fresh)
+                    return
+            except OSError:
+                pass  # removed below, as any other
+        _remove_tmpdir(tmpdir)
 
     def _link_nodefile(self, text: str, path: str) -> None:
         source = self._nodefile_sources.get(text)
@@ -391,7 +396,7 @@ class TaskProcesses:
             except FileNotFoundError:
                 pass  # its source was removed: write a new one
         source = f"{self._tmp_root}/nodes{len(self._nodefile_sources)}-{self._seq}"
-        fd = os.open(source, _WRITE | os.O_EXCL, 0o444)
+        fd = os.open(source, WRITE | os.O_EXCL, 0o444)
         try:
             os.write(fd, text.encode())
         finally:
@@ -416,140 +421,27 @@ class TaskProcesses:
         except OSError as ex:
             raise LaunchError(f"cannot create the task's directories: {ex}") from ex
         except UnicodeEncodeError as ex:
-            raise LaunchError(f"cannot create the task's directories: {_NOT_TEXT}") from ex
-
-    def _open_streams(self, launch: Launch, opened: List[int]) -> Tuple[int, int, int]:
-        def open_one(path: str, flags: int, what: str) -> int:
-            try:
-                fd = os.open(os.path.join(launch.directory, path), flags, 0o666)
-            except OSError as ex:
-                raise LaunchError(f"cannot open {what} {path!r}: {ex.strerror}") from ex
-            except UnicodeEncodeError as ex:
-                raise LaunchError(f"cannot open {what} {path!r}: {_NOT_TEXT}") from ex
-            opened.append(fd)
-            return fd
-
-        stdin = stdout = stderr = self._devnull
-        if launch.stdin is not None:
-            stdin = open_one(launch.stdin, os.O_RDONLY | os.O_CLOEXEC, "stdin")
-        if launch.stdout is not None:
-            stdout = open_one(launch.stdout, _WRITE, "stdout")
-        if launch.stderr is not None:
-            stderr = stdout if launch.stderr == launch.stdout \
-                else open_one(launch.stderr, _WRITE, "stderr")
-        return stdin, stdout, stderr
+            raise LaunchError(f"cannot create the task's directories: {NOT_TEXT}") from ex
 
 
-class _Spawner:
-    """Starts a task's process as the leader of a new process group, in its directory, with
-    its environment and standard streams, and no other descriptor of this process.
-
-    ``os.posix_spawn`` costs markedly less than ``subprocess.Popen`` for each task, but it can
-    neither change directory nor close descriptors that are not close-on-exec. So it is used
-    when the task runs in this process's own working directory and this process held no
-    inheritable descriptor above 2 when the spawner was made (Python opens none; one could
-    come from whoever started this process); ``Popen`` does everything else.
-    """
-
-    def __init__(self) -> None:
-        self._posix = hasattr(os, "posix_spawn") and not _inheritable_descriptors()
-        # Program names found on a PATH, checked again (one access call) at each use.
-        self._found: Dict[Tuple[str, str], str] = {}
-
-    def spawn(self, argv: List[str], directory: str, env: Dict[str, str], stdin: int,
-              stdout: int, stderr: int) -> int:
-        """The new process's pid; raises LaunchError saying why it could not start."""
-        try:
-            if self._posix and directory == os.getcwd():
-                return self._posix_spawn(argv, env, stdin, stdout, stderr)
-            return _popen(argv, directory, env, stdin, stdout, stderr)
-        except FileNotFoundError as ex:
-            raise LaunchError(f"executable {argv[0]!r} was not found (no such file, or not on "
-                              "PATH)", 127) from ex
-        except PermissionError as ex:
-            raise LaunchError(f"executable {argv[0]!r} cannot be executed "
-                              f"({ex.strerror})", 126) from ex
-        except OSError as ex:
-            raise LaunchError(f"could not start {argv[0]!r}: {ex}") from ex
-        except UnicodeEncodeError as ex:
-            raise LaunchError(_unencodable(argv, env)) from ex
-
-    def _posix_spawn(self, argv: List[str], env: Dict[str, str], stdin: int, stdout: int,
-                     stderr: int) -> int:
-        program = argv[0]
-        if "/" not in program:
-            program = self._on_path(program, env)
-        # Python ignores SIGPIPE and SIGXFSZ, and ignored signals stay ignored across exec:
-        # the task gets their default actions back, as Popen gives them.
-        return os.posix_spawn(program, argv, env, setsigdef=_RESTORED_SIGNALS,
-                              file_actions=[(os.POSIX_SPAWN_DUP2, stdin, 0),
-                                            (os.POSIX_SPAWN_DUP2, stdout, 1),
-                                            (os.POSIX_SPAWN_DUP2, stderr, 2)],
-                              **_POSIX_GROUP)
-
-    def _on_path(self, name: str, env: Mapping[str, str]) -> str:
-        """The first executable ``name`` on the task's own PATH, as Popen would find it."""
-        path = env.get("PATH", os.defpath)
-        key = (name, path)
-        found = self._found.get(key)
-        if found is not None and os.access(found, os.X_OK):
-            return found
-        for folder in os.get_exec_path(env):
-            candidate = os.path.join(folder, name)
-            if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
-                self._found[key] = candidate
-                return candidate
-        raise FileNotFoundError(2, "No such file or directory", name)
+def _remove(tmpdir: str, nodefile: str) -> None:
+    _remove_tmpdir(tmpdir)
+    _unlink(nodefile)
 
 
-_NOT_TEXT = "it holds a lone surrogate, which no file name or program can receive"
+def _remove_tmpdir(tmpdir: str) -> None:
+    try:
+        os.rmdir(tmpdir)  # the common case, an empty TMPDIR, in one call
+    except FileNotFoundError:
+        pass
+    except OSError:
+        import shutil
+
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
-def _unencodable(argv: List[str], env: Mapping[str, str]) -> str:
-    """Which argument or variable of a launch cannot be passed to a program, and why."""
-    def bad(text: str) -> bool:
-        try:
-            os.fsencode(text)
-        except UnicodeEncodeError:
-            return True
-        return False
-
-    for i, arg in enumerate(argv):
-        if bad(arg):
-            return (f"executable {arg!r}: {_NOT_TEXT}" if i == 0
-                    else f"argument {i} ({arg!r}): {_NOT_TEXT}")
-    for key, value in env.items():
-        if bad(key) or bad(value):
-            return f"environment variable {key!r} ({value!r}): {_NOT_TEXT}"
-    return f"the directory, an argument or a variable: {_NOT_TEXT}"
-
-
-def _inheritable_descriptors() -> bool:
-    """Whether this process has an inheritable descriptor above 2 (unknown counts as yes)."""
-    for folder in ("/proc/self/fd", "/dev/fd"):
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        for name in names:
-            fd = int(name)
-            if fd > 2:
-                try:
-                    if os.get_inheritable(fd):
-                        return True
-                except OSError:
-                    pass  # the descriptor listdir itself used, closed since
-        return False
-    return True
-
-
-def _popen(argv: List[str], directory: str, env: Dict[str, str], stdin: int, stdout: int,
-           stderr: int) -> int:
-    import subprocess
-
-    popen = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=directory,
-                             env=env, close_fds=True, **_POPEN_GROUP)
-    # The exit watch reaps the process; the Popen object must not think it still runs.
-    popen.returncode = 0
-    return popen.pid
-
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -32,17 +32,15 @@ engine does) and does not parse requests.
 
 import json
 import os
-import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from types import FrameType
-from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import IO, Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from psij._private_dirs import ensure_private_dir
+from psij._stop_signals import StopSignals
 from psij.executors.pilot._record import replace
 from psij.executors.pilot.allocation import Allocation, allocation_from_options
 from psij.executors.pilot.engine import (
@@ -252,7 +250,7 @@ class QcgFileRun:
         self._all_read = False
         self._all_ended = threading.Event()
         self._finishing = False
-        self._signals = _stop_signals()
+        self._signals = _stop_signals()  # not entered: only the one in run() acts
         self._ended: Dict[str, int] = {}  # tasks per final QCG state, for the last log line
 
     # -- the run ------------------------------------------------------------------------------
@@ -654,44 +652,11 @@ class QcgFileRun:
         self._ended[state] = self._ended.get(state, 0) + 1
 
 
-class _stop_signals:
-    """Turn SIGINT, SIGTERM and SIGHUP into :class:`_Stop` in the main thread while active."""
+def _stop_signals() -> StopSignals:
+    """SIGINT, SIGTERM and SIGHUP raise :class:`_Stop` in the main thread while active, once:
+    a second signal must not interrupt the cancelling and reporting the first one started."""
+    return StopSignals(_raise_stop, once=True)
 
-    _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __init__(self) -> None:
-        self._previous: Dict[int, Any] = {}
-        self._stopping = False
-        self._held = False
-        self._pending: Optional[int] = None
-
-    def _handle(self, signum: int, frame: Optional[FrameType]) -> None:
-        # Once: a second signal must not interrupt the cancelling and reporting it started.
-        if self._held:
-            self._pending = signum
-        elif not self._stopping:
-            self._stopping = True
-            raise _Stop(signum)
-
-    @contextmanager
-    def held(self) -> Iterator[None]:
-        """A signal arriving inside waits until the end: a submission is never cut in two."""
-        self._held = True
-        try:
-            yield
-        finally:
-            self._held = False
-        if self._pending is not None and not self._stopping:
-            self._stopping = True
-            raise _Stop(self._pending)
-
-    def __enter__(self) -> "_stop_signals":
-        if threading.current_thread() is threading.main_thread():
-            for signum in self._SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-
+def _raise_stop(signum: int) -> None:
+    raise _Stop(signum)

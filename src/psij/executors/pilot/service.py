@@ -36,6 +36,8 @@ from typing import Any, Callable, Dict, List, Optional, Set
 
 from psij._clock import Clock, MonotonicClock
 from psij._private_dirs import ensure_private_dir
+from psij._stop_signals import StopSignals
+from psij._wakeup import Wakeup
 from psij.executors.pilot._line_framing import DEFAULT_MAX_LINE_BYTES, LineFramer, encode_line
 from psij.executors.pilot.engine import PilotEngine
 from psij.executors.pilot.tasks import TaskEvent, TaskSpec
@@ -124,12 +126,10 @@ class PilotService:
         self._on_shutdown = on_shutdown
         self._lock = threading.Lock()
         self._connections: Dict[int, _Connection] = {}
-        self._selector = selectors.DefaultSelector()
+        self._wakeup = Wakeup()
+        self._selector = self._wakeup.selector
         self._listener: Optional[socket.socket] = None
         self._thread: Optional[threading.Thread] = None
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
         self._stopping = False
 
     def start(self) -> None:
@@ -152,7 +152,6 @@ class PilotService:
         listener.setblocking(False)
         self._listener = listener
         self._selector.register(listener, selectors.EVENT_READ, None)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._engine.add_listener(self._on_event)
         self._thread = threading.Thread(target=self._loop, name="psij-pilot-service",
                                         daemon=True)
@@ -163,7 +162,7 @@ class PilotService:
         self._engine.remove_listener(self._on_event)
         with self._lock:
             self._stopping = True
-        self._wake()
+        self._wakeup.wake()
         if self._thread is not None:
             self._thread.join(flush_timeout + 1.0)
         try:
@@ -184,13 +183,7 @@ class PilotService:
                     if event.state.final and not conn.watch_all:
                         conn.watched.discard(event.task_id)
         if line is not None:
-            self._wake()
-
-    def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
+            self._wakeup.wake()
 
     # -- server thread ----------------------------------------------------------------------
 
@@ -205,15 +198,9 @@ class PilotService:
                 timeout = self._resume_accepting()
                 if stopping:
                     timeout = 0.2 if timeout is None else min(timeout, 0.2)
-                for key, mask in self._selector.select(timeout):
+                for key, mask in self._wakeup.select(timeout):
                     if key.data is None:
                         self._accept()
-                    elif key.data == "wake":
-                        try:
-                            while os.read(self._wake_r, 4096):
-                                pass
-                        except BlockingIOError:
-                            pass
                     else:
                         self._serve(key.data, mask)
                 self._flush_all()
@@ -224,9 +211,7 @@ class PilotService:
                 self._drop(conn)
             if self._listener is not None:
                 self._listener.close()
-            self._selector.close()
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            self._wakeup.close()
 
     def _serve(self, conn: _Connection, mask: int) -> None:
         """One connection's turn; whatever goes wrong ends that connection only."""
@@ -599,12 +584,7 @@ def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[st
     stop = threading.Event()
     service = PilotService(engine, path, on_shutdown=stop.set,
                            max_request_bytes=max_request_bytes)
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with StopSignals(lambda signum: stop.set(), signals=(signal.SIGTERM, signal.SIGINT)):
         engine.start()
         try:
             service.start()
@@ -624,6 +604,3 @@ def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[st
         engine.close()
         service.close()
         return 0
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)

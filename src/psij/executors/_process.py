@@ -1,0 +1,370 @@
+"""The one process layer of the executors that start programs on this machine.
+
+Used by the local executor and by the pilot's tasks (``pilot/_task_process.py``), so that a
+program is started, reaped, described and ended the same way by both:
+
+- :class:`Spawner` starts a program as the leader of a new process group, with its directory,
+  environment and standard streams, and maps a failure to start to a :class:`LaunchError` with
+  the shell's exit code (127 not found, 126 not executable); :func:`open_streams` opens the
+  redirections it is given;
+- :func:`reap` collects one exited child without blocking;
+- :func:`exit_code_of` and :func:`exit_message` turn a wait status into a shell-style code and
+  that code into words, :func:`failure_message` adds the end of the program's stderr;
+- :func:`terminate_group` sends TERM to a whole process group now and KILL after a grace
+  period, on the timers of the exit watch that reaps the group's leader (so on its clock).
+
+It does not decide what runs or when, does not watch processes (``_process_watch`` does) and
+never sets a job's state.
+"""
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Protocol, Tuple
+
+__all__ = [
+    "SIGKILL",
+    "SIGTERM",
+    "LaunchError",
+    "Spawner",
+    "StreamError",
+    "exit_code_of",
+    "exit_message",
+    "failure_message",
+    "group_has_live_members",
+    "killpg",
+    "open_streams",
+    "reap",
+    "signal_name",
+    "signal_reaped_group",
+    "terminate_group",
+]
+
+SIGTERM = 15
+SIGKILL = 9
+WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+READ = os.O_RDONLY | os.O_CLOEXEC
+NOT_TEXT = "it holds a lone surrogate, which no file name or program can receive"
+
+# A program leads a process group of its own either way it is started (before Python 3.11,
+# Popen can only make a new session, which is also a new group).
+_NEW_GROUP = sys.version_info >= (3, 11)
+_POPEN_GROUP: Dict[str, Any] = {"process_group": 0} if _NEW_GROUP else {"start_new_session": True}
+_POSIX_GROUP: Dict[str, Any] = {"setpgroup": 0} if _NEW_GROUP else {"setsid": True}
+_RESTORED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ", "SIGXFZ")
+                          if hasattr(signal, name))
+_STDERR_EXCERPT = 1024
+
+
+# -- starting -----------------------------------------------------------------------------------
+
+
+class LaunchError(Exception):
+    """A program could not be started; the message says why in words a user can act on.
+
+    ``exit_code`` is the shell's code for the cause when there is one: 127 for a program that
+    was not found, 126 for one that cannot be executed.
+    """
+
+    def __init__(self, message: str, exit_code: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class StreamError(Exception):
+    """A redirection could not be opened: ``which`` is ``stdin``, ``stdout`` or ``stderr``,
+    ``path`` the path as given and ``reason`` why, in words."""
+
+    def __init__(self, which: str, path: str, reason: str) -> None:
+        super().__init__(f"cannot open {which} {path!r}: {reason}")
+        self.which = which
+        self.path = path
+        self.reason = reason
+
+
+def open_streams(directory: str, stdin: Optional[str], stdout: Optional[str],
+                 stderr: Optional[str], default: int, opened: List[int]) -> Tuple[int, int, int]:
+    """Descriptors for a program's standard streams: each path (relative ones taken from
+    ``directory``) opened close-on-exec, stdout and stderr truncated and created 0666 less the
+    umask, ``default`` for a stream without a path, one descriptor when stdout and stderr are
+    the same path. What it opens is appended to ``opened`` (the caller closes them after the
+    spawn, or on failure); raises :class:`StreamError`."""
+    def open_one(path: str, flags: int, which: str) -> int:
+        try:
+            fd = os.open(os.path.join(directory, path), flags, 0o666)
+        except OSError as ex:
+            raise StreamError(which, path, str(ex.strerror)) from ex
+        except UnicodeEncodeError as ex:
+            raise StreamError(which, path, NOT_TEXT) from ex
+        opened.append(fd)
+        return fd
+
+    fd_in = fd_out = fd_err = default
+    if stdin is not None:
+        fd_in = open_one(stdin, READ, "stdin")
+    if stdout is not None:
+        fd_out = open_one(stdout, WRITE, "stdout")
+    if stderr is not None:
+        fd_err = fd_out if stderr == stdout else open_one(stderr, WRITE, "stderr")
+    return fd_in, fd_out, fd_err
+
+
+class Spawner:
+    """Starts a program as the leader of a new process group, in its directory, with its
+    environment and standard streams, and no other descriptor of this process.
+
+    ``os.posix_spawn`` costs markedly less than ``subprocess.Popen``, but it can neither change
+    directory nor close descriptors that are not close-on-exec. So with ``posix_spawn=True`` it
+    is used when the program runs in this process's own working directory and this process
+    held no inheritable descriptor above 2 when the spawner was made (Python opens none; one
+    could come from whoever started this process); ``Popen`` does everything else.
+    """
+
+    def __init__(self, posix_spawn: bool = True) -> None:
+        self._posix = posix_spawn and hasattr(os, "posix_spawn") \
+            and not _inheritable_descriptors()
+        # Program names found on a PATH, checked again (one access call) at each use.
+        self._found: Dict[Tuple[str, str], str] = {}
+
+    def spawn(self, argv: List[str], directory: str, env: Dict[str, str], stdin: int,
+              stdout: int, stderr: int) -> int:
+        """The new process's pid; raises LaunchError saying why it could not start (the
+        ``OSError`` or ``UnicodeEncodeError`` that said so is its ``__cause__``)."""
+        try:
+            if self._posix and directory == os.getcwd():
+                return self._posix_spawn(argv, env, stdin, stdout, stderr)
+            return _popen(argv, directory, env, stdin, stdout, stderr)
+        except FileNotFoundError as ex:
+            raise LaunchError(f"executable {argv[0]!r} was not found (no such file, or not on "
+                              "PATH)", 127) from ex
+        except PermissionError as ex:
+            raise LaunchError(f"executable {argv[0]!r} cannot be executed "
+                              f"({ex.strerror})", 126) from ex
+        except OSError as ex:
+            raise LaunchError(f"could not start {argv[0]!r}: {ex}") from ex
+        except UnicodeEncodeError as ex:
+            raise LaunchError(_unencodable(argv, env)) from ex
+
+    def _posix_spawn(self, argv: List[str], env: Dict[str, str], stdin: int, stdout: int,
+                     stderr: int) -> int:
+        program = argv[0]
+        if "/" not in program:
+            program = self._on_path(program, env)
+        # Python ignores SIGPIPE and SIGXFSZ, and ignored signals stay ignored across exec:
+        # the program gets their default actions back, as Popen gives them.
+        return os.posix_spawn(program, argv, env, setsigdef=_RESTORED_SIGNALS,
+                              file_actions=[(os.POSIX_SPAWN_DUP2, stdin, 0),
+                                            (os.POSIX_SPAWN_DUP2, stdout, 1),
+                                            (os.POSIX_SPAWN_DUP2, stderr, 2)],
+                              **_POSIX_GROUP)
+
+    def _on_path(self, name: str, env: Mapping[str, str]) -> str:
+        """The first executable ``name`` on the program's own PATH, as Popen would find it."""
+        path = env.get("PATH", os.defpath)
+        key = (name, path)
+        found = self._found.get(key)
+        if found is not None and os.access(found, os.X_OK):
+            return found
+        for folder in os.get_exec_path(env):
+            candidate = os.path.join(folder, name)
+            if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+                self._found[key] = candidate
+                return candidate
+        raise FileNotFoundError(2, "No such file or directory", name)
+
+
+def _unencodable(argv: List[str], env: Mapping[str, str]) -> str:
+    """Which argument or variable cannot be passed to a program, and why."""
+    def bad(text: str) -> bool:
+        try:
+            os.fsencode(text)
+        except UnicodeEncodeError:
+            return True
+        return False
+
+    for i, arg in enumerate(argv):
+        if bad(arg):
+            return (f"executable {arg!r}: {NOT_TEXT}" if i == 0
+                    else f"argument {i} ({arg!r}): {NOT_TEXT}")
+    for key, value in env.items():
+        if bad(key) or bad(value):
+            return f"environment variable {key!r} ({value!r}): {NOT_TEXT}"
+    return f"the directory, an argument or a variable: {NOT_TEXT}"
+
+
+def _inheritable_descriptors() -> bool:
+    """Whether this process has an inheritable descriptor above 2 (unknown counts as yes)."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            fd = int(name)
+            if fd > 2:
+                try:
+                    if os.get_inheritable(fd):
+                        return True
+                except OSError:
+                    pass  # the descriptor listdir itself used, closed since
+        return False
+    return True
+
+
+def _popen(argv: List[str], directory: str, env: Dict[str, str], stdin: int, stdout: int,
+           stderr: int) -> int:
+    import subprocess  # only when needed: ``psij pilot run`` starts faster without it
+
+    popen = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=directory,
+                             env=env, close_fds=True, **_POPEN_GROUP)
+    # The exit watch reaps the process; the Popen object must not think it still runs (it
+    # would reap it itself when collected).
+    popen.returncode = 0
+    return popen.pid
+
+
+# -- reaping and describing an exit -------------------------------------------------------------
+
+
+def reap(pid: int) -> Tuple[bool, Optional[int]]:
+    """Collect our child ``pid`` if it has exited, without blocking: ``(True, wait status)``,
+    ``(True, None)`` when someone else reaped it (its status is lost), ``(False, None)`` while
+    it runs."""
+    try:
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True, None
+    if reaped == 0:
+        return False, None
+    return True, status
+
+
+def exit_code_of(status: Optional[int]) -> Optional[int]:
+    """Shell-style exit code from a raw wait status: the code, or 128 + signal number."""
+    if status is None:
+        return None
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") \
+        else os.WEXITSTATUS(status)
+
+
+def signal_name(code: Optional[int]) -> Optional[str]:
+    """``SIGTERM`` for exit code 143, and so on; None when the code is not a signal's."""
+    if code is None or code <= 128:
+        return None
+    try:
+        return signal.Signals(code - 128).name
+    except ValueError:
+        return None
+
+
+def exit_message(code: Optional[int]) -> str:
+    """A job's shell-style exit code in words: the signal that killed it, or the shell's
+    meaning of 126 and 127."""
+    sig = signal_name(code)
+    if sig is not None:
+        return f"the job was killed by {sig} (exit code {code})"
+    if code == 127:
+        return "the job exited with code 127 (command not found)"
+    if code == 126:
+        return "the job exited with code 126 (command not executable)"
+    return f"the job exited with code {code}"
+
+
+def failure_message(code: Optional[int], stderr_path: Optional[Path]) -> str:
+    """:func:`exit_message`, followed by the end of the job's stderr file when it has one."""
+    msg = exit_message(code)
+    if stderr_path is not None:
+        try:
+            with open(stderr_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - _STDERR_EXCERPT))
+                tail = f.read().decode(errors="replace").strip()
+            if tail:
+                msg += f"; end of its stderr:\n{tail}"
+        except OSError:
+            pass
+    return msg
+
+
+# -- ending a process group ---------------------------------------------------------------------
+
+
+class GroupWatch(Protocol):
+    """What :func:`terminate_group` needs of an exit watch (``ProcessWatch``, ``LoopWatch``)."""
+
+    def signal_group(self, pid: int, signum: int) -> bool: ...
+
+    def signal_later(self, pgid: int, signum: int, delay: float) -> None: ...
+
+
+def terminate_group(watch: GroupWatch, pgid: int, grace: float,
+                    leftovers: bool = False) -> bool:
+    """TERM to the process group led by ``pgid`` now and KILL ``grace`` seconds later (on the
+    watch's timers). Only while ``watch`` has not reaped the leader, unless ``leftovers``: then
+    what its group left behind after the leader was reaped is ended too. False when nothing
+    was signalled."""
+    if watch.signal_group(pgid, SIGTERM) or (leftovers and signal_reaped_group(pgid, SIGTERM)):
+        watch.signal_later(pgid, SIGKILL, grace)
+        return True
+    return False
+
+
+def signal_reaped_group(pgid: int, signum: int) -> bool:
+    """Signal process group ``pgid`` whose leader we started and have reaped.
+
+    The id of a process group cannot be given to a new process while the group has members,
+    so if no process has the id ``pgid`` the group is still the one we started (or empty).
+    If a process has it, the group is gone and the id reused: nothing is sent.
+    """
+    try:
+        os.kill(pgid, 0)
+        return False
+    except ProcessLookupError:
+        pass
+    except OSError:
+        return False
+    return killpg(pgid, signum)
+
+
+def killpg(pgid: int, signum: int) -> bool:
+    """Send ``signum`` to process group ``pgid``; False if there is no such group (or it is
+    not ours to signal)."""
+    try:
+        os.killpg(pgid, signum)
+    except OSError:
+        return False
+    return True
+
+
+def group_has_live_members(pgid: int) -> bool:
+    """Whether process group ``pgid`` has a member that is not a zombie.
+
+    One signal-0 settles the common case (no member at all); only a group that still has
+    members (possibly zombies waiting for a parent that never reaps them) is looked up in
+    ``/proc``. Where ``/proc`` does not exist, any member counts as live.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return True
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] != b"Z":
+            return True
+    return False
