@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from psij.executors.pilot._record import replace
+from psij._record import replace
 from psij.executors.pilot.engine import TaskEvent, TaskSpec
 from psij.executors.pilot.resources import Amount, NodeSpec, ResourceRequest
 from psij.executors.pilot.scheduler import TaskRequest, TaskState, Transition
@@ -75,7 +75,7 @@ def test_every_pilot_value_is_a_record_stored_in_slot_order() -> None:
     from pathlib import Path
 
     import psij.executors.pilot as pilot
-    from psij.executors.pilot._record import Record
+    from psij._record import Record
     from psij.executors.pilot.resources import Shape
 
     folder = Path(pilot.__file__).parent

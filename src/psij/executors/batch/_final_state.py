@@ -18,10 +18,10 @@ The caller reads the files and runs the accounting command; this module does no 
 rule is tested by calling :func:`final_status` with a :class:`Seen`.
 """
 
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Dict, List, Optional
 
+from psij._record import Record
 from psij.executors.batch._job_output import _describe_duration, _describe_exit
 from psij.executors.batch._tracking import Observation
 from psij.job_state import JobState
@@ -49,8 +49,7 @@ _CANCELLED_OUTSIDE = ("the job was cancelled outside this executor (by its owner
                       "another tool, an administrator or the scheduler)")
 
 
-@dataclass(frozen=True)
-class Seen:
+class Seen(Record):
     """Everything the final status of one job is decided from.
 
     ``exit_code`` is the one already chosen (file, scheduler, accounting); ``launcher_failure``
@@ -58,13 +57,23 @@ class Seen:
     of the job's stderr; ``time_limit`` the job's requested duration.
     """
 
+    _fields = ("native_id", "observation", "cancel_requested", "exit_code", "time_limit",
+               "launcher_failure", "stderr_tail")
+    __slots__ = _fields
     native_id: str
     observation: Observation
     cancel_requested: bool
-    exit_code: Optional[int] = None
-    time_limit: Optional[timedelta] = None
-    launcher_failure: Optional[str] = None
-    stderr_tail: Optional[str] = None
+    exit_code: Optional[int]
+    time_limit: Optional[timedelta]
+    launcher_failure: Optional[str]
+    stderr_tail: Optional[str]
+
+    def __init__(self, native_id: str, observation: Observation, cancel_requested: bool,
+                 exit_code: Optional[int] = None, time_limit: Optional[timedelta] = None,
+                 launcher_failure: Optional[str] = None, stderr_tail: Optional[str] = None
+                 ) -> None:
+        self._store(native_id, observation, cancel_requested, exit_code, time_limit,
+                    launcher_failure, stderr_tail)
 
 
 def needs_accounting(observation: Observation, exit_code: Optional[int]) -> bool:

@@ -13,27 +13,33 @@ import os
 import signal
 import subprocess
 import threading
-from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, Protocol, Sequence, Tuple
+
+from psij._record import Record
 
 __all__ = ["CommandResult", "CommandRunner", "FakeCommandRunner", "SubprocessRunner"]
 
 _EXCERPT = 2000
 
 
-@dataclass(frozen=True)
-class CommandResult:
+class CommandResult(Record):
     """What running a command gave.
 
     ``exit_code`` is None when the command did not run to its end; ``failure`` then says why
     (not found, timed out, ...).
     """
 
+    _fields = ("argv", "exit_code", "stdout", "stderr", "failure")
+    __slots__ = _fields
     argv: Tuple[str, ...]
     exit_code: Optional[int]
-    stdout: str = ""
-    stderr: str = ""
-    failure: Optional[str] = None
+    stdout: str
+    stderr: str
+    failure: Optional[str]
+
+    def __init__(self, argv: Tuple[str, ...], exit_code: Optional[int], stdout: str = "",
+                 stderr: str = "", failure: Optional[str] = None) -> None:
+        self._store(argv, exit_code, stdout, stderr, failure)
 
     @property
     def ok(self) -> bool:

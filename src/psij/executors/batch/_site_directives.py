@@ -14,9 +14,9 @@ options (``-k value``, ``--key=value``). Pure string work: no files, no commands
 """
 
 import re
-from dataclasses import dataclass
 from typing import Any, Collection, Dict, List, Mapping, Optional
 
+from psij._record import Record
 from psij.executors.batch.escape_functions import (
     directive_value,
     plain_directive_value,
@@ -35,8 +35,7 @@ _OPTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 QUOTED_EXTRA = " []()<>!&|*~{}"
 
 
-@dataclass(frozen=True)
-class DirectiveRules:
+class DirectiveRules(Record):
     """How a scheduler reads values in its directive lines.
 
     ``plain``: the scheduler has no escape mechanism, so a value may only hold characters that
@@ -44,8 +43,13 @@ class DirectiveRules:
     way ``sbatch`` reads them and job names are written as given.
     """
 
+    _fields = ("plain", "extra")
+    __slots__ = _fields
     plain: bool
-    extra: Optional[str] = None
+    extra: Optional[str]
+
+    def __init__(self, plain: bool, extra: Optional[str] = None) -> None:
+        self._store(plain, extra)
 
     def value(self, field: str, value: str) -> str:
         """``value`` as written in a directive, or ValueError naming ``field``."""

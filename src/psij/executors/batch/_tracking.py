@@ -24,12 +24,12 @@ Rules:
   state unchanged (the step function never mutates its input).
 """
 
-from dataclasses import dataclass, field, replace
 from enum import Enum
 from types import MappingProxyType
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from psij._clock import Clock
+from psij._record import Record, replace
 from psij.job_state import JobState
 
 __all__ = [
@@ -46,32 +46,44 @@ class IllegalEvent(Exception):
     """An event that the tracker cannot accept in its current state."""
 
 
-@dataclass(frozen=True)
-class Observation:
+class Observation(Record):
     """What is known about one job: its state, and why it is in it.
 
     ``metadata`` carries the scheduler's own words (``native_state``, ``reason``, ...).
     """
 
+    _fields = ("state", "message", "exit_code", "metadata")
+    __slots__ = _fields
     state: JobState
-    message: Optional[str] = None
-    exit_code: Optional[int] = None
-    metadata: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    message: Optional[str]
+    exit_code: Optional[int]
+    metadata: Mapping[str, Any]
+
+    def __init__(self, state: JobState, message: Optional[str] = None,
+                 exit_code: Optional[int] = None, metadata: Mapping[str, Any] = _EMPTY) -> None:
+        self._store(state, message, exit_code, metadata)
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(Record):
     """Timing and tolerance of one executor's tracking (seconds, counts)."""
 
-    interval: float = 30.0
-    initial_delay: float = 2.0
-    error_threshold: int = 2
-    outage_tolerance: float = 300.0
-    max_backoff: float = 120.0
-    missing_grace: int = 3
-    cancel_poll_delay: float = 1.0
+    _fields = ("interval", "initial_delay", "error_threshold", "outage_tolerance",
+               "max_backoff", "missing_grace", "cancel_poll_delay")
+    __slots__ = _fields
+    interval: float
+    initial_delay: float
+    error_threshold: int
+    outage_tolerance: float
+    max_backoff: float
+    missing_grace: int
+    cancel_poll_delay: float
 
-    def __post_init__(self) -> None:
+    def __init__(self, interval: float = 30.0, initial_delay: float = 2.0,
+                 error_threshold: int = 2, outage_tolerance: float = 300.0,
+                 max_backoff: float = 120.0, missing_grace: int = 3,
+                 cancel_poll_delay: float = 1.0) -> None:
+        self._store(interval, initial_delay, error_threshold, outage_tolerance, max_backoff,
+                    missing_grace, cancel_poll_delay)
         for name in ("interval", "max_backoff"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"Settings.{name}: must be positive, got {getattr(self, name)}")
@@ -85,14 +97,19 @@ class Settings:
                                  f"{getattr(self, name)}")
 
 
-@dataclass(frozen=True)
-class TrackedJob:
+class TrackedJob(Record):
     """One followed job: the state last reported for it and what is pending about it."""
 
+    _fields = ("native_id", "state", "cancel_requested", "misses")
+    __slots__ = _fields
     native_id: str
     state: JobState
-    cancel_requested: bool = False
-    misses: int = 0
+    cancel_requested: bool
+    misses: int
+
+    def __init__(self, native_id: str, state: JobState, cancel_requested: bool = False,
+                 misses: int = 0) -> None:
+        self._store(native_id, state, cancel_requested, misses)
 
 
 class Phase(Enum):
@@ -105,73 +122,109 @@ class Phase(Enum):
     RESOLVING = "resolving"
 
 
-@dataclass(frozen=True)
-class TrackerState:
+class TrackerState(Record):
     """Everything the tracker knows; a new value after every event."""
 
-    jobs: Mapping[str, TrackedJob] = field(default_factory=lambda: _EMPTY)
-    phase: Phase = Phase.IDLE
-    next_poll_at: Optional[float] = None
-    in_flight: Tuple[str, ...] = ()
+    _fields = ("jobs", "phase", "next_poll_at", "in_flight", "requested_poll_at", "failures",
+               "outage_since")
+    __slots__ = _fields
+    jobs: Mapping[str, TrackedJob]
+    phase: Phase
+    next_poll_at: Optional[float]
+    in_flight: Tuple[str, ...]
     # The earliest poll asked for while a poll round was under way (by a new job or a cancel).
-    requested_poll_at: Optional[float] = None
-    failures: int = 0
-    outage_since: Optional[float] = None
+    requested_poll_at: Optional[float]
+    failures: int
+    outage_since: Optional[float]
+
+    def __init__(self, jobs: Mapping[str, TrackedJob] = _EMPTY, phase: Phase = Phase.IDLE,
+                 next_poll_at: Optional[float] = None, in_flight: Tuple[str, ...] = (),
+                 requested_poll_at: Optional[float] = None, failures: int = 0,
+                 outage_since: Optional[float] = None) -> None:
+        self._store(jobs, phase, next_poll_at, in_flight, requested_poll_at, failures,
+                    outage_since)
 
 
 # ------------------------------------------------------------------------------------- events
 
 
-@dataclass(frozen=True)
-class JobAdded:
+class JobAdded(Record):
     """A job was submitted (or attached) and is to be followed from ``state``.
 
     ``poll_soon`` asks for a poll at once (attach wants the real state quickly).
     """
 
+    _fields = ("native_id", "state", "poll_soon")
+    __slots__ = _fields
     native_id: str
-    state: JobState = JobState.QUEUED
-    poll_soon: bool = False
+    state: JobState
+    poll_soon: bool
+
+    def __init__(self, native_id: str, state: JobState = JobState.QUEUED,
+                 poll_soon: bool = False) -> None:
+        self._store(native_id, state, poll_soon)
 
 
-@dataclass(frozen=True)
-class Tick:
+class Tick(Record):
     """Time has passed; a poll may be due."""
 
+    _fields = ()
+    __slots__ = _fields
 
-@dataclass(frozen=True)
-class PollSucceeded:
+
+class PollSucceeded(Record):
     """The status command ran and its output parsed into one observation per job it showed."""
 
+    _fields = ("observations",)
+    __slots__ = _fields
     observations: Mapping[str, Observation]
 
+    def __init__(self, observations: Mapping[str, Observation]) -> None:
+        self._store(observations)
 
-@dataclass(frozen=True)
-class PollFailed:
+
+class PollFailed(Record):
     """The status command failed, timed out, or printed something that could not be parsed."""
 
+    _fields = ("error",)
+    __slots__ = _fields
     error: str
 
+    def __init__(self, error: str) -> None:
+        self._store(error)
 
-@dataclass(frozen=True)
-class MissingResolved:
+
+class MissingResolved(Record):
     """The lookup of missing jobs is done; ``found`` has what was learned, by native id."""
 
+    _fields = ("found",)
+    __slots__ = _fields
     found: Mapping[str, Observation]
 
+    def __init__(self, found: Mapping[str, Observation]) -> None:
+        self._store(found)
 
-@dataclass(frozen=True)
-class CancelAsked:
+
+class CancelAsked(Record):
     """A cancel of the job is being sent to the scheduler."""
 
+    _fields = ("native_id",)
+    __slots__ = _fields
     native_id: str
 
+    def __init__(self, native_id: str) -> None:
+        self._store(native_id)
 
-@dataclass(frozen=True)
-class CancelFailed:
+
+class CancelFailed(Record):
     """The scheduler refused the cancel; the job goes on as before."""
 
+    _fields = ("native_id",)
+    __slots__ = _fields
     native_id: str
+
+    def __init__(self, native_id: str) -> None:
+        self._store(native_id)
 
 
 Event = Union[JobAdded, Tick, PollSucceeded, PollFailed, MissingResolved, CancelAsked,
@@ -180,38 +233,54 @@ Event = Union[JobAdded, Tick, PollSucceeded, PollFailed, MissingResolved, Cancel
 # ------------------------------------------------------------------------------------ actions
 
 
-@dataclass(frozen=True)
-class RunStatusCommand:
+class RunStatusCommand(Record):
     """Run the status command for these jobs, then feed PollSucceeded or PollFailed."""
 
+    _fields = ("native_ids",)
+    __slots__ = _fields
     native_ids: Tuple[str, ...]
 
+    def __init__(self, native_ids: Tuple[str, ...]) -> None:
+        self._store(native_ids)
 
-@dataclass(frozen=True)
-class ResolveMissing:
+
+class ResolveMissing(Record):
     """Look these jobs up (exit-code file, accounting), then feed MissingResolved."""
 
+    _fields = ("native_ids",)
+    __slots__ = _fields
     native_ids: Tuple[str, ...]
 
+    def __init__(self, native_ids: Tuple[str, ...]) -> None:
+        self._store(native_ids)
 
-@dataclass(frozen=True)
-class ReportState:
+
+class ReportState(Record):
     """The job entered a new, non-final state."""
 
+    _fields = ("native_id", "observation")
+    __slots__ = _fields
     native_id: str
     observation: Observation
 
+    def __init__(self, native_id: str, observation: Observation) -> None:
+        self._store(native_id, observation)
 
-@dataclass(frozen=True)
-class Finish:
+
+class Finish(Record):
     """The job reached a final state and is no longer followed.
 
     ``cancel_requested`` tells whether a cancel was asked through this executor.
     """
 
+    _fields = ("native_id", "observation", "cancel_requested")
+    __slots__ = _fields
     native_id: str
     observation: Observation
     cancel_requested: bool
+
+    def __init__(self, native_id: str, observation: Observation, cancel_requested: bool) -> None:
+        self._store(native_id, observation, cancel_requested)
 
 
 Action = Union[RunStatusCommand, ResolveMissing, ReportState, Finish]

@@ -3,14 +3,14 @@
 Other threads (the process watch, ``cancel``, ``close``) and the engine's own timers (a task's
 time limit, on the engine's :class:`~psij._clock.Clock`) put these into the engine's inbox; the
 engine acts on them by type, never by picking a message apart. They are
-:class:`~psij.executors.pilot._record.Record` values like every other value of the pilot.
+:class:`~psij._record.Record` values like every other value of the pilot.
 
 Values only: no I/O, no threads; the engine owns the inbox and the loop.
 """
 
 from typing import Optional, Union
 
-from psij.executors.pilot._record import Record
+from psij._record import Record
 
 __all__ = ["TASK_EVENTS", "AgentLauncherExited", "CloseRequested", "EngineEvent", "KillTask",
            "StopRequested", "TaskExited", "TimeLimitReached"]

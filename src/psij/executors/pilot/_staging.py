@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict
 
 from psij._private_dirs import ensure_private_dir
+from psij._record import replace
 from psij.executors._staging import (
     REPORT_SUFFIX,
     needs_staging,
@@ -25,7 +26,6 @@ from psij.executors._staging import (
     valid_text,
 )
 from psij.executors.batch.escape_functions import ShellWord
-from psij.executors.pilot._record import replace
 from psij.executors.pilot.tasks import TaskSpec
 from psij.job_spec import JobSpec
 from psij.job_status import JobStatus

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from psij._lazylog import LazyLogger
-from psij.executors.pilot._record import replace
+from psij._record import replace
 from psij.executors.pilot.journal import Journal, ReplayPlan, end_line, kill_leftovers
 from psij.executors.pilot.resources import PoolUsage, ResourcePool, ResourceRequest
 from psij.executors.pilot.scheduler import Scheduler, TaskRequest, TaskState, Transition

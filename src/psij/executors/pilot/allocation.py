@@ -17,7 +17,7 @@ import re
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from psij import _check
-from psij.executors.pilot._record import Record
+from psij._record import Record
 from psij.executors.pilot.resources import NodeSpec
 
 __all__ = [

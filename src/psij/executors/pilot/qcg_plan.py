@@ -43,7 +43,7 @@ from typing import (
     Union,
 )
 
-from psij.executors.pilot._record import Record
+from psij._record import Record
 from psij.executors.pilot.qcg_schema import (
     SEED,
     BadRequest,

@@ -9,7 +9,7 @@ writes what these functions return.
 from datetime import datetime, timedelta
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from psij.executors.pilot._record import Record
+from psij._record import Record
 from psij.executors.pilot.qcg_schema import SEED
 from psij.executors.pilot.scheduler import TaskState
 

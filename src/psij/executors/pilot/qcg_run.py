@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import IO, Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from psij._private_dirs import ensure_private_dir
+from psij._record import replace
 from psij._stop_signals import StopSignals
-from psij.executors.pilot._record import replace
 from psij.executors.pilot.allocation import Allocation, allocation_from_options
 from psij.executors.pilot.engine import (
     EngineConfig,

@@ -10,7 +10,7 @@ from datetime import timedelta
 from types import MappingProxyType
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-from psij.executors.pilot._record import Record
+from psij._record import Record
 from psij.executors.pilot.resources import ResourceRequest
 
 __all__ = [

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from psij import _check
-from psij.executors.pilot._record import Record
+from psij._record import Record
 from psij.resource_spec import ResourceSpecV1
 
 __all__ = [

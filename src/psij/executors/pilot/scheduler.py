@@ -40,7 +40,7 @@ from heapq import heapify, heappop, heappush
 from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 from psij import _check
-from psij.executors.pilot._record import Record
+from psij._record import Record
 from psij.executors.pilot.resources import (
     UNBOUNDED,
     NodeShare,

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from psij import _check
-from psij.executors.pilot._record import Record
+from psij._record import Record
 from psij.executors.pilot.resources import Amount, ResourceRequest
 from psij.executors.pilot.scheduler import Placement, TaskState
 

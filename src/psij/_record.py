@@ -1,19 +1,23 @@
-"""Small immutable value classes for the pilot, cheap to define and to build.
+"""The one base of immutable values across psij: :class:`Record`, and :func:`replace`.
 
-The pilot's descriptions (nodes, requests, shapes, placements, task specifications, events)
-are values: compared and hashed by their fields, never changed after construction. ``Record``
-is the one base of every such value in the pilot package. A subclass lists its fields in
-``_fields`` and its storage in ``__slots__`` (the fields, then any value derived from them);
-its own ``__init__`` checks the arguments and stores every slot at once with
-:meth:`Record._store`, in ``__slots__`` order. The first ``_store`` of a class makes that
-class's own: one call of each slot's setter, no loop (a loop over the setters costs about
-200 ns more per value built); classes never built cost nothing.
+Every value of the package (the pilot's nodes, requests, shapes, task specifications and
+events; the batch layer's observations, tracker states, events and actions, command results,
+directive rules, ...) is a ``Record``: compared and hashed by its fields, never changed after
+construction. A subclass lists its fields in ``_fields`` and its storage in ``__slots__`` (the
+fields, then any value derived from them); its own ``__init__`` checks the arguments and stores
+every slot at once with :meth:`Record._store`, in ``__slots__`` order. The first ``_store`` of
+a class makes that class's own: one call of each slot's setter, no loop (a loop over the
+setters costs about 200 ns more per value built); classes never built cost nothing.
 
-Why not frozen dataclasses: defining one costs code generation at import (about 1 ms per class
-here, some 20 ms for the pilot's classes on every start of a pilot), and building one costs
-1.2 (with ``slots``, Python 3.10+) to 1.6 times a ``Record`` (measured with ``timeit``).
+Why not frozen dataclasses, and why one idiom: defining a dataclass costs code generation at
+import (about 1 ms per class, some 20 ms for the pilot's classes on every start of a pilot and
+as much again for the batch layer's), importing :mod:`dataclasses` costs more still, and
+building one costs 1.2 (with ``slots``, Python 3.10+) to 1.6 times a ``Record`` (measured with
+``timeit``). One base means one set of rules for equality, hashing, copying, pickling and
+``replace`` everywhere; ``tests/test_values.py`` checks that no module of psij defines a frozen
+dataclass and that every class with ``_fields`` is a ``Record``.
 
-It holds no domain logic and must not import anything of the pilot.
+It holds no domain logic and imports nothing of psij.
 """
 
 from operator import attrgetter
