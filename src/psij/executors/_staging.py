@@ -22,9 +22,10 @@ copy, link or remove files itself; it reads the report and deploys the shell lib
 import logging
 import os
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, Optional
 
 from psij._data import data_dir
+from psij._record import Record
 from psij.exceptions import InvalidJobException
 from psij.executors.batch.escape_functions import ShellWord
 from psij.job_spec import JobSpec
@@ -143,13 +144,19 @@ def staging_lib(work_directory: Path) -> Path:
     return deploy_files(work_directory, [data_dir("launchers") / STAGING_LIB]) / STAGING_LIB
 
 
-class StagingReport(NamedTuple):
+class StagingReport(Record):
     """What a job's script reported about its staging."""
 
+    _fields = ("stage_in_error", "stage_out_error", "cleanup_errors", "job_exit")
+    __slots__ = _fields
     stage_in_error: Optional[str]
     stage_out_error: Optional[str]
     cleanup_errors: List[str]
     job_exit: Optional[int]
+
+    def __init__(self, stage_in_error: Optional[str], stage_out_error: Optional[str],
+                 cleanup_errors: List[str], job_exit: Optional[int]) -> None:
+        self._store(stage_in_error, stage_out_error, cleanup_errors, job_exit)
 
 
 def read_report(path: Path) -> Optional[StagingReport]:
