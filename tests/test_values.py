@@ -21,29 +21,12 @@ from typing import Any, List, Tuple
 import pytest
 
 import psij
+import psij.executors.batch._tracking as tr
 from psij._record import Record, replace
 from psij.executors._staging import StagingReport
 from psij.executors.batch._final_state import Seen
 from psij.executors.batch._runner import CommandResult
 from psij.executors.batch._site_directives import PLAIN_QUOTED, QUOTED_EXTRA, DirectiveRules
-from psij.executors.batch._tracking import (
-    CancelAsked,
-    CancelFailed,
-    Finish,
-    JobAdded,
-    MissingResolved,
-    Observation,
-    Phase,
-    PollFailed,
-    PollSucceeded,
-    ReportState,
-    ResolveMissing,
-    RunStatusCommand,
-    Settings,
-    Tick,
-    TrackedJob,
-    TrackerState,
-)
 from psij.job_state import JobState
 
 SRC = Path(psij.__file__).parent
@@ -105,39 +88,43 @@ def test_the_batch_layer_no_longer_imports_dataclasses(tmp_path: Path) -> None:
     assert json.loads(done.stdout) is False
 
 
-OBS = Observation(JobState.ACTIVE, "running", None, MappingProxyType({"native_state": "R"}))
-JOBS = MappingProxyType({"1": TrackedJob("1", JobState.ACTIVE)})
+OBS = tr.Observation(JobState.ACTIVE, "running", None, MappingProxyType({"native_state": "R"}))
+JOBS = MappingProxyType({"1": tr.TrackedJob("1", JobState.ACTIVE)})
 
 # (built by position, built by keyword, a value differing in one field)
 SAMPLES: List[Tuple[Any, Any, Any]] = [
-    (Observation(JobState.FAILED, "m", 3),
-     Observation(exit_code=3, message="m", state=JobState.FAILED),
-     Observation(JobState.FAILED, "m", 4)),
-    (Settings(10.0, 1.0, 2, 60.0, 30.0, 3, 0.5),
-     Settings(interval=10.0, initial_delay=1.0, error_threshold=2, outage_tolerance=60.0,
+    (tr.Observation(JobState.FAILED, "m", 3),
+     tr.Observation(exit_code=3, message="m", state=JobState.FAILED),
+     tr.Observation(JobState.FAILED, "m", 4)),
+    (tr.Settings(10.0, 1.0, 2, 60.0, 30.0, 3, 0.5),
+     tr.Settings(interval=10.0, initial_delay=1.0, error_threshold=2, outage_tolerance=60.0,
               max_backoff=30.0, missing_grace=3, cancel_poll_delay=0.5),
-     Settings(10.0, 1.0, 2, 60.0, 30.0, 4, 0.5)),
-    (TrackedJob("1", JobState.QUEUED, True, 2),
-     TrackedJob(native_id="1", state=JobState.QUEUED, cancel_requested=True, misses=2),
-     TrackedJob("1", JobState.QUEUED, True, 1)),
-    (TrackerState(JOBS, Phase.WAITING, 5.0, ("1",), None, 1, 2.0),
-     TrackerState(jobs=JOBS, phase=Phase.WAITING, next_poll_at=5.0, in_flight=("1",),
+     tr.Settings(10.0, 1.0, 2, 60.0, 30.0, 4, 0.5)),
+    (tr.TrackedJob("1", JobState.QUEUED, True, 2),
+     tr.TrackedJob(native_id="1", state=JobState.QUEUED, cancel_requested=True, misses=2),
+     tr.TrackedJob("1", JobState.QUEUED, True, 1)),
+    (tr.TrackerState(JOBS, tr.Phase.WAITING, 5.0, ("1",), None, 1, 2.0),
+     tr.TrackerState(jobs=JOBS, phase=tr.Phase.WAITING, next_poll_at=5.0, in_flight=("1",),
                   failures=1, outage_since=2.0),
-     TrackerState(JOBS, Phase.POLLING, 5.0, ("1",), None, 1, 2.0)),
-    (JobAdded("1", JobState.ACTIVE, True), JobAdded(poll_soon=True, native_id="1",
-                                                    state=JobState.ACTIVE), JobAdded("1")),
-    (Tick(), Tick(), None),
-    (PollSucceeded({"1": OBS}), PollSucceeded(observations={"1": OBS}), PollSucceeded({})),
-    (MissingResolved({"1": OBS}), MissingResolved(found={"1": OBS}), MissingResolved({})),
-    (PollFailed("boom"), PollFailed(error="boom"), PollFailed("bang")),
-    (CancelAsked("1"), CancelAsked(native_id="1"), CancelAsked("2")),
-    (CancelFailed("1"), CancelFailed(native_id="1"), CancelFailed("2")),
-    (RunStatusCommand(("1", "2")), RunStatusCommand(native_ids=("1", "2")),
-     RunStatusCommand(("1",))),
-    (ResolveMissing(("1",)), ResolveMissing(native_ids=("1",)), ResolveMissing(("2",))),
-    (ReportState("1", OBS), ReportState(observation=OBS, native_id="1"),
-     ReportState("1", Observation(JobState.ACTIVE))),
-    (Finish("1", OBS, False), Finish("1", OBS, cancel_requested=False), Finish("1", OBS, True)),
+     tr.TrackerState(JOBS, tr.Phase.POLLING, 5.0, ("1",), None, 1, 2.0)),
+    (tr.JobAdded("1", JobState.ACTIVE, True),
+     tr.JobAdded(poll_soon=True, native_id="1", state=JobState.ACTIVE), tr.JobAdded("1")),
+    (tr.Tick(), tr.Tick(), None),
+    (tr.PollSucceeded({"1": OBS}), tr.PollSucceeded(observations={"1": OBS}),
+     tr.PollSucceeded({})),
+    (tr.MissingResolved({"1": OBS}), tr.MissingResolved(found={"1": OBS}),
+     tr.MissingResolved({})),
+    (tr.PollFailed("boom"), tr.PollFailed(error="boom"), tr.PollFailed("bang")),
+    (tr.CancelAsked("1"), tr.CancelAsked(native_id="1"), tr.CancelAsked("2")),
+    (tr.CancelFailed("1"), tr.CancelFailed(native_id="1"), tr.CancelFailed("2")),
+    (tr.RunStatusCommand(("1", "2")), tr.RunStatusCommand(native_ids=("1", "2")),
+     tr.RunStatusCommand(("1",))),
+    (tr.ResolveMissing(("1",)), tr.ResolveMissing(native_ids=("1",)),
+     tr.ResolveMissing(("2",))),
+    (tr.ReportState("1", OBS), tr.ReportState(observation=OBS, native_id="1"),
+     tr.ReportState("1", tr.Observation(JobState.ACTIVE))),
+    (tr.Finish("1", OBS, False), tr.Finish("1", OBS, cancel_requested=False),
+     tr.Finish("1", OBS, True)),
     (CommandResult(("squeue",), 0, "out", "err", None),
      CommandResult(argv=("squeue",), exit_code=0, stdout="out", stderr="err"),
      CommandResult(("squeue",), 1, "out", "err")),
@@ -196,23 +183,23 @@ def test_values_cannot_be_changed_and_copy_as_equals(value: Any, same: Any, othe
 
 
 def test_defaults_are_the_shared_empty_mapping_and_the_old_values() -> None:
-    assert Observation(JobState.QUEUED).metadata is Observation(JobState.ACTIVE).metadata
-    assert TrackerState().jobs is Observation(JobState.QUEUED).metadata
-    assert isinstance(TrackerState().jobs, MappingProxyType) and TrackerState().jobs == {}
-    assert TrackerState().as_dict() == {
-        "jobs": {}, "phase": Phase.IDLE, "next_poll_at": None, "in_flight": (),
+    assert tr.Observation(JobState.QUEUED).metadata is tr.Observation(JobState.ACTIVE).metadata
+    assert tr.TrackerState().jobs is tr.Observation(JobState.QUEUED).metadata
+    assert isinstance(tr.TrackerState().jobs, MappingProxyType) and tr.TrackerState().jobs == {}
+    assert tr.TrackerState().as_dict() == {
+        "jobs": {}, "phase": tr.Phase.IDLE, "next_poll_at": None, "in_flight": (),
         "requested_poll_at": None, "failures": 0, "outage_since": None}
-    assert Settings().as_dict() == {
+    assert tr.Settings().as_dict() == {
         "interval": 30.0, "initial_delay": 2.0, "error_threshold": 2, "outage_tolerance": 300.0,
         "max_backoff": 120.0, "missing_grace": 3, "cancel_poll_delay": 1.0}
-    assert (JobAdded("1").state, JobAdded("1").poll_soon) == (JobState.QUEUED, False)
+    assert (tr.JobAdded("1").state, tr.JobAdded("1").poll_soon) == (JobState.QUEUED, False)
     assert CommandResult(("x",), None).as_dict() == {
         "argv": ("x",), "exit_code": None, "stdout": "", "stderr": "", "failure": None}
     assert Seen("1", OBS, False).as_dict() == {
         "native_id": "1", "observation": OBS, "cancel_requested": False, "exit_code": None,
         "time_limit": None, "launcher_failure": None, "stderr_tail": None}
     with pytest.raises(TypeError):
-        Tick(1)  # type: ignore[call-arg]
+        tr.Tick(1)  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         CommandResult(("x",))  # type: ignore[call-arg]
 
@@ -220,20 +207,20 @@ def test_defaults_are_the_shared_empty_mapping_and_the_old_values() -> None:
 def test_repr_is_the_class_and_every_field_by_name() -> None:
     assert repr(CommandResult(("a",), 0)) == \
         "CommandResult(argv=('a',), exit_code=0, stdout='', stderr='', failure=None)"
-    assert repr(Tick()) == "Tick()"
+    assert repr(tr.Tick()) == "Tick()"
     assert repr(DirectiveRules(False)) == "DirectiveRules(plain=False, extra=None)"
 
 
 def test_replace_builds_a_checked_copy() -> None:
-    state = TrackerState()
-    moved = replace(state, phase=Phase.WAITING, next_poll_at=3.0)
-    assert (moved.phase, moved.next_poll_at, moved.jobs) == (Phase.WAITING, 3.0, {})
-    assert state == TrackerState() and type(moved) is TrackerState
-    assert replace(OBS, message="m") == Observation(JobState.ACTIVE, "m", None, OBS.metadata)
+    state = tr.TrackerState()
+    moved = replace(state, phase=tr.Phase.WAITING, next_poll_at=3.0)
+    assert (moved.phase, moved.next_poll_at, moved.jobs) == (tr.Phase.WAITING, 3.0, {})
+    assert state == tr.TrackerState() and type(moved) is tr.TrackerState
+    assert replace(OBS, message="m") == tr.Observation(JobState.ACTIVE, "m", None, OBS.metadata)
     with pytest.raises(TypeError, match="TrackerState: no field 'phsae'"):
-        replace(state, phsae=Phase.WAITING)
+        replace(state, phsae=tr.Phase.WAITING)
     with pytest.raises(ValueError, match="Settings.interval: must be positive, got 0"):
-        replace(Settings(), interval=0)
+        replace(tr.Settings(), interval=0)
 
 
 @pytest.mark.parametrize("field, bad, words", [
@@ -249,14 +236,14 @@ def test_replace_builds_a_checked_copy() -> None:
 def test_settings_refuse_bad_values_naming_the_field(field: str, bad: float, words: str
                                                      ) -> None:
     with pytest.raises(ValueError, match=f"^Settings.{field}: {words}, got {bad}$"):
-        Settings(**{field: bad})
-    positional = list(Settings().as_dict().values())
-    positional[Settings._fields.index(field)] = bad
+        tr.Settings(**{field: bad})  # type: ignore[arg-type]
+    positional = list(tr.Settings().as_dict().values())
+    positional[tr.Settings._fields.index(field)] = bad
     with pytest.raises(ValueError, match=f"^Settings.{field}: {words}, got {bad}$"):
-        Settings(*positional)
+        tr.Settings(*positional)
 
 
 def test_settings_accept_their_limits() -> None:
-    edge = Settings(interval=1e-9, initial_delay=0, error_threshold=0, outage_tolerance=0,
+    edge = tr.Settings(interval=1e-9, initial_delay=0, error_threshold=0, outage_tolerance=0,
                     max_backoff=float("inf"), missing_grace=0, cancel_poll_delay=0)
     assert edge.max_backoff == float("inf") and edge.missing_grace == 0
