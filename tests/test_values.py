@@ -247,3 +247,56 @@ def test_settings_accept_their_limits() -> None:
     edge = tr.Settings(interval=1e-9, initial_delay=0, error_threshold=0, outage_tolerance=0,
                     max_backoff=float("inf"), missing_grace=0, cancel_poll_delay=0)
     assert edge.max_backoff == float("inf") and edge.missing_grace == 0
+
+
+# ----------------------------------------------------------- the __init__ a Record is given
+
+
+def test_a_record_without_init_takes_its_fields_by_position_or_name() -> None:
+    from psij._record import Record
+
+    class Pair(Record):
+        _fields = ("left", "right")
+        __slots__ = _fields
+        left: int
+        right: str
+
+    assert Pair(1, "a") == Pair(right="a", left=1)
+    assert (Pair(1, "a").left, Pair(1, "a").right) == (1, "a")
+    with pytest.raises(TypeError, match="right"):
+        Pair(1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Pair(1, "a", 2)  # type: ignore[call-arg]
+    with pytest.raises(AttributeError, match="immutable"):
+        Pair(1, "a").left = 2  # type: ignore[misc]
+
+
+def test_each_subclass_gets_an_init_of_its_own_fields() -> None:
+    from psij._record import Record
+
+    class One(Record):
+        _fields = ("a",)
+        __slots__ = _fields
+        a: int
+
+    class Two(One):
+        _fields = ("a", "b")
+        __slots__ = ("b",)
+        b: int
+
+    assert One(1).a == 1  # One's __init__ is made first; Two must not inherit it
+    two = Two(1, 2)
+    assert (two.a, two.b) == (1, 2)
+    assert One(a=3) != Two(3, 0)
+
+
+def test_a_record_with_derived_slots_must_write_its_init() -> None:
+    from psij._record import Record
+
+    class Derived(Record):
+        _fields = ("a",)
+        __slots__ = ("_double", "a")
+        a: int
+
+    with pytest.raises(TypeError, match="must define __init__"):
+        Derived(1)

@@ -4,10 +4,14 @@ Every value of the package (the pilot's nodes, requests, shapes, task specificat
 events; the batch layer's observations, tracker states, events and actions, command results,
 directive rules, ...) is a ``Record``: compared and hashed by its fields, never changed after
 construction. A subclass lists its fields in ``_fields`` and its storage in ``__slots__`` (the
-fields, then any value derived from them); its own ``__init__`` checks the arguments and stores
-every slot at once with :meth:`Record._store`, in ``__slots__`` order. The first ``_store`` of
-a class makes that class's own: one call of each slot's setter, no loop (a loop over the
-setters costs about 200 ns more per value built); classes never built cost nothing.
+fields, then any value derived from them), and annotates each field. A class whose slots are
+its fields and whose fields have no defaults needs no ``__init__``: it gets one taking the
+fields in order, by position or by name (type checkers see it too, through
+``dataclass_transform``). A class with defaults, checks or derived slots writes its own
+``__init__``, which stores every slot at once with :meth:`Record._store`, in ``__slots__``
+order. The first ``_store`` (and the first use of a made ``__init__``) of a class makes that
+class's own: one call of each slot's setter, no loop (a loop over the setters costs about
+200 ns more per value built); classes never built cost nothing.
 
 Why not frozen dataclasses, and why one idiom: defining a dataclass costs code generation at
 import (0.5 to 1 ms per class: some 20 ms for the pilot's classes on every start of a pilot,
@@ -23,13 +27,21 @@ It holds no domain logic and imports nothing of psij.
 
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any, Callable, Dict, List, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:
+    def dataclass_transform(**_: Any) -> Any:
+        """Nothing at run time: only type checkers read this decorator."""
+        return lambda cls: cls
 
 __all__ = ["Record", "replace"]
 
 _R = TypeVar("_R", bound="Record")
 
 
+@dataclass_transform(eq_default=True, frozen_default=True)
 class Record:
     """An immutable value: equal to another of the same class with equal ``_fields``."""
 
@@ -50,6 +62,16 @@ class Record:
             cls._values = staticmethod(_no_values)
         # Each class makes its own on first use (a subclass may have more slots).
         cls._store = Record._store  # type: ignore[method-assign]
+        if "__init__" not in cls.__dict__:
+            cls.__init__ = Record.__init__  # type: ignore[method-assign]
+
+    def __init__(self, *values: Any, **named: Any) -> None:
+        """Store the fields, given in ``_fields`` order by position or by name; made into
+        the class's own ``__init__`` on first use."""
+        cls = type(self)
+        init = _compile_init(cls)
+        cls.__init__ = init  # type: ignore[method-assign]
+        init(self, *values, **named)
 
     def _store(self, *values: Any) -> None:
         """Store every slot, in ``__slots__`` order: called once, by ``__init__``."""
@@ -114,6 +136,24 @@ def _compile_store(cls: type) -> Callable[..., None]:
     store: Callable[..., None] = namespace["make"](*(getattr(cls, n).__set__ for n in names))
     store.__qualname__ = f"{cls.__name__}._store"
     return store
+
+
+def _compile_init(cls: type) -> Callable[..., None]:
+    """``cls``'s ``__init__`` when it wrote none: its fields as parameters, stored in order."""
+    fields = cls._fields  # type: ignore[attr-defined]
+    if list(fields) != _slot_names(cls):
+        raise TypeError(f"{cls.__name__}: a Record whose slots are not just its fields "
+                        f"({', '.join(fields)}) must define __init__")
+    if not all(name.isidentifier() and not name.startswith("__") for name in fields):
+        raise TypeError(f"{cls.__name__}: field names must be identifiers")
+    names = ", ".join(fields)
+    source = (f"def __init__(self{', ' if fields else ''}{names}):\n"
+              f"    self._store({names})\n")
+    namespace: Dict[str, Any] = {}
+    exec(source, namespace)  # the class's own field names only: nothing from outside
+    init: Callable[..., None] = namespace["__init__"]
+    init.__qualname__ = f"{cls.__name__}.__init__"
+    return init
 
 
 def _no_values(record: Any) -> Tuple[()]:

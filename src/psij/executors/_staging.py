@@ -154,10 +154,6 @@ class StagingReport(Record):
     cleanup_errors: List[str]
     job_exit: Optional[int]
 
-    def __init__(self, stage_in_error: Optional[str], stage_out_error: Optional[str],
-                 cleanup_errors: List[str], job_exit: Optional[int]) -> None:
-        self._store(stage_in_error, stage_out_error, cleanup_errors, job_exit)
-
 
 def read_report(path: Path) -> Optional[StagingReport]:
     """The report at ``path``, or None when there is none."""

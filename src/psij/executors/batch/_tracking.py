@@ -179,9 +179,6 @@ class PollSucceeded(Record):
     __slots__ = _fields
     observations: Mapping[str, Observation]
 
-    def __init__(self, observations: Mapping[str, Observation]) -> None:
-        self._store(observations)
-
 
 class PollFailed(Record):
     """The status command failed, timed out, or printed something that could not be parsed."""
@@ -189,9 +186,6 @@ class PollFailed(Record):
     _fields = ("error",)
     __slots__ = _fields
     error: str
-
-    def __init__(self, error: str) -> None:
-        self._store(error)
 
 
 class MissingResolved(Record):
@@ -201,9 +195,6 @@ class MissingResolved(Record):
     __slots__ = _fields
     found: Mapping[str, Observation]
 
-    def __init__(self, found: Mapping[str, Observation]) -> None:
-        self._store(found)
-
 
 class CancelAsked(Record):
     """A cancel of the job is being sent to the scheduler."""
@@ -212,9 +203,6 @@ class CancelAsked(Record):
     __slots__ = _fields
     native_id: str
 
-    def __init__(self, native_id: str) -> None:
-        self._store(native_id)
-
 
 class CancelFailed(Record):
     """The scheduler refused the cancel; the job goes on as before."""
@@ -222,9 +210,6 @@ class CancelFailed(Record):
     _fields = ("native_id",)
     __slots__ = _fields
     native_id: str
-
-    def __init__(self, native_id: str) -> None:
-        self._store(native_id)
 
 
 Event = Union[JobAdded, Tick, PollSucceeded, PollFailed, MissingResolved, CancelAsked,
@@ -240,9 +225,6 @@ class RunStatusCommand(Record):
     __slots__ = _fields
     native_ids: Tuple[str, ...]
 
-    def __init__(self, native_ids: Tuple[str, ...]) -> None:
-        self._store(native_ids)
-
 
 class ResolveMissing(Record):
     """Look these jobs up (exit-code file, accounting), then feed MissingResolved."""
@@ -250,9 +232,6 @@ class ResolveMissing(Record):
     _fields = ("native_ids",)
     __slots__ = _fields
     native_ids: Tuple[str, ...]
-
-    def __init__(self, native_ids: Tuple[str, ...]) -> None:
-        self._store(native_ids)
 
 
 class ReportState(Record):
@@ -262,9 +241,6 @@ class ReportState(Record):
     __slots__ = _fields
     native_id: str
     observation: Observation
-
-    def __init__(self, native_id: str, observation: Observation) -> None:
-        self._store(native_id, observation)
 
 
 class Finish(Record):
@@ -278,9 +254,6 @@ class Finish(Record):
     native_id: str
     observation: Observation
     cancel_requested: bool
-
-    def __init__(self, native_id: str, observation: Observation, cancel_requested: bool) -> None:
-        self._store(native_id, observation, cancel_requested)
 
 
 Action = Union[RunStatusCommand, ResolveMissing, ReportState, Finish]

@@ -37,9 +37,6 @@ class KillTask(Record):
     __slots__ = _fields
     task_id: str
 
-    def __init__(self, task_id: str) -> None:
-        self._store(task_id)
-
 
 class TimeLimitReached(Record):
     """The ``run``-th start of a task reached its time limit."""
@@ -49,9 +46,6 @@ class TimeLimitReached(Record):
     task_id: str
     run: int
 
-    def __init__(self, task_id: str, run: int) -> None:
-        self._store(task_id, run)
-
 
 class AgentLauncherExited(Record):
     """The launcher of a node's agent exited with ``code`` (None: unknown)."""
@@ -60,9 +54,6 @@ class AgentLauncherExited(Record):
     __slots__ = _fields
     node: str
     code: Optional[int]
-
-    def __init__(self, node: str, code: Optional[int]) -> None:
-        self._store(node, code)
 
 
 class CloseRequested(Record):

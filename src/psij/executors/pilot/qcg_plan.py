@@ -107,9 +107,6 @@ class StartContext(Record):
     nnodes: int
     nodes: Tuple[str, ...]
 
-    def __init__(self, root_wd: str, ncores: int, nnodes: int, nodes: Tuple[str, ...]) -> None:
-        self._store(root_wd, ncores, nnodes, nodes)
-
 
 def start_variables(context: StartContext) -> Dict[str, str]:
     return {"root_wd": context.root_wd, "ncores": str(context.ncores),
@@ -164,10 +161,6 @@ class PlannedSubmit(Record):
     jobs: Tuple[PlannedJob, ...]
     # The job names as QCG reports them in the submit response (a group counts once).
     job_names: Tuple[str, ...]
-
-    def __init__(self, position: int, jobs: Tuple[PlannedJob, ...],
-                 job_names: Tuple[str, ...]) -> None:
-        self._store(position, jobs, job_names)
 
     def tasks(self) -> Iterator[TaskTemplate]:
         for job in self.jobs:

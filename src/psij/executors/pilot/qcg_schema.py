@@ -170,9 +170,6 @@ class Spread(Record):
     minimum: int
     other: Optional[Mapping[str, Any]]
 
-    def __init__(self, key: str, minimum: int, other: Optional[Mapping[str, Any]]) -> None:
-        self._store(key, minimum, other)
-
     def request(self, amount: int) -> ResourceRequest:
         """The request of an iteration given ``amount`` cores or nodes."""
         exact = {"exact": amount}
@@ -187,18 +184,12 @@ class Submit(Record):
     position: int
     jobs: Tuple[JobDescription, ...]
 
-    def __init__(self, position: int, jobs: Tuple[JobDescription, ...]) -> None:
-        self._store(position, jobs)
-
 
 class Control(Record):
     _fields = ("position", "command")
     __slots__ = _fields
     position: int
     command: str
-
-    def __init__(self, position: int, command: str) -> None:
-        self._store(position, command)
 
 
 class _NamedJobs(Record):
@@ -237,9 +228,6 @@ class _Bare(Record):
     __slots__ = _fields
     position: int
 
-    def __init__(self, position: int) -> None:
-        self._store(position)
-
 
 class ListJobs(_Bare):
     __slots__ = ()
@@ -263,9 +251,6 @@ class BadRequest(Record):
     position: int
     kind: str
     message: str
-
-    def __init__(self, position: int, kind: str, message: str) -> None:
-        self._store(position, kind, message)
 
 
 Request = Union[Submit, Control, JobStatusRequest, JobInfo, CancelJob, RemoveJob, ListJobs,

@@ -432,10 +432,6 @@ class NodeUsage(Record):
     free_custom: Mapping[str, int]
     idle: bool
 
-    def __init__(self, node: str, free_cores: Tuple[int, ...], free_gpus: Tuple[int, ...],
-                 free_memory: int, free_custom: Mapping[str, int], idle: bool) -> None:
-        self._store(node, free_cores, free_gpus, free_memory, free_custom, idle)
-
     def __hash__(self) -> int:
         return hash((self.node, self.free_cores, self.free_gpus, self.free_memory,
                      tuple(self.free_custom.items()), self.idle))
@@ -453,10 +449,6 @@ class PoolUsage(Record):
     free_cores: int
     total_gpus: int
     free_gpus: int
-
-    def __init__(self, total_nodes: int, idle_nodes: int, total_cores: int, free_cores: int,
-                 total_gpus: int, free_gpus: int) -> None:
-        self._store(total_nodes, idle_nodes, total_cores, free_cores, total_gpus, free_gpus)
 
     @property
     def used_cores(self) -> int:

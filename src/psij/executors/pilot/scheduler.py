@@ -131,9 +131,6 @@ class Placement(Record):
     task_id: str
     shares: Tuple[NodeShare, ...]
 
-    def __init__(self, task_id: str, shares: Tuple[NodeShare, ...]) -> None:
-        self._store(task_id, shares)
-
     @property
     def nodes(self) -> Tuple[str, ...]:
         return tuple(share.node for share in self.shares)

@@ -301,12 +301,6 @@ class TaskStatus(Record):
     started: Optional[float]
     ended: Optional[float]
 
-    def __init__(self, task_id: str, state: TaskState, message: Optional[str],
-                 exit_code: Optional[int], share: Optional[TaskShare],
-                 history: Tuple[Tuple[float, TaskState], ...], directory: str,
-                 started: Optional[float], ended: Optional[float]) -> None:
-        self._store(task_id, state, message, exit_code, share, history, directory, started, ended)
-
     def to_json(self) -> Dict[str, Any]:
         return {"task_id": self.task_id, "state": self.state.value, "message": self.message,
                 "exit_code": self.exit_code,
