@@ -1,0 +1,407 @@
+"""The ``psij`` commands over the job registry: ``submit``, ``status``, ``wait``, ``cancel``,
+``list`` and ``attach``.
+
+They work on the registry of the default work directory (``~/.psij/work/jobs.sqlite``), the one
+every executor records its jobs in (:mod:`psij.registry`). ``list`` shows what is recorded;
+``status``, ``wait`` and ``cancel`` re-attach the jobs that are not final to their executors, so
+what they show is what the executors report now.
+
+A ``local`` job submitted with ``psij submit`` is a child of a small keeper process that
+``submit`` leaves behind (in its own session, its standard streams on ``/dev/null``): it waits
+for the job and records its exit code, then exits. Jobs of other executors live in their
+scheduler and need no keeper.
+
+Output written to a closed pipe (``psij list | head``) ends the command quietly.
+"""
+
+import json
+import os
+import sys
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    import argparse
+
+    from psij.job import Job
+    from psij.registry import JobRecord
+
+__all__ = ["JOB_COMMANDS", "add_job_commands", "jobs_main"]
+
+JOB_COMMANDS = ("submit", "status", "wait", "cancel", "list", "attach")
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+_STATUS_WAIT = timedelta(seconds=30)  # for a re-attached job's first status
+_CANCEL_WAIT = timedelta(seconds=30)
+_MESSAGE_WIDTH = 60
+
+_JSON_HELP = ("--json prints a JSON array with one object per job: id, executor, "
+              "executor_version, url, native_id, tag, state, final, exit_code, message, "
+              "submitted, updated (times in ISO 8601, UTC).")
+
+
+def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
+    """The registry commands (``only`` that one when given)."""
+    from psij.cli import _formatters
+
+    plain, raw = _formatters()
+    if only in (None, "submit"):
+        from psij.cli import _ATTRIBUTE_HELP, DEFAULT_EXECUTOR, _add_job_options
+
+        submit = commands.add_parser(
+            "submit", help="submit one job, print its id and return at once",
+            usage="psij submit [options] [--tag TAG] [--] EXECUTABLE [ARGUMENT ...]",
+            formatter_class=raw,
+            description="Submit one job, record it in the job registry and print its id.\n"
+                        "The options are those of `psij run`; the job's standard streams are\n"
+                        "/dev/null unless --stdin, --stdout and --stderr name files.",
+            epilog="exit status: 0 when submitted; 1 when it could not be submitted or "
+                   "recorded; 2 for bad usage\n\n" + _ATTRIBUTE_HELP)
+        submit.add_argument("--executor", default=DEFAULT_EXECUTOR, metavar="NAME",
+                            help=f"executor to submit to (default: {DEFAULT_EXECUTOR})")
+        submit.add_argument("--tag", metavar="TAG", help="label to find the job by")
+        _add_job_options(submit)
+    for name, text in (("status", "show the current state of recorded jobs"),
+                       ("wait", "wait until recorded jobs are final"),
+                       ("cancel", "cancel recorded jobs")):
+        if only not in (None, name):
+            continue
+        sub = commands.add_parser(
+            name, help=text, formatter_class=plain,
+            description=f"{text[0].upper()}{text[1:]}, chosen by id or by --tag" +
+                        (" (or all of them with --all)" if name == "status" else "") +
+                        ". Jobs not final are re-attached to their executors first.",
+            epilog=_EPILOGS[name])
+        sub.add_argument("ids", nargs="*", metavar="ID", help="job ids")
+        sub.add_argument("--tag", metavar="TAG", help="the jobs with this tag")
+        if name == "status":
+            sub.add_argument("--all", action="store_true", help="every recorded job")
+        if name != "cancel":
+            sub.add_argument("--json", action="store_true", help="print JSON (see below)")
+    if only in (None, "list"):
+        lister = commands.add_parser(
+            "list", help="list recorded jobs as last recorded", formatter_class=plain,
+            description="List the jobs recorded in the job registry, as last recorded "
+                        "(no executor is asked).", epilog=_JSON_HELP)
+        lister.add_argument("--executor", metavar="NAME", help="only this executor's jobs")
+        lister.add_argument("--state", metavar="STATE", action="append",
+                            help="only jobs in this state (repeatable)")
+        lister.add_argument("--tag", metavar="TAG", help="only jobs with this tag")
+        lister.add_argument("--json", action="store_true", help="print JSON (see below)")
+    if only in (None, "attach"):
+        attach = commands.add_parser(
+            "attach", help="adopt a job submitted elsewhere into the registry",
+            formatter_class=plain,
+            description="Attach to a job that an executor knows by its native id (submitted "
+                        "by other means), record it and print its new job id.",
+            epilog="exit status: 0 when attached; 1 when the executor does not know the job; "
+                   "2 for bad usage")
+        attach.add_argument("--executor", required=True, metavar="NAME", help="its executor")
+        attach.add_argument("--tag", metavar="TAG", help="label to find the job by")
+        attach.add_argument("native_id", metavar="NATIVE_ID", help="the executor's job id")
+
+
+_EPILOGS = {
+    "status": "exit status: 0; 1 when a job is unknown or the registry cannot be read. " +
+              _JSON_HELP,
+    "wait": "exit status: the worst of the jobs' statuses, each as `psij run` gives it "
+            "(the exit code, 1 for a failure without one, 130 for a canceled job), 0 when "
+            "all completed. " + _JSON_HELP,
+    "cancel": "exit status: 0 when every job is final; 1 otherwise.",
+}
+
+
+# -- output ----------------------------------------------------------------------------------
+
+def _out(text: str) -> None:
+    sys.stdout.write(text)
+
+
+def _view(record: "JobRecord", job: Optional["Job"] = None) -> Dict[str, Any]:
+    view = record.to_json()
+    if job is not None and job.status.state.name != "NEW":
+        status = job.status
+        from datetime import datetime, timezone
+
+        view.update(native_id=job.native_id, state=status.state.name,
+                    final=status.state.final, exit_code=status.exit_code,
+                    message=status.message,
+                    updated=datetime.fromtimestamp(status.time, timezone.utc).isoformat(
+                        timespec="milliseconds"))
+    return view
+
+
+def _print(views: Iterable[Dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        _out(json.dumps(list(views), indent=1) + "\n")
+        return
+    head = ("ID", "EXECUTOR", "NATIVE_ID", "TAG", "STATE", "EXIT", "MESSAGE")
+    lines = [(v["id"], v["executor"], v["native_id"] or "-", v["tag"] or "-", v["state"],
+              "-" if v["exit_code"] is None else str(v["exit_code"]),
+              _short(v["message"])) for v in views]
+    widths = [max([len(head[i])] + [len(line[i]) for line in lines]) for i in range(6)]
+    out = [_row(head, widths)] + [_row(line, widths) for line in lines]
+    _out("\n".join(out) + "\n")
+
+
+def _row(cells: Sequence[str], widths: Sequence[int]) -> str:
+    return "  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + cells[6]
+
+
+def _short(message: Optional[str]) -> str:
+    if not message:
+        return ""
+    text = " ".join(message.split())
+    return text if len(text) <= _MESSAGE_WIDTH else text[:_MESSAGE_WIDTH - 1] + "…"
+
+
+def _say(message: str, what: str) -> None:
+    from psij.cli import _say as say
+
+    say(message, what)
+
+
+# -- choosing and refreshing jobs ------------------------------------------------------------
+
+def _chosen(args: "argparse.Namespace", what: str) -> List["JobRecord"]:
+    """The records named on the command line; ValueError for an unknown id or no choice."""
+    import psij.registry
+
+    every = getattr(args, "all", False)
+    if not args.ids and args.tag is None and not every and what != "status":
+        raise ValueError(f"name the jobs to {what}: job ids or --tag TAG")
+    records = psij.registry.find(args.ids or None, tag=args.tag)
+    if args.ids:
+        missing = set(args.ids) - {r.id for r in records}
+        if missing:
+            raise ValueError(f"no recorded job with id {', '.join(sorted(missing))}")
+    elif not records and args.tag is not None:
+        raise ValueError(f"no recorded job has tag {args.tag!r}")
+    return records
+
+
+def _refresh(records: List["JobRecord"]) -> Tuple[List["JobRecord"], List["Job"], List[str]]:
+    """Re-attach the records that are not final; (records, jobs, problems), the jobs in the
+    records' order (None-free: a record that could not be attached is left out of jobs and
+    described in problems)."""
+    import psij.registry
+
+    live = [r for r in records if not r.state.final]
+    try:
+        jobs = psij.registry.attach(live)
+        problems: List[str] = []
+    except psij.registry.AttachError as ex:
+        jobs = ex.jobs
+        problems = [f"job {r.id}: {e}" for r, e in ex.failures]
+    from psij.job_state import JobState
+
+    for job in jobs:
+        job.wait(_STATUS_WAIT, target_states=JobState.QUEUED)
+    return live, jobs, problems
+
+
+def _views(records: List["JobRecord"], jobs: List["Job"]) -> List[Dict[str, Any]]:
+    by_id = {job.id: job for job in jobs}
+    return [_view(r, by_id.get(r.id)) for r in records]
+
+
+# -- commands --------------------------------------------------------------------------------
+
+def _status(args: "argparse.Namespace") -> int:
+    records = _chosen(args, "status")
+    _, jobs, problems = _refresh(records)
+    for problem in problems:
+        _say(problem, "status")
+    _print(_views(records, jobs), args.json)
+    return EXIT_FAILED if problems else 0
+
+
+def _list(args: "argparse.Namespace") -> int:
+    import psij.registry
+
+    records = psij.registry.find(tag=args.tag, executor=args.executor, state=args.state)
+    _print((r.to_json() for r in records), args.json)
+    return 0
+
+
+def _wait(args: "argparse.Namespace") -> int:
+    from psij.cli import exit_status
+    from psij.job_status import JobStatus
+
+    records = _chosen(args, "wait for")
+    _, jobs, problems = _refresh(records)
+    for job in jobs:
+        job.wait()
+    for problem in problems:
+        _say(problem, "wait")
+    views = _views(records, jobs)
+    _print(views, args.json)
+    worst = EXIT_FAILED if problems else 0
+    from psij.job_state import JobState
+
+    for v in views:
+        if v["final"]:
+            code, _ = exit_status(JobStatus(JobState[v["state"]], exit_code=v["exit_code"],
+                                            message=v["message"]))
+            worst = max(worst, code)
+    return worst
+
+
+def _cancel(args: "argparse.Namespace") -> int:
+    from psij.exceptions import SubmitException
+
+    records = _chosen(args, "cancel")
+    _, jobs, problems = _refresh(records)
+    for job in jobs:
+        try:
+            job.cancel()
+        except SubmitException as ex:
+            problems.append(f"job {job.id}: could not cancel: {ex}")
+    for job in jobs:
+        if job.wait(_CANCEL_WAIT) is None:
+            problems.append(f"job {job.id}: not final {_CANCEL_WAIT.seconds} s after cancel")
+    for problem in problems:
+        _say(problem, "cancel")
+    _print(_views(records, jobs), False)
+    return EXIT_FAILED if problems else 0
+
+
+def _attach(args: "argparse.Namespace") -> int:
+    import psij.registry
+    from psij.job import Job
+    from psij.job_executor import JobExecutor
+    from psij.job_state import JobState
+
+    executor = JobExecutor.get_instance(args.executor)
+    job = Job()
+    psij.registry.set_tag(job, args.tag)
+    executor.attach(job, args.native_id)
+    job.wait(_STATUS_WAIT, target_states=JobState.QUEUED)
+    psij.registry.flush()
+    _out(job.id + "\n")
+    return 0
+
+
+def _submit(args: "argparse.Namespace") -> int:
+    import psij.registry
+    from psij._plugins import REGISTRY
+    from psij.cli import _check_launcher, build_spec
+
+    spec = build_spec(args, inherit_streams=False)
+    _check_launcher(args.launcher)
+    if args.tag is not None:
+        psij.registry.set_tag(_new_job(spec), args.tag)  # checks the tag before anything runs
+    cls = REGISTRY.select("executor", args.executor).cls
+    psij.registry.find([])  # the registry must be usable before anything is submitted
+    from psij.executors.local import LocalJobExecutor
+
+    if isinstance(cls, type) and issubclass(cls, LocalJobExecutor):
+        return _submit_kept(args, spec)
+    job = _submit_here(args, spec)
+    _out(job.id + "\n")
+    return 0
+
+
+def _new_job(spec: Any) -> "Job":
+    from psij.job import Job
+
+    return Job(spec)
+
+
+def _submit_here(args: "argparse.Namespace", spec: Any) -> "Job":
+    import psij.registry
+    from psij.job_executor import JobExecutor
+
+    executor = JobExecutor.get_instance(args.executor)
+    job = _new_job(spec)
+    psij.registry.set_tag(job, args.tag)
+    try:
+        executor.submit(job)
+    finally:
+        psij.registry.flush()
+    return job
+
+
+def _submit_kept(args: "argparse.Namespace", spec: Any) -> int:
+    """Submit a local job from a keeper process that outlives this one and waits for the job,
+    so that its exit code is recorded; print its id once it is recorded."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the keeper
+        os.close(read_end)
+        code = 0
+        try:
+            os.setsid()
+            _detach_streams()
+            try:
+                job = _submit_here(args, spec)
+            except Exception as ex:
+                os.write(write_end, f"ERR {type(ex).__name__}: {ex}".encode("utf-8",
+                                                                           "replace"))
+                code = 1
+            else:
+                os.write(write_end, f"OK {job.id}".encode())
+                os.close(write_end)
+                job.wait()
+                from psij.registry import flush
+
+                flush()
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        answer = pipe.read().decode("utf-8", "replace")
+    if answer.startswith("OK "):
+        _out(answer[3:].strip() + "\n")
+        return 0
+    if answer.startswith("ERR "):
+        _say(f"could not submit the job: {answer[4:]}", "submit")
+    else:
+        _say("could not submit the job: its keeper process ended without an answer", "submit")
+    return EXIT_FAILED
+
+
+def _detach_streams() -> None:
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+_HANDLERS = {"submit": _submit, "status": _status, "wait": _wait, "cancel": _cancel,
+             "list": _list, "attach": _attach}
+
+
+def jobs_main(args: "argparse.Namespace") -> int:
+    """Run one registry command; its exit status."""
+    from psij.cli import UsageError
+    from psij.exceptions import InvalidJobException, SubmitException
+    from psij.registry import RegistryError
+
+    command = args.command
+    try:
+        try:
+            return _HANDLERS[command](args)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, as other tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_FAILED
+    except RegistryError as ex:
+        _say(str(ex), command)
+        return EXIT_FAILED
+    except SubmitException as ex:
+        _say(f"{ex}", command)
+        return EXIT_FAILED
+    except InvalidJobException as ex:
+        _say(str(ex), f"{command}: error")
+        return EXIT_FAILED if command == "attach" else EXIT_USAGE
+    except (ValueError, TypeError, UsageError) as ex:
+        _say(str(ex), f"{command}: error")
+        return EXIT_USAGE
