@@ -195,8 +195,38 @@ def _executor_for(record: JobRecord, cache: Dict[Tuple[str, Optional[str], str],
         executor = JobExecutor.get_instance(
             record.executor, url=record.url,
             config=JobExecutorConfig(work_directory=work_directory))
+        config = _recorded_config(type(executor.config), record.config, work_directory)
+        if config is not None:
+            _close(executor)
+            executor = JobExecutor.get_instance(record.executor, url=record.url, config=config)
         cache[key] = executor
     return executor
+
+
+def _recorded_config(cls: type, recorded: Optional[str], work_directory: str
+                     ) -> Optional[JobExecutorConfig]:
+    """The executor's own kind of configuration with the recorded settings (polling
+    intervals and the like), or None when the plain one will do or they do not fit."""
+    if cls is JobExecutorConfig or recorded is None:
+        return None
+    import inspect
+    import json
+
+    try:
+        settings = json.loads(recorded)
+        accepted = inspect.signature(cls).parameters
+        kwargs = {k: v for k, v in settings.items() if k in accepted and v is not None}
+        kwargs["work_directory"] = work_directory
+        config = cls(**kwargs)
+    except Exception:  # settings of another version: the executor's defaults will do
+        return None
+    return config if isinstance(config, JobExecutorConfig) else None
+
+
+def _close(executor: JobExecutor) -> None:
+    close = getattr(executor, "close", None)
+    if callable(close):
+        close()
 
 
 def attach(records: Iterable[JobRecord], callback: Optional[CallbackLike] = None
