@@ -33,7 +33,7 @@ JOB_COMMANDS = ("submit", "status", "wait", "cancel", "list", "attach")
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 _STATUS_WAIT = timedelta(seconds=30)  # for a re-attached job's first status
-_CANCEL_WAIT = timedelta(seconds=30)
+_CANCEL_WAIT = timedelta(seconds=120)  # a batch job's cancellation is seen at a later poll
 _MESSAGE_WIDTH = 60
 
 _JSON_HELP = ("--json prints a JSON array with one object per job: id, executor, "
@@ -255,7 +255,8 @@ def _cancel(args: "argparse.Namespace") -> int:
     _, jobs, problems = _refresh(records)
     for job in jobs:
         try:
-            job.cancel()
+            if not job.status.final and not _ask_keeper(job):
+                job.cancel()
         except SubmitException as ex:
             problems.append(f"job {job.id}: could not cancel: {ex}")
     for job in jobs:
@@ -265,6 +266,34 @@ def _cancel(args: "argparse.Namespace") -> int:
         _say(problem, "cancel")
     _print(_views(records, jobs), False)
     return EXIT_FAILED if problems else 0
+
+
+def _ask_keeper(job: "Job") -> bool:
+    """Ask the keeper that ``psij submit`` left for a local job to cancel it (only the process
+    that started a local job can cancel it and record how it ended); False if it has none."""
+    from psij.executors.local import LocalJobExecutor
+
+    if not isinstance(job.executor, LocalJobExecutor) or job.native_id is None:
+        return False
+    import signal
+
+    pid = int(job.native_id)
+    try:
+        keeper = os.getsid(pid)
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+        with open(f"/proc/{keeper}/cmdline", "rb") as f:
+            words = f.read().split(b"\0")
+    except (OSError, ValueError, IndexError):
+        return False
+    # The keeper leads the session it made, is the job's parent and runs `psij submit`.
+    if keeper == os.getsid(0) or parent != keeper or b"submit" not in words:
+        return False
+    try:
+        os.kill(keeper, signal.SIGTERM)
+    except OSError:
+        return False
+    return True
 
 
 def _attach(args: "argparse.Namespace") -> int:
@@ -343,6 +372,10 @@ def _submit_kept(args: "argparse.Namespace", spec: Any) -> int:
                                                                            "replace"))
                 code = 1
             else:
+                import signal
+
+                # ``psij cancel`` asks the keeper, which alone can cancel its child.
+                signal.signal(signal.SIGTERM, lambda signum, frame: job.cancel())
                 os.write(write_end, f"OK {job.id}".encode())
                 os.close(write_end)
                 job.wait()
