@@ -7,8 +7,8 @@ registry on and off so that drift in machine load falls on both alike.
     .venv/bin/python bench/registry.py [--jobs 500] [--rounds 5] [--status-jobs 100000]
 
 Figures:
-- registry cost per submit (µs): the time of the first recording of a job (the write done at
-  once, in the submitting thread) and of a later status change (queued for the writer thread),
+- registry cost per submit (µs): the time of the first recording of a job (queued for the
+  writer thread, in the submitting thread) and of a later status change (queued as well),
   measured directly around the recorder;
 - local throughput (jobs/s): submit ``--jobs`` ``/bin/true`` jobs to ``local`` and wait for all,
   with the registry on and off;
@@ -112,7 +112,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         costs = [child(_COST, str(Path(tmp) / f"cost{r}"), "2000") for r in range(3)]
-    print(f"registry cost per job, first write (at once):  "
+    print(f"registry cost per job, first record (queued):  "
           f"{statistics.median(c['first_us'] for c in costs):8.1f} µs")
     print(f"registry cost per later status change (queued): "
           f"{statistics.median(c['later_us'] for c in costs):8.1f} µs")

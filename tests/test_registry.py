@@ -175,12 +175,22 @@ def test_final_jobs_older_than_the_prune_age_are_pruned(tmp_path: Path) -> None:
     day = 24 * 3600
     _fill(wd, [(40 * day, "COMPLETED", True), (40 * day, "ACTIVE", False),
                (2 * day, "FAILED", True), (10, "COMPLETED", True)])
-    # A fresh process prunes at its first opening, by the default age (30 days).
-    code = (f"import psij.registry as r; print(len(r.find(work_directory={str(wd)!r})))")
+    # A fresh process prunes when it first records a job, by the default age (30 days).
+    code = (f"import psij.registry as r; print(len(r.find(work_directory={str(wd)!r})))\n"
+            f"from psij import *\n"
+            f"ex = JobExecutor.get_instance('local', config=JobExecutorConfig("
+            f"work_directory={str(wd)!r}))\n"
+            f"j = Job(JobSpec('/bin/true')); ex.submit(j); j.wait(); r.flush()\n"
+            f"print(len(r.find(work_directory={str(wd)!r})))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
-    assert done.stdout.split() == ["3"], done.stderr
-    assert sorted(r[0] for r in rows(wd)) == ["job-1", "job-2", "job-3"]
+    assert done.stdout.split() == ["4", "4"], done.stderr  # one pruned, one recorded
+    assert sorted(r[0] for r in rows(wd) if r[0].startswith("job-")) == [
+        "job-1", "job-2", "job-3"]
+    conn = sqlite3.connect(wd / "jobs.sqlite")
+    conn.execute("DELETE FROM jobs WHERE id NOT LIKE 'job-%'")
+    conn.commit()
+    conn.close()
     assert psij.registry.prune(timedelta(days=1), work_directory=wd) == 1
     assert sorted(r[0] for r in rows(wd)) == ["job-1", "job-3"]  # never a job not final
 

@@ -18,7 +18,7 @@ import json
 import os
 import sys
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
     import argparse
@@ -118,35 +118,46 @@ def _out(text: str) -> None:
     sys.stdout.write(text)
 
 
-def _view(record: "JobRecord", job: Optional["Job"] = None) -> Dict[str, Any]:
-    view = record.to_json()
-    if job is not None and job.status.state.name != "NEW":
-        status = job.status
-        from datetime import datetime, timezone
-
-        view.update(native_id=job.native_id, state=status.state.name,
-                    final=status.state.final, exit_code=status.exit_code,
-                    message=status.message,
-                    updated=datetime.fromtimestamp(status.time, timezone.utc).isoformat(
-                        timespec="milliseconds"))
-    return view
+# The columns of the table, and of the rows it is made from.
+_TABLE = ("id", "executor", "native_id", "tag", "state", "exit_code", "message", "final")
+_HEAD = ("ID", "EXECUTOR", "NATIVE_ID", "TAG", "STATE", "EXIT", "MESSAGE")
 
 
-def _print(views: Iterable[Dict[str, Any]], as_json: bool) -> None:
-    if as_json:
-        _out(json.dumps(list(views), indent=1) + "\n")
-        return
-    head = ("ID", "EXECUTOR", "NATIVE_ID", "TAG", "STATE", "EXIT", "MESSAGE")
-    lines = [(v["id"], v["executor"], v["native_id"] or "-", v["tag"] or "-", v["state"],
-              "-" if v["exit_code"] is None else str(v["exit_code"]),
-              _short(v["message"])) for v in views]
-    widths = [max([len(head[i])] + [len(line[i]) for line in lines]) for i in range(6)]
-    out = [_row(head, widths)] + [_row(line, widths) for line in lines]
-    _out("\n".join(out) + "\n")
+def _live(row: Tuple[Any, ...], job: Optional["Job"]) -> Tuple[Any, ...]:
+    """A table row with the status ``job`` has now, if it has one."""
+    if job is None or job.status.state.name == "NEW":
+        return row
+    st = job.status
+    return (row[0], row[1], job.native_id, row[3], st.state.name, st.exit_code, st.message,
+            st.state.final)
 
 
-def _row(cells: Sequence[str], widths: Sequence[int]) -> str:
-    return "  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + cells[6]
+def _print_table(rows: Sequence[Tuple[Any, ...]]) -> None:
+    lines = [(r[0], r[1], r[2] or "-", r[3] or "-", r[4], "-" if r[5] is None else str(r[5]),
+              _short(r[6])) for r in rows]
+    widths = [max([len(_HEAD[i])] + [len(line[i]) for line in lines]) for i in range(6)]
+    form = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
+    _out("\n".join([form.format(*_HEAD)] + [form.format(*line) for line in lines]) + "\n")
+
+
+def _print_json(records: Sequence["JobRecord"], jobs: Dict[str, "Job"]) -> None:
+    views = []
+    for record in records:
+        view = record.to_json()
+        job = jobs.get(record.id)
+        if job is not None and job.status.state.name != "NEW":
+            st = job.status
+            view.update(native_id=job.native_id, state=st.state.name, final=st.state.final,
+                        exit_code=st.exit_code, message=st.message,
+                        updated=_iso(st.time))
+        views.append(view)
+    _out(json.dumps(views, indent=1) + "\n")
+
+
+def _iso(t: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _short(message: Optional[str]) -> str:
@@ -164,86 +175,91 @@ def _say(message: str, what: str) -> None:
 
 # -- choosing and refreshing jobs ------------------------------------------------------------
 
-def _chosen(args: "argparse.Namespace", what: str) -> List["JobRecord"]:
-    """The records named on the command line; ValueError for an unknown id or no choice."""
-    import psij.registry
+class _Chosen:
+    """The jobs a command line names, as table rows, and the live jobs of those that were not
+    final (re-attached to their executors)."""
 
-    every = getattr(args, "all", False)
-    if not args.ids and args.tag is None and not every and what != "status":
-        raise ValueError(f"name the jobs to {what}: job ids or --tag TAG")
-    records = psij.registry.find(args.ids or None, tag=args.tag)
-    if args.ids:
-        missing = set(args.ids) - {r.id for r in records}
-        if missing:
-            raise ValueError(f"no recorded job with id {', '.join(sorted(missing))}")
-    elif not records and args.tag is not None:
-        raise ValueError(f"no recorded job has tag {args.tag!r}")
-    return records
+    def __init__(self, args: "argparse.Namespace", what: str, refresh: bool = True) -> None:
+        from psij import registry
 
+        every = getattr(args, "all", False)
+        ids = getattr(args, "ids", None) or None
+        if ids is None and args.tag is None and not every and what not in ("status", "list"):
+            raise ValueError(f"name the jobs to {what}: job ids or --tag TAG")
+        self.filters = (ids, args.tag, getattr(args, "executor", None),
+                        getattr(args, "state", None))
+        _, self.rows = registry._select(*self.filters, None, _TABLE)
+        if ids:
+            missing = set(ids) - {r[0] for r in self.rows}
+            if missing:
+                raise ValueError(f"no recorded job with id {', '.join(sorted(missing))}")
+        elif not self.rows and args.tag is not None and what != "list":
+            raise ValueError(f"no recorded job has tag {args.tag!r}")
+        self.jobs: Dict[str, Job] = {}
+        self.problems: List[str] = []
+        if refresh:
+            self._refresh(registry, [r[0] for r in self.rows if not r[7]])
 
-def _refresh(records: List["JobRecord"]) -> Tuple[List["JobRecord"], List["Job"], List[str]]:
-    """Re-attach the records that are not final; (records, jobs, problems), the jobs in the
-    records' order (None-free: a record that could not be attached is left out of jobs and
-    described in problems)."""
-    import psij.registry
+    def _refresh(self, registry: Any, ids: List[str]) -> None:
+        from psij.job_state import JobState
 
-    live = [r for r in records if not r.state.final]
-    try:
-        jobs = psij.registry.attach(live)
-        problems: List[str] = []
-    except psij.registry.AttachError as ex:
-        jobs = ex.jobs
-        problems = [f"job {r.id}: {e}" for r, e in ex.failures]
-    from psij.job_state import JobState
+        if not ids:
+            return
+        try:
+            jobs = registry.attach(registry.find(ids))
+        except registry.AttachError as ex:
+            jobs = ex.jobs
+            self.problems = [f"job {r.id}: {e}" for r, e in ex.failures]
+        for job in jobs:
+            job.wait(_STATUS_WAIT, target_states=JobState.QUEUED)
+            self.jobs[job.id] = job
 
-    for job in jobs:
-        job.wait(_STATUS_WAIT, target_states=JobState.QUEUED)
-    return live, jobs, problems
+    def say_problems(self, what: str) -> None:
+        for problem in self.problems:
+            _say(problem, what)
 
+    def print(self, as_json: bool) -> None:
+        if as_json:
+            from psij import registry
 
-def _views(records: List["JobRecord"], jobs: List["Job"]) -> List[Dict[str, Any]]:
-    by_id = {job.id: job for job in jobs}
-    return [_view(r, by_id.get(r.id)) for r in records]
+            ids, tag, executor, state = self.filters
+            _print_json(registry.find(ids, tag=tag, executor=executor, state=state),
+                        self.jobs)
+        else:
+            _print_table([_live(r, self.jobs.get(r[0])) for r in self.rows])
+
+    def final_rows(self) -> List[Tuple[Any, ...]]:
+        return [_live(r, self.jobs.get(r[0])) for r in self.rows]
 
 
 # -- commands --------------------------------------------------------------------------------
 
 def _status(args: "argparse.Namespace") -> int:
-    records = _chosen(args, "status")
-    _, jobs, problems = _refresh(records)
-    for problem in problems:
-        _say(problem, "status")
-    _print(_views(records, jobs), args.json)
-    return EXIT_FAILED if problems else 0
+    chosen = _Chosen(args, "status")
+    chosen.say_problems("status")
+    chosen.print(args.json)
+    return EXIT_FAILED if chosen.problems else 0
 
 
 def _list(args: "argparse.Namespace") -> int:
-    import psij.registry
-
-    records = psij.registry.find(tag=args.tag, executor=args.executor, state=args.state)
-    _print((r.to_json() for r in records), args.json)
+    _Chosen(args, "list", refresh=False).print(args.json)
     return 0
 
 
 def _wait(args: "argparse.Namespace") -> int:
     from psij.cli import exit_status
+    from psij.job_state import JobState
     from psij.job_status import JobStatus
 
-    records = _chosen(args, "wait for")
-    _, jobs, problems = _refresh(records)
-    for job in jobs:
+    chosen = _Chosen(args, "wait for")
+    for job in chosen.jobs.values():
         job.wait()
-    for problem in problems:
-        _say(problem, "wait")
-    views = _views(records, jobs)
-    _print(views, args.json)
-    worst = EXIT_FAILED if problems else 0
-    from psij.job_state import JobState
-
-    for v in views:
-        if v["final"]:
-            code, _ = exit_status(JobStatus(JobState[v["state"]], exit_code=v["exit_code"],
-                                            message=v["message"]))
+    chosen.say_problems("wait")
+    chosen.print(args.json)
+    worst = EXIT_FAILED if chosen.problems else 0
+    for row in chosen.final_rows():
+        if row[7]:
+            code, _ = exit_status(JobStatus(JobState[row[4]], exit_code=row[5], message=row[6]))
             worst = max(worst, code)
     return worst
 
@@ -251,8 +267,9 @@ def _wait(args: "argparse.Namespace") -> int:
 def _cancel(args: "argparse.Namespace") -> int:
     from psij.exceptions import SubmitException
 
-    records = _chosen(args, "cancel")
-    _, jobs, problems = _refresh(records)
+    chosen = _Chosen(args, "cancel")
+    problems = chosen.problems
+    jobs = list(chosen.jobs.values())
     for job in jobs:
         try:
             if not job.status.final and not _ask_keeper(job):
@@ -262,9 +279,8 @@ def _cancel(args: "argparse.Namespace") -> int:
     for job in jobs:
         if job.wait(_CANCEL_WAIT) is None:
             problems.append(f"job {job.id}: not final {_CANCEL_WAIT.seconds} s after cancel")
-    for problem in problems:
-        _say(problem, "cancel")
-    _print(_views(records, jobs), False)
+    chosen.say_problems("cancel")
+    chosen.print(False)
     return EXIT_FAILED if problems else 0
 
 

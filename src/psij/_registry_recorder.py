@@ -6,12 +6,13 @@ the job entered the new state. The registry is the one of the executor's work di
 (``config.work_directory``, by default ``~/.psij/work``: one per user).
 
 Writes are batched: :func:`record` only queues the change (a few microseconds in the
-submitting thread), and one writer thread per process commits what has accumulated every few
-milliseconds in one transaction (the first change of a job inserts its row, the others update
-it), and at exit. A ``kill -9`` may therefore lose the last few milliseconds of changes: jobs
-submitted just before it are then missing, and later status changes are cheap to lose (re-
-attaching asks the executor for the real state). :func:`flush` waits for the queue to be
-written; ``psij submit`` calls it before it prints the job id.
+submitting thread), and one writer thread per process commits what has accumulated about every
+50 ms in one transaction (the first change of a job inserts its row, the others update it), and
+at exit. Its first write to a registry also prunes old final jobs. A ``kill -9`` may therefore
+lose the last 50 ms or so of changes: jobs submitted just before it are then missing, and later
+status changes are cheap to lose (re-attaching asks the executor for the real state).
+:func:`flush` waits for the queue to be written; ``psij submit`` calls it before it prints the
+job id.
 
 Recording never fails a job: a registry that cannot be written is reported once per file on the
 ``psij.registry`` logger and the job goes on. Nothing here runs user callbacks.
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from psij._lazylog import LazyLogger
-from psij._registry_store import Row, Store, Update, forget_stores, open_store
+from psij._registry_store import Row, Store, Update, forget_stores, open_store, prune_once
 
 if TYPE_CHECKING:
     from psij.job import Job
@@ -39,7 +40,7 @@ logger = LazyLogger("psij.registry")
 TAG_ATTR = "_psij_registry_tag"
 _RECORDED_ATTR = "_psij_registry_recorded"  # on a job: its row is queued or written
 _IDENTITY_ATTR = "_psij_registry"  # on an executor: its Identity
-_BATCH_SECONDS = 0.005
+_BATCH_SECONDS = 0.05
 _EXIT_FLUSH_SECONDS = 30.0
 
 _state = {"enabled": True}
@@ -205,6 +206,7 @@ class _Writer:
                 logger.exception("job %s: could not be recorded", job.id)
         for key, store in stores.items():
             try:
+                prune_once(store)
                 store.write([_row(job, identity, values)
                              for job, (identity, values) in new[key].items()],
                             updates.get(key, []))

@@ -25,7 +25,7 @@ from psij._lazylog import LazyLogger
 from psij._private_dirs import check_private_file, ensure_private_dir
 
 __all__ = ["FILE_NAME", "LOCK_WAIT_SECONDS", "RegistryError", "Row", "Store", "forget_stores",
-           "open_store", "registry_path", "set_prune_age"]
+           "open_store", "prune_once", "registry_path", "set_prune_age"]
 
 logger = LazyLogger("psij.registry")
 
@@ -45,7 +45,7 @@ Row = Tuple[Any, ...]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
     executor TEXT NOT NULL,
     executor_version TEXT,
     url TEXT,
@@ -60,9 +60,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     message TEXT,
     updated REAL NOT NULL,
     final INTEGER NOT NULL
-) WITHOUT ROWID;
+);
 CREATE INDEX IF NOT EXISTS jobs_by_tag ON jobs(tag);
-CREATE INDEX IF NOT EXISTS jobs_by_final ON jobs(final, updated);
 """
 
 # The first write of a job in a process: a new row, or (a job attached again) the status
@@ -102,6 +101,7 @@ class Store:
         self.path = path
         self._conn = conn
         self._lock = threading.Lock()
+        self.pruned = False
 
     # -- retries and errors ---------------------------------------------------------------
 
@@ -160,8 +160,9 @@ class Store:
     # -- reading ----------------------------------------------------------------------------
 
     def select(self, ids: Optional[Sequence[str]] = None, tag: Optional[str] = None,
-               executor: Optional[str] = None, states: Optional[Iterable[str]] = None
-               ) -> List[Row]:
+               executor: Optional[str] = None, states: Optional[Iterable[str]] = None,
+               columns: Sequence[str] = COLUMNS) -> List[Row]:
+        """Rows (of ``columns``) matching every filter given, oldest first."""
         where: List[str] = []
         params: List[Any] = []
         if ids is not None:
@@ -177,18 +178,21 @@ class Store:
             names = list(states)
             where.append(f"state IN ({', '.join('?' * len(names))})")
             params.extend(names)
-        sql = f"SELECT {', '.join(COLUMNS)} FROM jobs"
+        sql = f"SELECT {', '.join(columns)} FROM jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY submitted, id"
+        sql += " ORDER BY rowid"  # the order jobs were first recorded in
 
         def run(conn: sqlite3.Connection) -> List[Row]:
             return conn.execute(sql, params).fetchall()
         if ids is not None and len(ids) > 500:  # SQLite limits the number of parameters
             rows: List[Row] = []
             for start in range(0, len(ids), 500):
-                rows += self.select(ids[start:start + 500], tag, executor, states)
-            return sorted(rows, key=lambda r: (r[8], r[0]))
+                rows += self.select(ids[start:start + 500], tag, executor, states, columns)
+            if "submitted" in columns:
+                at = list(columns).index("submitted")
+                rows.sort(key=lambda r: (r[at], r[0]))
+            return rows
         return self._call("read jobs", run)
 
     def close(self) -> None:
@@ -223,26 +227,28 @@ def set_prune_age(seconds: float) -> None:
 
 
 def open_store(work_directory: Path) -> Store:
-    """The registry in ``work_directory`` (created if missing), opened once per process.
-
-    The first opening in a process prunes final jobs older than the prune age
-    (:func:`set_prune_age`, by default :data:`DEFAULT_PRUNE_AGE_SECONDS`).
-    """
+    """The registry in ``work_directory`` (created if missing), opened once per process."""
     path = registry_path(work_directory)
     with _STORES_LOCK:
         store = _STORES.get(path)
         if store is None:
             store = _open(path)
-            try:
-                # Pruning is housekeeping: a reader does not wait for a writer to do it.
-                store.prune(_prune_age["seconds"], wait=0)
-            except RegistryLockedError:
-                pass
-            except RegistryError:
-                store.close()
-                raise
             _STORES[path] = store
         return store
+
+
+def prune_once(store: Store) -> None:
+    """Prune final jobs older than the prune age (:func:`set_prune_age`, by default
+    :data:`DEFAULT_PRUNE_AGE_SECONDS`), the first time this process writes to ``store``.
+
+    Housekeeping: when another process holds the write lock it is left for another time."""
+    if store.pruned:
+        return
+    store.pruned = True
+    try:
+        store.prune(_prune_age["seconds"], wait=0)
+    except RegistryLockedError:
+        pass
 
 
 _ABANDONED: List[Store] = []

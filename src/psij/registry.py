@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from psij import _check, _registry_recorder, _registry_store
 from psij._registry_store import RegistryError, Row
@@ -158,6 +158,15 @@ def find(ids: Union[str, Iterable[str], None] = None, *, tag: Optional[str] = No
     ``ids`` is a job id or several; ``state`` a JobState (or its name) or several. Raises
     :class:`RegistryError` naming the file when the registry cannot be read.
     """
+    store, rows = _select(ids, tag, executor, state, work_directory)
+    return [_record(row, store.path) for row in rows]
+
+
+def _select(ids: Union[str, Iterable[str], None], tag: Optional[str], executor: Optional[str],
+            state: StateFilter, work_directory: PathLike,
+            columns: Sequence[str] = _registry_store.COLUMNS
+            ) -> Tuple[_registry_store.Store, List[Row]]:
+    """:func:`find`'s checks and query, returning plain rows of ``columns``."""
     id_list = None
     if ids is not None:
         id_list = [_text("ids", i) for i in ([ids] if isinstance(ids, str) else ids)]
@@ -167,8 +176,8 @@ def find(ids: Union[str, Iterable[str], None] = None, *, tag: Optional[str] = No
         _text("executor", executor)
     states = _states(state)
     store = _registry_store.open_store(_work_directory(work_directory))
-    return [_record(row, store.path)
-            for row in store.select(id_list, tag=tag, executor=executor, states=states)]
+    return store, store.select(id_list, tag=tag, executor=executor, states=states,
+                               columns=columns)
 
 
 def set_tag(job: Job, tag: Optional[str]) -> None:
