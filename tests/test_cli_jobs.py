@@ -3,7 +3,6 @@ the console script in real shells, on the registry of a private HOME."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +14,7 @@ import pytest
 
 import psij.registry
 from psij import Job, JobExecutor, JobExecutorConfig, JobSpec, JobState
+from test_batch_real import _scheduler_problem
 
 PSIJ = str(Path(sys.executable).parent / "psij")
 WAIT = timedelta(seconds=120)
@@ -167,16 +167,9 @@ def test_a_damaged_registry_is_reported_naming_the_file(home: Path) -> None:
     assert path.read_bytes() == b"garbage" * 1000
 
 
-def _slurm_problem() -> str:
-    if shutil.which("sbatch") is None:
-        return "Slurm is not installed (tests/setup/start-slurm.sh installs and starts it)"
-    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
-    return "" if "UP" in ping.stdout else f"Slurm is not running: {ping.stdout.strip()!r}"
-
-
 @pytest.mark.slurm
 def test_submit_status_cancel_and_wait_on_slurm(home: Path) -> None:
-    problem = _slurm_problem()
+    problem = _scheduler_problem("slurm")
     if problem:
         pytest.skip(problem)
     out = home / "out"

@@ -2,7 +2,6 @@
 SIGKILL: the jobs come back live, with their ids, their callbacks fire from then on, and each
 ends with the state its executor reports (local and the real Slurm)."""
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 
 import psij.registry
 from psij import Job, JobState, JobStatus
+from test_batch_real import _scheduler_problem
 
 WAIT = timedelta(seconds=240)
 
@@ -98,16 +98,9 @@ def test_local_jobs_are_reattached_after_the_submitter_was_killed(tmp_path: Path
                         jobs["running"][0]: JobState.FAILED}
 
 
-def _slurm_problem() -> str:
-    if shutil.which("sbatch") is None:
-        return "Slurm is not installed (tests/setup/start-slurm.sh installs and starts it)"
-    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
-    return "" if "UP" in ping.stdout else f"Slurm is not running: {ping.stdout.strip()!r}"
-
-
 @pytest.mark.slurm
 def test_slurm_jobs_are_reattached_with_their_true_final_states(tmp_path: Path) -> None:
-    problem = _slurm_problem()
+    problem = _scheduler_problem("slurm")
     if problem:
         pytest.skip(problem)
     wd = tmp_path / "work"
