@@ -203,7 +203,7 @@ def test_a_bad_prune_age_is_refused_naming_it(tmp_path: Path, bad: Any) -> None:
 
 
 @pytest.mark.parametrize("tag,word", [("\ud800", "tag"), ("x" * 5000, "tag"), ("", "tag"),
-                                      (3, "tag")])
+                                      (3, "tag"), ("two\nlines", "tag")])
 def test_a_hostile_tag_is_refused_naming_the_field(tag: Any, word: str) -> None:
     job = Job(JobSpec("/bin/true"))
     with pytest.raises((TypeError, ValueError), match=word):

@@ -141,6 +141,8 @@ def _print_table(rows: Sequence[Tuple[Any, ...]]) -> None:
 
 
 def _print_json(records: Sequence["JobRecord"], jobs: Dict[str, "Job"]) -> None:
+    from psij.registry import _iso
+
     views = []
     for record in records:
         view = record.to_json()
@@ -154,17 +156,11 @@ def _print_json(records: Sequence["JobRecord"], jobs: Dict[str, "Job"]) -> None:
     _out(json.dumps(views, indent=1) + "\n")
 
 
-def _iso(t: float) -> str:
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds")
-
-
 def _short(message: Optional[str]) -> str:
     if not message:
         return ""
     text = " ".join(message.split())
-    return text if len(text) <= _MESSAGE_WIDTH else text[:_MESSAGE_WIDTH - 1] + "…"
+    return text if len(text) <= _MESSAGE_WIDTH else text[:_MESSAGE_WIDTH - 3] + "..."
 
 
 def _say(message: str, what: str) -> None:

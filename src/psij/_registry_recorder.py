@@ -27,7 +27,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from psij._lazylog import LazyLogger
-from psij._registry_store import Row, Store, Update, forget_stores, open_store, prune_once
+from psij._registry_store import (
+    RegistryError,
+    Row,
+    Store,
+    Update,
+    forget_stores,
+    open_store,
+    prune_once,
+)
 
 if TYPE_CHECKING:
     from psij.job import Job
@@ -45,6 +53,8 @@ _EXIT_FLUSH_SECONDS = 30.0
 
 _state = {"enabled": True}
 _warned: Set[Tuple[str, str]] = set()
+_failures: Dict[Path, Tuple[float, str]] = {}
+_RETRY_SECONDS = 30.0
 
 # (pid, store, executor name, version, url, config as JSON); remade in a forked child.
 Identity = Tuple[int, Store, str, Optional[str], Optional[str], Optional[str]]
@@ -79,10 +89,23 @@ def _identity(executor: "JobExecutor") -> Identity:
         config_text: Optional[str] = json.dumps(settings, allow_nan=False)
     except ValueError:
         config_text = None
-    store = open_store(Path(config.work_directory))
+    store = _open(Path(config.work_directory))
     identity: Identity = (os.getpid(), store, name, version, executor.url, config_text)
     executor.__dict__[_IDENTITY_ATTR] = identity
     return identity
+
+
+def _open(work_directory: Path) -> Store:
+    """The registry, or the error it gave less than :data:`_RETRY_SECONDS` ago (a damaged
+    file is not opened again for every job)."""
+    failed = _failures.get(work_directory)
+    if failed is not None and time.monotonic() - failed[0] < _RETRY_SECONDS:
+        raise RegistryError(failed[1])
+    try:
+        return open_store(work_directory)
+    except Exception as ex:
+        _failures[work_directory] = (time.monotonic(), str(ex))
+        raise
 
 
 def _warn_once(where: str, ex: Exception) -> None:
@@ -184,6 +207,7 @@ class _Writer:
             with self._cv:
                 batch, self._queue = self._queue, []
             self._write(batch)
+            del batch  # jobs (and through them executors) must not outlive their write
 
     @staticmethod
     def _write(batch: List[_Change]) -> None:

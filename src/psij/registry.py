@@ -192,6 +192,9 @@ def set_tag(job: Job, tag: Optional[str]) -> None:
         if not tag or len(tag) > MAX_TAG_LENGTH:
             raise ValueError(f"tag: expected 1 to {MAX_TAG_LENGTH} characters, got "
                              f"{len(tag)}")
+        if not tag.isprintable():
+            raise ValueError(f"tag: {tag[:80]!r} contains a control character; accepted: "
+                             f"printable text")
     job.__dict__[_registry_recorder.TAG_ATTR] = tag
 
 
