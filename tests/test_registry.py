@@ -301,3 +301,15 @@ def test_recording_can_be_turned_off(tmp_path: Path) -> None:
         psij.registry.set_recording(True)
     psij.registry.flush(WAIT)
     assert not (wd / "jobs.sqlite").exists()
+
+
+def test_the_registry_benchmark_runs_and_prints_its_figures() -> None:
+    bench = Path(__file__).resolve().parent.parent / "bench" / "registry.py"
+    done = subprocess.run([sys.executable, str(bench), "--jobs", "20", "--rounds", "1",
+                           "--status-jobs", "2000"], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(",")[0].split(":")[0] for line in lines] == [
+        "registry cost per job", "registry cost per later status change (queued)",
+        "local throughput", "psij status --all"]
