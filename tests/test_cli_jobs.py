@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -167,24 +168,37 @@ def test_a_damaged_registry_is_reported_naming_the_file(home: Path) -> None:
     assert path.read_bytes() == b"garbage" * 1000
 
 
-@pytest.mark.slurm
-def test_submit_status_cancel_and_wait_on_slurm(home: Path) -> None:
-    problem = _scheduler_problem("slurm")
+# A custom attribute that keeps a job queued: a start time an hour (a few years) away.
+_LATER = {"slurm": "slurm.begin=now+1hour", "sge": "sge.a=203001010000"}
+
+
+@pytest.mark.parametrize("scheduler", [pytest.param("slurm", marks=pytest.mark.slurm),
+                                       pytest.param("sge", marks=pytest.mark.sge)])
+def test_submit_status_cancel_and_wait_on_a_real_scheduler(home: Path, scheduler: str) -> None:
+    problem = _scheduler_problem(scheduler)
     if problem:
         pytest.skip(problem)
     out = home / "out"
-    fails = psij_cmd(home, "submit", "--executor", "slurm", "--tag", "sl", "--stdout",
-                     str(out), "--", "/bin/sh", "-c", "echo hi; exit 4")
-    long = psij_cmd(home, "submit", "--executor", "slurm", "--tag", "sl", "--", "/bin/sleep",
-                    "600")
-    assert fails.returncode == 0 and long.returncode == 0, fails.stderr + long.stderr
-    long_id = long.stdout.strip()
-    [job] = listed(home, "status", long_id)
-    assert job["executor"] == "slurm" and job["state"] in ("QUEUED", "ACTIVE")
-    assert psij_cmd(home, "cancel", long_id).returncode == 0
-    waited = psij_cmd(home, "wait", "--tag", "sl", "--json")
+    marker = home / "running"
+
+    def submit(*args: str) -> str:
+        done = psij_cmd(home, "submit", "--executor", scheduler, "--tag", "real", *args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    fails = submit("--stdout", str(out), "--", "/bin/sh", "-c", "echo hi; exit 4")
+    running = submit("--", "/bin/sh", "-c", f"touch {marker}; sleep 600")
+    queued = submit("--attr", _LATER[scheduler], "--", "/bin/sleep", "600")
+    assert listed(home, "status", queued)[0]["state"] == "QUEUED"
+    deadline = time.monotonic() + 120
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert listed(home, "status", running)[0]["state"] == "ACTIVE"
+    cancel = psij_cmd(home, "cancel", running, queued)
+    assert cancel.returncode == 0, cancel.stderr
+    waited = psij_cmd(home, "wait", "--tag", "real", "--json")
     assert waited.returncode == 130, waited.stderr  # the worst: a canceled job
     states = {j["id"]: (j["state"], j["exit_code"]) for j in json.loads(waited.stdout)}
-    assert states[fails.stdout.strip()] == ("FAILED", 4)
-    assert states[long_id][0] == "CANCELED"
+    assert states[fails] == ("FAILED", 4)
+    assert states[running][0] == "CANCELED" and states[queued][0] == "CANCELED"
     assert out.read_text() == "hi\n"
