@@ -332,7 +332,7 @@ def _submit(args: "argparse.Namespace") -> int:
     spec = build_spec(args, inherit_streams=False)
     _check_launcher(args.launcher)
     if args.tag is not None:
-        psij.registry.set_tag(_new_job(spec), args.tag)  # checks the tag before anything runs
+        psij.registry._check_tag(args.tag)
     cls = REGISTRY.select("executor", args.executor).cls
     psij.registry.find([])  # the registry must be usable before anything is submitted
     from psij.executors.local import LocalJobExecutor
@@ -344,18 +344,13 @@ def _submit(args: "argparse.Namespace") -> int:
     return 0
 
 
-def _new_job(spec: Any) -> "Job":
-    from psij.job import Job
-
-    return Job(spec)
-
-
 def _submit_here(args: "argparse.Namespace", spec: Any) -> "Job":
     import psij.registry
+    from psij.job import Job
     from psij.job_executor import JobExecutor
 
     executor = JobExecutor.get_instance(args.executor)
-    job = _new_job(spec)
+    job = Job(spec)
     psij.registry.set_tag(job, args.tag)
     try:
         executor.submit(job)

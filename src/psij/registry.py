@@ -188,14 +188,18 @@ def set_tag(job: Job, tag: Optional[str]) -> None:
         raise InvalidJobException(f"set_tag: job {job.id} is {job.status.state}; a tag is "
                                   "given before the job is submitted")
     if tag is not None:
-        _text("tag", tag)
-        if not tag or len(tag) > MAX_TAG_LENGTH:
-            raise ValueError(f"tag: expected 1 to {MAX_TAG_LENGTH} characters, got "
-                             f"{len(tag)}")
-        if not tag.isprintable():
-            raise ValueError(f"tag: {tag[:80]!r} contains a control character; accepted: "
-                             f"printable text")
+        _check_tag(tag)
     job.__dict__[_registry_recorder.TAG_ATTR] = tag
+
+
+def _check_tag(tag: str) -> None:
+    """ValueError/TypeError naming the tag unless it is 1 to 1000 printable characters."""
+    _text("tag", tag)
+    if not tag or len(tag) > MAX_TAG_LENGTH:
+        raise ValueError(f"tag: expected 1 to {MAX_TAG_LENGTH} characters, got {len(tag)}")
+    if not tag.isprintable():
+        raise ValueError(f"tag: {tag[:80]!r} contains a control character; accepted: "
+                         f"printable text")
 
 
 def _executor_for(record: JobRecord, cache: Dict[Tuple[str, Optional[str], str], JobExecutor]
