@@ -49,7 +49,7 @@ TAG_ATTR = "_psij_registry_tag"
 _RECORDED_ATTR = "_psij_registry_recorded"  # on a job: its row is queued or written
 _IDENTITY_ATTR = "_psij_registry"  # on an executor: its Identity
 _BATCH_SECONDS = 0.05
-_EXIT_FLUSH_SECONDS = 30.0
+_EXIT_FLUSH_SECONDS = 120.0
 
 _state = {"enabled": True}
 _warned: Set[Tuple[str, str]] = set()
@@ -191,7 +191,7 @@ class _Writer:
                 self._thread.start()
                 if not _state.get("atexit"):
                     _state["atexit"] = True
-                    atexit.register(flush, _EXIT_FLUSH_SECONDS)
+                    atexit.register(_flush_at_exit)
             elif len(self._queue) == 1:
                 self._cv.notify_all()
 
@@ -262,6 +262,13 @@ _WRITER = _Writer()
 
 def flush(timeout: Optional[float] = None) -> bool:
     return _WRITER.flush(timeout)
+
+
+def _flush_at_exit() -> None:
+    if not _WRITER.flush(_EXIT_FLUSH_SECONDS):
+        logger.warning("the job registry could not be written within %.0f s; the last status "
+                       "changes of this process are not recorded (their executors still know "
+                       "them)", _EXIT_FLUSH_SECONDS)
 
 
 def _after_fork_in_child() -> None:
