@@ -149,7 +149,7 @@ def test_many_processes_submit_at_once(tmp_path: Path) -> None:
     for i, p in enumerate(procs):
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
-        assert "registry" not in err, err
+        assert "job registry" not in err, err
         for jid in out.split():
             ids[jid] = i
     assert len(ids) == 120
