@@ -61,7 +61,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated REAL NOT NULL,
     final INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS jobs_by_tag ON jobs(tag);
+CREATE INDEX IF NOT EXISTS jobs_by_tag ON jobs(tag) WHERE tag IS NOT NULL;
 """
 
 # The first write of a job in a process: a new row, or (a job attached again) the status
