@@ -103,12 +103,12 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
 
 
 _EPILOGS = {
-    "status": "exit status: 0; 1 when a job is unknown or the registry cannot be read. " +
-              _JSON_HELP,
+    "status": "exit status: 0; 1 when the registry cannot be read or a job cannot be "
+              "re-attached; 2 for bad usage, such as an id that is not recorded. " + _JSON_HELP,
     "wait": "exit status: the worst of the jobs' statuses, each as `psij run` gives it "
             "(the exit code, 1 for a failure without one, 130 for a canceled job), 0 when "
             "all completed. " + _JSON_HELP,
-    "cancel": "exit status: 0 when every job is final; 1 otherwise.",
+    "cancel": "exit status: 0 when every job is final; 1 otherwise; 2 for bad usage.",
 }
 
 
