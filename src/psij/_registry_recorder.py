@@ -180,6 +180,7 @@ class _Writer:
         self._cv = threading.Condition()
         self._queue: List[_Change] = []
         self._busy = False
+        self._flushing = 0  # callers of flush waiting: write without gathering more
         self._thread: Optional[threading.Thread] = None
 
     def put(self, change: _Change) -> None:
@@ -203,8 +204,8 @@ class _Writer:
                     self._cv.notify_all()
                     self._cv.wait()
                 self._busy = True
-            time.sleep(_BATCH_SECONDS)  # let more changes gather into this transaction
-            with self._cv:
+                # Let more changes gather into this transaction, unless someone waits for it.
+                self._cv.wait_for(lambda: self._flushing > 0, _BATCH_SECONDS)
                 batch, self._queue = self._queue, []
             self._write(batch)
             del batch  # jobs (and through them executors) must not outlive their write
@@ -241,19 +242,25 @@ class _Writer:
         """Wait until every queued change is committed; False if ``timeout`` passed first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
-            while self._queue or self._busy:
-                if self._thread is None or not self._thread.is_alive():
-                    return not self._queue
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._cv.wait(remaining)
+            self._flushing += 1
+            self._cv.notify_all()
+            try:
+                while self._queue or self._busy:
+                    if self._thread is None or not self._thread.is_alive():
+                        return not self._queue
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    self._cv.wait(remaining)
+            finally:
+                self._flushing -= 1
         return True
 
     def after_fork(self) -> None:
         self._cv = threading.Condition()
         self._queue = []
         self._busy = False
+        self._flushing = 0
         self._thread = None
 
 
