@@ -23,6 +23,7 @@ import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+from psij._cli_jobs import JOB_COMMANDS, add_job_commands, jobs_main
 from psij._cli_pilot import add_pilot_commands, pilot_main, plain_pilot_run, whole_number
 from psij._stop_signals import StopSignals
 from psij.exceptions import InvalidJobException, SubmitException
@@ -117,7 +118,7 @@ def _formatters() -> Tuple[Any, Any]:
     return Formatter, RawDescriptionFormatter
 
 
-_COMMANDS = ("plugins", "run", "script", "pilot")
+_COMMANDS = ("plugins", "run", "script", "pilot", *JOB_COMMANDS)
 _PILOT_COMMANDS = ("serve", "run")
 
 
@@ -152,6 +153,8 @@ def _build_parser(argv: Optional[Sequence[str]] = None) -> "argparse.ArgumentPar
         _add_run(commands)
     if command in (None, "script"):
         _add_script(commands)
+    if command is None or command in JOB_COMMANDS:
+        add_job_commands(commands, command)
     if command is None:
         add_pilot_commands(commands)
     elif command == "pilot" and argv is not None:
@@ -602,6 +605,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _print_script(args)
     if args.command == "pilot":
         return pilot_main(args)
+    if args.command in JOB_COMMANDS:
+        return jobs_main(args)
     parser.print_usage(sys.stderr)
     _say("a command is required: plugins, run, script or pilot")
     return EXIT_USAGE

@@ -22,6 +22,7 @@ from psij.job_state import JobState
 from psij.job_status import JobStatus
 
 if TYPE_CHECKING:
+    from psij._job_async import StatusChanges
     from psij.job_executor import JobExecutor
 
 __all__ = ["FunctionJobStatusCallback", "Job", "JobStatusCallback"]
@@ -38,6 +39,19 @@ def _new_id() -> str:
     b[8] = (b[8] & 0x3F) | 0x80
     h = b.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _targets(what: str, target_states: Optional[Union[JobState, Sequence[JobState]]]
+             ) -> Sequence[JobState]:
+    if isinstance(target_states, JobState):
+        return (target_states,)
+    if target_states is None:
+        return ()
+    targets = tuple(target_states)
+    for t in targets:
+        if not isinstance(t, JobState):
+            raise TypeError(f"{what} target_states: expected JobState items, got {t!r}")
+    return targets
 
 
 class JobStatusCallback:
@@ -169,6 +183,21 @@ class Job:
         ex = self.executor
         if ex is not None:
             ex._notify_callback(self, status)
+        for watch in self.__dict__.get("_watchers", ()):
+            try:
+                watch(self, status)
+            except Exception:
+                logger.exception("a status watcher of job %s raised", self._id)
+
+    def _add_watcher(self, watch: Callable[["Job", JobStatus], None]) -> None:
+        """Also tell ``watch`` of each status, when the callbacks are told (asyncio waits)."""
+        with _LOCK:
+            self.__dict__["_watchers"] = (*self.__dict__.get("_watchers", ()), watch)
+
+    def _remove_watcher(self, watch: Callable[["Job", JobStatus], None]) -> None:
+        with _LOCK:
+            left = tuple(w for w in self.__dict__.get("_watchers", ()) if w is not watch)
+            self.__dict__["_watchers"] = left
 
     def set_job_status_callback(self, cb: Optional[CallbackLike]) -> None:
         """Call ``cb`` for every state this job enters (before the executor's callback)."""
@@ -193,15 +222,7 @@ class Job:
         if timeout is not None and not isinstance(timeout, timedelta):
             raise TypeError(f"Job.wait timeout: expected datetime.timedelta or None, got "
                             f"{timeout!r} ({type(timeout).__name__})")
-        if isinstance(target_states, JobState):
-            targets: Sequence[JobState] = (target_states,)
-        elif target_states is None:
-            targets = ()
-        else:
-            targets = tuple(target_states)
-            for t in targets:
-                if not isinstance(t, JobState):
-                    raise TypeError(f"Job.wait target_states: expected JobState items, got {t!r}")
+        targets = _targets("Job.wait", target_states)
         deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
         me = threading.get_ident()
         with _LOCK:
@@ -216,6 +237,29 @@ class Job:
                 if self._cv is None:
                     self._cv = threading.Condition(_LOCK)
                 self._cv.wait(remaining)
+
+    async def wait_async(self, timeout: Union[timedelta, float, None] = None,
+                         target_states: Optional[Union[JobState, Sequence[JobState]]] = None
+                         ) -> Optional[JobStatus]:
+        """:meth:`wait` for asyncio: the same result, awaited without blocking the event loop.
+
+        ``timeout`` is a timedelta or a number of seconds. Nothing polls and no thread is
+        started: the job's status notification wakes the waiting task.
+        """
+        from psij._job_async import wait_async
+
+        return await wait_async(self, timeout, _targets("Job.wait_async", target_states))
+
+    def status_changes(self) -> "StatusChanges":
+        """An async iterator of this job's statuses: the current one, then each state entered,
+        ending after a final one. Call it while an event loop runs::
+
+            async for status in job.status_changes():
+                print(status.state)
+        """
+        from psij._job_async import StatusChanges
+
+        return StatusChanges(self)
 
     def __hash__(self) -> int:
         return hash(self._id)

@@ -106,10 +106,17 @@ class JobExecutor(ABC):
                 logger.exception("executor status callback raised for job %s", job.id)
 
     def _set_job_status(self, job: Job, status: JobStatus) -> None:
+        """Enter ``status`` and record it in the job registry (:mod:`psij.registry`); every
+        executor reports statuses through here."""
         try:
-            job._set_status(status)
+            entered = job._set_status(status)
         except Exception as ex:
             logger.warning("could not set status of job %s: %s", job.id, ex)
+            return
+        if entered:
+            from psij._registry_recorder import record
+
+            record(self, job)
 
     def _get_launcher(self, name: str, version_constraint: Optional[str] = None) -> Launcher:
         with self._launchers_lock:

@@ -146,8 +146,10 @@ def _spec_to_json(spec: JobSpec) -> JSONObject:
         else:
             value = getattr(spec, field)
         if field == "attributes":
-            if value != JobAttributes():
-                out[field] = _attributes_to_json(value)
+            # Empty exactly when the attributes equal JobAttributes(), without making one.
+            attributes = _attributes_to_json(value)
+            if attributes:
+                out[field] = attributes
             continue
         if value == _SPEC_DEFAULTS[field]:
             continue

@@ -1,0 +1,148 @@
+"""Benchmark of the job registry: what recording costs a submit, and listing a big registry.
+
+Prints figures; asserts nothing. Each measurement runs in a fresh child interpreter of this
+project's ``.venv`` with its own temporary work directory, and rounds alternate between the
+registry on and off so that drift in machine load falls on both alike.
+
+    .venv/bin/python bench/registry.py [--jobs 500] [--rounds 5] [--status-jobs 100000]
+
+Figures:
+- registry cost per submit (µs): the time of the first recording of a job (queued for the
+  writer thread, in the submitting thread) and of a later status change (queued as well),
+  measured directly around the recorder;
+- local throughput (jobs/s): submit ``--jobs`` ``/bin/true`` jobs to ``local`` and wait for all,
+  with the registry on and off;
+- ``psij status --all`` (s): the whole command, in a fresh process, over a registry holding
+  ``--status-jobs`` final jobs.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = REPO / ".venv" / "bin" / "python"
+
+_THROUGHPUT = r"""
+import json, sys, time
+from pathlib import Path
+from psij import Job, JobExecutor, JobExecutorConfig, JobSpec
+import psij.registry
+wd, n, on = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "on"
+psij.registry.set_recording(on)
+ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=wd))
+warm = Job(JobSpec("/bin/true")); ex.submit(warm); warm.wait()
+jobs = [Job(JobSpec("/bin/true")) for _ in range(n)]
+t0 = time.perf_counter()
+for j in jobs:
+    ex.submit(j)
+t_submit = time.perf_counter() - t0
+for j in jobs:
+    j.wait()
+psij.registry.flush()
+t_all = time.perf_counter() - t0
+print(json.dumps({"submit_s": t_submit, "all_s": t_all}))
+"""
+
+_COST = r"""
+import json, sys, time
+from pathlib import Path
+from psij import Job, JobExecutorConfig, JobSpec, JobState, JobStatus
+from psij.executors.local import LocalJobExecutor
+from psij._registry_recorder import record, flush
+wd, n = Path(sys.argv[1]), int(sys.argv[2])
+ex = LocalJobExecutor(config=JobExecutorConfig(work_directory=wd))
+jobs = []
+for i in range(n + 1):
+    j = Job(JobSpec("/bin/true", arguments=["x"]))
+    j.executor = ex
+    j._native_id = str(100000 + i)
+    j._set_status(JobStatus(JobState.ACTIVE))
+    jobs.append(j)
+record(ex, jobs[-1])  # opens the registry
+t0 = time.perf_counter()
+for j in jobs[:n]:
+    record(ex, j)
+first = (time.perf_counter() - t0) / n
+for j in jobs[:n]:
+    j._set_status(JobStatus(JobState.COMPLETED, exit_code=0))
+t0 = time.perf_counter()
+for j in jobs[:n]:
+    record(ex, j)
+later = (time.perf_counter() - t0) / n
+flush()
+print(json.dumps({"first_us": first * 1e6, "later_us": later * 1e6}))
+"""
+
+_FILL = r"""
+import sys, time, uuid
+from pathlib import Path
+from psij._registry_store import open_store
+wd, n = Path(sys.argv[1]), int(sys.argv[2])
+store = open_store(wd)
+now = time.time()
+rows = [(str(uuid.uuid4()), "local", "0.1.0", None, "{}", str(10000 + i),
+         '{"executable": "/bin/true"}', "t%d" % (i % 10), now - n + i,
+         "COMPLETED" if i % 7 else "FAILED", 6, 0 if i % 7 else 1, None, now - n + i, 1)
+        for i in range(n)]
+store.write(rows, [])
+"""
+
+
+def child(code: str, *args: str) -> dict:
+    done = subprocess.run([str(PYTHON), "-c", code, *args], capture_output=True, text=True,
+                          timeout=900)
+    if done.returncode != 0:
+        sys.exit(f"measurement failed: {done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--status-jobs", type=int, default=100000)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        costs = [child(_COST, str(Path(tmp) / f"cost{r}"), "2000") for r in range(3)]
+    print(f"registry cost per job, first record (queued):  "
+          f"{statistics.median(c['first_us'] for c in costs):8.1f} µs")
+    print(f"registry cost per later status change (queued): "
+          f"{statistics.median(c['later_us'] for c in costs):8.1f} µs")
+
+    rates = {"on": [], "off": []}
+    for r in range(args.rounds):
+        for mode in (("on", "off") if r % 2 == 0 else ("off", "on")):
+            with tempfile.TemporaryDirectory() as tmp:
+                res = child(_THROUGHPUT, tmp, str(args.jobs), mode)
+            rates[mode].append(args.jobs / res["all_s"])
+    on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
+    print(f"local throughput, {args.jobs} jobs, median of {args.rounds}: registry on "
+          f"{on:7.0f} jobs/s, off {off:7.0f} jobs/s ({(off - on) / off * 100:+.1f}% slower on)")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wd = Path(tmp) / ".psij" / "work"
+        wd.mkdir(mode=0o700, parents=True)
+        child(_FILL + "\nprint('{}')", str(wd), str(args.status_jobs))
+        env = dict(os.environ, HOME=tmp)
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            done = subprocess.run([str(PYTHON), "-m", "psij", "status", "--all"], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300)
+            times.append(time.perf_counter() - t0)
+            if done.returncode != 0:
+                sys.exit(f"psij status --all failed: {done.stderr.decode()}")
+    print(f"psij status --all, {args.status_jobs} recorded jobs: "
+          f"{statistics.median(times):.3f} s (median of 3, whole command)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,447 @@
+"""The ``psij`` commands over the job registry: ``submit``, ``status``, ``wait``, ``cancel``,
+``list`` and ``attach``.
+
+They work on the registry of the default work directory (``~/.psij/work/jobs.sqlite``), the one
+every executor records its jobs in (:mod:`psij.registry`). ``list`` shows what is recorded;
+``status``, ``wait`` and ``cancel`` re-attach the jobs that are not final to their executors, so
+what they show is what the executors report now.
+
+A ``local`` job submitted with ``psij submit`` is a child of a small keeper process that
+``submit`` leaves behind (in its own session, its standard streams on ``/dev/null``): it waits
+for the job and records its exit code, then exits. Jobs of other executors live in their
+scheduler and need no keeper.
+
+Output written to a closed pipe (``psij list | head``) ends the command quietly.
+"""
+
+import json
+import os
+import sys
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    import argparse
+
+    from psij.job import Job
+    from psij.registry import JobRecord
+
+__all__ = ["JOB_COMMANDS", "add_job_commands", "jobs_main"]
+
+JOB_COMMANDS = ("submit", "status", "wait", "cancel", "list", "attach")
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+_STATUS_WAIT = timedelta(seconds=30)  # for a re-attached job's first status
+_CANCEL_WAIT = timedelta(seconds=120)  # a batch job's cancellation is seen at a later poll
+_MESSAGE_WIDTH = 60
+
+_JSON_HELP = ("--json prints a JSON array with one object per job: id, executor, "
+              "executor_version, url, native_id, tag, state, final, exit_code, message, "
+              "submitted, updated (times in ISO 8601, UTC).")
+
+
+def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
+    """The registry commands (``only`` that one when given)."""
+    from psij.cli import _formatters
+
+    plain, raw = _formatters()
+    if only in (None, "submit"):
+        from psij.cli import _ATTRIBUTE_HELP, DEFAULT_EXECUTOR, _add_job_options
+
+        submit = commands.add_parser(
+            "submit", help="submit one job, print its id and return at once",
+            usage="psij submit [options] [--tag TAG] [--] EXECUTABLE [ARGUMENT ...]",
+            formatter_class=raw,
+            description="Submit one job, record it in the job registry and print its id.\n"
+                        "The options are those of `psij run`; the job's standard streams are\n"
+                        "/dev/null unless --stdin, --stdout and --stderr name files.",
+            epilog="exit status: 0 when submitted; 1 when it could not be submitted or "
+                   "recorded; 2 for bad usage\n\n" + _ATTRIBUTE_HELP)
+        submit.add_argument("--executor", default=DEFAULT_EXECUTOR, metavar="NAME",
+                            help=f"executor to submit to (default: {DEFAULT_EXECUTOR})")
+        submit.add_argument("--tag", metavar="TAG", help="label to find the job by")
+        _add_job_options(submit)
+    for name, text in (("status", "show the current state of recorded jobs"),
+                       ("wait", "wait until recorded jobs are final"),
+                       ("cancel", "cancel recorded jobs")):
+        if only not in (None, name):
+            continue
+        sub = commands.add_parser(
+            name, help=text, formatter_class=plain,
+            description=f"{text[0].upper()}{text[1:]}, chosen by id or by --tag" +
+                        (" (or all of them with --all)" if name == "status" else "") +
+                        ". Jobs not final are re-attached to their executors first.",
+            epilog=_EPILOGS[name])
+        sub.add_argument("ids", nargs="*", metavar="ID", help="job ids")
+        sub.add_argument("--tag", metavar="TAG", help="the jobs with this tag")
+        if name == "status":
+            sub.add_argument("--all", action="store_true", help="every recorded job")
+        if name != "cancel":
+            sub.add_argument("--json", action="store_true", help="print JSON (see below)")
+    if only in (None, "list"):
+        lister = commands.add_parser(
+            "list", help="list recorded jobs as last recorded", formatter_class=plain,
+            description="List the jobs recorded in the job registry, as last recorded "
+                        "(no executor is asked).", epilog=_JSON_HELP)
+        lister.add_argument("--executor", metavar="NAME", help="only this executor's jobs")
+        lister.add_argument("--state", metavar="STATE", action="append",
+                            help="only jobs in this state (repeatable)")
+        lister.add_argument("--tag", metavar="TAG", help="only jobs with this tag")
+        lister.add_argument("--json", action="store_true", help="print JSON (see below)")
+    if only in (None, "attach"):
+        attach = commands.add_parser(
+            "attach", help="adopt a job submitted elsewhere into the registry",
+            formatter_class=plain,
+            description="Attach to a job that an executor knows by its native id (submitted "
+                        "by other means), record it and print its new job id.",
+            epilog="exit status: 0 when attached; 1 when the executor does not know the job; "
+                   "2 for bad usage")
+        attach.add_argument("--executor", required=True, metavar="NAME", help="its executor")
+        attach.add_argument("--tag", metavar="TAG", help="label to find the job by")
+        attach.add_argument("native_id", metavar="NATIVE_ID", help="the executor's job id")
+
+
+_EPILOGS = {
+    "status": "exit status: 0; 1 when the registry cannot be read or a job cannot be "
+              "re-attached; 2 for bad usage, such as an id that is not recorded. " + _JSON_HELP,
+    "wait": "exit status: the worst of the jobs' statuses, each as `psij run` gives it "
+            "(the exit code, 1 for a failure without one, 130 for a canceled job), 0 when "
+            "all completed. " + _JSON_HELP,
+    "cancel": "exit status: 0 when every job is final; 1 otherwise; 2 for bad usage.",
+}
+
+
+# -- output ----------------------------------------------------------------------------------
+
+def _out(text: str) -> None:
+    sys.stdout.write(text)
+
+
+# The columns of the table, and of the rows it is made from.
+_TABLE = ("id", "executor", "native_id", "tag", "state", "exit_code", "message", "final")
+_HEAD = ("ID", "EXECUTOR", "NATIVE_ID", "TAG", "STATE", "EXIT", "MESSAGE")
+
+
+def _live(row: Tuple[Any, ...], job: Optional["Job"]) -> Tuple[Any, ...]:
+    """A table row with the status ``job`` has now, if it has one."""
+    if job is None or job.status.state.name == "NEW":
+        return row
+    st = job.status
+    return (row[0], row[1], job.native_id, row[3], st.state.name, st.exit_code, st.message,
+            st.state.final)
+
+
+def _print_table(rows: Sequence[Tuple[Any, ...]]) -> None:
+    lines = [(r[0], r[1], r[2] or "-", r[3] or "-", r[4], "-" if r[5] is None else str(r[5]),
+              _short(r[6])) for r in rows]
+    widths = [max([len(_HEAD[i])] + [len(line[i]) for line in lines]) for i in range(6)]
+    form = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
+    _out("\n".join([form.format(*_HEAD)] + [form.format(*line) for line in lines]) + "\n")
+
+
+def _print_json(records: Sequence["JobRecord"], jobs: Dict[str, "Job"]) -> None:
+    from psij.registry import _iso
+
+    views = []
+    for record in records:
+        view = record.to_json()
+        job = jobs.get(record.id)
+        if job is not None and job.status.state.name != "NEW":
+            st = job.status
+            view.update(native_id=job.native_id, state=st.state.name, final=st.state.final,
+                        exit_code=st.exit_code, message=st.message,
+                        updated=_iso(st.time))
+        views.append(view)
+    _out(json.dumps(views, indent=1) + "\n")
+
+
+def _short(message: Optional[str]) -> str:
+    if not message:
+        return ""
+    text = " ".join(message.split())
+    return text if len(text) <= _MESSAGE_WIDTH else text[:_MESSAGE_WIDTH - 3] + "..."
+
+
+def _say(message: str, what: str) -> None:
+    from psij.cli import _say as say
+
+    say(message, what)
+
+
+# -- choosing and refreshing jobs ------------------------------------------------------------
+
+class _Chosen:
+    """The jobs a command line names, as table rows, and the live jobs of those that were not
+    final (re-attached to their executors)."""
+
+    def __init__(self, args: "argparse.Namespace", what: str, refresh: bool = True) -> None:
+        from psij import registry
+
+        every = getattr(args, "all", False)
+        ids = getattr(args, "ids", None) or None
+        if ids is None and args.tag is None and not every and what not in ("status", "list"):
+            raise ValueError(f"name the jobs to {what}: job ids or --tag TAG")
+        self.filters = (ids, args.tag, getattr(args, "executor", None),
+                        getattr(args, "state", None))
+        _, self.rows = registry._select(*self.filters, None, _TABLE)
+        if ids:
+            missing = set(ids) - {r[0] for r in self.rows}
+            if missing:
+                raise ValueError(f"no recorded job with id {', '.join(sorted(missing))}")
+        elif not self.rows and args.tag is not None and what != "list":
+            raise ValueError(f"no recorded job has tag {args.tag!r}")
+        self.jobs: Dict[str, Job] = {}
+        self.problems: List[str] = []
+        if refresh:
+            self._refresh(registry, [r[0] for r in self.rows if not r[7]])
+
+    def _refresh(self, registry: Any, ids: List[str]) -> None:
+        from psij.job_state import JobState
+
+        if not ids:
+            return
+        try:
+            jobs = registry.attach(registry.find(ids))
+        except registry.AttachError as ex:
+            jobs = ex.jobs
+            self.problems = [f"job {r.id}: {e}" for r, e in ex.failures]
+        for job in jobs:
+            job.wait(_STATUS_WAIT, target_states=JobState.QUEUED)
+            self.jobs[job.id] = job
+
+    def say_problems(self, what: str) -> None:
+        for problem in self.problems:
+            _say(problem, what)
+
+    def print(self, as_json: bool) -> None:
+        if as_json:
+            from psij import registry
+
+            ids, tag, executor, state = self.filters
+            _print_json(registry.find(ids, tag=tag, executor=executor, state=state),
+                        self.jobs)
+        else:
+            _print_table([_live(r, self.jobs.get(r[0])) for r in self.rows])
+
+    def final_rows(self) -> List[Tuple[Any, ...]]:
+        return [_live(r, self.jobs.get(r[0])) for r in self.rows]
+
+
+# -- commands --------------------------------------------------------------------------------
+
+def _status(args: "argparse.Namespace") -> int:
+    chosen = _Chosen(args, "status")
+    chosen.say_problems("status")
+    chosen.print(args.json)
+    return EXIT_FAILED if chosen.problems else 0
+
+
+def _list(args: "argparse.Namespace") -> int:
+    _Chosen(args, "list", refresh=False).print(args.json)
+    return 0
+
+
+def _wait(args: "argparse.Namespace") -> int:
+    from psij.cli import exit_status
+    from psij.job_state import JobState
+    from psij.job_status import JobStatus
+
+    chosen = _Chosen(args, "wait for")
+    for job in chosen.jobs.values():
+        job.wait()
+    chosen.say_problems("wait")
+    chosen.print(args.json)
+    worst = EXIT_FAILED if chosen.problems else 0
+    for row in chosen.final_rows():
+        if row[7]:
+            code, _ = exit_status(JobStatus(JobState[row[4]], exit_code=row[5], message=row[6]))
+            worst = max(worst, code)
+    return worst
+
+
+def _cancel(args: "argparse.Namespace") -> int:
+    from psij.exceptions import SubmitException
+
+    chosen = _Chosen(args, "cancel")
+    problems = chosen.problems
+    jobs = list(chosen.jobs.values())
+    for job in jobs:
+        try:
+            if not job.status.final and not _ask_keeper(job):
+                job.cancel()
+        except SubmitException as ex:
+            problems.append(f"job {job.id}: could not cancel: {ex}")
+    for job in jobs:
+        if job.wait(_CANCEL_WAIT) is None:
+            problems.append(f"job {job.id}: not final {_CANCEL_WAIT.seconds} s after cancel")
+    chosen.say_problems("cancel")
+    chosen.print(False)
+    return EXIT_FAILED if problems else 0
+
+
+def _ask_keeper(job: "Job") -> bool:
+    """Ask the keeper that ``psij submit`` left for a local job to cancel it (only the process
+    that started a local job can cancel it and record how it ended); False if it has none."""
+    from psij.executors.local import LocalJobExecutor
+
+    if not isinstance(job.executor, LocalJobExecutor) or job.native_id is None:
+        return False
+    import signal
+
+    pid = int(job.native_id)
+    try:
+        keeper = os.getsid(pid)
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+        with open(f"/proc/{keeper}/cmdline", "rb") as f:
+            words = f.read().split(b"\0")
+    except (OSError, ValueError, IndexError):
+        return False
+    # The keeper leads the session it made, is the job's parent and runs `psij submit`.
+    if keeper == os.getsid(0) or parent != keeper or b"submit" not in words:
+        return False
+    try:
+        os.kill(keeper, signal.SIGTERM)
+    except OSError:
+        return False
+    return True
+
+
+def _attach(args: "argparse.Namespace") -> int:
+    import psij.registry
+    from psij.job import Job
+    from psij.job_executor import JobExecutor
+    from psij.job_state import JobState
+
+    executor = JobExecutor.get_instance(args.executor)
+    job = Job()
+    psij.registry.set_tag(job, args.tag)
+    executor.attach(job, args.native_id)
+    job.wait(_STATUS_WAIT, target_states=JobState.QUEUED)
+    psij.registry.flush()
+    _out(job.id + "\n")
+    return 0
+
+
+def _submit(args: "argparse.Namespace") -> int:
+    import psij.registry
+    from psij._plugins import REGISTRY
+    from psij.cli import _check_launcher, build_spec
+
+    spec = build_spec(args, inherit_streams=False)
+    _check_launcher(args.launcher)
+    if args.tag is not None:
+        psij.registry._check_tag(args.tag)
+    cls = REGISTRY.select("executor", args.executor).cls
+    psij.registry.find([])  # the registry must be usable before anything is submitted
+    from psij.executors.local import LocalJobExecutor
+
+    if isinstance(cls, type) and issubclass(cls, LocalJobExecutor):
+        return _submit_kept(args, spec)
+    job = _submit_here(args, spec)
+    _out(job.id + "\n")
+    return 0
+
+
+def _submit_here(args: "argparse.Namespace", spec: Any) -> "Job":
+    import psij.registry
+    from psij.job import Job
+    from psij.job_executor import JobExecutor
+
+    executor = JobExecutor.get_instance(args.executor)
+    job = Job(spec)
+    psij.registry.set_tag(job, args.tag)
+    try:
+        executor.submit(job)
+    finally:
+        psij.registry.flush()
+    return job
+
+
+def _submit_kept(args: "argparse.Namespace", spec: Any) -> int:
+    """Submit a local job from a keeper process that outlives this one and waits for the job,
+    so that its exit code is recorded; print its id once it is recorded."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the keeper
+        os.close(read_end)
+        code = 0
+        try:
+            os.setsid()
+            _detach_streams()
+            try:
+                job = _submit_here(args, spec)
+            except Exception as ex:
+                os.write(write_end, f"ERR {type(ex).__name__}: {ex}".encode("utf-8",
+                                                                           "replace"))
+                code = 1
+            else:
+                import signal
+
+                # ``psij cancel`` asks the keeper, which alone can cancel its child.
+                signal.signal(signal.SIGTERM, lambda signum, frame: job.cancel())
+                os.write(write_end, f"OK {job.id}".encode())
+                os.close(write_end)
+                job.wait()
+                from psij.registry import flush
+
+                flush()
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        answer = pipe.read().decode("utf-8", "replace")
+    if answer.startswith("OK "):
+        _out(answer[3:].strip() + "\n")
+        return 0
+    if answer.startswith("ERR "):
+        _say(f"could not submit the job: {answer[4:]}", "submit")
+    else:
+        _say("could not submit the job: its keeper process ended without an answer", "submit")
+    return EXIT_FAILED
+
+
+def _detach_streams() -> None:
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+_HANDLERS = {"submit": _submit, "status": _status, "wait": _wait, "cancel": _cancel,
+             "list": _list, "attach": _attach}
+
+
+def jobs_main(args: "argparse.Namespace") -> int:
+    """Run one registry command; its exit status."""
+    from psij.cli import UsageError
+    from psij.exceptions import InvalidJobException, SubmitException
+    from psij.registry import RegistryError
+
+    command = args.command
+    try:
+        try:
+            return _HANDLERS[command](args)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, as other tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_FAILED
+    except RegistryError as ex:
+        _say(str(ex), command)
+        return EXIT_FAILED
+    except SubmitException as ex:
+        _say(f"{ex}", command)
+        return EXIT_FAILED
+    except InvalidJobException as ex:
+        _say(str(ex), f"{command}: error")
+        return EXIT_FAILED if command == "attach" else EXIT_USAGE
+    except (ValueError, TypeError, UsageError) as ex:
+        _say(str(ex), f"{command}: error")
+        return EXIT_USAGE

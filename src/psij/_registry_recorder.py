@@ -1,0 +1,287 @@
+"""Records every job in the job registry as its executor reports status changes.
+
+:meth:`psij.JobExecutor._set_job_status`, which every executor (local, batch, pilot, and
+side-loaded ones written for psij-python) calls to report a status, calls :func:`record` after
+the job entered the new state. The registry is the one of the executor's work directory
+(``config.work_directory``, by default ``~/.psij/work``: one per user).
+
+Writes are batched: :func:`record` only queues the change (a few microseconds in the
+submitting thread), and one writer thread per process commits what has accumulated about every
+50 ms in one transaction (the first change of a job inserts its row, the others update it), and
+at exit. Its first write to a registry also prunes old final jobs. A ``kill -9`` may therefore
+lose the last 50 ms or so of changes: jobs submitted just before it are then missing, and later
+status changes are cheap to lose (re-attaching asks the executor for the real state).
+:func:`flush` waits for the queue to be written; ``psij submit`` calls it before it prints the
+job id.
+
+Recording never fails a job: a registry that cannot be written is reported once per file on the
+``psij.registry`` logger and the job goes on. Nothing here runs user callbacks.
+"""
+
+import atexit
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
+
+from psij._lazylog import LazyLogger
+from psij._registry_store import (
+    RegistryError,
+    Row,
+    Store,
+    Update,
+    forget_stores,
+    open_store,
+    prune_once,
+)
+
+if TYPE_CHECKING:
+    from psij.job import Job
+    from psij.job_executor import JobExecutor
+
+__all__ = ["TAG_ATTR", "enabled", "flush", "record", "set_enabled"]
+
+logger = LazyLogger("psij.registry")
+
+TAG_ATTR = "_psij_registry_tag"
+_RECORDED_ATTR = "_psij_registry_recorded"  # on a job: its row is queued or written
+_IDENTITY_ATTR = "_psij_registry"  # on an executor: its Identity
+_BATCH_SECONDS = 0.05
+_EXIT_FLUSH_SECONDS = 120.0
+
+_state = {"enabled": True}
+_warned: Set[Tuple[str, str]] = set()
+_failures: Dict[Path, Tuple[float, str]] = {}
+_RETRY_SECONDS = 30.0
+
+# (pid, store, executor name, version, url, config as JSON); remade in a forked child.
+Identity = Tuple[int, Store, str, Optional[str], Optional[str], Optional[str]]
+
+
+def set_enabled(on: bool) -> None:
+    _state["enabled"] = bool(on)
+
+
+def enabled() -> bool:
+    return _state["enabled"]
+
+
+def _identity(executor: "JobExecutor") -> Identity:
+    found: Optional[Identity] = executor.__dict__.get(_IDENTITY_ATTR)
+    if found is not None and found[0] == os.getpid():
+        return found
+    try:
+        name = executor.name
+    except Exception:  # a plugin whose descriptor cannot be read: its class name will do
+        name = type(executor).__name__.lower()
+    try:
+        version: Optional[str] = str(executor.version)
+    except Exception:
+        version = None
+    config = executor.config
+    settings = {key: (str(value) if isinstance(value, Path) else value)
+                for key, value in sorted(vars(config).items())
+                if not key.startswith("_") and (value is None or isinstance(
+                    value, (str, int, float, bool, Path)))}
+    try:
+        config_text: Optional[str] = json.dumps(settings, allow_nan=False)
+    except ValueError:
+        config_text = None
+    store = _open(Path(config.work_directory))
+    identity: Identity = (os.getpid(), store, name, version, executor.url, config_text)
+    executor.__dict__[_IDENTITY_ATTR] = identity
+    return identity
+
+
+def _open(work_directory: Path) -> Store:
+    """The registry, or the error it gave less than :data:`_RETRY_SECONDS` ago (a damaged
+    file is not opened again for every job)."""
+    failed = _failures.get(work_directory)
+    if failed is not None and time.monotonic() - failed[0] < _RETRY_SECONDS:
+        raise RegistryError(failed[1])
+    try:
+        return open_store(work_directory)
+    except Exception as ex:
+        _failures[work_directory] = (time.monotonic(), str(ex))
+        raise
+
+
+def _warn_once(where: str, ex: Exception) -> None:
+    key = (where, type(ex).__name__)
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning("jobs are not recorded in the job registry (%s): %s", where, ex)
+
+
+def _text(value: Optional[str]) -> Optional[str]:
+    """A string SQLite can store (a lone surrogate is written as its escape)."""
+    if value is None:
+        return None
+    return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _spec_text(job: "Job") -> Optional[str]:
+    spec = job.spec
+    if spec is None:
+        return None
+    from psij.serialize import _spec_to_json
+
+    try:
+        return json.dumps(_spec_to_json(spec), allow_nan=False)
+    except (ValueError, TypeError) as ex:
+        logger.warning("job %s: its JobSpec cannot be recorded in the job registry (%s); "
+                       "the job is recorded without it", job.id, ex)
+        return None
+
+
+# A queued change: (store, job, identity or None for an update, the status values)
+_Change = Tuple[Store, "Job", Optional[Identity], Tuple[Any, ...]]
+
+
+def record(executor: "JobExecutor", job: "Job") -> None:
+    """Queue the job's current status for the registry (see the module's rules)."""
+    if not _state["enabled"]:
+        return
+    try:
+        identity = _identity(executor)
+        status = job.status
+        state = status.state
+        values = (job.native_id, state.name, state.order, status.exit_code, status.message,
+                  time.time(), state.final)
+        if _RECORDED_ATTR in job.__dict__:
+            _WRITER.put((identity[1], job, None, values))
+        else:
+            job.__dict__[_RECORDED_ATTR] = True
+            _WRITER.put((identity[1], job, identity, values))
+    except Exception as ex:
+        _warn_once(str(getattr(executor.config, "work_directory", "?")), ex)
+
+
+def _row(job: "Job", identity: Identity, values: Tuple[Any, ...]) -> Row:
+    _, _, name, version, url, config = identity
+    native_id, state, rank, exit_code, message, now, final = values
+    return (job.id, name, version, _text(url), config, _text(native_id), _spec_text(job),
+            job.__dict__.get(TAG_ATTR), now, state, rank, exit_code, _text(message), now,
+            int(final))
+
+
+def _update(job: "Job", values: Tuple[Any, ...]) -> Update:
+    native_id, state, rank, exit_code, message, now, final = values
+    return (_text(native_id), state, rank, exit_code, _text(message), now, int(final), job.id,
+            rank)
+
+
+class _Writer:
+    """The one thread that commits queued changes, a batch at a time."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._queue: List[_Change] = []
+        self._busy = False
+        self._flushing = 0  # callers of flush waiting: write without gathering more
+        self._thread: Optional[threading.Thread] = None
+
+    def put(self, change: _Change) -> None:
+        with self._cv:
+            self._queue.append(change)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="psij-registry-writer",
+                                                daemon=True)
+                self._thread.start()
+                if not _state.get("atexit"):
+                    _state["atexit"] = True
+                    atexit.register(_flush_at_exit)
+            elif len(self._queue) == 1:
+                self._cv.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue:
+                    self._busy = False
+                    self._cv.notify_all()
+                    self._cv.wait()
+                self._busy = True
+                # Let more changes gather into this transaction, unless someone waits for it.
+                self._cv.wait_for(lambda: self._flushing > 0, _BATCH_SECONDS)
+                batch, self._queue = self._queue, []
+            self._write(batch)
+            del batch  # jobs (and through them executors) must not outlive their write
+
+    @staticmethod
+    def _write(batch: List[_Change]) -> None:
+        # A job whose row is new in this batch gets one insert with its latest status.
+        new: Dict[int, Dict[Job, Tuple[Identity, Tuple[Any, ...]]]] = {}
+        updates: Dict[int, List[Update]] = {}
+        stores: Dict[int, Store] = {}
+        for store, job, identity, values in batch:
+            key = id(store)
+            stores[key] = store
+            rows = new.setdefault(key, {})
+            try:
+                if identity is not None:
+                    rows[job] = (identity, values)
+                elif job in rows:
+                    rows[job] = (rows[job][0], values)
+                else:
+                    updates.setdefault(key, []).append(_update(job, values))
+            except Exception:
+                logger.exception("job %s: could not be recorded", job.id)
+        for key, store in stores.items():
+            try:
+                prune_once(store)
+                store.write([_row(job, identity, values)
+                             for job, (identity, values) in new[key].items()],
+                            updates.get(key, []))
+            except Exception as ex:
+                _warn_once(str(store.path), ex)
+
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        """Wait until every queued change is committed; False if ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cv:
+            self._flushing += 1
+            self._cv.notify_all()
+            try:
+                while self._queue or self._busy:
+                    if self._thread is None or not self._thread.is_alive():
+                        return not self._queue
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    self._cv.wait(remaining)
+            finally:
+                self._flushing -= 1
+        return True
+
+    def after_fork(self) -> None:
+        self._cv = threading.Condition()
+        self._queue = []
+        self._busy = False
+        self._flushing = 0
+        self._thread = None
+
+
+_WRITER = _Writer()
+
+
+def flush(timeout: Optional[float] = None) -> bool:
+    return _WRITER.flush(timeout)
+
+
+def _flush_at_exit() -> None:
+    if not _WRITER.flush(_EXIT_FLUSH_SECONDS):
+        logger.warning("the job registry could not be written within %.0f s; the last status "
+                       "changes of this process are not recorded (their executors still know "
+                       "them)", _EXIT_FLUSH_SECONDS)
+
+
+def _after_fork_in_child() -> None:
+    # SQLite connections must not be used across fork; the child opens its own.
+    forget_stores()
+    _WRITER.after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

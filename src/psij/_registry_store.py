@@ -1,0 +1,302 @@
+"""The job registry's SQLite file: one row per job, opened, checked, written and read here.
+
+The file is ``<work directory>/jobs.sqlite`` (the directory 0700, the file 0600, both checked
+with :mod:`psij._private_dirs`). It is used in WAL mode, so readers never wait for a writer and a
+status change writes one row. Several processes may write at once: SQLite serialises writers,
+and a writer that finds the file locked waits (:data:`LOCK_WAIT_SECONDS` in all), saying once
+on the ``psij.registry`` logger (stderr unless logging is configured) that it waits and for whom.
+
+Nothing here ever deletes, truncates or rewrites a file it cannot read: a file that is not a
+SQLite database, or a damaged one, raises :class:`RegistryError` naming the file and is left as
+it is for the user to inspect or move away.
+
+This module does no recording policy (which jobs, when): see :mod:`psij._registry_recorder`.
+``import psij`` does not load it (it imports :mod:`sqlite3`).
+"""
+
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
+
+from psij._lazylog import LazyLogger
+from psij._private_dirs import check_private_file, ensure_private_dir
+
+__all__ = ["FILE_NAME", "LOCK_WAIT_SECONDS", "RegistryError", "Row", "Store", "forget_stores",
+           "open_store", "prune_once", "registry_path", "set_prune_age"]
+
+logger = LazyLogger("psij.registry")
+
+FILE_NAME = "jobs.sqlite"
+LOCK_WAIT_SECONDS = 600.0
+# SQLite's own busy wait between our checks; each expiry lets us say that we are waiting.
+_BUSY_SLICE_SECONDS = 1.0
+DEFAULT_PRUNE_AGE_SECONDS = 30 * 24 * 3600.0
+_prune_age = {"seconds": DEFAULT_PRUNE_AGE_SECONDS}
+
+_T = TypeVar("_T")
+
+# Columns in table order; ``Row`` is a tuple in this order.
+COLUMNS = ("id", "executor", "executor_version", "url", "config", "native_id", "spec", "tag",
+           "submitted", "state", "rank", "exit_code", "message", "updated", "final")
+Row = Tuple[Any, ...]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT NOT NULL UNIQUE,
+    executor TEXT NOT NULL,
+    executor_version TEXT,
+    url TEXT,
+    config TEXT,
+    native_id TEXT,
+    spec TEXT,
+    tag TEXT,
+    submitted REAL NOT NULL,
+    state TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    exit_code INTEGER,
+    message TEXT,
+    updated REAL NOT NULL,
+    final INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_by_tag ON jobs(tag) WHERE tag IS NOT NULL;
+"""
+
+# The first write of a job in a process: a new row, or (a job attached again) the status
+# columns of the existing row, never moving its state backwards.
+_UPSERT = (
+    f"INSERT INTO jobs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
+    "ON CONFLICT(id) DO UPDATE SET native_id = coalesce(excluded.native_id, jobs.native_id), "
+    "state = excluded.state, rank = excluded.rank, exit_code = excluded.exit_code, "
+    "message = excluded.message, updated = excluded.updated, final = excluded.final, "
+    "tag = coalesce(excluded.tag, jobs.tag) WHERE excluded.rank >= jobs.rank")
+
+# A status change: one row, only forwards (callbacks of one job may be recorded out of order).
+_UPDATE = ("UPDATE jobs SET native_id = coalesce(?, native_id), state = ?, rank = ?, "
+           "exit_code = ?, message = ?, updated = ?, final = ? WHERE id = ? AND rank <= ?")
+
+# (native_id, state, rank, exit_code, message, updated, final, id, rank)
+Update = Tuple[Optional[str], str, int, Optional[int], Optional[str], float, int, str, int]
+
+
+class RegistryError(Exception):
+    """The job registry cannot be used (damaged, unreadable or locked for too long); the
+    message names the file."""
+
+
+class RegistryLockedError(RegistryError):
+    """Another process held the registry's write lock for longer than we would wait."""
+
+
+def registry_path(work_directory: Path) -> Path:
+    return Path(os.path.abspath(work_directory)) / FILE_NAME
+
+
+class Store:
+    """One open registry file. Thread-safe: one connection, used under a lock."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self._conn = conn
+        self._lock = threading.Lock()
+        self.pruned = False
+
+    # -- retries and errors ---------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable[[sqlite3.Connection], _T],
+              wait: float = LOCK_WAIT_SECONDS) -> _T:
+        """``fn(conn)`` under the lock, waiting up to ``wait`` seconds more than SQLite's own
+        busy wait while another process holds the write lock."""
+        deadline = time.monotonic() + wait
+        said = False
+        with self._lock:
+            while True:
+                try:
+                    return fn(self._conn)
+                except sqlite3.OperationalError as ex:
+                    if _rollback_needed(self._conn):
+                        self._conn.rollback()
+                    if not _is_busy(ex):
+                        raise _damaged(self.path, what, ex) from ex
+                    if time.monotonic() >= deadline:
+                        raise RegistryLockedError(
+                            f"job registry {self.path}: still locked by another process after "
+                            f"{wait:.0f} s while trying to {what}") from ex
+                    if not said:
+                        said = True
+                        logger.warning("job registry %s is locked by another process; waiting "
+                                       "to %s (up to %.0f s)", self.path, what,
+                                       LOCK_WAIT_SECONDS)
+                except sqlite3.DatabaseError as ex:
+                    if _rollback_needed(self._conn):
+                        self._conn.rollback()
+                    raise _damaged(self.path, what, ex) from ex
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def write(self, rows: Sequence[Row], updates: Sequence[Update]) -> None:
+        """New rows (or jobs attached again), then status changes, in one transaction."""
+        def run(conn: sqlite3.Connection) -> None:
+            with conn:
+                if rows:
+                    conn.executemany(_UPSERT, rows)
+                if updates:
+                    conn.executemany(_UPDATE, updates)
+        self._call("record jobs", run)
+
+    def prune(self, older_than_seconds: float, now: Optional[float] = None,
+              wait: float = LOCK_WAIT_SECONDS) -> int:
+        """Delete final jobs last updated more than ``older_than_seconds`` ago; their count."""
+        limit = (time.time() if now is None else now) - older_than_seconds
+
+        def run(conn: sqlite3.Connection) -> int:
+            with conn:
+                return conn.execute("DELETE FROM jobs WHERE final = 1 AND updated < ?",
+                                    (limit,)).rowcount
+        return self._call("prune old jobs", run, wait)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def select(self, ids: Optional[Sequence[str]] = None, tag: Optional[str] = None,
+               executor: Optional[str] = None, states: Optional[Iterable[str]] = None,
+               columns: Sequence[str] = COLUMNS) -> List[Row]:
+        """Rows (of ``columns``) matching every filter given, oldest first."""
+        where: List[str] = []
+        params: List[Any] = []
+        if ids is not None:
+            where.append(f"id IN ({', '.join('?' * len(ids))})")
+            params.extend(ids)
+        if tag is not None:
+            where.append("tag = ?")
+            params.append(tag)
+        if executor is not None:
+            where.append("executor = ?")
+            params.append(executor)
+        if states is not None:
+            names = list(states)
+            where.append(f"state IN ({', '.join('?' * len(names))})")
+            params.extend(names)
+        sql = f"SELECT {', '.join(columns)} FROM jobs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY rowid"  # the order jobs were first recorded in
+
+        def run(conn: sqlite3.Connection) -> List[Row]:
+            return conn.execute(sql, params).fetchall()
+        if ids is not None and len(ids) > 500:  # SQLite limits the number of parameters
+            rows: List[Row] = []
+            for start in range(0, len(ids), 500):
+                rows += self.select(ids[start:start + 500], tag, executor, states, columns)
+            if "submitted" in columns:
+                at = list(columns).index("submitted")
+                rows.sort(key=lambda r: (r[at], r[0]))
+            return rows
+        return self._call("read jobs", run)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _is_busy(ex: sqlite3.OperationalError) -> bool:
+    text = str(ex)
+    return "locked" in text or "busy" in text
+
+
+def _rollback_needed(conn: sqlite3.Connection) -> bool:
+    try:
+        return conn.in_transaction
+    except sqlite3.Error:
+        return False
+
+
+def _damaged(path: Path, what: str, ex: Exception) -> RegistryError:
+    return RegistryError(f"job registry {path}: cannot {what}: {ex}. The file was left as it "
+                         f"is; move it away to start a new registry (its jobs are then no "
+                         f"longer listed)")
+
+
+_STORES: Dict[Path, Store] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def set_prune_age(seconds: float) -> None:
+    _prune_age["seconds"] = seconds
+
+
+def open_store(work_directory: Path) -> Store:
+    """The registry in ``work_directory`` (created if missing), opened once per process."""
+    path = registry_path(work_directory)
+    with _STORES_LOCK:
+        store = _STORES.get(path)
+        if store is None:
+            store = _open(path)
+            _STORES[path] = store
+        return store
+
+
+def prune_once(store: Store) -> None:
+    """Prune final jobs older than the prune age (:func:`set_prune_age`, by default
+    :data:`DEFAULT_PRUNE_AGE_SECONDS`), the first time this process writes to ``store``.
+
+    Housekeeping: when another process holds the write lock it is left for another time."""
+    if store.pruned:
+        return
+    store.pruned = True
+    try:
+        store.prune(_prune_age["seconds"], wait=0)
+    except RegistryLockedError:
+        pass
+
+
+_ABANDONED: List[Store] = []
+
+
+def forget_stores() -> None:
+    """Forget every open registry in a forked child, which must not use (nor close: closing
+    may checkpoint the parent's WAL) the connections it inherited; it opens its own."""
+    global _STORES_LOCK
+    _STORES_LOCK = threading.Lock()
+    _ABANDONED.extend(_STORES.values())
+    _STORES.clear()
+
+
+def _open(path: Path) -> Store:
+    ensure_private_dir(path.parent, "work directory")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as ex:
+        raise RegistryError(f"job registry {path}: cannot open: {ex.strerror or ex}") from ex
+    os.close(fd)
+    check_private_file(path, "job registry")
+    conn = sqlite3.connect(str(path), timeout=_BUSY_SLICE_SECONDS, isolation_level=None,
+                           check_same_thread=False)
+    # Each write takes the write lock with its first statement, so SQLite's busy wait applies.
+    conn.isolation_level = "IMMEDIATE"
+    store = Store(path, conn)
+
+    def setup(c: sqlite3.Connection) -> None:
+        # Only a new file is written to here: opening a registry in use waits for nobody.
+        mode = c.execute("PRAGMA journal_mode").fetchone()
+        if mode is None or str(mode[0]).lower() != "wal":
+            mode = c.execute("PRAGMA journal_mode=WAL").fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                raise sqlite3.DatabaseError(f"cannot use WAL mode (journal mode is {mode})")
+        c.execute("PRAGMA synchronous=NORMAL")
+        found = [r[1] for r in c.execute("PRAGMA table_info(jobs)")]
+        if not found:
+            c.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+            found = [r[1] for r in c.execute("PRAGMA table_info(jobs)")]
+        if tuple(found) != COLUMNS:
+            raise sqlite3.DatabaseError(f"its 'jobs' table has columns {found}, not "
+                                        f"{list(COLUMNS)}")
+
+    try:
+        store._call("open it", setup)
+    except BaseException:
+        conn.close()
+        raise
+    return store
+

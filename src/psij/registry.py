@@ -1,0 +1,346 @@
+"""The job registry: every job submitted through any executor, found and re-attached later.
+
+Each executor records the jobs it runs in ``jobs.sqlite`` in its work directory
+(``JobExecutorConfig.work_directory``, by default ``~/.psij/work``, so one registry per user):
+one row per job with its id, the executor's name, version, URL and settings, the native id,
+the JobSpec (in :mod:`psij.serialize`'s JSON form), the submit time, an optional tag and the
+last status recorded. A process that restarts calls :func:`reattach` and gets its jobs back
+as live :class:`~psij.Job` objects whose callbacks fire from then on; a job that ended while no
+process watched it gets the final state its executor reports (never a guess).
+
+This module is not loaded by ``import psij``; import it as ``import psij.registry``. See the
+"Job registry" guide for the file, its rules and the ``psij submit/status/wait/cancel/list``
+commands built on it.
+"""
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from psij import _check, _registry_recorder, _registry_store
+from psij._registry_store import RegistryError, Row
+from psij.exceptions import InvalidJobException
+from psij.job import CallbackLike, Job, as_callback
+from psij.job_executor import JobExecutor
+from psij.job_executor_config import JobExecutorConfig
+from psij.job_spec import JobSpec
+from psij.job_state import JobState
+from psij.job_status import JobStatus
+
+__all__ = ["AttachError", "JobRecord", "RegistryError", "attach", "find", "flush", "prune",
+           "reattach", "registry_file", "set_prune_age", "set_recording", "set_tag"]
+
+MAX_TAG_LENGTH = 1000
+
+StateFilter = Union[JobState, str, Iterable[Union[JobState, str]], None]
+PathLike = Union[str, Path, None]
+
+
+class AttachError(RegistryError):
+    """Some recorded jobs could not be re-attached. ``jobs`` holds those that were (they are
+    live and followed); ``failures`` pairs each other record with the reason."""
+
+    def __init__(self, message: str, jobs: List[Job],
+                 failures: List[Tuple["JobRecord", Exception]]) -> None:
+        super().__init__(message)
+        self.jobs = jobs
+        self.failures = failures
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One recorded job, as last written to the registry."""
+
+    id: str
+    executor: str
+    executor_version: Optional[str]
+    url: Optional[str]
+    config: Optional[str]
+    """The executor's settings as a JSON object (text)."""
+    native_id: Optional[str]
+    spec_json: Optional[str]
+    """The JobSpec in :mod:`psij.serialize`'s JSON form (text), if it could be recorded."""
+    tag: Optional[str]
+    submitted: float
+    """When the job was first recorded (seconds since the epoch)."""
+    state: JobState
+    exit_code: Optional[int]
+    message: Optional[str]
+    updated: float
+    """When its status was last recorded (seconds since the epoch)."""
+    registry: Path
+    """The registry file it was read from."""
+
+    @property
+    def spec(self) -> Optional[JobSpec]:
+        """The recorded JobSpec, read back."""
+        if self.spec_json is None:
+            return None
+        from psij.serialize import JSONSerializer
+
+        return JSONSerializer().loads(self.spec_json)
+
+    def to_json(self) -> Dict[str, Any]:
+        """The stable JSON form printed by ``psij status --json`` and ``psij list --json``."""
+        return {"id": self.id, "executor": self.executor,
+                "executor_version": self.executor_version, "url": self.url,
+                "native_id": self.native_id, "tag": self.tag, "state": self.state.name,
+                "final": self.state.final, "exit_code": self.exit_code,
+                "message": self.message, "submitted": _iso(self.submitted),
+                "updated": _iso(self.updated)}
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _work_directory(work_directory: PathLike) -> Path:
+    if work_directory is None:
+        return Path(JobExecutorConfig.DEFAULT.work_directory)
+    found = _check.opt_path("work_directory", work_directory)
+    assert found is not None
+    return found
+
+
+def registry_file(work_directory: PathLike = None) -> Path:
+    """The registry file of ``work_directory`` (default: the default executor work directory)."""
+    return _registry_store.registry_path(_work_directory(work_directory))
+
+
+def _record(row: Row, path: Path) -> JobRecord:
+    (job_id, executor, version, url, config, native_id, spec, tag, submitted, state, _rank,
+     exit_code, message, updated, _final) = row
+    try:
+        job_state = JobState[state]
+    except KeyError:
+        raise RegistryError(f"job registry {path}: job {job_id} has an unknown state "
+                            f"{state!r}") from None
+    return JobRecord(job_id, executor, version, url, config, native_id, spec, tag, submitted,
+                     job_state, exit_code, message, updated, path)
+
+
+def _text(field: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise _check.fail_type(field, value, "str")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as ex:
+        raise ValueError(f"{field}: {value[:80]!r} is not valid Unicode text ({ex.reason}); "
+                         f"accepted: text without lone surrogates") from None
+    if "\0" in value:
+        raise ValueError(f"{field}: {value[:80]!r} contains a NUL character")
+    return value
+
+
+def _states(state: StateFilter) -> Optional[List[str]]:
+    if state is None:
+        return None
+    items = [state] if isinstance(state, (JobState, str)) else list(state)
+    names = []
+    for item in items:
+        if isinstance(item, JobState):
+            names.append(item.name)
+        elif isinstance(item, str) and item.upper() in JobState.__members__:
+            names.append(item.upper())
+        else:
+            raise ValueError(f"state: expected a JobState or one of "
+                             f"{', '.join(JobState.__members__)}, got {item!r}")
+    return names
+
+
+def find(ids: Union[str, Iterable[str], None] = None, *, tag: Optional[str] = None,
+         executor: Optional[str] = None, state: StateFilter = None,
+         work_directory: PathLike = None) -> List[JobRecord]:
+    """The recorded jobs matching every filter given, oldest first.
+
+    ``ids`` is a job id or several; ``state`` a JobState (or its name) or several. Raises
+    :class:`RegistryError` naming the file when the registry cannot be read.
+    """
+    store, rows = _select(ids, tag, executor, state, work_directory)
+    return [_record(row, store.path) for row in rows]
+
+
+def _select(ids: Union[str, Iterable[str], None], tag: Optional[str], executor: Optional[str],
+            state: StateFilter, work_directory: PathLike,
+            columns: Sequence[str] = _registry_store.COLUMNS
+            ) -> Tuple[_registry_store.Store, List[Row]]:
+    """:func:`find`'s checks and query, returning plain rows of ``columns``."""
+    id_list = None
+    if ids is not None:
+        id_list = [_text("ids", i) for i in ([ids] if isinstance(ids, str) else ids)]
+    if tag is not None:
+        _text("tag", tag)
+    if executor is not None:
+        _text("executor", executor)
+    states = _states(state)
+    store = _registry_store.open_store(_work_directory(work_directory))
+    return store, store.select(id_list, tag=tag, executor=executor, states=states,
+                               columns=columns)
+
+
+def set_tag(job: Job, tag: Optional[str]) -> None:
+    """Record ``job`` with ``tag`` (a label to find it by); call it before submitting."""
+    if not isinstance(job, Job):
+        raise _check.fail_type("set_tag job", job, "psij.Job")
+    if job.status.state is not JobState.NEW:
+        raise InvalidJobException(f"set_tag: job {job.id} is {job.status.state}; a tag is "
+                                  "given before the job is submitted")
+    if tag is not None:
+        _check_tag(tag)
+    job.__dict__[_registry_recorder.TAG_ATTR] = tag
+
+
+def _check_tag(tag: str) -> None:
+    """ValueError/TypeError naming the tag unless it is 1 to 1000 printable characters."""
+    _text("tag", tag)
+    if not tag or len(tag) > MAX_TAG_LENGTH:
+        raise ValueError(f"tag: expected 1 to {MAX_TAG_LENGTH} characters, got {len(tag)}")
+    if not tag.isprintable():
+        raise ValueError(f"tag: {tag[:80]!r} contains a control character; accepted: "
+                         f"printable text")
+
+
+def _executor_for(record: JobRecord, cache: Dict[Tuple[str, Optional[str], str], JobExecutor]
+                  ) -> JobExecutor:
+    work_directory = str(record.registry.parent)
+    key = (record.executor, record.url, work_directory)
+    executor = cache.get(key)
+    if executor is None:
+        executor = JobExecutor.get_instance(
+            record.executor, url=record.url,
+            config=JobExecutorConfig(work_directory=work_directory))
+        config = _recorded_config(type(executor.config), record.config, work_directory)
+        if config is not None:
+            _close(executor)
+            executor = JobExecutor.get_instance(record.executor, url=record.url, config=config)
+        cache[key] = executor
+    return executor
+
+
+def _recorded_config(cls: type, recorded: Optional[str], work_directory: str
+                     ) -> Optional[JobExecutorConfig]:
+    """The executor's own kind of configuration with the recorded settings (polling
+    intervals and the like), or None when the plain one will do or they do not fit."""
+    if cls is JobExecutorConfig or recorded is None:
+        return None
+    import inspect
+    import json
+
+    try:
+        settings = json.loads(recorded)
+        accepted = inspect.signature(cls).parameters
+        kwargs = {k: v for k, v in settings.items() if k in accepted and v is not None}
+        kwargs["work_directory"] = work_directory
+        config = cls(**kwargs)
+    except Exception:  # settings of another version: the executor's defaults will do
+        return None
+    return config if isinstance(config, JobExecutorConfig) else None
+
+
+def _close(executor: JobExecutor) -> None:
+    close = getattr(executor, "close", None)
+    if callable(close):
+        close()
+
+
+def attach(records: Iterable[JobRecord], callback: Optional[CallbackLike] = None
+           ) -> List[Job]:
+    """Live jobs for ``records``, each bound to its executor (one executor per executor name,
+    URL and work directory) and keeping its recorded id.
+
+    A job recorded as final gets that status (it was recorded from its executor); any other is
+    attached with its executor's ``attach``, which reports its current state and follows it.
+    ``callback`` is set on every job before it is attached, so it sees each state the job
+    enters from now on. Raises :class:`AttachError` (holding the jobs that were attached)
+    when some could not be.
+    """
+    cb = as_callback(callback, "attach callback")
+    executors: Dict[Tuple[str, Optional[str], str], JobExecutor] = {}
+    jobs: List[Job] = []
+    failures: List[Tuple[JobRecord, Exception]] = []
+    for record in records:
+        if not isinstance(record, JobRecord):
+            raise _check.fail_type("attach records item", record, "psij.registry.JobRecord")
+        try:
+            jobs.append(_attach_one(record, cb, executors))
+        except Exception as ex:
+            failures.append((record, ex))
+    if failures:
+        lines = "; ".join(f"job {r.id} ({r.executor} {r.native_id}): {ex}"
+                          for r, ex in failures[:10])
+        more = f" and {len(failures) - 10} more" if len(failures) > 10 else ""
+        raise AttachError(f"{len(failures)} recorded job(s) could not be attached: "
+                          f"{lines}{more}", jobs, failures)
+    return jobs
+
+
+def _attach_one(record: JobRecord, cb: Any,
+                executors: Dict[Tuple[str, Optional[str], str], JobExecutor]) -> Job:
+    if record.native_id is None:
+        raise RegistryError("no native id was recorded (the submitting process ended before "
+                            "its executor gave one)")
+    try:
+        spec = record.spec
+    except (ValueError, TypeError) as ex:
+        raise RegistryError(f"its recorded JobSpec cannot be read: {ex}") from ex
+    executor = _executor_for(record, executors)
+    job = Job(spec)
+    job._id = record.id
+    job.__dict__[_registry_recorder.TAG_ATTR] = record.tag
+    if cb is not None:
+        job.set_job_status_callback(cb)
+    if record.state.final:
+        job.executor = executor
+        job._native_id = record.native_id
+        job._set_status(JobStatus(record.state, time=record.updated, exit_code=record.exit_code,
+                                  message=record.message))
+    else:
+        executor.attach(job, record.native_id)
+    return job
+
+
+def reattach(ids: Union[str, Iterable[str], None] = None, *, tag: Optional[str] = None,
+             executor: Optional[str] = None, state: StateFilter = None,
+             work_directory: PathLike = None, callback: Optional[CallbackLike] = None
+             ) -> List[Job]:
+    """:func:`find` then :func:`attach`: the matching recorded jobs, live again."""
+    return attach(find(ids, tag=tag, executor=executor, state=state,
+                       work_directory=work_directory), callback)
+
+
+def _seconds(field: str, age: timedelta) -> float:
+    if not isinstance(age, timedelta):
+        raise _check.fail_type(field, age, "datetime.timedelta")
+    seconds = age.total_seconds()
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{field}: expected a duration of zero or more, got {age!r}")
+    return seconds
+
+
+def prune(older_than: timedelta, work_directory: PathLike = None) -> int:
+    """Delete the final jobs last updated more than ``older_than`` ago; returns their count.
+    Jobs not final are never pruned."""
+    seconds = _seconds("prune older_than", older_than)
+    return _registry_store.open_store(_work_directory(work_directory)).prune(seconds)
+
+
+def set_prune_age(age: timedelta) -> None:
+    """How old a final job must be to be pruned when a registry is first opened in this
+    process (default 30 days)."""
+    _registry_store.set_prune_age(_seconds("set_prune_age age", age))
+
+
+def set_recording(on: bool) -> None:
+    """Turn recording of submitted jobs on (the default) or off, in this process."""
+    if not isinstance(on, bool):
+        raise _check.fail_type("set_recording on", on, "bool")
+    _registry_recorder.set_enabled(on)
+
+
+def flush(timeout: Optional[timedelta] = None) -> bool:
+    """Wait until every status change recorded so far is written; False on timeout. (It is
+    done at exit too.)"""
+    seconds = None if timeout is None else _seconds("flush timeout", timeout)
+    return _registry_recorder.flush(seconds)
