@@ -14,12 +14,12 @@ commands built on it.
 """
 
 import math
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from psij import _check, _registry_recorder, _registry_store
+from psij._record import Record
 from psij._registry_store import RegistryError, Row
 from psij.exceptions import InvalidJobException
 from psij.job import CallbackLike, Job, as_callback
@@ -49,9 +49,12 @@ class AttachError(RegistryError):
         self.failures = failures
 
 
-@dataclass(frozen=True)
-class JobRecord:
+class JobRecord(Record):
     """One recorded job, as last written to the registry."""
+
+    _fields = ("id", "executor", "executor_version", "url", "config", "native_id", "spec_json",
+               "tag", "submitted", "state", "exit_code", "message", "updated", "registry")
+    __slots__ = _fields
 
     id: str
     executor: str
