@@ -21,7 +21,8 @@ works unchanged. Everything else lives here, once:
   message saying so; it is never assumed to have completed. The final status is decided by the
   pure rules of ``psij.executors.batch._final_state`` from what this module read.
 
-Scheduler commands run only through the executor's ``CommandRunner`` (``psij.executors.batch._runner``).
+Scheduler commands run only through the executor's ``CommandRunner``
+(``psij.executors.batch._runner``).
 """
 
 import io
