@@ -23,7 +23,7 @@ def configure_from_environment() -> None:
     """When ``PSIJ_LOG`` names a level (``debug``, ``info``, ``warning``, ``error`` or
     ``critical``, in any case), sends the records of the ``psij`` loggers at that level and above
     to stderr. An empty or unset variable changes nothing; any other value is reported on stderr,
-    once, and ignored. Runs once per process; a program that configures :mod:`logging` itself
+    once, and ignored. Runs once per process; a program that configures ``logging`` itself
     needs none of this."""
     global _configured
     with _lock:
