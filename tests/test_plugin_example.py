@@ -56,7 +56,8 @@ out = sys.argv[1] + "/hello.txt"
 hello = psij.Job(psij.JobSpec("/bin/echo", ["hello", "it's me"], stdout_path=out))
 failing = psij.Job(psij.JobSpec("/bin/sh", ["-c", "exit 3"]))
 sleeper = psij.Job(psij.JobSpec("/bin/sleep", ["60"]))
-for job in (hello, failing, sleeper):
+no_myrun = psij.Job(psij.JobSpec("/bin/true", launcher="myrun"))  # no myrun on PATH
+for job in (hello, failing, sleeper, no_myrun):
     ex.submit(job)
 wait = timedelta(seconds=30)
 sleeper.wait(wait, target_states=[psij.JobState.ACTIVE])
@@ -65,7 +66,8 @@ sleeper.cancel()
 report = {"class": type(ex).__module__, "listed": listed,
           "hello": str(hello.wait(wait).state), "hello_out": open(out).read(),
           "failing": [str(failing.wait(wait).state), failing.status.exit_code],
-          "sleeper": str(sleeper.wait(wait).state)}
+          "sleeper": str(sleeper.wait(wait).state),
+          "no_myrun": [str(no_myrun.wait(wait).state), no_myrun.status.message]}
 print(json.dumps(report))
 '''
 
@@ -92,7 +94,10 @@ def test_example_package_installs_and_runs_jobs(tmp_path: Path) -> None:
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report == {"class": "mysched_psij.executor", "listed": True,
                       "hello": "COMPLETED", "hello_out": "hello it's me\n",
-                      "failing": ["FAILED", 3], "sleeper": "CANCELED"}
+                      "failing": ["FAILED", 3], "sleeper": "CANCELED",
+                      "no_myrun": ["FAILED", report["no_myrun"][1]]}
+    # The launcher's check (docs/plugins.rst) gives the failure its message.
+    assert "psij launcher: myrun not found on PATH" in report["no_myrun"][1]
     assert str(target) in subprocess.run(
         [sys.executable, "-c", "import mysched_psij; print(mysched_psij.__file__)"], env=env,
         capture_output=True, text=True, check=True).stdout

@@ -5,7 +5,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Dict, List, Optional, Set
 
 from psij import _check
-from psij._lazylog import LazyLogger
+from psij._lazylog import LazyLogger, configure_from_environment
 from psij.exceptions import InvalidJobException
 from psij.job import CallbackLike, Job, JobStatusCallback, as_callback
 from psij.job_executor_config import JobExecutorConfig
@@ -38,6 +38,7 @@ class JobExecutor(ABC):
         if config is not None and not isinstance(config, JobExecutorConfig):
             raise _check.fail_type(f"{type(self).__name__} config", config,
                                    "psij.JobExecutorConfig or None")
+        configure_from_environment()
         self.url = url
         self.config = config if config is not None else JobExecutorConfig.DEFAULT
         self._cb: Optional[JobStatusCallback] = None

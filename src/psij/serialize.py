@@ -23,7 +23,7 @@ The document is one JSON object:
   A longer duration with a fractional second is written as the string ``"<seconds> s"``
   (``"9999999999.5 s"``), which is exact. On reading, numbers and strings of the form
   ``"<decimal seconds> s"`` (the form older writers use, e.g. ``"1200.0 s"``) are read exactly;
-  other strings go through :meth:`JobAttributes.parse_walltime` (``"01:30:00"``, ``"90 m"``).
+  other strings go through :meth:`~psij.JobAttributes.parse_walltime` (``"01:30:00"``, ``"90 m"``).
 - ``stage_in`` is a list of ``{"source": "<URI>", "target": "<path>", "mode": "COPY"}``;
   ``stage_out`` a list of ``{"source": "<path>", "target": "<URI>", "flags": [...],
   "mode": "COPY"}``. Staging entries are written in full; on reading, ``mode`` defaults to

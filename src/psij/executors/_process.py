@@ -9,7 +9,9 @@ program is started, reaped, described and ended the same way by both:
   redirections it is given;
 - :func:`reap` collects one exited child without blocking;
 - :func:`exit_code_of` and :func:`exit_message` turn a wait status into a shell-style code and
-  that code into words, :func:`failure_message` adds the end of the program's stderr;
+  that code into words, :func:`failure_message` adds the end of the program's stderr, read by
+  :func:`stderr_excerpt` and worded by :func:`stderr_part` (the batch executors use those two
+  as well, so every executor quotes stderr alike);
 - :func:`terminate_group` sends TERM to a whole process group now and KILL after a grace
   period, on the timers of the exit watch that reaps the group's leader (so on its clock).
 
@@ -38,6 +40,8 @@ __all__ = [
     "reap",
     "signal_name",
     "signal_reaped_group",
+    "stderr_excerpt",
+    "stderr_part",
     "terminate_group",
 ]
 
@@ -54,7 +58,9 @@ _POPEN_GROUP: Dict[str, Any] = {"process_group": 0} if _NEW_GROUP else {"start_n
 _POSIX_GROUP: Dict[str, Any] = {"setpgroup": 0} if _NEW_GROUP else {"setsid": True}
 _RESTORED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ", "SIGXFZ")
                           if hasattr(signal, name))
-_STDERR_EXCERPT = 1024
+# A stderr excerpt: the last lines of at most the last bytes of the file.
+_STDERR_EXCERPT_BYTES = 4096
+_STDERR_EXCERPT_LINES = 10
 
 
 # -- starting -----------------------------------------------------------------------------------
@@ -273,20 +279,33 @@ def exit_message(code: Optional[int]) -> str:
     return f"the job exited with code {code}"
 
 
+def stderr_excerpt(path: Path) -> Optional[str]:
+    """The last lines (at most 10, from at most the last 4096 bytes) of a stderr file, undecodable
+    bytes replaced; None when the file cannot be read or holds only white space."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - _STDERR_EXCERPT_BYTES))
+            data = f.read(_STDERR_EXCERPT_BYTES)
+    except OSError:
+        return None
+    text = data.decode("utf-8", errors="replace")
+    if not text.strip():
+        return None
+    return "\n".join(text.rstrip("\n").splitlines()[-_STDERR_EXCERPT_LINES:])
+
+
+def stderr_part(excerpt: str) -> str:
+    """How every executor's failure message quotes a :func:`stderr_excerpt`."""
+    return f"last lines of the job's stderr:\n{excerpt}"
+
+
 def failure_message(code: Optional[int], stderr_path: Optional[Path]) -> str:
     """:func:`exit_message`, followed by the end of the job's stderr file when it has one."""
     msg = exit_message(code)
-    if stderr_path is not None:
-        try:
-            with open(stderr_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                f.seek(max(0, size - _STDERR_EXCERPT))
-                tail = f.read().decode(errors="replace").strip()
-            if tail:
-                msg += f"; end of its stderr:\n{tail}"
-        except OSError:
-            pass
+    tail = None if stderr_path is None else stderr_excerpt(stderr_path)
+    if tail is not None:
+        msg += f"; {stderr_part(tail)}"
     return msg
 
 

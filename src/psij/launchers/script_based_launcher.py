@@ -7,10 +7,10 @@ appears complete or not at all: it is written under a temporary name and renamed
 any number of processes may deploy at once without locks. Each process deploys a given set of
 files at most once per work directory.
 
-Jobs run these scripts, so they are kept only in private folders (see :mod:`psij._private_dirs`):
+Jobs run these scripts, so they are kept only in private folders (see ``psij._private_dirs``):
 the work directory, ``launchers/`` and the deployed folder must be owned by this user and not
 writable by others, and the deployed files too; anything else is refused with
-:class:`~psij._private_dirs.UnsafePathError`. A folder found in the cache of deployed folders is
+``UnsafePathError`` (a :class:`PermissionError`). A folder found in the cache of deployed folders is
 checked again on every use, so a folder that changed hands since is not trusted.
 
 This module builds argument lists and reads the launcher's output; it never starts processes

@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import Any, Dict, List, Optional
 
 from psij._record import Record
+from psij.executors._process import stderr_part
 from psij.executors.batch._job_output import _describe_duration, _describe_exit
 from psij.executors.batch._tracking import Observation
 from psij.job_state import JobState
@@ -123,7 +124,7 @@ def final_status(seen: Seen) -> JobStatus:
         assert exit_code is not None
         parts.append(_describe_exit(exit_code))
     if seen.stderr_tail:
-        parts.append(f"last lines of the job's stderr:\n{seen.stderr_tail}")
+        parts.append(stderr_part(seen.stderr_tail))
     if not parts:
         parts.append("the scheduler reported the job as failed without giving a reason")
     return JobStatus(JobState.FAILED, message="; ".join(parts), exit_code=exit_code,

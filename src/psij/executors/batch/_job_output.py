@@ -12,13 +12,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Optional
 
-from psij.executors._process import exit_message
+from psij.executors._process import exit_message, stderr_excerpt
 from psij.job_spec import JobSpec
 
 logger = logging.getLogger("psij.executors.batch.batch_scheduler_executor")
-
-_STDERR_TAIL_BYTES = 4096
-_STDERR_TAIL_LINES = 10
 
 
 def _read_text(path: Path, limit: int, tail: bool = False) -> Optional[str]:
@@ -57,8 +54,4 @@ def _stderr_tail(spec: Optional[JobSpec]) -> Optional[str]:
             return None
     except OSError:
         return None
-    text = _read_text(path, _STDERR_TAIL_BYTES, tail=True)
-    if not text or not text.strip():
-        return None
-    lines = text.rstrip("\n").splitlines()[-_STDERR_TAIL_LINES:]
-    return "\n".join(lines)
+    return stderr_excerpt(path)

@@ -13,15 +13,16 @@ works unchanged. Everything else lives here, once:
   (folder 0700, script ``SCRIPT_MODE``, 0600 unless the scheduler needs it executable, named
   ``<job.id>.job``), run the submit command (with the script on its standard input when
   ``SCRIPT_ON_STDIN``), parse the native id, report QUEUED and hand the job to the executor's
-  status poller (:mod:`~psij.executors.batch._poller`). A failing submit raises
+  status poller (``psij.executors.batch._poller``). A failing submit raises
   SubmitException with the scheduler's message and the path of the kept script, and leaves the
   job NEW and unbound.
 - A job that leaves the queue is resolved from its exit-code file (``<native_id>.ec``, written
   by the submit script), then from the scheduler's accounting, and otherwise ends FAILED with a
   message saying so; it is never assumed to have completed. The final status is decided by the
-  pure rules of :mod:`~psij.executors.batch._final_state` from what this module read.
+  pure rules of ``psij.executors.batch._final_state`` from what this module read.
 
-Scheduler commands run only through the executor's :class:`~._runner.CommandRunner`.
+Scheduler commands run only through the executor's ``CommandRunner``
+(``psij.executors.batch._runner``).
 """
 
 import io

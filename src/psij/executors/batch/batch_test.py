@@ -1,7 +1,7 @@
 """The ``batch-test`` executor: the real batch code path against a fake scheduler on this machine.
 
-Its commands run :mod:`psij.executors.batch.batch_test_tool` (a small scheduler kept in a spool
-folder); everything else is the shared batch machinery, so tests of this executor test submit
+Its commands run ``python -m psij.executors.batch.batch_test_tool`` (a small scheduler kept in a
+spool folder); everything else is the shared batch machinery, so tests of this executor test submit
 scripts, polling, accounting, cancel and fault handling without a cluster. Not for production
 use.
 """

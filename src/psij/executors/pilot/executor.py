@@ -19,7 +19,7 @@ that share. The task id is the job's native id. Custom attributes:
 
 Only the ``single`` launcher is accepted (the task itself uses the node file to start more
 processes), and no pre/post-launch scripts: such jobs are refused at submission. Staging runs in
-the task, before and after the job (see :mod:`psij.executors.pilot._staging`).
+the task, before and after the job (see ``psij.executors.pilot._staging``).
 """
 
 import os

@@ -5,6 +5,7 @@
 source "$(dirname "$0")/launcher_lib.sh"
 
 require_count "process count" "$1"   # from MyRunLauncher.get_additional_args
+command -v myrun >/dev/null || launcher_fail "myrun not found on PATH"
 _MYRUN_PROCESSES=$1
 shift                                # what is left: the executable and its arguments
 
