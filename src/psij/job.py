@@ -22,7 +22,7 @@ from psij.job_state import JobState
 from psij.job_status import JobStatus
 
 if TYPE_CHECKING:
-    from psij._job_async import StatusChanges
+    import psij._job_async
     from psij.job_executor import JobExecutor
 
 __all__ = ["FunctionJobStatusCallback", "Job", "JobStatusCallback"]
@@ -250,7 +250,7 @@ class Job:
 
         return await wait_async(self, timeout, _targets("Job.wait_async", target_states))
 
-    def status_changes(self) -> "StatusChanges":
+    def status_changes(self) -> "psij._job_async.StatusChanges":
         """An async iterator of this job's statuses: the current one, then each state entered,
         ending after a final one. Call it while an event loop runs::
 
