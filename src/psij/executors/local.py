@@ -160,11 +160,14 @@ class LocalJobExecutor(JobExecutor):
         self._journal_file: Optional[Journal] = None
         # Reaps the jobs and times the KILL after a cancel's TERM (tests give it a manual clock).
         self._watch = WATCH
+        self._closed = False
 
     # -- submit ---------------------------------------------------------------------------------
 
     def submit(self, job: Job) -> None:
         """Start the job (or queue its stage-in); raises before anything runs if it cannot."""
+        if self._closed:
+            raise SubmitException(f"{self} is closed")
         spec = self._check_job(job)
         try:
             run, prepared = self._prepare(job, spec)
@@ -349,6 +352,11 @@ class LocalJobExecutor(JobExecutor):
         with self._lock:
             self._runs.pop(id(run.job), None)
         self._set_job_status(run.job, status)
+
+    def close(self) -> None:
+        """Refuse further submits. Jobs already started are still followed to their end (they
+        are this process's children; the shared reaper holds no thread per executor)."""
+        self._closed = True
 
     # -- cancel, list, attach -------------------------------------------------------------------
 

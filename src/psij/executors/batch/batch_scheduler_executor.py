@@ -477,12 +477,6 @@ class BatchSchedulerExecutor(JobExecutor):
         if poller is not None:
             poller.stop(wait=True)
 
-    def __enter__(self) -> "BatchSchedulerExecutor":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def _ensure_open(self) -> None:
         if self._closed:
             raise SubmitException(f"{self} is closed")

@@ -173,6 +173,7 @@ class PilotJobExecutor(JobExecutor):
         # The engine and the client reach this executor only through weak references, so an
         # executor dropped without close() is collected, and this finalizer then stops them.
         self._held = _Held()
+        self._closed = False
         self._finalizer = weakref.finalize(self, self._held.close)
         self._finalizer.atexit = False  # at exit, tasks are left as a killed process leaves them
         self._listener = _WeakMethod(self, "_on_event")
@@ -204,14 +205,18 @@ class PilotJobExecutor(JobExecutor):
             return self._client
 
     def close(self) -> None:
-        """Stop the in-process pilot (its running tasks are cancelled), or disconnect."""
+        """Stop the in-process pilot (its running tasks are cancelled, its run folder removed),
+        or disconnect; later submits raise."""
         with self._lock:
+            self._closed = True
             self._engine = self._client = None
         self._held.close()
 
     # -- jobs -------------------------------------------------------------------------------
 
     def submit(self, job: Job) -> None:
+        if self._closed:
+            raise SubmitException(f"{self} is closed")
         spec = self._check_job(job)
         try:
             task = self._task_of(job)
