@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence,
 
 from psij._cli_jobs import JOB_COMMANDS, add_job_commands, jobs_main
 from psij._cli_pilot import add_pilot_commands, pilot_main, plain_pilot_run, whole_number
+from psij._cli_pipes import silence_stdout, stdout_reader_gone
 from psij._stop_signals import StopSignals
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.job import Job
@@ -44,6 +45,7 @@ __all__ = ["main"]
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 EXIT_CANCELED = 130
+EXIT_BROKEN_PIPE = 141
 _CANCEL_WAIT_SECONDS = 30
 
 DEFAULT_EXECUTOR = "local"
@@ -586,7 +588,23 @@ def _say(message: str, what: str = "") -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Run the ``psij`` command with ``argv`` (default: ``sys.argv[1:]``); return its status."""
+    """Run the ``psij`` command with ``argv`` (default: ``sys.argv[1:]``); return its status.
+
+    Output read by a command that stops early (``psij plugins | head``) ends the command quietly
+    with status 141, as a shell reports a command ended by SIGPIPE, instead of a traceback.
+    """
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        if not stdout_reader_gone():
+            raise
+        silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Optional[List[str]]) -> int:
     if argv is None:
         argv = sys.argv[1:]
     plain = plain_pilot_run(argv)
