@@ -22,6 +22,7 @@ import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+from psij._cli_config import add_config_command, config_main
 from psij._cli_jobs import JOB_COMMANDS, add_job_commands, jobs_main
 from psij._cli_pilot import add_pilot_commands, pilot_main, plain_pilot_run, whole_number
 from psij._cli_pipes import silence_stdout, stdout_reader_gone
@@ -120,7 +121,7 @@ def _formatters() -> Tuple[Any, Any]:
     return Formatter, RawDescriptionFormatter
 
 
-_COMMANDS = ("plugins", "run", "script", "pilot", *JOB_COMMANDS)
+_COMMANDS = ("plugins", "run", "script", "pilot", "config", *JOB_COMMANDS)
 _PILOT_COMMANDS = ("serve", "run")
 
 
@@ -157,6 +158,8 @@ def _build_parser(argv: Optional[Sequence[str]] = None) -> "argparse.ArgumentPar
         _add_script(commands)
     if command is None or command in JOB_COMMANDS:
         add_job_commands(commands, command)
+    if command in (None, "config"):
+        add_config_command(commands)
     if command is None:
         add_pilot_commands(commands)
     elif command == "pilot" and argv is not None:
@@ -596,6 +599,8 @@ def _main(argv: Optional[List[str]]) -> int:
         return pilot_main(args)
     if args.command in JOB_COMMANDS:
         return jobs_main(args)
+    if args.command == "config":
+        return config_main(args)
     parser.print_usage(sys.stderr)
     _say("a command is required: plugins, run, script or pilot")
     return EXIT_USAGE

@@ -35,7 +35,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from psij import _check
+from psij import _check, _site_config
 from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._local_journal import (
@@ -158,7 +158,7 @@ class LocalJobExecutor(JobExecutor):
     def __init__(self, url: Optional[str] = None,
                  config: Optional[JobExecutorConfig] = None) -> None:
         super().__init__(url=url, config=config if config is not None
-                         else LocalJobExecutorConfig())
+                         else _site_config.config_defaults(self.name, LocalJobExecutorConfig()))
         # Checked again: the config's attribute may have been changed since it was made.
         self._grace = _check.seconds("LocalJobExecutorConfig.cancel_grace_period",
                                      getattr(self.config, "cancel_grace_period", 5.0))
@@ -184,6 +184,7 @@ class LocalJobExecutor(JobExecutor):
             raise SubmitException(f"{self} is closed")
         spec = self._check_job(job)
         try:
+            _site_config.apply_job_defaults(self.name, spec)
             run, prepared = self._prepare(job, spec)
         except BaseException:
             job.executor = None

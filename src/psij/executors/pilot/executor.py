@@ -28,7 +28,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from psij import _check
+from psij import _check, _site_config
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors.pilot._staging import final_status, with_staging
 from psij.executors.pilot.allocation import (
@@ -162,7 +162,7 @@ class PilotJobExecutor(JobExecutor):
     def __init__(self, url: Optional[str] = None,
                  config: Optional[JobExecutorConfig] = None) -> None:
         if config is None:
-            config = PilotJobExecutorConfig()
+            config = _site_config.config_defaults(self.name, PilotJobExecutorConfig())
         super().__init__(url=url, config=config)
         self._path = None if url is None else socket_path_of(url)
         self._lock = threading.Lock()
@@ -219,6 +219,7 @@ class PilotJobExecutor(JobExecutor):
             raise SubmitException(f"{self} is closed")
         spec = self._check_job(job)
         try:
+            _site_config.apply_job_defaults(self.name, spec)
             task = self._task_of(job)
         except BaseException:
             job.executor = None
