@@ -9,6 +9,7 @@ import pytest
 from psij import Job, JobAttributes, JobExecutor, JobSpec, JobState
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
 from psij.executors.local import LocalJobExecutorConfig
+from psij.executors.pilot.engine_config import EngineConfig
 from psij.executors.pilot.executor import PilotJobExecutorConfig
 from psij.serialize import JSONSerializer
 
@@ -67,6 +68,8 @@ def test_duration_refuses_bad_values(bad, exc):
      "LocalJobExecutorConfig.cancel_grace_period"),
     (lambda v: PilotJobExecutorConfig(cancel_grace_period=v),
      "PilotJobExecutorConfig.cancel_grace_period"),
+    (lambda v: EngineConfig(agent_connect_timeout=v), "EngineConfig.agent_connect_timeout"),
+    (lambda v: EngineConfig(cancel_grace_period=v), "EngineConfig.cancel_grace_period"),
     (lambda v: BatchSchedulerExecutorConfig(queue_polling_interval=v),
      "BatchSchedulerExecutorConfig.queue_polling_interval"),
     (lambda v: BatchSchedulerExecutorConfig(initial_queue_polling_delay=v),

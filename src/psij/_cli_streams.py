@@ -14,9 +14,7 @@ Nothing here submits a job or reads the job's status.
 
 import fcntl
 import os
-import shutil
 import stat
-import tempfile
 from pathlib import Path
 from typing import Dict, Optional, Union
 
@@ -94,6 +92,8 @@ class OutputCopies:
 
     def path_for(self, fd: int) -> str:
         if self._dir is None:
+            import tempfile  # loaded only when needed: `psij pilot run` keeps its start light
+
             from psij._private_dirs import ensure_private_dir
 
             ensure_private_dir(self._work, "work directory")
@@ -122,6 +122,8 @@ class OutputCopies:
 
     def remove(self) -> None:
         if self._dir is not None:
+            import shutil
+
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
         self._files.clear()
