@@ -64,12 +64,13 @@ def test_batch_job_gets_queue_account_and_custom_attributes(files, tmp_path) -> 
     assert JobExecutor.get_instance("batch-test", config=cfg).config.queue_polling_interval == 3
 
 
-def test_local_work_directory_and_launcher(files, tmp_path) -> None:
+def test_local_work_directory_launcher_and_time_limit(files, tmp_path) -> None:
     work = tmp_path / "site-work"
     files["site"].write_text(f'[executors.local]\nwork_directory = "{work}"\n'
-                             'launcher = "multiple"\n')
+                             'launcher = "multiple"\nenforce_duration = true\n')
     with JobExecutor.get_instance("local") as ex:
         assert ex.config.work_directory == work
+        assert ex.config.enforce_duration is True
         out = tmp_path / "out"
         job = Job(JobSpec("/bin/echo", ["hi"], stdout_path=out))
         ex.submit(job)
@@ -83,6 +84,7 @@ def test_local_work_directory_and_launcher(files, tmp_path) -> None:
 HOSTILE = [
     ('queue = 5', "executors.slurm.queue", "a non-empty string"),
     ('queue = ""', "executors.slurm.queue", "a non-empty string"),
+    ('enforce_duration = "yes"', "executors.slurm.enforce_duration", "true or false"),
     ('poll_interval = nan', "executors.slurm.poll_interval", "seconds above 0"),
     ('poll_interval = -1', "executors.slurm.poll_interval", "seconds above 0"),
     ('poll_interval = 1e300', "executors.slurm.poll_interval", "seconds above 0"),

@@ -10,9 +10,9 @@ Files, highest precedence first: the file named by ``PSIJ_CONFIG``; the user's
     ``JobSpec.launcher``), when it is submitted;
 ``custom_attributes``
     a table of ``"<executor>.<option>" = value``; each key the job does not set is added;
-``work_directory``, ``poll_interval``
+``work_directory``, ``poll_interval``, ``enforce_duration``
     the executor's configuration when it is made without one (``poll_interval`` is the batch
-    executors' ``queue_polling_interval``, in seconds).
+    executors' ``queue_polling_interval``, in seconds; ``enforce_duration`` is ``local``'s).
 
 So a job's own values win over an explicit executor configuration, which wins over the files.
 The files are read on first use (never by ``import psij``) and kept for the process; an error
@@ -46,10 +46,11 @@ ENV_VAR = "PSIJ_CONFIG"
 SITE_FILE = Path("/etc/psij/config.toml")
 
 _JOB_KEYS = ("queue", "account", "launcher", "custom_attributes")
-_CONFIG_KEYS = ("work_directory", "poll_interval")
+_CONFIG_KEYS = ("work_directory", "poll_interval", "enforce_duration")
 _KEYS = _JOB_KEYS + _CONFIG_KEYS
 _ACCEPTED = ("queue, account, launcher (strings), custom_attributes (a table), "
-             "work_directory (a path), poll_interval (seconds above 0)")
+             "work_directory (a path), poll_interval (seconds above 0), "
+             "enforce_duration (true or false, local only)")
 
 
 class SiteConfigError(ValueError):
@@ -151,6 +152,10 @@ def _value(path: Path, where: str, key: str, value: Any) -> Any:
         if not isinstance(value, str) or value == "" or "\x00" in value:
             raise bad("a non-empty string")
         return value
+    if key == "enforce_duration":
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
     if key == "poll_interval":
         from psij import _check
 
@@ -218,4 +223,6 @@ def config_defaults(executor_name: str, config: _Config) -> _Config:
         config.work_directory = Path(found["work_directory"].value).expanduser()
     if "poll_interval" in found and hasattr(config, "queue_polling_interval"):
         config.queue_polling_interval = found["poll_interval"].value
+    if "enforce_duration" in found and hasattr(config, "enforce_duration"):
+        config.enforce_duration = found["enforce_duration"].value
     return config
