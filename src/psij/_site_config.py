@@ -112,7 +112,7 @@ def _read(path: Path) -> Dict[str, Dict[str, Any]]:
     if sys.version_info >= (3, 11):
         import tomllib
     else:
-        import tomli as tomllib
+        import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
     try:
         doc = tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as ex:
