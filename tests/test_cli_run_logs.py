@@ -36,7 +36,7 @@ def test_make_with_its_output_in_a_log(executor: str, tmp_path: Path) -> None:
     assert (tmp_path / "build.log").read_text() == "compiling\njob-out\njob-err\nlinked\n"
 
 
-@pytest.mark.parametrize("executor", ["local", "batch-test"])
+@pytest.mark.parametrize("executor", ["local", "batch-test", "local --launcher multiple"])
 def test_a_script_logging_before_and_after(executor: str, tmp_path: Path) -> None:
     done = sh(f'(echo x; "{PSIJ_SCRIPT}" run --executor {executor} -- {JOB}; echo "rc $?") '
               "> log 2> err", tmp_path, env=batch_test_env(tmp_path))
