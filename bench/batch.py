@@ -41,6 +41,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from _help import description
 from run import (
     OURS,
     OURS_PYTHON,
@@ -675,7 +676,7 @@ def print_summary(rows: Sequence[Row]) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds")
     parser.add_argument("--no-slurm", action="store_true", help="skip the real-Slurm figures")
     args = parser.parse_args(argv)

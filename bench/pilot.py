@@ -36,6 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from _help import description
 from run import (
     OURS_PYTHON,
     PIP_INSTALL_LIMIT_S,
@@ -251,7 +252,7 @@ def verdict(ok: Optional[bool]) -> str:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true",
                         help="200 tasks and fewer rounds, for a smoke run")
     parser.add_argument("--ours-only", action="store_true",

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from _help import description
 from pilot import (
     OURS,
     QCG,
@@ -93,7 +94,7 @@ def median(results: List[Dict[str, float]], key: str) -> Optional[float]:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--iterations", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--ours-only", action="store_true", help="do not run qcg-pilotjob")

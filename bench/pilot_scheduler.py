@@ -16,6 +16,8 @@ import time
 from collections import deque
 from typing import Deque, Dict, List, Tuple
 
+from _help import description
+
 from psij import ResourceSpecV1
 from psij.executors.pilot.resources import (
     Amount,
@@ -169,7 +171,7 @@ def run_naive(requests: List[TaskRequest], cycles: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--cycles", type=int, default=20_000,
                         help="tasks ended one by one in the steady-state phase")

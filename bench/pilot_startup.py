@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
+from _help import description
+
 
 def engine_ready(rounds: int) -> Dict[str, float]:
     from psij.executors.pilot.allocation import discover_allocation
@@ -65,7 +67,7 @@ def served_ready(rounds: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
     figures = engine_ready(args.rounds)

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from _help import description
+
 REPO = Path(__file__).resolve().parent.parent
 WORKLOADS_SCRIPT = REPO / "bench" / "workloads.py"
 OURS_PYTHON = REPO / ".venv" / "bin" / "python"
@@ -390,7 +392,7 @@ def print_summary(workloads: Sequence[Workload], outcomes: Dict[str, Dict[str, O
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     names = [w.name for w in build_workloads(quick=False)]
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true",
                         help="fewer rounds and smaller sizes, for a smoke run")
     parser.add_argument("--only", choices=names, action="append", metavar="NAME",

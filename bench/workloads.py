@@ -25,6 +25,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List
 
+from _help import description
+
 if TYPE_CHECKING:
     import psij
 
@@ -224,7 +226,7 @@ def _positive_int(text: str) -> int:
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     sub = parser.add_subparsers(dest="workload", required=True)
     p = sub.add_parser("import", help="time `import psij` in a fresh interpreter")
     p.add_argument("--runs", type=_positive_int, default=15)

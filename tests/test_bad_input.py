@@ -93,7 +93,8 @@ CASES = [
         (1, TypeError), (b"x", TypeError), (["x"], TypeError), ("", ValueError),
         (NUL, ValueError), (Path(NUL), ValueError)]],
 
-    ("JobAttributes", "duration", 600, TypeError),
+    ("JobAttributes", "duration", -600, ValueError),
+    ("JobAttributes", "duration", float("nan"), ValueError),
     ("JobAttributes", "duration", "00:10:00", TypeError),
     ("JobAttributes", "duration", None, TypeError),
     ("JobAttributes", "duration", timedelta(seconds=-1), ValueError),

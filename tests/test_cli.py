@@ -133,21 +133,6 @@ def test_shared_output_file_keeps_every_line_in_order(tmp_path: Path) -> None:
     assert out.read_text() == "one\ntwo\nthree\nstatus 0\nafter\n"
 
 
-@pytest.mark.parametrize("redirect", [">>", "partly-written"])
-def test_output_file_that_would_be_overwritten_is_refused(tmp_path: Path, redirect: str) -> None:
-    log = tmp_path / "log.txt"
-    log.write_text("earlier lines\n")
-    if redirect == ">>":
-        shell = f'"{PSIJ_SCRIPT}" run -- /bin/echo new >> "{log}"'
-    else:
-        shell = f'{{ echo header; "{PSIJ_SCRIPT}" run -- /bin/echo new; }} > "{log}"'
-    proc = subprocess.run(["/bin/sh", "-c", shell], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert "--stdout FILE" in proc.stderr
-    expected = "earlier lines\n" if redirect == ">>" else "header\n"
-    assert log.read_text() == expected
-
-
 def test_missing_program_exits_127_with_message() -> None:
     # As a shell does: the job runs and fails with 127, naming what was not found.
     proc = psij_cmd("run", "--", "/nonexistent/prog")

@@ -377,7 +377,7 @@ def test_many_waiters_are_all_woken():
 def test_wait_rejects_bad_arguments():
     j = Job()
     with pytest.raises(TypeError, match="timeout"):
-        j.wait(5)  # type: ignore[arg-type]
+        j.wait("5")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="target_states"):
         j.wait(timedelta(0), target_states=["ACTIVE"])  # type: ignore[list-item]
 

@@ -114,11 +114,42 @@ def instance(field: str, value: Any, cls: Union[Type[Any], Tuple[Type[Any], ...]
 
 
 def duration(field: str, value: Any) -> timedelta:
-    if not isinstance(value, timedelta):
-        raise fail_type(field, value, "datetime.timedelta")
-    if value.total_seconds() < 0:
-        raise ValueError(f"{field}: must not be negative, got {value}")
-    return value
+    """A length of time at least 0: a ``datetime.timedelta`` or a finite number of seconds
+    (a number is turned into a timedelta)."""
+    if isinstance(value, timedelta):
+        if value.total_seconds() < 0:
+            raise ValueError(f"{field}: must not be negative, got {value}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise fail_type(field, value, "datetime.timedelta or a number of seconds")
+    if 0 <= value < _MAX_TIMEDELTA_SECONDS:
+        try:
+            return timedelta(seconds=value)
+        except OverflowError:
+            pass
+    raise ValueError(f"{field}: expected a number of seconds at least 0 and below "
+                     f"{_MAX_TIMEDELTA_SECONDS:.0f} (what a timedelta holds), got {value!r}")
+
+
+_MAX_TIMEDELTA_SECONDS = timedelta.max.total_seconds()
+
+
+def timeout(field: str, value: Any) -> Optional[float]:
+    """A wait's limit in seconds, None for no limit. Accepts None, a ``datetime.timedelta``
+    (a negative one counts as 0, as a condition variable's wait does) or a number of seconds
+    at least 0 (``inf`` means no limit)."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return max(0.0, value.total_seconds())
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise fail_type(field, value, "None, datetime.timedelta or a number of seconds")
+    if value == float("inf"):
+        return None
+    if not value >= 0:
+        raise ValueError(f"{field}: expected a number of seconds at least 0 (or None or "
+                         f"inf for no limit), got {value!r}")
+    return float(value)
 
 
 MAX_SECONDS = 2147483.647
@@ -126,13 +157,17 @@ MAX_SECONDS = 2147483.647
 
 
 def seconds(field: str, value: Any, positive: bool = False) -> float:
-    """A finite number of seconds, at least 0 (above 0 if ``positive``), at most MAX_SECONDS."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise fail_type(field, value, "a number of seconds")
+    """A finite number of seconds, at least 0 (above 0 if ``positive``), at most MAX_SECONDS;
+    a ``datetime.timedelta`` is accepted too and turned into its seconds."""
+    given = value
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise fail_type(field, value, "a number of seconds or a datetime.timedelta")
     if not 0 <= value <= MAX_SECONDS or (positive and value == 0):
         low = "above 0" if positive else "at least 0"
         raise ValueError(f"{field}: expected a number of seconds {low} and at most "
-                         f"{MAX_SECONDS} (about 24 days), got {value!r}")
+                         f"{MAX_SECONDS} (about 24 days), got {given!r}")
     return float(value)
 
 

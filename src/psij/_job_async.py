@@ -8,7 +8,6 @@ thousand futures. Loaded on first use, so ``import psij`` never imports :mod:`as
 """
 
 import asyncio
-import math
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
@@ -27,19 +26,10 @@ Watcher = Callable[["Job", JobStatus], None]
 
 
 def _timeout_seconds(timeout: Union[timedelta, float, None]) -> Optional[float]:
-    if timeout is None:
-        return None
-    if isinstance(timeout, timedelta):
-        seconds = timeout.total_seconds()
-    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        seconds = float(timeout)
-    else:
-        raise TypeError(f"Job.wait_async timeout: expected datetime.timedelta, a number of "
-                        f"seconds or None, got {timeout!r} ({type(timeout).__name__})")
-    if math.isnan(seconds) or seconds < 0:
-        raise ValueError(f"Job.wait_async timeout: expected zero or more seconds, got "
-                         f"{timeout!r}")
-    return None if math.isinf(seconds) else seconds
+    # The same rules as Job.wait's limit (None or inf: no limit).
+    from psij import _check
+
+    return _check.timeout("Job.wait_async timeout", timeout)
 
 
 def _reached(state: JobState, targets: Sequence[JobState]) -> bool:

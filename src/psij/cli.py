@@ -14,7 +14,6 @@ bad usage (unknown executor or launcher, bad option value, invalid job). ``psij 
 with 0, or 2 for bad usage, including an executor that writes no submit script.
 """
 
-import fcntl
 import functools
 import os
 import signal
@@ -23,8 +22,11 @@ import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+from psij._cli_config import add_config_command, config_main
 from psij._cli_jobs import JOB_COMMANDS, add_job_commands, jobs_main
 from psij._cli_pilot import add_pilot_commands, pilot_main, plain_pilot_run, whole_number
+from psij._cli_pipes import silence_stdout, stdout_reader_gone
+from psij._cli_streams import OutputCopies, StreamRefused, inherited_stream_path, same_open_file
 from psij._stop_signals import StopSignals
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.job import Job
@@ -44,6 +46,7 @@ __all__ = ["main"]
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 EXIT_CANCELED = 130
+EXIT_BROKEN_PIPE = 141
 _CANCEL_WAIT_SECONDS = 30
 
 DEFAULT_EXECUTOR = "local"
@@ -118,7 +121,7 @@ def _formatters() -> Tuple[Any, Any]:
     return Formatter, RawDescriptionFormatter
 
 
-_COMMANDS = ("plugins", "run", "script", "pilot", *JOB_COMMANDS)
+_COMMANDS = ("plugins", "run", "script", "pilot", "config", *JOB_COMMANDS)
 _PILOT_COMMANDS = ("serve", "run")
 
 
@@ -155,6 +158,8 @@ def _build_parser(argv: Optional[Sequence[str]] = None) -> "argparse.ArgumentPar
         _add_script(commands)
     if command is None or command in JOB_COMMANDS:
         add_job_commands(commands, command)
+    if command in (None, "config"):
+        add_config_command(commands)
     if command is None:
         add_pilot_commands(commands)
     elif command == "pilot" and argv is not None:
@@ -181,10 +186,11 @@ def _add_run(commands: Any) -> None:
         formatter_class=_formatters()[1],
         description="Submit one job, wait for it and exit with its exit code.\n\n"
                     "The job writes to this command's standard output and error (and reads its\n"
-                    "standard input) unless --stdout, --stderr or --stdin name files. The job\n"
-                    "reopens them, which truncates files: an output file opened for appending\n"
-                    "(>>) or already written to is refused (use --stdout/--stderr FILE, or a\n"
-                    "pipe), and a terminal is not given as standard input, because the job runs\n"
+                    "standard input) unless --stdout, --stderr or --stdin name files. On\n"
+                    "local the job writes to these very descriptors, after what a makefile,\n"
+                    "script or nohup wrote; elsewhere output that an executor's reopening\n"
+                    "would overwrite (>> or a file already written to) is copied back when the\n"
+                    "job ends. A terminal is not given as standard input, because the job runs\n"
                     "in its own process group.",
         epilog="exit status:\n"
                "  the job's exit code  when the job ran to completion or failed with one\n"
@@ -281,68 +287,19 @@ def build_environment(assignments: Sequence[str]) -> Optional[Dict[str, Union[st
     return env
 
 
-_STREAM_NAMES = {0: "input", 1: "output", 2: "error"}
-_STREAM_OPTIONS = {0: "--stdin", 1: "--stdout", 2: "--stderr"}
-
-
-def own_stream_path(fd: int) -> str:
-    """A path that opens this process's descriptor ``fd`` from any process of this user.
-
-    ``/dev/stdout`` names the *opener's* descriptor, which is wrong when the executor opens the
-    path in a launcher script whose own output is captured; ``/proc/<pid>/fd/<n>`` names ours
-    for as long as this process lives, and it waits for the job.
-    """
-    own = f"/proc/{os.getpid()}/fd/{fd}"
-    return own if os.path.exists(own) else f"/dev/fd/{fd}"
-
-
-def inherited_stream_path(fd: int) -> str:
-    """The path through which the job gets this process's stdin (0), stdout (1) or stderr (2).
-
-    A job's streams are given as paths that the executor opens (outputs are truncated), so a
-    stream that cannot be reopened that way without harm is refused with a UsageError.
-    """
-    name, option = _STREAM_NAMES[fd], _STREAM_OPTIONS[fd]
-    try:
-        st = os.fstat(fd)
-    except OSError:  # closed: the job gets nothing, as this process has nothing
-        return os.devnull
-    if stat.S_ISSOCK(st.st_mode):
-        raise UsageError(f"standard {name} is a socket, which a job cannot open by path; use "
-                         f"{option} FILE" + (" or a pipe (psij run ... | cat)" if fd else ""))
-    if fd == 0 and os.isatty(fd):
-        # The job runs in its own process group: reading the terminal would stop it (SIGTTIN).
-        return os.devnull
-    if fd > 0 and stat.S_ISREG(st.st_mode):
-        appending = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND
-        if appending or os.lseek(fd, 0, os.SEEK_CUR) > 0:
-            raise UsageError(
-                f"standard {name} is a file that is " +
-                ("opened for appending" if appending else "already partly written") +
-                f"; the job's {name} would replace its content. Use {option} FILE, or a pipe "
-                "(psij run ... | cat >> FILE)")
-    return own_stream_path(fd)
-
-
-def _same_open_file(fd_a: int, fd_b: int) -> bool:
-    try:
-        a, b = os.fstat(fd_a), os.fstat(fd_b)
-    except OSError:
-        return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-
-
 def _abspath(path: Optional[str]) -> Optional[str]:
     return None if path is None else os.path.abspath(path)
 
 
-def build_spec(args: "argparse.Namespace", inherit_streams: bool = True) -> JobSpec:
+def build_spec(args: "argparse.Namespace", inherit_streams: bool = True,
+               copies: Optional[OutputCopies] = None) -> JobSpec:
     """The JobSpec described by parsed ``psij run`` or ``psij script`` arguments.
 
     With ``inherit_streams`` the job gets this process's standard streams where no file is
-    named (``run``); without, those streams are left unset (``script``: the job runs elsewhere,
-    later). Raises UsageError, or the ValueError/TypeError/InvalidJobException of the core
-    classes.
+    named (``run``; through ``copies`` where the executor would truncate them, see
+    :mod:`psij._cli_streams`); without, those streams are left unset (``script``: the job runs
+    elsewhere, later). Raises UsageError, StreamRefused, or the ValueError/TypeError/
+    InvalidJobException of the core classes.
     """
     command: List[str] = list(args.job_command)
     if command and command[0] == "--":
@@ -353,15 +310,15 @@ def build_spec(args: "argparse.Namespace", inherit_streams: bool = True) -> JobS
     resources = None if args.processes is None else ResourceSpecV1(process_count=args.processes)
     stdin, stdout, stderr = _abspath(args.stdin), _abspath(args.stdout), _abspath(args.stderr)
     if inherit_streams:
-        stdin = stdin or inherited_stream_path(0)
-        stdout = stdout or inherited_stream_path(1)
+        stdin = stdin or inherited_stream_path(0, copies)
+        stdout = stdout or inherited_stream_path(1, copies)
         if stderr is None:
-            if args.stdout is None and _same_open_file(1, 2):
+            if args.stdout is None and same_open_file(1, 2):
                 # One path for both lets the executor give the job a single descriptor, so
                 # the two streams do not overwrite each other in a shared file.
                 stderr = stdout
             else:
-                stderr = inherited_stream_path(2)
+                stderr = inherited_stream_path(2, copies)
     return JobSpec(
         executable=command[0],
         arguments=command[1:],
@@ -405,6 +362,16 @@ def exit_status(status: Optional[JobStatus]) -> Tuple[int, Optional[str]]:
     return (code, None) if code <= 255 else (EXIT_FAILED, f"job exited with code {code}")
 
 
+def _output_copies(executor: JobExecutor, launcher: Optional[str]) -> Optional[OutputCopies]:
+    """None when the executor gives the job our own descriptors (``local`` starting it
+    directly); else where the job's output goes until it is copied back."""
+    from psij.executors.local import LocalJobExecutor
+
+    if isinstance(executor, LocalJobExecutor) and launcher in (None, "single"):
+        return None
+    return OutputCopies(executor.config.work_directory)
+
+
 def _raise_stop(signum: int) -> None:
     # The job runs in its own process group, so it would outlive this process unless it is
     # canceled first: a stop signal interrupts the wait (the only way to) to cancel it.
@@ -442,19 +409,28 @@ class _JobRun:
         args = self.args
         # Held during submission, so that submit is never cut in half.
         with StopSignals(_raise_stop, hold=True) as stop:
+            copies: Optional[OutputCopies] = None
             try:
-                spec = build_spec(args)
-                executor = JobExecutor.get_instance(args.executor)
-                _check_launcher(args.launcher)
-                job = Job(spec)
-                executor.submit(job)
-            except (UsageError, ValueError, TypeError, InvalidJobException) as ex:
-                _say(str(ex), "run: error")
-                return EXIT_USAGE
-            except SubmitException as ex:
-                _say(f"could not submit the job: {ex}", "run")
-                return EXIT_FAILED
-            code = self.wait_or_cancel(job, stop)
+                try:
+                    executor = JobExecutor.get_instance(args.executor)
+                    copies = _output_copies(executor, args.launcher)
+                    spec = build_spec(args, copies=copies)
+                    _check_launcher(args.launcher)
+                    job = Job(spec)
+                    executor.submit(job)
+                except (UsageError, StreamRefused, ValueError, TypeError,
+                        InvalidJobException) as ex:
+                    _say(str(ex), "run: error")
+                    return EXIT_USAGE
+                except SubmitException as ex:
+                    _say(f"could not submit the job: {ex}", "run")
+                    return EXIT_FAILED
+                code = self.wait_or_cancel(job, stop)
+                if copies is not None:
+                    copies.copy_back()
+            finally:
+                if copies is not None:
+                    copies.remove()
         self.catch_up()
         return code
 
@@ -586,7 +562,23 @@ def _say(message: str, what: str = "") -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Run the ``psij`` command with ``argv`` (default: ``sys.argv[1:]``); return its status."""
+    """Run the ``psij`` command with ``argv`` (default: ``sys.argv[1:]``); return its status.
+
+    Output read by a command that stops early (``psij plugins | head``) ends the command quietly
+    with status 141, as a shell reports a command ended by SIGPIPE, instead of a traceback.
+    """
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        if not stdout_reader_gone():
+            raise
+        silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Optional[List[str]]) -> int:
     if argv is None:
         argv = sys.argv[1:]
     plain = plain_pilot_run(argv)
@@ -607,6 +599,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return pilot_main(args)
     if args.command in JOB_COMMANDS:
         return jobs_main(args)
+    if args.command == "config":
+        return config_main(args)
     parser.print_usage(sys.stderr)
     _say("a command is required: plugins, run, script or pilot")
     return EXIT_USAGE

@@ -15,6 +15,7 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Union
 
+from psij import _check
 from psij._lazylog import LazyLogger
 from psij.exceptions import SubmitException
 from psij.job_spec import JobSpec
@@ -211,19 +212,18 @@ class Job:
             raise SubmitException("Job.cancel: the job has not been submitted to an executor")
         self.executor.cancel(self)
 
-    def wait(self, timeout: Optional[timedelta] = None,
+    def wait(self, timeout: Union[timedelta, float, None] = None,
              target_states: Optional[Union[JobState, Sequence[JobState]]] = None
              ) -> Optional[JobStatus]:
         """Wait until the job is final or has reached one of ``target_states`` (or gone past it).
 
-        Returns the status reached, or None if ``timeout`` passed first. A zero timeout checks once
-        without waiting; None waits for as long as it takes.
+        Returns the status reached, or None if ``timeout`` passed first. ``timeout`` is a
+        ``timedelta`` or a number of seconds; zero checks once without waiting; None (or
+        ``float("inf")``) waits for as long as it takes.
         """
-        if timeout is not None and not isinstance(timeout, timedelta):
-            raise TypeError(f"Job.wait timeout: expected datetime.timedelta or None, got "
-                            f"{timeout!r} ({type(timeout).__name__})")
+        limit = _check.timeout("Job.wait timeout", timeout)
         targets = _targets("Job.wait", target_states)
-        deadline = None if timeout is None else time.monotonic() + timeout.total_seconds()
+        deadline = None if limit is None else time.monotonic() + limit
         me = threading.get_ident()
         with _LOCK:
             while True:
@@ -236,7 +236,9 @@ class Job:
                     return None
                 if self._cv is None:
                     self._cv = threading.Condition(_LOCK)
-                self._cv.wait(remaining)
+                # A very long limit is waited for in pieces the condition variable accepts.
+                self._cv.wait(None if remaining is None
+                              else min(remaining, threading.TIMEOUT_MAX))
 
     async def wait_async(self, timeout: Union[timedelta, float, None] = None,
                          target_states: Optional[Union[JobState, Sequence[JobState]]] = None

@@ -2,7 +2,7 @@
 
 import re
 from datetime import timedelta
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 
 from psij import _check
 
@@ -19,18 +19,23 @@ class JobAttributes:
     other keys (``ATTR1``) are kept and serialized but rendered by no built-in executor. The dict
     passed in is the one held (as in psij-python): a key added to it later is seen at submit,
     where the executor refuses an option of its own that it cannot render safely.
+
+    ``duration`` is a ``datetime.timedelta`` or a number of seconds (``duration=3600``); it is
+    always stored as a timedelta.
     """
+
+    duration: timedelta
 
     def __init__(
         self,
-        duration: timedelta = _DEFAULT_DURATION,
+        duration: Union[timedelta, float] = _DEFAULT_DURATION,
         queue_name: Optional[str] = None,
         account: Optional[str] = None,
         reservation_id: Optional[str] = None,
         custom_attributes: Optional[Dict[str, object]] = None,
         project_name: Optional[str] = None,
     ) -> None:
-        self.duration = duration
+        self.duration = _check.duration("JobAttributes.duration", duration)
         self.queue_name = queue_name
         self.account = account
         self.reservation_id = reservation_id

@@ -160,6 +160,17 @@ class JobExecutor(ABC):
 
         REGISTRY.register("executor", desc, root)
 
+    def close(self) -> None:  # noqa: B027 (optional hook: most executors hold nothing)
+        """Release what this executor holds (threads, connections, folders); after it, submit
+        raises. Executors that hold nothing do nothing. ``with executor:`` calls it on leaving
+        the block, whether the block raised or not."""
+
+    def __enter__(self) -> "JobExecutor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def __str__(self) -> str:
         return f"{type(self).__name__}(url={self.url!r})"
 

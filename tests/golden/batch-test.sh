@@ -5,6 +5,7 @@
 #BATCH_TEST --account="proj-42"
 #BATCH_TEST --reservation="resv.1"
 #BATCH_TEST --ntasks=6
+#BATCH_TEST --export=NONE
 #BATCH_TEST --flag
 #BATCH_TEST --constraint="a&b"
 

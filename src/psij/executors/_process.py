@@ -89,16 +89,37 @@ class StreamError(Exception):
         self.reason = reason
 
 
+_OWN_STREAMS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def own_descriptor(path: str) -> Optional[int]:
+    """The descriptor of this process that ``path`` names (``/proc/self/fd/N``,
+    ``/proc/<our pid>/fd/N``, ``/dev/fd/N``, ``/dev/stdout``, ...), or None."""
+    if path in _OWN_STREAMS:
+        return _OWN_STREAMS[path]
+    for prefix in ("/dev/fd/", "/proc/self/fd/", f"/proc/{os.getpid()}/fd/"):
+        if path.startswith(prefix):
+            number = path[len(prefix):]
+            if number.isascii() and number.isdigit() and len(number) < 10:
+                return int(number)
+    return None
+
+
 def open_streams(directory: str, stdin: Optional[str], stdout: Optional[str],
                  stderr: Optional[str], default: int, opened: List[int]) -> Tuple[int, int, int]:
     """Descriptors for a program's standard streams: each path (relative ones taken from
     ``directory``) opened close-on-exec, stdout and stderr truncated and created 0666 less the
     umask, ``default`` for a stream without a path, one descriptor when stdout and stderr are
-    the same path. What it opens is appended to ``opened`` (the caller closes them after the
-    spawn, or on failure); raises :class:`StreamError`."""
+    the same path. A path naming one of this process's own descriptors (``/dev/stdout``,
+    ``/proc/self/fd/1``) gives the program that descriptor itself, not a new opening: the
+    file is not truncated and the program writes where this process would (after what is
+    there, in append mode if it is in it). What it opens is appended to ``opened`` (the caller
+    closes them after the spawn, or on failure); raises :class:`StreamError`."""
     def open_one(path: str, flags: int, which: str) -> int:
+        own = own_descriptor(path)
         try:
-            fd = os.open(os.path.join(directory, path), flags, 0o666)
+            fd = os.dup(own) if own is not None else os.open(os.path.join(directory, path),
+                                                             flags, 0o666)
         except OSError as ex:
             raise StreamError(which, path, str(ex.strerror)) from ex
         except UnicodeEncodeError as ex:

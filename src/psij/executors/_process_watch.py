@@ -85,6 +85,11 @@ class ProcessWatch:
         self._thread = threading.Thread(target=self._run, name="psij-process-watch", daemon=True)
         self._thread.start()
 
+    @property
+    def clock(self) -> Clock:
+        """The clock its timers run on."""
+        return self._timers.clock
+
     def wake(self) -> None:
         """Have the watch thread look at its timers (and, without pidfds, its children) now."""
         wakeup = self._wakeup

@@ -31,10 +31,11 @@ import shutil
 import socket
 import subprocess
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from psij import _check
+from psij import _check, _site_config
 from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._local_journal import (
@@ -44,6 +45,7 @@ from psij.executors._local_journal import (
     scan_journals,
     start_time,
 )
+from psij.executors._local_time_limit import TimeLimit, time_limit_message
 from psij.executors._process import (
     LaunchError,
     Spawner,
@@ -70,14 +72,21 @@ logger = logging.getLogger(__name__)
 
 
 class LocalJobExecutorConfig(JobExecutorConfig):
-    """Local executor configuration; adds ``cancel_grace_period`` (seconds from TERM to KILL)."""
+    """Local executor configuration; adds ``cancel_grace_period`` (seconds, or a timedelta,
+    from TERM to KILL) and ``enforce_duration``: when true, a job still running when its
+    ``JobAttributes.duration`` has passed is ended (TERM, then KILL after the grace period)
+    and ends FAILED with a time-limit message. False by default, as in psij-python, where
+    ``local`` ignores ``duration``."""
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
                  work_directory: Union[str, Path, None] = None,
-                 cancel_grace_period: float = 5.0) -> None:
+                 cancel_grace_period: Union[float, timedelta] = 5.0,
+                 enforce_duration: bool = False) -> None:
         super().__init__(launcher_log_file=launcher_log_file, work_directory=work_directory)
         self.cancel_grace_period = _check.seconds("LocalJobExecutorConfig.cancel_grace_period",
                                                   cancel_grace_period)
+        self.enforce_duration = _check.opt_bool("LocalJobExecutorConfig.enforce_duration",
+                                                enforce_duration)
 
 
 class _Worker:
@@ -120,6 +129,7 @@ class _Run:
         "job_dir",
         "launcher",
         "launcher_out",
+        "limit",
         "pid",
         "start",
         "stderr_path",
@@ -132,6 +142,7 @@ class _Run:
         self.start: Optional[str] = None  # kernel start time, journaled with the pid
         self.launcher: Optional[Launcher] = None
         self.launcher_out: Optional[str] = None
+        self.limit: Optional[TimeLimit] = None
         self.canceled = False
         self.exited = False
         self.stderr_path: Optional[Path] = None
@@ -147,10 +158,13 @@ class LocalJobExecutor(JobExecutor):
     def __init__(self, url: Optional[str] = None,
                  config: Optional[JobExecutorConfig] = None) -> None:
         super().__init__(url=url, config=config if config is not None
-                         else LocalJobExecutorConfig())
+                         else _site_config.config_defaults(self.name, LocalJobExecutorConfig()))
         # Checked again: the config's attribute may have been changed since it was made.
         self._grace = _check.seconds("LocalJobExecutorConfig.cancel_grace_period",
                                      getattr(self.config, "cancel_grace_period", 5.0))
+        self._enforce_duration = _check.opt_bool(
+            "LocalJobExecutorConfig.enforce_duration",
+            getattr(self.config, "enforce_duration", False))
         self._dir = Path(self.config.work_directory) / "local"
         self._dir_ready = False
         self._lock = threading.Lock()
@@ -160,13 +174,17 @@ class LocalJobExecutor(JobExecutor):
         self._journal_file: Optional[Journal] = None
         # Reaps the jobs and times the KILL after a cancel's TERM (tests give it a manual clock).
         self._watch = WATCH
+        self._closed = False
 
     # -- submit ---------------------------------------------------------------------------------
 
     def submit(self, job: Job) -> None:
         """Start the job (or queue its stage-in); raises before anything runs if it cannot."""
+        if self._closed:
+            raise SubmitException(f"{self} is closed")
         spec = self._check_job(job)
         try:
+            _site_config.apply_job_defaults(self.name, spec)
             run, prepared = self._prepare(job, spec)
         except BaseException:
             job.executor = None
@@ -287,7 +305,12 @@ class LocalJobExecutor(JobExecutor):
         run.start = start_time(pid)
         self._journal().append(f"S {pid} {run.start} {job.id}")
         self._set_job_status(job, JobStatus(JobState.ACTIVE))
+        if self._enforce_duration and spec.attributes is not None:
+            run.limit = TimeLimit(self._watch, pid, spec.attributes.duration, self._grace,
+                                  lambda: run.exited)
         self._watch.watch(pid, lambda pid, status: self._on_exit(run, status))
+        if run.limit is not None:
+            run.limit.arm()
 
     def _journal(self) -> Journal:
         j = self._journal_file
@@ -317,6 +340,7 @@ class LocalJobExecutor(JobExecutor):
 
     def _settle(self, run: _Run, code: Optional[int]) -> None:
         job = run.job
+        spec = job.spec
         if run.start is not None:
             note = " canceled" if run.canceled else ""
             self._journal().append(f"E {run.pid} {run.start} {'' if code is None else code}{note}")
@@ -335,9 +359,11 @@ class LocalJobExecutor(JobExecutor):
                     f"launcher exited with code {code} without finishing"
         if run.canceled:
             state = JobState.CANCELED
+        elif run.limit is not None and run.limit.expired:
+            assert spec is not None and spec.attributes is not None
+            state, message = JobState.FAILED, time_limit_message(spec.attributes.duration)
         elif state is JobState.FAILED and message is None:
             message = failure_message(code, run.stderr_path)
-        spec = job.spec
         assert spec is not None
         if _needs_staging(spec):
             staging_error = self._stage_out_and_cleanup(run, spec, state)
@@ -349,6 +375,11 @@ class LocalJobExecutor(JobExecutor):
         with self._lock:
             self._runs.pop(id(run.job), None)
         self._set_job_status(run.job, status)
+
+    def close(self) -> None:
+        """Refuse further submits. Jobs already started are still followed to their end (they
+        are this process's children; the shared reaper holds no thread per executor)."""
+        self._closed = True
 
     # -- cancel, list, attach -------------------------------------------------------------------
 

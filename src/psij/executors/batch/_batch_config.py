@@ -88,21 +88,9 @@ _BATCH_SETTINGS = ("queue_polling_interval", "initial_queue_polling_delay",
                    "queue_polling_outage_tolerance", "command_timeout")
 
 
-def _number(field: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _check.fail_type(field, value, "a number of seconds")
-    return float(value)
-
-
 def _positive(field: str, value: Any) -> float:
-    v = _number(field, value)
-    if not v > 0:
-        raise ValueError(f"{field}: must be more than 0 seconds, got {value!r}")
-    return v
+    return _check.seconds(field, value, positive=True)
 
 
 def _non_negative(field: str, value: Any) -> float:
-    v = _number(field, value)
-    if not v >= 0:
-        raise ValueError(f"{field}: must not be negative, got {value!r}")
-    return v
+    return _check.seconds(field, value)

@@ -45,7 +45,7 @@ from typing import (
     Union,
 )
 
-from psij import _check
+from psij import _check, _site_config
 from psij._clock import Clock, MonotonicClock
 from psij._data import data_dir
 from psij._private_dirs import ensure_private_dir
@@ -181,7 +181,7 @@ class BatchSchedulerExecutor(JobExecutor):
                       ) -> BatchSchedulerExecutorConfig:
         cls = self.CONFIG_CLASS
         if config is None:
-            return cls()
+            return _site_config.config_defaults(self.name, cls())
         if isinstance(config, cls):
             return config
         if isinstance(config, JobExecutorConfig):
@@ -338,7 +338,9 @@ class BatchSchedulerExecutor(JobExecutor):
         return any(marker in text for marker in self.TRANSIENT_SUBMIT_ERRORS)
 
     def _check_script_values(self, job: Job, spec: JobSpec) -> None:
-        """Refuse, before anything is written, values the submit script cannot hold safely."""
+        """Fill in the site defaults the job lacks (``psij._site_config``), then refuse, before
+        anything is written, values the submit script cannot hold safely."""
+        _site_config.apply_job_defaults(self.name, spec)
         check_script_values(self, job, spec)
 
     def _directive_value(self, field: str, value: str) -> str:
@@ -477,12 +479,6 @@ class BatchSchedulerExecutor(JobExecutor):
             poller, self._poller = self._poller, None
         if poller is not None:
             poller.stop(wait=True)
-
-    def __enter__(self) -> "BatchSchedulerExecutor":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _ensure_open(self) -> None:
         if self._closed:

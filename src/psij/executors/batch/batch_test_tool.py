@@ -15,7 +15,8 @@ path (submit script, submit, status polling, cancel, accounting, exit-code files
 
 Directives are ``#BATCH_TEST --option=value`` lines, parsed the way sbatch parses ``#SBATCH``
 lines (quotes group, backslash escapes the next character, ``#`` outside quotes ends the line).
-Options: ``--job-name``, ``--time`` (h:mm:ss), ``--queue-delay`` (seconds the job stays QUEUED)
+Options: ``--job-name``, ``--time`` (h:mm:ss), ``--queue-delay`` (seconds the job stays QUEUED),
+``--export=NONE`` (the script starts with only a login's basic variables, as sbatch's option does)
 and any other ``--name[=value]`` (recorded only). Each job runs detached, with
 ``BATCH_TEST_JOB_ID`` in its environment, under a watcher process that enforces the time limit and
 records the end state. ``cancel`` sends TERM to the job's process group and KILL five seconds
@@ -213,6 +214,18 @@ def cmd_submit(spool: Spool, script_path: str) -> int:
     return 0
 
 
+_LOGIN_VARIABLES = ("HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ")
+
+
+def _job_environment(options: Dict[str, Optional[str]]) -> Dict[str, str]:
+    """The submitter's environment, or with ``--export=NONE`` only what a login would set."""
+    if options.get("export") != "NONE":
+        return dict(os.environ)
+    env = {k: os.environ[k] for k in _LOGIN_VARIABLES if k in os.environ}
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    return env
+
+
 def cmd_watch(spool: Spool, job_id: str) -> int:
     d = spool.job_dir(job_id)
     options = json.loads((d / "options.json").read_text())
@@ -226,7 +239,7 @@ def cmd_watch(spool: Spool, job_id: str) -> int:
     if (d / "cancel").exists():
         spool.set_state(job_id, "CANCELLED", "", "CancelledWhilePending")
         return 0
-    env = dict(os.environ)
+    env = _job_environment(options)
     env["BATCH_TEST_JOB_ID"] = job_id
     proc = subprocess.Popen(["/bin/bash", str(d / "script")], cwd=str(d), env=env,
                             start_new_session=True, stdin=subprocess.DEVNULL,

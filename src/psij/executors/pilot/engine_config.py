@@ -32,8 +32,8 @@ class EngineConfig:
             raise ValueError("EngineConfig.resume: resuming needs a journal; set journal")
         self.cancel_grace_period = _check.seconds("EngineConfig.cancel_grace_period",
                                                   cancel_grace_period)
-        _check.seconds("EngineConfig.agent_connect_timeout", agent_connect_timeout)
-        self.agent_connect_timeout = agent_connect_timeout
+        self.agent_connect_timeout = _check.seconds("EngineConfig.agent_connect_timeout",
+                                                    agent_connect_timeout)
         if agent_transport not in ("auto", "unix", "tcp"):
             raise ValueError(f"EngineConfig.agent_transport: {agent_transport!r}; "
                              "accepted: auto, unix, tcp")

@@ -28,7 +28,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from psij import _check
+from psij import _check, _site_config
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors.pilot._staging import final_status, with_staging
 from psij.executors.pilot.allocation import (
@@ -162,7 +162,7 @@ class PilotJobExecutor(JobExecutor):
     def __init__(self, url: Optional[str] = None,
                  config: Optional[JobExecutorConfig] = None) -> None:
         if config is None:
-            config = PilotJobExecutorConfig()
+            config = _site_config.config_defaults(self.name, PilotJobExecutorConfig())
         super().__init__(url=url, config=config)
         self._path = None if url is None else socket_path_of(url)
         self._lock = threading.Lock()
@@ -173,6 +173,7 @@ class PilotJobExecutor(JobExecutor):
         # The engine and the client reach this executor only through weak references, so an
         # executor dropped without close() is collected, and this finalizer then stops them.
         self._held = _Held()
+        self._closed = False
         self._finalizer = weakref.finalize(self, self._held.close)
         self._finalizer.atexit = False  # at exit, tasks are left as a killed process leaves them
         self._listener = _WeakMethod(self, "_on_event")
@@ -204,16 +205,21 @@ class PilotJobExecutor(JobExecutor):
             return self._client
 
     def close(self) -> None:
-        """Stop the in-process pilot (its running tasks are cancelled), or disconnect."""
+        """Stop the in-process pilot (its running tasks are cancelled, its run folder removed),
+        or disconnect; later submits raise."""
         with self._lock:
+            self._closed = True
             self._engine = self._client = None
         self._held.close()
 
     # -- jobs -------------------------------------------------------------------------------
 
     def submit(self, job: Job) -> None:
+        if self._closed:
+            raise SubmitException(f"{self} is closed")
         spec = self._check_job(job)
         try:
+            _site_config.apply_job_defaults(self.name, spec)
             task = self._task_of(job)
         except BaseException:
             job.executor = None

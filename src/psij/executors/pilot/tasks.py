@@ -133,7 +133,7 @@ class TaskSpec(Record):
         if type(priority) is not int and _check.opt_int("TaskSpec.priority", priority) is None:
             raise _check.fail_type("TaskSpec.priority", None, "int")
         if time_limit is not None:
-            _check.seconds("TaskSpec.time_limit", time_limit, positive=True)
+            time_limit = _check.seconds("TaskSpec.time_limit", time_limit, positive=True)
         self._store(
             name, executable, _str_tuple("TaskSpec.arguments", arguments), directory, env,
             inherit_environment, stdin, stdout, stderr, resources, priority,
