@@ -20,8 +20,11 @@ def sh(command: str, cwd: Path, **kw) -> "subprocess.CompletedProcess[str]":
 
 
 def batch_test_env(tmp_path: Path) -> dict:
-    # batch-test keeps its spool in the executor's work directory, here under tmp_path.
-    return dict(os.environ, HOME=str(tmp_path / "home"))
+    # batch-test keeps its spool in the executor's work directory, here under tmp_path. The
+    # suite itself may run under make (make test): the inner make must not see the outer one's
+    # level and flags, or it prints "Entering directory" lines into the log.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    return dict(env, HOME=str(tmp_path / "home"))
 
 
 @pytest.mark.parametrize("executor", ["local", "batch-test"])

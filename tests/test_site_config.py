@@ -38,12 +38,13 @@ def test_precedence_env_file_then_user_then_site(files, monkeypatch) -> None:
     files["site"].write_text('[executors.slurm]\nqueue = "site-q"\naccount = "site-acct"\n')
     files["user"].write_text('[executors.slurm]\nqueue = "user-q"\n')
     found = _site_config.settings()["slurm"]
-    assert found["queue"] == ("user-q", str(files["user"]))
-    assert found["account"] == ("site-acct", str(files["site"]))
+    assert found["queue"] == _site_config.Setting("user-q", str(files["user"]))
+    assert found["account"] == _site_config.Setting("site-acct", str(files["site"]))
     files["env"].write_text('[executors.slurm]\nqueue = "env-q"\n')
     monkeypatch.setenv("PSIJ_CONFIG", str(files["env"]))
     _site_config.reset()
-    assert _site_config.settings()["slurm"]["queue"] == ("env-q", str(files["env"]))
+    env_queue = _site_config.settings()["slurm"]["queue"]
+    assert env_queue == _site_config.Setting("env-q", str(files["env"]))
 
 
 def test_batch_job_gets_queue_account_and_custom_attributes(files, tmp_path) -> None:

@@ -24,7 +24,9 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, TypeVar
+
+from psij._record import Record
 
 if TYPE_CHECKING:
     from psij.job_executor_config import JobExecutorConfig
@@ -57,9 +59,13 @@ class SiteConfigError(ValueError):
     """A configuration file that cannot be used: the message names the file and the key."""
 
 
-class Setting(NamedTuple):
+class Setting(Record):
+    """One configured value and the file it came from."""
+
+    _fields = ("value", "source")
+    __slots__ = _fields
     value: Any
-    source: str  # the file it came from
+    source: str
 
 
 def user_file() -> Path:
