@@ -1,6 +1,8 @@
 """The local executor's journals: which jobs were started, as which process, and how they ended.
 
-Each executor instance appends to a journal of its own in ``<work_directory>/local/``, a line
+Each process appends to a journal of its own in ``<work_directory>/local/``, shared by every
+local executor instance of the process with that work directory (so executors made one per job
+leave one file, not one each), opened on the first job it starts: a line
 ``S <pid> <start> <job id>`` when a job starts (``start`` is the kernel's start time of the
 process, which tells a reused pid apart) and ``E <pid> <start> <exit code>[ canceled]`` when it
 ends, so that ``list()`` and ``attach()`` of any instance, in any process, see every job.
@@ -15,6 +17,7 @@ It does not start, signal or watch processes.
 import os
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Dict, Optional, Tuple
@@ -31,31 +34,70 @@ _PID_LIMIT = 1 << 31
 
 
 class Journal:
-    """This executor instance's append-only journal of job starts and ends."""
+    """This process's append-only journal of job starts and ends in one folder."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, path: Path) -> None:
         self._fd = fd
+        self._path = path
+        self._lock = threading.Lock()
 
     @staticmethod
     def create(folder: Path) -> "Journal":
-        _prune(folder)
-        name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}{_SUFFIX}"
-        fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                     0o600)
-        return Journal(fd)
+        """The journal of this process in ``folder``: the one already open unless its file is
+        gone (the folder was removed and made again), else a new one."""
+        key = (str(folder), os.getpid())  # a forked child writes a journal of its own
+        with _OPEN_LOCK:
+            journal = _OPEN.get(key)
+            if journal is not None and journal._same_file():
+                return journal
+            _prune(folder)
+            name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}{_SUFFIX}"
+            path = folder / name
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            if journal is not None:
+                journal._close()
+            journal = _OPEN[key] = Journal(fd, path)
+            return journal
+
+    def _same_file(self) -> bool:
+        try:
+            mine, there = os.fstat(self._fd), os.stat(self._path)
+        except OSError:
+            return False
+        return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
 
     def append(self, line: str) -> None:
-        # One write of a short line to an O_APPEND file: never interleaved with other writers.
+        # One write of a short line to an O_APPEND file: never interleaved with other writers
+        # (other processes); the lock keeps this process's threads in turn.
         try:
-            os.write(self._fd, (line + "\n").encode("utf-8", "surrogateescape"))
+            data = (line + "\n").encode("utf-8", "surrogateescape")
+            with self._lock:
+                os.write(self._fd, data)
         except (OSError, UnicodeEncodeError) as ex:
             logger.warning("could not write the local job journal: %s", ex)
 
-    def __del__(self) -> None:
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+    def _close(self) -> None:
+        with self._lock:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+
+
+# The open journals, by folder and process; they stay open while the process lives.
+_OPEN: Dict[Tuple[str, int], Journal] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def _after_fork() -> None:
+    # A thread of the parent may have held the lock when it forked: the child starts afresh.
+    global _OPEN_LOCK
+    _OPEN_LOCK = threading.Lock()
+    _OPEN.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 class JournalEntry:
