@@ -73,6 +73,7 @@ def test_on_a_terminal_progress_is_one_live_line(home: Path, tmp_path: Path) -> 
             if re.search(r"[12]/3 final \|", text) and "ACTIVE" in text:
                 seen_running = text
             time.sleep(0.1)
+        assert marker.exists(), f"psij wait did not end; the terminal shows:\n{screen()}"
         assert marker.read_text().strip() == "0"
         last = screen()
     finally:
