@@ -88,3 +88,32 @@ def test_one_executor_per_job_leaves_a_constant_number_of_files(tmp_path: Path) 
     assert running in listed
     code = big[sorted(big)[7]][1]
     assert (state, seen) == ("COMPLETED" if code == 0 else "FAILED", code)
+
+
+def test_many_work_directories_keep_few_journals_open_and_lose_no_line(tmp_path: Path) -> None:
+    from psij import Job, JobExecutor, JobSpec
+    from psij.executors.local import LocalJobExecutorConfig
+
+    def journal_fds() -> int:
+        fds = Path("/proc/self/fd")
+        return sum(1 for fd in fds.iterdir()
+                   if _target(fd).startswith(str(tmp_path)) and _target(fd).endswith(".journal"))
+
+    executors = [JobExecutor.get_instance("local", config=LocalJobExecutorConfig(
+        work_directory=tmp_path / f"w{i}")) for i in range(40)]
+    for ex in executors + executors[:3]:  # the first ones again after their files were closed
+        job = Job(JobSpec("/bin/true"))
+        ex.submit(job)
+        assert job.wait() is not None
+    assert journal_fds() <= 32
+    for i in range(40):
+        [journal] = [p for p in _files(tmp_path / f"w{i}") if p.suffix == ".journal"]
+        starts = [line for line in journal.read_text().splitlines() if line.startswith("S ")]
+        assert len(starts) == (2 if i < 3 else 1), (i, starts)
+
+
+def _target(fd: Path) -> str:
+    try:
+        return str(fd.readlink())
+    except OSError:
+        return ""

@@ -19,6 +19,7 @@ import socket
 import sys
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -31,15 +32,18 @@ logger = LazyLogger(__name__)
 _SUFFIX = ".journal"
 _MAX_AGE = 7 * 24 * 3600.0
 _PID_LIMIT = 1 << 31
+_MAX_OPEN = 32
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 
 class Journal:
     """This process's append-only journal of job starts and ends in one folder."""
 
-    def __init__(self, fd: int, path: Path) -> None:
+    def __init__(self, fd: int, path: Path, key: Tuple[str, int]) -> None:
         self._fd = fd
         self._path = path
-        self._lock = threading.Lock()
+        self._key = key
+        self._lock = threading.Lock()  # taken after _OPEN_LOCK, never before
 
     @staticmethod
     def create(folder: Path) -> "Journal":
@@ -49,14 +53,16 @@ class Journal:
         with _OPEN_LOCK:
             journal = _OPEN.get(key)
             if journal is not None and journal._same_file():
+                _OPEN.move_to_end(key)
                 return journal
             _prune(folder)
             name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}{_SUFFIX}"
             path = folder / name
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            fd = os.open(path, _FLAGS, 0o600)
             if journal is not None:
                 journal._close()
-            journal = _OPEN[key] = Journal(fd, path)
+            journal = _OPEN[key] = Journal(fd, path, key)
+            _close_oldest()
             return journal
 
     def _same_file(self) -> bool:
@@ -69,24 +75,43 @@ class Journal:
     def append(self, line: str) -> None:
         # One write of a short line to an O_APPEND file: never interleaved with other writers
         # (other processes); the lock keeps this process's threads in turn.
+        if self._fd < 0:  # closed to keep few files open: the latest open again
+            with _OPEN_LOCK:
+                current = _OPEN.setdefault(self._key, self)
+                _OPEN.move_to_end(self._key)
+                _close_oldest()
+            if current is not self:  # its folder was made again: write to the new file
+                current.append(line)
+                return
         try:
             data = (line + "\n").encode("utf-8", "surrogateescape")
             with self._lock:
+                if self._fd < 0:
+                    self._fd = os.open(self._path, _FLAGS, 0o600)
                 os.write(self._fd, data)
         except (OSError, UnicodeEncodeError) as ex:
             logger.warning("could not write the local job journal: %s", ex)
 
     def _close(self) -> None:
         with self._lock:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
+            fd, self._fd = self._fd, -1
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
 
-# The open journals, by folder and process; they stay open while the process lives.
-_OPEN: Dict[Tuple[str, int], Journal] = {}
+# The journals of this process, by folder, the most recently asked for last; the
+# :data:`_MAX_OPEN` latest stay open (an older one opens its file again when written to).
+_OPEN: "OrderedDict[Tuple[str, int], Journal]" = OrderedDict()
 _OPEN_LOCK = threading.Lock()
+
+
+def _close_oldest() -> None:
+    # Under _OPEN_LOCK: many work directories in one process keep at most _MAX_OPEN files open.
+    while len(_OPEN) > _MAX_OPEN:
+        _OPEN.popitem(last=False)[1]._close()
 
 
 def _after_fork() -> None:
