@@ -425,3 +425,13 @@ def test_surrogates():
     # A surrogate pair is how JSON spells a character outside the BMP: it reads back as one.
     paired = SER.loads(SER.dumps(JobSpec(arguments=["\ud83d\ude00"])))
     assert paired.arguments == ["\U0001f600"]
+
+
+def test_writing_a_spec_leaves_unset_attributes_unset():
+    # Recording every job in the registry writes its spec: that must not give the spec a
+    # JobAttributes it did not have (nor cost making one), and reads the same either way.
+    spec = JobSpec("/bin/true")
+    written = SER.dumps(spec)
+    assert spec.__dict__.get("_attributes") is None
+    assert written == SER.dumps(JobSpec("/bin/true", attributes=JobAttributes()))
+    assert SER.loads(written) == spec

@@ -35,6 +35,7 @@ EXIT_USAGE = 2
 _STATUS_WAIT = timedelta(seconds=30)  # for a re-attached job's first status
 _CANCEL_WAIT = timedelta(seconds=120)  # a batch job's cancellation is seen at a later poll
 _MESSAGE_WIDTH = 60
+_TICK = timedelta(seconds=0.25)  # how often a wait showing its progress looks again
 
 _JSON_HELP = ("--json prints a JSON array with one object per job: id, executor, "
               "executor_version, url, native_id, tag, state, final, exit_code, message, "
@@ -79,6 +80,8 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
             sub.add_argument("--all", action="store_true", help="every recorded job")
         if name != "cancel":
             sub.add_argument("--json", action="store_true", help="print JSON (see below)")
+        if name == "wait":
+            _add_progress_options(sub)
     if only in (None, "list"):
         lister = commands.add_parser(
             "list", help="list recorded jobs as last recorded", formatter_class=plain,
@@ -100,6 +103,28 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
         attach.add_argument("--executor", required=True, metavar="NAME", help="its executor")
         attach.add_argument("--tag", metavar="TAG", help="label to find the job by")
         attach.add_argument("native_id", metavar="NATIVE_ID", help="the executor's job id")
+
+
+def _add_progress_options(sub: Any) -> None:
+    from psij._cli_progress import DEFAULT_INTERVAL, check_interval
+
+    def interval(text: str) -> float:
+        import argparse
+
+        try:
+            return check_interval(text)
+        except ValueError as ex:
+            raise argparse.ArgumentTypeError(str(ex)) from None
+
+    group = sub.add_mutually_exclusive_group()
+    group.add_argument("--progress", action="store_true", default=None,
+                       help="show progress on standard error: a live line on a terminal, "
+                            "plain lines otherwise (default: only on a terminal)")
+    group.add_argument("--no-progress", dest="progress", action="store_false",
+                       help="show no progress")
+    sub.add_argument("--progress-every", type=interval, default=DEFAULT_INTERVAL,
+                     metavar="SECONDS", help="seconds between plain progress lines "
+                     f"(default: {DEFAULT_INTERVAL:g}; a last line when all are final)")
 
 
 _EPILOGS = {
@@ -248,8 +273,12 @@ def _wait(args: "argparse.Namespace") -> int:
     from psij.job_status import JobStatus
 
     chosen = _Chosen(args, "wait for")
-    for job in chosen.jobs.values():
-        job.wait()
+    progress = _progress_wanted(args)
+    if progress is None:
+        for job in chosen.jobs.values():
+            job.wait()
+    else:
+        _wait_showing(chosen, progress, args.progress_every)
     chosen.say_problems("wait")
     chosen.print(args.json)
     worst = EXIT_FAILED if chosen.problems else 0
@@ -258,6 +287,37 @@ def _wait(args: "argparse.Namespace") -> int:
             code, _ = exit_status(JobStatus(JobState[row[4]], exit_code=row[5], message=row[6]))
             worst = max(worst, code)
     return worst
+
+
+def _progress_wanted(args: "argparse.Namespace") -> Optional[bool]:
+    """None for no progress display; else whether it is the live one (standard error is a
+    terminal) rather than plain lines."""
+    live = sys.stderr.isatty()
+    if args.progress is False or (args.progress is None and not live):
+        return None
+    return live
+
+
+def _wait_showing(chosen: _Chosen, live: bool, every: float) -> None:
+    from psij._cli_progress import Progress
+
+    def states() -> List[str]:
+        return [_live(r, chosen.jobs.get(r[0]))[4] for r in chosen.rows]
+
+    def final() -> int:
+        return sum(1 for r in chosen.rows if _live(r, chosen.jobs.get(r[0]))[7])
+
+    progress = Progress(len(chosen.rows), final(), sys.stderr, live, every)
+    pending = list(chosen.jobs.values())
+    try:
+        while True:
+            progress.update(final(), states())
+            pending = [j for j in pending if not j.status.final]
+            if not pending:
+                break
+            pending[0].wait(_TICK)  # returns at once when that job ends
+    finally:
+        progress.close(final(), states())
 
 
 def _cancel(args: "argparse.Namespace") -> int:

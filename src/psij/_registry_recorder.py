@@ -129,12 +129,15 @@ def _spec_text(job: "Job") -> Optional[str]:
     from psij.serialize import _spec_to_json
 
     try:
-        return json.dumps(_spec_to_json(spec), allow_nan=False)
+        return _ENCODER.encode(_spec_to_json(spec))
     except (ValueError, TypeError) as ex:
         logger.warning("job %s: its JobSpec cannot be recorded in the job registry (%s); "
                        "the job is recorded without it", job.id, ex)
         return None
 
+
+# One encoder for every spec (json.dumps with an option makes a new one per call).
+_ENCODER = json.JSONEncoder(allow_nan=False)
 
 # A queued change: (store, job, identity or None for an update, the status values)
 _Change = Tuple[Store, "Job", Optional[Identity], Tuple[Any, ...]]

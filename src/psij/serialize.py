@@ -141,16 +141,18 @@ def _spec_to_json(spec: JobSpec) -> JSONObject:
     out: JSONObject = {}
     for field in FIELDS:
         value: Any
+        if field == "attributes":
+            # Unset attributes are written as none, without making a default JobAttributes;
+            # set ones are empty exactly when they equal JobAttributes().
+            stored = spec.__dict__.get("_attributes")
+            attributes = _attributes_to_json(stored) if stored is not None else None
+            if attributes:
+                out[field] = attributes
+            continue
         if field == "name":
             value = spec._explicit_name()
         else:
             value = getattr(spec, field)
-        if field == "attributes":
-            # Empty exactly when the attributes equal JobAttributes(), without making one.
-            attributes = _attributes_to_json(value)
-            if attributes:
-                out[field] = attributes
-            continue
         if value == _SPEC_DEFAULTS[field]:
             continue
         out[field] = _SPEC_WRITERS.get(field, _as_is)(value)

@@ -1,6 +1,8 @@
 """The local executor's journals: which jobs were started, as which process, and how they ended.
 
-Each executor instance appends to a journal of its own in ``<work_directory>/local/``, a line
+Each process appends to a journal of its own in ``<work_directory>/local/``, shared by every
+local executor instance of the process with that work directory (so executors made one per job
+leave one file, not one each), opened on the first job it starts: a line
 ``S <pid> <start> <job id>`` when a job starts (``start`` is the kernel's start time of the
 process, which tells a reused pid apart) and ``E <pid> <start> <exit code>[ canceled]`` when it
 ends, so that ``list()`` and ``attach()`` of any instance, in any process, see every job.
@@ -15,7 +17,9 @@ It does not start, signal or watch processes.
 import os
 import socket
 import sys
+import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -28,34 +32,97 @@ logger = LazyLogger(__name__)
 _SUFFIX = ".journal"
 _MAX_AGE = 7 * 24 * 3600.0
 _PID_LIMIT = 1 << 31
+_MAX_OPEN = 32
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 
 class Journal:
-    """This executor instance's append-only journal of job starts and ends."""
+    """This process's append-only journal of job starts and ends in one folder."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, path: Path, key: Tuple[str, int]) -> None:
         self._fd = fd
+        self._path = path
+        self._key = key
+        self._lock = threading.Lock()  # taken after _OPEN_LOCK, never before
 
     @staticmethod
     def create(folder: Path) -> "Journal":
-        _prune(folder)
-        name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}{_SUFFIX}"
-        fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                     0o600)
-        return Journal(fd)
+        """The journal of this process in ``folder``: the one already open unless its file is
+        gone (the folder was removed and made again), else a new one."""
+        key = (str(folder), os.getpid())  # a forked child writes a journal of its own
+        with _OPEN_LOCK:
+            journal = _OPEN.get(key)
+            if journal is not None and journal._same_file():
+                _OPEN.move_to_end(key)
+                return journal
+            _prune(folder)
+            name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}{_SUFFIX}"
+            path = folder / name
+            fd = os.open(path, _FLAGS, 0o600)
+            if journal is not None:
+                journal._close()
+            journal = _OPEN[key] = Journal(fd, path, key)
+            _close_oldest()
+            return journal
+
+    def _same_file(self) -> bool:
+        try:
+            mine, there = os.fstat(self._fd), os.stat(self._path)
+        except OSError:
+            return False
+        return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
 
     def append(self, line: str) -> None:
-        # One write of a short line to an O_APPEND file: never interleaved with other writers.
+        # One write of a short line to an O_APPEND file: never interleaved with other writers
+        # (other processes); the lock keeps this process's threads in turn.
+        if self._fd < 0:  # closed to keep few files open: the latest open again
+            with _OPEN_LOCK:
+                current = _OPEN.setdefault(self._key, self)
+                _OPEN.move_to_end(self._key)
+                _close_oldest()
+            if current is not self:  # its folder was made again: write to the new file
+                current.append(line)
+                return
         try:
-            os.write(self._fd, (line + "\n").encode("utf-8", "surrogateescape"))
+            data = (line + "\n").encode("utf-8", "surrogateescape")
+            with self._lock:
+                if self._fd < 0:
+                    self._fd = os.open(self._path, _FLAGS, 0o600)
+                os.write(self._fd, data)
         except (OSError, UnicodeEncodeError) as ex:
             logger.warning("could not write the local job journal: %s", ex)
 
-    def __del__(self) -> None:
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+    def _close(self) -> None:
+        with self._lock:
+            fd, self._fd = self._fd, -1
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+# The journals of this process, by folder, the most recently asked for last; the
+# :data:`_MAX_OPEN` latest stay open (an older one opens its file again when written to).
+_OPEN: "OrderedDict[Tuple[str, int], Journal]" = OrderedDict()
+_OPEN_LOCK = threading.Lock()
+
+
+def _close_oldest() -> None:
+    # Under _OPEN_LOCK: many work directories in one process keep at most _MAX_OPEN files open.
+    while len(_OPEN) > _MAX_OPEN:
+        _OPEN.popitem(last=False)[1]._close()
+
+
+def _after_fork() -> None:
+    # A thread of the parent may have held the lock when it forked: the child starts afresh.
+    global _OPEN_LOCK
+    _OPEN_LOCK = threading.Lock()
+    _OPEN.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 class JournalEntry:

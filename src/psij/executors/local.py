@@ -10,10 +10,11 @@ How a job runs:
 - One thread per Python process (``ProcessWatch``) learns of every exit without polling, and one
   worker thread per Python process does what follows an exit (launcher output, staging, final
   status and callbacks), so a slow callback never delays reaping.
-- Each executor instance appends to one journal in ``<work_directory>/local/`` a line when a
-  job starts (pid, kernel start time, job id) and one when it ends (exit code), so ``list()``
-  and ``attach()`` work from any executor instance or process. Appending to an open file costs
-  one write; a file per job would cost a file creation per job.
+- Each process appends to one journal in ``<work_directory>/local/``, shared by all its
+  executor instances, a line when a job starts (pid, kernel start time, job id) and one when it
+  ends (exit code), so ``list()`` and ``attach()`` work from any executor instance or process.
+  Appending to an open file costs one write; a file per job (or per executor, when executors
+  are made one per job) would cost a file creation per job.
 - Staging (``stage_in``/``stage_out``/``cleanup``) is done by the executor with local file
   operations; the STAGE_IN, STAGE_OUT and CLEANUP states are entered only when there is staging.
 
