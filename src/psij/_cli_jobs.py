@@ -292,10 +292,9 @@ def _wait(args: "argparse.Namespace") -> int:
 def _progress_wanted(args: "argparse.Namespace") -> Optional[bool]:
     """None for no progress display; else whether it is the live one (standard error is a
     terminal) rather than plain lines."""
-    live = sys.stderr.isatty()
-    if args.progress is False or (args.progress is None and not live):
+    if args.progress is False:
         return None
-    return live
+    return sys.stderr.isatty()
 
 
 def _wait_showing(chosen: _Chosen, live: bool, every: float) -> None:
