@@ -69,3 +69,13 @@ def test_bad_size_is_refused_with_the_value(tmp_path: Path) -> None:
                           capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert done.returncode == 2
     assert "'0'" in done.stderr
+
+
+def test_spawn_ceiling_prints_one_rate_per_level(tmp_path: Path) -> None:
+    script = WORKLOADS_SCRIPT.parent / "spawn_ceiling.py"
+    done = subprocess.run([sys.executable, str(script), "--tasks", "30", "--at-once", "1", "3"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if "/bin/true" in line]
+    assert [line.split(" at once")[0].split()[-1] for line in lines] == ["1", "3"]
+    assert all(float(line.split(": ")[1].split()[0]) > 0 for line in lines)
