@@ -602,5 +602,5 @@ def _main(argv: Optional[List[str]]) -> int:
     if args.command == "config":
         return config_main(args)
     parser.print_usage(sys.stderr)
-    _say("a command is required: plugins, run, script or pilot")
+    _say(f"a command is required: {', '.join(_COMMANDS)}")
     return EXIT_USAGE
