@@ -39,4 +39,5 @@ nitpick_ignore = [
     ("py:class", "Version"),
     ("py:class", "ValueError"),
     ("py:class", "PermissionError"),
+    ("py:class", "psij._record.Record"),
 ]

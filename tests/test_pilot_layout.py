@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import psij.executors.pilot as pilot
-from psij.executors.pilot._line_framing import LineFramer, encode_line
+from psij._line_framing import LineFramer, encode_line
 from psij.executors.pilot.journal import (
     ReplayPlan,
     cancel_line,

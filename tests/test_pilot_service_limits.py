@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
-from psij.executors.pilot._line_framing import DEFAULT_MAX_LINE_BYTES, LineFramer
+from psij._line_framing import DEFAULT_MAX_LINE_BYTES, LineFramer
 from psij.executors.pilot.service import PilotClient, PilotUnavailable, answering
 
 # -- the framing alone ------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Pure parts (no I/O, no threads, no clock): ``resource_values`` (nodes, requests, shapes,
 shares) and ``resources`` (the pool and its arithmetic), ``scheduler`` (which task runs next),
 ``tasks`` (task descriptions and events, with their JSON), ``_engine_events`` (what reaches the
-engine thread), ``_line_framing`` (the newline-JSON lines of every pilot socket) and
+engine thread) and
 ``qcg_schema``/``qcg_plan``/``qcg_report`` (QCG-PilotJob requests read, planned and reported).
 
 Parts with I/O: ``engine`` (the loop: one thread that owns the task processes through

@@ -4,7 +4,7 @@ It starts each agent through the allocation's launcher, accepts their connection
 listening socket (``unix:`` or ``tcp:``), checks each agent's hello and token, sends spawn,
 signal and stop requests, and turns what agents report into calls on the engine: a task's end
 (``on_exit``) and a node lost with the tasks it had (``on_lost``). Lines both ways are framed by
-:mod:`psij.executors.pilot._line_framing`; the protocol is described in
+:mod:`psij._line_framing`; the protocol is described in
 :mod:`psij.executors.pilot.agent`.
 
 It runs on the engine thread only (its sockets are registered in the engine's selector) and
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 
 from psij._clock import Clock
 from psij._lazylog import LazyLogger
+from psij._line_framing import LineFramer, encode_line
 from psij.executors._process_watch import WATCH, exit_code_of
 from psij.executors.pilot._engine_events import AgentLauncherExited, EngineEvent
-from psij.executors.pilot._line_framing import LineFramer, encode_line
 from psij.executors.pilot._task_process import Launch
 from psij.executors.pilot.allocation import Allocation
 from psij.executors.pilot.engine_config import EngineConfig

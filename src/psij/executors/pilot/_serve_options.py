@@ -6,7 +6,7 @@ the pilot. Parsing only: the values are checked again where they are used.
 
 from typing import Any, Callable
 
-from psij.executors.pilot._line_framing import DEFAULT_MAX_LINE_BYTES
+from psij._line_framing import DEFAULT_MAX_LINE_BYTES
 
 __all__ = ["add_serve_options"]
 

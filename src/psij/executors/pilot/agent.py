@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
 from psij._clock import Clock, MonotonicClock
+from psij._line_framing import LineFramer, encode_line
 from psij.executors.pilot._engine_events import TaskExited
-from psij.executors.pilot._line_framing import LineFramer, encode_line
 from psij.executors.pilot._task_process import Launch, LaunchError, TaskProcesses
 
 __all__ = ["connect", "main"]

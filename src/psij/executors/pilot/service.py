@@ -17,7 +17,7 @@ client keeps one connection and one reader thread; it never polls.
 
 A request line longer than ``max_request_bytes`` (``--max-request-bytes``, 64 MiB by default)
 gets an error reply (``"id": null``, ``"kind": "ValueError"``) and its connection is closed;
-lines are read in time linear in their length (:mod:`._line_framing`). When accepting fails
+lines are read in time linear in their length (:mod:`psij._line_framing`). When accepting fails
 for want of file descriptors (EMFILE, ENFILE, ...), the server stops accepting for a while
 (50 ms, doubling up to 1 s) instead of spinning or dying, and takes the waiting connections
 once descriptors are free again; the connections it has are served all along.
@@ -35,10 +35,10 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from psij._clock import Clock, MonotonicClock
+from psij._line_framing import DEFAULT_MAX_LINE_BYTES, LineFramer, encode_line
 from psij._private_dirs import ensure_private_dir
 from psij._stop_signals import StopSignals
 from psij._wakeup import Wakeup
-from psij.executors.pilot._line_framing import DEFAULT_MAX_LINE_BYTES, LineFramer, encode_line
 from psij.executors.pilot.engine import PilotEngine
 from psij.executors.pilot.tasks import TaskEvent, TaskSpec
 

@@ -1,4 +1,5 @@
-"""Newline-delimited framing of a byte stream: the pilot socket protocol's lines.
+"""Newline-delimited framing of a byte stream: the lines of every socket protocol of psij
+(the pilot's, the controllers').
 
 The cost is linear in the bytes fed however the stream is cut: each byte is searched for a
 newline once and moved at most once (only the unfinished tail of a chunk is kept), never the
@@ -6,8 +7,8 @@ whole buffer again for every chunk. With a limit, a line longer than the limit s
 framing: the lines before it are still returned, :attr:`LineFramer.too_long` becomes true, and
 nothing more is kept, so a peer cannot make the reader hold more than the limit.
 
-:func:`encode_line` is the other direction: the one way the pilot's peers (agents, the served
-pilot and its clients) put a message on a line.
+:func:`encode_line` is the other direction: the one way every peer (the pilot's agents, the served
+pilot and its clients, the controllers and theirs) puts a message on a line.
 
 Pure: no sockets, no clock; the caller reads and writes.
 """
@@ -84,5 +85,5 @@ _encode_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def encode_line(message: Any) -> bytes:
-    """``message`` as one compact JSON line (with its ``\\n``), as the pilot's peers send it."""
+    """``message`` as one compact JSON line (with its ``\\n``), as every peer sends it."""
     return _encode_compact(message).encode() + b"\n"

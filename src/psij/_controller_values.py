@@ -1,0 +1,267 @@
+"""The events and actions of :mod:`psij.controller` (imported from there; the rules are
+stated there).
+"""
+
+
+import logging
+from typing import Any, Callable, Hashable, Iterable, Optional, Protocol
+
+from psij._record import Record
+
+__all__ = [
+    "Action", "ActionDone", "ActionFailed", "Attach", "BadMessage", "Call", "Cancel",
+    "CancelTimer", "Close", "Connected", "Disconnected", "Event", "Forget", "JobStatusChanged",
+    "Log", "Machine", "MessageReceived", "Peer", "Send", "SetTimer", "SignalReceived", "Started",
+    "Stop", "Submit", "Tick", "TimerFired", "exit_code_for_signal",
+]
+
+
+# -- events -----------------------------------------------------------------------------------
+
+class Started(Record):
+    """The loop started: the first event a machine gets."""
+
+    __slots__ = _fields = ()
+
+
+class Tick(Record):
+    """The loop's periodic tick (every ``tick`` seconds when the loop was given one)."""
+
+    __slots__ = _fields = ()
+
+
+class TimerFired(Record):
+    """The timer ``name`` set by :class:`SetTimer` came due."""
+
+    _fields = ("name",)
+    __slots__ = _fields
+    name: Hashable
+
+
+class SignalReceived(Record):
+    """The process received the stop signal ``signum`` (SIGINT, SIGTERM)."""
+
+    _fields = ("signum",)
+    __slots__ = _fields
+    signum: int
+
+
+class Peer(Record):
+    """Who is at the other end of a connection: for a Unix socket the process id, user id and
+    group id the kernel vouches for (``SO_PEERCRED``; -1 where unknown); for TCP ``address``
+    is ``host:port`` and the ids are -1."""
+
+    _fields = ("pid", "uid", "gid", "address")
+    __slots__ = _fields
+    pid: int
+    uid: int
+    gid: int
+    address: str
+
+
+class Connected(Record):
+    """A connection was accepted on one of the loop's listeners; ``conn`` names it from now
+    on (a number never used again by this loop)."""
+
+    _fields = ("conn", "peer", "listener")
+    __slots__ = _fields
+    conn: int
+    peer: Peer
+    listener: str
+
+
+class MessageReceived(Record):
+    """One JSON value arrived on connection ``conn``."""
+
+    _fields = ("conn", "message")
+    __slots__ = _fields
+    conn: int
+    message: Any
+
+
+class BadMessage(Record):
+    """A line on ``conn`` could not be read as JSON, or was too long; ``reason`` says which."""
+
+    _fields = ("conn", "reason")
+    __slots__ = _fields
+    conn: int
+    reason: str
+
+
+class Disconnected(Record):
+    """Connection ``conn`` is closed: by its peer, by :class:`Close`, or after an error
+    (``reason`` says which)."""
+
+    _fields = ("conn", "reason")
+    __slots__ = _fields
+    conn: int
+    reason: str
+
+
+class JobStatusChanged(Record):
+    """The job submitted or attached under ``key`` entered a new state (a
+    :class:`~psij.JobStatus`)."""
+
+    _fields = ("key", "status")
+    __slots__ = _fields
+    key: Hashable
+    status: Any
+
+
+class ActionDone(Record):
+    """The executor call for ``key`` returned: for :class:`Submit` and :class:`Attach` the
+    ``result`` is the job's native id, for :class:`Cancel` None, for :class:`Call` what the
+    function returned."""
+
+    _fields = ("key", "action", "result")
+    __slots__ = _fields
+    key: Hashable
+    action: str
+    result: Any
+
+
+class ActionFailed(Record):
+    """The executor call for ``key`` raised (or could not be made); ``message`` says why and
+    ``error`` is the exception (None when the loop refused the action itself)."""
+
+    _fields = ("key", "action", "message", "error")
+    __slots__ = _fields
+    key: Hashable
+    action: str
+    message: str
+    error: Optional[BaseException]
+
+
+# -- actions ----------------------------------------------------------------------------------
+
+class Submit(Record):
+    """Submit a job made from ``spec`` (a :class:`~psij.JobSpec`) to the executor named
+    ``executor`` ("" for the loop's default), known as ``key`` from now on."""
+
+    _fields = ("key", "spec", "executor")
+    __slots__ = _fields
+    key: Hashable
+    spec: Any
+    executor: str
+
+    def __init__(self, key: Hashable, spec: Any, executor: str = "") -> None:
+        self._store(key, spec, executor)
+
+
+class Attach(Record):
+    """Attach a job known to the executor by ``native_id`` (submitted earlier, perhaps by
+    another process), known as ``key`` from now on."""
+
+    _fields = ("key", "native_id", "executor")
+    __slots__ = _fields
+    key: Hashable
+    native_id: str
+    executor: str
+
+    def __init__(self, key: Hashable, native_id: str, executor: str = "") -> None:
+        self._store(key, native_id, executor)
+
+
+class Cancel(Record):
+    """Cancel the job known as ``key`` (on a worker thread: ``scancel`` may hang)."""
+
+    _fields = ("key",)
+    __slots__ = _fields
+    key: Hashable
+
+
+class Forget(Record):
+    """Drop the loop's :class:`~psij.Job` for ``key`` (after its final state): a controller
+    that runs for weeks must not keep every job it ever submitted."""
+
+    _fields = ("key",)
+    __slots__ = _fields
+    key: Hashable
+
+
+class Call(Record):
+    """Run ``function()`` on a worker thread; its result or exception comes back for
+    ``key``. The way for a machine to ask for any other blocking work."""
+
+    _fields = ("key", "function")
+    __slots__ = _fields
+    key: Hashable
+    function: Callable[[], Any]
+
+
+class Send(Record):
+    """Send ``message`` (anything ``json.dumps`` writes) as one line on connection ``conn``."""
+
+    _fields = ("conn", "message")
+    __slots__ = _fields
+    conn: int
+    message: Any
+
+
+class Close(Record):
+    """Close connection ``conn`` once what was sent on it is written."""
+
+    _fields = ("conn",)
+    __slots__ = _fields
+    conn: int
+
+
+class SetTimer(Record):
+    """Deliver :class:`TimerFired` for ``name`` in ``delay`` seconds (replacing a timer of the
+    same name)."""
+
+    _fields = ("name", "delay")
+    __slots__ = _fields
+    name: Hashable
+    delay: float
+
+
+class CancelTimer(Record):
+    """Forget the timer ``name`` (nothing happens when there is none)."""
+
+    _fields = ("name",)
+    __slots__ = _fields
+    name: Hashable
+
+
+class Log(Record):
+    """Write ``message`` to the controller's log at ``level``."""
+
+    _fields = ("message", "level")
+    __slots__ = _fields
+    message: str
+    level: int
+
+    def __init__(self, message: str, level: int = logging.INFO) -> None:
+        self._store(message, level)
+
+
+class Stop(Record):
+    """End the loop with ``exit_code`` once no executor call is in flight, or after ``grace``
+    seconds (see the module notes); ``reason`` is logged."""
+
+    _fields = ("exit_code", "reason", "grace")
+    __slots__ = _fields
+    exit_code: int
+    reason: str
+    grace: float
+
+    def __init__(self, exit_code: int, reason: str = "", grace: float = 30.0) -> None:
+        self._store(exit_code, reason, grace)
+
+
+Event = Record
+Action = Record
+
+
+class Machine(Protocol):
+    """A controller's state and rules: takes one event and the time, returns the actions."""
+
+    def step(self, event: Event, now: float) -> Iterable[Action]:
+        ...
+
+
+def exit_code_for_signal(signum: int) -> int:
+    """The shell's exit code for a process stopped by ``signum``: 130 for SIGINT, 143 for
+    SIGTERM."""
+    return 128 + int(signum)
