@@ -498,3 +498,37 @@ def test_stop_signal_is_handled_within_a_second_while_sbatch_hangs(
     assert handled[0] - sent < 1.0
     # The hanging sbatch was left behind after the grace, not waited for.
     assert exited - sent < 10
+
+
+def test_executor_factory_and_the_machine_s_own_actions() -> None:
+    from psij import JobExecutor
+    from psij._record import Record
+
+    class Note(Record):
+        _fields = ("text",)
+        __slots__ = _fields
+        text: str
+
+    made: List[str] = []
+    notes: List[str] = []
+
+    def factory(name: str) -> Any:
+        if name == "broken":
+            raise RuntimeError("cannot reach it")
+        made.append(name)
+        return JobExecutor.get_instance("local")
+
+    def script(event: Any, now: float) -> List[Any]:
+        if type(event) is Started:
+            return [Note("first"), Submit("a", JobSpec("/bin/true"), "user-1000"),
+                    Submit("b", JobSpec("/bin/true"), "user-1000"),
+                    Submit("c", JobSpec("/bin/true"), "broken")]
+        return []
+
+    machine = Scripted(script)
+    loop = ControllerLoop(machine, executor_factory=factory,
+                          action_handlers={Note: lambda note: notes.append(note.text)})
+    pump(loop, lambda: len(machine.of(ActionDone)) == 2 and len(machine.of(ActionFailed)) == 1)
+    assert made == ["user-1000"] and notes == ["first"]
+    assert "no executor for 'broken': cannot reach it" in machine.of(ActionFailed)[0].message
+    loop.close()

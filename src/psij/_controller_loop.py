@@ -123,6 +123,13 @@ class ControllerLoop:
         loop runs on the main thread.
     :param max_line_bytes: the longest line a connection may send.
     :param max_pending_bytes: the most bytes waiting to be sent on one connection.
+    :param executor_factory: called with a name no executor is known by yet (from
+        ``executors``), returns the executor to use for it from then on (or raises: the action
+        then fails with the error's message). A controller serving many users makes one
+        executor per user this way.
+    :param action_handlers: the machine's own kinds of action, each run on the loop's thread
+        by the function given for its class (writing the machine's journal, for instance);
+        what the function raises is logged, and the loop goes on.
     """
 
     def __init__(self, machine: Machine,
@@ -131,7 +138,10 @@ class ControllerLoop:
                  workers: int = 4,
                  signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM),
                  max_line_bytes: int = 1024 * 1024,
-                 max_pending_bytes: int = 64 * 1024 * 1024) -> None:
+                 max_pending_bytes: int = 64 * 1024 * 1024,
+                 executor_factory: Optional[Callable[[str], Any]] = None,
+                 action_handlers: Optional[Mapping[type, Callable[[Any], None]]] = None
+                 ) -> None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers: expected a whole number >= 1, got {workers!r}")
         if tick is not None and not (isinstance(tick, (int, float)) and 0 < tick < 86400):
@@ -146,6 +156,8 @@ class ControllerLoop:
                 self._executors[""] = next(iter(self._executors.values()))
         else:
             self._executors = {"": executors}
+        self._executor_factory = executor_factory
+        self._action_handlers: Dict[type, Callable[[Any], None]] = dict(action_handlers or {})
         self._tick = tick
         self._signals = tuple(signals)
         self._max_line = max_line_bytes
@@ -328,10 +340,21 @@ class ControllerLoop:
         elif kind is Stop:
             self._begin_stop(action)  # type: ignore[arg-type]
         else:
-            raise TypeError(f"not a controller action: {action!r}")
+            handler = self._action_handlers.get(kind)
+            if handler is None:
+                raise TypeError(f"not a controller action: {action!r}")
+            handler(action)
 
     def _executor(self, key: Hashable, action: str, name: str) -> Any:
         executor = self._executors.get(name)
+        if executor is None and self._executor_factory is not None:
+            try:
+                executor = self._executor_factory(name)
+            except Exception as error:
+                self.post(ActionFailed(key, action, f"no executor for {name!r}: "
+                                       f"{describe_error(error)}", error))
+                return None
+            self._executors[name] = executor
         if executor is None:
             known = ", ".join(repr(n) for n in sorted(self._executors)) or "none"
             self.post(ActionFailed(key, action, f"no executor named {name!r} (known: {known})",
