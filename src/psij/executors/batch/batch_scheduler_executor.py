@@ -58,6 +58,7 @@ from psij.executors.batch._final_state import (
     final_status,
     needs_accounting,
 )
+from psij.executors.batch._held_jobs import HeldJobs
 from psij.executors.batch._job_output import _read_text, _stderr_tail
 from psij.executors.batch._poller import StatusPoller
 from psij.executors.batch._runner import CommandResult, CommandRunner, SubprocessRunner
@@ -171,6 +172,8 @@ class BatchSchedulerExecutor(JobExecutor):
         self._poller_lock = threading.Lock()
         self._poller: Optional[StatusPoller] = None
         self._closed = False
+        cap = self.batch_config.max_queued_per_shape
+        self._held: Optional[HeldJobs] = HeldJobs(self, cap) if cap is not None else None
         if self.TEMPLATE is not None:
             template = Path(self.TEMPLATE)
             if not template.is_absolute():
@@ -301,6 +304,13 @@ class BatchSchedulerExecutor(JobExecutor):
         and the job is still NEW and unbound."""
         self._ensure_open()
         spec = self._check_job(job)
+        if self._held is not None:
+            self._held.submit(job, spec)  # submits now (as below) or holds the job
+            return
+        self._submit_checked(job, spec)
+
+    def _submit_checked(self, job: Job, spec: JobSpec) -> None:
+        """Submit ``job`` (bound to this executor by ``_check_job``) to the scheduler."""
         try:
             self._check_script_values(job, spec)
             context = self._create_script_context(job)
@@ -416,6 +426,8 @@ class BatchSchedulerExecutor(JobExecutor):
             raise _check.fail_type("cancel job", job, "psij.Job")
         if job.status.state.final:
             return
+        if self._held is not None and self._held.cancel(job):
+            return
         native_id = job.native_id
         if native_id is None:
             raise SubmitException(f"job {job.id} has not been submitted, so it cannot be "
@@ -475,10 +487,17 @@ class BatchSchedulerExecutor(JobExecutor):
     def close(self) -> None:
         """Stop following jobs and end the status poller's thread (waits for it to end)."""
         self._closed = True
+        if self._held is not None:
+            self._held.close()
         with self._poller_lock:
             poller, self._poller = self._poller, None
         if poller is not None:
             poller.stop(wait=True)
+
+    def _set_job_status(self, job: Job, status: JobStatus) -> None:
+        super()._set_job_status(job, status)
+        if self._held is not None and status.state is not JobState.QUEUED:
+            self._held.left_queue(job)  # a queued slot of its shape is free
 
     def _ensure_open(self) -> None:
         if self._closed:
