@@ -52,6 +52,7 @@ from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._staging import REPORT_SUFFIX
 from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
+from psij.executors.batch._fallback import local_fallback, not_found_hint
 from psij.executors.batch._final_state import (
     Seen,
     final_state,
@@ -179,6 +180,7 @@ class BatchSchedulerExecutor(JobExecutor):
             if not template.is_absolute():
                 template = data_dir("templates") / template
             self.generator = TemplatedScriptGenerator(self.config, template)
+        self._fallback = local_fallback(self)  # set when jobs go to this machine instead
 
     def _batch_config(self, config: Optional[JobExecutorConfig]
                       ) -> BatchSchedulerExecutorConfig:
@@ -303,6 +305,9 @@ class BatchSchedulerExecutor(JobExecutor):
         """Submit ``job``; on return it is QUEUED with a native id, or an exception was raised
         and the job is still NEW and unbound."""
         self._ensure_open()
+        if self._fallback is not None:
+            self._fallback.submit(job)
+            return
         spec = self._check_job(job)
         if self._held is not None:
             self._held.submit(job, spec)  # submits now (as below) or holds the job
@@ -323,7 +328,8 @@ class BatchSchedulerExecutor(JobExecutor):
         if not result.ok:
             job.executor = None
             raise SubmitException(
-                f"job {job.id}: submitting failed: {result.describe()}; the submit script "
+                f"job {job.id}: submitting failed: {result.describe()}"
+                f"{not_found_hint(self, result)}; the submit script "
                 f"is kept at {script}", transient=self._is_transient(result))
         try:
             native_id = self.job_id_from_submit_output(result.stdout).strip()
@@ -426,6 +432,9 @@ class BatchSchedulerExecutor(JobExecutor):
             raise _check.fail_type("cancel job", job, "psij.Job")
         if job.status.state.final:
             return
+        if self._fallback is not None:
+            self._fallback.cancel(job)
+            return
         if self._held is not None and self._held.cancel(job):
             return
         native_id = job.native_id
@@ -455,6 +464,9 @@ class BatchSchedulerExecutor(JobExecutor):
         The job's state is learned at once from the scheduler (and, for a job that has left the
         queue, from its exit-code file or the accounting)."""
         self._ensure_open()
+        if self._fallback is not None:
+            self._fallback.local.attach(job, native_id)
+            return
         if not isinstance(job, Job):
             raise _check.fail_type("attach job", job, "psij.Job")
         native_id = _check.req_str("attach native_id", native_id).strip()
@@ -473,6 +485,8 @@ class BatchSchedulerExecutor(JobExecutor):
 
     def list(self) -> List[str]:
         """Native ids of this user's jobs known to the scheduler."""
+        if self._fallback is not None:
+            return self._fallback.local.list()
         result = self._run(self.get_list_command())
         if result.exit_code is not None and self.output_means_no_jobs(result.exit_code,
                                                                       result.output):
@@ -489,6 +503,8 @@ class BatchSchedulerExecutor(JobExecutor):
         self._closed = True
         if self._held is not None:
             self._held.close()
+        if self._fallback is not None:
+            self._fallback.close()
         with self._poller_lock:
             poller, self._poller = self._poller, None
         if poller is not None:
