@@ -52,7 +52,11 @@ from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._staging import REPORT_SUFFIX
 from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
-from psij.executors.batch._fallback import local_fallback, not_found_hint
+from psij.executors.batch._fallback import (
+    SchedulerFallbackWarning,
+    local_fallback,
+    not_found_hint,
+)
 from psij.executors.batch._final_state import (
     Seen,
     final_state,
@@ -90,6 +94,7 @@ __all__ = [
     "BatchSchedulerExecutor",
     "BatchSchedulerExecutorConfig",
     "InvalidJobStateError",
+    "SchedulerFallbackWarning",
     "StatusCommandError",
     "check_status_exit_code",
 ]
