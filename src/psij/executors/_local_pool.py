@@ -35,6 +35,14 @@ class IllegalEvent(Exception):
     """An event the pool cannot accept for the job it names."""
 
 
+class _Keyed(Record):
+    """An event or action about one job."""
+
+    _fields = ("key",)
+    __slots__ = _fields
+    key: Key
+
+
 class Amounts(Record):
     """Cores, memory and temporary disk (bytes); None: not known / not asked for."""
 
@@ -55,30 +63,6 @@ class Arrived(Record):
     priority: Union[int, float]
 
 
-class Ended(Record):
-    """A running job ended (or could not be started)."""
-
-    _fields = ("key",)
-    __slots__ = _fields
-    key: Key
-
-
-class Cancel(Record):
-    """Cancel a waiting job."""
-
-    _fields = ("key",)
-    __slots__ = _fields
-    key: Key
-
-
-class Start(Record):
-    """Start this job now; its resources are taken."""
-
-    _fields = ("key",)
-    __slots__ = _fields
-    key: Key
-
-
 class Wait(Record):
     """The job waits for resources (``ahead`` jobs wait with it)."""
 
@@ -88,12 +72,28 @@ class Wait(Record):
     ahead: int
 
 
-class Dropped(Record):
+class Ended(_Keyed):
+    """A running job ended (or could not be started)."""
+
+    __slots__ = ()
+
+
+class Cancel(_Keyed):
+    """Cancel a waiting job."""
+
+    __slots__ = ()
+
+
+class Start(_Keyed):
+    """Start this job now; its resources are taken."""
+
+    __slots__ = ()
+
+
+class Dropped(_Keyed):
     """A waiting job was cancelled."""
 
-    _fields = ("key",)
-    __slots__ = _fields
-    key: Key
+    __slots__ = ()
 
 
 Event = Union[Arrived, Ended, Cancel]

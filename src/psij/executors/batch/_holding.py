@@ -63,6 +63,14 @@ class Phase(Enum):
 # ------------------------------------------------------------------------------------- events
 
 
+class _Keyed(Record):
+    """An event or action about one job."""
+
+    _fields = ("key",)
+    __slots__ = _fields
+    key: Key
+
+
 class Arrived(Record):
     """A job is to be submitted; ``shape`` groups it, higher ``priority`` goes first."""
 
@@ -73,36 +81,28 @@ class Arrived(Record):
     priority: Union[int, float]
 
 
-class Submitted(Record):
+class Submitted(_Keyed):
     """The scheduler accepted the job: it is queued there."""
 
-    _fields = ("key",)
-    __slots__ = _fields
-    key: Key
+    __slots__ = ()
 
 
-class SubmitFailed(Record):
+class SubmitFailed(_Keyed):
     """The job's submission failed; the job is no longer the machine's."""
 
-    _fields = ("key",)
-    __slots__ = _fields
-    key: Key
+    __slots__ = ()
 
 
-class LeftQueue(Record):
+class LeftQueue(_Keyed):
     """A submitted job is no longer waiting in the scheduler's queue (it started or ended)."""
 
-    _fields = ("key",)
-    __slots__ = _fields
-    key: Key
+    __slots__ = ()
 
 
-class Cancel(Record):
+class Cancel(_Keyed):
     """Cancel a held job, or a job whose submission is under way."""
 
-    _fields = ("key",)
-    __slots__ = _fields
-    key: Key
+    __slots__ = ()
 
 
 Event = Union[Arrived, Submitted, SubmitFailed, LeftQueue, Cancel]
@@ -110,12 +110,10 @@ Event = Union[Arrived, Submitted, SubmitFailed, LeftQueue, Cancel]
 # ------------------------------------------------------------------------------------ actions
 
 
-class Submit(Record):
+class Submit(_Keyed):
     """Submit this job now, then feed Submitted or SubmitFailed."""
 
-    _fields = ("key",)
-    __slots__ = _fields
-    key: Key
+    __slots__ = ()
 
 
 class Hold(Record):
@@ -127,20 +125,16 @@ class Hold(Record):
     held: int
 
 
-class Dropped(Record):
+class Dropped(_Keyed):
     """A held job was cancelled before it was submitted."""
 
-    _fields = ("key",)
-    __slots__ = _fields
-    key: Key
+    __slots__ = ()
 
 
-class CancelSubmitted(Record):
+class CancelSubmitted(_Keyed):
     """The job was cancelled while it was being submitted: cancel it in the scheduler."""
 
-    _fields = ("key",)
-    __slots__ = _fields
-    key: Key
+    __slots__ = ()
 
 
 Action = Union[Submit, Hold, Dropped, CancelSubmitted]
