@@ -80,6 +80,9 @@ def test_missing_commands_warn_once_and_jobs_run_locally(tmp_path: Path,
         (JobState.COMPLETED, 0), (JobState.FAILED, 3)]
     for f in finals:
         assert f.metadata["backend"] == "local"  # type: ignore[union-attr,index]
+    with pytest.raises(SubmitException, match="cannot attach '1234': the slurm executor "
+                       "cannot use its scheduler .*'squeue' is not on PATH"):
+        ex.attach(Job(), "1234")
     ex.close()
 
 

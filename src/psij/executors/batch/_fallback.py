@@ -9,7 +9,8 @@ a resource pool of this machine (:mod:`psij.executors._local_pool`: cores, memor
 disk; a job asking for more than the machine has runs alone; waiting jobs start in priority
 order). Every status of such a job has ``backend: "local"`` in its metadata; a job waiting for
 the pool is QUEUED with ``waiting_for: "local resources"``. Its native id is the local
-executor's, and it is recorded in the registry under ``local``.
+executor's, and it is recorded in the registry under ``local`` (so it is attached with the
+``local`` executor; the fallback executor's own ``attach`` refuses scheduler ids, saying why).
 
 Without ``fallback`` nothing is checked in advance; :func:`not_found_hint` makes the submit
 error of a missing command say what to do.
@@ -149,7 +150,8 @@ class _Local(LocalJobExecutor):
 
 
 class LocalFallback:
-    """Runs a batch executor's jobs on this machine (see the module's documentation)."""
+    """Runs a batch executor's jobs on this machine (see the module's documentation);
+    ``why`` says why."""
 
     def __init__(self, batch: "BatchSchedulerExecutor", why: str) -> None:
         self.batch = batch
@@ -248,4 +250,5 @@ def local_fallback(executor: "BatchSchedulerExecutor") -> Optional[LocalFallback
     warnings.warn(f"the {executor.name} executor cannot use its scheduler ({why}); its jobs "
                   "will run on this machine (fallback='local')", SchedulerFallbackWarning,
                   stacklevel=4)
-    return LocalFallback(executor, why)
+    return LocalFallback(executor, f"the {executor.name} executor cannot use its scheduler "
+                                   f"({why}) and runs its jobs on this machine")

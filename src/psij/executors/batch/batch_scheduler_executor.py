@@ -469,9 +469,8 @@ class BatchSchedulerExecutor(JobExecutor):
         The job's state is learned at once from the scheduler (and, for a job that has left the
         queue, from its exit-code file or the accounting)."""
         self._ensure_open()
-        if self._fallback is not None:
-            self._fallback.local.attach(job, native_id)
-            return
+        if self._fallback is not None:  # its jobs were recorded as the local executor's
+            raise SubmitException(f"cannot attach {native_id!r}: {self._fallback.why}")
         if not isinstance(job, Job):
             raise _check.fail_type("attach job", job, "psij.Job")
         native_id = _check.req_str("attach native_id", native_id).strip()
