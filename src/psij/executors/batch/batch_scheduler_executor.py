@@ -52,11 +52,8 @@ from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._staging import REPORT_SUFFIX
 from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
-from psij.executors.batch._fallback import (
-    SchedulerFallbackWarning,
-    local_fallback,
-    not_found_hint,
-)
+from psij.executors.batch._fallback import SchedulerFallbackWarning as SchedulerFallbackWarning
+from psij.executors.batch._fallback import local_fallback, not_found_hint
 from psij.executors.batch._final_state import (
     Seen,
     final_state,
@@ -505,10 +502,9 @@ class BatchSchedulerExecutor(JobExecutor):
     def close(self) -> None:
         """Stop following jobs and end the status poller's thread (waits for it to end)."""
         self._closed = True
-        if self._held is not None:
-            self._held.close()
-        if self._fallback is not None:
-            self._fallback.close()
+        for part in (self._held, self._fallback):
+            if part is not None:
+                part.close()
         with self._poller_lock:
             poller, self._poller = self._poller, None
         if poller is not None:
