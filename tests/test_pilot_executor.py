@@ -120,8 +120,11 @@ def test_priorities_are_honoured(tmp_path: Path) -> None:
         # blocker is placed would rightly start first.
         started = blocker.wait(timedelta(seconds=20), target_states=JobState.ACTIVE)
         assert started is not None and started.state is JobState.ACTIVE
+        # pilot.priority and psij.priority (the one every executor takes) mix
         jobs = [Job(JobSpec("/bin/sh", ["-c", f"echo {p} >> {tmp_path}/order"],
-                            attributes=attrs(priority=p))) for p in (1, 3, 2)]
+                            attributes=attrs(priority=p) if p != 2 else JobAttributes(
+                                custom_attributes={"psij.priority": 2.0})))
+                for p in (1, 3, 2)]
         for job in jobs:
             ex.submit(job)
         gate.touch()
@@ -136,8 +139,12 @@ def test_jobs_the_pilot_cannot_run_are_refused_at_submission(
         executor: PilotJobExecutor) -> None:
     with pytest.raises(InvalidJobException, match="JobSpec.launcher: 'mpirun' is not supported"):
         executor.submit(Job(JobSpec("/bin/true", launcher="mpirun")))
-    with pytest.raises(InvalidJobException, match="pilot.priority: expected an int"):
+    with pytest.raises(InvalidJobException, match="pilot.priority: expected a number"):
         executor.submit(Job(JobSpec("/bin/true", attributes=attrs(priority="high"))))
+    for bad, text in ((float("nan"), "expected a finite number"), (2.5, "whole numbers")):
+        with pytest.raises(InvalidJobException, match=f"psij.priority.*{text}"):
+            executor.submit(Job(JobSpec("/bin/true", attributes=JobAttributes(
+                custom_attributes={"psij.priority": bad}))))
     with pytest.raises(SubmitException, match="'ghost' is neither a task nor"):
         executor.submit(Job(JobSpec("/bin/true", attributes=attrs(after="ghost"))))
     job = Job(JobSpec("/bin/true", attributes=attrs(after="ghost")))

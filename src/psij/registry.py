@@ -282,6 +282,12 @@ def attach(records: Iterable[JobRecord], callback: Optional[CallbackLike] = None
 def _attach_one(record: JobRecord, cb: Any,
                 executors: Dict[Tuple[str, Optional[str], str], JobExecutor]) -> Job:
     if record.native_id is None:
+        from psij.executors.batch._held_jobs import HELD_MESSAGE
+
+        if record.message == HELD_MESSAGE and not record.state.final:
+            raise RegistryError("the job is held by the client process that submitted it "
+                                "(max_queued_per_shape) and was not given to the scheduler, "
+                                "so only that process can follow it; it has no native id yet")
         raise RegistryError("no native id was recorded (the submitting process ended before "
                             "its executor gave one)")
     try:

@@ -7,13 +7,17 @@ commands or reads the clock.
 """
 
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from psij import _check
 from psij.executors.batch._tracking import Settings
 from psij.job_executor_config import JobExecutorConfig
 
-__all__ = ["BatchSchedulerExecutorConfig"]
+__all__ = ["DEFAULT_BUCKET", "DEFAULT_QUEUE_CAP", "BatchSchedulerExecutorConfig",
+           "fallback_choice", "queue_cap"]
+
+DEFAULT_QUEUE_CAP = 10
+DEFAULT_BUCKET = 1 << 30  # 1 GiB
 
 
 class BatchSchedulerExecutorConfig(JobExecutorConfig):
@@ -34,6 +38,21 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
         Seconds of failing status commands tolerated before the jobs are failed (5 minutes).
     command_timeout
         Seconds after which a scheduler command is killed and counted as failed.
+    max_queued_per_shape
+        At most this many jobs of one resource shape queued (not yet started) in the scheduler;
+        the others are held by the client, in priority order (custom attribute
+        ``psij.priority``, higher first), and submitted as queued ones start. ``None`` or
+        ``False`` (the default): no cap; ``True``: 10.
+    memory_bucket, tmp_bucket
+        Bytes: memory and temporary disk (``psij.tmp``) are rounded up to a multiple of these
+        to group jobs into shapes (0: exact amounts); the scripts ask for the exact amounts.
+    use_nice
+        Give the job's priority to the scheduler (Slurm ``--nice``, Grid Engine and PBS
+        ``-p``, LSF ``-sp``), mapped into the range a user may set; off by default.
+    fallback
+        ``"local"``: when the scheduler cannot be used (its commands are missing or it does not
+        answer), warn once when the executor is made and run the jobs on this machine;
+        ``None`` (the default): no fallback.
     """
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
@@ -41,7 +60,10 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
                  queue_polling_interval: float = 30, initial_queue_polling_delay: float = 2,
                  queue_polling_error_threshold: int = 2, keep_files: bool = False,
                  queue_polling_outage_tolerance: float = 300,
-                 command_timeout: float = 60) -> None:
+                 command_timeout: float = 60,
+                 max_queued_per_shape: Union[int, bool, None] = None,
+                 memory_bucket: int = DEFAULT_BUCKET, tmp_bucket: int = DEFAULT_BUCKET,
+                 use_nice: bool = False, fallback: Optional[str] = None) -> None:
         super().__init__(launcher_log_file, work_directory)
         name = type(self).__name__
         self.queue_polling_interval = _positive(f"{name}.queue_polling_interval",
@@ -57,6 +79,12 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
         self.queue_polling_outage_tolerance = _non_negative(
             f"{name}.queue_polling_outage_tolerance", queue_polling_outage_tolerance)
         self.command_timeout = _positive(f"{name}.command_timeout", command_timeout)
+        self.max_queued_per_shape = queue_cap(f"{name}.max_queued_per_shape",
+                                              max_queued_per_shape)
+        self.memory_bucket = _bucket(f"{name}.memory_bucket", memory_bucket)
+        self.tmp_bucket = _bucket(f"{name}.tmp_bucket", tmp_bucket)
+        self.use_nice = _check.opt_bool(f"{name}.use_nice", use_nice)
+        self.fallback = fallback_choice(f"{name}.fallback", fallback)
 
     @classmethod
     def _from_config(cls, config: JobExecutorConfig) -> "BatchSchedulerExecutorConfig":
@@ -85,7 +113,8 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
 
 _BATCH_SETTINGS = ("queue_polling_interval", "initial_queue_polling_delay",
                    "queue_polling_error_threshold", "keep_files",
-                   "queue_polling_outage_tolerance", "command_timeout")
+                   "queue_polling_outage_tolerance", "command_timeout", "max_queued_per_shape",
+                   "memory_bucket", "tmp_bucket", "use_nice", "fallback")
 
 
 def _positive(field: str, value: Any) -> float:
@@ -94,3 +123,29 @@ def _positive(field: str, value: Any) -> float:
 
 def _non_negative(field: str, value: Any) -> float:
     return _check.seconds(field, value)
+
+
+def queue_cap(field: str, value: Any) -> Optional[int]:
+    """``max_queued_per_shape`` checked: None (no cap) or a whole number of at least 1."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return DEFAULT_QUEUE_CAP
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{field}: expected None, False, True (= {DEFAULT_QUEUE_CAP}) or a "
+                         f"whole number of at least 1, got {value!r}")
+    return value
+
+
+def fallback_choice(field: str, value: Any) -> Optional[str]:
+    """``fallback`` checked: None or "local"."""
+    if value is None or value == "local":
+        return value  # type: ignore[no-any-return]
+    raise ValueError(f"{field}: expected None or 'local', got {value!r}")
+
+
+def _bucket(field: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{field}: expected a whole number of bytes (at least 0; 0 groups by "
+                         f"exact amounts), got {value!r}")
+    return value

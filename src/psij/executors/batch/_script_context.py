@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Dict
 
 from psij.exceptions import InvalidJobException
 from psij.executors._staging import script_context as staging_context
+from psij.executors.batch._nice import scheduler_priority
+from psij.executors.batch._shapes import job_tmp
 from psij.executors.batch.escape_functions import ShellWord
 from psij.executors.batch.template_function_library import ALL as FUNCTION_LIBRARY
 from psij.job import Job
@@ -84,6 +86,7 @@ def build_script_context(executor: "BatchSchedulerExecutor", job: Job) -> Dict[s
     words = launcher.get_launch_command(job)
     # Always absolute: schedulers start scripts in different folders.
     directory = os.path.abspath(spec.directory if spec.directory is not None else os.getcwd())
+    tmp = job_tmp(spec)
     context: Dict[str, object] = {
         "job": job,
         "env": [{"name": k, "value": v} for k, v in (spec.environment or {}).items()],
@@ -98,6 +101,8 @@ def build_script_context(executor: "BatchSchedulerExecutor", job: Job) -> Dict[s
             "node_count": v1_resources(spec).computed_node_count,
             "staging": staging_context(spec, directory, executor.config.work_directory,
                                        executor.name),
+            "scheduler_priority": scheduler_priority(executor, spec),
+            "tmp_kb": None if tmp is None else -(-tmp // 1024),
         },
     }
     duration = spec.attributes.duration

@@ -52,12 +52,15 @@ from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._staging import REPORT_SUFFIX
 from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
+from psij.executors.batch._fallback import SchedulerFallbackWarning as SchedulerFallbackWarning
+from psij.executors.batch._fallback import local_fallback, not_found_hint
 from psij.executors.batch._final_state import (
     Seen,
     final_state,
     final_status,
     needs_accounting,
 )
+from psij.executors.batch._held_jobs import HeldJobs
 from psij.executors.batch._job_output import _read_text, _stderr_tail
 from psij.executors.batch._poller import StatusPoller
 from psij.executors.batch._runner import CommandResult, CommandRunner, SubprocessRunner
@@ -88,6 +91,7 @@ __all__ = [
     "BatchSchedulerExecutor",
     "BatchSchedulerExecutorConfig",
     "InvalidJobStateError",
+    "SchedulerFallbackWarning",
     "StatusCommandError",
     "check_status_exit_code",
 ]
@@ -171,11 +175,14 @@ class BatchSchedulerExecutor(JobExecutor):
         self._poller_lock = threading.Lock()
         self._poller: Optional[StatusPoller] = None
         self._closed = False
+        cap = self.batch_config.max_queued_per_shape
+        self._held: Optional[HeldJobs] = HeldJobs(self, cap) if cap is not None else None
         if self.TEMPLATE is not None:
             template = Path(self.TEMPLATE)
             if not template.is_absolute():
                 template = data_dir("templates") / template
             self.generator = TemplatedScriptGenerator(self.config, template)
+        self._fallback = local_fallback(self)  # set when jobs go to this machine instead
 
     def _batch_config(self, config: Optional[JobExecutorConfig]
                       ) -> BatchSchedulerExecutorConfig:
@@ -300,7 +307,17 @@ class BatchSchedulerExecutor(JobExecutor):
         """Submit ``job``; on return it is QUEUED with a native id, or an exception was raised
         and the job is still NEW and unbound."""
         self._ensure_open()
+        if self._fallback is not None:
+            self._fallback.submit(job)
+            return
         spec = self._check_job(job)
+        if self._held is not None:
+            self._held.submit(job, spec)  # submits now (as below) or holds the job
+            return
+        self._submit_checked(job, spec)
+
+    def _submit_checked(self, job: Job, spec: JobSpec) -> None:
+        """Submit ``job`` (bound to this executor by ``_check_job``) to the scheduler."""
         try:
             self._check_script_values(job, spec)
             context = self._create_script_context(job)
@@ -313,7 +330,8 @@ class BatchSchedulerExecutor(JobExecutor):
         if not result.ok:
             job.executor = None
             raise SubmitException(
-                f"job {job.id}: submitting failed: {result.describe()}; the submit script "
+                f"job {job.id}: submitting failed: {result.describe()}"
+                f"{not_found_hint(self, result)}; the submit script "
                 f"is kept at {script}", transient=self._is_transient(result))
         try:
             native_id = self.job_id_from_submit_output(result.stdout).strip()
@@ -416,6 +434,11 @@ class BatchSchedulerExecutor(JobExecutor):
             raise _check.fail_type("cancel job", job, "psij.Job")
         if job.status.state.final:
             return
+        if self._fallback is not None:
+            self._fallback.cancel(job)
+            return
+        if self._held is not None and self._held.cancel(job):
+            return
         native_id = job.native_id
         if native_id is None:
             raise SubmitException(f"job {job.id} has not been submitted, so it cannot be "
@@ -443,6 +466,8 @@ class BatchSchedulerExecutor(JobExecutor):
         The job's state is learned at once from the scheduler (and, for a job that has left the
         queue, from its exit-code file or the accounting)."""
         self._ensure_open()
+        if self._fallback is not None:  # its jobs were recorded as the local executor's
+            raise SubmitException(f"cannot attach {native_id!r}: {self._fallback.why}")
         if not isinstance(job, Job):
             raise _check.fail_type("attach job", job, "psij.Job")
         native_id = _check.req_str("attach native_id", native_id).strip()
@@ -461,6 +486,8 @@ class BatchSchedulerExecutor(JobExecutor):
 
     def list(self) -> List[str]:
         """Native ids of this user's jobs known to the scheduler."""
+        if self._fallback is not None:
+            return self._fallback.local.list()
         result = self._run(self.get_list_command())
         if result.exit_code is not None and self.output_means_no_jobs(result.exit_code,
                                                                       result.output):
@@ -475,10 +502,18 @@ class BatchSchedulerExecutor(JobExecutor):
     def close(self) -> None:
         """Stop following jobs and end the status poller's thread (waits for it to end)."""
         self._closed = True
+        for part in (self._held, self._fallback):
+            if part is not None:
+                part.close()
         with self._poller_lock:
             poller, self._poller = self._poller, None
         if poller is not None:
             poller.stop(wait=True)
+
+    def _set_job_status(self, job: Job, status: JobStatus) -> None:
+        super()._set_job_status(job, status)
+        if self._held is not None and status.state is not JobState.QUEUED:
+            self._held.left_queue(job)  # a queued slot of its shape is free
 
     def _ensure_open(self) -> None:
         if self._closed:

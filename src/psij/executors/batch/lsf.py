@@ -26,6 +26,7 @@ import math
 import re
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from psij.executors.batch._nice import LSF_NICE
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._site_directives import PLAIN_QUOTED
 from psij.executors.batch.batch_scheduler_executor import (
@@ -141,6 +142,7 @@ class LsfJobExecutor(BatchSchedulerExecutor):
         "temporarily unavailable", "Failed in an LSF library call",
     )
     TEMPLATE = "lsf.mustache"
+    NICE = LSF_NICE  # use_nice (see psij.executors.batch._nice)
     # bsub reads #BSUB lines only from standard input.
     SUBMIT_COMMAND = ("bsub",)
     SCRIPT_ON_STDIN = True

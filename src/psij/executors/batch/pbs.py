@@ -24,6 +24,7 @@ import json
 import re
 from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
 
+from psij.executors.batch._nice import PBS_NICE
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._site_directives import PLAIN
 from psij.executors.batch.batch_scheduler_executor import (
@@ -260,6 +261,7 @@ class GenericPBSJobExecutor(BatchSchedulerExecutor):
         "would exceed queue", "temporarily unavailable", "try again",
     )
     TEMPLATE = "pbs.mustache"
+    NICE = PBS_NICE  # use_nice (see psij.executors.batch._nice)
     SUBMIT_COMMAND = ("qsub",)
     # The last non-blank line of qsub's output: 1234.server, 12[].server, ...
     JOB_ID_PATTERN = re.compile(r"(?:\A|\n)\s*(" + _JOB_ID.pattern + r")\Z")

@@ -10,6 +10,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
+from psij.executors.batch._nice import SGE_NICE
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._site_directives import PLAIN
 from psij.executors.batch.batch_scheduler_executor import (
@@ -102,6 +103,7 @@ class SgeJobExecutor(BatchSchedulerExecutor):
     TRANSIENT_SUBMIT_ERRORS = ("unable to contact qmaster", "failed receiving gdi request",
                                "commlib error", "got no connection", "try again")
     TEMPLATE = "sge.mustache"
+    NICE = SGE_NICE  # use_nice (see psij.executors.batch._nice)
     SUBMIT_COMMAND = ("qsub", "-terse")
     JOB_ID_PATTERN = re.compile(r"(\d+)(?:\.[\d:-]+)?\s*$")
     CANCEL_COMMAND = ("qdel",)

@@ -10,6 +10,7 @@ import re
 from datetime import timedelta
 from typing import Collection, Dict, List, Optional, Sequence, Tuple
 
+from psij.executors.batch._nice import SLURM_NICE
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
@@ -131,6 +132,7 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
         "slurm_persist_conn_open", "try again",
     )
     TEMPLATE = "slurm.mustache"
+    NICE = SLURM_NICE  # use_nice (see psij.executors.batch._nice)
     SUBMIT_COMMAND = ("sbatch", "--parsable")
     JOB_ID_PATTERN = re.compile(r"(\d+)(?:;\S*)?\s*$")
     CANCEL_COMMAND = ("scancel",)

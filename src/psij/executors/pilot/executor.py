@@ -9,7 +9,7 @@ A job becomes one task: its executable starts once, on the first node of its sha
 process group, with ``PSIJ_NODEFILE``, ``TMPDIR`` and the ``SLURM_*``/``QCG_PM_*`` variables of
 that share. The task id is the job's native id. Custom attributes:
 
-- ``pilot.priority`` (int): higher starts first;
+- ``psij.priority`` (or ``pilot.priority``; a whole number): higher starts first;
 - ``pilot.after`` (comma-separated): names of jobs submitted through this executor, or native
   ids of any tasks of the pilot, that must all complete first; when one of them fails or is
   cancelled, the job ends FAILED with a message naming it;
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from psij import _check, _site_config
+from psij._priority import job_priority
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors.pilot._staging import final_status, with_staging
 from psij.executors.pilot.allocation import (
@@ -362,12 +363,7 @@ class PilotJobExecutor(JobExecutor):
         directory = os.path.abspath(spec.directory) if spec.directory is not None \
             else os.getcwd()
         attributes = spec.attributes
-        priority = attributes.get_custom_attribute("pilot.priority") if attributes else None
-        if priority is None:
-            priority = 0
-        elif isinstance(priority, bool) or not isinstance(priority, int):
-            raise InvalidJobException(f"custom attribute pilot.priority: expected an int, got "
-                                      f"{priority!r}")
+        priority = _integer_priority(job_priority(attributes))
         after = self._after(attributes.get_custom_attribute("pilot.after")
                             if attributes else None)
         limit = attributes.get_custom_attribute("pilot.time_limit") if attributes else None
@@ -410,3 +406,13 @@ class PilotJobExecutor(JobExecutor):
                 else:
                     ids.append(known[0])
         return ids
+
+
+def _integer_priority(value: Union[int, float]) -> int:
+    """The pilot orders tasks by integer priorities: an integral float is taken as an int."""
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise InvalidJobException(f"custom attribute psij.priority: the pilot executor "
+                                      f"takes whole numbers, got {value!r}")
+        return int(value)
+    return value

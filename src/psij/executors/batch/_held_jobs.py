@@ -1,0 +1,242 @@
+"""Carries out the holding machine's decisions (``max_queued_per_shape``) for a batch executor.
+
+The decisions are made by the pure machine of :mod:`psij.executors.batch._holding`; this module
+feeds it (a job submitted by the user, a queued job seen leaving the queue by the status
+poller, a submission's outcome, a cancel) and does what it asks:
+
+- A job whose shape has room is submitted at once, in the caller's thread, exactly as without
+  a cap (an error raises from ``submit`` and leaves the job NEW and unbound).
+- A held job is reported QUEUED without a native id, with the message :data:`HELD_MESSAGE`
+  and the metadata ``held_by: "client"``, its ``shape`` and how many jobs of that shape are
+  held. Its submit script is written only when it is submitted.
+- Held jobs chosen later are submitted by one worker thread per executor, never by the status
+  poller's thread. A submission that fails for a reason the scheduler calls transient is tried
+  again (up to :data:`RETRIES` times, waiting longer each time); any other failure ends the job
+  FAILED with the scheduler's message, and the next held job of its shape is tried.
+- Cancelling a held job ends it CANCELED at once; a job cancelled while being submitted is
+  cancelled in the scheduler as soon as it has a native id.
+- Closing the executor ends the jobs still held FAILED, saying that they were never submitted.
+
+An error while submitting one job fails only that job: the worker logs it and goes on.
+"""
+
+import logging
+import threading
+from collections import deque
+from typing import TYPE_CHECKING, Deque, Dict, List, Optional, Set
+
+import psij.job
+from psij import _priority
+from psij.exceptions import SubmitException
+from psij.executors.batch._holding import (
+    Action,
+    Arrived,
+    Cancel,
+    CancelSubmitted,
+    Dropped,
+    Event,
+    Hold,
+    Holding,
+    LeftQueue,
+    Phase,
+    Submit,
+    SubmitFailed,
+    Submitted,
+)
+from psij.executors.batch._shapes import shape_of
+from psij.job import Job
+from psij.job_spec import JobSpec
+from psij.job_state import JobState
+from psij.job_status import JobStatus
+
+if TYPE_CHECKING:
+    from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
+
+__all__ = ["HELD_MESSAGE", "RETRIES", "HeldJobs"]
+
+logger = logging.getLogger(__name__)
+
+HELD_MESSAGE = "held by the client until fewer jobs of its shape are queued"
+RETRIES = 5
+_FIRST_RETRY_DELAY = 1.0
+
+
+class HeldJobs:
+    """The holding of one batch executor (see the module's documentation)."""
+
+    def __init__(self, executor: "BatchSchedulerExecutor", cap: int) -> None:
+        self._executor = executor
+        self._machine = Holding(cap)
+        self._cond = threading.Condition()
+        self._jobs: Dict[str, Job] = {}
+        self._todo: Deque[Action] = deque()
+        self._left_early: Set[str] = set()  # seen leaving the queue before Submitted was fed
+        self._cancelled: Set[str] = set()
+        self._thread: Optional[threading.Thread] = None
+        self._stopped = False
+
+    # -- from the executor (user threads, the poller's thread)
+
+    def submit(self, job: Job, spec: JobSpec) -> None:
+        """Submit ``job`` now or hold it; raises as ``submit`` does for a job submitted now."""
+        ex = self._executor
+        config = ex.batch_config
+        try:
+            ex._check_script_values(job, spec)
+            shape = shape_of(spec, config.memory_bucket, config.tmp_bucket)
+            priority = _priority.job_priority(spec.attributes)
+        except BaseException:
+            job.executor = None
+            raise
+        with self._cond:
+            if self._stopped:
+                job.executor = None
+                raise SubmitException(f"{ex} is closed")
+            (action,) = self._machine.step(Arrived(job.id, shape, priority))
+            self._jobs[job.id] = job
+        if isinstance(action, Hold):
+            ex._set_job_status(job, JobStatus(JobState.QUEUED, message=HELD_MESSAGE, metadata={
+                "held_by": "client", "shape": shape.describe(), "held": action.held,
+                "priority": priority}))
+            return
+        try:
+            ex._submit_checked(job, spec)
+        except BaseException:
+            self._feed(SubmitFailed(job.id))
+            raise
+        self._submitted(job)
+
+    def left_queue(self, job: Job) -> None:
+        """``job`` was seen in a state past QUEUED."""
+        with self._cond:
+            phase = self._machine.phase(job.id)
+            if phase is Phase.SUBMITTING:
+                self._left_early.add(job.id)
+                return
+            if phase is not Phase.QUEUED:
+                return
+        self._feed(LeftQueue(job.id))
+
+    def cancel(self, job: Job) -> bool:
+        """Cancel ``job`` if it is held or being submitted (True); False when it is not ours."""
+        with self._cond:
+            phase = self._machine.phase(job.id)
+            if phase is None or phase is Phase.QUEUED:
+                return False
+            self._cancelled.add(job.id)
+        self._feed(Cancel(job.id))
+        return True
+
+    def close(self) -> None:
+        """Stop submitting; the jobs still held end FAILED."""
+        with self._cond:
+            self._stopped = True
+            self._todo.clear()
+            held = [job for key, job in self._jobs.items()
+                    if self._machine.phase(key) is Phase.HELD]
+            self._cond.notify_all()
+        for job in held:
+            self._executor._set_job_status(job, JobStatus(
+                JobState.FAILED, message="the executor was closed while the job was held by "
+                "the client (max_queued_per_shape); it was never submitted"))
+
+    # -- the machine
+
+    def _feed(self, event: Event) -> None:
+        with self._cond:
+            actions = self._machine.step(event)
+            if isinstance(event, (LeftQueue, SubmitFailed)):
+                self._jobs.pop(str(event.key), None)
+                self._cancelled.discard(event.key)
+        self._perform(actions)
+
+    def _perform(self, actions: List[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Dropped):
+                with self._cond:
+                    job = self._jobs.pop(str(action.key), None)
+                    self._cancelled.discard(action.key)
+                if job is not None:
+                    self._executor._set_job_status(job, JobStatus(
+                        JobState.CANCELED, message="cancelled while held by the client"))
+            elif isinstance(action, (Submit, CancelSubmitted)):
+                with self._cond:
+                    if self._stopped:
+                        continue
+                    self._todo.append(action)
+                    if self._thread is None:
+                        self._thread = threading.Thread(
+                            target=self._run, daemon=True,
+                            name=f"psij-{self._executor._work_name()}-held")
+                        self._thread.start()
+                    self._cond.notify_all()
+
+    # -- the worker thread
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._todo and not self._stopped:
+                    if not self._cond.wait(30.0) and not self._todo:
+                        self._thread = None
+                        return
+                if self._stopped:
+                    self._thread = None
+                    return
+                action = self._todo.popleft()
+                job = self._jobs.get(str(action.key))
+            if job is None:
+                continue
+            try:
+                if isinstance(action, Submit):
+                    self._submit_held(job)
+                else:
+                    self._executor.cancel(job)
+            except Exception:
+                logger.exception("job %s: internal error while submitting a held job", job.id)
+
+    def _submit_held(self, job: Job) -> None:
+        ex = self._executor
+        spec = job.spec
+        assert spec is not None
+        delay = _FIRST_RETRY_DELAY
+        for attempt in range(RETRIES + 1):
+            try:
+                ex._submit_checked(job, spec)
+                break
+            except Exception as e:
+                job.executor = ex  # _submit_checked unbinds a job it could not submit
+                transient = isinstance(e, SubmitException) and e.transient
+                if transient and attempt < RETRIES and not self._stopped:
+                    with self._cond:
+                        self._cond.wait(delay)
+                    delay *= 2
+                    continue
+                with self._cond:
+                    cancelled = job.id in self._cancelled
+                if cancelled:
+                    status = JobStatus(JobState.CANCELED, message="cancelled while held by the "
+                                       "client; its submission failed too: " + str(e))
+                else:
+                    status = JobStatus(JobState.FAILED, message=str(e))
+                ex._set_job_status(job, status)
+                self._feed(SubmitFailed(job.id))
+                return
+        # Still QUEUED (held): show the native id, which entering QUEUED again cannot do.
+        with psij.job._LOCK:
+            replaced = job._status.state is JobState.QUEUED
+            if replaced:
+                job._status = JobStatus(JobState.QUEUED, metadata={"native_id": job.native_id})
+        if replaced:
+            from psij._registry_recorder import record
+
+            record(ex, job)
+        self._submitted(job)
+
+    def _submitted(self, job: Job) -> None:
+        with self._cond:
+            early = job.id in self._left_early
+            self._left_early.discard(job.id)
+        self._feed(Submitted(job.id))
+        if early:
+            self._feed(LeftQueue(job.id))
