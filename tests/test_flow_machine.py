@@ -5,8 +5,8 @@ import signal
 from typing import Any, List
 
 import pytest
-from flow_sim import SPEC, Sim
 
+from flow_sim import SPEC, Sim
 from psij import JobState
 from psij.controller import Attach, Submit
 from psij.flows.machine import FlowConfig, JournalPut, MakeSandbox, MeasureSandbox, SignalJob
@@ -318,10 +318,6 @@ def test_a_multi_user_service_submits_to_the_callers_executor() -> None:
 
 
 # -- restart ----------------------------------------------------------------------------------
-
-def _journal_values(sim: Sim, kind: str) -> List[Any]:
-    return [v for (k, _), v in sim.journal.items() if k == kind]
-
 
 def test_restore_reattaches_live_instances_and_submits_no_duplicate() -> None:
     sim = Sim()
