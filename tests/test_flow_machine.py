@@ -2,7 +2,7 @@
 and grace), destroy, the two leases, status, ownership and restore after a restart."""
 
 import signal
-from typing import Any, List
+from typing import List
 
 import pytest
 
