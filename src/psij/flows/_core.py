@@ -101,7 +101,8 @@ class Core:
                     self.pump(h, now)
             elif kind == "lease":
                 h = self.handles.get(ref)
-                if h is not None:
+                if h is not None and h.lease_check_at == when:
+                    h.lease_check_at = None
                     self.check_lease(h, now)
             elif kind == "kill":
                 inst = self.by_key.get(ref)
@@ -389,14 +390,17 @@ class Core:
         del self.handles[hid]
 
     def check_lease(self, h: Handle, now: float) -> None:
+        """End ``h`` when its cleanup lease is over; plan the next look at its leases."""
         if not h.valid:
             return
         if now >= h.lease_expires:
             self.end_handle(h, "lease_expired", now)
-        elif now >= h.provisioning_expires:
-            self.schedule(h.lease_expires, "lease", h.hid)
-        else:
-            self.schedule(min(h.lease_expires, h.provisioning_expires), "lease", h.hid)
+            return
+        at = h.lease_expires if now >= h.provisioning_expires else \
+            min(h.lease_expires, h.provisioning_expires)
+        if at != h.lease_check_at:
+            h.lease_check_at = at
+            self.schedule(at, "lease", h.hid)
 
     # -- payloads -----------------------------------------------------------------------------
 

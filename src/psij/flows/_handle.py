@@ -79,9 +79,9 @@ class Handle:
 
     __slots__ = ("bucket", "class_spacing", "consecutive_failures", "count", "created",
                  "end_if_zero", "end_reason", "ended_at", "executor", "failure_backoff_until",
-                 "hid", "intervals", "keep_classes", "kept", "last_error", "lease_expires", "live",
-                 "live_wanted", "max_count", "next_n", "owed", "payload", "payload_error",
-                 "policy", "provisioning_expires", "quota", "rate", "recent_ends",
+                 "hid", "intervals", "keep_classes", "kept", "last_error", "lease_check_at",
+                 "lease_expires", "live", "live_wanted", "max_count", "next_n", "owed", "payload",
+                 "payload_error", "policy", "provisioning_expires", "quota", "rate", "recent_ends",
                  "recent_errors", "recent_starts", "records", "runtimes", "sandbox",
                  "sandbox_bytes", "spec", "spec_json", "termination", "uid", "wake_at")
 
@@ -127,6 +127,7 @@ class Handle:
         self.recent_errors: Deque[float] = collections.deque()
         self.runtimes: Deque[float] = collections.deque(maxlen=20)
         self.wake_at: Optional[float] = None
+        self.lease_check_at: Optional[float] = None
 
     @property
     def valid(self) -> bool:

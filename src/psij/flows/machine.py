@@ -237,6 +237,7 @@ class FlowMachine(Verbs):
         for hid, h in self.handles.items():
             if h.valid:
                 self.out.append(MakeSandbox(h.sandbox, h.uid))
+                h.lease_check_at = now
                 self.schedule(now, "lease", hid)
                 self.wake(h, now)
             else:
