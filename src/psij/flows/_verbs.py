@@ -381,8 +381,8 @@ class Verbs(Core):
         unknown: List[str] = []
         idents = fields.strings("ids", max_len=300)
         index: Dict[str, Instance] = {}
-        for inst in h.records.values():
-            index[inst.id] = index[inst.key] = inst
+        for record in h.records.values():
+            index[record.id] = index[record.key] = record
         for ident in idents:
             inst = index.pop(ident, None)
             if inst is None or inst.key not in h.records:
