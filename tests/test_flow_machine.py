@@ -383,3 +383,19 @@ def test_journal_holds_only_json_values() -> None:
         if type(action) is JournalPut:
             json.dumps(action.value, allow_nan=False)
     assert SignalJob  # exported
+
+
+def test_renewing_often_keeps_one_lease_check_per_handle() -> None:
+    sim = Sim()
+    h = sim.create(1, lease=600, provisioning_lease=60)
+    sim.run()
+    for _ in range(2000):
+        sim.advance(30)
+        sim.call("renew", handle=h, lease=600, provisioning_lease=60)
+    assert len(sim.machine.due) < 10
+    assert sim.call("status", handle=h)["valid"] is True
+    sim.advance(59)
+    assert sim.call("problems", handle=h)["problems"] == []
+    sim.advance(2)
+    codes = [p["code"] for p in sim.call("problems", handle=h)["problems"]]
+    assert codes == ["provisioning_lease_expired"]

@@ -6,6 +6,7 @@ import copy
 import heapq
 import logging
 import statistics
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from psij.controller import Cancel, CancelTimer, Forget, Log, SetTimer, Submit
@@ -228,12 +229,17 @@ class Core:
 
     def submit(self, h: Handle, inst: Instance, path: Optional[str], now: float) -> None:
         try:
-            spec = copy.copy(h.spec)
+            template = h.template
+            if template is None:
+                template = h.template = copy.copy(h.spec)
+                if template.directory is None:
+                    template.directory = h.sandbox
+                h.sandbox_file = Path(h.sandbox, "-")
+            spec = copy.copy(template)
             spec.name = f"flow-{h.hid}-{inst.n}"
-            spec.stdout_path = f"{h.sandbox}/{inst.n}.out"
-            spec.stderr_path = f"{h.sandbox}/{inst.n}.err"
-            if spec.directory is None:
-                spec.directory = h.sandbox
+            base = h.sandbox_file
+            spec.stdout_path = base.with_name(f"{inst.n}.out")
+            spec.stderr_path = base.with_name(f"{inst.n}.err")
             if path is not None:
                 spec.executable = path
         except (TypeError, ValueError) as error:
