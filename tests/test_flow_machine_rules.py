@@ -61,6 +61,9 @@ def test_a_client_map_is_laid_over_the_defaults() -> None:
     assert m.classify(3) == "failed_init"
     assert m.classify(65) == "no_problem"  # a code wins over the default range 64-74
     assert m.classify(0) == "no_problem"
+    # The client's range wins over the defaults' codes.
+    wide = parse_map({"60-90": "no_work"})
+    assert [wide.classify(c) for c in (64, 75, 80, 82, 91)] == ["no_work"] * 4 + ["unknown"]
     assert set(DEFAULT_MAP) >= {"0", "none", "default"}
 
 

@@ -12,10 +12,11 @@ notes here are the interface with the service that runs the machine.
   :class:`~psij.controller.Cancel`, :class:`~psij.controller.Forget` and the
   :class:`~psij.controller.JobStatusChanged` that come back), ``n`` counting the handle's
   instances from 0; its id on the wire is ``"<native id>.<n>"``.
-- The machine sets one timer, named :data:`WAKE`; it needs no :class:`~psij.controller.Tick`.
-- What touches files or signals a job is asked for with the actions of
-  :mod:`psij.flows._flow_values` (exported here), which the service runs through the loop's
-  ``action_handlers``, and answered with the events exported here.
+- The machine sets one timer, named ``WAKE`` (``("flow", "wake")``); it needs no
+  :class:`~psij.controller.Tick`.
+- What touches files or signals a job is asked for with the actions below
+  (:class:`JournalPut`, :class:`SignalJob`, ...), which the service runs through the loop's
+  ``action_handlers``, and answered with the events below (:class:`PayloadVerified`, ...).
 - :meth:`FlowMachine.restore` takes the journal back after a restart.
 
 :meth:`FlowMachine.step` never raises: an event it cannot use is logged and dropped, a request
@@ -300,3 +301,11 @@ class FlowMachine(Verbs):
             self.put_instance(inst)
         if inst.kill_at is not None and not inst.cancelled:
             self.schedule(inst.kill_at, "kill", inst.key)
+
+
+# Documented and shown as this module's own.
+for _name in __all__:
+    _value = globals()[_name]
+    if isinstance(_value, type):
+        _value.__module__ = __name__
+del _name, _value
