@@ -203,6 +203,22 @@ def test_without_grace_a_victim_goes_at_its_own_pace() -> None:
     assert (status["requested"], status["provisioned"]) == (0, 1)  # more than requested
 
 
+def test_shrink_drops_restarts_no_longer_owed() -> None:
+    sim = Sim()
+    h = sim.create(3, intervals={"failed_init": 600})
+    keys = sim.run()
+    for key in keys:
+        sim.finish(key, 64)
+    sim.run()  # the first restart; two wait
+    codes = [p["code"] for p in sim.call("problems", handle=h)["problems"]]
+    assert codes == ["restarts_throttled"]
+    sim.call("shrink", handle=h, n=2, signal=None)
+    assert sim.call("problems", handle=h)["problems"] == []
+    assert sim.signals == []
+    sim.advance(3600)
+    assert sim.unanswered == []
+
+
 def test_a_signal_that_cannot_be_sent_cancels_at_once() -> None:
     from psij.controller import ActionFailed
     sim = Sim()

@@ -288,6 +288,7 @@ class Verbs(Core):
             self.end_handle(h, "shrunk_to_zero", now, kill=False)
         else:
             self.put_handle(h)
+            self.wake(h, now)  # drops the restarts no longer owed
         return {"count": h.count, "victims": victims}
 
     @staticmethod
