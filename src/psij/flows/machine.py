@@ -126,12 +126,7 @@ class FlowMachine(Verbs):
         elif kind is PayloadVerified:
             self._verified(event, now)
         elif kind is SandboxMeasured:
-            h = self.handles.get(event.handle)
-            inst = h.records.get(event.instance) if h is not None else None
-            size = event.size
-            if inst is not None and isinstance(size, int) and not isinstance(size, bool) \
-                    and 0 <= size < 2**62:
-                self.measured(h, inst, size, now)  # type: ignore[arg-type]
+            self._measured(event, now)
         elif kind is PayloadStored:
             self._stored(event)
         elif kind is Started:
@@ -184,6 +179,16 @@ class FlowMachine(Verbs):
         else:
             h.payload_error = str(event.message)
             self.submission_failed(h, inst, f"payload {h.payload}: {event.message}", now)
+
+    def _measured(self, event: SandboxMeasured, now: float) -> None:
+        h = self.handles.get(event.handle)
+        if h is None:
+            return
+        inst = h.records.get(event.instance)
+        size = event.size
+        if inst is not None and isinstance(size, int) and not isinstance(size, bool) \
+                and 0 <= size < 2**62:
+            self.measured(h, inst, size, now)
 
     def _stored(self, event: PayloadStored) -> None:
         ref = (event.uid, event.sha256)
