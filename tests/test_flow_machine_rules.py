@@ -477,3 +477,39 @@ def test_a_stop_signal_stops_the_loop_and_leaves_instances_running() -> None:
     assert [type(a) for a in actions] == [Stop]
     assert sim.cancels == []
     assert Send and Submit
+
+
+def test_the_service_submission_rate_holds_across_handles() -> None:
+    sim = Sim(FlowConfig("/sb", max_submit_rate=5))
+    for _ in range(4):
+        sim.create(10, rate=100)
+    assert len(sim.submits) == 5  # the service's burst, shared by all handles
+    sim.advance(1)
+    assert len(sim.submits) == 10
+    sim.advance(6)
+    assert len(sim.submits) == 40
+
+
+def test_an_upload_too_large_is_refused() -> None:
+    sim = Sim(FlowConfig("/sb", max_payload_bytes=10))
+    answer = sim.call("upload", data=base64.b64encode(b"x" * 11).decode())
+    assert answer["error"]["field"] == "data" and "1 to 10 bytes" in answer["error"]["message"]
+
+
+def test_restore_survives_a_damaged_journal() -> None:
+    from psij.flows.machine import FlowMachine
+    machine = FlowMachine(FlowConfig("/sb"))
+    junk: List[Any] = [
+        ("handle", "f3", {"uid": 1000}),                      # fields missing
+        ("handle", "fx", "not an object"),
+        ("instance", "f3/0", {"handle": "f3"}),
+        ("instance", "f9/0", {"handle": "f9", "n": 0, "submitted": 1.0, "state": "queued",
+                              "native_id": "77"}),           # of no known handle
+        ("payload", "1/x", {"uid": "x"}),
+        ("meta", "machine", {"next_handle": 4}),
+        "garbage", None, (1, 2),
+    ]
+    actions = machine.restore(junk, 1_700_000_000.0)
+    assert all(type(a).__name__ in ("Log", "JournalDelete") for a in actions)
+    sim = Sim(machine=machine)
+    assert sim.create(1) == "f4"
