@@ -513,3 +513,20 @@ def test_restore_survives_a_damaged_journal() -> None:
     assert all(type(a).__name__ in ("Log", "JournalDelete") for a in actions)
     sim = Sim(machine=machine)
     assert sim.create(1) == "f4"
+
+
+def test_a_failing_rule_fails_only_its_event_and_the_timer_stays_set() -> None:
+    from psij.controller import Log
+    sim = Sim()
+    h = sim.create(1)
+    sim.run()
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("a bug")
+
+    sim.machine.status_changed = broken  # type: ignore[method-assign]
+    sim.timer = None
+    sim.machine.armed = None
+    actions = sim.step(JobStatusChanged(f"{h}/0", "whatever"))
+    assert any(type(a) is Log and "RuntimeError('a bug')" in a.message for a in actions)
+    assert sim.timer is not None  # the lease checks still come

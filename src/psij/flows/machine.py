@@ -24,7 +24,7 @@ it cannot accept is answered with an error naming the field.
 """
 
 import logging
-from typing import Any, Dict, Iterable, List, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 from psij.controller import (
     ActionDone,
@@ -89,14 +89,17 @@ class FlowMachine(Verbs):
         self.events += 1
         out: List[Any] = []
         self.out = out
-        try:
-            self._dispatch(event, now)
-            self.run_due(now)
-            self.arm(now)
-        except Exception as error:  # a rule's bug must not stop the service
-            logging.getLogger("psij.flows").exception("flow machine failed on %r", event)
-            out.append(Log(f"flow machine: failed on {type(event).__name__}: {error!r}",
-                           logging.ERROR))
+        # Each part on its own, so that the timer is set again whatever failed before it.
+        parts: Tuple[Callable[[], None], ...] = (
+            lambda: self._dispatch(event, now), lambda: self.run_due(now),
+            lambda: self.arm(now))
+        for part in parts:
+            try:
+                part()
+            except Exception as error:  # a rule's bug must not stop the service
+                logging.getLogger("psij.flows").exception("flow machine failed on %r", event)
+                out.append(Log(f"flow machine: failed on {type(event).__name__}: {error!r}",
+                               logging.ERROR))
         return out
 
     def _dispatch(self, event: Any, now: float) -> None:
