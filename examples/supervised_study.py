@@ -44,7 +44,12 @@ def config(args: argparse.Namespace) -> Dict[str, object]:
 
 
 def client(results: str, sleep: float, index: str) -> int:
-    """One client: compute (here: a square) and write the result file."""
+    """One client: compute (here: a square) and write the result file. It first sleeps
+    ``sleep`` seconds, or the seconds written in ``RESULTS/sleep`` when that file exists
+    (so that a running study can be slowed down or sped up)."""
+    override = Path(results) / "sleep"
+    if override.exists():
+        sleep = float(override.read_text())
     if sleep > 0:
         time.sleep(sleep)
     value = int(index) ** 2

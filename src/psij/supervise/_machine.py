@@ -244,8 +244,9 @@ class Supervisor:
         native = None if event.result is None else str(event.result)
         state = "SUBMITTED" if entry.state == _SUBMITTING else entry.state
         self.jobs[entry.uid] = replace(entry, native_id=native, state=state)
-        out.append(Log(f"supervisor: uid {entry.uid} ({entry.kind} "
-                       f"{entry.client or entry.generation}) is job {native}", logging.DEBUG))
+        who = f"client {entry.client!r}" if entry.kind == CLIENT else "server"
+        out.append(Log(f"supervisor: uid {entry.uid} ({who} of generation "
+                       f"{entry.generation}) is job {native}", logging.DEBUG))
         if entry.cancel:
             out.append(Cancel(entry.uid))
 
