@@ -74,6 +74,8 @@ def supervise_main(args: Any) -> int:
         config = read_config(_load(args.config))
         _log_to_stderr(config.verbose)
         return run(config)
+    except KeyboardInterrupt:  # before the loop caught signals: nothing was submitted
+        return 130
     except ConfigError as error:
         for problem in error.problems:
             print(f"psij supervise: {problem}", file=sys.stderr)
