@@ -27,7 +27,7 @@ class ConfigError(ValueError):
 
 
 class SuperviseConfig(Record):
-    """A checked configuration (see :data:`OPTIONS` for each field)."""
+    """A checked configuration (``OPTIONS`` gives the meaning and default of each field)."""
 
     _fields = ("executor", "executor_url", "executor_config", "server", "client_template",
                "output_dir", "job_limit", "timer_delay", "job_update_interval",

@@ -76,7 +76,7 @@ def _open(address: str, timeout: float) -> socket.socket:
 class Connection:
     """A server's connection to its supervisor (made by :func:`connect`)."""
 
-    def __init__(self, sock: socket.socket, token: str, timeout: float = 30.0) -> None:
+    def __init__(self, sock: Any, token: str, timeout: float = 30.0) -> None:
         self._sock = sock
         self._send_lock = threading.Lock()
         self._answers: Dict[int, queue.Queue[Dict[str, Any]]] = {}
@@ -96,7 +96,7 @@ class Connection:
             raise Refused(f"the supervisor refused this server: {reason}")
         sock.settimeout(None)
         self.generation: int = int(welcome.get("generation", 0))
-        """This server's generation: 1, then one more after each restart."""
+        """The generation of this server (1, then one more after each restart)."""
         self.uid: int = int(welcome.get("uid", -1))
         self.ping_interval: float = float(welcome.get("ping_interval", 0))
         threading.Thread(target=self._read_all, name="psij-supervise-reader",
