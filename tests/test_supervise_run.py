@@ -9,7 +9,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import pytest
 
@@ -199,3 +199,22 @@ def test_signal_mid_study_on_local_cancels_every_client(tmp_path: Path, signum: 
                           capture_output=True, text=True)
     assert left.stdout == "", left.stdout
     assert study.results_done() == []
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1", None])
+def test_example_study_over_tcp(tmp_path: Path, bind: Optional[str]) -> None:
+    options = {"protocol": "tcp", **({"bind": bind} if bind else {})}
+    study = Study(tmp_path / "r", clients=6, wave=3, **options).start()
+    assert study.wait(120) == 0, study.errors()
+    study.check_finished()
+    assert "connects to tcp:" in study.log()
+    if bind:
+        assert "connects to tcp:127.0.0.1:" in study.log()
+
+
+def test_tcp_bind_that_cannot_be_used_is_a_config_error(tmp_path: Path) -> None:
+    config = {"server": {"executable": "/bin/true"}, "protocol": "tcp",
+              "bind": "256.1.1.1:99999", "output_dir": str(tmp_path / "out")}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    done = psij("supervise", str(tmp_path / "c.json"))
+    assert done.returncode == 2 and "bind: cannot listen on" in done.stderr, done.stderr

@@ -122,7 +122,7 @@ def _formatters() -> Tuple[Any, Any]:
     return Formatter, RawDescriptionFormatter
 
 
-_COMMANDS = ("plugins", "run", "script", "pilot", "config", "supervise", *JOB_COMMANDS)
+_COMMANDS = ("plugins", "run", "script", "pilot", "config", *JOB_COMMANDS, "supervise")
 _PILOT_COMMANDS = ("serve", "run")
 
 
