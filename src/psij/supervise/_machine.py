@@ -342,7 +342,8 @@ class Supervisor:
         if kind == "pong":
             return
         if kind == "ping":
-            out.append(Send(conn, {"type": "pong"}))
+            out.append(Send(conn, {"type": "pong"} if request.ref is None
+                            else {"type": "pong", "ref": _plain(request.ref)}))
             return
         if kind == "submit":
             self._on_submit(conn, request, out)
