@@ -385,6 +385,10 @@ def test_signal_cancels_every_job_and_stops_with_the_shell_code(signum: int, cod
     assert rig.step(ActionDone(2, "submit", "2")) == [Cancel(2)]  # in flight: cancelled now
     assert not of(rig.step(SignalReceived(signum)), Stop)  # one stop
     assert rig.step(Connected(9, PEER, "unix")) == [Close(9)]
+    # Requests that were on their way are refused; nothing is submitted any more.
+    actions = rig.ask(conn, {"type": "submit", "client": "late", "arguments": []})
+    assert sent(actions)[0]["reason"] == "the supervisor is stopping"
+    assert not of(actions, Submit)
 
 
 # -- hostile messages ----------------------------------------------------------------------

@@ -25,8 +25,12 @@ def slurm() -> None:
 def nothing_left(study: Study, seconds: float = 10.0) -> None:
     """Every job of the study leaves the queue within ``seconds``."""
     ours = study.native_ids()
-    wait_for(lambda: not squeue_in(study.results) and not (ours & squeue_ids()), seconds,
-             f"the study's jobs leaving the queue: {squeue_in(study.results)}")
+    try:
+        wait_for(lambda: not squeue_in(study.results) and not (ours & squeue_ids()), seconds,
+                 "the study's jobs leaving the queue")
+    except AssertionError:
+        raise AssertionError(f"left in the queue: {squeue_in(study.results)} "
+                             f"{ours & squeue_ids()}\n{study.log()}") from None
 
 
 def test_example_study_runs_to_completion_on_slurm(tmp_path: Path) -> None:

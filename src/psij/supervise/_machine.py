@@ -247,7 +247,7 @@ class Supervisor:
         who = f"client {entry.client!r}" if entry.kind == CLIENT else "server"
         out.append(Log(f"supervisor: uid {entry.uid} ({who} of generation "
                        f"{entry.generation}) is job {native}", logging.DEBUG))
-        if entry.cancel:
+        if entry.cancel or self.stopped:  # stopped: no job may outlive the supervisor
             out.append(Cancel(entry.uid))
 
     def _on_failed(self, event: ActionFailed, now: float, out: List[Action]) -> None:
@@ -366,6 +366,9 @@ class Supervisor:
     def _on_submit(self, conn: int, request: Request, out: List[Action]) -> None:
         client = request.client
         assert client is not None
+        if self.stopped:
+            self._refuse(conn, request, "the supervisor is stopping", out)
+            return
         if self.done:
             self._refuse(conn, request, "the server said it was done", out)
             return
