@@ -218,3 +218,16 @@ def test_tcp_bind_that_cannot_be_used_is_a_config_error(tmp_path: Path) -> None:
     (tmp_path / "c.json").write_text(json.dumps(config))
     done = psij("supervise", str(tmp_path / "c.json"))
     assert done.returncode == 2 and "bind: cannot listen on" in done.stderr, done.stderr
+
+
+def test_a_socket_path_too_long_goes_to_a_private_temporary_folder_removed_after(
+        tmp_path: Path) -> None:
+    study = Study(tmp_path / "r", clients=2, wave=2,
+                  output_dir=str(tmp_path / ("long-" * 30) / "out"))
+    study.start()
+    assert study.wait(60) == 0, study.errors()
+    study.check_finished()
+    line = next(x for x in study.log().splitlines() if "connects to unix:" in x)
+    socket_path = line.split("connects to unix:")[1]
+    assert len(socket_path.encode()) < 100 and "psij-sup-" in socket_path
+    assert not os.path.exists(os.path.dirname(socket_path))
