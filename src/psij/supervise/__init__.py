@@ -12,9 +12,33 @@ server and, when the server dies, cancels every job and starts a new server. The
 - :func:`run` runs a study from a configuration (what the command does).
 """
 
-from psij.supervise._config import OPTIONS, ConfigError, SuperviseConfig, read_config
-from psij.supervise._machine import JobEntry, Settings, Supervisor
-from psij.supervise._run import run
+import importlib
+from typing import TYPE_CHECKING, Any, Dict
+
+if TYPE_CHECKING:
+    from psij.supervise._config import OPTIONS, ConfigError, SuperviseConfig, read_config
+    from psij.supervise._machine import JobEntry, Settings, Supervisor
+    from psij.supervise._run import run
 
 __all__ = ["OPTIONS", "ConfigError", "JobEntry", "Settings", "SuperviseConfig", "Supervisor",
            "read_config", "run"]
+
+# Loaded on first use, so that a server importing psij.supervise.client starts fast.
+_HOMES: Dict[str, str] = {
+    "OPTIONS": "_config", "ConfigError": "_config", "SuperviseConfig": "_config",
+    "read_config": "_config", "JobEntry": "_machine", "Settings": "_machine",
+    "Supervisor": "_machine", "run": "_run",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> Any:
+    return sorted([*globals(), *__all__])
