@@ -231,3 +231,54 @@ def test_a_socket_path_too_long_goes_to_a_private_temporary_folder_removed_after
     socket_path = line.split("connects to unix:")[1]
     assert len(socket_path.encode()) < 100 and "psij-sup-" in socket_path
     assert not os.path.exists(os.path.dirname(socket_path))
+
+
+LIBRARY_SERVER = textwrap.dedent("""
+    import json, sys, time
+    from psij import JobSpec
+    from psij.supervise.client import Refused, connect
+
+    out = {}
+    with connect() as supervisor:
+        out["generation"] = supervisor.generation
+        supervisor.submit("slow", spec=JobSpec("/bin/sleep", ["60"]))
+        try:
+            supervisor.submit("slow", spec={"executable": "/bin/true"})
+        except Refused as error:
+            out["duplicate"] = str(error)
+        supervisor.cancel("slow")
+        supervisor.submit("group", group_size=3, spec={
+            "executable": "/bin/sh",
+            "arguments": ["-c", "echo $PSIJ_SUPERVISE_GROUP_SIZE $PSIJ_SUPERVISE_CLIENT"]})
+        out["updates"] = [[u.client, u.state, u.exit_code] for u in supervisor.updates()]
+        try:
+            supervisor.cancel("nobody")
+        except Refused as error:
+            out["nobody"] = str(error)
+        time.sleep(3.5)  # busy for over 2T: the library's thread answers the pings
+    with open(sys.argv[1], "w") as f:
+        json.dump(out, f)
+""")
+
+
+def test_client_library_submits_cancels_follows_and_keeps_a_busy_server_alive(
+        tmp_path: Path) -> None:
+    script = tmp_path / "server.py"
+    script.write_text(LIBRARY_SERVER)
+    answers = tmp_path / "answers.json"
+    config = {"server": {"executable": sys.executable, "arguments": [str(script), str(answers)]},
+              "output_dir": str(tmp_path / "out"), "timer_delay": 1, "fault_tolerance": False,
+              "verbose": 1}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    done = psij("supervise", str(tmp_path / "c.json"))
+    assert done.returncode == 0, done.stderr
+    got = json.loads(answers.read_text())
+    assert got["generation"] == 1
+    assert "already submitted" in got["duplicate"]
+    assert "no client 'nobody'" in got["nobody"]
+    finals = {client: (state, code) for client, state, code in got["updates"]
+              if state in ("COMPLETED", "FAILED", "CANCELED")}
+    assert finals == {"slow": ("CANCELED", 143), "group": ("COMPLETED", 0)}  # SIGTERM
+    out = tmp_path / "out"
+    assert (out / "job.2.group.out").read_text() == "3 group\n"
+    assert (out / "submit.1.sh").exists() and "is dead" not in done.stderr
