@@ -419,6 +419,12 @@ def test_signal_cancels_every_job_and_stops_with_the_shell_code(signum: int, cod
     ({"type": "submit", "client": "a", "spec": {"executable": "/x", "bogus": 1}}, "bogus"),
     ({"type": "submit", "client": "a", "spec": {"executable": "/x", "environment": 3}},
      "environment"),
+    ({"type": "submit", "client": "a", "spec": {"executable": "/x", "arguments": ["\udfff"]}},
+     "spec.arguments[0]: '\\udfff' holds a lone surrogate"),
+    ({"type": "submit", "client": "a", "arguments": ["ok", "\ud800x"]},
+     "arguments[1]: '\\ud800x' holds a lone surrogate"),
+    ({"type": "submit", "client": "a", "spec": {"executable": "/x", "environment": {
+        "\ud800": "v"}}}, "spec.environment key"),
     ({"type": "cancel"}, "cancel: client"),
     ({"type": "ping", "extra": 1}, "unknown field"),
 ])

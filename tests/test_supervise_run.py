@@ -64,25 +64,26 @@ def test_bad_config_names_every_wrong_field_before_anything_is_submitted(
         tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     config = {
-        "server": {"executable": "/bin/touch", "arguments": [str(marker)]},
         "output_dir": str(tmp_path / "out"),
         "job_limit": -1, "timer_delay": "NaN", "job_update_interval": 1e400,
         "fault_tolerance": "yes", "max_server_restarts": 10 ** 100, "protocol": "sctp",
         "std_output": 1, "verbose": -3, "stop_grace": 0, "colour": "blue",
         "client_template": {"executable": "/bin/x", "duration": -5},
+        "server": {"executable": "/bin/touch", "arguments": [str(marker)],
+                   "environment": {"X": "SURROGATE"}},
     }
     path = tmp_path / "c.json"
     # NaN and infinity as JSON tokens, and a lone surrogate in a name.
     path.write_text(json.dumps(config).replace('"NaN"', "NaN")
-                    .replace('"colour"', '"col\\ud800our"'))
+                    .replace('"colour"', '"col\\ud800our"').replace("SURROGATE", "\\udbff"))
     done = psij("supervise", str(path))
     assert done.returncode == 2
     lines = done.stderr.splitlines()
     for field in ("job_limit", "timer_delay", "job_update_interval", "fault_tolerance",
                   "max_server_restarts", "protocol", "std_output", "verbose", "stop_grace",
-                  "not an option", "client_template"):
+                  "not an option", "client_template", "server.environment.X"):
         assert sum(field in line for line in lines) >= 1, (field, done.stderr)
-    assert len(lines) == 11, done.stderr
+    assert len(lines) == 12, done.stderr
     assert "got NaN" in done.stderr and '"unix" or "tcp"' in done.stderr
     assert not marker.exists() and not (tmp_path / "out").exists()
 

@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from psij._record import Record
-from psij.supervise._messages import RequestError, build_spec, check_text
+from psij.supervise._messages import RequestError, build_spec, check_strings, check_text
 
 __all__ = ["OPTIONS", "ConfigError", "SuperviseConfig", "options_text", "read_config"]
 
@@ -129,9 +129,12 @@ def _spec(name: str, value: Any) -> Dict[str, Any]:
         raise ValueError(f"{name}: expected a JobSpec in JSON form (an object with "
                          f"'executable', ...), got {_show(value)}")
     try:
+        check_strings(name, value)
         build_spec(value, 0, name, {}, ".", False)
     except RequestError as error:
-        raise ValueError(f"{name}: {str(error)[len('spec: '):]}") from None
+        text = str(error)
+        raise ValueError(text if text.startswith(name) else
+                         f"{name}: {text[len('spec: '):]}") from None
     return dict(value)
 
 

@@ -1,6 +1,7 @@
 """The supervisor's machine: a server job, the client jobs it asks for, and what happens when
-the server dies. Pure: it does no I/O, reads no clock and starts no thread (the rules are in
-:mod:`psij.supervise`; the loop that runs it is :class:`psij.controller.ControllerLoop`).
+the server dies. Pure: it does no I/O, reads no clock and starts no thread (its state table
+is in the guide, :doc:`/supervise`; the loop that runs it is
+:class:`psij.controller.ControllerLoop`).
 
 Its state is a handful of counters and maps of :class:`JobEntry` values (replaced, never
 changed), kept on the machine object so that one event costs a few dictionary operations
@@ -106,7 +107,8 @@ def _state_name(status: Any) -> str:
 
 
 class Supervisor:
-    """The supervisor's rules: ``step(event, now) -> actions`` (see :mod:`psij.supervise`).
+    """The supervisor's rules: ``step(event, now) -> actions`` (the state table is in
+    :doc:`/supervise`).
 
     :param settings: the study's settings.
     :param new_token: makes the secret of each server generation (tests give fixed ones).
@@ -298,6 +300,8 @@ class Supervisor:
                 words += f" with exit code {exit_code}"
             if message:
                 words += f": {message}"
+            if state == "COMPLETED":
+                words += " (without saying done)"
             self._server_dead(words, now, out)
             return
         self.running_clients -= 1

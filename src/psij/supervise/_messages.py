@@ -12,7 +12,8 @@ from psij._record import Record
 
 __all__ = [
     "ENV_ADDRESS", "ENV_CLIENT", "ENV_GENERATION", "ENV_GROUP_SIZE", "ENV_TOKEN", "ENV_UID",
-    "KINDS", "MAX_CLIENT_ID", "Request", "RequestError", "build_spec", "check_text",
+    "KINDS", "MAX_CLIENT_ID", "Request", "RequestError", "build_spec", "check_strings",
+    "check_text",
     "read_request", "safe_name",
 ]
 
@@ -77,6 +78,28 @@ def check_text(field: str, value: Any, longest: int = MAX_CLIENT_ID) -> str:
     return value
 
 
+def check_strings(field: str, value: Any, depth: int = 0) -> None:
+    """:class:`RequestError` naming the place of the first string in ``value`` (a decoded JSON
+    value) that no process or file can receive: a lone surrogate other than those that stand
+    for undecodable bytes (U+DC80 to U+DCFF, as ``os.fsdecode`` makes them)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as error:
+            raise RequestError(f"{field}: {_describe(value)} holds a lone surrogate at "
+                               f"position {error.start}; accepted: text without lone "
+                               f"surrogates") from None
+    elif depth > 32:
+        raise RequestError(f"{field}: nested more than 32 levels deep")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_strings(f"{field} key", key, depth + 1)
+            check_strings(f"{field}.{key}", item, depth + 1)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check_strings(f"{field}[{i}]", item, depth + 1)
+
+
 def read_request(message: Any) -> Request:
     """The request ``message`` (a decoded JSON value) makes, or :class:`RequestError`."""
     if not isinstance(message, dict):
@@ -112,6 +135,8 @@ def read_request(message: Any) -> Request:
             if not isinstance(argument, str) or "\0" in argument:
                 raise RequestError(f"submit: arguments[{i}]: expected a string without NUL, "
                                    f"got {_describe(argument)}")
+    check_strings("submit: spec" if spec is not None else "submit: arguments",
+                  spec if spec is not None else arguments)
     size = message.get("group_size", 1)
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_GROUP_SIZE:
         raise RequestError(f"submit: group_size: expected a whole number from 1 to "
