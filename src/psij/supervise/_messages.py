@@ -4,7 +4,6 @@ exception other than :class:`RequestError`) and making the job of a submission.
 Pure: nothing here does I/O.
 """
 
-import math
 import re
 from typing import Any, Dict, List, Optional
 
@@ -176,8 +175,3 @@ def build_spec(doc: Dict[str, Any], uid: int, name: str, env: Dict[str, str],
     except (TypeError, ValueError, OverflowError, RecursionError) as error:
         raise RequestError(f"spec: {error}") from None
 
-
-def finite(value: Any) -> bool:
-    """Whether ``value`` is a real number that is neither NaN nor infinite."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value)

@@ -79,33 +79,34 @@ def make_executor(config: SuperviseConfig) -> Any:
     """The executor ``config`` names, with its settings (``job_update_interval`` as a batch
     executor's polling interval unless the settings give one); :class:`ConfigError` when it
     cannot be made."""
+    from psij._plugins import REGISTRY
     from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
+    from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
     from psij.job_executor import JobExecutor
     from psij.job_executor_config import JobExecutorConfig
 
     settings = dict(config.executor_config)
     try:
         names = JobExecutor.get_executor_names()
-    except Exception as error:
-        raise ConfigError([f"executor: cannot list the executors: {error}"]) from None
-    if config.executor not in names:
-        raise ConfigError([f"executor: {config.executor!r} is not an installed executor "
-                           f"(installed: {', '.join(sorted(names))})"])
-    executor_config: JobExecutorConfig
-    try:
-        executor_config = BatchSchedulerExecutorConfig(**{
-            "queue_polling_interval": config.job_update_interval,
-            "initial_queue_polling_delay": min(2.0, config.job_update_interval), **settings})
-        base_keys = {"launcher_log_file", "work_directory"}
-        probe = JobExecutor.get_instance(config.executor, url=config.executor_url,
-                                         config=JobExecutorConfig(**{
-                                             k: v for k, v in settings.items()
-                                             if k in base_keys}))
-        if getattr(type(probe), "submit_script", None) is not None:
-            return JobExecutor.get_instance(config.executor, url=config.executor_url,
-                                            config=executor_config)
-        return probe
+        if config.executor not in names:
+            raise ConfigError([f"executor: {config.executor!r} is not an installed executor "
+                               f"(installed: {', '.join(sorted(names))})"])
+        cls = REGISTRY.select("executor", config.executor, base=JobExecutor).cls
+        executor_config: JobExecutorConfig
+        if isinstance(cls, type) and issubclass(cls, BatchSchedulerExecutor):
+            executor_config = BatchSchedulerExecutorConfig(**{
+                "queue_polling_interval": config.job_update_interval,
+                "initial_queue_polling_delay": min(2.0, config.job_update_interval),
+                **settings})
+        else:
+            executor_config = JobExecutorConfig(**{
+                k: v for k, v in settings.items() if k in ("launcher_log_file",
+                                                           "work_directory")})
+        return JobExecutor.get_instance(config.executor, url=config.executor_url,
+                                        config=executor_config)
     except (ValueError, TypeError, OSError) as error:
+        if isinstance(error, ConfigError):
+            raise
         raise ConfigError([f"executor: cannot make the {config.executor!r} executor: "
                            f"{error}"]) from None
 
