@@ -58,6 +58,7 @@ def _recovers(study: Study, stopped_at: float, words: str) -> None:
     a new server runs the study to its end."""
     (study.results / "sleep").write_text("0")
     seen = wait_for(lambda: study.log_time(words), 30, f"the log saying {words!r}")
+    print(f"{words!r}: seen {seen - stopped_at:.2f} s after the server was stopped")
     assert seen - stopped_at <= 3 * T + 0.5, (seen - stopped_at, study.log())
     first = study.native_ids(generation=1)
     assert len(first) == 5  # the server and four clients, each sleeping for a minute
