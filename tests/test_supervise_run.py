@@ -283,3 +283,25 @@ def test_client_library_submits_cancels_follows_and_keeps_a_busy_server_alive(
     out = tmp_path / "out"
     assert (out / "job.2.group.out").read_text() == "3 group\n"
     assert (out / "submit.1.sh").exists() and "is dead" not in done.stderr
+
+
+def test_an_unusable_output_dir_or_a_live_supervisor_there_is_a_config_error(
+        tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    os.chmod(shared, 0o777)  # writable by others: not a private folder
+    config = {"server": {"executable": "/bin/true"}, "output_dir": str(shared)}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    done = psij("supervise", str(tmp_path / "c.json"))
+    assert done.returncode == 2 and done.stderr.startswith("psij supervise: output_dir: "), \
+        done.stderr
+    assert "Traceback" not in done.stderr
+    # A second supervisor on the output folder of a running one.
+    study = Study(tmp_path / "r", clients=4, wave=1)
+    (tmp_path / "r" / "sleep").write_text("2")
+    study.start()
+    wait_for(lambda: "connected" in study.log(), 30, "the first supervisor's server")
+    second = psij("supervise", str(study.path))
+    assert second.returncode == 2 and "another process is listening" in second.stderr, \
+        second.stderr
+    assert study.wait(60) == 0, study.errors()

@@ -138,7 +138,12 @@ def _listen(loop: ControllerLoop, config: SuperviseConfig, output_dir: Path) -> 
     if len(os.fsencode(path)) > _SUN_PATH:
         made = tempfile.mkdtemp(prefix="psij-sup-")
         path = os.path.join(made, "s")
-    loop.listen_unix(path, name="unix")
+    try:
+        loop.listen_unix(path, name="unix")
+    except OSError as error:
+        if made:
+            os.rmdir(made)
+        raise ConfigError([f"output_dir: cannot listen on {path}: {error}"]) from None
     return f"unix:{path}", made
 
 
@@ -156,7 +161,10 @@ def run(config: SuperviseConfig, clock: Optional[Clock] = None) -> int:
     """Run the study ``config`` describes until it ends; returns the exit code (0: the server
     finished; 1: the study failed; 130/143: stopped by SIGINT/SIGTERM)."""
     executor = make_executor(config)
-    output_dir = ensure_private_dir(config.output_dir, "supervise output_dir")
+    try:
+        output_dir = ensure_private_dir(config.output_dir, "output_dir")
+    except (OSError, ValueError) as error:
+        raise ConfigError([f"output_dir: {error}"]) from None
     handler = _log_to_file(output_dir, config.verbose)
     loggers = [logging.getLogger("psij.controller"), logger]
     for each in loggers:

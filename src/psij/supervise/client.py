@@ -17,6 +17,7 @@ server starts fast.
 """
 
 import json
+import logging
 import os
 import queue
 import socket
@@ -231,7 +232,11 @@ class Connection:
                     message = None
                 if message is None:
                     break
-                self._dispatch(message)
+                try:
+                    self._dispatch(message)
+                except Exception as error:  # one odd message must not stop the pongs
+                    logging.getLogger("psij.supervise.client").warning(
+                        "cannot handle %r from the supervisor: %s", message, error)
         finally:
             self._updates.put(None)
             with self._answers_lock:
