@@ -139,3 +139,19 @@ def squeue_in(directory: Path) -> Set[str]:
                          check=True).stdout
     return {line.split()[0] for line in out.splitlines()
             if line.split(maxsplit=1)[1:] == [str(directory)]}
+
+
+def sleeping(results: Path) -> List[int]:
+    """The example's clients writing into ``results`` that are in their sleep (so they have
+    read how long to sleep), on this machine."""
+    found = subprocess.run(["pgrep", "-f", f"supervised_study.py client {results} "],
+                           capture_output=True, text=True).stdout.split()
+    asleep = []
+    for pid in found:
+        try:
+            with open(f"/proc/{pid}/wchan") as f:
+                if "nanosleep" in f.read():
+                    asleep.append(int(pid))
+        except OSError:
+            pass
+    return asleep

@@ -11,6 +11,7 @@ from psij._clock import ManualClock
 from psij.controller import (
     ActionDone,
     ActionFailed,
+    Attach,
     BadMessage,
     Cancel,
     Close,
@@ -29,6 +30,7 @@ from psij.controller import (
     Tick,
 )
 from psij.supervise import Settings, Supervisor
+from psij.supervise._machine import Journal
 
 T = 1.0
 PEER = Peer(1, 2, 3, "")
@@ -48,14 +50,19 @@ def settings(**changes: Any) -> Settings:
 class Rig:
     """A machine, a manual clock, and helpers that feed it events."""
 
-    def __init__(self, **changes: Any) -> None:
+    def __init__(self, leftovers: Any = (), first_uid: int = 0, first_generation: int = 0,
+                 **changes: Any) -> None:
         self.tokens = iter(f"token{i}" for i in range(1, 100))
-        self.machine = Supervisor(settings(**changes), new_token=lambda: next(self.tokens))
+        self.machine = Supervisor(settings(**changes), new_token=lambda: next(self.tokens),
+                                  leftovers=leftovers, first_uid=first_uid,
+                                  first_generation=first_generation)
         self.clock = ManualClock(1000.0)
         self.conn = 0
 
     def step(self, event: Any) -> List[Any]:
-        return [a for a in self.machine.step(event, self.clock.now()) if type(a) is not Log]
+        """The actions but the log lines and the journal entries (tested on their own)."""
+        return [a for a in self.machine.step(event, self.clock.now())
+                if type(a) not in (Log, Journal)]
 
     def logs(self, event: Any) -> List[Any]:
         return [a for a in self.machine.step(event, self.clock.now()) if type(a) is Log]
@@ -457,3 +464,39 @@ def test_unknown_events_and_strangers_status_are_ignored() -> None:
     assert rig.status(99, JobState.COMPLETED) == []
     assert rig.step(ActionDone(99, "cancel", None)) == []
     assert rig.step(MessageReceived(42, {"type": "ping"})) == []
+
+
+# -- the journal and the jobs an earlier supervisor left ------------------------------------
+
+def test_the_journal_records_each_submission_and_each_end() -> None:
+    rig = Rig()
+    machine = rig.machine
+    assert of(machine.step(Started(), 0), Journal) == []
+    assert of(machine.step(ActionDone(0, "submit", "900"), 0), Journal) == [Journal(
+        {"uid": 0, "kind": "server", "client": None, "generation": 1, "native_id": "900"})]
+    rig.connect()
+    machine.step(MessageReceived(rig.conn, {"type": "submit", "client": "a",
+                                            "arguments": []}), 0)
+    assert of(machine.step(ActionDone(1, "submit", "901"), 0), Journal)[0].entry["client"] \
+        == "a"
+    ended = machine.step(JobStatusChanged(1, JobStatus(JobState.COMPLETED, exit_code=0)), 0)
+    assert of(ended, Journal) == [Journal({"uid": 1, "final": "COMPLETED"})]
+    # A submission that failed was never journaled: its end is not either.
+    machine.step(MessageReceived(rig.conn, {"type": "submit", "client": "b",
+                                            "arguments": []}), 0)
+    assert of(machine.step(ActionFailed(2, "submit", "no", None), 0), Journal) == []
+
+
+def test_leftover_jobs_are_attached_and_cancelled_and_numbering_goes_on() -> None:
+    rig = Rig(leftovers=[(4, "700"), (6, "701")], first_uid=7, first_generation=2)
+    actions = rig.step(Started())
+    assert actions[:2] == [Attach(4, "700"), Attach(6, "701")]
+    submit = of(actions, Submit)[0]
+    assert submit.key == 7 and submit.spec.environment["PSIJ_SUPERVISOR_GENERATION"] == "3"
+    assert rig.step(ActionDone(4, "attach", "700")) == [Cancel(4)]
+    assert rig.status(4, JobState.CANCELED) == [Forget(4)]
+    # One that is gone already cannot be attached: forgotten, with a warning.
+    actions = rig.machine.step(ActionFailed(6, "attach", "no such job", None), 0)
+    assert Forget(6) in actions and Journal({"uid": 6, "final": "UNKNOWN"}) in actions
+    assert any(type(a) is Log and "701" in a.message for a in actions)
+    assert set(rig.machine.jobs) == {7}

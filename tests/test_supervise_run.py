@@ -13,7 +13,7 @@ from typing import Iterator, Optional
 
 import pytest
 
-from supervise_study import ROOT, Study, wait_for
+from supervise_study import ROOT, Study, sleeping, wait_for
 
 
 def psij(*words: str, cwd: Path = ROOT) -> "subprocess.CompletedProcess[str]":
@@ -305,3 +305,36 @@ def test_an_unusable_output_dir_or_a_live_supervisor_there_is_a_config_error(
     assert second.returncode == 2 and "another process is listening" in second.stderr, \
         second.stderr
     assert study.wait(60) == 0, study.errors()
+
+
+def test_a_supervisor_killed_leaves_a_journal_the_next_one_goes_on_from(
+        tmp_path: Path) -> None:
+    """On local the leftovers are attached (the local executor cancels only the processes it
+    started itself; on Slurm they are cancelled, see test_supervise_slurm.py)."""
+    results = tmp_path / "r"
+    first = Study(results, clients=6, wave=3)
+    (results / "sleep").write_text("60")
+    first.start()
+    wait_for(lambda: len(sleeping(results)) == 3, 60, "three clients sleeping")
+    orphans = sleeping(results)
+    assert first.process is not None
+    first.process.kill()
+    first.process.wait()
+    leftovers = first.native_ids()
+    assert len(leftovers) == 4  # the server and three clients
+    try:
+        (results / "sleep").write_text("0")
+        second = Study(results, clients=6, wave=3).start()
+        assert second.wait(60) == 0, second.errors()
+        second.check_finished()
+        assert "cancelling 4 job(s) an earlier supervisor left: " in second.log()
+        said = second.log().split("an earlier supervisor left: ")[1].splitlines()[0]
+        assert set(said.split(", ")) == leftovers
+        assert (results / "server.2.pid").exists()  # generations go on
+        # uids go on too: the files of the first supervisor are still there.
+        names = os.listdir(second.output)
+        assert len([n for n in names if n.startswith("submit.")]) == 1 + 3 + 1 + 6
+        assert "job.4.study-server.out" in names
+    finally:
+        for pid in orphans:
+            os.kill(pid, signal.SIGKILL)

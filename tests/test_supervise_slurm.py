@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from supervise_study import Study, squeue_ids, squeue_in, stop_process, wait_for
+from supervise_study import Study, sleeping, squeue_ids, squeue_in, stop_process, wait_for
 from test_batch_real import _need
 
 pytestmark = pytest.mark.slurm
@@ -113,3 +113,20 @@ def test_ctrl_c_at_any_moment_leaves_nothing_in_the_queue(tmp_path: Path,
     assert study.wait(40) == 130, study.errors()
     assert time.monotonic() - started < 35
     nothing_left(study)
+
+
+def test_jobs_of_a_killed_supervisor_are_cancelled_by_the_next_one(tmp_path: Path) -> None:
+    first = _slow_study(tmp_path)
+    wait_for(lambda: len(sleeping(first.results)) >= 2, 60, "clients sleeping")
+    assert first.process is not None
+    first.process.kill()
+    first.process.wait()
+    orphans = first.native_ids()
+    assert len(orphans) == 5 and orphans <= squeue_ids()  # the server and four clients
+    (first.results / "sleep").write_text("0")
+    second = Study(first.results, executor="slurm", clients=8, wave=4, timer_delay=T).start()
+    wait_for(lambda: not (orphans & squeue_ids()), 20, "the orphans leaving the queue")
+    assert second.wait(90) == 0, second.errors()
+    second.check_finished()
+    assert "job(s) an earlier supervisor left" in second.log()
+    nothing_left(second)

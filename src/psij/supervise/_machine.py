@@ -11,12 +11,13 @@ whatever the number of jobs.
 import collections
 import logging
 import secrets
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from psij._controller_values import (
     Action,
     ActionDone,
     ActionFailed,
+    Attach,
     BadMessage,
     Cancel,
     Close,
@@ -49,10 +50,11 @@ from psij.supervise._messages import (
     read_request,
 )
 
-__all__ = ["JobEntry", "Settings", "Supervisor"]
+__all__ = ["JobEntry", "Journal", "Settings", "Supervisor"]
 
 SERVER = "server"
 CLIENT = "client"
+LEFTOVER = "leftover"  # a job an earlier supervisor of this output directory left behind
 
 _SUBMITTING = "SUBMITTING"
 
@@ -91,6 +93,15 @@ class JobEntry(Record):
     cancel: bool
 
 
+class Journal(Record):
+    """An action of this machine: append ``entry`` (a JSON object) to the output directory's
+    journal, from which a later supervisor learns which jobs this one left behind."""
+
+    _fields = ("entry",)
+    __slots__ = _fields
+    entry: Dict[str, Any]
+
+
 class _Pending(Record):
     """A client request accepted and waiting for a free place under ``job_limit``."""
 
@@ -112,14 +123,21 @@ class Supervisor:
 
     :param settings: the study's settings.
     :param new_token: makes the secret of each server generation (tests give fixed ones).
+    :param leftovers: the jobs (uid, native id) an earlier supervisor of the same output
+        directory submitted and did not see end: attached and cancelled at the start.
+    :param first_uid: the first uid to give (after those of the journal).
+    :param first_generation: the generation before the first server's.
     """
 
     def __init__(self, settings: Settings,
-                 new_token: Callable[[], str] = lambda: secrets.token_hex(16)) -> None:
+                 new_token: Callable[[], str] = lambda: secrets.token_hex(16),
+                 leftovers: Sequence[Tuple[int, str]] = (), first_uid: int = 0,
+                 first_generation: int = 0) -> None:
         self.settings = settings
         self._new_token = new_token
-        self.next_uid = 0
-        self.generation = 0
+        self._leftovers = tuple(leftovers)
+        self.next_uid = first_uid
+        self.generation = first_generation
         self.token = ""
         self.old_tokens: Dict[str, int] = {}
         self.server_uid: Optional[int] = None
@@ -163,6 +181,13 @@ class Supervisor:
     def _on_started(self, event: Started, now: float, out: List[Action]) -> None:
         out.append(Log(f"supervisor: output in {self.settings.output_dir}; the server "
                        f"connects to {self.settings.address}"))
+        if self._leftovers:
+            out.append(Log(f"supervisor: cancelling {len(self._leftovers)} job(s) an earlier "
+                           f"supervisor left: {', '.join(n for _, n in self._leftovers)}",
+                           logging.WARNING))
+        for uid, native in self._leftovers:
+            self.jobs[uid] = JobEntry(uid, LEFTOVER, None, 0, _SUBMITTING, native, True)
+            out.append(Attach(uid, native))
         self._submit_server(now, out)
 
     def _submit_server(self, now: float, out: List[Action]) -> None:
@@ -238,7 +263,7 @@ class Supervisor:
     # -- jobs -------------------------------------------------------------------------------
 
     def _on_done(self, event: ActionDone, now: float, out: List[Action]) -> None:
-        if event.action != "submit":
+        if event.action not in ("submit", "attach"):
             return
         entry = self.jobs.get(event.key)  # type: ignore[call-overload]
         if entry is None:
@@ -246,6 +271,11 @@ class Supervisor:
         native = None if event.result is None else str(event.result)
         state = "SUBMITTED" if entry.state == _SUBMITTING else entry.state
         self.jobs[entry.uid] = replace(entry, native_id=native, state=state)
+        if entry.kind == LEFTOVER:
+            out.append(Cancel(entry.uid))
+            return
+        out.append(Journal({"uid": entry.uid, "kind": entry.kind, "client": entry.client,
+                            "generation": entry.generation, "native_id": native}))
         who = f"client {entry.client!r}" if entry.kind == CLIENT else "server"
         out.append(Log(f"supervisor: uid {entry.uid} ({who} of generation "
                        f"{entry.generation}) is job {native}", logging.DEBUG))
@@ -255,6 +285,14 @@ class Supervisor:
     def _on_failed(self, event: ActionFailed, now: float, out: List[Action]) -> None:
         entry = self.jobs.get(event.key)  # type: ignore[call-overload]
         if entry is None:
+            return
+        if entry.kind == LEFTOVER and event.action == "attach":
+            del self.jobs[entry.uid]
+            out.append(Forget(entry.uid))
+            out.append(Journal({"uid": entry.uid, "final": "UNKNOWN"}))
+            out.append(Log(f"supervisor: job {entry.native_id} left by an earlier supervisor "
+                           f"cannot be followed (gone already?): {event.message}",
+                           logging.WARNING))
             return
         if event.action != "submit":
             out.append(Log(f"supervisor: {event.action} of uid {entry.uid} failed: "
@@ -284,6 +322,10 @@ class Supervisor:
                   message: Optional[str], now: float, out: List[Action]) -> None:
         del self.jobs[entry.uid]
         out.append(Forget(entry.uid))
+        if entry.state != _SUBMITTING or entry.kind == LEFTOVER:  # journaled: now final
+            out.append(Journal({"uid": entry.uid, "final": state}))
+        if entry.kind == LEFTOVER:
+            return
         if entry.kind == SERVER:
             if entry.uid != self.server_uid or self.stopped:
                 return

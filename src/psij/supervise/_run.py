@@ -7,19 +7,21 @@ is submitted), listens where the server will connect, records each submission's 
 :class:`~psij.controller.ControllerLoop` until the machine stops it.
 """
 
+import json
 import logging
 import os
+import re
 import shlex
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from psij._clock import Clock
 from psij._private_dirs import ensure_private_dir
 from psij.controller import ControllerLoop
 from psij.supervise._config import ConfigError, SuperviseConfig
-from psij.supervise._machine import Settings, Supervisor
+from psij.supervise._machine import Journal, Settings, Supervisor
 from psij.supervise._messages import ENV_UID
 
 __all__ = ["make_executor", "run"]
@@ -147,6 +149,70 @@ def _listen(loop: ControllerLoop, config: SuperviseConfig, output_dir: Path) -> 
     return f"unix:{path}", made
 
 
+_SUBMIT_FILE = re.compile(r"submit\.(\d+)\.sh")
+
+
+class JournalFile:
+    """The output directory's ``supervise.journal``: one JSON object a line, appended as
+    jobs are submitted and end, read back by the next supervisor of the same directory."""
+
+    def __init__(self, output_dir: Path) -> None:
+        self.path = output_dir / "supervise.journal"
+
+    def read(self) -> Tuple[List[Tuple[int, str]], int, int]:
+        """The jobs submitted and not seen ending (uid, native id), the next free uid and
+        the last generation."""
+        jobs: Dict[int, str] = {}
+        last_uid, generation = -1, 0
+        try:
+            with open(self.path, encoding="utf-8", errors="replace") as f:
+                lines = f.readlines()
+        except FileNotFoundError:
+            lines = []
+        for number, line in enumerate(lines, 1):
+            try:
+                entry = json.loads(line)
+                uid = entry["uid"]
+                if isinstance(uid, bool) or not isinstance(uid, int) or uid < 0:
+                    raise ValueError(f"uid {uid!r}")
+            except (ValueError, KeyError, TypeError) as error:
+                logger.warning("supervisor: %s line %d is unreadable (%s); skipped", self.path,
+                               number, error)
+                continue
+            last_uid = max(last_uid, uid)
+            if "final" in entry:
+                jobs.pop(uid, None)
+            elif isinstance(entry.get("native_id"), str):
+                jobs[uid] = entry["native_id"]
+                if isinstance(entry.get("generation"), int):
+                    generation = max(generation, entry["generation"])
+        for name in os.listdir(self.path.parent):
+            match = _SUBMIT_FILE.fullmatch(name)
+            if match:
+                last_uid = max(last_uid, int(match.group(1)))
+        return sorted(jobs.items()), last_uid + 1, generation
+
+    def open(self) -> None:
+        """Open for appending, and hold its lock while this supervisor runs: a second one in
+        the same directory would cancel the first one's jobs as leftovers."""
+        import fcntl
+
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+                           0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._fd)
+            raise ConfigError([f"output_dir: another supervisor runs in "
+                               f"{self.path.parent}"]) from None
+
+    def write(self, action: Journal) -> None:
+        os.write(self._fd, (json.dumps(action.entry, separators=(",", ":")) + "\n").encode())
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
 def _log_to_file(output_dir: Path, verbose: int) -> logging.Handler:
     path = output_dir / "supervise.log"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
@@ -172,16 +238,24 @@ def run(config: SuperviseConfig, clock: Optional[Clock] = None) -> int:
         if each.level == logging.NOTSET or each.level > handler.level:
             each.setLevel(handler.level)
     made = ""
+    journal = JournalFile(output_dir)
     try:
         loop = ControllerLoop(_Placeholder(), RecordingExecutor(executor, output_dir),
-                              clock=clock, tick=config.timer_delay, workers=config.workers)
+                              clock=clock, tick=config.timer_delay, workers=config.workers,
+                              action_handlers={Journal: journal.write})
         address, made = _listen(loop, config, output_dir)
-        loop.machine = Supervisor(Settings(
-            config.server, config.client_template, str(output_dir), address,
-            config.job_limit, config.timer_delay, config.fault_tolerance,
-            config.max_server_restarts, config.std_output, config.connect_timeout,
-            config.stop_grace))
-        return loop.run()
+        journal.open()
+        try:
+            leftovers, first_uid, generation = journal.read()
+            loop.machine = Supervisor(Settings(
+                config.server, config.client_template, str(output_dir), address,
+                config.job_limit, config.timer_delay, config.fault_tolerance,
+                config.max_server_restarts, config.std_output, config.connect_timeout,
+                config.stop_grace), leftovers=leftovers, first_uid=first_uid,
+                first_generation=generation)
+            return loop.run()
+        finally:
+            journal.close()
     finally:
         for each in loggers:
             each.removeHandler(handler)
