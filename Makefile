@@ -62,7 +62,8 @@ bench: $(STAMP)
 	rc=0; $(PY) bench/run.py || rc=$$?; $(PY) bench/batch.py || rc=$$?; \
 		$(PY) bench/pilot_scheduler.py || rc=$$?; $(PY) bench/pilot.py || rc=$$?; \
 		$(PY) bench/registry.py || rc=$$?; $(PY) bench/pilot_iterations.py || rc=$$?; \
-		$(PY) bench/spawn_ceiling.py || rc=$$?; $(PY) bench/holding.py || rc=$$?; exit $$rc
+		$(PY) bench/spawn_ceiling.py || rc=$$?; $(PY) bench/holding.py || rc=$$?; \
+		$(PY) bench/supervise.py || rc=$$?; $(PY) bench/flow_machine.py || rc=$$?; exit $$rc
 
 clean:
 	rm -rf $(VENV) build dist docs/_build .bench-venvs

@@ -27,6 +27,7 @@ from psij._cli_jobs import JOB_COMMANDS, add_job_commands, jobs_main
 from psij._cli_pilot import add_pilot_commands, pilot_main, plain_pilot_run, whole_number
 from psij._cli_pipes import silence_stdout, stdout_reader_gone
 from psij._cli_streams import OutputCopies, StreamRefused, inherited_stream_path, same_open_file
+from psij._cli_supervise import add_supervise_command, supervise_main
 from psij._stop_signals import StopSignals
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.job import Job
@@ -121,7 +122,7 @@ def _formatters() -> Tuple[Any, Any]:
     return Formatter, RawDescriptionFormatter
 
 
-_COMMANDS = ("plugins", "run", "script", "pilot", "config", *JOB_COMMANDS)
+_COMMANDS = ("plugins", "run", "script", "pilot", "config", *JOB_COMMANDS, "supervise")
 _PILOT_COMMANDS = ("serve", "run")
 
 
@@ -160,6 +161,8 @@ def _build_parser(argv: Optional[Sequence[str]] = None) -> "argparse.ArgumentPar
         add_job_commands(commands, command)
     if command in (None, "config"):
         add_config_command(commands)
+    if command in (None, "supervise"):
+        add_supervise_command(commands)
     if command is None:
         add_pilot_commands(commands)
     elif command == "pilot" and argv is not None:
@@ -601,6 +604,8 @@ def _main(argv: Optional[List[str]]) -> int:
         return jobs_main(args)
     if args.command == "config":
         return config_main(args)
+    if args.command == "supervise":
+        return supervise_main(args)
     parser.print_usage(sys.stderr)
     _say(f"a command is required: {', '.join(_COMMANDS)}")
     return EXIT_USAGE

@@ -1,0 +1,594 @@
+"""The supervisor's machine: a server job, the client jobs it asks for, and what happens when
+the server dies. Pure: it does no I/O, reads no clock and starts no thread (its state table
+is in the guide, :doc:`/supervise`; the loop that runs it is
+:class:`psij.controller.ControllerLoop`).
+
+Its state is a handful of counters and maps of :class:`JobEntry` values (replaced, never
+changed), kept on the machine object so that one event costs a few dictionary operations
+whatever the number of jobs.
+"""
+
+import collections
+import logging
+import secrets
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+
+from psij._controller_values import (
+    Action,
+    ActionDone,
+    ActionFailed,
+    Attach,
+    BadMessage,
+    Cancel,
+    Close,
+    Connected,
+    Disconnected,
+    Event,
+    Forget,
+    JobStatusChanged,
+    Log,
+    MessageReceived,
+    Send,
+    SignalReceived,
+    Started,
+    Stop,
+    Submit,
+    Tick,
+    exit_code_for_signal,
+)
+from psij._record import Record, replace
+from psij.supervise._messages import (
+    ENV_ADDRESS,
+    ENV_CLIENT,
+    ENV_GENERATION,
+    ENV_GROUP_SIZE,
+    ENV_TOKEN,
+    ENV_UID,
+    Request,
+    RequestError,
+    build_spec,
+    read_request,
+)
+
+__all__ = ["JobEntry", "Journal", "Settings", "Supervisor"]
+
+SERVER = "server"
+CLIENT = "client"
+LEFTOVER = "leftover"  # a job an earlier supervisor of this output directory left behind
+
+_SUBMITTING = "SUBMITTING"
+
+
+class Settings(Record):
+    """What the machine is told once: see :mod:`psij.supervise` for the meaning of each."""
+
+    _fields = ("server", "client_template", "output_dir", "address", "job_limit", "tick",
+               "fault_tolerance", "max_server_restarts", "std_output", "connect_timeout",
+               "stop_grace")
+    __slots__ = _fields
+    server: Dict[str, Any]
+    client_template: Optional[Dict[str, Any]]
+    output_dir: str
+    address: str
+    job_limit: int
+    tick: float
+    fault_tolerance: bool
+    max_server_restarts: int
+    std_output: bool
+    connect_timeout: float
+    stop_grace: float
+
+
+class JobEntry(Record):
+    """One job submitted and not final: the server of a generation or a client."""
+
+    _fields = ("uid", "kind", "client", "generation", "state", "native_id", "cancel")
+    __slots__ = _fields
+    uid: int
+    kind: str
+    client: Optional[str]
+    generation: int
+    state: str
+    native_id: Optional[str]
+    cancel: bool
+
+
+class Journal(Record):
+    """An action of this machine: append ``entry`` (a JSON object) to the output directory's
+    journal, from which a later supervisor learns which jobs this one left behind."""
+
+    _fields = ("entry",)
+    __slots__ = _fields
+    entry: Dict[str, Any]
+
+
+class _Pending(Record):
+    """A client request accepted and waiting for a free place under ``job_limit``."""
+
+    _fields = ("uid", "client", "spec")
+    __slots__ = _fields
+    uid: int
+    client: str
+    spec: Any
+
+
+def _state_name(status: Any) -> str:
+    state = getattr(status, "state", None)
+    return str(getattr(state, "name", state))
+
+
+class Supervisor:
+    """The supervisor's rules: ``step(event, now) -> actions`` (the state table is in
+    :doc:`/supervise`).
+
+    :param settings: the study's settings.
+    :param new_token: makes the secret of each server generation (tests give fixed ones).
+    :param leftovers: the jobs (uid, native id) an earlier supervisor of the same output
+        directory submitted and did not see end: attached and cancelled at the start.
+    :param first_uid: the first uid to give (after those of the journal).
+    :param first_generation: the generation before the first server's.
+    """
+
+    def __init__(self, settings: Settings,
+                 new_token: Callable[[], str] = lambda: secrets.token_hex(16),
+                 leftovers: Sequence[Tuple[int, str]] = (), first_uid: int = 0,
+                 first_generation: int = 0) -> None:
+        self.settings = settings
+        self._new_token = new_token
+        self._leftovers = tuple(leftovers)
+        self.next_uid = first_uid
+        self.generation = first_generation
+        self.token = ""
+        self.old_tokens: Dict[str, int] = {}
+        self.server_uid: Optional[int] = None
+        self.server_conn: Optional[int] = None
+        self.server_active_since: Optional[float] = None
+        self.last_seen = 0.0
+        self.done = False
+        self.restarts = 0
+        self.stopped = False
+        self.exit_code: Optional[int] = None
+        self.jobs: Dict[int, JobEntry] = {}
+        self.clients: Dict[str, int] = {}  # client id of the current generation -> uid
+        self.queue: Deque[_Pending] = collections.deque()
+        self.running_clients = 0  # client jobs submitted and not final (all generations)
+        self.strangers: Dict[int, float] = {}  # connections that have not said hello yet
+        self._handlers: Dict[type, Callable[[Any, float, List[Action]], None]] = {
+            JobStatusChanged: self._on_status, MessageReceived: self._on_message,
+            Tick: self._on_tick, ActionDone: self._on_done, ActionFailed: self._on_failed,
+            Connected: self._on_connected, Disconnected: self._on_disconnected,
+            BadMessage: self._on_bad_message, SignalReceived: self._on_signal,
+            Started: self._on_started,
+        }
+
+    # -- the machine ------------------------------------------------------------------------
+
+    def step(self, event: Event, now: float) -> List[Action]:
+        """Take one event at time ``now``; return the actions."""
+        actions: List[Action] = []
+        handler = self._handlers.get(type(event))
+        if handler is not None:
+            handler(event, now, actions)
+        return actions
+
+    def _take_uid(self) -> int:
+        uid = self.next_uid
+        self.next_uid += 1
+        return uid
+
+    # -- the server -------------------------------------------------------------------------
+
+    def _on_started(self, event: Started, now: float, out: List[Action]) -> None:
+        out.append(Log(f"supervisor: output in {self.settings.output_dir}; the server "
+                       f"connects to {self.settings.address}"))
+        if self._leftovers:
+            out.append(Log(f"supervisor: cancelling {len(self._leftovers)} job(s) an earlier "
+                           f"supervisor left: {', '.join(n for _, n in self._leftovers)}",
+                           logging.WARNING))
+        for uid, native in self._leftovers:
+            self.jobs[uid] = JobEntry(uid, LEFTOVER, None, 0, _SUBMITTING, native, True)
+            out.append(Attach(uid, native))
+        self._submit_server(now, out)
+
+    def _submit_server(self, now: float, out: List[Action]) -> None:
+        settings = self.settings
+        if self.token:
+            self.old_tokens[self.token] = self.generation
+        self.generation += 1
+        self.token = self._new_token()
+        uid = self._take_uid()
+        env = {ENV_ADDRESS: settings.address, ENV_TOKEN: self.token,
+               ENV_GENERATION: str(self.generation), ENV_UID: str(uid)}
+        try:
+            spec = build_spec(settings.server, uid, "server", env, settings.output_dir,
+                              settings.std_output)
+        except RequestError as error:  # checked with the settings: only a bug gets here
+            self._stop(1, f"cannot make the server job: {error}", out)
+            return
+        self.server_uid = uid
+        self.server_conn = None
+        self.server_active_since = None
+        self.jobs[uid] = JobEntry(uid, SERVER, None, self.generation, _SUBMITTING, None, False)
+        out.append(Log(f"supervisor: submitting server generation {self.generation} "
+                       f"(uid {uid})"))
+        out.append(Submit(uid, spec))
+
+    def _server_dead(self, reason: str, now: float, out: List[Action]) -> None:
+        """The current server is gone: cancel everything, then restart or stop."""
+        out.append(Log(f"supervisor: server generation {self.generation} is dead: {reason}",
+                       logging.ERROR))
+        self._cancel_all(out)
+        if self.server_conn is not None:
+            out.append(Close(self.server_conn))
+        self.server_conn = None
+        self.server_uid = None
+        settings = self.settings
+        if not settings.fault_tolerance:
+            self._stop(1, f"server died ({reason}); fault_tolerance is off", out)
+        elif self.restarts >= settings.max_server_restarts:
+            self._stop(1, f"server died ({reason}) and was restarted "
+                          f"{self.restarts} time(s) already (max_server_restarts="
+                          f"{settings.max_server_restarts})", out)
+        else:
+            self.restarts += 1
+            out.append(Log(f"supervisor: restarting the server ({self.restarts} of "
+                           f"{settings.max_server_restarts})", logging.WARNING))
+            self._submit_server(now, out)
+
+    def _cancel_all(self, out: List[Action]) -> None:
+        """Cancel every job not final (at once, without waiting), forget the requests."""
+        for pending in self.queue:
+            out.append(Log(f"supervisor: dropping queued client {pending.client!r} "
+                           f"(uid {pending.uid})", logging.DEBUG))
+        self.queue.clear()
+        self.clients.clear()
+        jobs = self.jobs
+        for uid, entry in list(jobs.items()):
+            if entry.cancel:
+                continue
+            jobs[uid] = replace(entry, cancel=True)
+            if entry.state != _SUBMITTING:  # the rest once their submission returns
+                out.append(Cancel(uid))
+
+    def _stop(self, code: int, reason: str, out: List[Action]) -> None:
+        if self.stopped:
+            return
+        self._cancel_all(out)
+        self.stopped = True
+        self.exit_code = code
+        out.append(Log(f"supervisor: stopping with exit code {code}: {reason}",
+                       logging.INFO if code == 0 else logging.ERROR))
+        out.append(Stop(code, reason, self.settings.stop_grace))
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def _on_done(self, event: ActionDone, now: float, out: List[Action]) -> None:
+        if event.action not in ("submit", "attach"):
+            return
+        entry = self.jobs.get(event.key)  # type: ignore[call-overload]
+        if entry is None:
+            return
+        native = None if event.result is None else str(event.result)
+        state = "SUBMITTED" if entry.state == _SUBMITTING else entry.state
+        self.jobs[entry.uid] = replace(entry, native_id=native, state=state)
+        if entry.kind == LEFTOVER:
+            out.append(Cancel(entry.uid))
+            return
+        out.append(Journal({"uid": entry.uid, "kind": entry.kind, "client": entry.client,
+                            "generation": entry.generation, "native_id": native}))
+        who = f"client {entry.client!r}" if entry.kind == CLIENT else "server"
+        out.append(Log(f"supervisor: uid {entry.uid} ({who} of generation "
+                       f"{entry.generation}) is job {native}", logging.DEBUG))
+        if entry.cancel or self.stopped:  # stopped: no job may outlive the supervisor
+            out.append(Cancel(entry.uid))
+
+    def _on_failed(self, event: ActionFailed, now: float, out: List[Action]) -> None:
+        entry = self.jobs.get(event.key)  # type: ignore[call-overload]
+        if entry is None:
+            return
+        if entry.kind == LEFTOVER and event.action == "attach":
+            del self.jobs[entry.uid]
+            out.append(Forget(entry.uid))
+            out.append(Journal({"uid": entry.uid, "final": "UNKNOWN"}))
+            out.append(Log(f"supervisor: job {entry.native_id} left by an earlier supervisor "
+                           f"cannot be followed (gone already?): {event.message}",
+                           logging.WARNING))
+            return
+        if event.action != "submit":
+            out.append(Log(f"supervisor: {event.action} of uid {entry.uid} failed: "
+                           f"{event.message}", logging.WARNING))
+            return
+        self._finished(entry, "FAILED", None, f"submission failed: {event.message}", now, out)
+
+    def _on_status(self, event: JobStatusChanged, now: float, out: List[Action]) -> None:
+        entry = self.jobs.get(event.key)  # type: ignore[call-overload]
+        if entry is None:
+            return
+        status = event.status
+        state = _state_name(status)
+        if state == entry.state or state == "NEW":
+            return
+        if status.state.final:
+            self._finished(entry, state, status.exit_code, status.message, now, out)
+            return
+        self.jobs[entry.uid] = replace(entry, state=state)
+        if entry.kind == SERVER:
+            if entry.uid == self.server_uid and state == "ACTIVE":
+                self.server_active_since = now
+            return
+        self._tell(entry, state, None, status.message, out)
+
+    def _finished(self, entry: JobEntry, state: str, exit_code: Optional[int],
+                  message: Optional[str], now: float, out: List[Action]) -> None:
+        del self.jobs[entry.uid]
+        out.append(Forget(entry.uid))
+        if entry.state != _SUBMITTING or entry.kind == LEFTOVER:  # journaled: now final
+            out.append(Journal({"uid": entry.uid, "final": state}))
+        if entry.kind == LEFTOVER:
+            return
+        if entry.kind == SERVER:
+            if entry.uid != self.server_uid or self.stopped:
+                return
+            if self.done:
+                if state == "COMPLETED" and not exit_code:
+                    self._stop(0, "the server finished", out)
+                else:
+                    self._stop(1, f"the server said it was done, then ended {state} "
+                                  f"(exit code {exit_code}): {message or ''}".rstrip(": "),
+                               out)
+                return
+            words = f"server job ended {state}"
+            if exit_code is not None:
+                words += f" with exit code {exit_code}"
+            if message:
+                words += f": {message}"
+            if state == "COMPLETED":
+                words += " (without saying done)"
+            self._server_dead(words, now, out)
+            return
+        self.running_clients -= 1
+        if self.clients.get(entry.client) == entry.uid:  # type: ignore[arg-type]
+            del self.clients[entry.client]  # type: ignore[arg-type]
+        self._tell(entry, state, exit_code, message, out)
+        self._submit_queued(out)
+
+    def _tell(self, entry: JobEntry, state: str, exit_code: Optional[int],
+              message: Optional[str], out: List[Action]) -> None:
+        """A status update to the server, for a client of its generation."""
+        conn = self.server_conn
+        if conn is None or entry.generation != self.generation or self.stopped:
+            return
+        out.append(Send(conn, {"type": "update", "client": entry.client, "uid": entry.uid,
+                               "state": state, "exit_code": exit_code, "message": message}))
+
+    # -- clients ----------------------------------------------------------------------------
+
+    def _submit_client(self, pending: _Pending, out: List[Action]) -> None:
+        self.running_clients += 1
+        self.jobs[pending.uid] = JobEntry(pending.uid, CLIENT, pending.client, self.generation,
+                                          _SUBMITTING, None, False)
+        out.append(Submit(pending.uid, pending.spec))
+
+    def _submit_queued(self, out: List[Action]) -> None:
+        queue, limit = self.queue, self.settings.job_limit
+        while queue and self.running_clients < limit:
+            self._submit_client(queue.popleft(), out)
+
+    def _request(self, conn: int, message: Any, now: float, out: List[Action]) -> None:
+        try:
+            request = read_request(message)
+        except RequestError as error:
+            ref = message.get("ref") if isinstance(message, dict) else None
+            out.append(Send(conn, {"type": "refused", "ref": _plain(ref),
+                                   "reason": str(error)}))
+            out.append(Log(f"supervisor: refused a message from the server: {error}",
+                           logging.WARNING))
+            return
+        kind = request.kind
+        if kind == "pong":
+            return
+        if kind == "ping":
+            out.append(Send(conn, {"type": "pong"} if request.ref is None
+                            else {"type": "pong", "ref": _plain(request.ref)}))
+            return
+        if kind == "submit":
+            self._on_submit(conn, request, out)
+        elif kind == "cancel":
+            self._on_cancel(conn, request, out)
+        elif kind == "done":
+            self.done = True
+            out.append(Send(conn, {"type": "accepted", "ref": request.ref}))
+            out.append(Log("supervisor: the server is done; cancelling its clients left"))
+            self._cancel_clients(out)
+        elif kind == "hello":
+            self._refuse(conn, request, "already connected: hello comes once", out)
+
+    def _refuse(self, conn: int, request: Request, reason: str, out: List[Action]) -> None:
+        out.append(Send(conn, {"type": "refused", "ref": request.ref, "client": request.client,
+                               "reason": reason}))
+        out.append(Log(f"supervisor: refused {request.kind} of client {request.client!r}: "
+                       f"{reason}", logging.WARNING))
+
+    def _on_submit(self, conn: int, request: Request, out: List[Action]) -> None:
+        client = request.client
+        assert client is not None
+        if self.stopped:
+            self._refuse(conn, request, "the supervisor is stopping", out)
+            return
+        if self.done:
+            self._refuse(conn, request, "the server said it was done", out)
+            return
+        if client in self.clients:
+            self._refuse(conn, request, f"client {client!r} is already submitted and not "
+                                        f"final (uid {self.clients[client]})", out)
+            return
+        settings = self.settings
+        if request.spec is not None:
+            doc = request.spec
+        elif settings.client_template is None:
+            self._refuse(conn, request, "no client_template is configured: give the job as "
+                                        "'spec'", out)
+            return
+        else:
+            doc = dict(settings.client_template)
+            doc["arguments"] = list(doc.get("arguments") or []) + list(request.arguments or [])
+        uid = self.next_uid
+        env = {ENV_CLIENT: client, ENV_UID: str(uid), ENV_GROUP_SIZE: str(request.group_size),
+               ENV_GENERATION: str(self.generation)}
+        try:
+            spec = build_spec(doc, uid, client, env, settings.output_dir, settings.std_output)
+        except RequestError as error:
+            self._refuse(conn, request, str(error), out)
+            return
+        self._take_uid()
+        self.clients[client] = uid
+        queued = self.running_clients >= settings.job_limit
+        out.append(Send(conn, {"type": "accepted", "ref": request.ref, "client": client,
+                               "uid": uid, "queued": queued}))
+        pending = _Pending(uid, client, spec)
+        if queued:
+            self.queue.append(pending)
+        else:
+            self._submit_client(pending, out)
+
+    def _on_cancel(self, conn: int, request: Request, out: List[Action]) -> None:
+        client = request.client
+        uid = self.clients.get(client)  # type: ignore[arg-type]
+        if uid is None:
+            self._refuse(conn, request, f"no client {client!r} is submitted and not final",
+                         out)
+            return
+        out.append(Send(conn, {"type": "accepted", "ref": request.ref, "client": client,
+                               "uid": uid}))
+        entry = self.jobs.get(uid)
+        if entry is None:  # still queued: it ends here
+            self.queue = collections.deque(p for p in self.queue if p.uid != uid)
+            del self.clients[client]  # type: ignore[arg-type]
+            out.append(Send(conn, {"type": "update", "client": client, "uid": uid,
+                                   "state": "CANCELED", "exit_code": None,
+                                   "message": "cancelled before it was submitted"}))
+            return
+        self._cancel(entry, out)
+
+    def _cancel(self, entry: JobEntry, out: List[Action]) -> None:
+        if entry.cancel:
+            return
+        self.jobs[entry.uid] = replace(entry, cancel=True)
+        if entry.state != _SUBMITTING:
+            out.append(Cancel(entry.uid))
+
+    def _cancel_clients(self, out: List[Action]) -> None:
+        self.queue.clear()
+        for entry in list(self.jobs.values()):
+            if entry.kind == CLIENT:
+                self._cancel(entry, out)
+
+    # -- connections ------------------------------------------------------------------------
+
+    def _on_connected(self, event: Connected, now: float, out: List[Action]) -> None:
+        if self.stopped:
+            out.append(Close(event.conn))
+            return
+        self.strangers[event.conn] = now
+        out.append(Log(f"supervisor: connection {event.conn} from {_peer(event.peer)}",
+                       logging.DEBUG))
+
+    def _on_message(self, event: MessageReceived, now: float, out: List[Action]) -> None:
+        conn = event.conn
+        if conn == self.server_conn:
+            self.last_seen = now
+            self._request(conn, event.message, now, out)
+        elif conn in self.strangers:
+            self._hello(conn, event.message, now, out)
+
+    def _hello(self, conn: int, message: Any, now: float, out: List[Action]) -> None:
+        del self.strangers[conn]
+        token = message.get("token") if isinstance(message, dict) else None
+        reason = None
+        if not isinstance(message, dict) or message.get("type") != "hello":
+            reason = "the first message must be {\"type\": \"hello\", \"token\": ...}"
+        elif not isinstance(token, str) or not token:
+            reason = "hello: 'token' must be the text of PSIJ_SUPERVISOR_TOKEN"
+        elif token in self.old_tokens:
+            reason = (f"hello: token of server generation {self.old_tokens[token]}, which "
+                      f"was replaced by generation {self.generation}")
+        elif token != self.token or self.server_uid is None:
+            reason = "hello: wrong token"
+        elif self.server_conn is not None:
+            reason = f"hello: server generation {self.generation} is already connected"
+        if reason is not None:
+            out.append(Send(conn, {"type": "refused", "reason": reason}))
+            out.append(Close(conn))
+            out.append(Log(f"supervisor: refused connection {conn}: {reason}",
+                           logging.WARNING))
+            return
+        self.server_conn = conn
+        self.last_seen = now
+        out.append(Send(conn, {"type": "welcome", "generation": self.generation,
+                               "uid": self.server_uid, "ping_interval": self.settings.tick}))
+        out.append(Log(f"supervisor: server generation {self.generation} connected"))
+
+    def _on_bad_message(self, event: BadMessage, now: float, out: List[Action]) -> None:
+        conn = event.conn
+        if conn == self.server_conn:
+            self.last_seen = now
+        out.append(Send(conn, {"type": "refused", "reason": f"bad message: {event.reason}"}))
+        out.append(Log(f"supervisor: bad message on connection {conn}: {event.reason}",
+                       logging.WARNING))
+
+    def _on_disconnected(self, event: Disconnected, now: float, out: List[Action]) -> None:
+        conn = event.conn
+        self.strangers.pop(conn, None)
+        if conn != self.server_conn:
+            return
+        self.server_conn = None
+        if self.done or self.stopped:
+            return
+        self._server_dead(f"connection shut down ({event.reason})", now, out)
+
+    # -- time and signals -------------------------------------------------------------------
+
+    def _on_tick(self, event: Tick, now: float, out: List[Action]) -> None:
+        if self.stopped:
+            return
+        tick = self.settings.tick
+        for stranger, since in list(self.strangers.items()):
+            if now - since > 2 * tick:
+                del self.strangers[stranger]
+                out.append(Send(stranger, {"type": "refused", "reason": "no hello in time"}))
+                out.append(Close(stranger))
+        conn = self.server_conn
+        if conn is not None:
+            silent = now - self.last_seen
+            if silent > 2 * tick and not self.done:
+                self._server_dead(f"no message for {silent:.1f} s (limit {2 * tick:g} s)",
+                                  now, out)
+                return
+            out.append(Send(conn, {"type": "ping"}))
+            return
+        active = self.server_active_since
+        if active is not None and self.server_uid is not None \
+                and now - active > self.settings.connect_timeout:
+            self._server_dead(f"running for {now - active:.1f} s without connecting "
+                              f"(connect_timeout {self.settings.connect_timeout:g} s)",
+                              now, out)
+
+    def _on_signal(self, event: SignalReceived, now: float, out: List[Action]) -> None:
+        self._stop(exit_code_for_signal(event.signum), f"signal {event.signum}", out)
+
+
+def _plain(value: Any) -> Any:
+    """A request's ``ref`` sent back only when it is a plain JSON scalar."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float) and value == value and abs(value) != float("inf"):
+        return value
+    return None
+
+
+def _peer(peer: Any) -> str:
+    address = getattr(peer, "address", "")
+    if address:
+        return str(address)
+    return f"pid {getattr(peer, 'pid', -1)}, uid {getattr(peer, 'uid', -1)}"
+

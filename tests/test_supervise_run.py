@@ -1,0 +1,340 @@
+"""``psij supervise`` as a real process on ``local`` and inside a pilot: the example study to
+the end, configuration errors before anything is submitted, hostile servers, and Ctrl+C."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Iterator, Optional
+
+import pytest
+
+from supervise_study import ROOT, Study, sleeping, wait_for
+
+
+def psij(*words: str, cwd: Path = ROOT) -> "subprocess.CompletedProcess[str]":
+    return subprocess.run([sys.executable, "-m", "psij", *words], capture_output=True,
+                          text=True, cwd=cwd, timeout=120)
+
+
+def test_example_study_runs_to_completion_on_local(tmp_path: Path) -> None:
+    study = Study(tmp_path / "r").start()
+    assert study.wait(120) == 0, study.errors()
+    study.check_finished()
+    assert "the server finished" in study.errors()
+
+
+@pytest.fixture
+def pilot(tmp_path: Path) -> Iterator[str]:
+    socket_path = tmp_path / "pilot.sock"
+    process = subprocess.Popen([sys.executable, "-m", "psij", "pilot", "serve", "--socket",
+                                str(socket_path), "--cores", "4", "--wd", str(tmp_path)],
+                               stderr=subprocess.DEVNULL)
+    try:
+        wait_for(socket_path.exists, 30, "the pilot's socket")
+        yield f"unix://{socket_path}"
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def test_example_study_runs_to_completion_inside_a_pilot(tmp_path: Path, pilot: str) -> None:
+    study = Study(tmp_path / "r", executor="pilot", executor_url=pilot).start()
+    assert study.wait(120) == 0, study.errors()
+    study.check_finished()
+
+
+def test_print_options_lists_every_option_with_default_and_meaning() -> None:
+    from psij.supervise import OPTIONS
+
+    shown = psij("supervise", "--print-options")
+    assert shown.returncode == 0
+    for option in OPTIONS:
+        assert f"{option.name}  [default: " in shown.stdout
+    assert "[default: 1000]" in shown.stdout and "psij-supervise-YYYYMMDDTHHMMSS" in shown.stdout
+    version = psij("supervise", "--version")
+    assert version.returncode == 0 and version.stdout.startswith("psij ")
+
+
+def test_bad_config_names_every_wrong_field_before_anything_is_submitted(
+        tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    config = {
+        "output_dir": str(tmp_path / "out"),
+        "job_limit": -1, "timer_delay": "NaN", "job_update_interval": 1e400,
+        "fault_tolerance": "yes", "max_server_restarts": 10 ** 100, "protocol": "sctp",
+        "std_output": 1, "verbose": -3, "stop_grace": 0, "colour": "blue",
+        "client_template": {"executable": "/bin/x", "duration": -5},
+        "server": {"executable": "/bin/touch", "arguments": [str(marker)],
+                   "environment": {"X": "SURROGATE"}},
+    }
+    path = tmp_path / "c.json"
+    # NaN and infinity as JSON tokens, and a lone surrogate in a name.
+    path.write_text(json.dumps(config).replace('"NaN"', "NaN")
+                    .replace('"colour"', '"col\\ud800our"').replace("SURROGATE", "\\udbff"))
+    done = psij("supervise", str(path))
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    for field in ("job_limit", "timer_delay", "job_update_interval", "fault_tolerance",
+                  "max_server_restarts", "protocol", "std_output", "verbose", "stop_grace",
+                  "not an option", "client_template", "server.environment.X"):
+        assert sum(field in line for line in lines) >= 1, (field, done.stderr)
+    assert len(lines) == 12, done.stderr
+    assert "got NaN" in done.stderr and '"unix" or "tcp"' in done.stderr
+    assert not marker.exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text,words", [
+    ("{not json", "not JSON"),
+    ("[1, 2]", "must be a JSON object"),
+    ("{}", "server: required"),
+    ('{"server": {"executable": "/bin/true"}, "executor": "nosuch"}',
+     "'nosuch' is not an installed executor"),
+    ("[" * 100000, "not JSON"),
+])
+def test_unreadable_configs_give_one_clear_error(tmp_path: Path, text: str, words: str) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(text)
+    done = psij("supervise", str(path), cwd=tmp_path)
+    assert done.returncode == 2 and words in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("psij-supervise-")]
+    missing = psij("supervise", str(tmp_path / "missing.json"))
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+
+
+HOSTILE_SERVER = textwrap.dedent("""
+    import json, os, socket, sys
+    address = os.environ["PSIJ_SUPERVISOR"][len("unix:"):]
+    token = os.environ["PSIJ_SUPERVISOR_TOKEN"]
+
+    def talk(sock, line):
+        sock.sendall(line)
+        reader = sock.makefile("rb")
+        while True:
+            answer = json.loads(reader.readline() or b"null")
+            if answer is None or answer.get("type") != "ping":
+                return answer
+
+    def new():
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(address)
+        return sock
+
+    out = {}
+    out["wrong"] = talk(new(), b'{"type": "hello", "token": "guess"}\\n')
+    out["no hello"] = talk(new(), b'{"type": "submit", "client": "a", "arguments": []}\\n')
+    sock = new()
+    out["hello"] = talk(sock, json.dumps({"type": "hello", "token": token}).encode() + b"\\n")
+    out["garbage"] = talk(sock, b"\\xff\\xfe garbage\\n")
+    out["not json"] = talk(sock, b"{{{\\n")
+    out["unknown"] = talk(sock, b'{"type": "launch_missiles"}\\n')
+    out["array"] = talk(sock, b"[1, 2, 3]\\n")
+    out["nan"] = talk(sock, b'{"type": "submit", "client": "a", "arguments": [], '
+                            b'"group_size": NaN}\\n')
+    out["surrogate"] = talk(sock, b'{"type": "submit", "client": "\\\\ud800", '
+                                  b'"arguments": []}\\n')
+    if sys.argv[1] == "done":
+        out["done"] = talk(sock, b'{"type": "done"}\\n')
+    with open(sys.argv[2], "w") as f:
+        json.dump(out, f)
+    if sys.argv[1] == "huge":
+        try:
+            sock.sendall(b'{"type": "ping", "pad": "' + b"x" * 3_000_000 + b'"}\\n')
+        except OSError:
+            pass
+        sock.recv(1)
+""")
+
+
+@pytest.mark.parametrize("ending", ["done", "huge"])
+def test_hostile_server_messages_are_refused_and_never_crash_the_supervisor(
+        tmp_path: Path, ending: str) -> None:
+    script = tmp_path / "server.py"
+    script.write_text(HOSTILE_SERVER)
+    answers = tmp_path / "answers.json"
+    config = {"server": {"executable": sys.executable,
+                         "arguments": [str(script), ending, str(answers)]},
+              "output_dir": str(tmp_path / "out"), "timer_delay": 1,
+              "fault_tolerance": False}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    done = psij("supervise", str(tmp_path / "c.json"))
+    assert "Traceback" not in done.stderr
+    got = json.loads(wait_for(lambda: answers.exists() and answers.read_text(), 30,
+                              "the server's answers"))
+    assert got["wrong"] == {"type": "refused", "reason": "hello: wrong token"}
+    assert "first message must be" in got["no hello"]["reason"]
+    assert got["hello"]["type"] == "welcome" and got["hello"]["generation"] == 1
+    assert "not UTF-8" in got["garbage"]["reason"]
+    assert "not JSON" in got["not json"]["reason"]
+    assert "launch_missiles" in got["unknown"]["reason"]
+    assert "JSON object" in got["array"]["reason"]
+    assert "group_size" in got["nan"]["reason"]
+    assert "lone surrogate" in got["surrogate"]["reason"]
+    if ending == "done":
+        assert got["done"]["type"] == "accepted"
+        assert done.returncode == 0, done.stderr
+    else:
+        assert done.returncode == 1, done.stderr
+        assert "line too long" in done.stderr and "fault_tolerance is off" in done.stderr
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_mid_study_on_local_cancels_every_client(tmp_path: Path, signum: int,
+                                                        code: int) -> None:
+    results = tmp_path / "r"
+    study = Study(results, clients=8, wave=4)
+    (results / "sleep").write_text("60")
+    study.start()
+    wait_for(lambda: len(study.native_ids(kind="client")) >= 4, 60, "clients running")
+    started = time.monotonic()
+    study.signal(signum)
+    assert study.wait(30) == code, study.errors()
+    assert time.monotonic() - started < 10
+    # No client of the study is left running (their command line names the folder).
+    left = subprocess.run(["pgrep", "-f", f"supervised_study.py client {results}"],
+                          capture_output=True, text=True)
+    assert left.stdout == "", left.stdout
+    assert study.results_done() == []
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1", None])
+def test_example_study_over_tcp(tmp_path: Path, bind: Optional[str]) -> None:
+    options = {"protocol": "tcp", **({"bind": bind} if bind else {})}
+    study = Study(tmp_path / "r", clients=6, wave=3, **options).start()
+    assert study.wait(120) == 0, study.errors()
+    study.check_finished()
+    assert "connects to tcp:" in study.log()
+    if bind:
+        assert "connects to tcp:127.0.0.1:" in study.log()
+
+
+def test_tcp_bind_that_cannot_be_used_is_a_config_error(tmp_path: Path) -> None:
+    config = {"server": {"executable": "/bin/true"}, "protocol": "tcp",
+              "bind": "256.1.1.1:99999", "output_dir": str(tmp_path / "out")}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    done = psij("supervise", str(tmp_path / "c.json"))
+    assert done.returncode == 2 and "bind: cannot listen on" in done.stderr, done.stderr
+
+
+def test_a_socket_path_too_long_goes_to_a_private_temporary_folder_removed_after(
+        tmp_path: Path) -> None:
+    study = Study(tmp_path / "r", clients=2, wave=2,
+                  output_dir=str(tmp_path / ("long-" * 30) / "out"))
+    study.start()
+    assert study.wait(60) == 0, study.errors()
+    study.check_finished()
+    line = next(x for x in study.log().splitlines() if "connects to unix:" in x)
+    socket_path = line.split("connects to unix:")[1]
+    assert len(socket_path.encode()) < 100 and "psij-sup-" in socket_path
+    assert not os.path.exists(os.path.dirname(socket_path))
+
+
+LIBRARY_SERVER = textwrap.dedent("""
+    import json, sys, time
+    from psij import JobSpec
+    from psij.supervise.client import Refused, connect
+
+    out = {}
+    with connect() as supervisor:
+        out["generation"] = supervisor.generation
+        supervisor.submit("slow", spec=JobSpec("/bin/sleep", ["60"]))
+        try:
+            supervisor.submit("slow", spec={"executable": "/bin/true"})
+        except Refused as error:
+            out["duplicate"] = str(error)
+        supervisor.cancel("slow")
+        supervisor.submit("group", group_size=3, spec={
+            "executable": "/bin/sh",
+            "arguments": ["-c", "echo $PSIJ_SUPERVISE_GROUP_SIZE $PSIJ_SUPERVISE_CLIENT"]})
+        out["updates"] = [[u.client, u.state, u.exit_code] for u in supervisor.updates()]
+        try:
+            supervisor.cancel("nobody")
+        except Refused as error:
+            out["nobody"] = str(error)
+        time.sleep(3.5)  # busy for over 2T: the library's thread answers the pings
+    with open(sys.argv[1], "w") as f:
+        json.dump(out, f)
+""")
+
+
+def test_client_library_submits_cancels_follows_and_keeps_a_busy_server_alive(
+        tmp_path: Path) -> None:
+    script = tmp_path / "server.py"
+    script.write_text(LIBRARY_SERVER)
+    answers = tmp_path / "answers.json"
+    config = {"server": {"executable": sys.executable, "arguments": [str(script), str(answers)]},
+              "output_dir": str(tmp_path / "out"), "timer_delay": 1, "fault_tolerance": False,
+              "verbose": 1}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    done = psij("supervise", str(tmp_path / "c.json"))
+    assert done.returncode == 0, done.stderr
+    got = json.loads(answers.read_text())
+    assert got["generation"] == 1
+    assert "already submitted" in got["duplicate"]
+    assert "no client 'nobody'" in got["nobody"]
+    finals = {client: (state, code) for client, state, code in got["updates"]
+              if state in ("COMPLETED", "FAILED", "CANCELED")}
+    assert finals == {"slow": ("CANCELED", 143), "group": ("COMPLETED", 0)}  # SIGTERM
+    out = tmp_path / "out"
+    assert (out / "job.2.group.out").read_text() == "3 group\n"
+    assert (out / "submit.1.sh").exists() and "is dead" not in done.stderr
+
+
+def test_an_unusable_output_dir_or_a_live_supervisor_there_is_a_config_error(
+        tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    os.chmod(shared, 0o777)  # writable by others: not a private folder
+    config = {"server": {"executable": "/bin/true"}, "output_dir": str(shared)}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    done = psij("supervise", str(tmp_path / "c.json"))
+    assert done.returncode == 2 and done.stderr.startswith("psij supervise: output_dir: "), \
+        done.stderr
+    assert "Traceback" not in done.stderr
+    # A second supervisor on the output folder of a running one.
+    study = Study(tmp_path / "r", clients=4, wave=1)
+    (tmp_path / "r" / "sleep").write_text("2")
+    study.start()
+    wait_for(lambda: "connected" in study.log(), 30, "the first supervisor's server")
+    second = psij("supervise", str(study.path))
+    assert second.returncode == 2 and "another process is listening" in second.stderr, \
+        second.stderr
+    assert study.wait(60) == 0, study.errors()
+
+
+def test_a_supervisor_killed_leaves_a_journal_the_next_one_goes_on_from(
+        tmp_path: Path) -> None:
+    """On local the leftovers are attached (the local executor cancels only the processes it
+    started itself; on Slurm they are cancelled, see test_supervise_slurm.py)."""
+    results = tmp_path / "r"
+    first = Study(results, clients=6, wave=3)
+    (results / "sleep").write_text("60")
+    first.start()
+    wait_for(lambda: len(sleeping(results)) == 3, 60, "three clients sleeping")
+    orphans = sleeping(results)
+    assert first.process is not None
+    first.process.kill()
+    first.process.wait()
+    leftovers = first.native_ids()
+    assert len(leftovers) == 4  # the server and three clients
+    try:
+        (results / "sleep").write_text("0")
+        second = Study(results, clients=6, wave=3).start()
+        assert second.wait(60) == 0, second.errors()
+        second.check_finished()
+        assert "cancelling 4 job(s) an earlier supervisor left: " in second.log()
+        said = second.log().split("an earlier supervisor left: ")[1].splitlines()[0]
+        assert set(said.split(", ")) == leftovers
+        assert (results / "server.2.pid").exists()  # generations go on
+        # uids go on too: the files of the first supervisor are still there.
+        names = os.listdir(second.output)
+        assert len([n for n in names if n.startswith("submit.")]) == 1 + 3 + 1 + 6
+        assert "job.4.study-server.out" in names
+    finally:
+        for pid in orphans:
+            os.kill(pid, signal.SIGKILL)
