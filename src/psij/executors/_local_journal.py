@@ -65,6 +65,10 @@ class Journal:
             _close_oldest()
             return journal
 
+    @property
+    def path(self) -> Path:
+        return self._path
+
     def _same_file(self) -> bool:
         try:
             mine, there = os.fstat(self._fd), os.stat(self._path)

@@ -39,6 +39,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from psij import _check, _site_config
 from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
+from psij.executors._keeper_client import Keeper, KeeperGone, keeper_for
+from psij.executors._local_checks import (
+    check_executable,
+    check_os_texts,
+    not_executable,
+    not_found,
+)
 from psij.executors._local_journal import (
     Journal,
     JournalEntry,
@@ -128,6 +135,7 @@ class _Run:
         "exited",
         "job",
         "job_dir",
+        "kept",
         "launcher",
         "launcher_out",
         "limit",
@@ -146,6 +154,7 @@ class _Run:
         self.limit: Optional[TimeLimit] = None
         self.canceled = False
         self.exited = False
+        self.kept = False  # started by the keeper
         self.stderr_path: Optional[Path] = None
 
 
@@ -214,7 +223,7 @@ class LocalJobExecutor(JobExecutor):
     def _prepare(self, job: Job, spec: JobSpec) -> Tuple[_Run, "_Prepared"]:
         if spec.executable is None:
             raise InvalidJobException("JobSpec.executable: a job needs an executable")
-        _check_os_texts(spec)
+        check_os_texts(spec)
         job_dir = spec.directory if spec.directory is not None else Path(os.getcwd())
         if spec.directory is not None and not job_dir.is_dir():
             raise SubmitException(f"JobSpec.directory: {str(job_dir)!r} is not an existing "
@@ -230,7 +239,7 @@ class LocalJobExecutor(JobExecutor):
                 run.launcher = self._get_launcher(launcher_name)
             except ValueError as ex:
                 raise InvalidJobException(f"JobSpec.launcher: {ex}") from ex
-            prepared_failure = _check_executable(spec, job_dir, env)
+            prepared_failure = check_executable(spec, job_dir, env)
         else:
             prepared_failure = None
         for field in ("pre_launch", "post_launch"):
@@ -290,8 +299,7 @@ class LocalJobExecutor(JobExecutor):
                 out_fd = os.open(run.launcher_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 stdin, stdout, stderr = subprocess.DEVNULL, out_fd, out_fd
             try:
-                pid = _SPAWNER.spawn(argv, str(prepared.job_dir), prepared.env, stdin, stdout,
-                                     stderr)
+                pid, keeper = self._spawn(job, argv, prepared, (stdin, stdout, stderr))
             except LaunchError as ex:
                 raise _spawn_failure(ex, job, prepared) from ex
         finally:
@@ -303,15 +311,42 @@ class LocalJobExecutor(JobExecutor):
                 os.close(out_fd)
         run.pid = pid
         job._native_id = str(pid)
-        run.start = start_time(pid)
-        self._journal().append(f"S {pid} {run.start} {job.id}")
+        if keeper is None:
+            run.start = start_time(pid)
+            self._journal().append(f"S {pid} {run.start} {job.id}")
+        else:
+            run.start, run.kept = keeper[1], True
         self._set_job_status(job, JobStatus(JobState.ACTIVE))
         if self._enforce_duration and spec.attributes is not None:
             run.limit = TimeLimit(self._watch, pid, spec.attributes.duration, self._grace,
                                   lambda: run.exited)
-        self._watch.watch(pid, lambda pid, status: self._on_exit(run, status))
+        if keeper is None:
+            self._watch.watch(pid, lambda pid, status: self._on_exit(run, status))
+        else:
+            self._watch.watch_kept(keeper[0], pid, lambda pid, status: self._on_exit(run, status))
         if run.limit is not None:
             run.limit.arm()
+
+    def _spawn(self, job: Job, argv: List[str], prepared: "_Prepared",
+               streams: Tuple[int, int, int]) -> Tuple[int, Optional[Tuple[Keeper, str]]]:
+        """Start the job's process through this process's keeper (which journals it and
+        records its exit even after this process ends), or here if there is no keeper."""
+        # The registry file (``_registry_store.registry_path``; not imported: it loads sqlite3).
+        registry = Path(os.path.abspath(self.config.work_directory)) / "jobs.sqlite"
+        keeper = keeper_for(self._journal().path, registry, JobState.COMPLETED.order,
+                            self._watch)
+        directory, env = str(prepared.job_dir), prepared.env
+        if keeper is not None:
+            try:
+                program = argv[0] if "/" in argv[0] else _SPAWNER.on_path(argv[0], env)
+                pid, start = keeper.spawn(program, argv, directory, env, streams, job.id)
+                return pid, (keeper, start)
+            except FileNotFoundError as ex:  # not on PATH
+                raise LaunchError(f"executable {argv[0]!r} was not found (no such file, or "
+                                  "not on PATH)", 127) from ex
+            except KeeperGone as ex:
+                logger.warning("local job %s: %s; starting it here", job.id, ex)
+        return _SPAWNER.spawn(argv, directory, env, *streams), None
 
     def _journal(self) -> Journal:
         j = self._journal_file
@@ -342,7 +377,7 @@ class LocalJobExecutor(JobExecutor):
     def _settle(self, run: _Run, code: Optional[int]) -> None:
         job = run.job
         spec = job.spec
-        if run.start is not None:
+        if run.start is not None and not run.kept:  # a keeper journals its jobs' ends
             note = " canceled" if run.canceled else ""
             self._journal().append(f"E {run.pid} {run.start} {'' if code is None else code}{note}")
         message = None
@@ -593,63 +628,11 @@ def _spawn_failure(ex: LaunchError, job: Job, prepared: _Prepared) -> Exception:
         if prepared.direct and not Path(prepared.job_dir).is_dir():
             return SubmitException(f"JobSpec.directory: {str(prepared.job_dir)!r} does not "
                                    "exist")
-        return _NotRunnable(_not_found(spec.executable))
+        return _NotRunnable(not_found(spec.executable))
     cause = ex.__cause__
     if ex.exit_code == 126:
-        return _NotRunnable(_not_executable(spec.executable, getattr(cause, "strerror", None)))
+        return _NotRunnable(not_executable(spec.executable, getattr(cause, "strerror", None)))
     return SubmitException(f"could not start job {job.id}: {cause or ex}")
-
-
-def _not_found(exe: Optional[str]) -> JobStatus:
-    return JobStatus(JobState.FAILED, exit_code=127, message=(
-        f"JobSpec.executable: {exe!r} was not found (no such file, or not on PATH)"))
-
-
-def _not_executable(exe: Optional[str], why: Optional[str]) -> JobStatus:
-    return JobStatus(JobState.FAILED, exit_code=126, message=(
-        f"JobSpec.executable: {exe!r} cannot be executed ({why})"))
-
-
-def _check_executable(spec: JobSpec, job_dir: Path, env: Dict[str, str]
-                      ) -> Optional[JobStatus]:
-    """For a job run through the launcher script: its failure if its executable cannot run."""
-    exe = spec.executable
-    assert exe is not None
-    if "/" in exe:
-        full = job_dir / exe
-        if not full.exists():
-            return _not_found(exe)
-        if full.is_dir() or not os.access(full, os.X_OK):
-            return _not_executable(exe, "not an executable file")
-        return None
-    if shutil.which(exe, path=env.get("PATH", os.defpath)) is None:
-        return _not_found(exe)
-    return None
-
-
-def _check_os_texts(spec: JobSpec) -> None:
-    """Refuse, naming the field, a string no process can be given (a lone surrogate)."""
-    env = spec.environment or {}
-    paths = (spec.directory, spec.stdin_path, spec.stdout_path, spec.stderr_path,
-             spec.pre_launch, spec.post_launch)
-    try:
-        if "".join((spec.executable or "", *(spec.arguments or ()), *env, *env.values(),
-                    *(str(p) for p in paths if p is not None))).isascii():
-            return  # the common case, settled at once: ASCII always has an encoding
-    except TypeError:
-        pass  # not all text: the checks below say which field
-    texts: List[Tuple[str, Any]] = [("executable", spec.executable)]
-    texts += [(f"arguments[{i}]", a) for i, a in enumerate(spec.arguments or ())]
-    for key, value in (spec.environment or {}).items():
-        texts += [(f"environment key {key!r}", key), (f"environment[{key!r}]", value)]
-    texts += [(f, getattr(spec, f)) for f in ("directory", "stdin_path", "stdout_path",
-                                              "stderr_path", "pre_launch", "post_launch")]
-    for field, value in texts:
-        if value is not None:
-            try:
-                _check.os_text(f"JobSpec.{field}", str(value))
-            except ValueError as ex:
-                raise SubmitException(str(ex)) from ex
 
 
 _ATTACH_RETRIES = 12  # about 1.5 s in all
