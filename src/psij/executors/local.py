@@ -55,12 +55,16 @@ from psij.executors._local_journal import (
 )
 from psij.executors._local_time_limit import TimeLimit, time_limit_message
 from psij.executors._process import (
+    SIGKILL,
+    SIGTERM,
     LaunchError,
     Spawner,
     StreamError,
     exit_code_of,
     failure_message,
+    killpg,
     open_streams,
+    signal_reaped_group,
     terminate_group,
 )
 from psij.executors._process_watch import WATCH
@@ -131,6 +135,7 @@ class _Run:
     """What the executor keeps about a job between submit and its final state."""
 
     __slots__ = (
+        "attached",
         "canceled",
         "exited",
         "job",
@@ -155,6 +160,7 @@ class _Run:
         self.canceled = False
         self.exited = False
         self.kept = False  # started by the keeper
+        self.attached = False  # started by another process
         self.stderr_path: Optional[Path] = None
 
 
@@ -413,8 +419,8 @@ class LocalJobExecutor(JobExecutor):
         self._set_job_status(run.job, status)
 
     def close(self) -> None:
-        """Refuse further submits. Jobs already started are still followed to their end (they
-        are this process's children; the shared reaper holds no thread per executor)."""
+        """Refuse further submits. Jobs already started are still followed to their end (the
+        shared watch holds no thread per executor)."""
         self._closed = True
 
     # -- cancel, list, attach -------------------------------------------------------------------
@@ -430,7 +436,23 @@ class LocalJobExecutor(JobExecutor):
         run.canceled = True
         if run.pid is None:
             return  # not started yet: the worker sees the flag and never starts it
-        terminate_group(self._watch, run.pid, self._grace)
+        if not run.attached:
+            terminate_group(self._watch, run.pid, self._grace)
+            return
+        # Started by another process: noted in the journals for any later reader, then its
+        # group is ended while its leader is the process the journal names.
+        assert run.start is not None
+        pid, start = run.pid, run.start
+        self._journal().append(f"C {pid} {start} canceled")
+
+        def end(signum: int) -> None:
+            if start_time(pid) == start:
+                killpg(pid, signum)
+            else:
+                signal_reaped_group(pid, signum)
+
+        end(SIGTERM)
+        self._watch.call_later(self._grace, lambda: end(SIGKILL))
 
     def list(self) -> List[str]:
         """Native ids (pids) of this user's local jobs that are still running."""
@@ -466,6 +488,7 @@ class LocalJobExecutor(JobExecutor):
             # Already over: report the final state now, not after a first poll.
             self._finish(run, self._final_from_journal(run, entry))
             return
+        run.attached, run.start = True, key[1]
         if start_time(pid) == key[1]:
             run.pid = pid
             self._set_job_status(job, JobStatus(JobState.ACTIVE))
