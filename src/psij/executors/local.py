@@ -7,11 +7,16 @@ How a job runs:
   launcher's bash script is run and the script does the redirections.
 - Every job gets its own process group; cancel sends TERM to the group and KILL after
   ``cancel_grace_period`` seconds.
+- Jobs are started by this process's keeper (``_local_keeper``, one per process and work
+  directory, started with the first job), which is their parent: it reaps them, reports each
+  exit to this process, and goes on after this process ends (even by ``kill -9``), so that a
+  job ending later still has its exit code journaled and recorded in the job registry. Without
+  a keeper (it could not be started) jobs are spawned here as this process's children.
 - One thread per Python process (``ProcessWatch``) learns of every exit without polling, and one
   worker thread per Python process does what follows an exit (launcher output, staging, final
   status and callbacks), so a slow callback never delays reaping.
-- Each process appends to one journal in ``<work_directory>/local/``, shared by all its
-  executor instances, a line when a job starts (pid, kernel start time, job id) and one when it
+- Each process has one journal in ``<work_directory>/local/``, shared by all its executor
+  instances, with a line when a job starts (pid, kernel start time, job id) and one when it
   ends (exit code), so ``list()`` and ``attach()`` work from any executor instance or process.
   Appending to an open file costs one write; a file per job (or per executor, when executors
   are made one per job) would cost a file creation per job.

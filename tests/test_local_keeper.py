@@ -1,0 +1,97 @@
+"""The keeper of local jobs: it outlives the submitting process and records how its jobs end,
+holds none of the submitter's standard streams, gives jobs default signal actions, and a
+keeper that dies is reported and replaced."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psij.registry
+from psij import Job, JobExecutor, JobSpec, JobState
+from psij.job_executor_config import JobExecutorConfig
+
+SUBMIT_AND_EXIT = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from psij import Job, JobExecutor, JobSpec
+    from psij.job_executor_config import JobExecutorConfig
+    ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=sys.argv[1]))
+    job = Job(JobSpec("/bin/sh", ["-c", sys.argv[2]]))
+    ex.submit(job)
+    print(job.id, flush=True)
+""")
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[1])
+
+
+def test_a_job_ending_after_its_submitter_exited_keeps_its_exit_code(tmp_path: Path) -> None:
+    wd = tmp_path / "work"
+    gate = tmp_path / "gate"
+    started = time.monotonic()
+    # Run as `$(python script)` would: the submitter's output pipe must close when it exits,
+    # although the keeper and the job outlive it.
+    done = subprocess.run([sys.executable, "-c", SUBMIT_AND_EXIT, str(wd),
+                           f"while [ ! -e {gate} ]; do sleep 0.05; done; exit 4"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 30
+    job_id = done.stdout.strip()
+    [record] = psij.registry.find(job_id, work_directory=wd)
+    assert record.state is JobState.ACTIVE
+    gate.touch()
+    deadline = time.monotonic() + 60
+    while not record.state.final:
+        assert time.monotonic() < deadline, "the keeper did not record the job's end"
+        time.sleep(0.05)
+        [record] = psij.registry.find(job_id, work_directory=wd)
+    assert (record.state, record.exit_code) == (JobState.FAILED, 4)
+    assert record.message == "the job exited with code 4"
+    # Re-attached later, the job reports the same.
+    [job] = psij.registry.reattach(job_id, work_directory=wd)
+    assert (job.status.state, job.status.exit_code) == (JobState.FAILED, 4)
+
+
+def test_jobs_get_the_default_action_of_every_signal(tmp_path: Path) -> None:
+    ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=tmp_path))
+    out = tmp_path / "out"
+    job = Job(JobSpec("/bin/sh", ["-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"],
+                      stdout_path=out))
+    ex.submit(job)
+    status = job.wait()
+    assert status is not None and status.state is JobState.COMPLETED
+    masks = dict(line.split(":") for line in out.read_text().splitlines())
+    # Signals 1 to 31 (glibc's posix_spawn keeps its two internal ones, 32 and 33, to itself).
+    standard = (1 << 31) - 1
+    assert {k: int(v.strip(), 16) & standard for k, v in masks.items()} == {"SigIgn": 0,
+                                                                             "SigBlk": 0}
+
+
+def test_a_killed_keeper_fails_its_jobs_saying_so_and_is_replaced(tmp_path: Path) -> None:
+    ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=tmp_path))
+    job = Job(JobSpec("/bin/sleep", ["600"]))
+    ex.submit(job)
+    assert job.native_id is not None
+    pid = int(job.native_id)
+    keeper = _parent(pid)
+    assert keeper != os.getpid()
+    try:
+        os.kill(keeper, signal.SIGKILL)
+        status = job.wait()
+        assert status is not None and status.state is JobState.FAILED
+        assert status.exit_code is None and "not known" in (status.message or "")
+    finally:
+        os.killpg(pid, signal.SIGKILL)  # still the sleep: its group lives while it runs
+    again = Job(JobSpec("/bin/sleep", ["0.2"]))
+    ex.submit(again)
+    assert again.native_id is not None
+    new_keeper = _parent(int(again.native_id))
+    assert new_keeper not in (keeper, os.getpid())
+    status = again.wait()
+    assert status is not None and (status.state, status.exit_code) == (JobState.COMPLETED, 0)
