@@ -290,9 +290,6 @@ def signal_name(code: Optional[int]) -> Optional[str]:
 def exit_message(code: Optional[int]) -> str:
     """A job's shell-style exit code in words: the signal that killed it, or the shell's
     meaning of 126 and 127."""
-    if code is None:
-        return ("the job ended, but its exit code is not known (the process that started it "
-                "ended first)")
     sig = signal_name(code)
     if sig is not None:
         return f"the job was killed by {sig} (exit code {code})"

@@ -409,6 +409,8 @@ class LocalJobExecutor(JobExecutor):
         elif run.limit is not None and run.limit.expired:
             assert spec is not None and spec.attributes is not None
             state, message = JobState.FAILED, time_limit_message(spec.attributes.duration)
+        elif code is None and message is None:
+            message = _NO_CODE
         elif state is JobState.FAILED and message is None:
             message = failure_message(code, run.stderr_path)
         assert spec is not None
@@ -664,6 +666,8 @@ def _spawn_failure(ex: LaunchError, job: Job, prepared: _Prepared) -> Exception:
 
 
 _ATTACH_RETRIES = 12  # about 1.5 s in all
+_NO_CODE = ("the job ended, but its exit code is not known (the keeper process that started "
+            "it ended first)")
 # Popen always: a job must not inherit a descriptor this process made inheritable after start.
 _SPAWNER = Spawner(posix_spawn=False)
 
