@@ -133,9 +133,10 @@ _KEEPERS_LOCK = threading.Lock()
 _FAILED: Dict[str, str] = {}
 
 
-def keeper_for(journal: Path, registry: Optional[Path], final_rank: int,
+def keeper_for(journal: Path, work_directory: Path, final_rank: int,
                watch: "WatchWithFeeds") -> Optional[Keeper]:
-    """The live keeper writing ``journal``, started if needed; None if none can be started."""
+    """The live keeper writing ``journal``, started if needed (it records jobs that end after
+    this process in the registry of ``work_directory``); None if none can be started."""
     key = (str(journal), os.getpid())
     keeper = _KEEPERS.get(key)
     if keeper is not None and keeper.alive:
@@ -146,6 +147,8 @@ def keeper_for(journal: Path, registry: Optional[Path], final_rank: int,
             return keeper
         if not sys.executable:
             return None
+        # The registry file (``_registry_store.registry_path``; not imported: it loads sqlite3).
+        registry = Path(os.path.abspath(work_directory)) / "jobs.sqlite"
         try:
             keeper = Keeper(journal, registry, final_rank)
         except OSError as ex:

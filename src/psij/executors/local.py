@@ -342,10 +342,8 @@ class LocalJobExecutor(JobExecutor):
                streams: Tuple[int, int, int]) -> Tuple[int, Optional[Tuple[Keeper, str]]]:
         """Start the job's process through this process's keeper (which journals it and
         records its exit even after this process ends), or here if there is no keeper."""
-        # The registry file (``_registry_store.registry_path``; not imported: it loads sqlite3).
-        registry = Path(os.path.abspath(self.config.work_directory)) / "jobs.sqlite"
-        keeper = keeper_for(self._journal().path, registry, JobState.COMPLETED.order,
-                            self._watch)
+        keeper = keeper_for(self._journal().path, self.config.work_directory,
+                            JobState.COMPLETED.order, self._watch)
         directory, env = str(prepared.job_dir), prepared.env
         if keeper is not None:
             try:
