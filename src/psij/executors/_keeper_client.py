@@ -97,13 +97,14 @@ class Keeper:
                 raise EOFError("the keeper closed its socket")
 
     def spawn(self, program: str, argv: List[str], directory: str, env: Dict[str, str],
-              streams: Tuple[int, int, int], job_id: str) -> Tuple[int, str]:
-        """(pid, kernel start time) of the started program; LaunchError as ``Spawner`` raises
-        it when it could not start, KeeperGone when the keeper could not be asked."""
+              streams: Tuple[int, int, int], job_id: str) -> int:
+        """The pid of the started program (the keeper journals it); LaunchError as
+        ``Spawner`` raises it when it could not start, KeeperGone when the keeper could not be
+        asked."""
         fds = [self._devnull if fd == subprocess.DEVNULL else fd for fd in streams]
         reply = self._ask(("spawn", program, argv, directory, env, job_id), fds)
         if reply[0] == "ok":
-            return int(reply[1]), str(reply[2])
+            return int(reply[1])
         code = int(reply[1])
         cause = OSError(code, str(reply[2]))
         if code in _NOT_FOUND:

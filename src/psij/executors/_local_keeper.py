@@ -17,8 +17,8 @@ exits. So a job that ends after its submitter died still has its real exit code.
 Requests (a length-prefixed ``marshal`` tuple, the job's three standard streams passed as
 descriptors with the length):
 
-- ``("spawn", program, argv, directory, env, job_id)`` → ``("ok", pid, start)`` or
-  ``("err", errno, text)``;
+- ``("spawn", program, argv, directory, env, job_id)`` → ``("ok", pid)`` or
+  ``("err", errno, text)`` (the start is journaled after the answer);
 - ``("signal", pgid, signum)`` → ``("ok", sent)``: signals the group only while its leader is
   a child not yet reaped (so the id cannot have been reused).
 
@@ -168,6 +168,7 @@ class Keeper:
             self.answer(marshal.loads(body))
 
     def answer(self, request: Tuple[Any, ...]) -> None:
+        started: Optional[Tuple[int, str]] = None
         if request[0] == "spawn":
             fds, self.fds = self.fds[:3], self.fds[3:]
             try:
@@ -175,15 +176,22 @@ class Keeper:
             finally:
                 for fd in fds:
                     os.close(fd)
+            if reply[0] == "ok":
+                started = (reply[1], request[5])
         elif request[0] == "signal":
             reply = ("ok", self.signal(request[1], request[2]))
         else:
             reply = ("err", 0, f"unknown request {request[0]!r}")
         data = marshal.dumps(reply)
         self.requests.sendall(_HEADER.pack(len(data)) + data)
+        if started is not None:  # after the answer: the requester need not wait for it
+            pid, job_id = started
+            start = start_time(pid)
+            self.children[pid] = (start, job_id)
+            self.append(f"S {pid} {start} {job_id}\n")
 
     def spawn(self, request: Tuple[Any, ...], fds: List[int]) -> Tuple[Any, ...]:
-        _, program, argv, directory, env, job_id = request
+        _, program, argv, directory, env, _job_id = request
         if len(fds) != 3:
             return ("err", 0, f"expected 3 stream descriptors, got {len(fds)}")
         try:
@@ -199,10 +207,7 @@ class Keeper:
             return ("err", ex.errno or 0, ex.strerror or str(ex))
         except (UnicodeEncodeError, ValueError) as ex:
             return ("err", 0, str(ex))
-        start = start_time(pid)
-        self.children[pid] = (start, job_id)
-        self.append(f"S {pid} {start} {job_id}\n")
-        return ("ok", pid, start)
+        return ("ok", pid)
 
     def signal(self, pgid: int, signum: int) -> bool:
         if pgid not in self.children:

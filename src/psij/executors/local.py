@@ -326,7 +326,7 @@ class LocalJobExecutor(JobExecutor):
             run.start = start_time(pid)
             self._journal().append(f"S {pid} {run.start} {job.id}")
         else:
-            run.start, run.kept = keeper[1], True
+            run.kept = True
         self._set_job_status(job, JobStatus(JobState.ACTIVE))
         if self._enforce_duration and spec.attributes is not None:
             run.limit = TimeLimit(self._watch, pid, spec.attributes.duration, self._grace,
@@ -334,12 +334,12 @@ class LocalJobExecutor(JobExecutor):
         if keeper is None:
             self._watch.watch(pid, lambda pid, status: self._on_exit(run, status))
         else:
-            self._watch.watch_kept(keeper[0], pid, lambda pid, status: self._on_exit(run, status))
+            self._watch.watch_kept(keeper, pid, lambda pid, status: self._on_exit(run, status))
         if run.limit is not None:
             run.limit.arm()
 
     def _spawn(self, job: Job, argv: List[str], prepared: "_Prepared",
-               streams: Tuple[int, int, int]) -> Tuple[int, Optional[Tuple[Keeper, str]]]:
+               streams: Tuple[int, int, int]) -> Tuple[int, Optional[Keeper]]:
         """Start the job's process through this process's keeper (which journals it and
         records its exit even after this process ends), or here if there is no keeper."""
         keeper = keeper_for(self._journal().path, self.config.work_directory,
@@ -348,8 +348,7 @@ class LocalJobExecutor(JobExecutor):
         if keeper is not None:
             try:
                 program = argv[0] if "/" in argv[0] else _SPAWNER.on_path(argv[0], env)
-                pid, start = keeper.spawn(program, argv, directory, env, streams, job.id)
-                return pid, (keeper, start)
+                return keeper.spawn(program, argv, directory, env, streams, job.id), keeper
             except FileNotFoundError as ex:  # not on PATH
                 raise LaunchError(f"executable {argv[0]!r} was not found (no such file, or "
                                   "not on PATH)", 127) from ex
