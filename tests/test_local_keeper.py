@@ -95,3 +95,24 @@ def test_a_killed_keeper_fails_its_jobs_saying_so_and_is_replaced(tmp_path: Path
     assert new_keeper not in (keeper, os.getpid())
     status = again.wait()
     assert status is not None and (status.state, status.exit_code) == (JobState.COMPLETED, 0)
+
+
+def test_without_a_keeper_jobs_are_children_of_this_process(tmp_path: Path) -> None:
+    from psij.executors.local import LocalJobExecutorConfig
+
+    ex = JobExecutor.get_instance("local", config=LocalJobExecutorConfig(
+        work_directory=tmp_path, keeper=False))
+    job = Job(JobSpec("/bin/sh", ["-c", "sleep 0.2; exit 6"]))
+    ex.submit(job)
+    assert job.native_id is not None and _parent(int(job.native_id)) == os.getpid()
+    status = job.wait()
+    assert status is not None and (status.state, status.exit_code) == (JobState.FAILED, 6)
+
+
+def test_a_keeper_setting_that_is_not_a_bool_is_refused_naming_it() -> None:
+    import pytest
+
+    from psij.executors.local import LocalJobExecutorConfig
+
+    with pytest.raises(TypeError, match="LocalJobExecutorConfig.keeper"):
+        LocalJobExecutorConfig(keeper="no")  # type: ignore[arg-type]

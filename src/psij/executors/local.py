@@ -39,7 +39,7 @@ import subprocess
 import threading
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from psij import _check, _site_config
 from psij._private_dirs import ensure_private_dir
@@ -59,6 +59,7 @@ from psij.executors._local_journal import (
     start_time,
 )
 from psij.executors._local_time_limit import TimeLimit, time_limit_message
+from psij.executors._local_transfer import local_path, transfer
 from psij.executors._process import (
     SIGKILL,
     SIGTERM,
@@ -81,7 +82,7 @@ from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 from psij.resource_spec import ResourceSpecV1
-from psij.staging import StageOutFlags, StagingMode, normalize_flags
+from psij.staging import StageOutFlags, normalize_flags
 
 __all__ = ["LocalJobExecutor", "LocalJobExecutorConfig"]
 
@@ -93,17 +94,20 @@ class LocalJobExecutorConfig(JobExecutorConfig):
     from TERM to KILL) and ``enforce_duration``: when true, a job still running when its
     ``JobAttributes.duration`` has passed is ended (TERM, then KILL after the grace period)
     and ends FAILED with a time-limit message. False by default, as in psij-python, where
-    ``local`` ignores ``duration``."""
+    ``local`` ignores ``duration``. With ``keeper=False`` jobs are started by this process
+    instead of its keeper (a little faster, but a job that ends after this process has no
+    recorded exit code; see the module documentation)."""
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
                  work_directory: Union[str, Path, None] = None,
                  cancel_grace_period: Union[float, timedelta] = 5.0,
-                 enforce_duration: bool = False) -> None:
+                 enforce_duration: bool = False, keeper: bool = True) -> None:
         super().__init__(launcher_log_file=launcher_log_file, work_directory=work_directory)
         self.cancel_grace_period = _check.seconds("LocalJobExecutorConfig.cancel_grace_period",
                                                   cancel_grace_period)
         self.enforce_duration = _check.opt_bool("LocalJobExecutorConfig.enforce_duration",
                                                 enforce_duration)
+        self.keeper = _check.opt_bool("LocalJobExecutorConfig.keeper", keeper)
 
 
 class _Worker:
@@ -186,6 +190,8 @@ class LocalJobExecutor(JobExecutor):
         self._enforce_duration = _check.opt_bool(
             "LocalJobExecutorConfig.enforce_duration",
             getattr(self.config, "enforce_duration", False))
+        self._kept = _check.opt_bool("LocalJobExecutorConfig.keeper",
+                                     getattr(self.config, "keeper", True))
         self._dir = Path(self.config.work_directory) / "local"
         self._dir_ready = False
         self._lock = threading.Lock()
@@ -343,7 +349,7 @@ class LocalJobExecutor(JobExecutor):
         """Start the job's process through this process's keeper (which journals it and
         records its exit even after this process ends), or here if there is no keeper."""
         keeper = keeper_for(self._journal().path, self.config.work_directory,
-                            JobState.COMPLETED.order, self._watch)
+                            JobState.COMPLETED.order, self._watch) if self._kept else None
         directory, env = str(prepared.job_dir), prepared.env
         if keeper is not None:
             try:
@@ -537,7 +543,7 @@ class LocalJobExecutor(JobExecutor):
             if spec.stage_in:
                 self._set_job_status(job, JobStatus(JobState.STAGE_IN))
                 for item in spec.stage_in:
-                    _transfer(_local_path(item.source, "StageIn.source"),
+                    transfer(local_path(item.source, "StageIn.source"),
                               run.job_dir / item.target, item.mode)
             prepared.check_streams(spec)
             if run.canceled:
@@ -570,7 +576,7 @@ class LocalJobExecutor(JobExecutor):
                         error = f"stage-out: {str(item.source)!r} does not exist"
                     continue
                 try:
-                    _transfer(src, _local_path(item.target, "StageOut.target"), item.mode)
+                    transfer(src, local_path(item.target, "StageOut.target"), item.mode)
                 except (OSError, ValueError) as ex:
                     error = error or f"stage-out of {str(item.source)!r} failed: {ex}"
         if spec.cleanup and normalize_flags(spec.cleanup_flags) & outcome:
@@ -667,25 +673,3 @@ _NO_CODE = ("the job ended, but its exit code is not known (the keeper process t
             "it ended first)")
 # Popen always: a job must not inherit a descriptor this process made inheritable after start.
 _SPAWNER = Spawner(posix_spawn=False)
-
-
-def _local_path(uri: Any, field: str) -> Path:
-    if uri.scheme != "file" or uri.hostname not in (None, "", "localhost"):
-        raise ValueError(f"{field}: {uri} is not a local file (only file:// and plain paths "
-                         "are staged by the local executor)")
-    return Path(uri.path)
-
-
-def _transfer(src: Path, dst: Path, mode: StagingMode) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if mode is StagingMode.LINK:
-        os.lstat(src)  # a missing source fails, as with the other modes
-        if os.path.lexists(dst):
-            dst.unlink()
-        os.symlink(os.path.abspath(src), dst)
-    elif mode is StagingMode.MOVE:
-        shutil.move(str(src), str(dst))
-    elif src.is_dir():
-        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
-    else:
-        shutil.copy2(src, dst)
