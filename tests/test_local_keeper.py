@@ -116,3 +116,31 @@ def test_a_keeper_setting_that_is_not_a_bool_is_refused_naming_it() -> None:
 
     with pytest.raises(TypeError, match="LocalJobExecutorConfig.keeper"):
         LocalJobExecutorConfig(keeper="no")  # type: ignore[arg-type]
+
+
+def test_a_keeper_answers_garbage_requests_with_an_error_and_goes_on(tmp_path: Path) -> None:
+    import struct
+
+    from psij.executors._keeper_client import Keeper
+
+    journal = tmp_path / "j.journal"
+    journal.touch()
+    keeper = Keeper(journal, None, 7)
+    try:
+        for request in [("bogus",), ("spawn", 1), ("signal", "x", 1), ("signal",),
+                        ("spawn", 1, 2, 3, 4, 5)]:
+            answer = keeper._ask(request, [])
+            assert answer[0] == "err" and isinstance(answer[2], str), (request, answer)
+        keeper._sock.sendall(struct.pack("!I", 3) + b"\xff\x00\x01")  # not marshal data
+        answer = keeper._reply()
+        assert b"could not read the request" in answer  # marshal bytes of the error text
+        pid = keeper.spawn("/bin/sh", ["/bin/sh", "-c", "exit 9"], str(tmp_path), {},
+                           (-3, -3, -3), "job-1")
+        deadline = time.monotonic() + 30
+        while f"E {pid} " not in journal.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert journal.read_text().splitlines()[-1].endswith(" 9")
+        assert journal.read_text().splitlines()[0].endswith(" job-1")
+    finally:
+        keeper._sock.close()

@@ -28,6 +28,7 @@ __all__ = ["Keeper", "forget_keepers", "keeper_for"]
 logger = LazyLogger(__name__)
 
 _HEADER = struct.Struct("!I")
+_ANSWER_SECONDS = 120.0
 _PROGRAM = str(Path(__file__).with_name("_local_keeper.py"))
 _NOT_FOUND = (errno.ENOENT, errno.ENOTDIR)
 _NOT_EXECUTABLE = (errno.EACCES, errno.EPERM, errno.EISDIR)
@@ -62,6 +63,8 @@ class Keeper:
         self.pid = self.process.pid
         self.events = events_r
         self._sock = ours
+        # A keeper that stops answering (stopped, swapped out) fails a submit, not hangs it.
+        ours.settimeout(_ANSWER_SECONDS)
         self._lock = threading.Lock()
         self._devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         self.alive = True

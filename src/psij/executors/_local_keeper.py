@@ -165,7 +165,15 @@ class Keeper:
                 return
             body = self.buffer[_HEADER.size:_HEADER.size + size]
             self.buffer = self.buffer[_HEADER.size + size:]
-            self.answer(marshal.loads(body))
+            try:
+                request = marshal.loads(body)
+                if not isinstance(request, tuple) or not request:
+                    raise ValueError(f"not a request: {request!r:.80}")
+            except (ValueError, EOFError, TypeError) as ex:
+                # The requester waits for an answer: it gets one, saying what was wrong.
+                self.send(("err", 0, f"the keeper could not read the request: {ex}"))
+                continue
+            self.answer(request)
 
     def answer(self, request: Tuple[Any, ...]) -> None:
         started: Optional[Tuple[int, str]] = None
@@ -177,21 +185,30 @@ class Keeper:
                 for fd in fds:
                     os.close(fd)
             if reply[0] == "ok":
-                started = (reply[1], request[5])
-        elif request[0] == "signal":
-            reply = ("ok", self.signal(request[1], request[2]))
+                started = (reply[1], str(request[5]))
+        elif request[0] == "signal" and len(request) == 3:
+            try:
+                reply = ("ok", self.signal(int(request[1]), int(request[2])))
+            except (TypeError, ValueError) as ex:
+                reply = ("err", 0, f"a signal request holds a group and a signal: {ex}")
         else:
-            reply = ("err", 0, f"unknown request {request[0]!r}")
-        data = marshal.dumps(reply)
-        self.requests.sendall(_HEADER.pack(len(data)) + data)
+            reply = ("err", 0, f"unknown request {request[0]!r:.80}")
+        self.send(reply)
         if started is not None:  # after the answer: the requester need not wait for it
             pid, job_id = started
             start = start_time(pid)
             self.children[pid] = (start, job_id)
             self.append(f"S {pid} {start} {job_id}\n")
 
+    def send(self, reply: Tuple[Any, ...]) -> None:
+        data = marshal.dumps(reply)
+        self.requests.sendall(_HEADER.pack(len(data)) + data)
+
     def spawn(self, request: Tuple[Any, ...], fds: List[int]) -> Tuple[Any, ...]:
-        _, program, argv, directory, env, _job_id = request
+        try:
+            _, program, argv, directory, env, _job_id = request
+        except ValueError:
+            return ("err", 0, f"a spawn request has 6 items, not {len(request)}")
         if len(fds) != 3:
             return ("err", 0, f"expected 3 stream descriptors, got {len(fds)}")
         try:
@@ -205,7 +222,7 @@ class Keeper:
                                  **_GROUP)
         except OSError as ex:
             return ("err", ex.errno or 0, ex.strerror or str(ex))
-        except (UnicodeEncodeError, ValueError) as ex:
+        except (UnicodeEncodeError, ValueError, TypeError) as ex:
             return ("err", 0, str(ex))
         return ("ok", pid)
 

@@ -272,7 +272,11 @@ class ProcessWatch:
                 lines = (feed.buffer + data).split(b"\n")
                 feed.buffer = lines.pop()
                 for line in lines:
-                    pid, code = (int(x) for x in line.split())
+                    try:
+                        pid, code = (int(x) for x in line.split())
+                    except ValueError:  # never written by a keeper: skipped, the rest read
+                        logger.warning("keeper %d: not an exit report: %r", keeper.pid, line)
+                        continue
                     found = self._children.get(pid)
                     if found is None or found.keeper is not keeper:
                         self._early[pid] = code
