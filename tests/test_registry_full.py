@@ -1,8 +1,9 @@
 """The registry's acceptance at full size: a script submits 200 jobs to the real Slurm and 200
-to ``local``, then is killed with SIGKILL; meanwhile some Slurm jobs are cancelled and some
-local ones are killed from outside, and some local ones end, with no process of the script
-alive (their keeper records them). A new process re-attaches all 400 through
-:mod:`psij.registry`, and every job ends with its true state and exit code."""
+to ``local``, then is killed with SIGKILL; meanwhile some Slurm jobs are cancelled, some local
+ones are cancelled by another process through the registry and some killed from outside, and
+some local ones end, with no process of the script alive (their keeper records them). A new
+process re-attaches all 400 through :mod:`psij.registry`, and every job ends with its true
+state and exit code."""
 
 import json
 import os
@@ -52,6 +53,17 @@ SUBMIT_ALL = textwrap.dedent("""
 """)
 
 
+CANCEL = textwrap.dedent("""
+    import sys
+    import psij.registry
+    jobs = psij.registry.reattach(sys.argv[2:], work_directory=sys.argv[1])
+    for job in jobs:
+        job.cancel()
+    for job in jobs:
+        assert job.wait().state.name == "CANCELED", job.status
+""")
+
+
 def _plan(tmp: Path) -> Tuple[Dict[str, Tuple[str, str]], Dict[str, Tuple[JobState, int]]]:
     """Each job's executor and script, and the state and exit code it must end with (the
     code of a cancelled Slurm job is whatever Slurm says: not checked)."""
@@ -62,7 +74,7 @@ def _plan(tmp: Path) -> Tuple[Dict[str, Tuple[str, str]], Dict[str, Tuple[JobSta
     def add(key: str, executor: str, script: str, state: JobState, code: int) -> None:
         plan[key], want[key] = (executor, script), (state, code)
 
-    for i in range(SIZE // 4):
+    for i in range(SIZE // 5):
         code = i % 4
         state = JobState.COMPLETED if code == 0 else JobState.FAILED
         add(f"local-quick-{i}", "local", f"exit {code}", state, code)
@@ -71,6 +83,8 @@ def _plan(tmp: Path) -> Tuple[Dict[str, Tuple[str, str]], Dict[str, Tuple[JobSta
             f"exit {code + 10}", JobState.FAILED, code + 10)
         # Killed from outside while nobody watched: SIGTERM, as a shell would report it.
         add(f"local-killed-{i}", "local", "exec sleep 600", JobState.FAILED, 128 + 15)
+        # Cancelled through psij by another short-lived process while the script was dead.
+        add(f"local-cancelled-{i}", "local", "exec sleep 600", JobState.CANCELED, -1)
         # Still running when re-attached; they end afterwards.
         add(f"local-after-{i}", "local", f"while [ ! -e {after} ]; do sleep 0.1; done; "
             f"exit {code}", state, code)
@@ -147,6 +161,10 @@ def _act_while_nobody_watches(tmp: Path, wd: Path, jobs: Dict[str, Tuple[str, st
     for key, (_, nid) in jobs.items():
         if key.startswith("local-killed"):
             os.killpg(int(nid), signal.SIGTERM)
+    ids = [jid for k, (jid, _) in jobs.items() if k.startswith("local-cancelled")]
+    done = subprocess.run([sys.executable, "-c", CANCEL, str(wd), *ids], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
     (tmp / "late").touch()
     late = [jid for k, (jid, _) in jobs.items() if k.startswith("local-late")]
     slurm = [nid for k, (_, nid) in jobs.items() if k.startswith("slurm")]
