@@ -125,17 +125,17 @@ def test_a_keeper_answers_garbage_requests_with_an_error_and_goes_on(tmp_path: P
 
     journal = tmp_path / "j.journal"
     journal.touch()
-    keeper = Keeper(journal, None, 7)
+    keeper = Keeper(7)
     try:
         for request in [("bogus",), ("spawn", 1), ("signal", "x", 1), ("signal",),
-                        ("spawn", 1, 2, 3, 4, 5)]:
+                        ("spawn", 1, 2, 3, 4, 5, 6, 7), ("spawn", "/bin/true")]:
             answer = keeper._ask(request, [])
             assert answer[0] == "err" and isinstance(answer[2], str), (request, answer)
         keeper._sock.sendall(struct.pack("!I", 3) + b"\xff\x00\x01")  # not marshal data
         answer = keeper._reply()
         assert b"could not read the request" in answer  # marshal bytes of the error text
         pid = keeper.spawn("/bin/sh", ["/bin/sh", "-c", "exit 9"], str(tmp_path), {},
-                           (-3, -3, -3), "job-1")
+                           (-3, -3, -3), "job-1", str(journal), "")
         deadline = time.monotonic() + 30
         while f"E {pid} " not in journal.read_text():
             assert time.monotonic() < deadline
@@ -144,3 +144,21 @@ def test_a_keeper_answers_garbage_requests_with_an_error_and_goes_on(tmp_path: P
         assert journal.read_text().splitlines()[0].endswith(" job-1")
     finally:
         keeper._sock.close()
+
+
+def test_one_keeper_serves_every_work_directory_of_a_process(tmp_path: Path) -> None:
+    parents = set()
+    for i in range(5):
+        wd = tmp_path / f"w{i}"
+        ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=wd))
+        job = Job(JobSpec("/bin/sh", ["-c", f"sleep 0.2; exit {i}"]))
+        ex.submit(job)
+        assert job.native_id is not None
+        parents.add(_parent(int(job.native_id)))
+        status = job.wait()
+        assert status is not None and status.exit_code == i
+        [journal] = (wd / "local").glob("*.journal")
+        lines = journal.read_text().splitlines()
+        assert [line.split()[0] for line in lines] == ["S", "E"] and lines[1].endswith(f" {i}")
+        assert lines[0].endswith(job.id)
+    assert len(parents) == 1 and os.getpid() not in parents

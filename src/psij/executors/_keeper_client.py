@@ -1,7 +1,7 @@
 """This process's side of the local jobs' keeper (``_local_keeper``, which says what it does).
 
-:func:`keeper_for` starts one keeper per journal (so one per process and work directory) on
-the first local job, and gives it to every executor of the process. :meth:`Keeper.spawn` asks
+:func:`keeper_for` starts one keeper per process on the first local job, and gives it to every
+local executor of the process, whatever its work directory. :meth:`Keeper.spawn` asks
 it to start a program and returns the pid and the kernel start time; the keeper's exit
 reports reach the process watch (``ProcessWatch.watch_kept``) through :attr:`Keeper.events`.
 
@@ -42,13 +42,13 @@ class Keeper:
     """One running keeper: requests go through :meth:`spawn` and :meth:`signal` (one at a time),
     exit reports come on the pipe :attr:`events` (``<pid> <wait status>`` lines)."""
 
-    def __init__(self, journal: Path, registry: Optional[Path], final_rank: int) -> None:
+    def __init__(self, final_rank: int) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         events_r, events_w = os.pipe()
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-I", "-S", _PROGRAM, str(theirs.fileno()), str(events_w),
-                 str(journal), "" if registry is None else str(registry), str(final_rank)],
+                 str(final_rank)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(), events_w), start_new_session=True, close_fds=True)
         except BaseException:
@@ -100,12 +100,14 @@ class Keeper:
                 raise EOFError("the keeper closed its socket")
 
     def spawn(self, program: str, argv: List[str], directory: str, env: Dict[str, str],
-              streams: Tuple[int, int, int], job_id: str) -> int:
-        """The pid of the started program (the keeper journals it); LaunchError as
-        ``Spawner`` raises it when it could not start, KeeperGone when the keeper could not be
-        asked."""
+              streams: Tuple[int, int, int], job_id: str, journal: str, registry: str
+              ) -> int:
+        """The pid of the started program (the keeper journals it in ``journal``, and records
+        its end in ``registry`` if this process is gone by then); LaunchError as ``Spawner``
+        raises it when it could not start, KeeperGone when the keeper could not be asked."""
         fds = [self._devnull if fd == subprocess.DEVNULL else fd for fd in streams]
-        reply = self._ask(("spawn", program, argv, directory, env, job_id), fds)
+        reply = self._ask(("spawn", program, argv, directory, env, job_id, journal, registry),
+                          fds)
         if reply[0] == "ok":
             return int(reply[1])
         code = int(reply[1])
@@ -132,38 +134,34 @@ class Keeper:
             self._sock.close()
 
 
-_KEEPERS: Dict[Tuple[str, int], Keeper] = {}
+_KEEPERS: Dict[int, Keeper] = {}  # by process id: a forked child starts its own
 _KEEPERS_LOCK = threading.Lock()
-_FAILED: Dict[str, str] = {}
+_FAILED: List[str] = []
 
 
-def keeper_for(journal: Path, work_directory: Path, final_rank: int,
-               watch: "WatchWithFeeds") -> Optional[Keeper]:
-    """The live keeper writing ``journal``, started if needed (it records jobs that end after
-    this process in the registry of ``work_directory``); None if none can be started."""
-    key = (str(journal), os.getpid())
-    keeper = _KEEPERS.get(key)
+def keeper_for(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
+    """This process's live keeper, started if needed; None if none can be started."""
+    pid = os.getpid()
+    keeper = _KEEPERS.get(pid)
     if keeper is not None and keeper.alive:
         return keeper
     with _KEEPERS_LOCK:
-        keeper = _KEEPERS.get(key)
+        keeper = _KEEPERS.get(pid)
         if keeper is not None and keeper.alive:
             return keeper
         if not sys.executable:
             return None
-        # The registry file (``_registry_store.registry_path``; not imported: it loads sqlite3).
-        registry = Path(os.path.abspath(work_directory)) / "jobs.sqlite"
         try:
-            keeper = Keeper(journal, registry, final_rank)
+            keeper = Keeper(final_rank)
         except OSError as ex:
-            if str(journal) not in _FAILED:
-                _FAILED[str(journal)] = str(ex)
+            if not _FAILED:
+                _FAILED.append(str(ex))
                 logger.warning("could not start the local jobs' keeper (%s); local jobs are "
                                "started by this process, and a job that ends after it has "
                                "no recorded exit code", ex)
             return None
         watch.add_feed(keeper)
-        _KEEPERS[key] = keeper
+        _KEEPERS[pid] = keeper
         return keeper
 
 

@@ -3,22 +3,23 @@ one ended, even after the process that asked for them is gone.
 
 A Python process that runs local jobs starts one keeper (on its first job; see
 ``_keeper_client``), which runs this file with the standard library only (``python -I -S
-_local_keeper.py REQUESTS EVENTS JOURNAL [REGISTRY RANK]``). The process sends a request per
-job on the ``REQUESTS`` socket; the keeper starts the program with ``posix_spawn`` as the
-leader of a new process group, appends ``S <pid> <start> <job id>`` to the process's journal
-``JOURNAL`` and answers with the pid. When a job ends the keeper reaps it, appends
-``E <pid> <start> <exit code>`` and writes ``<pid> <wait status>`` to the ``EVENTS`` pipe.
+_local_keeper.py REQUESTS EVENTS FINAL_RANK``). The process sends a request per job on the
+``REQUESTS`` socket; the keeper starts the program with ``posix_spawn`` as the leader of a new
+process group, answers with the pid, and appends ``S <pid> <start> <job id>`` to the journal
+the request names. When a job ends the keeper reaps it, appends ``E <pid> <start> <exit code>``
+and writes ``<pid> <wait status>`` to the ``EVENTS`` pipe.
 
 When the requesting process ends (``kill -9`` included) the socket closes: the keeper stops
 taking requests, goes on reaping and journaling until its last job has ended, writes the
-final state of each job that ended meanwhile to the job registry ``REGISTRY``, and
-exits. So a job that ends after its submitter died still has its real exit code.
+final state of each job that ended meanwhile to the job registry the request named (rank
+``FINAL_RANK``, only if the job is not final there yet), and exits. So a job that ends after
+its submitter died still has its real exit code.
 
 Requests (a length-prefixed ``marshal`` tuple, the job's three standard streams passed as
 descriptors with the length):
 
-- ``("spawn", program, argv, directory, env, job_id)`` → ``("ok", pid)`` or
-  ``("err", errno, text)`` (the start is journaled after the answer);
+- ``("spawn", program, argv, directory, env, job_id, journal, registry)`` → ``("ok", pid)``
+  or ``("err", errno, text)``;
 - ``("signal", pgid, signum)`` → ``("ok", sent)``: signals the group only while its leader is
   a child not yet reaped (so the id cannot have been reused).
 
@@ -34,6 +35,7 @@ import socket
 import struct
 import sys
 import time
+from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
 _HEADER = struct.Struct("!I")
@@ -45,6 +47,7 @@ _RESTORED = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ", *_IGNORED)
                   if hasattr(signal, n))
 _GROUP: Dict[str, Any] = {"setpgroup": 0} if sys.version_info >= (3, 11) else {"setsid": True}
 _JOURNAL_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+_MAX_OPEN = 32
 
 
 def start_time(pid: int) -> str:
@@ -66,18 +69,17 @@ def exit_code(status: int) -> int:
 
 
 class Keeper:
-    def __init__(self, requests: socket.socket, events: int, journal: str,
-                 registry: Optional[str], final_rank: int) -> None:
+    def __init__(self, requests: socket.socket, events: int, final_rank: int) -> None:
         self.requests = requests
         self.events = events
-        self.journal_path = journal
-        self.journal = -1
-        self.registry = registry
+        self.journals: OrderedDict[str, int] = OrderedDict()  # the latest used last
         self.final_rank = final_rank
-        self.children: Dict[int, Tuple[str, str]] = {}  # pid -> (start, job id)
+        # pid -> (start, job id, journal, registry)
+        self.children: Dict[int, Tuple[str, str, str, str]] = {}
         self.pending = b""  # events not yet written (the pipe was full)
         self.events_waiting = False  # registered to write them when it can
-        self.orphaned: List[Tuple[str, int]] = []  # (job id, code) ended with nobody listening
+        # (registry, job id, code) of jobs that ended with nobody listening
+        self.orphaned: List[Tuple[str, str, int]] = []
         self.parent_gone = False
         self.buffer = b""
         self.fds: List[int] = []
@@ -127,12 +129,14 @@ class Keeper:
                 return
             if pid == 0:
                 return
-            start, job_id = self.children.pop(pid, ("None", ""))
+            found = self.children.pop(pid, None)
+            if found is None:
+                continue
+            start, job_id, journal, registry = found
             code = exit_code(status)
-            self.append(f"E {pid} {start} {code}\n")
+            self.append(journal, f"E {pid} {start} {code}\n")
             if self.parent_gone:
-                if job_id:
-                    self.orphaned.append((job_id, code))
+                self.orphaned.append((registry, job_id, code))
             else:
                 self.pending += f"{pid} {status}\n".encode()
                 self.flush_events()
@@ -176,7 +180,7 @@ class Keeper:
             self.answer(request)
 
     def answer(self, request: Tuple[Any, ...]) -> None:
-        started: Optional[Tuple[int, str]] = None
+        started: Optional[Tuple[int, Tuple[str, str, str]]] = None
         if request[0] == "spawn":
             fds, self.fds = self.fds[:3], self.fds[3:]
             try:
@@ -185,7 +189,7 @@ class Keeper:
                 for fd in fds:
                     os.close(fd)
             if reply[0] == "ok":
-                started = (reply[1], str(request[5]))
+                started = (reply[1], request[5:8])
         elif request[0] == "signal" and len(request) == 3:
             try:
                 reply = ("ok", self.signal(int(request[1]), int(request[2])))
@@ -195,20 +199,19 @@ class Keeper:
             reply = ("err", 0, f"unknown request {request[0]!r:.80}")
         self.send(reply)
         if started is not None:  # after the answer: the requester need not wait for it
-            pid, job_id = started
+            pid, (job_id, journal, registry) = started
             start = start_time(pid)
-            self.children[pid] = (start, job_id)
-            self.append(f"S {pid} {start} {job_id}\n")
+            self.children[pid] = (start, job_id, journal, registry)
+            self.append(journal, f"S {pid} {start} {job_id}\n")
 
     def send(self, reply: Tuple[Any, ...]) -> None:
         data = marshal.dumps(reply)
         self.requests.sendall(_HEADER.pack(len(data)) + data)
 
     def spawn(self, request: Tuple[Any, ...], fds: List[int]) -> Tuple[Any, ...]:
-        try:
-            _, program, argv, directory, env, _job_id = request
-        except ValueError:
-            return ("err", 0, f"a spawn request has 6 items, not {len(request)}")
+        if len(request) != 8 or not all(isinstance(x, str) for x in request[5:]):
+            return ("err", 0, f"a spawn request has 8 items, the last 3 text: {request!r:.80}")
+        _, program, argv, directory, env, _job_id, _journal, _registry = request
         if len(fds) != 3:
             return ("err", 0, f"expected 3 stream descriptors, got {len(fds)}")
         try:
@@ -237,13 +240,19 @@ class Keeper:
 
     # -- output ---------------------------------------------------------------------------------
 
-    def append(self, line: str) -> None:
+    def append(self, journal: str, line: str) -> None:
+        """Append to a journal, keeping at most :data:`_MAX_OPEN` of them open."""
         try:
-            if self.journal < 0:
-                self.journal = os.open(self.journal_path, _JOURNAL_FLAGS)
-            os.write(self.journal, line.encode("utf-8", "surrogateescape"))
+            fd = self.journals.get(journal)
+            if fd is None:
+                fd = self.journals[journal] = os.open(journal, _JOURNAL_FLAGS)
+                while len(self.journals) > _MAX_OPEN:
+                    os.close(self.journals.popitem(last=False)[1])
+            else:
+                self.journals.move_to_end(journal)
+            os.write(fd, line.encode("utf-8", "surrogateescape"))
         except OSError as ex:
-            self.note(f"keeper: journal {self.journal_path}: {ex}")
+            self.note(f"keeper: journal {journal}: {ex}")
 
     def flush_events(self) -> None:
         while self.pending:
@@ -267,27 +276,32 @@ class Keeper:
         """The final states of jobs that ended after the requesting process, in the registry
         (one transaction); a job already final there (cancelled by someone) keeps its state."""
         done, self.orphaned = self.orphaned, []
-        if not done or not self.registry:
-            return
-        try:
-            import sqlite3
-
-            if not os.path.isfile(self.registry):
-                return
-            conn = sqlite3.connect(self.registry, timeout=60)
+        by_registry: Dict[str, List[Tuple[str, int]]] = {}
+        for registry, job_id, code in done:
+            by_registry.setdefault(registry, []).append((job_id, code))
+        for registry, ended in by_registry.items():
             try:
-                with conn:
-                    now = time.time()
-                    conn.executemany(
-                        "UPDATE jobs SET state = ?, rank = ?, exit_code = ?, message = ?, "
-                        "updated = ?, final = 1 WHERE id = ? AND final = 0",
-                        [("COMPLETED" if code == 0 else "FAILED", self.final_rank, code,
-                          None if code == 0 else _message(code), now, job_id)
-                         for job_id, code in done])
-            finally:
-                conn.close()
-        except Exception as ex:
-            self.note(f"keeper: registry {self.registry}: {ex}")
+                self.record(registry, ended)
+            except Exception as ex:  # this registry only: the others are written
+                self.note(f"keeper: registry {registry}: {ex}")
+
+    def record(self, registry: str, ended: List[Tuple[str, int]]) -> None:
+        import sqlite3
+
+        if not registry or not os.path.isfile(registry):
+            return  # never made (recording off) or removed: nothing to update
+        conn = sqlite3.connect(registry, timeout=60)
+        try:
+            with conn:
+                now = time.time()
+                conn.executemany(
+                    "UPDATE jobs SET state = ?, rank = ?, exit_code = ?, message = ?, "
+                    "updated = ?, final = 1 WHERE id = ? AND final = 0",
+                    [("COMPLETED" if code == 0 else "FAILED", self.final_rank, code,
+                      None if code == 0 else _message(code), now, job_id)
+                     for job_id, code in ended])
+        finally:
+            conn.close()
 
     @staticmethod
     def note(text: str) -> None:
@@ -309,14 +323,12 @@ def _message(code: int) -> str:
 
 
 def main(argv: List[str]) -> int:
-    requests_fd, events_fd, journal = int(argv[1]), int(argv[2]), argv[3]
-    registry = argv[4] if len(argv) > 4 and argv[4] else None
-    final_rank = int(argv[5]) if len(argv) > 5 else 0
+    requests_fd, events_fd, final_rank = int(argv[1]), int(argv[2]), int(argv[3])
     for fd in (requests_fd, events_fd):
         os.set_inheritable(fd, False)
     # Blocking: it is read only when the loop saw it readable, and answers are short.
     requests = socket.socket(fileno=requests_fd)
-    Keeper(requests, events_fd, journal, registry, final_rank).run()
+    Keeper(requests, events_fd, final_rank).run()
     return 0
 
 

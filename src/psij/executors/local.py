@@ -7,8 +7,8 @@ How a job runs:
   launcher's bash script is run and the script does the redirections.
 - Every job gets its own process group; cancel sends TERM to the group and KILL after
   ``cancel_grace_period`` seconds.
-- Jobs are started by this process's keeper (``_local_keeper``, one per process and work
-  directory, started with the first job), which is their parent: it reaps them, reports each
+- Jobs are started by this process's keeper (``_local_keeper``, one per process, started with
+  the first job), which is their parent: it reaps them, reports each
   exit to this process, and goes on after this process ends (even by ``kill -9``), so that a
   job ending later still has its exit code journaled and recorded in the job registry. Without
   a keeper (it could not be started) jobs are spawned here as this process's children.
@@ -193,6 +193,8 @@ class LocalJobExecutor(JobExecutor):
         self._kept = _check.opt_bool("LocalJobExecutorConfig.keeper",
                                      getattr(self.config, "keeper", True))
         self._dir = Path(self.config.work_directory) / "local"
+        # The registry file (``_registry_store.registry_path``; not imported: it loads sqlite3).
+        self._registry = os.path.join(os.path.abspath(self.config.work_directory), "jobs.sqlite")
         self._dir_ready = False
         self._lock = threading.Lock()
         self._runs: Dict[int, _Run] = {}  # by job object id, while not final
@@ -348,13 +350,13 @@ class LocalJobExecutor(JobExecutor):
                streams: Tuple[int, int, int]) -> Tuple[int, Optional[Keeper]]:
         """Start the job's process through this process's keeper (which journals it and
         records its exit even after this process ends), or here if there is no keeper."""
-        keeper = keeper_for(self._journal().path, self.config.work_directory,
-                            JobState.COMPLETED.order, self._watch) if self._kept else None
+        keeper = keeper_for(JobState.COMPLETED.order, self._watch) if self._kept else None
         directory, env = str(prepared.job_dir), prepared.env
         if keeper is not None:
             try:
                 program = argv[0] if "/" in argv[0] else _SPAWNER.on_path(argv[0], env)
-                return keeper.spawn(program, argv, directory, env, streams, job.id), keeper
+                return keeper.spawn(program, argv, directory, env, streams, job.id,
+                                    str(self._journal().path), self._registry), keeper
             except FileNotFoundError as ex:  # not on PATH
                 raise LaunchError(f"executable {argv[0]!r} was not found (no such file, or "
                                   "not on PATH)", 127) from ex
