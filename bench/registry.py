@@ -44,6 +44,7 @@ psij.registry.set_recording(on)
 ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=wd))
 warm = Job(JobSpec("/bin/true")); ex.submit(warm); warm.wait()
 jobs = [Job(JobSpec("/bin/true")) for _ in range(n)]
+c0 = time.process_time()
 t0 = time.perf_counter()
 for j in jobs:
     ex.submit(j)
@@ -52,7 +53,8 @@ for j in jobs:
     j.wait()
 psij.registry.flush()
 t_all = time.perf_counter() - t0
-print(json.dumps({"submit_s": t_submit, "all_s": t_all}))
+print(json.dumps({"submit_s": t_submit, "all_s": t_all,
+                  "cpu_us": (time.process_time() - c0) / n * 1e6}))
 """
 
 _KEEPER = r"""
@@ -64,13 +66,25 @@ wd, n, lat, kept = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.ar
 ex = JobExecutor.get_instance("local", config=LocalJobExecutorConfig(work_directory=wd,
                                                                       keeper=kept))
 warm = Job(JobSpec("/bin/true")); ex.submit(warm); warm.wait()
+def cpu():  # this process's CPU time, and its keeper's (not counting the jobs)
+    from psij.executors._keeper_client import _KEEPERS
+    import os
+    k = _KEEPERS.get(os.getpid())
+    kept = 0.0
+    if k is not None and kept_on:
+        f = open(f"/proc/{k.pid}/stat").read().rsplit(")", 1)[1].split()
+        kept = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    return time.process_time() + kept
+kept_on = kept
 jobs = [Job(JobSpec("/bin/true")) for _ in range(n)]
+c0 = cpu()
 t0 = time.perf_counter()
 for j in jobs:
     ex.submit(j)
 for j in jobs:
     j.wait()
 t_all = time.perf_counter() - t0
+cpu_us = (cpu() - c0) / n * 1e6
 samples = []
 for _ in range(lat):
     j = Job(JobSpec("/bin/true"))
@@ -78,7 +92,8 @@ for _ in range(lat):
     ex.submit(j)
     j.wait()
     samples.append(time.perf_counter() - t0)
-print(json.dumps({"rate": n / t_all, "latency_ms": statistics.median(samples) * 1e3}))
+print(json.dumps({"rate": n / t_all, "latency_ms": statistics.median(samples) * 1e3,
+                  "cpu_us": cpu_us}))
 """
 
 _COST = r"""
@@ -150,15 +165,19 @@ def main() -> None:
     print(f"registry cost per later status change (queued): "
           f"{statistics.median(c['later_us'] for c in costs):8.1f} µs")
 
-    rates = {"on": [], "off": []}
+    rates: dict = {"on": [], "off": []}
+    cpus: dict = {"on": [], "off": []}
     for r in range(args.rounds):
         for mode in (("on", "off") if r % 2 == 0 else ("off", "on")):
             with tempfile.TemporaryDirectory() as tmp:
                 res = child(_THROUGHPUT, tmp, str(args.jobs), mode)
             rates[mode].append(args.jobs / res["all_s"])
+            cpus[mode].append(res["cpu_us"])
     on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
     print(f"local throughput, {args.jobs} jobs, median of {args.rounds}: registry on "
-          f"{on:7.0f} jobs/s, off {off:7.0f} jobs/s ({(off - on) / off * 100:+.1f}% slower on)")
+          f"{on:7.0f} jobs/s, off {off:7.0f} jobs/s ({(off - on) / off * 100:+.1f}% slower on); "
+          f"CPU of the submitting process per job: on {statistics.median(cpus['on']):.0f} µs, "
+          f"off {statistics.median(cpus['off']):.0f} µs")
 
     kept: dict = {"on": [], "off": []}
     for r in range(args.rounds):
@@ -169,8 +188,10 @@ def main() -> None:
     for mode in ("off", "on"):
         rate = statistics.median(k["rate"] for k in kept[mode])
         latency = statistics.median(k["latency_ms"] for k in kept[mode])
+        cpu_us = statistics.median(k["cpu_us"] for k in kept[mode])
         print(f"local, keeper {mode:3}: {rate:7.0f} jobs/s ({args.jobs} jobs), latency "
-              f"{latency:6.2f} ms (median of {args.rounds} rounds)")
+              f"{latency:6.2f} ms (median of {args.rounds} rounds), CPU per job {cpu_us:.0f} µs "
+              f"(submitting process and keeper)")
 
     with tempfile.TemporaryDirectory() as tmp:
         wd = Path(tmp) / ".psij" / "work"
