@@ -1,12 +1,13 @@
 """This process's side of the local jobs' keeper (``_local_keeper``, which says what it does).
 
 :func:`keeper_for` starts one keeper per process on the first local job, and gives it to every
-local executor of the process, whatever its work directory. :meth:`Keeper.spawn` asks
-it to start a program and returns the pid and the kernel start time; the keeper's exit
-reports reach the process watch (``ProcessWatch.watch_kept``) through :attr:`Keeper.events`.
+local executor of the process, whatever its work directory. :meth:`Keeper.spawn` asks it to
+start a program and returns its pid; the keeper's exit reports reach the process watch
+(``ProcessWatch.watch_kept``) through :attr:`Keeper.events`.
 
-If no keeper can be started (no Python executable to run it), :func:`keeper_for` returns None
-and the executor starts its jobs itself, as children of this process.
+If no keeper can be started (no Python executable to run it, or its file is not on disk),
+:func:`keeper_for` returns None and the executor starts its jobs itself, as children of this
+process.
 """
 
 import errno
@@ -149,7 +150,7 @@ def keeper_for(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
         keeper = _KEEPERS.get(pid)
         if keeper is not None and keeper.alive:
             return keeper
-        if not sys.executable:
+        if not sys.executable or not os.path.isfile(_PROGRAM):  # e.g. run from a zip file
             return None
         try:
             keeper = Keeper(final_rank)
