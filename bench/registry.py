@@ -68,8 +68,9 @@ ex = JobExecutor.get_instance("local", config=LocalJobExecutorConfig(work_direct
 warm = Job(JobSpec("/bin/true")); ex.submit(warm); warm.wait()
 def cpu():  # this process's CPU time, and its keeper's (not counting the jobs)
     from psij.executors._keeper_client import _KEEPERS
+    from psij.executors._process_watch import WATCH
     import os
-    k = _KEEPERS.get(os.getpid())
+    k = _KEEPERS.get((os.getpid(), id(WATCH)))
     kept = 0.0
     if k is not None and kept_on:
         f = open(f"/proc/{k.pid}/stat").read().rsplit(")", 1)[1].split()

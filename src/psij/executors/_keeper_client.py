@@ -69,6 +69,7 @@ class Keeper:
         self._lock = threading.Lock()
         self._devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         self.alive = True
+        self.watch: Optional[WatchWithFeeds] = None  # the one its reports go to
 
     def _ask(self, request: Tuple[Any, ...], fds: List[int]) -> Tuple[Any, ...]:
         data = marshal.dumps(request)
@@ -135,20 +136,22 @@ class Keeper:
             self._sock.close()
 
 
-_KEEPERS: Dict[int, Keeper] = {}  # by process id: a forked child starts its own
+# By process id (a forked child starts its own) and watch.
+_KEEPERS: Dict[Tuple[int, int], Keeper] = {}
 _KEEPERS_LOCK = threading.Lock()
 _FAILED: List[str] = []
 
 
 def keeper_for(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
-    """This process's live keeper, started if needed; None if none can be started."""
-    pid = os.getpid()
-    keeper = _KEEPERS.get(pid)
-    if keeper is not None and keeper.alive:
+    """This process's live keeper reporting to ``watch`` (there is one watch, but for tests),
+    started if needed; None if none can be started."""
+    key = (os.getpid(), id(watch))
+    keeper = _KEEPERS.get(key)
+    if keeper is not None and keeper.alive and keeper.watch is watch:
         return keeper
     with _KEEPERS_LOCK:
-        keeper = _KEEPERS.get(pid)
-        if keeper is not None and keeper.alive:
+        keeper = _KEEPERS.get(key)
+        if keeper is not None and keeper.alive and keeper.watch is watch:
             return keeper
         if not sys.executable or not os.path.isfile(_PROGRAM):  # e.g. run from a zip file
             return None
@@ -162,7 +165,8 @@ def keeper_for(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
                                "no recorded exit code", ex)
             return None
         watch.add_feed(keeper)
-        _KEEPERS[pid] = keeper
+        keeper.watch = watch  # held: the id in the key is not given to another watch
+        _KEEPERS[key] = keeper
         return keeper
 
 
