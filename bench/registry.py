@@ -12,6 +12,11 @@ Figures:
   measured directly around the recorder;
 - local throughput (jobs/s): submit ``--jobs`` ``/bin/true`` jobs to ``local`` and wait for all,
   with the registry on and off;
+- local throughput and latency with the keeper (the process that starts local jobs and records
+  how they end after their submitter is gone) and without it (``keeper=False``: jobs started by
+  the submitting process itself, as before the keeper), registry on: ``--jobs`` ``/bin/true``
+  submitted at once, and the median submit-to-COMPLETED time of ``--latency-jobs`` jobs one
+  after the other;
 - ``psij status --all`` (s): the whole command, in a fresh process, over a registry holding
   ``--status-jobs`` final jobs.
 """
@@ -39,6 +44,7 @@ psij.registry.set_recording(on)
 ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=wd))
 warm = Job(JobSpec("/bin/true")); ex.submit(warm); warm.wait()
 jobs = [Job(JobSpec("/bin/true")) for _ in range(n)]
+c0 = time.process_time()
 t0 = time.perf_counter()
 for j in jobs:
     ex.submit(j)
@@ -47,7 +53,48 @@ for j in jobs:
     j.wait()
 psij.registry.flush()
 t_all = time.perf_counter() - t0
-print(json.dumps({"submit_s": t_submit, "all_s": t_all}))
+print(json.dumps({"submit_s": t_submit, "all_s": t_all,
+                  "cpu_us": (time.process_time() - c0) / n * 1e6}))
+"""
+
+_KEEPER = r"""
+import json, statistics, sys, time
+from pathlib import Path
+from psij import Job, JobExecutor, JobSpec
+from psij.executors.local import LocalJobExecutorConfig
+wd, n, lat, kept = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "on"
+ex = JobExecutor.get_instance("local", config=LocalJobExecutorConfig(work_directory=wd,
+                                                                      keeper=kept))
+warm = Job(JobSpec("/bin/true")); ex.submit(warm); warm.wait()
+def cpu():  # this process's CPU time, and its keeper's (not counting the jobs)
+    from psij.executors._keeper_client import _KEEPERS
+    from psij.executors._process_watch import WATCH
+    import os
+    k = _KEEPERS.get((os.getpid(), id(WATCH)))
+    kept = 0.0
+    if k is not None and kept_on:
+        f = open(f"/proc/{k.pid}/stat").read().rsplit(")", 1)[1].split()
+        kept = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    return time.process_time() + kept
+kept_on = kept
+jobs = [Job(JobSpec("/bin/true")) for _ in range(n)]
+c0 = cpu()
+t0 = time.perf_counter()
+for j in jobs:
+    ex.submit(j)
+for j in jobs:
+    j.wait()
+t_all = time.perf_counter() - t0
+cpu_us = (cpu() - c0) / n * 1e6
+samples = []
+for _ in range(lat):
+    j = Job(JobSpec("/bin/true"))
+    t0 = time.perf_counter()
+    ex.submit(j)
+    j.wait()
+    samples.append(time.perf_counter() - t0)
+print(json.dumps({"rate": n / t_all, "latency_ms": statistics.median(samples) * 1e3,
+                  "cpu_us": cpu_us}))
 """
 
 _COST = r"""
@@ -107,8 +154,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--latency-jobs", type=int, default=30)
     parser.add_argument("--status-jobs", type=int, default=100000)
     args = parser.parse_args()
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
     with tempfile.TemporaryDirectory() as tmp:
         costs = [child(_COST, str(Path(tmp) / f"cost{r}"), "2000") for r in range(3)]
@@ -117,15 +166,33 @@ def main() -> None:
     print(f"registry cost per later status change (queued): "
           f"{statistics.median(c['later_us'] for c in costs):8.1f} µs")
 
-    rates = {"on": [], "off": []}
+    rates: dict = {"on": [], "off": []}
+    cpus: dict = {"on": [], "off": []}
     for r in range(args.rounds):
         for mode in (("on", "off") if r % 2 == 0 else ("off", "on")):
             with tempfile.TemporaryDirectory() as tmp:
                 res = child(_THROUGHPUT, tmp, str(args.jobs), mode)
             rates[mode].append(args.jobs / res["all_s"])
+            cpus[mode].append(res["cpu_us"])
     on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
     print(f"local throughput, {args.jobs} jobs, median of {args.rounds}: registry on "
-          f"{on:7.0f} jobs/s, off {off:7.0f} jobs/s ({(off - on) / off * 100:+.1f}% slower on)")
+          f"{on:7.0f} jobs/s, off {off:7.0f} jobs/s ({(off - on) / off * 100:+.1f}% slower on); "
+          f"CPU of the submitting process per job: on {statistics.median(cpus['on']):.0f} µs, "
+          f"off {statistics.median(cpus['off']):.0f} µs")
+
+    kept: dict = {"on": [], "off": []}
+    for r in range(args.rounds):
+        for mode in (("on", "off") if r % 2 == 0 else ("off", "on")):
+            with tempfile.TemporaryDirectory() as tmp:
+                kept[mode].append(child(_KEEPER, tmp, str(args.jobs), str(args.latency_jobs),
+                                        mode))
+    for mode in ("off", "on"):
+        rate = statistics.median(k["rate"] for k in kept[mode])
+        latency = statistics.median(k["latency_ms"] for k in kept[mode])
+        cpu_us = statistics.median(k["cpu_us"] for k in kept[mode])
+        print(f"local, keeper {mode:3}: {rate:7.0f} jobs/s ({args.jobs} jobs), latency "
+              f"{latency:6.2f} ms (median of {args.rounds} rounds), CPU per job {cpu_us:.0f} µs "
+              f"(submitting process and keeper)")
 
     with tempfile.TemporaryDirectory() as tmp:
         wd = Path(tmp) / ".psij" / "work"
@@ -142,6 +209,7 @@ def main() -> None:
                 sys.exit(f"psij status --all failed: {done.stderr.decode()}")
     print(f"psij status --all, {args.status_jobs} recorded jobs: "
           f"{statistics.median(times):.3f} s (median of 3, whole command)")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

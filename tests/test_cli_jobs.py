@@ -52,9 +52,9 @@ def test_parallel_submits_are_all_recorded_once_and_wait_gives_the_worst(home: P
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 
-    with ThreadPoolExecutor(20) as pool:
-        ids = list(pool.map(submit, range(20)))
-    assert len(set(ids)) == 20
+    with ThreadPoolExecutor(20) as pool:  # 100 shells, 20 at a time
+        ids = list(pool.map(submit, range(100)))
+    assert len(set(ids)) == 100
     waited = psij_cmd(home, "wait", "--tag", "par")
     assert waited.returncode == 3, waited.stderr
     jobs = listed(home, "list")

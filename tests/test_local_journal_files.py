@@ -117,3 +117,24 @@ def _target(fd: Path) -> str:
         return str(fd.readlink())
     except OSError:
         return ""
+
+
+def test_a_cancel_noted_in_another_journal_makes_the_end_a_cancel(tmp_path: Path) -> None:
+    from psij import Job, JobState
+    from psij.executors._local_journal import scan_journals
+    from psij.executors.local import LocalJobExecutor, LocalJobExecutorConfig
+
+    folder = tmp_path / "local"
+    folder.mkdir(mode=0o700)
+    (folder / "a.journal").write_text("S 4242 1000 job-a\nS 4343 1001 job-b\n"
+                                      "E 4242 1000 143\nE 4343 1001 143\n")
+    # Another process cancelled job-a (and wrote a line no reader can take, which is skipped).
+    (folder / "b.journal").write_text("C 4242 1000 canceled\nC 4242\n")
+    found = scan_journals(folder)
+    assert (found[(4242, "1000")].canceled, found[(4343, "1001")].canceled) == (True, False)
+    ex = LocalJobExecutor(config=LocalJobExecutorConfig(work_directory=tmp_path))
+    a, b = Job(), Job()
+    ex.attach(a, "4242")
+    ex.attach(b, "4343")
+    assert (a.status.state, a.status.exit_code) == (JobState.CANCELED, 143)
+    assert (b.status.state, b.status.exit_code) == (JobState.FAILED, 143)

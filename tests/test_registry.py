@@ -311,5 +311,7 @@ def test_the_registry_benchmark_runs_and_prints_its_figures() -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert [line.split(",")[0].split(":")[0] for line in lines] == [
-        "registry cost per job", "registry cost per later status change (queued)",
-        "local throughput", "psij status --all"]
+        "load average before", "registry cost per job",
+        "registry cost per later status change (queued)", "local throughput", "local",
+        "local", "psij status --all", "load average after"]
+    assert "keeper off" in lines[4] and "keeper on" in lines[5]

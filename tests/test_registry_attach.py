@@ -73,32 +73,42 @@ def submit_then_kill(name: str, wd: Path, tag: str, scripts: Dict[str, str]
 def test_local_jobs_are_reattached_after_the_submitter_was_killed(tmp_path: Path) -> None:
     wd = tmp_path / "work"
     marker = tmp_path / "go"
+    late = tmp_path / "late"
     jobs = submit_then_kill("local", wd, "lot", {
         "quick": "exit 7",
-        "running": f"while [ ! -e {marker} ]; do sleep 0.1; done; exit 0",
+        "running": f"while [ ! -e {marker} ]; do sleep 0.1; done; exit 3",
+        # Ends while no process of the test's own is alive: only the keeper sees it end.
+        "late": f"while [ ! -e {late} ]; do sleep 0.1; done; exit 5",
     })
+    late.touch()
+    late_id = jobs["late"][0]
+    deadline = time.monotonic() + 60
+    while psij.registry.find(late_id, work_directory=wd)[0].state is not JobState.FAILED:
+        assert time.monotonic() < deadline, "the keeper did not record the late job's end"
+        time.sleep(0.05)
     seen = Seen()
     attached = psij.registry.reattach(tag="lot", work_directory=wd, callback=seen)
     by_key = {k: next(j for j in attached if j.id == jid) for k, (jid, _) in jobs.items()}
-    assert len(attached) == 2
+    assert len(attached) == 3
     for key, (jid, nid) in jobs.items():
         assert (by_key[key].id, by_key[key].native_id) == (jid, nid)
     quick = by_key["quick"].status
     assert (quick.state, quick.exit_code) == (JobState.FAILED, 7)  # ended while watched
+    assert (by_key["late"].status.state, by_key["late"].status.exit_code) == (JobState.FAILED, 5)
     assert by_key["running"].status.state is JobState.ACTIVE
     marker.touch()
     final = by_key["running"].wait(WAIT)
-    # Its owner died before it ended, so the local executor knows it ended but not its exit
-    # code; that is what it reports, and what is recorded (never a guessed success).
-    assert final.state is JobState.FAILED and "not recorded" in (final.message or "")
+    # Its submitter died before it ended; the keeper that started it recorded its exit code.
+    assert final is not None and (final.state, final.exit_code) == (JobState.FAILED, 3)
     assert seen.states[jobs["running"][0]][-1] is JobState.FAILED
     psij.registry.flush()
-    recorded = {r.id: r.state for r in psij.registry.find(tag="lot", work_directory=wd)}
-    assert recorded == {jobs["quick"][0]: JobState.FAILED,
-                        jobs["running"][0]: JobState.FAILED}
+    recorded = {r.id: (r.state, r.exit_code)
+                for r in psij.registry.find(tag="lot", work_directory=wd)}
+    assert recorded == {jobs["quick"][0]: (JobState.FAILED, 7),
+                        jobs["running"][0]: (JobState.FAILED, 3),
+                        late_id: (JobState.FAILED, 5)}
 
 
-@pytest.mark.slurm
 def test_slurm_jobs_are_reattached_with_their_true_final_states(tmp_path: Path) -> None:
     problem = _scheduler_problem("slurm")
     if problem:

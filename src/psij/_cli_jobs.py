@@ -6,10 +6,9 @@ every executor records its jobs in (:mod:`psij.registry`). ``list`` shows what i
 ``status``, ``wait`` and ``cancel`` re-attach the jobs that are not final to their executors, so
 what they show is what the executors report now.
 
-A ``local`` job submitted with ``psij submit`` is a child of a small keeper process that
-``submit`` leaves behind (in its own session, its standard streams on ``/dev/null``): it waits
-for the job and records its exit code, then exits. Jobs of other executors live in their
-scheduler and need no keeper.
+A ``local`` job submitted with ``psij submit`` is started by the local executor's keeper
+process (``psij.executors._local_keeper``), which outlives ``submit``, records the job's exit
+code when it ends, and then exits. Jobs of other executors live in their scheduler.
 
 Output written to a closed pipe (``psij list | head``) ends the command quietly.
 """
@@ -327,7 +326,7 @@ def _cancel(args: "argparse.Namespace") -> int:
     jobs = list(chosen.jobs.values())
     for job in jobs:
         try:
-            if not job.status.final and not _ask_keeper(job):
+            if not job.status.final:
                 job.cancel()
         except SubmitException as ex:
             problems.append(f"job {job.id}: could not cancel: {ex}")
@@ -337,34 +336,6 @@ def _cancel(args: "argparse.Namespace") -> int:
     chosen.say_problems("cancel")
     chosen.print(False)
     return EXIT_FAILED if problems else 0
-
-
-def _ask_keeper(job: "Job") -> bool:
-    """Ask the keeper that ``psij submit`` left for a local job to cancel it (only the process
-    that started a local job can cancel it and record how it ended); False if it has none."""
-    from psij.executors.local import LocalJobExecutor
-
-    if not isinstance(job.executor, LocalJobExecutor) or job.native_id is None:
-        return False
-    import signal
-
-    pid = int(job.native_id)
-    try:
-        keeper = os.getsid(pid)
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            parent = int(f.read().rsplit(b")", 1)[1].split()[1])
-        with open(f"/proc/{keeper}/cmdline", "rb") as f:
-            words = f.read().split(b"\0")
-    except (OSError, ValueError, IndexError):
-        return False
-    # The keeper leads the session it made, is the job's parent and runs `psij submit`.
-    if keeper == os.getsid(0) or parent != keeper or b"submit" not in words:
-        return False
-    try:
-        os.kill(keeper, signal.SIGTERM)
-    except OSError:
-        return False
-    return True
 
 
 def _attach(args: "argparse.Namespace") -> int:
@@ -392,12 +363,8 @@ def _submit(args: "argparse.Namespace") -> int:
     _check_launcher(args.launcher)
     if args.tag is not None:
         psij.registry._check_tag(args.tag)
-    cls = REGISTRY.select("executor", args.executor).cls
+    REGISTRY.select("executor", args.executor)  # an unknown name is refused first
     psij.registry.find([])  # the registry must be usable before anything is submitted
-    from psij.executors.local import LocalJobExecutor
-
-    if isinstance(cls, type) and issubclass(cls, LocalJobExecutor):
-        return _submit_kept(args, spec)
     job = _submit_here(args, spec)
     _out(job.id + "\n")
     return 0
@@ -416,58 +383,6 @@ def _submit_here(args: "argparse.Namespace", spec: Any) -> "Job":
     finally:
         psij.registry.flush()
     return job
-
-
-def _submit_kept(args: "argparse.Namespace", spec: Any) -> int:
-    """Submit a local job from a keeper process that outlives this one and waits for the job,
-    so that its exit code is recorded; print its id once it is recorded."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the keeper
-        os.close(read_end)
-        code = 0
-        try:
-            os.setsid()
-            _detach_streams()
-            try:
-                job = _submit_here(args, spec)
-            except Exception as ex:
-                os.write(write_end, f"ERR {type(ex).__name__}: {ex}".encode("utf-8",
-                                                                           "replace"))
-                code = 1
-            else:
-                import signal
-
-                # ``psij cancel`` asks the keeper, which alone can cancel its child.
-                signal.signal(signal.SIGTERM, lambda signum, frame: job.cancel())
-                os.write(write_end, f"OK {job.id}".encode())
-                os.close(write_end)
-                job.wait()
-                from psij.registry import flush
-
-                flush()
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        answer = pipe.read().decode("utf-8", "replace")
-    if answer.startswith("OK "):
-        _out(answer[3:].strip() + "\n")
-        return 0
-    if answer.startswith("ERR "):
-        _say(f"could not submit the job: {answer[4:]}", "submit")
-    else:
-        _say("could not submit the job: its keeper process ended without an answer", "submit")
-    return EXIT_FAILED
-
-
-def _detach_streams() -> None:
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    os.close(devnull)
 
 
 _HANDLERS = {"submit": _submit, "status": _status, "wait": _wait, "cancel": _cancel,

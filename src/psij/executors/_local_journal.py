@@ -5,7 +5,10 @@ local executor instance of the process with that work directory (so executors ma
 leave one file, not one each), opened on the first job it starts: a line
 ``S <pid> <start> <job id>`` when a job starts (``start`` is the kernel's start time of the
 process, which tells a reused pid apart) and ``E <pid> <start> <exit code>[ canceled]`` when it
-ends, so that ``list()`` and ``attach()`` of any instance, in any process, see every job.
+ends, so that ``list()`` and ``attach()`` of any instance, in any process, see every job. The
+lines of the jobs a process starts are written by its keeper (``_local_keeper``), which
+outlives it; a process that cancels a job another one started writes
+``C <pid> <start> canceled``.
 
 Reading trusts nothing in these files: a line that does not have that form (a pid written with
 other digits than ASCII ones, a pid out of range, a cut or binary line) is skipped, with one
@@ -21,7 +24,7 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Set, Tuple
 
 from psij._lazylog import LazyLogger
 
@@ -64,6 +67,10 @@ class Journal:
             journal = _OPEN[key] = Journal(fd, path, key)
             _close_oldest()
             return journal
+
+    @property
+    def path(self) -> Path:
+        return self._path
 
     def _same_file(self) -> bool:
         try:
@@ -152,6 +159,7 @@ def _is_int(text: str) -> bool:
 def scan_journals(folder: Path) -> Dict[Tuple[int, str], JournalEntry]:
     """Every job in every journal, keyed by (pid, kernel start time)."""
     found: Dict[Tuple[int, str], JournalEntry] = {}
+    canceled: Set[Tuple[int, str]] = set()
     try:
         names = [n for n in os.listdir(folder) if n.endswith(_SUFFIX)]
     except OSError:
@@ -165,18 +173,22 @@ def scan_journals(folder: Path) -> Dict[Tuple[int, str], JournalEntry]:
         skipped = 0
         for line in lines:
             parts = line.split(" ", 3)
-            if len(parts) < 4 or parts[0] not in ("S", "E") or not _is_int(parts[1]) \
+            if len(parts) < 4 or parts[0] not in ("S", "E", "C") or not _is_int(parts[1]) \
                     or not 0 < int(parts[1]) < _PID_LIMIT:
                 skipped += 1
                 continue
             key = (int(parts[1]), parts[2])
             if parts[0] == "S":
                 found[key] = JournalEntry(parts[3])
+            elif parts[0] == "C":
+                canceled.add(key)  # may be in another journal than the start
             elif key in found:
                 found[key].end(parts[3])
         if skipped:
             logger.warning("local job journal %s: %d line(s) that are not job records were "
                            "skipped", folder / name, skipped)
+    for key in canceled & found.keys():
+        found[key].canceled = True
     return found
 
 

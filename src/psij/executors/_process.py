@@ -177,7 +177,7 @@ class Spawner:
                      stderr: int) -> int:
         program = argv[0]
         if "/" not in program:
-            program = self._on_path(program, env)
+            program = self.on_path(program, env)
         # Python ignores SIGPIPE and SIGXFSZ, and ignored signals stay ignored across exec:
         # the program gets their default actions back, as Popen gives them.
         return os.posix_spawn(program, argv, env, setsigdef=_RESTORED_SIGNALS,
@@ -186,7 +186,7 @@ class Spawner:
                                             (os.POSIX_SPAWN_DUP2, stderr, 2)],
                               **_POSIX_GROUP)
 
-    def _on_path(self, name: str, env: Mapping[str, str]) -> str:
+    def on_path(self, name: str, env: Mapping[str, str]) -> str:
         """The first executable ``name`` on the program's own PATH, as Popen would find it."""
         path = env.get("PATH", os.defpath)
         key = (name, path)

@@ -18,11 +18,12 @@ import os
 import selectors
 import threading
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from psij._clock import Clock
 from psij._lazylog import LazyLogger
 from psij._wakeup import Timers, Wakeup, timer_delay
+from psij.executors._keeper_client import Keeper
 from psij.executors._process import (
     exit_code_of,
     group_has_live_members,
@@ -53,13 +54,25 @@ _HAS_PIDFD = hasattr(os, "pidfd_open")
 
 
 class _Watched:
-    __slots__ = ("child", "fd", "on_exit", "pid")
+    __slots__ = ("child", "fd", "keeper", "on_exit", "pid")
 
-    def __init__(self, pid: int, fd: Optional[int], child: bool, on_exit: ExitHandler) -> None:
+    def __init__(self, pid: int, fd: Optional[int], child: bool, on_exit: ExitHandler,
+                 keeper: Optional[Keeper] = None) -> None:
         self.pid = pid
         self.fd = fd
         self.child = child
         self.on_exit = on_exit
+        self.keeper = keeper  # the keeper whose child it is, which reaps it and reports
+
+
+class _Feed:
+    """The exit reports of one keeper, read on the watch thread."""
+
+    __slots__ = ("buffer", "keeper")
+
+    def __init__(self, keeper: Keeper) -> None:
+        self.keeper = keeper
+        self.buffer = b""
 
 
 class ProcessWatch:
@@ -73,6 +86,7 @@ class ProcessWatch:
         self._lock = threading.Lock()
         self._children: Dict[int, _Watched] = {}  # our children, reaped here
         self._others: Dict[int, _Watched] = {}  # other processes: watched, never reaped
+        self._early: Dict[int, Optional[int]] = {}  # kept jobs reported before watch_kept
         self._timers = Timers(clock)  # actions run on the watch thread
         self._thread: Optional[threading.Thread] = None
         self._wakeup: Optional[Wakeup] = None
@@ -123,6 +137,25 @@ class ProcessWatch:
             self.wake()
         return True
 
+    def add_feed(self, keeper: Keeper) -> None:
+        """Read ``keeper``'s exit reports (for :meth:`watch_kept`) from now on."""
+        with self._lock:
+            self._start()
+            assert self._wakeup is not None
+            self._wakeup.register(keeper.events, selectors.EVENT_READ, _Feed(keeper))
+
+    def watch_kept(self, keeper: Keeper, pid: int, on_exit: ExitHandler) -> None:
+        """Follow ``pid``, a child of ``keeper``: ``on_exit`` gets the status it reports (None
+        if the keeper died first). Its group is signalled through the keeper."""
+        w = _Watched(pid, None, True, on_exit, keeper)
+        with self._lock:
+            self._start()
+            if pid not in self._early:
+                self._children[pid] = w
+                return
+            status = self._early.pop(pid)
+        on_exit(pid, status)
+
     def call_later(self, delay: float, action: Callable[[], None]) -> None:
         """Run ``action`` on the watch thread after ``delay`` seconds (it must be quick)."""
         with self._lock:
@@ -153,7 +186,10 @@ class ProcessWatch:
 
     def _signal_child(self, pid: int, signum: int) -> bool:
         # Called with the lock held.
-        return self._is_child(pid) and killpg(pid, signum)
+        w = self._children.get(pid)
+        if w is not None and w.keeper is not None:
+            return w.keeper.signal(pid, signum)  # the keeper knows if it reaped it
+        return w is not None and killpg(pid, signum)
 
     def _is_child(self, pid: int) -> bool:
         # Called with the lock held.
@@ -177,7 +213,10 @@ class ProcessWatch:
             except Exception:
                 logger.exception("timed action raised")
         for key, _ in events:
-            self._finish(key.data)
+            if isinstance(key.data, _Feed):
+                self._read_feed(key.data)
+            else:
+                self._finish(key.data)
         if not _HAS_PIDFD:
             self._poll_children()
 
@@ -210,10 +249,51 @@ class ProcessWatch:
         except Exception:
             logger.exception("exit handler for process %d raised", w.pid)
 
+    def _read_feed(self, feed: _Feed) -> None:
+        keeper = feed.keeper
+        try:
+            data = os.read(keeper.events, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        done: List[Tuple[_Watched, Optional[int]]] = []
+        with self._lock:
+            if not data:  # the keeper is dead: what it did not report will never be
+                assert self._wakeup is not None
+                self._wakeup.unregister(keeper.events)
+                os.close(keeper.events)
+                keeper.gone()
+                for pid, kept in list(self._children.items()):
+                    if kept.keeper is keeper:
+                        del self._children[pid]
+                        done.append((kept, None))
+            else:
+                lines = (feed.buffer + data).split(b"\n")
+                feed.buffer = lines.pop()
+                for line in lines:
+                    try:
+                        pid, code = (int(x) for x in line.split())
+                    except ValueError:  # never written by a keeper: skipped, the rest read
+                        logger.warning("keeper %d: not an exit report: %r", keeper.pid, line)
+                        continue
+                    found = self._children.get(pid)
+                    if found is None or found.keeper is not keeper:
+                        self._early[pid] = code
+                    else:
+                        del self._children[pid]
+                        done.append((found, code))
+        for w, status in done:
+            try:
+                w.on_exit(w.pid, status)
+            except Exception:
+                logger.exception("exit handler for process %d raised", w.pid)
+
     def _poll_children(self) -> None:
         # Fallback without pidfds: _finish's WNOHANG wait tells whether a child has ended.
         with self._lock:
-            watched = list(self._children.values()) + list(self._others.values())
+            watched = [w for w in self._children.values() if w.keeper is None]
+            watched += list(self._others.values())
         for w in watched:
             if w.child or not _pid_alive(w.pid):
                 self._finish(w)

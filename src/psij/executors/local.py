@@ -7,11 +7,16 @@ How a job runs:
   launcher's bash script is run and the script does the redirections.
 - Every job gets its own process group; cancel sends TERM to the group and KILL after
   ``cancel_grace_period`` seconds.
+- Jobs are started by this process's keeper (``_local_keeper``, one per process, started with
+  the first job), which is their parent: it reaps them, reports each
+  exit to this process, and goes on after this process ends (even by ``kill -9``), so that a
+  job ending later still has its exit code journaled and recorded in the job registry. Without
+  a keeper (it could not be started) jobs are spawned here as this process's children.
 - One thread per Python process (``ProcessWatch``) learns of every exit without polling, and one
   worker thread per Python process does what follows an exit (launcher output, staging, final
   status and callbacks), so a slow callback never delays reaping.
-- Each process appends to one journal in ``<work_directory>/local/``, shared by all its
-  executor instances, a line when a job starts (pid, kernel start time, job id) and one when it
+- Each process has one journal in ``<work_directory>/local/``, shared by all its executor
+  instances, with a line when a job starts (pid, kernel start time, job id) and one when it
   ends (exit code), so ``list()`` and ``attach()`` work from any executor instance or process.
   Appending to an open file costs one write; a file per job (or per executor, when executors
   are made one per job) would cost a file creation per job.
@@ -34,11 +39,18 @@ import subprocess
 import threading
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from psij import _check, _site_config
 from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
+from psij.executors._keeper_client import Keeper, KeeperGone, keeper_for
+from psij.executors._local_checks import (
+    check_executable,
+    check_os_texts,
+    not_executable,
+    not_found,
+)
 from psij.executors._local_journal import (
     Journal,
     JournalEntry,
@@ -47,13 +59,18 @@ from psij.executors._local_journal import (
     start_time,
 )
 from psij.executors._local_time_limit import TimeLimit, time_limit_message
+from psij.executors._local_transfer import local_path, transfer
 from psij.executors._process import (
+    SIGKILL,
+    SIGTERM,
     LaunchError,
     Spawner,
     StreamError,
     exit_code_of,
     failure_message,
+    killpg,
     open_streams,
+    signal_reaped_group,
     terminate_group,
 )
 from psij.executors._process_watch import WATCH
@@ -65,7 +82,7 @@ from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 from psij.resource_spec import ResourceSpecV1
-from psij.staging import StageOutFlags, StagingMode, normalize_flags
+from psij.staging import StageOutFlags, normalize_flags
 
 __all__ = ["LocalJobExecutor", "LocalJobExecutorConfig"]
 
@@ -77,17 +94,20 @@ class LocalJobExecutorConfig(JobExecutorConfig):
     from TERM to KILL) and ``enforce_duration``: when true, a job still running when its
     ``JobAttributes.duration`` has passed is ended (TERM, then KILL after the grace period)
     and ends FAILED with a time-limit message. False by default, as in psij-python, where
-    ``local`` ignores ``duration``."""
+    ``local`` ignores ``duration``. With ``keeper=False`` jobs are started by this process
+    instead of its keeper (a little faster, but a job that ends after this process has no
+    recorded exit code; see the module documentation)."""
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
                  work_directory: Union[str, Path, None] = None,
                  cancel_grace_period: Union[float, timedelta] = 5.0,
-                 enforce_duration: bool = False) -> None:
+                 enforce_duration: bool = False, keeper: bool = True) -> None:
         super().__init__(launcher_log_file=launcher_log_file, work_directory=work_directory)
         self.cancel_grace_period = _check.seconds("LocalJobExecutorConfig.cancel_grace_period",
                                                   cancel_grace_period)
         self.enforce_duration = _check.opt_bool("LocalJobExecutorConfig.enforce_duration",
                                                 enforce_duration)
+        self.keeper = _check.opt_bool("LocalJobExecutorConfig.keeper", keeper)
 
 
 class _Worker:
@@ -124,10 +144,12 @@ class _Run:
     """What the executor keeps about a job between submit and its final state."""
 
     __slots__ = (
+        "attached",
         "canceled",
         "exited",
         "job",
         "job_dir",
+        "kept",
         "launcher",
         "launcher_out",
         "limit",
@@ -146,6 +168,8 @@ class _Run:
         self.limit: Optional[TimeLimit] = None
         self.canceled = False
         self.exited = False
+        self.kept = False  # started by the keeper
+        self.attached = False  # started by another process
         self.stderr_path: Optional[Path] = None
 
 
@@ -166,7 +190,11 @@ class LocalJobExecutor(JobExecutor):
         self._enforce_duration = _check.opt_bool(
             "LocalJobExecutorConfig.enforce_duration",
             getattr(self.config, "enforce_duration", False))
+        self._kept = _check.opt_bool("LocalJobExecutorConfig.keeper",
+                                     getattr(self.config, "keeper", True))
         self._dir = Path(self.config.work_directory) / "local"
+        # The registry file (``_registry_store.registry_path``; not imported: it loads sqlite3).
+        self._registry = os.path.join(os.path.abspath(self.config.work_directory), "jobs.sqlite")
         self._dir_ready = False
         self._lock = threading.Lock()
         self._runs: Dict[int, _Run] = {}  # by job object id, while not final
@@ -214,7 +242,7 @@ class LocalJobExecutor(JobExecutor):
     def _prepare(self, job: Job, spec: JobSpec) -> Tuple[_Run, "_Prepared"]:
         if spec.executable is None:
             raise InvalidJobException("JobSpec.executable: a job needs an executable")
-        _check_os_texts(spec)
+        check_os_texts(spec)
         job_dir = spec.directory if spec.directory is not None else Path(os.getcwd())
         if spec.directory is not None and not job_dir.is_dir():
             raise SubmitException(f"JobSpec.directory: {str(job_dir)!r} is not an existing "
@@ -230,7 +258,7 @@ class LocalJobExecutor(JobExecutor):
                 run.launcher = self._get_launcher(launcher_name)
             except ValueError as ex:
                 raise InvalidJobException(f"JobSpec.launcher: {ex}") from ex
-            prepared_failure = _check_executable(spec, job_dir, env)
+            prepared_failure = check_executable(spec, job_dir, env)
         else:
             prepared_failure = None
         for field in ("pre_launch", "post_launch"):
@@ -290,8 +318,7 @@ class LocalJobExecutor(JobExecutor):
                 out_fd = os.open(run.launcher_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 stdin, stdout, stderr = subprocess.DEVNULL, out_fd, out_fd
             try:
-                pid = _SPAWNER.spawn(argv, str(prepared.job_dir), prepared.env, stdin, stdout,
-                                     stderr)
+                pid, keeper = self._spawn(job, argv, prepared, (stdin, stdout, stderr))
             except LaunchError as ex:
                 raise _spawn_failure(ex, job, prepared) from ex
         finally:
@@ -303,15 +330,39 @@ class LocalJobExecutor(JobExecutor):
                 os.close(out_fd)
         run.pid = pid
         job._native_id = str(pid)
-        run.start = start_time(pid)
-        self._journal().append(f"S {pid} {run.start} {job.id}")
+        if keeper is None:
+            run.start = start_time(pid)
+            self._journal().append(f"S {pid} {run.start} {job.id}")
+        else:
+            run.kept = True
         self._set_job_status(job, JobStatus(JobState.ACTIVE))
         if self._enforce_duration and spec.attributes is not None:
             run.limit = TimeLimit(self._watch, pid, spec.attributes.duration, self._grace,
                                   lambda: run.exited)
-        self._watch.watch(pid, lambda pid, status: self._on_exit(run, status))
+        if keeper is None:
+            self._watch.watch(pid, lambda pid, status: self._on_exit(run, status))
+        else:
+            self._watch.watch_kept(keeper, pid, lambda pid, status: self._on_exit(run, status))
         if run.limit is not None:
             run.limit.arm()
+
+    def _spawn(self, job: Job, argv: List[str], prepared: "_Prepared",
+               streams: Tuple[int, int, int]) -> Tuple[int, Optional[Keeper]]:
+        """Start the job's process through this process's keeper (which journals it and
+        records its exit even after this process ends), or here if there is no keeper."""
+        keeper = keeper_for(JobState.COMPLETED.order, self._watch) if self._kept else None
+        directory, env = str(prepared.job_dir), prepared.env
+        if keeper is not None:
+            try:
+                program = argv[0] if "/" in argv[0] else _SPAWNER.on_path(argv[0], env)
+                return keeper.spawn(program, argv, directory, env, streams, job.id,
+                                    str(self._journal().path), self._registry), keeper
+            except FileNotFoundError as ex:  # not on PATH
+                raise LaunchError(f"executable {argv[0]!r} was not found (no such file, or "
+                                  "not on PATH)", 127) from ex
+            except KeeperGone as ex:
+                logger.warning("local job %s: %s; starting it here", job.id, ex)
+        return _SPAWNER.spawn(argv, directory, env, *streams), None
 
     def _journal(self) -> Journal:
         j = self._journal_file
@@ -342,7 +393,7 @@ class LocalJobExecutor(JobExecutor):
     def _settle(self, run: _Run, code: Optional[int]) -> None:
         job = run.job
         spec = job.spec
-        if run.start is not None:
+        if run.start is not None and not run.kept:  # a keeper journals its jobs' ends
             note = " canceled" if run.canceled else ""
             self._journal().append(f"E {run.pid} {run.start} {'' if code is None else code}{note}")
         message = None
@@ -363,6 +414,8 @@ class LocalJobExecutor(JobExecutor):
         elif run.limit is not None and run.limit.expired:
             assert spec is not None and spec.attributes is not None
             state, message = JobState.FAILED, time_limit_message(spec.attributes.duration)
+        elif code is None and message is None:
+            message = _NO_CODE
         elif state is JobState.FAILED and message is None:
             message = failure_message(code, run.stderr_path)
         assert spec is not None
@@ -378,8 +431,8 @@ class LocalJobExecutor(JobExecutor):
         self._set_job_status(run.job, status)
 
     def close(self) -> None:
-        """Refuse further submits. Jobs already started are still followed to their end (they
-        are this process's children; the shared reaper holds no thread per executor)."""
+        """Refuse further submits. Jobs already started are still followed to their end (the
+        shared watch holds no thread per executor)."""
         self._closed = True
 
     # -- cancel, list, attach -------------------------------------------------------------------
@@ -395,7 +448,23 @@ class LocalJobExecutor(JobExecutor):
         run.canceled = True
         if run.pid is None:
             return  # not started yet: the worker sees the flag and never starts it
-        terminate_group(self._watch, run.pid, self._grace)
+        if not run.attached:
+            terminate_group(self._watch, run.pid, self._grace)
+            return
+        # Started by another process: noted in the journals for any later reader, then its
+        # group is ended while its leader is the process the journal names.
+        assert run.start is not None
+        pid, start = run.pid, run.start
+        self._journal().append(f"C {pid} {start} canceled")
+
+        def end(signum: int) -> None:
+            if start_time(pid) == start:
+                killpg(pid, signum)
+            else:
+                signal_reaped_group(pid, signum)
+
+        end(SIGTERM)
+        self._watch.call_later(self._grace, lambda: end(SIGKILL))
 
     def list(self) -> List[str]:
         """Native ids (pids) of this user's local jobs that are still running."""
@@ -431,6 +500,7 @@ class LocalJobExecutor(JobExecutor):
             # Already over: report the final state now, not after a first poll.
             self._finish(run, self._final_from_journal(run, entry))
             return
+        run.attached, run.start = True, key[1]
         if start_time(pid) == key[1]:
             run.pid = pid
             self._set_job_status(job, JobStatus(JobState.ACTIVE))
@@ -475,7 +545,7 @@ class LocalJobExecutor(JobExecutor):
             if spec.stage_in:
                 self._set_job_status(job, JobStatus(JobState.STAGE_IN))
                 for item in spec.stage_in:
-                    _transfer(_local_path(item.source, "StageIn.source"),
+                    transfer(local_path(item.source, "StageIn.source"),
                               run.job_dir / item.target, item.mode)
             prepared.check_streams(spec)
             if run.canceled:
@@ -508,7 +578,7 @@ class LocalJobExecutor(JobExecutor):
                         error = f"stage-out: {str(item.source)!r} does not exist"
                     continue
                 try:
-                    _transfer(src, _local_path(item.target, "StageOut.target"), item.mode)
+                    transfer(src, local_path(item.target, "StageOut.target"), item.mode)
                 except (OSError, ValueError) as ex:
                     error = error or f"stage-out of {str(item.source)!r} failed: {ex}"
         if spec.cleanup and normalize_flags(spec.cleanup_flags) & outcome:
@@ -593,87 +663,15 @@ def _spawn_failure(ex: LaunchError, job: Job, prepared: _Prepared) -> Exception:
         if prepared.direct and not Path(prepared.job_dir).is_dir():
             return SubmitException(f"JobSpec.directory: {str(prepared.job_dir)!r} does not "
                                    "exist")
-        return _NotRunnable(_not_found(spec.executable))
+        return _NotRunnable(not_found(spec.executable))
     cause = ex.__cause__
     if ex.exit_code == 126:
-        return _NotRunnable(_not_executable(spec.executable, getattr(cause, "strerror", None)))
+        return _NotRunnable(not_executable(spec.executable, getattr(cause, "strerror", None)))
     return SubmitException(f"could not start job {job.id}: {cause or ex}")
 
 
-def _not_found(exe: Optional[str]) -> JobStatus:
-    return JobStatus(JobState.FAILED, exit_code=127, message=(
-        f"JobSpec.executable: {exe!r} was not found (no such file, or not on PATH)"))
-
-
-def _not_executable(exe: Optional[str], why: Optional[str]) -> JobStatus:
-    return JobStatus(JobState.FAILED, exit_code=126, message=(
-        f"JobSpec.executable: {exe!r} cannot be executed ({why})"))
-
-
-def _check_executable(spec: JobSpec, job_dir: Path, env: Dict[str, str]
-                      ) -> Optional[JobStatus]:
-    """For a job run through the launcher script: its failure if its executable cannot run."""
-    exe = spec.executable
-    assert exe is not None
-    if "/" in exe:
-        full = job_dir / exe
-        if not full.exists():
-            return _not_found(exe)
-        if full.is_dir() or not os.access(full, os.X_OK):
-            return _not_executable(exe, "not an executable file")
-        return None
-    if shutil.which(exe, path=env.get("PATH", os.defpath)) is None:
-        return _not_found(exe)
-    return None
-
-
-def _check_os_texts(spec: JobSpec) -> None:
-    """Refuse, naming the field, a string no process can be given (a lone surrogate)."""
-    env = spec.environment or {}
-    paths = (spec.directory, spec.stdin_path, spec.stdout_path, spec.stderr_path,
-             spec.pre_launch, spec.post_launch)
-    try:
-        if "".join((spec.executable or "", *(spec.arguments or ()), *env, *env.values(),
-                    *(str(p) for p in paths if p is not None))).isascii():
-            return  # the common case, settled at once: ASCII always has an encoding
-    except TypeError:
-        pass  # not all text: the checks below say which field
-    texts: List[Tuple[str, Any]] = [("executable", spec.executable)]
-    texts += [(f"arguments[{i}]", a) for i, a in enumerate(spec.arguments or ())]
-    for key, value in (spec.environment or {}).items():
-        texts += [(f"environment key {key!r}", key), (f"environment[{key!r}]", value)]
-    texts += [(f, getattr(spec, f)) for f in ("directory", "stdin_path", "stdout_path",
-                                              "stderr_path", "pre_launch", "post_launch")]
-    for field, value in texts:
-        if value is not None:
-            try:
-                _check.os_text(f"JobSpec.{field}", str(value))
-            except ValueError as ex:
-                raise SubmitException(str(ex)) from ex
-
-
 _ATTACH_RETRIES = 12  # about 1.5 s in all
+_NO_CODE = ("the job ended, but its exit code is not known (the keeper process that started "
+            "it ended first)")
 # Popen always: a job must not inherit a descriptor this process made inheritable after start.
 _SPAWNER = Spawner(posix_spawn=False)
-
-
-def _local_path(uri: Any, field: str) -> Path:
-    if uri.scheme != "file" or uri.hostname not in (None, "", "localhost"):
-        raise ValueError(f"{field}: {uri} is not a local file (only file:// and plain paths "
-                         "are staged by the local executor)")
-    return Path(uri.path)
-
-
-def _transfer(src: Path, dst: Path, mode: StagingMode) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if mode is StagingMode.LINK:
-        os.lstat(src)  # a missing source fails, as with the other modes
-        if os.path.lexists(dst):
-            dst.unlink()
-        os.symlink(os.path.abspath(src), dst)
-    elif mode is StagingMode.MOVE:
-        shutil.move(str(src), str(dst))
-    elif src.is_dir():
-        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
-    else:
-        shutil.copy2(src, dst)

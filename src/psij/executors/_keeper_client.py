@@ -1,0 +1,193 @@
+"""This process's side of the local jobs' keeper (``_local_keeper``, which says what it does).
+
+:func:`keeper_for` starts one keeper per process on the first local job, and gives it to every
+local executor of the process, whatever its work directory. :meth:`Keeper.spawn` asks it to
+start a program and returns its pid; the keeper's exit reports reach the process watch
+(``ProcessWatch.watch_kept``) through :attr:`Keeper.events`.
+
+If no keeper can be started (no Python executable to run it, or its file is not on disk),
+:func:`keeper_for` returns None and the executor starts its jobs itself, as children of this
+process.
+"""
+
+import errno
+import marshal
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Protocol, Tuple
+
+from psij._lazylog import LazyLogger
+from psij.executors._process import LaunchError
+
+__all__ = ["Keeper", "forget_keepers", "keeper_for"]
+
+logger = LazyLogger(__name__)
+
+_HEADER = struct.Struct("!I")
+_ANSWER_SECONDS = 120.0
+_PROGRAM = str(Path(__file__).with_name("_local_keeper.py"))
+_NOT_FOUND = (errno.ENOENT, errno.ENOTDIR)
+_NOT_EXECUTABLE = (errno.EACCES, errno.EPERM, errno.EISDIR)
+
+
+class KeeperGone(Exception):
+    """The keeper ended or stopped answering; the executor starts a new one."""
+
+
+class Keeper:
+    """One running keeper: requests go through :meth:`spawn` and :meth:`signal` (one at a time),
+    exit reports come on the pipe :attr:`events` (``<pid> <wait status>`` lines)."""
+
+    def __init__(self, final_rank: int) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        events_r, events_w = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-S", _PROGRAM, str(theirs.fileno()), str(events_w),
+                 str(final_rank)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(), events_w), start_new_session=True, close_fds=True)
+        except BaseException:
+            ours.close()
+            os.close(events_r)
+            raise
+        finally:
+            theirs.close()
+            os.close(events_w)
+        # The watch reaps nothing of it: it outlives this process by design.
+        self.process.returncode = 0
+        self.pid = self.process.pid
+        self.events = events_r
+        self._sock = ours
+        # A keeper that stops answering (stopped, swapped out) fails a submit, not hangs it.
+        ours.settimeout(_ANSWER_SECONDS)
+        self._lock = threading.Lock()
+        self._devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        self.alive = True
+        self.watch: Optional[WatchWithFeeds] = None  # the one its reports go to
+
+    def _ask(self, request: Tuple[Any, ...], fds: List[int]) -> Tuple[Any, ...]:
+        data = marshal.dumps(request)
+        with self._lock:
+            if not self.alive:
+                raise KeeperGone("the keeper has ended")
+            try:
+                message = _HEADER.pack(len(data)) + data
+                sent = socket.send_fds(self._sock, [message], fds) if fds \
+                    else self._sock.send(message)
+                if sent < len(message):
+                    self._sock.sendall(message[sent:])
+                return tuple(marshal.loads(self._reply()))
+            except (OSError, EOFError, ValueError, struct.error) as ex:
+                self.alive = False
+                raise KeeperGone(f"the keeper stopped answering: {ex}") from ex
+
+    def _reply(self) -> bytes:
+        data = self._sock.recv(4096)
+        while True:
+            if not data:
+                raise EOFError("the keeper closed its socket")
+            if len(data) >= _HEADER.size:
+                size = _HEADER.unpack_from(data)[0] + _HEADER.size
+                if len(data) >= size:
+                    return data[_HEADER.size:size]
+            more = self._sock.recv(65536)
+            data += more if more else b""
+            if not more:
+                raise EOFError("the keeper closed its socket")
+
+    def spawn(self, program: str, argv: List[str], directory: str, env: Dict[str, str],
+              streams: Tuple[int, int, int], job_id: str, journal: str, registry: str
+              ) -> int:
+        """The pid of the started program (the keeper journals it in ``journal``, and records
+        its end in ``registry`` if this process is gone by then); LaunchError as ``Spawner``
+        raises it when it could not start, KeeperGone when the keeper could not be asked."""
+        fds = [self._devnull if fd == subprocess.DEVNULL else fd for fd in streams]
+        reply = self._ask(("spawn", program, argv, directory, env, job_id, journal, registry),
+                          fds)
+        if reply[0] == "ok":
+            return int(reply[1])
+        code = int(reply[1])
+        cause = OSError(code, str(reply[2]))
+        if code in _NOT_FOUND:
+            raise LaunchError(f"executable {argv[0]!r} was not found (no such file, or not on "
+                              "PATH)", 127) from cause
+        if code in _NOT_EXECUTABLE:
+            raise LaunchError(f"executable {argv[0]!r} cannot be executed ({reply[2]})",
+                              126) from cause
+        raise LaunchError(f"could not start {argv[0]!r}: {reply[2]}") from cause
+
+    def signal(self, pgid: int, signum: int) -> bool:
+        """Signal the group of a job of this keeper that it has not reaped yet."""
+        try:
+            return bool(self._ask(("signal", pgid, signum), [])[1])
+        except KeeperGone:
+            return False
+
+    def gone(self) -> None:
+        """Its exit reports ended: the keeper is dead (its jobs' codes are lost)."""
+        with self._lock:
+            self.alive = False
+            self._sock.close()
+
+
+# By process id (a forked child starts its own) and watch.
+_KEEPERS: Dict[Tuple[int, int], Keeper] = {}
+_KEEPERS_LOCK = threading.Lock()
+_FAILED: List[str] = []
+
+
+def keeper_for(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
+    """This process's live keeper reporting to ``watch`` (there is one watch, but for tests),
+    started if needed; None if none can be started."""
+    key = (os.getpid(), id(watch))
+    keeper = _KEEPERS.get(key)
+    if keeper is not None and keeper.alive and keeper.watch is watch:
+        return keeper
+    with _KEEPERS_LOCK:
+        keeper = _KEEPERS.get(key)
+        if keeper is not None and keeper.alive and keeper.watch is watch:
+            return keeper
+        if not sys.executable or not os.path.isfile(_PROGRAM):  # e.g. run from a zip file
+            return None
+        try:
+            keeper = Keeper(final_rank)
+        except OSError as ex:
+            if not _FAILED:
+                _FAILED.append(str(ex))
+                logger.warning("could not start the local jobs' keeper (%s); local jobs are "
+                               "started by this process, and a job that ends after it has "
+                               "no recorded exit code", ex)
+            return None
+        watch.add_feed(keeper)
+        keeper.watch = watch  # held: the id in the key is not given to another watch
+        _KEEPERS[key] = keeper
+        return keeper
+
+
+def forget_keepers() -> None:
+    """In a forked child: the keepers are the parent's (closing its copies of their sockets
+    lets them see the parent's end); the child starts its own."""
+    global _KEEPERS_LOCK
+    _KEEPERS_LOCK = threading.Lock()
+    for keeper in _KEEPERS.values():
+        try:
+            keeper._sock.close()
+            os.close(keeper.events)
+        except OSError:
+            pass
+    _KEEPERS.clear()
+
+
+os.register_at_fork(after_in_child=forget_keepers)
+
+
+class WatchWithFeeds(Protocol):
+    """What :func:`keeper_for` needs of the process watch."""
+
+    def add_feed(self, keeper: Keeper) -> None: ...

@@ -1,0 +1,68 @@
+"""What the local executor checks of a job before it starts it: texts no process can receive,
+and (for jobs run through a launcher script) an executable that is missing or not executable,
+which ends the job FAILED with the shell's code (127, 126) rather than failing ``submit``."""
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from psij import _check
+from psij.exceptions import SubmitException
+from psij.job_spec import JobSpec
+from psij.job_state import JobState
+from psij.job_status import JobStatus
+
+__all__ = ["check_executable", "check_os_texts", "not_executable", "not_found"]
+
+
+def not_found(exe: Optional[str]) -> JobStatus:
+    return JobStatus(JobState.FAILED, exit_code=127, message=(
+        f"JobSpec.executable: {exe!r} was not found (no such file, or not on PATH)"))
+
+
+def not_executable(exe: Optional[str], why: Optional[str]) -> JobStatus:
+    return JobStatus(JobState.FAILED, exit_code=126, message=(
+        f"JobSpec.executable: {exe!r} cannot be executed ({why})"))
+
+
+def check_executable(spec: JobSpec, job_dir: Path, env: Dict[str, str]
+                      ) -> Optional[JobStatus]:
+    """For a job run through the launcher script: its failure if its executable cannot run."""
+    exe = spec.executable
+    assert exe is not None
+    if "/" in exe:
+        full = job_dir / exe
+        if not full.exists():
+            return not_found(exe)
+        if full.is_dir() or not os.access(full, os.X_OK):
+            return not_executable(exe, "not an executable file")
+        return None
+    if shutil.which(exe, path=env.get("PATH", os.defpath)) is None:
+        return not_found(exe)
+    return None
+
+
+def check_os_texts(spec: JobSpec) -> None:
+    """Refuse, naming the field, a string no process can be given (a lone surrogate)."""
+    env = spec.environment or {}
+    paths = (spec.directory, spec.stdin_path, spec.stdout_path, spec.stderr_path,
+             spec.pre_launch, spec.post_launch)
+    try:
+        if "".join((spec.executable or "", *(spec.arguments or ()), *env, *env.values(),
+                    *(str(p) for p in paths if p is not None))).isascii():
+            return  # the common case, settled at once: ASCII always has an encoding
+    except TypeError:
+        pass  # not all text: the checks below say which field
+    texts: List[Tuple[str, Any]] = [("executable", spec.executable)]
+    texts += [(f"arguments[{i}]", a) for i, a in enumerate(spec.arguments or ())]
+    for key, value in (spec.environment or {}).items():
+        texts += [(f"environment key {key!r}", key), (f"environment[{key!r}]", value)]
+    texts += [(f, getattr(spec, f)) for f in ("directory", "stdin_path", "stdout_path",
+                                              "stderr_path", "pre_launch", "post_launch")]
+    for field, value in texts:
+        if value is not None:
+            try:
+                _check.os_text(f"JobSpec.{field}", str(value))
+            except ValueError as ex:
+                raise SubmitException(str(ex)) from ex

@@ -1,0 +1,164 @@
+"""The keeper of local jobs: it outlives the submitting process and records how its jobs end,
+holds none of the submitter's standard streams, gives jobs default signal actions, and a
+keeper that dies is reported and replaced."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psij.registry
+from psij import Job, JobExecutor, JobSpec, JobState
+from psij.job_executor_config import JobExecutorConfig
+
+SUBMIT_AND_EXIT = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from psij import Job, JobExecutor, JobSpec
+    from psij.job_executor_config import JobExecutorConfig
+    ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=sys.argv[1]))
+    job = Job(JobSpec("/bin/sh", ["-c", sys.argv[2]]))
+    ex.submit(job)
+    print(job.id, flush=True)
+""")
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[1])
+
+
+def test_a_job_ending_after_its_submitter_exited_keeps_its_exit_code(tmp_path: Path) -> None:
+    wd = tmp_path / "work"
+    gate = tmp_path / "gate"
+    started = time.monotonic()
+    # Run as `$(python script)` would: the submitter's output pipe must close when it exits,
+    # although the keeper and the job outlive it.
+    done = subprocess.run([sys.executable, "-c", SUBMIT_AND_EXIT, str(wd),
+                           f"while [ ! -e {gate} ]; do sleep 0.05; done; exit 4"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 30
+    job_id = done.stdout.strip()
+    [record] = psij.registry.find(job_id, work_directory=wd)
+    assert record.state is JobState.ACTIVE
+    gate.touch()
+    deadline = time.monotonic() + 60
+    while not record.state.final:
+        assert time.monotonic() < deadline, "the keeper did not record the job's end"
+        time.sleep(0.05)
+        [record] = psij.registry.find(job_id, work_directory=wd)
+    assert (record.state, record.exit_code) == (JobState.FAILED, 4)
+    assert record.message == "the job exited with code 4"
+    # Re-attached later, the job reports the same.
+    [job] = psij.registry.reattach(job_id, work_directory=wd)
+    assert (job.status.state, job.status.exit_code) == (JobState.FAILED, 4)
+
+
+def test_jobs_get_the_default_action_of_every_signal(tmp_path: Path) -> None:
+    ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=tmp_path))
+    out = tmp_path / "out"
+    job = Job(JobSpec("/bin/sh", ["-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"],
+                      stdout_path=out))
+    ex.submit(job)
+    status = job.wait()
+    assert status is not None and status.state is JobState.COMPLETED
+    masks = dict(line.split(":") for line in out.read_text().splitlines())
+    # Signals 1 to 31 (glibc's posix_spawn keeps its two internal ones, 32 and 33, to itself).
+    standard = (1 << 31) - 1
+    assert {k: int(v.strip(), 16) & standard for k, v in masks.items()} == {"SigIgn": 0,
+                                                                             "SigBlk": 0}
+
+
+def test_a_killed_keeper_fails_its_jobs_saying_so_and_is_replaced(tmp_path: Path) -> None:
+    ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=tmp_path))
+    job = Job(JobSpec("/bin/sleep", ["600"]))
+    ex.submit(job)
+    assert job.native_id is not None
+    pid = int(job.native_id)
+    keeper = _parent(pid)
+    assert keeper != os.getpid()
+    try:
+        os.kill(keeper, signal.SIGKILL)
+        status = job.wait()
+        assert status is not None and status.state is JobState.FAILED
+        assert status.exit_code is None and "not known" in (status.message or "")
+    finally:
+        os.killpg(pid, signal.SIGKILL)  # still the sleep: its group lives while it runs
+    again = Job(JobSpec("/bin/sleep", ["0.2"]))
+    ex.submit(again)
+    assert again.native_id is not None
+    new_keeper = _parent(int(again.native_id))
+    assert new_keeper not in (keeper, os.getpid())
+    status = again.wait()
+    assert status is not None and (status.state, status.exit_code) == (JobState.COMPLETED, 0)
+
+
+def test_without_a_keeper_jobs_are_children_of_this_process(tmp_path: Path) -> None:
+    from psij.executors.local import LocalJobExecutorConfig
+
+    ex = JobExecutor.get_instance("local", config=LocalJobExecutorConfig(
+        work_directory=tmp_path, keeper=False))
+    job = Job(JobSpec("/bin/sh", ["-c", "sleep 0.2; exit 6"]))
+    ex.submit(job)
+    assert job.native_id is not None and _parent(int(job.native_id)) == os.getpid()
+    status = job.wait()
+    assert status is not None and (status.state, status.exit_code) == (JobState.FAILED, 6)
+
+
+def test_a_keeper_setting_that_is_not_a_bool_is_refused_naming_it() -> None:
+    import pytest
+
+    from psij.executors.local import LocalJobExecutorConfig
+
+    with pytest.raises(TypeError, match="LocalJobExecutorConfig.keeper"):
+        LocalJobExecutorConfig(keeper="no")  # type: ignore[arg-type]
+
+
+def test_a_keeper_answers_garbage_requests_with_an_error_and_goes_on(tmp_path: Path) -> None:
+    import struct
+
+    from psij.executors._keeper_client import Keeper
+
+    journal = tmp_path / "j.journal"
+    journal.touch()
+    keeper = Keeper(7)
+    try:
+        for request in [("bogus",), ("spawn", 1), ("signal", "x", 1), ("signal",),
+                        ("spawn", 1, 2, 3, 4, 5, 6, 7), ("spawn", "/bin/true")]:
+            answer = keeper._ask(request, [])
+            assert answer[0] == "err" and isinstance(answer[2], str), (request, answer)
+        keeper._sock.sendall(struct.pack("!I", 3) + b"\xff\x00\x01")  # not marshal data
+        answer = keeper._reply()
+        assert b"could not read the request" in answer  # marshal bytes of the error text
+        pid = keeper.spawn("/bin/sh", ["/bin/sh", "-c", "exit 9"], str(tmp_path), {},
+                           (-3, -3, -3), "job-1", str(journal), "")
+        deadline = time.monotonic() + 30
+        while f"E {pid} " not in journal.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert journal.read_text().splitlines()[-1].endswith(" 9")
+        assert journal.read_text().splitlines()[0].endswith(" job-1")
+    finally:
+        keeper._sock.close()
+
+
+def test_one_keeper_serves_every_work_directory_of_a_process(tmp_path: Path) -> None:
+    parents = set()
+    for i in range(5):
+        wd = tmp_path / f"w{i}"
+        ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=wd))
+        job = Job(JobSpec("/bin/sh", ["-c", f"sleep 0.2; exit {i}"]))
+        ex.submit(job)
+        assert job.native_id is not None
+        parents.add(_parent(int(job.native_id)))
+        status = job.wait()
+        assert status is not None and status.exit_code == i
+        [journal] = (wd / "local").glob("*.journal")
+        lines = journal.read_text().splitlines()
+        assert [line.split()[0] for line in lines] == ["S", "E"] and lines[1].endswith(f" {i}")
+        assert lines[0].endswith(job.id)
+    assert len(parents) == 1 and os.getpid() not in parents
