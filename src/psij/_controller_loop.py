@@ -31,35 +31,9 @@ from typing import (
     Union,
 )
 
+from psij import _controller_values as v
 from psij._clock import Clock, MonotonicClock
 from psij._controller_io import WorkerPool, describe_error, peer_of
-from psij._controller_values import (
-    Action,
-    ActionDone,
-    ActionFailed,
-    Attach,
-    BadMessage,
-    Call,
-    Cancel,
-    CancelTimer,
-    Close,
-    Connected,
-    Disconnected,
-    Event,
-    Forget,
-    JobStatusChanged,
-    Log,
-    Machine,
-    MessageReceived,
-    Send,
-    SetTimer,
-    SignalReceived,
-    Started,
-    Stop,
-    Submit,
-    Tick,
-    TimerFired,
-)
 from psij._line_framing import LineFramer, encode_line
 from psij._wakeup import Wakeup, timer_delay
 
@@ -98,7 +72,7 @@ class _Completed:
 
     __slots__ = ("event",)
 
-    def __init__(self, event: Event) -> None:
+    def __init__(self, event: v.Event) -> None:
         self.event = event
 
 
@@ -132,7 +106,7 @@ class ControllerLoop:
         what the function raises is logged, and the loop goes on.
     """
 
-    def __init__(self, machine: Machine,
+    def __init__(self, machine: v.Machine,
                  executors: Union[Any, Mapping[str, Any], None] = None,
                  clock: Optional[Clock] = None, tick: Optional[float] = None,
                  workers: int = 4,
@@ -182,7 +156,7 @@ class ControllerLoop:
 
     # -- what other threads may call --------------------------------------------------------
 
-    def post(self, event: Event) -> None:
+    def post(self, event: v.Event) -> None:
         """Give ``event`` to the machine on the loop's thread; safe from any thread."""
         self._posted.append(event)
         self._wakeup.wake()
@@ -259,7 +233,7 @@ class ControllerLoop:
             self._started = True
             if self._tick is not None:
                 self._set_timer(_TICK, self._tick)
-            self._deliver(Started())
+            self._deliver(v.Started())
 
     def run_once(self, timeout: Optional[float] = 0.0) -> None:
         """Wait at most ``timeout`` seconds for I/O, then deliver what happened: I/O events,
@@ -298,7 +272,7 @@ class ControllerLoop:
             when = self._stop[1] if when is None else min(when, self._stop[1])
         return None if when is None else timer_delay(when - now)
 
-    def _deliver(self, event: Event) -> None:
+    def _deliver(self, event: v.Event) -> None:
         self.steps += 1
         try:
             actions = list(self.machine.step(event, self.clock.now()))
@@ -314,30 +288,30 @@ class ControllerLoop:
 
     # -- actions ----------------------------------------------------------------------------
 
-    def _act(self, action: Action) -> None:
+    def _act(self, action: v.Action) -> None:
         kind = type(action)
-        if kind is Send:
+        if kind is v.Send:
             self._send(action.conn, action.message)  # type: ignore[attr-defined]
-        elif kind is Submit:
+        elif kind is v.Submit:
             self._submit(action)  # type: ignore[arg-type]
-        elif kind is Cancel:
+        elif kind is v.Cancel:
             self._cancel(action.key)  # type: ignore[attr-defined]
-        elif kind is SetTimer:
+        elif kind is v.SetTimer:
             self._set_timer(action.name, action.delay)  # type: ignore[attr-defined]
-        elif kind is CancelTimer:
+        elif kind is v.CancelTimer:
             self._timers.pop(action.name, None)  # type: ignore[attr-defined]
-        elif kind is Log:
+        elif kind is v.Log:
             logger.log(action.level, "%s", action.message)  # type: ignore[attr-defined]
-        elif kind is Forget:
+        elif kind is v.Forget:
             self._jobs.pop(action.key, None)  # type: ignore[attr-defined]
             self._job_executor.pop(action.key, None)  # type: ignore[attr-defined]
-        elif kind is Attach:
+        elif kind is v.Attach:
             self._attach(action)  # type: ignore[arg-type]
-        elif kind is Call:
+        elif kind is v.Call:
             self._call(action.key, "call", action.function)  # type: ignore[attr-defined]
-        elif kind is Close:
+        elif kind is v.Close:
             self._close_when_sent(action.conn)  # type: ignore[attr-defined]
-        elif kind is Stop:
+        elif kind is v.Stop:
             self._begin_stop(action)  # type: ignore[arg-type]
         else:
             handler = self._action_handlers.get(kind)
@@ -351,13 +325,13 @@ class ControllerLoop:
             try:
                 executor = self._executor_factory(name)
             except Exception as error:
-                self.post(ActionFailed(key, action, f"no executor for {name!r}: "
+                self.post(v.ActionFailed(key, action, f"no executor for {name!r}: "
                                        f"{describe_error(error)}", error))
                 return None
             self._executors[name] = executor
         if executor is None:
             known = ", ".join(repr(n) for n in sorted(self._executors)) or "none"
-            self.post(ActionFailed(key, action, f"no executor named {name!r} (known: {known})",
+            self.post(v.ActionFailed(key, action, f"no executor named {name!r} (known: {known})",
                                    None))
         return executor
 
@@ -367,15 +341,15 @@ class ControllerLoop:
         post = self.post
 
         def changed(_job: Any, status: Any) -> None:
-            post(JobStatusChanged(key, status))
+            post(v.JobStatusChanged(key, status))
 
         job.set_job_status_callback(changed)
         return job
 
-    def _submit(self, action: Submit) -> None:
+    def _submit(self, action: v.Submit) -> None:
         key = action.key
         if key in self._jobs:
-            self.post(ActionFailed(key, "submit", f"a job is already known as {key!r}", None))
+            self.post(v.ActionFailed(key, "submit", f"a job is already known as {key!r}", None))
             return
         executor = self._executor(key, "submit", action.executor)
         if executor is None:
@@ -383,7 +357,7 @@ class ControllerLoop:
         try:
             job = self._new_job(key, action.spec)
         except Exception as error:
-            self.post(ActionFailed(key, "submit", f"cannot make a job of the spec: {error}",
+            self.post(v.ActionFailed(key, "submit", f"cannot make a job of the spec: {error}",
                                    error))
             return
         self._jobs[key] = job
@@ -395,10 +369,10 @@ class ControllerLoop:
 
         self._call(key, "submit", submit)
 
-    def _attach(self, action: Attach) -> None:
+    def _attach(self, action: v.Attach) -> None:
         key = action.key
         if key in self._jobs:
-            self.post(ActionFailed(key, "attach", f"a job is already known as {key!r}", None))
+            self.post(v.ActionFailed(key, "attach", f"a job is already known as {key!r}", None))
             return
         executor = self._executor(key, "attach", action.executor)
         if executor is None:
@@ -417,7 +391,7 @@ class ControllerLoop:
     def _cancel(self, key: Hashable) -> None:
         job = self._jobs.get(key)
         if job is None:
-            self.post(ActionFailed(key, "cancel", f"no job is known as {key!r}", None))
+            self.post(v.ActionFailed(key, "cancel", f"no job is known as {key!r}", None))
             return
         executor = self._job_executor[key]
         self._call(key, "cancel", lambda: executor.cancel(job))
@@ -432,9 +406,9 @@ class ControllerLoop:
 
         def done(ok: bool, value: Any) -> None:
             if ok:
-                post(_Completed(ActionDone(key, action, value)))
+                post(_Completed(v.ActionDone(key, action, value)))
             else:
-                post(_Completed(ActionFailed(key, action, describe_error(value), value)))
+                post(_Completed(v.ActionFailed(key, action, describe_error(value), value)))
 
         self._pool.run(function, done)
 
@@ -460,11 +434,11 @@ class ControllerLoop:
             if name is _TICK:
                 assert self._tick is not None
                 self._set_timer(_TICK, self._tick)
-                self._deliver(Tick())
+                self._deliver(v.Tick())
             else:
-                self._deliver(TimerFired(name))
+                self._deliver(v.TimerFired(name))
 
-    def _begin_stop(self, action: Stop) -> None:
+    def _begin_stop(self, action: v.Stop) -> None:
         if action.reason:
             logger.info("controller: stopping (exit code %d): %s", action.exit_code, action.reason)
         grace = timer_delay(float(action.grace)) if action.grace == action.grace else 0.0
@@ -503,7 +477,7 @@ class ControllerLoop:
             conn = _Connection(self._next_conn, sock, self._max_line, unix)
             self._connections[conn.conn] = conn
             self._wakeup.register(sock, _READ, conn)
-            self._deliver(Connected(conn.conn, peer, listener.name))
+            self._deliver(v.Connected(conn.conn, peer, listener.name))
 
     def _read(self, conn: _Connection) -> None:
         try:
@@ -522,7 +496,7 @@ class ControllerLoop:
                 return  # the machine closed it on an earlier line
             self._deliver_line(conn.conn, line)
         if framer.too_long:
-            self._deliver(BadMessage(conn.conn, f"line longer than {self._max_line} bytes"))
+            self._deliver(v.BadMessage(conn.conn, f"line longer than {self._max_line} bytes"))
             self._drop(conn, "line too long")
 
     def _deliver_line(self, conn: int, line: bytes) -> None:
@@ -531,12 +505,12 @@ class ControllerLoop:
         try:
             message = json.loads(line.decode("utf-8"))
         except UnicodeDecodeError:
-            self._deliver(BadMessage(conn, "line is not UTF-8"))
+            self._deliver(v.BadMessage(conn, "line is not UTF-8"))
             return
         except ValueError as error:
-            self._deliver(BadMessage(conn, f"line is not JSON: {error}"))
+            self._deliver(v.BadMessage(conn, f"line is not JSON: {error}"))
             return
-        self._deliver(MessageReceived(conn, message))
+        self._deliver(v.MessageReceived(conn, message))
 
     def _send(self, conn_id: int, message: Any) -> None:
         conn = self._connections.get(conn_id)
@@ -589,7 +563,7 @@ class ControllerLoop:
         except (KeyError, ValueError):
             pass
         conn.sock.close()
-        self._deliver(Disconnected(conn.conn, reason))
+        self._deliver(v.Disconnected(conn.conn, reason))
 
     # -- signals ----------------------------------------------------------------------------
 
@@ -628,7 +602,7 @@ class ControllerLoop:
             if signum not in self._signals:
                 continue
             second = self._stop is not None
-            self._deliver(SignalReceived(signum))
+            self._deliver(v.SignalReceived(signum))
             if second and self._stop is not None and self._exit_code is None:
                 logger.warning("controller: second stop signal; stopping at once")
                 self._exit_code = self._stop[0]
