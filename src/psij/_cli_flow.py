@@ -212,7 +212,7 @@ def _create_fields(args: Any) -> Dict[str, Any]:
         spec = build_spec(args, inherit_streams=False)
     except UsageError as ex:
         raise ValueError(str(ex)) from ex
-    fields["spec"] = JSONSerializer().to_dict(spec)
+    fields["spec"] = json.loads(JSONSerializer().dumps(spec))
     for name in ("rate", "max_count"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)

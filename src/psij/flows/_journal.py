@@ -16,7 +16,7 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from psij._private_dirs import check_private_file, ensure_private_dir
 
@@ -87,7 +87,7 @@ class Journal:
     def write(self, puts: Iterable[Tuple[str, str, Any]],
               deletes: Iterable[Tuple[str, str]]) -> None:
         """Records written and records forgotten, in one transaction."""
-        rows = [(str(kind), str(key), json.dumps(value, allow_nan=False))
+        rows = [(str(kind), str(key), json.dumps(value, allow_nan=False, default=_plain))
                 for kind, key, value in puts]
         gone = [(str(kind), str(key)) for kind, key in deletes]
         with self._lock:
@@ -101,6 +101,31 @@ class Journal:
                     if gone:
                         self._conn.executemany("DELETE FROM records WHERE kind = ? AND key = ?",
                                                gone)
+            except sqlite3.Error as ex:
+                raise JournalError(f"flow journal {self.path}: cannot write: {ex}") from ex
+
+    def apply(self, ops: Iterable[Tuple[Any, ...]]) -> None:
+        """``("put", kind, key, value)`` and ``("delete", kind, key)`` in order, in one
+        transaction."""
+        rows = []
+        for op in ops:
+            if op[0] == "put":
+                rows.append((0, str(op[1]), str(op[2]), json.dumps(op[3], allow_nan=False,
+                                                                   default=_plain)))
+            else:
+                rows.append((1, str(op[1]), str(op[2]), ""))
+        with self._lock:
+            try:
+                with self._conn:
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    for delete, kind, key, value in rows:
+                        if delete:
+                            self._conn.execute(
+                                "DELETE FROM records WHERE kind = ? AND key = ?", (kind, key))
+                        else:
+                            self._conn.execute(
+                                "INSERT OR REPLACE INTO records (kind, key, value) "
+                                "VALUES (?, ?, ?)", (kind, key, value))
             except sqlite3.Error as ex:
                 raise JournalError(f"flow journal {self.path}: cannot write: {ex}") from ex
 
@@ -126,3 +151,12 @@ class Journal:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _plain(value: Any) -> Any:
+    """Mappings and other iterables the machine's values hold, as JSON can write them."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (tuple, set, frozenset)):
+        return list(value)
+    raise TypeError(f"not JSON: {value!r}")

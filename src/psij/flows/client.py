@@ -156,7 +156,7 @@ class FlowClient:
         if not isinstance(spec, dict):
             from psij.serialize import JSONSerializer
 
-            spec = JSONSerializer().to_dict(spec)
+            spec = json.loads(JSONSerializer().dumps(spec))
         return self.request("create", spec=spec, count=count, executor=executor, **options)
 
     def grow(self, handle: str, n: int) -> Dict[str, Any]:

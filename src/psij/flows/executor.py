@@ -117,7 +117,7 @@ class FlowJobExecutor(JobExecutor):
 
         spec = self._check_job(job)
         try:
-            as_dict = JSONSerializer().to_dict(spec)
+            as_dict = json.loads(JSONSerializer().dumps(spec))
         except Exception as ex:
             job.executor = None
             raise InvalidJobException(f"flow: the job's spec cannot be sent: {ex}") from ex
