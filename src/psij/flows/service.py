@@ -277,17 +277,22 @@ class FlowService:
     :param socket_path: where to listen (None: ``<state_dir>/flow.sock`` for a user,
         :data:`~psij.flows.client.ROOT_SOCKET` for root).
     :param multi_user: serve every user (None: when running as root).
+    :param poll_interval: seconds between two status commands of a batch executor.
     :param options: more :class:`~psij.flows.machine.FlowConfig` fields (limits, leases).
     """
 
     def __init__(self, state_dir: Optional[Path] = None, socket_path: Optional[str] = None,
                  multi_user: Optional[bool] = None, workers: int = 8,
-                 **options: Any) -> None:
+                 poll_interval: float = 5.0, **options: Any) -> None:
         from psij.flows.client import ROOT_SOCKET
 
         self.multi_user = os.geteuid() == 0 if multi_user is None else bool(multi_user)
+        self.poll_interval = float(poll_interval)
         self.state_dir = ensure_private_dir(state_dir or default_state_dir(),
                                             "flow state directory")
+        if self.multi_user:
+            # Users' instances reach their own area through it (and list nothing).
+            os.chmod(self.state_dir, 0o711)
         self.journal = Journal(self.state_dir)
         self.areas = Areas(self.state_dir / "areas", self.multi_user)
         self.config = FlowConfig(sandbox_root=str(self.areas.top), multi_user=self.multi_user,
@@ -317,12 +322,23 @@ class FlowService:
             self.loop.listen_unix(socket_path, mode=0o600)
 
     def _executor_for(self, name: str) -> Any:
+        """One executor per name (``name@uid`` shares ``name``'s: the uid is in the spec);
+        batch executors poll their queue every ``poll_interval`` seconds."""
         base = name.partition("@")[0]
         executor = self._executors.get(base)
         if executor is None:
+            from psij._plugins import REGISTRY
+            from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
             from psij.job_executor import JobExecutor
 
-            executor = JobExecutor.get_instance(base)
+            cls = REGISTRY.select("executor", base, None, base=JobExecutor).cls
+            config_class = getattr(cls, "CONFIG_CLASS", None)
+            config = None
+            if isinstance(config_class, type) and \
+                    issubclass(config_class, BatchSchedulerExecutorConfig):
+                config = config_class(queue_polling_interval=self.poll_interval,
+                                      initial_queue_polling_delay=min(1.0, self.poll_interval))
+            executor = JobExecutor.get_instance(base, config=config)
             self._executors[base] = executor
         return executor
 
@@ -346,6 +362,9 @@ def add_serve_options(parser: Any) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
                         help="a limit or default of the service (repeatable), e.g. "
                              "max_per_handle=100 or max_lease=3600")
+    parser.add_argument("--poll-interval", type=float, default=5.0, metavar="S",
+                        help="seconds between two queue status commands of a batch executor "
+                             "(default: 5)")
     parser.add_argument("--log-level", default="INFO", metavar="LEVEL")
 
 
@@ -367,7 +386,8 @@ def serve_main(args: Any) -> int:
             return 2
     try:
         service = FlowService(Path(args.state_dir) if args.state_dir else None, args.socket,
-                              False if args.single_user else None, **options)
+                              False if args.single_user else None,
+                              poll_interval=args.poll_interval, **options)
     except (OSError, ValueError, TypeError, JournalError) as ex:
         print(f"psij flow serve: {ex}", file=sys.stderr)
         return 1
