@@ -39,7 +39,7 @@ class Service:
         self.options = list(options)
         self.single_user = single_user
         self.extra = list(extra)
-        self.proc: Optional["subprocess.Popen[bytes]"] = None
+        self.proc: Optional[subprocess.Popen[bytes]] = None
         self.log = state_dir.parent / f"{state_dir.name}-serve.log"
 
     def argv(self) -> List[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List
 
 import pytest
+
 from flow_helpers import Service, processes_with, wait_for
 
 POLL = 2.0
@@ -121,8 +122,9 @@ def test_shrink_longest_keeps_the_youngest(name: str, service: Service) -> None:
         for count in range(1, 5):
             if count > 1:
                 assert client.grow(handle, 1)["accepted"] is True
-            new = wait_for(f"instance {count} running", lambda: [
-                j for j in running(name, prefix) if j not in order], timeout=30)
+            seen = list(order)
+            new = wait_for(f"instance {count} running", lambda seen=seen: [
+                j for j in running(name, prefix) if j not in seen], timeout=30)
             order += sorted(new)
             time.sleep(1.2)  # distinct start times
         reply = client.shrink(handle, 2, victims="longest", signal="SIGTERM", grace=2)

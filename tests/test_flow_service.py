@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
-from flow_helpers import Service, processes_with, wait_for
 
+from flow_helpers import Service, processes_with, wait_for
 from psij.flows.client import FlowClient, FlowError
 
 
@@ -113,7 +113,7 @@ def test_bad_requests_are_refused_and_others_still_served(service: Service) -> N
 def test_keeps_the_count_while_instances_end_and_hands_back_output(service: Service) -> None:
     marker = f"psij-flow-keep-{secrets.token_hex(4)}"
     with service.client() as client:
-        script = f"echo out-$$; echo err-$$ >&2; sleep $(( $$ % 3 + 1 )); exit $(( $$ % 2 ))"
+        script = "echo out-$$; echo err-$$ >&2; sleep $(( $$ % 3 + 1 )); exit $(( $$ % 2 ))"
         handle = client.create(_spec(script, marker), 3, "local", lease=120,
                                provisioning_lease=60)["handle"]
         wait_for("3 running", lambda: client.status(handle)["provisioned"] == 3)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, NamedTuple
 
 import pytest
-from flow_helpers import Service, wait_for
 
+from flow_helpers import Service, wait_for
 from psij.flows.client import FlowClient, FlowError
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
