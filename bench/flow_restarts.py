@@ -40,7 +40,7 @@ def measure(options: List[str], handles: int, count: int, seconds: float) -> flo
         state, sock = Path(top) / "state", str(Path(top) / "flow.sock")
         argv = [sys.executable, "-m", "psij", "flow", "serve", "--single-user", "--state-dir",
                 str(state), "--socket", sock, "--log-level", "WARNING"]
-        for option in options + ["keep_ended=86400"]:
+        for option in [*options, "keep_ended=86400"]:
             argv += ["--set", option]
         proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
         try:

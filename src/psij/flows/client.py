@@ -1,7 +1,7 @@
 """The Python client of a flow service (``psij flow serve``): one method per verb of the wire
 protocol, each answering the service's reply as a dict or raising :class:`FlowError`.
 
-Example (against a service already running; see :doc:`/flows` for the whole story)::
+Example (against a service already running; the flows guide tells the whole story)::
 
     from psij.flows.client import FlowClient
 
