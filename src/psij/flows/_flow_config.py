@@ -28,10 +28,11 @@ def _seconds(name: str, value: Any, minimum: float = 0.0, maximum: float = 10 * 
     return float(value)
 
 
-def _count(name: str, value: Any, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= 10**9:
-        raise ValueError(f"FlowConfig.{name}: expected a whole number from {minimum} to 10**9, "
-                         f"got {value!r}")
+def _count(name: str, value: Any, minimum: int = 0, maximum: int = 10**9) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not minimum <= value <= maximum:
+        raise ValueError(f"FlowConfig.{name}: expected a whole number from {minimum} to "
+                         f"{maximum}, got {value!r}")
     return value
 
 
@@ -163,7 +164,8 @@ class FlowConfig(Record):
             _seconds("recent_window", recent_window, 1.0),
             _seconds("fast_runtime", fast_runtime),
             _count("fast_samples", fast_samples, 1), _count("failing_after", failing_after, 1),
-            _count("default_quota", default_quota), _count("max_quota", max_quota),
+            _count("default_quota", default_quota, 1, 2**62),
+            _count("max_quota", max_quota, 1, 2**62),
             _count("max_payload_bytes", max_payload_bytes, 1),
             _seconds("keep_ended", keep_ended), _seconds("keep_unused_payload",
                                                          keep_unused_payload))

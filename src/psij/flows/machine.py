@@ -1,15 +1,49 @@
-"""The flow machine: "keep N jobs running" handles, as a pure controller machine.
+"""The flow machine: "keep N jobs running" handles, as a pure :mod:`psij.controller` machine.
 
-(Skeleton: the interface is final, the rules are being filled in.)
+A handle holds a :class:`~psij.JobSpec` (the payload), a count and an executor; the machine
+keeps that many instances submitted, and replaces each one that ends, as fast as the
+handle's rate, the restart limits of the class it ended in (per handle and across all
+handles) and its leases and sandbox quota allow. The flows guide states the rules; the
+notes here are the interface with the service that runs the machine.
 
-Job keys: an instance of handle ``h`` is submitted as ``"<h>/<number>"`` (``number`` counts the
-handle's instances from 0 and is the ``<restart number>`` of its instance id
-``"<native id>.<number>"``). Handles are ``"f<number>"``, never reused. Timers the machine sets
-are named ``("flow", "wake")``. ``now`` must be Unix epoch seconds (leases survive a restart).
+- ``now`` is Unix epoch seconds (leases and records outlive the process that set them).
+- Handles are ``"f<number>"``, never reused. An instance of handle ``h`` is the job
+  ``"<h>/<n>"`` (:class:`~psij.controller.Submit`, :class:`~psij.controller.Attach`,
+  :class:`~psij.controller.Cancel`, :class:`~psij.controller.Forget` and the
+  :class:`~psij.controller.JobStatusChanged` that come back), ``n`` counting the handle's
+  instances from 0; its id on the wire is ``"<native id>.<n>"``.
+- The machine sets one timer, named :data:`WAKE`; it needs no :class:`~psij.controller.Tick`.
+- What touches files or signals a job is asked for with the actions of
+  :mod:`psij.flows._flow_values` (exported here), which the service runs through the loop's
+  ``action_handlers``, and answered with the events exported here.
+- :meth:`FlowMachine.restore` takes the journal back after a restart.
+
+:meth:`FlowMachine.step` never raises: an event it cannot use is logged and dropped, a request
+it cannot accept is answered with an error naming the field.
 """
 
-from typing import Any, Iterable, List, Tuple
+import logging
+from typing import Any, Dict, Iterable, List, Tuple
 
+from psij.controller import (
+    ActionDone,
+    ActionFailed,
+    Attach,
+    BadMessage,
+    Cancel,
+    Connected,
+    Disconnected,
+    JobStatusChanged,
+    Log,
+    MessageReceived,
+    Send,
+    SignalReceived,
+    Started,
+    Stop,
+    Tick,
+    TimerFired,
+)
+from psij.flows._core import WAKE, Payload
 from psij.flows._flow_config import FlowConfig
 from psij.flows._flow_values import (
     DeleteFiles,
@@ -26,30 +60,242 @@ from psij.flows._flow_values import (
     StorePayload,
     VerifyPayload,
 )
+from psij.flows._handle import ENDED, SUBMITTING, VERIFYING, Handle, Instance
+from psij.flows._verbs import Verbs
+from psij.serialize import _spec_from_json
 
 __all__ = [
     "WAKE", "DeleteFiles", "DeletePayload", "FlowConfig", "FlowMachine", "JournalDelete",
-    "JournalPut", "MakeSandbox", "MeasureSandbox", "PayloadStored", "PayloadVerified", "ReadOutput",
-    "SandboxMeasured", "SignalJob", "StorePayload", "VerifyPayload",
+    "JournalPut", "MakeSandbox", "MeasureSandbox", "PayloadStored", "PayloadVerified",
+    "ReadOutput", "SandboxMeasured", "SignalJob", "StorePayload", "VerifyPayload",
 ]
 
-WAKE = ("flow", "wake")
-"""The name of the one timer the machine sets."""
 
+class FlowMachine(Verbs):
+    """The flows of one service (see the module notes and the flows guide).
 
-class FlowMachine:
-    """The flows of one service (see the module notes and the flows guide)."""
+    :param config: the service's limits and defaults.
+    """
 
     def __init__(self, config: FlowConfig) -> None:
-        self.config = config
+        super().__init__(config)
+        self._on_start: List[Any] = []
+        self.events = 0
+        """How many events the machine has been given."""
 
     def step(self, event: Any, now: float) -> List[Any]:
         """The actions for ``event`` at time ``now``; never raises on any input."""
-        return []
+        self.events += 1
+        out: List[Any] = []
+        self.out = out
+        try:
+            self._dispatch(event, now)
+            self.run_due(now)
+            self.arm(now)
+        except Exception as error:  # a rule's bug must not stop the service
+            logging.getLogger("psij.flows").exception("flow machine failed on %r", event)
+            out.append(Log(f"flow machine: failed on {type(event).__name__}: {error!r}",
+                           logging.ERROR))
+        return out
+
+    def _dispatch(self, event: Any, now: float) -> None:
+        kind = type(event)
+        if kind is JobStatusChanged:
+            inst = self.by_key.get(event.key)
+            if inst is not None:
+                self.status_changed(inst, event.status, now)
+        elif kind is TimerFired:
+            if event.name == WAKE:
+                self.armed = None
+        elif kind is MessageReceived:
+            self.request(event.conn, event.message, now)
+        elif kind is ActionDone:
+            self._done(event, now)
+        elif kind is ActionFailed:
+            self._failed(event, now)
+        elif kind is Connected:
+            uid = getattr(event.peer, "uid", -1)
+            self.conn_uid[event.conn] = uid if isinstance(uid, int) else -1
+        elif kind is Disconnected:
+            self.conn_uid.pop(event.conn, None)
+        elif kind is BadMessage:
+            self.out.append(Send(event.conn, {"id": None, "ok": False, "error": {
+                "code": "bad_request", "field": "line",
+                "message": f"{event.reason}; expected one JSON object per line"}}))
+        elif kind is PayloadVerified:
+            self._verified(event, now)
+        elif kind is SandboxMeasured:
+            h = self.handles.get(event.handle)
+            inst = h.records.get(event.instance) if h is not None else None
+            size = event.size
+            if inst is not None and isinstance(size, int) and not isinstance(size, bool) \
+                    and 0 <= size < 2**62:
+                self.measured(h, inst, size, now)  # type: ignore[arg-type]
+        elif kind is PayloadStored:
+            self._stored(event)
+        elif kind is Started:
+            self.out.extend(self._on_start)
+            self._on_start = []
+        elif kind is SignalReceived:
+            self.out.append(Stop(0, f"signal {event.signum}: stopping; the instances keep "
+                                    "running and are attached again at the next start", 10.0))
+        elif kind is not Tick:
+            self.out.append(Log(f"flow machine: ignoring {event!r}", logging.DEBUG))
+
+    def _done(self, event: ActionDone, now: float) -> None:
+        inst = self.by_key.get(str(event.key))
+        if inst is None:
+            return
+        if event.action == "submit":
+            self.submitted(inst, event.result)
+        elif event.action == "attach" and inst.cancelled:
+            self.out.append(Cancel(inst.key))
+
+    def _failed(self, event: ActionFailed, now: float) -> None:
+        inst = self.by_key.get(str(event.key))
+        if inst is None:
+            return
+        h = self.handles[inst.handle]
+        if event.action == "submit":
+            self.submission_failed(h, inst, str(event.message), now)
+        elif event.action == "attach":
+            self.out.append(Log(f"flow {h.hid}: {inst.key} (native id {inst.native_id}) cannot "
+                                f"be attached again: {event.message}", logging.WARNING))
+            self.ended(h, inst, None, now, "unreachable")
+        elif event.action == "signal":
+            self.out.append(Log(f"flow {h.hid}: cannot signal {inst.key} ({event.message}); "
+                                "cancelling it", logging.WARNING))
+            self.kill(inst, now)
+        else:
+            self.out.append(Log(f"flow {h.hid}: {event.action} of {inst.key} failed: "
+                                f"{event.message}", logging.WARNING))
+
+    def _verified(self, event: PayloadVerified, now: float) -> None:
+        inst = self.by_key.get(event.key)
+        if inst is None or inst.state != VERIFYING:
+            return
+        h = self.handles[inst.handle]
+        if event.ok and isinstance(event.path, str) and event.path:
+            h.payload_error = None
+            inst.state = SUBMITTING
+            self.put_instance(inst)
+            self.submit(h, inst, event.path, now)
+        else:
+            h.payload_error = str(event.message)
+            self.submission_failed(h, inst, f"payload {h.payload}: {event.message}", now)
+
+    def _stored(self, event: PayloadStored) -> None:
+        ref = (event.uid, event.sha256)
+        p = self.payloads.get(ref)
+        if event.ok or p is None:
+            return
+        self.out.append(Log(f"payload {event.sha256} of uid {event.uid} was not stored: "
+                            f"{event.message}", logging.WARNING))
+        if not p.refs:
+            del self.payloads[ref]
+            self.out.append(JournalDelete("payload", f"{event.uid}/{event.sha256}"))
+
+    # -- restart ------------------------------------------------------------------------------
 
     def restore(self, records: Iterable[Tuple[str, str, Any]], now: float) -> List[Any]:
-        """Take back the journal (``(kind, key, value)`` as written by :class:`JournalPut`)
-        after a restart, before any event; returns the actions to carry out first (attaching
-        every instance that has a native id and has not ended, setting the timer). Never
-        submits an instance that was submitted before."""
-        return []
+        """Take back the journal after a restart, before any event: ``records`` are the
+        ``(kind, key, value)`` last written by :class:`JournalPut` and not deleted since.
+        Returns the actions to carry out first, which the machine also gives as its answer
+        to :class:`~psij.controller.Started`: attaching every instance that has a native id
+        and has not ended, removing what cannot be used, setting the timer. An instance
+        whose submission was under way (no native id) is counted as a lost submission and
+        replaced; no instance is ever submitted twice otherwise."""
+        out: List[Any] = []
+        self.out = out
+        by_kind: Dict[str, List[Tuple[str, Any]]] = {}
+        for record in records:
+            try:
+                kind, key, value = record
+                by_kind.setdefault(str(kind), []).append((str(key), value))
+            except (TypeError, ValueError):
+                out.append(Log(f"flow journal: ignoring {record!r}", logging.ERROR))
+        for key, value in by_kind.get("meta", []):
+            if key == "machine" and isinstance(value, dict):
+                self.next_handle = max(self.next_handle, int(value.get("next_handle", 1)))
+        for key, value in by_kind.get("payload", []):
+            try:
+                self.payloads[(int(value["uid"]), str(value["sha256"]))] = Payload(
+                    0, value.get("unused_since"))
+            except (TypeError, ValueError, KeyError) as error:
+                out.append(Log(f"flow journal: payload {key}: {error!r}", logging.ERROR))
+        for key, value in by_kind.get("handle", []):
+            self._restore_handle(key, value, now)
+        instances: List[Instance] = []
+        for key, value in by_kind.get("instance", []):
+            try:
+                instances.append(Instance.from_journal(value))
+            except (TypeError, ValueError, KeyError) as error:
+                out.append(Log(f"flow journal: instance {key}: {error!r}", logging.ERROR))
+        instances.sort(key=lambda i: (i.ended or 0.0, i.handle, i.n))
+        for inst in instances:
+            self._restore_instance(inst, now)
+        for hid, h in self.handles.items():
+            if h.valid:
+                self.out.append(MakeSandbox(h.sandbox, h.uid))
+                self.schedule(now, "lease", hid)
+                self.wake(h, now)
+            else:
+                self.schedule((h.ended_at or now) + self.config.keep_ended, "forget_handle",
+                              hid)
+        for ref, p in self.payloads.items():
+            if not p.refs:
+                if p.unused_since is None:
+                    p.unused_since = now
+                self.schedule(p.unused_since + self.config.keep_unused_payload, "payload", ref)
+        self._on_start = list(out)
+        return list(out)
+
+    def _restore_handle(self, hid: str, value: Any, now: float) -> None:
+        try:
+            number = int(hid[1:])
+            h = Handle(hid, int(value["uid"]), value["spec"], _spec_from_json(value["spec"]),
+                       str(value["executor"]), int(value["count"]), now)
+            h.restore_fields(value, now)
+        except (TypeError, ValueError, KeyError, AttributeError) as error:
+            self.out.append(Log(f"flow journal: handle {hid} cannot be restored: {error!r}",
+                                logging.ERROR))
+            return
+        self.next_handle = max(self.next_handle, number + 1)
+        self.handles[hid] = h
+        if h.valid and h.payload:
+            p = self.payloads.setdefault((h.uid, h.payload), Payload(0, None))
+            p.refs += 1
+            p.unused_since = None
+
+    def _restore_instance(self, inst: Instance, now: float) -> None:
+        h = self.handles.get(inst.handle)
+        if h is None:
+            self.out.append(JournalDelete("instance", inst.key))
+            return
+        h.next_n = max(h.next_n, inst.n + 1)
+        if inst.state == ENDED:
+            h.records[inst.key] = inst
+            if inst.output == "kept":
+                h.kept[inst.key] = None
+                h.sandbox_bytes += inst.size
+            return
+        if inst.native_id is None:
+            # Its submission was under way: whether it reached the scheduler is unknown.
+            h.recent_errors.append(now)
+            h.last_error = "the service restarted while the instance was being submitted"
+            self.out.append(JournalDelete("instance", inst.key))
+            self.out.append(Log(f"flow {h.hid}: {inst.key} was being submitted when the "
+                                "service stopped; counted as lost", logging.WARNING))
+            return
+        h.live[inst.key] = inst
+        self.by_key[inst.key] = inst
+        if not h.valid:
+            inst.victim = True
+        if not inst.victim:
+            h.live_wanted += 1
+        self.out.append(Attach(inst.key, inst.native_id, self.executor_name(h)))
+        if not h.valid and not inst.cancelled:
+            inst.cancelled = True  # cancelled once attached
+            self.put_instance(inst)
+        if inst.kill_at is not None and not inst.cancelled:
+            self.schedule(inst.kill_at, "kill", inst.key)
