@@ -78,6 +78,21 @@ class Service:
         os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
 
+    def destroy_all(self) -> None:
+        """Destroy every handle left (the instances of a stopped service keep running)."""
+        try:
+            with self.client() as client:
+                for entry in client.list():
+                    name = entry["handle"] if isinstance(entry, dict) else entry
+                    if isinstance(entry, dict) and not entry.get("valid", True):
+                        continue
+                    try:
+                        client.destroy(name)
+                    except FlowError:
+                        pass
+        except FlowError:
+            pass
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

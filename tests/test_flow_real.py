@@ -69,6 +69,8 @@ def service(tmp_path: Path) -> Iterator[Service]:
                   extra=["--poll-interval", str(POLL)])
     svc.start()
     yield svc
+    svc.destroy_all()
+    time.sleep(1)  # the cancellations run on the service's workers
     svc.stop()
 
 
@@ -83,7 +85,7 @@ def test_handle_of_6_keeps_6_running_through_exits_kills_and_removals(
     _need(name)
     marker = f"psij-flow-six-{secrets.token_hex(3)}"
     with service.client() as client:
-        handle = client.create(_spec(marker, "sleep $(( $$ % 7 + 4 ))"), 6, name,
+        handle = client.create(_spec(marker, "sleep $(( $$ % 10 + 12 ))"), 6, name,
                                lease=300, provisioning_lease=300)["handle"]
         prefix = f"flow-{handle}-"
         wait_for("6 running", lambda: client.status(handle)["provisioned"] == 6, timeout=40)

@@ -30,16 +30,7 @@ def service(tmp_path: Path) -> Iterator[Service]:
                    '"unknown": 0, "failed_init": 0, "failed_after_work": 0, '
                    '"never_claimed": 0, "no_work": 0}']).start()
     yield svc
-    try:
-        with svc.client() as client:
-            for handle in client.list():
-                name = handle["handle"] if isinstance(handle, dict) else handle
-                try:
-                    client.destroy(name)
-                except FlowError:
-                    pass
-    except FlowError:
-        pass
+    svc.destroy_all()
     svc.stop()
 
 

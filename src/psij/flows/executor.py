@@ -53,12 +53,15 @@ class FlowJobExecutorConfig(JobExecutorConfig):
     :param poll_interval: seconds between two reads of the handles' status.
     :param running_victims: how a running job's instance is picked when it is cancelled.
     :param signal: the signal sent to that instance; ``grace``: seconds before it is killed.
+    :param create_options: more fields of the ``create`` requests (``rate``, ``intervals``,
+        ``termination_map``, ``quota_bytes``, ...; see the wire protocol).
     """
 
     def __init__(self, executor: str = "local", lease: float = 3600.0,
                  provisioning_lease: float = 600.0, poll_interval: float = 2.0,
                  running_victims: str = "longest", signal: str = "SIGTERM",
-                 grace: Optional[float] = 30.0, **kw: Any) -> None:
+                 grace: Optional[float] = 30.0,
+                 create_options: Optional[Dict[str, Any]] = None, **kw: Any) -> None:
         super().__init__(**kw)
         if running_victims not in ("shortest", "longest"):
             raise ValueError(f"running_victims: expected 'shortest' or 'longest', got "
@@ -74,6 +77,7 @@ class FlowJobExecutorConfig(JobExecutorConfig):
         self.running_victims = running_victims
         self.signal = signal
         self.grace = grace
+        self.create_options = dict(create_options or {})
 
 
 class _Handle:
@@ -136,8 +140,10 @@ class FlowJobExecutor(JobExecutor):
             entry = self._by_shape.get(shape)
             try:
                 if entry is None:
-                    reply = self._client.create(spec, 1, target, lease=self._config.lease,
-                                                provisioning_lease=self._config.provisioning_lease)
+                    options = {"lease": self._config.lease,
+                               "provisioning_lease": self._config.provisioning_lease,
+                               **self._config.create_options}
+                    reply = self._client.create(spec, 1, target, **options)
                     entry = _Handle(shape, str(reply["handle"]))
                     self._by_shape[shape] = entry
                 else:
@@ -252,7 +258,7 @@ class FlowJobExecutor(JobExecutor):
                 if path is None:
                     continue
                 try:
-                    data = self._client.output(entry.handle, instance, stream, 64 * 1024 * 1024)
+                    data = self._client.output(entry.handle, instance, stream, 16 * 1024 * 1024)
                 except FlowError as ex:
                     data = f"(flow: {stream} of instance {instance} unavailable: {ex})\n"
                 Path(path).write_text(data)
