@@ -128,7 +128,10 @@ def test_shrink_longest_keeps_the_youngest(name: str, service: Service) -> None:
             new = wait_for(f"instance {count} running", lambda seen=seen: [
                 j for j in running(name, prefix) if j not in seen], timeout=30)
             order += sorted(new)
-            time.sleep(1.2)  # distinct start times
+            # Seen running by the service too, then a poll interval: distinct start times.
+            wait_for(f"{count} provisioned",
+                     lambda count=count: client.status(handle)["provisioned"] == count)
+            time.sleep(POLL + 0.5)
         reply = client.shrink(handle, 2, victims="longest", signal="SIGTERM", grace=2)
         assert reply["count"] == 2
         wait_for("the two youngest left", lambda: running(name, prefix) == sorted(order[2:]),
