@@ -6,6 +6,7 @@ import copy
 import heapq
 import logging
 import statistics
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from psij.controller import Cancel, CancelTimer, Forget, Log, SetTimer, Submit
@@ -101,7 +102,8 @@ class Core:
                     self.pump(h, now)
             elif kind == "lease":
                 h = self.handles.get(ref)
-                if h is not None:
+                if h is not None and h.lease_check_at == when:
+                    h.lease_check_at = None
                     self.check_lease(h, now)
             elif kind == "kill":
                 inst = self.by_key.get(ref)
@@ -227,12 +229,17 @@ class Core:
 
     def submit(self, h: Handle, inst: Instance, path: Optional[str], now: float) -> None:
         try:
-            spec = copy.copy(h.spec)
+            template = h.template
+            if template is None:
+                template = h.template = copy.copy(h.spec)
+                if template.directory is None:
+                    template.directory = h.sandbox
+                h.sandbox_file = Path(h.sandbox, "-")
+            spec = copy.copy(template)
             spec.name = f"flow-{h.hid}-{inst.n}"
-            spec.stdout_path = f"{h.sandbox}/{inst.n}.out"
-            spec.stderr_path = f"{h.sandbox}/{inst.n}.err"
-            if spec.directory is None:
-                spec.directory = h.sandbox
+            base = h.sandbox_file
+            spec.stdout_path = base.with_name(f"{inst.n}.out")
+            spec.stderr_path = base.with_name(f"{inst.n}.err")
             if path is not None:
                 spec.executable = path
         except (TypeError, ValueError) as error:
@@ -389,14 +396,17 @@ class Core:
         del self.handles[hid]
 
     def check_lease(self, h: Handle, now: float) -> None:
+        """End ``h`` when its cleanup lease is over; plan the next look at its leases."""
         if not h.valid:
             return
         if now >= h.lease_expires:
             self.end_handle(h, "lease_expired", now)
-        elif now >= h.provisioning_expires:
-            self.schedule(h.lease_expires, "lease", h.hid)
-        else:
-            self.schedule(min(h.lease_expires, h.provisioning_expires), "lease", h.hid)
+            return
+        at = h.lease_expires if now >= h.provisioning_expires else \
+            min(h.lease_expires, h.provisioning_expires)
+        if at != h.lease_check_at:
+            h.lease_check_at = at
+            self.schedule(at, "lease", h.hid)
 
     # -- payloads -----------------------------------------------------------------------------
 

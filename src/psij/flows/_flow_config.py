@@ -72,7 +72,7 @@ class FlowConfig(Record):
     :param aggregate_problem_interval: the least time between two restarts of any class but
         ``no_problem`` across all handles (1.0: at most one such restart per second).
     :param default_intervals: per class, the least time between two restarts of that class in
-        one handle when the client asks for nothing (see :data:`DEFAULT_INTERVALS`).
+        one handle when the client asks for nothing (the flows guide lists the defaults).
     :param min_intervals: per class, the least such time a client may ask for; less is raised
         to it and the answer says so.
     :param recent_window: what "recently" means in status answers (seconds).

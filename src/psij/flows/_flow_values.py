@@ -115,15 +115,6 @@ class VerifyPayload(Record):
     sha256: str
 
 
-class DeletePayload(Record):
-    """Remove user ``uid``'s payload ``sha256``: no valid handle uses it any more."""
-
-    _fields = ("uid", "sha256")
-    __slots__ = _fields
-    uid: int
-    sha256: str
-
-
 class ReadOutput(Record):
     """Answer an ``output`` request: read at most ``max_bytes`` from the end of the file
     ``path`` and send ``{"id": request_id, "ok": true, "data": <text, undecodable bytes
@@ -138,6 +129,15 @@ class ReadOutput(Record):
     uid: int
     path: str
     max_bytes: int
+
+
+class DeletePayload(Record):
+    """Remove user ``uid``'s payload ``sha256``: no valid handle uses it any more."""
+
+    _fields = ("uid", "sha256")
+    __slots__ = _fields
+    uid: int
+    sha256: str
 
 
 # -- events the service posts -------------------------------------------------------------------

@@ -79,11 +79,12 @@ class Handle:
 
     __slots__ = ("bucket", "class_spacing", "consecutive_failures", "count", "created",
                  "end_if_zero", "end_reason", "ended_at", "executor", "failure_backoff_until",
-                 "hid", "intervals", "keep_classes", "kept", "last_error", "lease_expires", "live",
-                 "live_wanted", "max_count", "next_n", "owed", "payload", "payload_error",
-                 "policy", "provisioning_expires", "quota", "rate", "recent_ends",
+                 "hid", "intervals", "keep_classes", "kept", "last_error", "lease_check_at",
+                 "lease_expires", "live", "live_wanted", "max_count", "next_n", "owed", "payload",
+                 "payload_error", "policy", "provisioning_expires", "quota", "rate", "recent_ends",
                  "recent_errors", "recent_starts", "records", "runtimes", "sandbox",
-                 "sandbox_bytes", "spec", "spec_json", "termination", "uid", "wake_at")
+                 "sandbox_bytes", "sandbox_file", "spec", "spec_json", "template", "termination",
+                 "uid", "wake_at")
 
     def __init__(self, hid: str, uid: int, spec_json: Mapping[str, Any], spec: Any,
                  executor: str, count: int, now: float) -> None:
@@ -105,6 +106,8 @@ class Handle:
         self.keep_classes: Tuple[str, ...] = ()
         self.payload: Optional[str] = None
         self.sandbox = ""
+        self.template: Any = None                   # the spec with the sandbox as directory
+        self.sandbox_file: Any = None               # a path in the sandbox, for with_name
         self.next_n = 0
         self.end_if_zero = False
         self.end_reason: Optional[str] = None
@@ -127,6 +130,7 @@ class Handle:
         self.recent_errors: Deque[float] = collections.deque()
         self.runtimes: Deque[float] = collections.deque(maxlen=20)
         self.wake_at: Optional[float] = None
+        self.lease_check_at: Optional[float] = None
 
     @property
     def valid(self) -> bool:

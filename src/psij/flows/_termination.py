@@ -3,8 +3,9 @@
 A map is written (on the wire and in the journal) as a JSON object whose keys are an exit
 code (``"0"``), an inclusive range (``"64-78"``), ``"none"`` (the instance ended without an
 exit code: killed by the site, node lost) or ``"default"`` (every other code), and whose
-values are class names. A client's map is laid over :data:`DEFAULT_MAP` (its keys win; a
-single code wins over a range that holds it; of two ranges, the one listed first).
+values are class names. A client's map is laid over :data:`DEFAULT_MAP`: the client's keys are
+looked at first, then the defaults'; within each, a single code wins over a range that holds
+it, and of two ranges the one listed first wins.
 """
 
 from types import MappingProxyType
@@ -40,13 +41,13 @@ _CODE_LIMIT = 2**31
 class TerminationMap:
     """A parsed map: :meth:`classify` an exit code (or None)."""
 
-    __slots__ = ("codes", "default", "none", "ranges", "wire")
+    __slots__ = ("default", "layers", "none", "wire")
 
-    def __init__(self, wire: Mapping[str, str], codes: Dict[int, str],
-                 ranges: List[Tuple[int, int, str]], none: str, default: str) -> None:
+    def __init__(self, wire: Mapping[str, str],
+                 layers: List[Tuple[Dict[int, str], List[Tuple[int, int, str]]]], none: str,
+                 default: str) -> None:
         self.wire = dict(wire)
-        self.codes = codes
-        self.ranges = ranges
+        self.layers = layers
         self.none = none
         self.default = default
 
@@ -54,12 +55,13 @@ class TerminationMap:
         """The class of an instance that ended with ``exit_code``."""
         if exit_code is None:
             return self.none
-        found = self.codes.get(exit_code)
-        if found is not None:
-            return found
-        for low, high, name in self.ranges:
-            if low <= exit_code <= high:
-                return name
+        for codes, ranges in self.layers:
+            found = codes.get(exit_code)
+            if found is not None:
+                return found
+            for low, high, name in ranges:
+                if low <= exit_code <= high:
+                    return name
         return self.default
 
 
@@ -89,11 +91,15 @@ def parse_map(value: Any, field: str = "termination_map") -> TerminationMap:
         wire[key] = name
     merged = dict(DEFAULT_MAP)
     merged.update(wire)
+    layers = [_layer(wire, accepted), _layer(DEFAULT_MAP, accepted)]
+    return TerminationMap(wire, layers, merged["none"], merged["default"])
+
+
+def _layer(source: Mapping[str, str], accepted: str
+           ) -> Tuple[Dict[int, str], List[Tuple[int, int, str]]]:
     codes: Dict[int, str] = {}
     ranges: List[Tuple[int, int, str]] = []
-    # The client's ranges first: they win over the defaults' ones.
-    ordered = list(wire.items()) + [(k, v) for k, v in DEFAULT_MAP.items() if k not in wire]
-    for key, name in ordered:
+    for key, name in source.items():
         if key in ("none", "default"):
             continue
         try:
@@ -107,4 +113,4 @@ def parse_map(value: Any, field: str = "termination_map") -> TerminationMap:
                 codes[_code(key)] = name
         except ValueError:
             raise ValueError(f"{accepted}; got the key {key!r}") from None
-    return TerminationMap(wire, codes, ranges, merged["none"], merged["default"])
+    return codes, ranges

@@ -137,7 +137,7 @@ class Verbs(Core):
             h.provisioning_expires = now + granted
         elif lease is not None:
             h.provisioning_expires = min(h.provisioning_expires, h.lease_expires)
-        self.schedule(min(h.lease_expires, h.provisioning_expires), "lease", h.hid)
+        self.check_lease(h, now)
         return changed
 
     def _remaining(self, h: Handle, now: float) -> Dict[str, Any]:
@@ -288,6 +288,7 @@ class Verbs(Core):
             self.end_handle(h, "shrunk_to_zero", now, kill=False)
         else:
             self.put_handle(h)
+            self.wake(h, now)  # drops the restarts no longer owed
         return {"count": h.count, "victims": victims}
 
     @staticmethod
@@ -379,9 +380,13 @@ class Verbs(Core):
         h = self._owned(fields, uid)
         deleted: List[str] = []
         unknown: List[str] = []
-        for ident in fields.strings("ids", max_len=300):
-            inst = self._find(h, ident)
-            if inst is None:
+        idents = fields.strings("ids", max_len=300)
+        index: Dict[str, Instance] = {}
+        for record in h.records.values():
+            index[record.id] = index[record.key] = record
+        for ident in idents:
+            inst = index.pop(ident, None)
+            if inst is None or inst.key not in h.records:
                 unknown.append(ident)
                 continue
             if inst.output == "kept":

@@ -12,10 +12,11 @@ notes here are the interface with the service that runs the machine.
   :class:`~psij.controller.Cancel`, :class:`~psij.controller.Forget` and the
   :class:`~psij.controller.JobStatusChanged` that come back), ``n`` counting the handle's
   instances from 0; its id on the wire is ``"<native id>.<n>"``.
-- The machine sets one timer, named :data:`WAKE`; it needs no :class:`~psij.controller.Tick`.
-- What touches files or signals a job is asked for with the actions of
-  :mod:`psij.flows._flow_values` (exported here), which the service runs through the loop's
-  ``action_handlers``, and answered with the events exported here.
+- The machine sets one timer, named ``WAKE`` (``("flow", "wake")``); it needs no
+  :class:`~psij.controller.Tick`.
+- What touches files or signals a job is asked for with the actions below
+  (:class:`JournalPut`, :class:`SignalJob`, ...), which the service runs through the loop's
+  ``action_handlers``, and answered with the events below (:class:`PayloadVerified`, ...).
 - :meth:`FlowMachine.restore` takes the journal back after a restart.
 
 :meth:`FlowMachine.step` never raises: an event it cannot use is logged and dropped, a request
@@ -23,7 +24,7 @@ it cannot accept is answered with an error naming the field.
 """
 
 import logging
-from typing import Any, Dict, Iterable, List, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 from psij.controller import (
     ActionDone,
@@ -88,14 +89,17 @@ class FlowMachine(Verbs):
         self.events += 1
         out: List[Any] = []
         self.out = out
-        try:
-            self._dispatch(event, now)
-            self.run_due(now)
-            self.arm(now)
-        except Exception as error:  # a rule's bug must not stop the service
-            logging.getLogger("psij.flows").exception("flow machine failed on %r", event)
-            out.append(Log(f"flow machine: failed on {type(event).__name__}: {error!r}",
-                           logging.ERROR))
+        # Each part on its own, so that the timer is set again whatever failed before it.
+        parts: Tuple[Callable[[], None], ...] = (
+            lambda: self._dispatch(event, now), lambda: self.run_due(now),
+            lambda: self.arm(now))
+        for part in parts:
+            try:
+                part()
+            except Exception as error:  # a rule's bug must not stop the service
+                logging.getLogger("psij.flows").exception("flow machine failed on %r", event)
+                out.append(Log(f"flow machine: failed on {type(event).__name__}: {error!r}",
+                               logging.ERROR))
         return out
 
     def _dispatch(self, event: Any, now: float) -> None:
@@ -125,12 +129,7 @@ class FlowMachine(Verbs):
         elif kind is PayloadVerified:
             self._verified(event, now)
         elif kind is SandboxMeasured:
-            h = self.handles.get(event.handle)
-            inst = h.records.get(event.instance) if h is not None else None
-            size = event.size
-            if inst is not None and isinstance(size, int) and not isinstance(size, bool) \
-                    and 0 <= size < 2**62:
-                self.measured(h, inst, size, now)  # type: ignore[arg-type]
+            self._measured(event, now)
         elif kind is PayloadStored:
             self._stored(event)
         elif kind is Started:
@@ -183,6 +182,16 @@ class FlowMachine(Verbs):
         else:
             h.payload_error = str(event.message)
             self.submission_failed(h, inst, f"payload {h.payload}: {event.message}", now)
+
+    def _measured(self, event: SandboxMeasured, now: float) -> None:
+        h = self.handles.get(event.handle)
+        if h is None:
+            return
+        inst = h.records.get(event.instance)
+        size = event.size
+        if inst is not None and isinstance(size, int) and not isinstance(size, bool) \
+                and 0 <= size < 2**62:
+            self.measured(h, inst, size, now)
 
     def _stored(self, event: PayloadStored) -> None:
         ref = (event.uid, event.sha256)
@@ -237,6 +246,7 @@ class FlowMachine(Verbs):
         for hid, h in self.handles.items():
             if h.valid:
                 self.out.append(MakeSandbox(h.sandbox, h.uid))
+                h.lease_check_at = now
                 self.schedule(now, "lease", hid)
                 self.wake(h, now)
             else:
@@ -299,3 +309,11 @@ class FlowMachine(Verbs):
             self.put_instance(inst)
         if inst.kill_at is not None and not inst.cancelled:
             self.schedule(inst.kill_at, "kill", inst.key)
+
+
+# Documented and shown as this module's own.
+for _name in __all__:
+    _value = globals()[_name]
+    if isinstance(_value, type):
+        _value.__module__ = __name__
+del _name, _value
