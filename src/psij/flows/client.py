@@ -202,7 +202,7 @@ class FlowClient:
     def destroy(self, handle: str) -> Dict[str, Any]:
         return self.request("destroy", handle=handle)
 
-    def upload(self, data: Union[bytes, str, "os.PathLike[str]"]) -> str:
+    def upload(self, data: Union[bytes, str, Path]) -> str:
         """Store a payload (bytes, or the file at a path); its sha256."""
         if not isinstance(data, bytes):
             data = Path(data).read_bytes()
