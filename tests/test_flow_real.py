@@ -171,3 +171,41 @@ def test_client_gone_provisioning_lease_stops_and_cleanup_lease_clears(
                  lambda: not queued(name, prefix) and not client.status(handle)["valid"],
                  timeout=30)
         assert client.status(handle).get("reason") == "lease_expired"
+
+
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_service_killed_and_restarted_takes_its_jobs_back_without_duplicates(
+        name: str, service: Service) -> None:
+    _need(name)
+    marker = f"psij-flow-restart-{secrets.token_hex(3)}"
+    with service.client() as client:
+        handle = client.create(_spec(marker, "sleep 300"), 2, name, lease=300,
+                               provisioning_lease=300)["handle"]
+        short = client.create(_spec(marker + "-short", "exit 3"), 1, name, lease=300,
+                              provisioning_lease=300)["handle"]
+        prefix = f"flow-{handle}-"
+        wait_for("2 running", lambda: client.status(handle)["provisioned"] == 2, timeout=40)
+        wait_for("2 ended records", lambda: len(client.instances(short)) >= 2, timeout=40)
+        before = running(name, prefix)
+        leases = client.status(handle)
+        records = {i["id"] for i in client.instances(short)}
+    service.kill9()
+    service.start()
+    with service.client() as client:
+        assert {h["handle"] for h in client.list()} == {handle, short}
+        client.destroy(short)
+        after = client.status(handle)
+        assert after["requested"] == 2
+        assert leases["lease_remaining"] - 60 < after["lease_remaining"] \
+            <= leases["lease_remaining"]
+        assert records <= {i["id"] for i in client.instances(short)}
+        wait_for("re-attached as running", lambda: client.status(handle)["provisioned"] == 2,
+                 timeout=POLL + 10)
+        for _ in range(int(POLL * 2 / 0.5) + 1):  # nothing new submitted meanwhile
+            assert sorted(queued(name, prefix)) == before
+            time.sleep(0.5)
+        # The jobs taken back are followed: one removed from the queue is replaced.
+        remove(name, before[0])
+        wait_for("replaced", lambda: len(running(name, prefix)) == 2
+                 and before[0] not in queued(name, prefix), timeout=30)
+        client.destroy(handle)
