@@ -287,6 +287,10 @@ class FlowService:
         from psij.flows.client import ROOT_SOCKET
 
         self.multi_user = os.geteuid() == 0 if multi_user is None else bool(multi_user)
+        if isinstance(poll_interval, bool) or not isinstance(poll_interval, (int, float)) \
+                or not 0.1 <= poll_interval <= 3600:
+            raise ValueError(f"poll_interval: expected seconds from 0.1 to 3600, got "
+                             f"{poll_interval!r}")
         self.poll_interval = float(poll_interval)
         self.state_dir = ensure_private_dir(state_dir or default_state_dir(),
                                             "flow state directory")
@@ -368,6 +372,14 @@ def add_serve_options(parser: Any) -> None:
     parser.add_argument("--log-level", default="INFO", metavar="LEVEL")
 
 
+def _check_options(options: Dict[str, Any]) -> None:
+    fields = set(FlowConfig._fields) - {"sandbox_root", "multi_user"}
+    for key in options:
+        if key not in fields:
+            raise ValueError(f"--set {key}: not a setting of the service; accepted: "
+                             f"{', '.join(sorted(fields))}")
+
+
 def serve_main(args: Any) -> int:
     """Run ``psij flow serve``."""
     import sys
@@ -385,6 +397,7 @@ def serve_main(args: Any) -> int:
             print(f"psij flow serve: --set {text!r}: {ex}", file=sys.stderr)
             return 2
     try:
+        _check_options(options)
         service = FlowService(Path(args.state_dir) if args.state_dir else None, args.socket,
                               False if args.single_user else None,
                               poll_interval=args.poll_interval, **options)
