@@ -4,7 +4,8 @@ Starts a real ``psij flow serve`` (its own state directory, single user), create
 ``--handles`` handles of ``--count`` instances of ``/bin/true`` each, lets them run for
 ```--seconds`` and counts the instances that ended (the service restarts each one as it ends),
 first with the throttle off (every per-class interval, the aggregate interval and the start
-rate limits out of the way), then with the service's default throttle. Every restart costs a
+rate limits out of the way), then the same with ``--sync normal``, then with the service's
+default throttle. Every restart costs a
 process start, its exit, a journal transaction or two (SQLite, ``synchronous=FULL``) and the
 executor's bookkeeping. Prints figures only; compare with ``bench/spawn_ceiling.py``.
 
@@ -36,11 +37,12 @@ def _ended(client: FlowClient, handles: List[str]) -> int:
     return sum(int(client.status(h)["recently_terminated"]) for h in handles)
 
 
-def measure(options: List[str], handles: int, count: int, seconds: float) -> float:
+def measure(options: List[str], handles: int, count: int, seconds: float,
+            sync: str = "full") -> float:
     with tempfile.TemporaryDirectory(prefix="psij-flow-bench-") as top:
         state, sock = Path(top) / "state", str(Path(top) / "flow.sock")
         argv = [sys.executable, "-m", "psij", "flow", "serve", "--single-user", "--state-dir",
-                str(state), "--socket", sock, "--log-level", "WARNING"]
+                str(state), "--socket", sock, "--log-level", "WARNING", "--sync", sync]
         for option in [*options, "recent_window=86400"]:
             argv += ["--set", option]
         proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
@@ -85,6 +87,8 @@ def main() -> None:
     what = f"{args.handles} handles x {args.count} /bin/true on local, {args.seconds:g} s"
     off = measure(NO_THROTTLE, args.handles, args.count, args.seconds)
     print(f"{what}, throttle off: {off:.1f} restarts per second")
+    fast = measure(NO_THROTTLE, args.handles, args.count, args.seconds, "normal")
+    print(f"{what}, throttle off, --sync normal: {fast:.1f} restarts per second")
     on = measure([], args.handles, args.count, args.seconds)
     print(f"{what}, default throttle: {on:.1f} restarts per second")
     print(f"load average {os.getloadavg()}")

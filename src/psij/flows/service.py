@@ -278,12 +278,14 @@ class FlowService:
         :data:`~psij.flows.client.ROOT_SOCKET` for root).
     :param multi_user: serve every user (None: when running as root).
     :param poll_interval: seconds between two status commands of a batch executor.
+    :param sync: ``"full"`` (every journal transaction on disk before the service goes on)
+        or ``"normal"`` (safe against the service's crash, not the machine's).
     :param options: more :class:`~psij.flows.machine.FlowConfig` fields (limits, leases).
     """
 
     def __init__(self, state_dir: Optional[Path] = None, socket_path: Optional[str] = None,
                  multi_user: Optional[bool] = None, workers: int = 8,
-                 poll_interval: float = 5.0, **options: Any) -> None:
+                 poll_interval: float = 5.0, sync: str = "full", **options: Any) -> None:
         from psij.flows.client import ROOT_SOCKET
 
         self.multi_user = os.geteuid() == 0 if multi_user is None else bool(multi_user)
@@ -297,7 +299,7 @@ class FlowService:
         if self.multi_user:
             # Users' instances reach their own area through it (and list nothing).
             os.chmod(self.state_dir, 0o711)
-        self.journal = Journal(self.state_dir)
+        self.journal = Journal(self.state_dir, sync)
         self.areas = Areas(self.state_dir / "areas", self.multi_user)
         self.config = FlowConfig(sandbox_root=str(self.areas.top), multi_user=self.multi_user,
                                  **options)
@@ -369,6 +371,9 @@ def add_serve_options(parser: Any) -> None:
     parser.add_argument("--poll-interval", type=float, default=5.0, metavar="S",
                         help="seconds between two queue status commands of a batch executor "
                              "(default: 5)")
+    parser.add_argument("--sync", choices=("full", "normal"), default="full",
+                        help="journal durability: full (default) survives a crash of the "
+                             "machine, normal only of the service, and is faster")
     parser.add_argument("--log-level", default="INFO", metavar="LEVEL")
 
 
@@ -400,7 +405,7 @@ def serve_main(args: Any) -> int:
         _check_options(options)
         service = FlowService(Path(args.state_dir) if args.state_dir else None, args.socket,
                               False if args.single_user else None,
-                              poll_interval=args.poll_interval, **options)
+                              poll_interval=args.poll_interval, sync=args.sync, **options)
     except (OSError, ValueError, TypeError, JournalError) as ex:
         print(f"psij flow serve: {ex}", file=sys.stderr)
         return 1
