@@ -194,3 +194,23 @@ def test_links_planted_by_a_user_never_reach_outside_their_area(
         as_user(alice, sock, lambda c: c.destroy(handle))
     finally:
         shutil.rmtree(secret, ignore_errors=True)
+
+
+@pytest.mark.parametrize("name", [pytest.param("slurm", marks=pytest.mark.slurm),
+                                  pytest.param("sge", marks=pytest.mark.sge)])
+def test_a_users_instances_run_as_them_on_a_batch_scheduler(
+        name: str, users: Dict[str, User], root_service: Service) -> None:
+    alice = users["alice"]
+    sock = root_service.socket
+    spec = {"executable": "/bin/sh", "arguments": ["-c", "echo uid=$(id -u) gid=$(id -g)"],
+            "attributes": {"duration": 60}}
+    handle = as_user(alice, sock, lambda c: c.create(spec, 1, name, lease=60,
+                                                     provisioning_lease=30)["handle"])
+    try:
+        ended = wait_for("an ended instance", lambda: as_user(
+            alice, sock, lambda c: [i for i in c.instances(handle) if i.get("ended")]),
+            timeout=60)
+        out = as_user(alice, sock, lambda c: c.output(handle, ended[0]["id"]))
+        assert out == f"uid={alice.uid} gid={alice.gid}\n", out
+    finally:
+        as_user(alice, sock, lambda c: c.destroy(handle))
