@@ -84,3 +84,14 @@ def test_running_and_queued_follow_the_handle_and_cancel_of_a_queued_job_shrinks
         wait_for("handle destroyed, instance gone", lambda: not client.status(handle)["valid"]
                  and not processes_with(marker), timeout=40)
     executor.close()
+
+
+def test_leases_are_renewed_while_jobs_run(service: Service, tmp_path: Path) -> None:
+    config = FlowJobExecutorConfig(poll_interval=0.3, lease=4, provisioning_lease=3)
+    executor = JobExecutor.get_instance("flow", url=service.socket, config=config)
+    job = Job(JobSpec("/bin/sh", ["-c", "sleep 9; echo done"], stdout_path=tmp_path / "out"))
+    executor.submit(job)
+    status = job.wait(timeout=None)
+    assert status is not None and status.state is JobState.COMPLETED, status
+    assert (tmp_path / "out").read_text() == "done\n"
+    executor.close()
