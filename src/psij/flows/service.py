@@ -36,25 +36,10 @@ from typing import Any, Callable, Deque, Dict, Hashable, List, Optional, Tuple
 
 from psij._private_dirs import ensure_private_dir
 from psij.controller import ActionDone, ActionFailed, Call, ControllerLoop, Send, Submit
+from psij.flows import _flow_values as fv
 from psij.flows._areas import AreaError, Areas
 from psij.flows._journal import Journal, JournalError
-from psij.flows.machine import (
-    DeleteFiles,
-    DeletePayload,
-    FlowConfig,
-    FlowMachine,
-    JournalDelete,
-    JournalPut,
-    MakeSandbox,
-    MeasureSandbox,
-    PayloadStored,
-    PayloadVerified,
-    ReadOutput,
-    SandboxMeasured,
-    SignalJob,
-    StorePayload,
-    VerifyPayload,
-)
+from psij.flows.machine import FlowConfig, FlowMachine
 
 __all__ = ["FlowService", "WallClock", "add_serve_options", "default_state_dir", "serve_main"]
 
@@ -88,10 +73,10 @@ class _ServiceMachine:
         self.loop: Optional[ControllerLoop] = None
         self._euid = os.geteuid()
         self._handlers: Dict[type, Callable[[Any, List[Any]], Any]] = {
-            MakeSandbox: self._make_sandbox, MeasureSandbox: self._measure,
-            DeleteFiles: self._delete_files, StorePayload: self._store_payload,
-            VerifyPayload: self._verify_payload, DeletePayload: self._delete_payload,
-            ReadOutput: self._read_output, SignalJob: self._signal,
+            fv.MakeSandbox: self._make_sandbox, fv.MeasureSandbox: self._measure,
+            fv.DeleteFiles: self._delete_files, fv.StorePayload: self._store_payload,
+            fv.VerifyPayload: self._verify_payload, fv.DeletePayload: self._delete_payload,
+            fv.ReadOutput: self._read_output, fv.SignalJob: self._signal,
         }
         self._ops: List[Tuple[Any, ...]] = []
 
@@ -102,9 +87,9 @@ class _ServiceMachine:
             current = queue.popleft()
             for action in self.machine.step(current, now):
                 kind = type(action)
-                if kind is JournalPut:
+                if kind is fv.JournalPut:
                     self._ops.append(("put", action.kind, action.key, action.value))
-                elif kind is JournalDelete:
+                elif kind is fv.JournalDelete:
                     self._ops.append(("delete", action.kind, action.key))
                 elif kind is Submit:
                     out.append(self._submit(action))
@@ -159,47 +144,47 @@ class _ServiceMachine:
             raise AreaError(f"{path}: not in a user's flow area under {self.areas.top}")
         return int(first)
 
-    def _make_sandbox(self, action: MakeSandbox, out: List[Any]) -> None:
+    def _make_sandbox(self, action: fv.MakeSandbox, out: List[Any]) -> None:
         self.areas.make_dir(action.uid, action.path)
 
-    def _measure(self, action: MeasureSandbox, out: List[Any]) -> Any:
+    def _measure(self, action: fv.MeasureSandbox, out: List[Any]) -> Any:
         size = 0
         for path in action.paths:
             try:
                 size += self.areas.size(self._owner(path), [path])
             except (AreaError, OSError) as ex:
                 logger.warning("flow service: measuring %s: %s", path, ex)
-        return SandboxMeasured(action.handle, action.instance, size)
+        return fv.SandboxMeasured(action.handle, action.instance, size)
 
-    def _delete_files(self, action: DeleteFiles, out: List[Any]) -> None:
+    def _delete_files(self, action: fv.DeleteFiles, out: List[Any]) -> None:
         for path in action.paths:
             self.areas.delete(self._owner(path), [path], [])
         for path in action.dirs:
             self.areas.delete(self._owner(path), [], [path])
 
-    def _store_payload(self, action: StorePayload, out: List[Any]) -> Any:
+    def _store_payload(self, action: fv.StorePayload, out: List[Any]) -> Any:
         try:
             self.areas.upload(action.uid, action.data, action.sha256)
         except (AreaError, OSError) as ex:
             message = f"payload {action.sha256}: cannot be stored: {ex}"
             out.append(Send(action.conn, {"id": action.request_id, "ok": False, "error": {
                 "code": "store_failed", "message": message}}))
-            return PayloadStored(action.uid, action.sha256, False, message)
+            return fv.PayloadStored(action.uid, action.sha256, False, message)
         out.append(Send(action.conn, {"id": action.request_id, "ok": True,
                                       "sha256": action.sha256}))
-        return PayloadStored(action.uid, action.sha256, True, "")
+        return fv.PayloadStored(action.uid, action.sha256, True, "")
 
-    def _verify_payload(self, action: VerifyPayload, out: List[Any]) -> Any:
+    def _verify_payload(self, action: fv.VerifyPayload, out: List[Any]) -> Any:
         try:
             path = self.areas.payload(action.uid, action.sha256)
         except (AreaError, OSError) as ex:
-            return PayloadVerified(action.key, False, None, str(ex))
-        return PayloadVerified(action.key, True, path, "")
+            return fv.PayloadVerified(action.key, False, None, str(ex))
+        return fv.PayloadVerified(action.key, True, path, "")
 
-    def _delete_payload(self, action: DeletePayload, out: List[Any]) -> None:
+    def _delete_payload(self, action: fv.DeletePayload, out: List[Any]) -> None:
         self.areas.delete_payload(action.uid, action.sha256)
 
-    def _read_output(self, action: ReadOutput, out: List[Any]) -> None:
+    def _read_output(self, action: fv.ReadOutput, out: List[Any]) -> None:
         try:
             data, size = self.areas.read(action.uid, action.path, int(action.max_bytes))
         except (AreaError, OSError, ValueError) as ex:
@@ -210,7 +195,7 @@ class _ServiceMachine:
             "id": action.request_id, "ok": True, "data": data.decode("utf-8", "replace"),
             "size": size, "truncated": len(data) < size}))
 
-    def _signal(self, action: SignalJob, out: List[Any]) -> None:
+    def _signal(self, action: fv.SignalJob, out: List[Any]) -> None:
         loop = self.loop
         job = loop.job(action.key) if loop is not None else None
         key: Hashable = (_SIGNAL_KEY, action.key)
