@@ -208,6 +208,7 @@ class FlowClient:
             data = Path(data).read_bytes()
         return str(self.request("upload", data=base64.b64encode(data).decode("ascii"))["sha256"])
 
-    def list(self) -> List[str]:
-        """The caller's valid handles."""
+    def list(self) -> List[Dict[str, Any]]:
+        """The caller's handles: ``{"handle", "valid", "requested"}`` each (ended ones too,
+        while the service still keeps them)."""
         return list(self.request("list").get("handles", []))

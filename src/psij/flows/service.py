@@ -83,36 +83,41 @@ class _ServiceMachine:
     def step(self, event: Any, now: float) -> List[Any]:
         queue: Deque[Any] = collections.deque([self._incoming(event)])
         out: List[Any] = []
-        while queue:
-            current = queue.popleft()
-            for action in self.machine.step(current, now):
-                kind = type(action)
-                if kind is fv.JournalPut:
-                    self._ops.append(("put", action.kind, action.key, action.value))
-                elif kind is fv.JournalDelete:
-                    self._ops.append(("delete", action.kind, action.key))
-                elif kind is Submit:
-                    out.append(self._submit(action))
-                else:
-                    handler = self._handlers.get(kind)
-                    if handler is None:
-                        out.append(action)
-                        continue
-                    try:
-                        follow = handler(action, out)
-                    except Exception:
-                        logger.exception("flow service: %r failed", action)
-                        continue
+        try:
+            while queue:
+                for action in self.machine.step(queue.popleft(), now):
+                    follow = self._carry_out(action, out)
                     if follow is not None:
                         queue.append(follow)
-        if self._ops:
-            ops, self._ops = self._ops, []
-            try:
-                self.journal.apply(ops)
-            except (JournalError, TypeError, ValueError):
-                logger.exception("flow service: the journal could not be written; a restart "
-                                 "now would lose these changes")
+        finally:
+            if self._ops:
+                ops, self._ops = self._ops, []
+                try:
+                    self.journal.apply(ops)
+                except (JournalError, TypeError, ValueError):
+                    logger.exception("flow service: the journal could not be written; a "
+                                     "restart now would lose these changes")
         return out
+
+    def _carry_out(self, action: Any, out: List[Any]) -> Any:
+        """Journal ``action``, run it, or pass it on in ``out``; the event it gives back."""
+        kind = type(action)
+        if kind is fv.JournalPut:
+            self._ops.append(("put", action.kind, action.key, action.value))
+        elif kind is fv.JournalDelete:
+            self._ops.append(("delete", action.kind, action.key))
+        elif kind is Submit:
+            out.append(self._submit(action))
+        else:
+            handler = self._handlers.get(kind)
+            if handler is None:
+                out.append(action)
+                return None
+            try:
+                return handler(action, out)
+            except Exception:
+                logger.exception("flow service: %r failed", action)
+        return None
 
     @staticmethod
     def _incoming(event: Any) -> Any:
@@ -165,7 +170,7 @@ class _ServiceMachine:
     def _store_payload(self, action: fv.StorePayload, out: List[Any]) -> Any:
         try:
             self.areas.upload(action.uid, action.data, action.sha256)
-        except (AreaError, OSError) as ex:
+        except Exception as ex:  # the client is answered whatever went wrong
             message = f"payload {action.sha256}: cannot be stored: {ex}"
             out.append(Send(action.conn, {"id": action.request_id, "ok": False, "error": {
                 "code": "store_failed", "message": message}}))
@@ -177,7 +182,7 @@ class _ServiceMachine:
     def _verify_payload(self, action: fv.VerifyPayload, out: List[Any]) -> Any:
         try:
             path = self.areas.payload(action.uid, action.sha256)
-        except (AreaError, OSError) as ex:
+        except Exception as ex:  # the machine must hear back whatever went wrong
             return fv.PayloadVerified(action.key, False, None, str(ex))
         return fv.PayloadVerified(action.key, True, path, "")
 
@@ -187,7 +192,7 @@ class _ServiceMachine:
     def _read_output(self, action: fv.ReadOutput, out: List[Any]) -> None:
         try:
             data, size = self.areas.read(action.uid, action.path, int(action.max_bytes))
-        except (AreaError, OSError, ValueError) as ex:
+        except Exception as ex:  # the client is answered whatever went wrong
             out.append(Send(action.conn, {"id": action.request_id, "ok": False, "error": {
                 "code": "output_unavailable", "message": f"output: {ex}"}}))
             return
