@@ -128,7 +128,7 @@ def add_flow_commands(commands: Any, only: Optional[str] = None) -> None:
     p = verb("upload", "store an executable payload; prints its sha256")
     if p is not None:
         p.add_argument("file")
-    verb("list", "list your valid handles")
+    verb("list", "list your handles (ended ones too, while the service keeps them)")
     p = verb("serve", "run the flow service on a Unix socket until SIGTERM or SIGINT")
     if p is not None:
         from psij.flows.service import add_serve_options
