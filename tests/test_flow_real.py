@@ -40,7 +40,7 @@ def queued(name: str, prefix: str) -> Dict[str, str]:
         for line in out.splitlines():
             job_id, job_name, state = line.split()
             if job_name.startswith(prefix):
-                jobs[job_id] = "running" if state in ("RUNNING", "COMPLETING") else state
+                jobs[job_id] = "running" if state == "RUNNING" else state
         return jobs
     out = subprocess.run(["qstat", "-xml", "-u", "*"], capture_output=True, text=True,
                          check=True).stdout
@@ -134,8 +134,8 @@ def test_shrink_longest_keeps_the_youngest(name: str, service: Service) -> None:
             time.sleep(POLL + 0.5)
         reply = client.shrink(handle, 2, victims="longest", signal="SIGTERM", grace=2)
         assert reply["count"] == 2
-        wait_for("the two youngest left", lambda: running(name, prefix) == sorted(order[2:]),
-                 timeout=POLL + 10)
+        wait_for(f"the two youngest of {order} left (victims {reply.get('victims')})",
+                 lambda: running(name, prefix) == sorted(order[2:]), timeout=POLL + 10)
         time.sleep(POLL + 1)
         assert running(name, prefix) == sorted(order[2:])
         assert client.status(handle)["requested"] == 2
