@@ -84,6 +84,8 @@ def test_bad_requests_are_refused_and_others_still_served(service: Service) -> N
             ({"op": "create", "spec": {"executable": "/bin/true"}, "count": float("inf"),
               "executor": "local"}, "bad_request", "count"),
             ({"op": "fly"}, "unknown_op", None),
+            ({"op": "create", "spec": {"executable": "/bin/true"}, "count": 1,
+              "executor": "flow"}, "refused", None),
         ]
         for number, (request, code, field) in enumerate(cases):
             line = json.dumps({"id": number, **request}).replace("Infinity", "1e999")

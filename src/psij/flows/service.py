@@ -291,6 +291,14 @@ class FlowService:
             os.chmod(self.state_dir, 0o711)
         self.journal = Journal(self.state_dir, sync)
         self.areas = Areas(self.state_dir / "areas", self.multi_user)
+        if options.get("executors") is None:
+            # Every executor but this service's own client: a flow of flows would feed itself.
+            from psij.job_executor import JobExecutor
+
+            options["executors"] = tuple(sorted(JobExecutor.get_executor_names() - {"flow"}))
+        elif "flow" in options["executors"]:
+            raise ValueError("executors: 'flow' cannot run a flow's instances (its handles "
+                             "would feed this service itself)")
         self.config = FlowConfig(sandbox_root=str(self.areas.top), multi_user=self.multi_user,
                                  **options)
         self.machine = FlowMachine(self.config)
