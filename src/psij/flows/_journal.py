@@ -8,8 +8,7 @@ thread, and on a restart gives every record back to the machine. The file is
 told is written is on disk before the service answers the request that caused it. With
 ``sync="normal"`` a record survives the service's own crash (``kill -9``) but the last ones
 may be lost if the machine itself goes down; it costs one ``fsync`` per checkpoint instead of
-one per transaction (about 2-4 times the restarts per second on ``local``, see
-``bench/flow_restarts.py``).
+one per transaction (``bench/flow_restarts.py`` measures both).
 
 A file that is not a SQLite database, or one with another table layout, raises
 :class:`JournalError` naming the file and is left as it is.

@@ -371,7 +371,8 @@ def add_serve_options(parser: Any) -> None:
                              "(default: 5)")
     parser.add_argument("--sync", choices=("full", "normal"), default="full",
                         help="journal durability: full (default) survives a crash of the "
-                             "machine, normal only of the service, and is faster")
+                             "machine, normal only of the service (one fsync per checkpoint "
+                             "instead of per transaction)")
     parser.add_argument("--log-level", default="INFO", metavar="LEVEL")
 
 
