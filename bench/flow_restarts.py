@@ -64,8 +64,16 @@ def measure(options: List[str], handles: int, count: int, seconds: float,
                         for _ in range(handles)]
                 time.sleep(2)  # warm-up
                 first, begin = _ended(client, made), time.monotonic()
-                time.sleep(seconds)
+                waits = []
+                while time.monotonic() - begin < seconds:
+                    time.sleep(0.5)
+                    asked = time.monotonic()
+                    client.status(made[0])
+                    waits.append(time.monotonic() - asked)
                 last, end = _ended(client, made), time.monotonic()
+                waits.sort()
+                print(f"  status answered in {1000 * waits[len(waits) // 2]:.1f} ms (median), "
+                      f"{1000 * waits[-1]:.1f} ms (slowest) meanwhile")
                 for handle in made:
                     client.destroy(handle)
             return (last - first) / (end - begin)

@@ -214,3 +214,18 @@ def test_client_reports_no_service(tmp_path: Path) -> None:
     with pytest.raises(FlowError) as info:
         FlowClient(str(tmp_path / "nothing.sock")).list()
     assert info.value.code == "unavailable" and "nothing.sock" in info.value.message
+
+
+def test_requests_are_answered_while_instances_churn_at_full_speed(service: Service) -> None:
+    with service.client() as client:
+        churn = client.create({"executable": "/bin/true"}, 4, "local", lease=60,
+                              provisioning_lease=60, rate=1000)["handle"]
+        wait_for("churning", lambda: client.status(churn)["recently_terminated"] > 200)
+    # A fresh connection, as another client's: every answer comes while the churn goes on.
+    with FlowClient(service.socket, timeout=10.0) as other:
+        for _ in range(5):
+            assert other.status(churn)["valid"] is True
+            assert other.list()
+            time.sleep(0.5)
+        assert other.status(churn)["recently_terminated"] > 200
+        other.destroy(churn)

@@ -27,7 +27,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Dict, Iterable, Optional, Tuple, Union
+from typing import Dict, Iterable, Optional, Set, Tuple, Union
 
 from psij._private_dirs import ensure_private_dir
 
@@ -52,6 +52,7 @@ class Areas:
         self.top = ensure_private_dir(Path(root), "flow sandbox root")
         os.chmod(self.top, 0o711 if multi_user else 0o700)
         self._verified: Dict[Tuple[int, str], Tuple[int, int, int, int]] = {}
+        self._users: Set[int] = set()
 
     # -- walking ----------------------------------------------------------------------------
 
@@ -60,6 +61,8 @@ class Areas:
         if not self.multi_user and uid != self._uid:
             raise AreaError(f"uid {uid}: this service serves only uid {self._uid}")
         path = self.top / str(int(uid))
+        if uid in self._users:
+            return path  # checked once: only this process can rename or remove it in top
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
@@ -70,6 +73,7 @@ class Areas:
         info = os.lstat(path)
         if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid or info.st_mode & 0o077:
             raise AreaError(f"{path}: expected a directory of uid {uid} with mode 0700")
+        self._users.add(uid)
         return path
 
     def _parts(self, uid: int, path: PathLike) -> Tuple[str, ...]:
