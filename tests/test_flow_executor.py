@@ -95,3 +95,24 @@ def test_leases_are_renewed_while_jobs_run(service: Service, tmp_path: Path) -> 
     assert status is not None and status.state is JobState.COMPLETED, status
     assert (tmp_path / "out").read_text() == "done\n"
     executor.close()
+
+
+def test_the_instance_removed_for_a_cancelled_running_job_goes_to_no_other_job(
+        service: Service, tmp_path: Path) -> None:
+    marker = f"psij-flow-exec-{secrets.token_hex(3)}"
+    executor = _executor(service, grace=0.5)
+    jobs = [Job(JobSpec("/bin/sh", ["-c", "sleep 12; echo natural", marker],
+                        stdout_path=tmp_path / f"{n}.out")) for n in range(2)]
+    for job in jobs:
+        executor.submit(job)
+    for job in jobs:
+        job.wait(target_states=[JobState.ACTIVE])
+    wait_for("2 instances", lambda: len(processes_with(marker)) == 2)
+    executor.cancel(jobs[0])
+    wait_for("one instance left", lambda: len(processes_with(marker)) == 1, timeout=10)
+    time.sleep(2)  # polls that would hand the removed instance over
+    assert jobs[1].status.state is JobState.ACTIVE
+    status = jobs[1].wait(timeout=None)
+    assert status is not None and status.state is JobState.COMPLETED, status
+    assert (tmp_path / "1.out").read_text() == "natural\n"
+    executor.close()

@@ -16,7 +16,7 @@ with as many instances requested as it has jobs waiting for one:
   already goes);
 - cancelling a job shrinks its handle by one: with ``not_running`` when the job is QUEUED,
   with the configured ``running_victims`` (``longest`` by default), signal and grace when
-  it is ACTIVE; the job ends CANCELED;
+  it is ACTIVE; the job ends CANCELED, and the instance removed for it is given to no job;
 - the leases of every handle are renewed every third of the provisioning lease;
 - a handle whose last job has ended is destroyed.
 
@@ -27,7 +27,7 @@ The url is the service's socket (``unix:///path`` or a path; None: the default, 
 
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from psij._lazylog import LazyLogger
 from psij.exceptions import InvalidJobException, SubmitException
@@ -81,13 +81,14 @@ class FlowJobExecutorConfig(JobExecutorConfig):
 
 
 class _Handle:
-    __slots__ = ("handle", "jobs", "renewed", "shape")
+    __slots__ = ("handle", "jobs", "renewed", "shape", "victims")
 
     def __init__(self, shape: str, handle: str) -> None:
         self.shape = shape
         self.handle = handle
         self.jobs: List[Job] = []  # not yet final, in submission order
         self.renewed = 0.0
+        self.victims: Set[str] = set()  # instance keys removed for cancelled jobs
 
 
 class FlowJobExecutor(JobExecutor):
@@ -171,10 +172,11 @@ class FlowJobExecutor(JobExecutor):
             active = job.status.state is JobState.ACTIVE
             try:
                 if active:
-                    self._client.shrink(entry.handle, 1, self._config.running_victims,
-                                        self._config.signal, self._config.grace)
+                    reply = self._client.shrink(entry.handle, 1, self._config.running_victims,
+                                                self._config.signal, self._config.grace)
                 else:
-                    self._client.shrink(entry.handle, 1, "not_running")
+                    reply = self._client.shrink(entry.handle, 1, "not_running")
+                entry.victims.update(str(key) for key in reply.get("victims", []))
             except FlowError as ex:
                 logger.warning("flow: shrinking %s for cancelled job %s: %s", entry.handle,
                                job.id, ex)
@@ -245,12 +247,15 @@ class FlowJobExecutor(JobExecutor):
             entry.renewed = now
 
     def _hand_over(self, entry: _Handle, record: Dict[str, Any]) -> None:
-        """One ended instance goes to one job (module notes)."""
+        """One ended instance goes to one job (module notes); one this executor removed (the
+        victim of a cancelled job's shrink) goes to none."""
         instance = str(record["id"])
         with self._lock:
             waiting = [j for j in entry.jobs if j.status.state is JobState.ACTIVE] \
                 or list(entry.jobs)
-            job = waiting[0] if waiting else None
+            removed = record.get("class") == "removed" or record.get("key") in entry.victims
+            entry.victims.discard(str(record.get("key")))
+            job = waiting[0] if waiting and not removed else None
         if job is not None:
             spec = job.spec
             for stream, path in (("stdout", spec.stdout_path if spec else None),
