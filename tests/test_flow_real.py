@@ -74,9 +74,14 @@ def service(tmp_path: Path) -> Iterator[Service]:
     svc.stop()
 
 
+# The schedulers here are shared by other tests: ours go first, so that counts and times
+# measure the flow, not the queue (root may raise a job's priority on both).
+PRIORITY = {"slurm.nice": -10000, "sge.p": 1000}
+
+
 def _spec(marker: str, command: str) -> Dict[str, object]:
     return {"executable": "/bin/sh", "arguments": ["-c", command + "; :", marker],
-            "attributes": {"duration": 300}}
+            "attributes": {"duration": 300, "custom_attributes": PRIORITY}}
 
 
 @pytest.mark.parametrize("name", SCHEDULERS)
@@ -153,7 +158,8 @@ def test_client_gone_provisioning_lease_stops_and_cleanup_lease_clears(
     made = subprocess.run(
         [sys.executable, "-m", "psij", "flow",
          "create", "--count", "2", "--executor", name, "--lease", "25",
-         "--provisioning-lease", "10", "--attr", "duration=300", "--", "/bin/sh", "-c",
+         "--provisioning-lease", "10", "--attr", "duration=300", "--attr",
+         "slurm.nice=-10000", "--attr", "sge.p=1000", "--", "/bin/sh", "-c",
          "sleep 300; :", marker], env=env, capture_output=True, text=True, timeout=60)
     assert made.returncode == 0, made.stderr
     handle = json.loads(made.stdout)["handle"]
