@@ -162,7 +162,8 @@ BAD_USAGE = {
                        "expected a whole number of processes of at least 1, got '0'"),
     "non-numeric processes": (["run", "-n", "two", "--", "true"],
                               "expected a whole number of processes of at least 1, got 'two'"),
-    "no command": ([], "a command is required: plugins, run, script, pilot, config, submit"),
+    "no command": ([], "a command is required: plugins, run, script, pilot, flow, config, "
+                          "submit"),
     "unknown command": (["launch"], "invalid choice: 'launch'"),
 }
 

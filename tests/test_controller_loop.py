@@ -532,3 +532,32 @@ def test_executor_factory_and_the_machine_s_own_actions() -> None:
     assert made == ["user-1000"] and notes == ["first"]
     assert "no executor for 'broken': cannot reach it" in machine.of(ActionFailed)[0].message
     loop.close()
+
+
+def test_a_stream_of_posted_events_does_not_starve_connections(tmp_path: Path) -> None:
+    """Each event posts the next one (as executor completions do under load): every round
+    still ends, so a connection's message is delivered."""
+    loop: Optional[ControllerLoop] = None
+
+    def script(event: Any, now: float) -> List[Any]:
+        if type(event) is TimerFired:
+            assert loop is not None
+            loop.post(TimerFired(event.name + 1))
+        return []
+
+    machine = Scripted(script)
+    loop = ControllerLoop(machine)
+    path = loop.listen_unix(str(tmp_path / "s.sock"))
+    try:
+        loop.run_once(0)
+        loop.post(TimerFired(0))
+        client = _connect(path)
+        client.sendall(b'"hello"\n')
+        for _ in range(200):  # each round ends after the events posted before it
+            loop.run_once(0)
+            if machine.of(MessageReceived):
+                break
+        assert [e.message for e in machine.of(MessageReceived)] == ["hello"]
+        client.close()
+    finally:
+        loop.close()

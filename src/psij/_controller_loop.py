@@ -251,7 +251,9 @@ class ControllerLoop:
             elif isinstance(data, _SignalPipe):
                 self._read_signals(data)
         posted = self._posted
-        while posted:
+        # Only what was posted before this round: under a steady stream of completions the
+        # sockets, signals and timers still get their turn every round.
+        for _ in range(len(posted)):
             event = posted.popleft()
             if type(event) is _Completed:
                 self._in_flight -= 1

@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from psij._cli_config import add_config_command, config_main
+from psij._cli_flow import FLOW_VERBS, add_flow_commands, flow_main
 from psij._cli_jobs import JOB_COMMANDS, add_job_commands, jobs_main
 from psij._cli_pilot import add_pilot_commands, pilot_main, plain_pilot_run, whole_number
 from psij._cli_pipes import silence_stdout, stdout_reader_gone
@@ -122,7 +123,7 @@ def _formatters() -> Tuple[Any, Any]:
     return Formatter, RawDescriptionFormatter
 
 
-_COMMANDS = ("plugins", "run", "script", "pilot", "config", *JOB_COMMANDS, "supervise")
+_COMMANDS = ("plugins", "run", "script", "pilot", "flow", "config", *JOB_COMMANDS, "supervise")
 _PILOT_COMMANDS = ("serve", "run")
 
 
@@ -169,6 +170,11 @@ def _build_parser(argv: Optional[Sequence[str]] = None) -> "argparse.ArgumentPar
         words = list(argv)
         add_pilot_commands(commands, _named(words[words.index("pilot") + 1:],
                                              _PILOT_COMMANDS))
+    if command is None:
+        add_flow_commands(commands)
+    elif command == "flow" and argv is not None:
+        words = list(argv)
+        add_flow_commands(commands, _named(words[words.index("flow") + 1:], FLOW_VERBS))
     return parser
 
 
@@ -600,6 +606,8 @@ def _main(argv: Optional[List[str]]) -> int:
         return _print_script(args)
     if args.command == "pilot":
         return pilot_main(args)
+    if args.command == "flow":
+        return flow_main(args)
     if args.command in JOB_COMMANDS:
         return jobs_main(args)
     if args.command == "config":

@@ -1,0 +1,231 @@
+"""The flow service as a real process on the local executor: its files, its answers to bad
+requests, keeping the count, output, restart after kill -9 without duplicates, the CLI."""
+
+import json
+import os
+import secrets
+import socket
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
+
+import pytest
+
+from flow_helpers import Service, processes_with, wait_for
+from psij.flows.client import FlowClient, FlowError
+
+
+def _spec(command: str, marker: str) -> Dict[str, Any]:
+    return {"executable": "/bin/sh", "arguments": ["-c", command + "; :", marker]}
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    svc = Service(tmp_path / "state", str(tmp_path / "flow.sock"),
+                  ["aggregate_problem_interval=0", 'default_intervals={"no_problem": 0, '
+                   '"unknown": 0, "failed_init": 0, "failed_after_work": 0, '
+                   '"never_claimed": 0, "no_work": 0}']).start()
+    yield svc
+    svc.destroy_all()
+    svc.stop()
+
+
+def _raw(path: str, data: bytes, timeout: float = 10.0) -> List[Dict[str, Any]]:
+    """Send raw bytes; the answers read until the service closes or goes quiet."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    sock.connect(path)
+    try:
+        sock.sendall(data)
+    except OSError:
+        pass
+    buf = b""
+    sock.settimeout(1.5)
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    except (socket.timeout, OSError):
+        pass
+    sock.close()
+    return [json.loads(line) for line in buf.splitlines() if line.strip()]
+
+
+def test_state_is_private_and_journal_is_wal(service: Service) -> None:
+    state = service.state_dir
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
+    journal = state / "flow.sqlite"
+    assert stat.S_IMODE(os.stat(journal).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(service.socket).st_mode) == 0o600
+    with sqlite3.connect(str(journal)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_bad_requests_are_refused_and_others_still_served(service: Service) -> None:
+    with service.client() as good:
+        handle = good.create(_spec("sleep 30", "psij-flow-bad"), 1, "local", lease=60,
+                             provisioning_lease=30)["handle"]
+        answers = _raw(service.socket, b"this is not json\n")
+        assert answers and answers[0]["ok"] is False
+        assert "json" in answers[0]["error"]["message"].lower()
+        cases = [
+            ({"op": "status", "handle": "f999999"}, "unknown_handle", None),
+            ({"op": "grow", "handle": handle, "n": -3}, "bad_request", "n"),
+            ({"op": "shrink", "handle": handle, "n": 1, "signal": "SIGNOPE"}, "bad_request",
+             "signal"),
+            ({"op": "create", "spec": {"executable": "/bin/true"}, "count": -1,
+              "executor": "local"}, "bad_request", "count"),
+            ({"op": "create", "spec": {"executable": "/bin/true"}, "count": float("inf"),
+              "executor": "local"}, "bad_request", "count"),
+            ({"op": "fly"}, "unknown_op", None),
+            ({"op": "create", "spec": {"executable": "/bin/true"}, "count": 1,
+              "executor": "flow"}, "refused", None),
+        ]
+        for number, (request, code, field) in enumerate(cases):
+            line = json.dumps({"id": number, **request}).replace("Infinity", "1e999")
+            reply = _raw(service.socket, line.encode() + b"\n")
+            assert reply, request
+            assert reply[0]["id"] == number and reply[0]["ok"] is False, reply
+            assert reply[0]["error"]["code"] == code, reply
+            assert reply[0]["error"]["message"], reply
+            if field is not None:
+                assert field in reply[0]["error"]["message"] or \
+                    reply[0]["error"].get("field") == field, reply
+        # A line over the limit closes that connection; the service keeps serving.
+        huge = b'{"op": "status", "handle": "' + b"x" * (4 << 20) + b'"}\n'
+        _raw(service.socket, huge)
+        assert good.status(handle)["valid"] is True
+
+
+def test_keeps_the_count_while_instances_end_and_hands_back_output(service: Service) -> None:
+    marker = f"psij-flow-keep-{secrets.token_hex(4)}"
+    with service.client() as client:
+        script = "echo out-$$; echo err-$$ >&2; sleep $(( $$ % 3 + 1 )); exit $(( $$ % 2 ))"
+        handle = client.create(_spec(script, marker), 3, "local", lease=120,
+                               provisioning_lease=60)["handle"]
+        wait_for("3 running", lambda: client.status(handle)["provisioned"] == 3)
+        ended = wait_for("6 ended instances",
+                         lambda: [i for i in client.instances(handle) if i.get("ended")]
+                         if len(client.instances(handle)) >= 6 else None, timeout=40)
+        for _ in range(10):
+            assert len(processes_with(marker)) <= 3
+            time.sleep(0.2)
+        wait_for("3 running again", lambda: client.status(handle)["provisioned"] == 3)
+        first = ended[0]
+        pid = first["id"].split(".")[0]
+        assert client.output(handle, first["id"]) == f"out-{pid}\n"
+        assert client.output(handle, first["id"], "stderr") == f"err-{pid}\n"
+        assert first["exit_code"] == int(pid) % 2
+        assert client.delete(handle, [first["id"]]) == [first["id"]]
+        with pytest.raises(FlowError):
+            client.output(handle, first["id"])
+        client.destroy(handle)
+        wait_for("every instance gone", lambda: not processes_with(marker), timeout=10)
+
+
+def test_restart_after_kill_9_keeps_everything_and_starts_no_duplicate(
+        service: Service) -> None:
+    marker = f"psij-flow-restart-{secrets.token_hex(4)}"
+    with service.client() as client:
+        handle = client.create(_spec("sleep 300", marker), 2, "local", lease=600,
+                               provisioning_lease=300)["handle"]
+        short = client.create(_spec("exit 3", marker + "-short"), 1, "local", lease=600,
+                              provisioning_lease=300)["handle"]
+        wait_for("2 running", lambda: len(processes_with(marker + " ")) == 2
+                 or len(processes_with(marker)) - len(processes_with(marker + "-short")) == 2)
+        wait_for("ended records", lambda: len(client.instances(short)) >= 2)
+        before = set(processes_with(marker)) - set(processes_with(marker + "-short"))
+        status = client.status(handle)
+        records = {i["id"] for i in client.instances(short)}
+    service.kill9()
+    service.start()
+    with service.client() as client:
+        assert sorted(h["handle"] if isinstance(h, dict) else h for h in client.list()) == \
+            sorted([handle, short])
+        after = client.status(handle)
+        assert after["requested"] == 2
+        assert after["lease_remaining"] <= status["lease_remaining"]
+        assert after["lease_remaining"] > status["lease_remaining"] - 60
+        assert records <= {i["id"] for i in client.instances(short)}
+        for _ in range(15):  # no duplicate while the service takes its jobs back
+            now = set(processes_with(marker)) - set(processes_with(marker + "-short"))
+            assert now == before
+            time.sleep(0.2)
+        wait_for("re-attached as running", lambda: client.status(handle)["provisioned"] == 2)
+        # The attached instances are followed: one killed is replaced.
+        os.kill(sorted(before)[0], 9)
+        wait_for("replaced", lambda: len(set(processes_with(marker))
+                                         - set(processes_with(marker + "-short"))) == 2
+                 and sorted(before)[0] not in processes_with(marker))
+        client.destroy(handle)
+        client.destroy(short)
+
+
+def test_cli_talks_to_the_service(service: Service, tmp_path: Path) -> None:
+    env = dict(os.environ, PSIJ_FLOW_SOCKET=service.socket)
+    payload = tmp_path / "payload.sh"
+    payload.write_text("#!/bin/sh\necho from-payload \"$@\"\n")
+    payload.chmod(0o755)
+
+    def psij(*words: str) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run([sys.executable, "-m", "psij", "flow", *words], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    made = psij("create", "--count", "1", "--executor", "local", "--lease", "60",
+                "--provisioning-lease", "30", "--payload", str(payload), "--", "x", "hello")
+    assert made.returncode == 0, made.stderr
+    handle = json.loads(made.stdout)["handle"]
+    ended = wait_for("an ended instance", lambda: json.loads(psij("instances", handle).stdout)
+                     ["instances"])
+    out = psij("output", handle, ended[0]["id"])
+    assert out.returncode == 0 and out.stdout == "from-payload hello\n", out
+    status = json.loads(psij("status", handle).stdout)
+    assert status["valid"] is True and status["requested"] == 1
+    refused = psij("grow", handle, "-1")
+    assert refused.returncode == 2
+    unknown = psij("status", "f424242")
+    assert unknown.returncode == 1 and "unknown_handle" in unknown.stderr
+    assert psij("destroy", handle).returncode == 0
+    assert json.loads(psij("status", handle).stdout)["valid"] is False
+
+
+def test_payload_changed_after_upload_is_refused_before_start(service: Service) -> None:
+    with service.client() as client:
+        sha = client.upload(b"#!/bin/sh\necho safe\n")
+        path = service.state_dir / "areas" / str(os.geteuid()) / "payloads" / sha
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o500
+        os.chmod(path, 0o700)
+        path.write_text("#!/bin/sh\necho tampered\n")
+        handle = client.create({"executable": "payload"}, 1, "local", payload=sha, lease=60,
+                               provisioning_lease=30)
+        name = handle["handle"]
+        wait_for("a submission error", lambda: client.status(name)["submission_errors"] >= 1)
+        assert all(i.get("exit_code") is None for i in client.instances(name))
+        client.destroy(name)
+
+
+def test_client_reports_no_service(tmp_path: Path) -> None:
+    with pytest.raises(FlowError) as info:
+        FlowClient(str(tmp_path / "nothing.sock")).list()
+    assert info.value.code == "unavailable" and "nothing.sock" in info.value.message
+
+
+def test_requests_are_answered_while_instances_churn_at_full_speed(service: Service) -> None:
+    with service.client() as client:
+        churn = client.create({"executable": "/bin/true"}, 4, "local", lease=60,
+                              provisioning_lease=60, rate=1000)["handle"]
+        wait_for("churning", lambda: client.status(churn)["recently_terminated"] > 200)
+    # A fresh connection, as another client's: every answer comes while the churn goes on.
+    with FlowClient(service.socket, timeout=10.0) as other:
+        for _ in range(5):
+            assert other.status(churn)["valid"] is True
+            assert other.list()
+            time.sleep(0.5)
+        assert other.status(churn)["recently_terminated"] > 200
+        other.destroy(churn)
