@@ -309,8 +309,8 @@ def test_an_unusable_output_dir_or_a_live_supervisor_there_is_a_config_error(
 
 def test_a_supervisor_killed_leaves_a_journal_the_next_one_goes_on_from(
         tmp_path: Path) -> None:
-    """On local the leftovers are attached (the local executor cancels only the processes it
-    started itself; on Slurm they are cancelled, see test_supervise_slurm.py)."""
+    """The leftovers are cancelled: on local through the journal of the process that started
+    them (their process groups are signalled); on Slurm see test_supervise_slurm.py."""
     results = tmp_path / "r"
     first = Study(results, clients=6, wave=3)
     (results / "sleep").write_text("60")
@@ -335,6 +335,17 @@ def test_a_supervisor_killed_leaves_a_journal_the_next_one_goes_on_from(
         names = os.listdir(second.output)
         assert len([n for n in names if n.startswith("submit.")]) == 1 + 3 + 1 + 6
         assert "job.4.study-server.out" in names
+        # The clients the first supervisor left asleep for 60 s were cancelled, not waited for.
+        wait_for(lambda: not any(_alive(pid) for pid in orphans), 20, "leftover clients gone")
     finally:
         for pid in orphans:
-            os.kill(pid, signal.SIGKILL)
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

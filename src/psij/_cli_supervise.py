@@ -4,9 +4,11 @@ submitted; each wrong field gives one line naming it and what is accepted.
 """
 
 import json
-import logging
 import sys
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:  # loaded when the command runs, not with the command line
+    import logging
 
 __all__ = ["add_supervise_command", "supervise_main"]
 
@@ -47,7 +49,9 @@ def _load(path: str) -> Any:
         raise ConfigError([f"{path}: not JSON: {error}"]) from None
 
 
-def _log_to_stderr(verbose: int) -> Optional[logging.Handler]:
+def _log_to_stderr(verbose: int) -> "Optional[logging.Handler]":
+    import logging
+
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("psij supervise: %(message)s"))
     handler.setLevel(logging.DEBUG if verbose > 0 else logging.INFO)

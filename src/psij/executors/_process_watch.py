@@ -18,12 +18,11 @@ import os
 import selectors
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from psij._clock import Clock
 from psij._lazylog import LazyLogger
 from psij._wakeup import Timers, Wakeup, timer_delay
-from psij.executors._keeper_client import Keeper
 from psij.executors._process import (
     exit_code_of,
     group_has_live_members,
@@ -32,6 +31,9 @@ from psij.executors._process import (
     signal_name,
     signal_reaped_group,
 )
+
+if TYPE_CHECKING:  # the keeper's client (sockets, subprocess) loads only with a keeper
+    from psij.executors._keeper_client import Keeper
 
 __all__ = [
     "WATCH",
@@ -57,7 +59,7 @@ class _Watched:
     __slots__ = ("child", "fd", "keeper", "on_exit", "pid")
 
     def __init__(self, pid: int, fd: Optional[int], child: bool, on_exit: ExitHandler,
-                 keeper: Optional[Keeper] = None) -> None:
+                 keeper: "Optional[Keeper]" = None) -> None:
         self.pid = pid
         self.fd = fd
         self.child = child
@@ -70,7 +72,7 @@ class _Feed:
 
     __slots__ = ("buffer", "keeper")
 
-    def __init__(self, keeper: Keeper) -> None:
+    def __init__(self, keeper: "Keeper") -> None:
         self.keeper = keeper
         self.buffer = b""
 
@@ -137,14 +139,14 @@ class ProcessWatch:
             self.wake()
         return True
 
-    def add_feed(self, keeper: Keeper) -> None:
+    def add_feed(self, keeper: "Keeper") -> None:
         """Read ``keeper``'s exit reports (for :meth:`watch_kept`) from now on."""
         with self._lock:
             self._start()
             assert self._wakeup is not None
             self._wakeup.register(keeper.events, selectors.EVENT_READ, _Feed(keeper))
 
-    def watch_kept(self, keeper: Keeper, pid: int, on_exit: ExitHandler) -> None:
+    def watch_kept(self, keeper: "Keeper", pid: int, on_exit: ExitHandler) -> None:
         """Follow ``pid``, a child of ``keeper``: ``on_exit`` gets the status it reports (None
         if the keeper died first). Its group is signalled through the keeper."""
         w = _Watched(pid, None, True, on_exit, keeper)
