@@ -157,11 +157,16 @@ def _live(row: Tuple[Any, ...], job: Optional["Job"]) -> Tuple[Any, ...]:
 
 
 def _print_table(rows: Sequence[Tuple[Any, ...]]) -> None:
-    lines = [(r[0], r[1], r[2] or "-", r[3] or "-", r[4], "-" if r[5] is None else str(r[5]),
-              _short(r[6])) for r in rows]
-    widths = [max([len(_HEAD[i])] + [len(line[i]) for line in lines]) for i in range(6)]
-    form = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
-    _out("\n".join([form.format(*_HEAD)] + [form.format(*line) for line in lines]) + "\n")
+    # Column by column: 100 000 rows print in a fraction of a second.
+    columns = [[r[0] for r in rows], [r[1] for r in rows], [r[2] or "-" for r in rows],
+               [r[3] or "-" for r in rows], [r[4] for r in rows],
+               ["-" if r[5] is None else str(r[5]) for r in rows],
+               [_short(r[6]) if r[6] else "" for r in rows]]
+    widths = [max(len(_HEAD[i]), max(map(len, columns[i]), default=0)) for i in range(6)]
+    padded = [[text.ljust(width) for text in column]
+              for column, width in zip(columns[:6], widths)]
+    head = "  ".join(h.ljust(w) for h, w in zip(_HEAD[:6], widths)) + "  " + _HEAD[6]
+    _out("\n".join([head] + ["  ".join(cells) for cells in zip(*padded, columns[6])]) + "\n")
 
 
 def _print_json(records: Sequence["JobRecord"], jobs: Dict[str, "Job"]) -> None:
