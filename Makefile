@@ -40,7 +40,7 @@ stop-schedulers:
 		     echo "schedulers left running: another test run is using them"; }
 
 unit: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests
 
 check: lint typecheck
 
