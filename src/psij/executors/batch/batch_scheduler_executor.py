@@ -36,6 +36,7 @@ from typing import (
     Any,
     Collection,
     Dict,
+    Iterable,
     List,
     Optional,
     Pattern,
@@ -51,6 +52,8 @@ from psij._data import data_dir
 from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._staging import REPORT_SUFFIX
+from psij.executors.batch import _arrays
+from psij.executors.batch._arrays import ArrayStyle
 from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
 from psij.executors.batch._final_state import (
     Seen,
@@ -160,6 +163,8 @@ class BatchSchedulerExecutor(JobExecutor):
     NO_JOBS_PATTERN: Optional[Pattern[str]] = None
     # How values and job names are written in directive lines.
     DIRECTIVES: DirectiveRules = ESCAPED
+    # How the scheduler writes and names job arrays (None: submit_many submits one by one).
+    ARRAYS: Optional[ArrayStyle] = None
 
     def __init__(self, url: Optional[str] = None,
                  config: Optional[JobExecutorConfig] = None) -> None:
@@ -304,6 +309,19 @@ class BatchSchedulerExecutor(JobExecutor):
         try:
             self._check_script_values(job, spec)
             context = self._create_script_context(job)
+        except BaseException:
+            job.executor = None
+            raise
+        self._submit_checked(job, context)
+
+    def submit_many(self, jobs: Iterable[Job]) -> None:
+        """Submit ``jobs``, as job arrays where the scheduler has them (``ARRAYS``; see
+        :mod:`psij.executors.batch._arrays`)."""
+        _arrays.submit_many(self, jobs)
+
+    def _submit_checked(self, job: Job, context: Dict[str, object]) -> None:
+        """Write the script of a checked, bound ``job`` and submit it."""
+        try:
             script = self._write_submit_script(job, context)
         except BaseException:
             job.executor = None
@@ -348,12 +366,18 @@ class BatchSchedulerExecutor(JobExecutor):
         return self.DIRECTIVES.value(field, value)
 
     def _write_submit_script(self, job: Job, context: Dict[str, object]) -> Path:
+        out = io.StringIO()
+        self.generate_submit_script(job, context, out)
+        return self._write_script_text(job, out.getvalue())
+
+    def _write_script_text(self, job: Job, text: str) -> Path:
+        """Write ``text`` as the submit script of ``job``."""
         self._ensure_work_dir()
         path = self.work_directory / f"{job.id}.job"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.SCRIPT_MODE)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             os.fchmod(fd, self.SCRIPT_MODE)  # exactly, whatever the umask or an older file
-            self.generate_submit_script(job, context, f)
+            f.write(text)
         return path
 
     def _ensure_work_dir(self) -> None:

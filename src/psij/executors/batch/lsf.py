@@ -26,6 +26,7 @@ import math
 import re
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from psij.executors.batch._arrays import LSF_ARRAYS
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._site_directives import PLAIN_QUOTED
 from psij.executors.batch.batch_scheduler_executor import (
@@ -145,6 +146,7 @@ class LsfJobExecutor(BatchSchedulerExecutor):
     SUBMIT_COMMAND = ("bsub",)
     SCRIPT_ON_STDIN = True
     JOB_ID_PATTERN = re.compile(r"Job <(\d+)> is submitted")
+    ARRAYS = LSF_ARRAYS
     CANCEL_COMMAND = ("bkill",)
     CANCEL_GONE_PATTERN = re.compile(r"already finished|" + _NOT_FOUND.pattern, re.IGNORECASE)
     STATUS_COMMAND = ("bjobs", "-a", "-o", "jobid stat exit_code exit_reason", "-json")

@@ -24,6 +24,7 @@ import json
 import re
 from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
 
+from psij.executors.batch._arrays import PBS_ARRAYS
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._site_directives import PLAIN
 from psij.executors.batch.batch_scheduler_executor import (
@@ -304,6 +305,7 @@ class PBSJobExecutor(GenericPBSJobExecutor):
     """
 
     _NAME_ = "pbs"
+    ARRAYS = PBS_ARRAYS
     STATUS_COMMAND = ("qstat", "-f", "-F", "json", "-x")
 
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:

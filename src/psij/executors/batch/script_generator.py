@@ -48,6 +48,7 @@ class TemplatedScriptGenerator(SubmitScriptGenerator):
             raise FileNotFoundError(f"submit-script template {path} cannot be read: "
                                     f"{e.strerror or e}") from e
         self.template_path = path
+        self.escape = escape
         self.template = pystache.parse(text)
         search: List[str] = [str(path.parent)]
         shipped = _shipped_templates()
