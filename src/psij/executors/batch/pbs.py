@@ -308,6 +308,16 @@ class PBSJobExecutor(GenericPBSJobExecutor):
     ARRAYS = PBS_ARRAYS
     STATUS_COMMAND = ("qstat", "-f", "-F", "json", "-x")
 
+    def get_status_command(self, native_ids: Collection[str]) -> List[str]:
+        # An array once (1234[].server) with -t, which adds its subjobs (1234[5].server).
+        asked: Dict[str, None] = {}
+        extra: List[str] = []
+        for nid in native_ids:
+            element = PBS_ARRAYS.split(nid)
+            asked[nid if element is None else element[0]] = None
+            extra = extra if element is None else ["-t"]
+        return [*self.STATUS_COMMAND, *extra, *asked]
+
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         document, errors = _split_json_and_errors(out)
         refuse_unknown_job_lines("qstat", exit_code, errors, _UNKNOWN_JOB)
