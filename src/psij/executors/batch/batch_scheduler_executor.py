@@ -372,16 +372,24 @@ class BatchSchedulerExecutor(JobExecutor):
 
     def _write_script_text(self, job: Job, text: str) -> Path:
         """Write ``text`` as the submit script of ``job``."""
-        self._ensure_work_dir()
+        if not self._work_dir_checked:
+            self._ensure_work_dir()
         path = self.work_directory / f"{job.id}.job"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.SCRIPT_MODE)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.SCRIPT_MODE)
+        except FileNotFoundError:  # removed since it was checked: made and checked again
+            self._ensure_work_dir()
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.SCRIPT_MODE)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             os.fchmod(fd, self.SCRIPT_MODE)  # exactly, whatever the umask or an older file
             f.write(text)
         return path
 
+    _work_dir_checked = False
+
     def _ensure_work_dir(self) -> None:
         ensure_private_dir(self.work_directory, "batch work directory", self.config.work_directory)
+        self._work_dir_checked = True
 
     def submit_script(self, job: Job) -> str:
         """The submit script ``job`` would get, without submitting it or binding the job.
