@@ -4,9 +4,9 @@ output file and cancel.
 
 Both schedulers' arrays are submitted together by a module fixture, so that they run at the
 same time. Every job runs ``/bin/sh`` printing its own environment value and argument; every
-fifth one exits with a code of its own; element 100 sleeps until it is cancelled while running,
-and the last element is cancelled while it waits in the queue. Without a running scheduler the
-tests skip, saying why.
+fifth one exits with a code of its own; element 100 sleeps until it is cancelled while running
+(once it has printed that it started), and the last element is cancelled while it waits in the
+queue. Without a running scheduler the tests skip, saying why.
 """
 
 import subprocess
@@ -77,8 +77,8 @@ class ArrayRun:
         self.jobs: List[Job] = []
         for i in range(N_JOBS):
             if i == RUNNING_CANCEL:
-                spec = JobSpec("/bin/sleep", ["300"], stdout_path=self.out / str(i),
-                               name="psij-array-test")
+                spec = JobSpec("/bin/sh", ["-c", "echo started; exec sleep 300"],
+                               stdout_path=self.out / str(i), name="psij-array-test")
             else:
                 spec = JobSpec("/bin/sh", ["-c", 'printf "%s %s\\n" "$ELEMENT" "$1"; exit "$2"',
                                            "sh", f"argument {i}", str(exit_code_of(i))],
@@ -144,6 +144,11 @@ def test_500_array_jobs_end_with_their_own_states_codes_and_outputs(
     deadline = run.started + DEADLINE_S
     assert running.wait(timedelta(seconds=DEADLINE_S), target_states=[JobState.ACTIVE]) \
         is not None
+    # Cancelled once it runs the job itself: a Grid Engine job killed while its login shell
+    # starts may leave that shell's start-up files half done (a stale lock of pyenv here).
+    started = run.out / str(RUNNING_CANCEL)
+    while time.monotonic() < deadline and not (started.exists() and started.read_text()):
+        time.sleep(0.2)
     running.cancel()
     wrong = []
     for i, job in enumerate(run.jobs):

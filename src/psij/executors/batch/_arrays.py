@@ -5,7 +5,7 @@ files and cancel.
 
 How a batch of jobs becomes arrays:
 
-- Each job is checked as :meth:`submit` checks it, then its script is rendered once with two
+- Each job is checked as ``submit`` checks it, then its script is rendered once with two
   markers in place of what may differ between elements: the environment (the ``export`` lines)
   and the launch command (which carries the job's id, arguments and stdout/stderr paths). That
   rendering is the job's *shape*; jobs whose shapes are equal (same resources, limits, queue,
@@ -205,7 +205,7 @@ def element_text(env: Sequence[Tuple[str, str]], launch_words: Sequence[str],
 
 def array_script(style: ArrayStyle, shape: str, elements: Sequence[str],
                  first: Optional[int] = None) -> str:
-    """The array script of ``elements`` (each from :func:`element_text`) over ``shape``."""
+    """The array script of ``elements`` (each from ``element_text``) over ``shape``."""
     start = style.first_index if first is None else first
     last = start + len(elements) - 1
     text = style.directives(shape, start, last)
