@@ -36,6 +36,7 @@ import re
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from psij.exceptions import SubmitException, SubmitManyException
+from psij.executors.batch._submit_io import run_submit
 from psij.executors.batch.escape_functions import ShellWord
 from psij.executors.batch.script_generator import TemplatedScriptGenerator
 from psij.job import Job
@@ -335,21 +336,20 @@ def _submit_array(executor: "BatchSchedulerExecutor", style: ArrayStyle, shape: 
     first = group[0]
     try:
         text = array_script(style, shape, [_element(executor, contexts[j.id]) for j in group])
-        script = executor._write_script_text(first, text)
-        for job in group[1:]:
-            link = executor.work_directory / f"{job.id}.job"
-            try:
-                os.unlink(link)
-            except FileNotFoundError:
-                pass
-            os.link(script, link)
+        result, script = run_submit(executor, first, text)
+        if script.exists():  # written (kept files, or a scheduler reading no standard input)
+            for job in group[1:]:
+                link = executor.work_directory / f"{job.id}.job"
+                try:
+                    os.unlink(link)
+                except FileNotFoundError:
+                    pass
+                os.link(script, link)
     except Exception as e:
         for job in group:
             job.executor = None
             failures.append((job, e))
         return
-    result = executor._run(executor.get_submit_command(first, script),
-                           stdin=executor.get_submit_stdin(first, script))
     error: Optional[SubmitException] = None
     array_id = ""
     if not result.ok:

@@ -27,7 +27,6 @@ Scheduler commands run only through the executor's ``CommandRunner``
 
 import io
 import logging
-import os
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -71,6 +70,7 @@ from psij.executors.batch._script_context import (
 )
 from psij.executors.batch._site_directives import ESCAPED, DirectiveRules, custom_attribute_items
 from psij.executors.batch._status_table import StateMap, parse_status_lines
+from psij.executors.batch._submit_io import run_submit
 from psij.executors.batch._tracking import (
     Event,
     MissingResolved,
@@ -320,14 +320,14 @@ class BatchSchedulerExecutor(JobExecutor):
         _arrays.submit_many(self, jobs)
 
     def _submit_checked(self, job: Job, context: Dict[str, object]) -> None:
-        """Write the script of a checked, bound ``job`` and submit it."""
+        """Render the script of a checked, bound ``job`` and submit it."""
         try:
-            script = self._write_submit_script(job, context)
+            out = io.StringIO()
+            self.generate_submit_script(job, context, out)
+            result, script = run_submit(self, job, out.getvalue())
         except BaseException:
             job.executor = None
             raise
-        result = self._run(self.get_submit_command(job, script),
-                           stdin=self.get_submit_stdin(job, script))
         if not result.ok:
             job.executor = None
             raise SubmitException(
@@ -364,26 +364,6 @@ class BatchSchedulerExecutor(JobExecutor):
     def _directive_value(self, field: str, value: str) -> str:
         """``value`` as written inside a directive, or ValueError naming ``field``."""
         return self.DIRECTIVES.value(field, value)
-
-    def _write_submit_script(self, job: Job, context: Dict[str, object]) -> Path:
-        out = io.StringIO()
-        self.generate_submit_script(job, context, out)
-        return self._write_script_text(job, out.getvalue())
-
-    def _write_script_text(self, job: Job, text: str) -> Path:
-        """Write ``text`` as the submit script of ``job``."""
-        if not self._work_dir_checked:
-            self._ensure_work_dir()
-        path = self.work_directory / f"{job.id}.job"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.SCRIPT_MODE)
-        except FileNotFoundError:  # removed since it was checked: made and checked again
-            self._ensure_work_dir()
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.SCRIPT_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            os.fchmod(fd, self.SCRIPT_MODE)  # exactly, whatever the umask or an older file
-            f.write(text)
-        return path
 
     _work_dir_checked = False
 

@@ -154,7 +154,9 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
         "slurm_persist_conn_open", "try again",
     )
     TEMPLATE = "slurm.mustache"
+    # The script on sbatch's standard input: no file is written for a job submitted well.
     SUBMIT_COMMAND = ("sbatch", "--parsable")
+    SCRIPT_ON_STDIN = True
     JOB_ID_PATTERN = re.compile(r"(\d+)(?:;\S*)?\s*$")
     ARRAYS = SLURM_ARRAYS
     CANCEL_COMMAND = ("scancel",)
