@@ -288,13 +288,17 @@ def submit_many(executor: "BatchSchedulerExecutor", jobs: Iterable[Job]) -> None
             try:
                 executor._check_script_values(job, spec)
                 context = executor._create_script_context(job)
-                shape: Optional[str] = executor.generator.render(shape_context(context))
             except BaseException:
                 job.executor = None
                 raise
         except Exception as e:
             failures.append((job, e))
             continue
+        shape: Optional[str] = None
+        try:
+            shape = executor.generator.render(shape_context(context))
+        except Exception as e:  # the template wants more than the markers: one by one
+            logger.debug("job %s: no array shape: %s", job.id, e)
         if shape is not None and not shape_is_usable(style, shape):
             shape = None
         contexts[job.id] = context
