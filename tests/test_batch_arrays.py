@@ -329,3 +329,16 @@ def test_an_executor_with_its_own_script_hook_submits_one_by_one(
         assert job.wait(WAIT) is not None
     assert isinstance(ex, BatchSchedulerExecutor)
     ex.close()
+
+
+@pytest.mark.parametrize("name", ["local", "slurm"])
+@pytest.mark.parametrize("jobs,field", [
+    (None, "submit_many jobs"), ("abc", "submit_many jobs"), (42, "submit_many jobs"),
+    ([Job(JobSpec("/bin/true")), "x"], r"submit_many jobs\[1\]"),
+    ([float("nan")], r"submit_many jobs\[0\]"),
+])
+def test_submit_many_refuses_what_is_not_a_list_of_jobs(name: str, jobs: object,
+                                                         field: str) -> None:
+    ex = JobExecutor.get_instance(name)
+    with pytest.raises(TypeError, match=field):
+        ex.submit_many(jobs)  # type: ignore[arg-type]

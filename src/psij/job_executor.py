@@ -19,9 +19,21 @@ if TYPE_CHECKING:
 
     from psij.descriptor import Descriptor
 
-__all__ = ["JobExecutor"]
+__all__ = ["JobExecutor", "job_list"]
 
 logger = LazyLogger(__name__)
+
+
+def job_list(jobs: Iterable[Job]) -> List[Job]:
+    """The jobs given to ``submit_many`` as a list; TypeError naming the first that is not a
+    :class:`~psij.Job`, or when ``jobs`` is not an iterable of jobs."""
+    if isinstance(jobs, (str, bytes, Job)) or not hasattr(jobs, "__iter__"):
+        raise _check.fail_type("submit_many jobs", jobs, "an iterable of psij.Job")
+    listed = list(jobs)
+    for n, job in enumerate(listed):
+        if not isinstance(job, Job):
+            raise _check.fail_type(f"submit_many jobs[{n}]", job, "psij.Job")
+    return listed
 
 
 class JobExecutor(ABC):
@@ -91,7 +103,7 @@ class JobExecutor(ABC):
         :class:`~psij.exceptions.SubmitManyException` lists the failed ones (still NEW and
         unbound) with their exceptions.
         """
-        self._submit_each(list(jobs))
+        self._submit_each(job_list(jobs))
 
     def _submit_each(self, jobs: List[Job]) -> None:
         failures: List[Tuple[Job, BaseException]] = []

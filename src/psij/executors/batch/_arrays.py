@@ -40,6 +40,7 @@ from psij.executors.batch._submit_io import run_submit
 from psij.executors.batch.escape_functions import ShellWord
 from psij.executors.batch.script_generator import TemplatedScriptGenerator
 from psij.job import Job
+from psij.job_executor import job_list
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
@@ -273,7 +274,7 @@ def can_render_arrays(executor: "BatchSchedulerExecutor") -> bool:
 def submit_many(executor: "BatchSchedulerExecutor", jobs: Iterable[Job]) -> None:
     """Submit ``jobs`` on ``executor``, as arrays where they allow it (see the module's
     docstring); raise :class:`~psij.exceptions.SubmitManyException` naming the jobs that failed."""
-    jobs = list(jobs)
+    jobs = job_list(jobs)
     style: Optional[ArrayStyle] = executor.ARRAYS
     if style is None or not can_render_arrays(executor):
         executor._submit_each(jobs)
