@@ -161,7 +161,7 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
     ARRAYS = SLURM_ARRAYS
     CANCEL_COMMAND = ("scancel",)
     CANCEL_GONE_PATTERN = re.compile("Invalid job id|already completing or completed")
-    LIST_COMMAND = ("squeue", "--me", "--noheader", "--states=all", "--format=%i")
+    LIST_COMMAND = ("squeue", "--me", "--noheader", "--states=all", "--array", "--format=%i")
     # squeue fails this way when the only job asked for has been purged: no rows.
     NO_JOBS_EXIT_CODES = (1,)
     NO_JOBS_PATTERN = re.compile("Invalid job id specified")
