@@ -20,14 +20,14 @@ How a batch of jobs becomes arrays:
 - A group bigger than the style's ``max_size`` is cut into several arrays. A single job, a
   template without the markers exactly once, or a backend without an array style goes one by
   one through ``submit``.
-- The script is written once under the first job's name and hard-linked under every other
-  job's name, so that each element's end removes its own link as for a single job.
+- Where the script goes to a file (see ``psij.executors.batch._submit_io``), it is written
+  once under the first job's name and hard-linked under every other job's name, so that each
+  element's end removes its own link as for a single job.
 
 A failure (a refused job, a failed array submission) fails only the jobs concerned: they stay
 NEW and unbound, and :class:`~psij.exceptions.SubmitManyException` lists them once every group
-has been tried.
-The pure part (shapes, grouping, the array script, element ids, index ranges) is apart from the
-one function that writes files and runs the submit command through the executor.
+has been tried. The pure part (shapes, grouping, the array script, element ids, index ranges)
+is apart from the functions that submit through the executor; nothing here starts processes.
 """
 
 import logging
