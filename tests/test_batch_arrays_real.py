@@ -169,3 +169,9 @@ def test_500_array_jobs_end_with_their_own_states_codes_and_outputs(
     assert not wrong, wrong[:5]
     # The element cancelled in the queue never ran.
     assert not (run.out / str(PENDING_CANCEL)).exists()
+    # Each poll was one status command naming the array once (qstat -xml names no job).
+    array_id = str(run.jobs[0].native_id).split("_")[0].split(".")[0]
+    polls = [c for c in run.runner.calls if c[0] == ("squeue" if name == "slurm" else "qstat")]
+    assert polls
+    for argv in polls:
+        assert (f"--jobs={array_id}" in argv) if name == "slurm" else argv == ("qstat", "-xml")
