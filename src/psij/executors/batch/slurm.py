@@ -188,7 +188,8 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
 
     def get_accounting_commands(self, native_ids: Sequence[str]) -> List[List[str]]:
         # Not --allocations: the batch step's line is needed too (see _accounting_exit_code).
-        return [["sacct", "--noheader", "--parsable2", "--array",
+        # sacct shows an array's elements as <array id>_<index> (its JobID) by itself.
+        return [["sacct", "--noheader", "--parsable2",
                  "--jobs=" + ",".join(_queried_ids(native_ids)),
                  "--format=JobID,State,ExitCode,Reason"]]
 
