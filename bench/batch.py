@@ -259,7 +259,7 @@ def submit_many_throughput(n_jobs: int, work: Path) -> Dict[str, Any]:
             for i in range(n_jobs)]
     cpu_start = time.process_time()
     start = time.perf_counter()
-    executor.submit_many(jobs)  # type: ignore[attr-defined]
+    executor.submit_many(jobs)
     total = time.perf_counter() - start
     cpu_s = time.process_time() - cpu_start
     native_ids = [str(job.native_id) for job in jobs]
@@ -619,7 +619,7 @@ def _throughput_rows(quick: bool, impls: Sequence[Implementation], errors: List[
     n_jobs = 20 if quick else 100
     series = alternate(
         f"Slurm submit throughput, {n_jobs} x /bin/true with a 1-minute limit, submit calls "
-        "only", impls, 1 if quick else 3,
+        "only", impls, 1 if quick else 5,
         lambda impl: ["slurm-submit", "--jobs", str(n_jobs), "--work", str(dirs.new())],
         600.0,
         lambda r: (f"{r['jobs_per_s']:.1f} jobs/s ({r['jobs']} submits in {r['submit_s']:.2f} s,"
@@ -628,8 +628,13 @@ def _throughput_rows(quick: bool, impls: Sequence[Implementation], errors: List[
         after_round=lambda r: wait_drained(r["native_ids"]))
     values: Dict[str, Optional[float]] = {}
     cpu: Dict[str, Optional[float]] = {}
+    typical: Dict[str, Optional[float]] = {}
     for label, s in series.items():
         errors.extend(f"slurm submit {label}: {e}" for e in s.errors)
+        # The median of the rounds' medians: a burst of load from elsewhere on the machine
+        # during one round moves it less than the pooled rate.
+        typical[label] = (statistics.median(r["median_submit_ms"] for r in s.results)
+                          if s.results else None)
         # Pooled: all jobs over all submit time of every round.
         values[label] = (sum(r["jobs"] for r in s.results) / sum(r["submit_s"] for r in s.results)
                          if s.results else None)
@@ -638,6 +643,8 @@ def _throughput_rows(quick: bool, impls: Sequence[Implementation], errors: List[
     log()
     rows = [Row(f"Slurm submit throughput, {n_jobs} jobs", "jobs/s", values.get(OURS),
                 values.get(REF), True),
+            Row("Slurm submit, typical time per submit", "ms", typical.get(OURS),
+                typical.get(REF), False, note="median of round medians"),
             Row("Slurm submit, own CPU per submit", "ms", cpu.get(OURS), cpu.get(REF), False)]
     rows.append(_submit_many_row(quick, [i for i in impls if i.label == OURS], errors, dirs,
                                  values.get(REF)))
@@ -721,14 +728,16 @@ def print_summary(rows: Sequence[Row]) -> None:
     log()
     log("== Targets (informational)")
     goals = (("Slurm submit throughput", 1.5, "single-job submit rate at least 1.5x psij-python's"),
+             ("Slurm submit, typical", 1.5, "single-job submit time at most psij-python's / 1.5"),
              ("Slurm submit_many", 10.0, "submit_many rate at least 10x psij-python's one by one"))
     for row in rows:
         for prefix, factor, text in goals:
             if row.figure.startswith(prefix):
-                met = None if row.ours is None or row.ref is None else \
-                    row.ours >= factor * row.ref
+                ratio_value = None if not row.ours or not row.ref else \
+                    (row.ours / row.ref if row.higher_is_better else row.ref / row.ours)
+                met = None if ratio_value is None else ratio_value >= factor
                 verdict = {True: "PASS", False: "FAIL", None: "N/A "}[met]
-                ratio = "" if met is None else f" ({row.ours / row.ref:.1f}x)"  # type: ignore
+                ratio = "" if ratio_value is None else f" ({ratio_value:.1f}x)"
                 log(f"   {verdict}  {text}{ratio}")
     for row in rows:
         if row.figure.startswith("status cmds/interval, batch-test"):
