@@ -448,7 +448,7 @@ def _fmt(value: Optional[float], unit: str) -> str:
         return "-"
     if unit == "s":
         return f"{value:.2f} s"
-    if unit == "ms":
+    if unit in ("ms", "ms wall"):
         return f"{value:.2f} ms"
     if unit == "jobs/s":
         return f"{value:.1f} jobs/s"
@@ -462,7 +462,8 @@ def _ratio(row: Row) -> str:
     if round(factor, 1) == 1.0:
         return "same" if row.unit == "commands" else "about the same"
     better, worse = {"jobs/s": ("higher", "lower"), "commands": ("fewer", "more"),
-                     "ms": ("less CPU", "more CPU")}.get(row.unit, ("faster", "slower"))
+                     "ms": ("less CPU", "more CPU"),
+                     "ms wall": ("faster", "slower")}.get(row.unit, ("faster", "slower"))
     return f"{factor:.1f}x {better}" if factor >= 1 else f"{1 / factor:.1f}x {worse}"
 
 
@@ -643,7 +644,7 @@ def _throughput_rows(quick: bool, impls: Sequence[Implementation], errors: List[
     log()
     rows = [Row(f"Slurm submit throughput, {n_jobs} jobs", "jobs/s", values.get(OURS),
                 values.get(REF), True),
-            Row("Slurm submit, typical time per submit", "ms", typical.get(OURS),
+            Row("Slurm submit, typical time per submit", "ms wall", typical.get(OURS),
                 typical.get(REF), False, note="median of round medians"),
             Row("Slurm submit, own CPU per submit", "ms", cpu.get(OURS), cpu.get(REF), False)]
     rows.append(_submit_many_row(quick, [i for i in impls if i.label == OURS], errors, dirs,
