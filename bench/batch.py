@@ -8,7 +8,11 @@ Figures, each taken for both packages in the same run, rounds alternating betwee
   packages' ``slurm`` executors against a fake ``sbatch``/``squeue`` put first on PATH (the
   fake ``squeue`` counts its calls and reports every job PENDING);
 - submit throughput to the real Slurm: ``/bin/true`` jobs with a 1-minute time limit submitted
-  in a loop, jobs/s of the submit calls only;
+  in a loop, jobs/s of the submit calls only (goal: at least 1.5 times psij-python's);
+- ``submit_many`` throughput to the real Slurm (this package only: psij-python has no bulk
+  submission): the same jobs, differing in an argument and an environment value, given to one
+  ``submit_many`` call, which sends them as one job array; jobs/s of that call, compared with
+  psij-python's one-by-one rate of the previous figure (goal: at least 10 times);
 - time from a job's end to COMPLETED seen: the job writes a timestamp as its last action, the
   status callback notes when COMPLETED arrives; with each package's default polling and with
   a 1 s polling interval for both.
@@ -244,6 +248,27 @@ def submit_throughput(n_jobs: int, work: Path) -> Dict[str, Any]:
             "cpu_ms_per_submit": cpu_s * 1e3 / n_jobs, "native_ids": native_ids}
 
 
+def submit_many_throughput(n_jobs: int, work: Path) -> Dict[str, Any]:
+    """Give ``n_jobs`` /bin/true jobs (1-minute limit, each with its own argument and
+    environment value) to one ``submit_many`` call; time that call."""
+    import psij
+
+    executor = psij.JobExecutor.get_instance("slurm", config=_slurm_config(work, None, 0))
+    jobs = [psij.Job(psij.JobSpec("/bin/true", [str(i)], environment={"ELEMENT": str(i)},
+                                  attributes=psij.JobAttributes(duration=timedelta(minutes=1))))
+            for i in range(n_jobs)]
+    cpu_start = time.process_time()
+    start = time.perf_counter()
+    executor.submit_many(jobs)
+    total = time.perf_counter() - start
+    cpu_s = time.process_time() - cpu_start
+    native_ids = [str(job.native_id) for job in jobs]
+    return {"workload": "slurm-submit-many", "jobs": n_jobs, "submit_s": total,
+            "jobs_per_s": n_jobs / total, "cpu_ms_per_submit": cpu_s * 1e3 / n_jobs,
+            "arrays": len({nid.split("_")[0] for nid in native_ids}),
+            "native_ids": native_ids}
+
+
 def end_to_seen(n_jobs: int, spread: float, interval: Optional[float], initial_delay: float,
                 work: Path, wait_limit: float) -> Dict[str, Any]:
     """Seconds from a job's last action (writing a timestamp) to its COMPLETED status seen by
@@ -307,6 +332,9 @@ def worker_main(argv: List[str]) -> int:
     p = sub.add_parser("slurm-submit")
     p.add_argument("--jobs", type=int, required=True)
     p.add_argument("--work", type=Path, required=True)
+    p = sub.add_parser("slurm-submit-many")
+    p.add_argument("--jobs", type=int, required=True)
+    p.add_argument("--work", type=Path, required=True)
     p = sub.add_parser("slurm-end-to-seen")
     p.add_argument("--jobs", type=int, required=True)
     p.add_argument("--spread", type=float, required=True)
@@ -322,6 +350,8 @@ def worker_main(argv: List[str]) -> int:
         result = status_count_slurm_fake(args.jobs, args.interval, args.intervals, scratch)
     elif args.measure == "slurm-submit":
         result = submit_throughput(args.jobs, args.work)
+    elif args.measure == "slurm-submit-many":
+        result = submit_many_throughput(args.jobs, args.work)
     else:
         result = end_to_seen(args.jobs, args.spread, args.interval, args.initial_delay,
                              args.work, args.wait_limit)
@@ -418,7 +448,7 @@ def _fmt(value: Optional[float], unit: str) -> str:
         return "-"
     if unit == "s":
         return f"{value:.2f} s"
-    if unit == "ms":
+    if unit in ("ms", "ms wall"):
         return f"{value:.2f} ms"
     if unit == "jobs/s":
         return f"{value:.1f} jobs/s"
@@ -432,7 +462,8 @@ def _ratio(row: Row) -> str:
     if round(factor, 1) == 1.0:
         return "same" if row.unit == "commands" else "about the same"
     better, worse = {"jobs/s": ("higher", "lower"), "commands": ("fewer", "more"),
-                     "ms": ("less CPU", "more CPU")}.get(row.unit, ("faster", "slower"))
+                     "ms": ("less CPU", "more CPU"),
+                     "ms wall": ("faster", "slower")}.get(row.unit, ("faster", "slower"))
     return f"{factor:.1f}x {better}" if factor >= 1 else f"{1 / factor:.1f}x {worse}"
 
 
@@ -589,7 +620,7 @@ def _throughput_rows(quick: bool, impls: Sequence[Implementation], errors: List[
     n_jobs = 20 if quick else 100
     series = alternate(
         f"Slurm submit throughput, {n_jobs} x /bin/true with a 1-minute limit, submit calls "
-        "only", impls, 1 if quick else 3,
+        "only", impls, 1 if quick else 5,
         lambda impl: ["slurm-submit", "--jobs", str(n_jobs), "--work", str(dirs.new())],
         600.0,
         lambda r: (f"{r['jobs_per_s']:.1f} jobs/s ({r['jobs']} submits in {r['submit_s']:.2f} s,"
@@ -598,17 +629,47 @@ def _throughput_rows(quick: bool, impls: Sequence[Implementation], errors: List[
         after_round=lambda r: wait_drained(r["native_ids"]))
     values: Dict[str, Optional[float]] = {}
     cpu: Dict[str, Optional[float]] = {}
+    typical: Dict[str, Optional[float]] = {}
     for label, s in series.items():
         errors.extend(f"slurm submit {label}: {e}" for e in s.errors)
+        # The median of the rounds' medians: a burst of load from elsewhere on the machine
+        # during one round moves it less than the pooled rate.
+        typical[label] = (statistics.median(r["median_submit_ms"] for r in s.results)
+                          if s.results else None)
         # Pooled: all jobs over all submit time of every round.
         values[label] = (sum(r["jobs"] for r in s.results) / sum(r["submit_s"] for r in s.results)
                          if s.results else None)
         cpu[label] = (statistics.median(r["cpu_ms_per_submit"] for r in s.results)
                       if s.results else None)
     log()
-    return [Row(f"Slurm submit throughput, {n_jobs} jobs", "jobs/s", values.get(OURS),
+    rows = [Row(f"Slurm submit throughput, {n_jobs} jobs", "jobs/s", values.get(OURS),
                 values.get(REF), True),
+            Row("Slurm submit, typical time per submit", "ms wall", typical.get(OURS),
+                typical.get(REF), False, note="median of round medians"),
             Row("Slurm submit, own CPU per submit", "ms", cpu.get(OURS), cpu.get(REF), False)]
+    rows.append(_submit_many_row(quick, [i for i in impls if i.label == OURS], errors, dirs,
+                                 values.get(REF)))
+    return rows
+
+
+def _submit_many_row(quick: bool, ours: Sequence[Implementation], errors: List[str],
+                     dirs: WorkDirs, ref_one_by_one: Optional[float]) -> Row:
+    n_jobs = 100 if quick else 500
+    series = alternate(
+        f"Slurm submit_many throughput (ours; one job array), {n_jobs} x /bin/true with a "
+        "1-minute limit and their own argument and environment", ours, 1 if quick else 3,
+        lambda impl: ["slurm-submit-many", "--jobs", str(n_jobs), "--work", str(dirs.new())],
+        600.0,
+        lambda r: (f"{r['jobs_per_s']:.0f} jobs/s ({r['jobs']} jobs in {r['submit_s']:.3f} s, "
+                   f"{r['arrays']} array(s), {r['cpu_ms_per_submit']:.3f} ms own CPU per job)"),
+        after_round=lambda r: wait_drained(r["native_ids"]))
+    results = [r for s in series.values() for r in s.results]
+    errors.extend(f"slurm submit_many: {e}" for s in series.values() for e in s.errors)
+    ours_rate = (sum(r["jobs"] for r in results) / sum(r["submit_s"] for r in results)
+                 if results else None)
+    log()
+    return Row(f"Slurm submit_many (ours) vs one by one (ref), {n_jobs} jobs", "jobs/s",
+               ours_rate, ref_one_by_one, True, note="arrays vs loop")
 
 
 def _end_to_seen_row(quick: bool, impls: Sequence[Implementation], errors: List[str],
@@ -667,6 +728,18 @@ def print_summary(rows: Sequence[Row]) -> None:
             log("   " + "  ".join("-" * w for w in widths))
     log()
     log("== Targets (informational)")
+    goals = (("Slurm submit throughput", 1.5, "single-job submit rate at least 1.5x psij-python's"),
+             ("Slurm submit, typical", 1.5, "single-job submit time at most psij-python's / 1.5"),
+             ("Slurm submit_many", 10.0, "submit_many rate at least 10x psij-python's one by one"))
+    for row in rows:
+        for prefix, factor, text in goals:
+            if row.figure.startswith(prefix):
+                ratio_value = None if not row.ours or not row.ref else \
+                    (row.ours / row.ref if row.higher_is_better else row.ref / row.ours)
+                met = None if ratio_value is None else ratio_value >= factor
+                verdict = {True: "PASS", False: "FAIL", None: "N/A "}[met]
+                ratio = "" if ratio_value is None else f" ({ratio_value:.1f}x)"
+                log(f"   {verdict}  {text}{ratio}")
     for row in rows:
         if row.figure.startswith("status cmds/interval, batch-test"):
             met = None if row.ours is None else row.ours == 1.0

@@ -24,6 +24,13 @@ the real scheduler sets), and prints status in the documented output format of e
   ``flux cancel``, and inside jobs ``flux getattr jobid``, ``flux job id --to=dec``,
   ``flux exec -r all hostname``.
 
+Job arrays: ``qsub`` with ``#PBS -J a-b`` prints ``N[].fakepbs`` and runs each subjob with
+``PBS_JOBID=N[i].fakepbs`` and ``PBS_ARRAY_INDEX=i``; ``qstat -t`` adds the subjobs of an array
+(a finished subjob is ``X``, the array ``B`` once one has started, ``F`` when all ended);
+``bsub`` with ``#BSUB -J "name[a-b]"`` runs each element with ``LSB_JOBID=N`` and
+``LSB_JOBINDEX=i``, and ``bjobs N`` shows each element (``JOBID`` N, ``JOBINDEX`` i). Elements
+are cancelled by their own ids (``qdel N[i].fakepbs``, ``bkill "N[i]"``).
+
 A job sent to the queue ``held`` stays queued until it is cancelled; submitting to the queue
 ``nosuchqueue`` fails with the tool's own error message. Standard library only.
 """
@@ -184,6 +191,39 @@ QUEUE_ERRORS = {
 }
 
 
+def array_indices(flavour: str, words: List[str]) -> List[int]:
+    """The indices of a job array asked for by the directives (none for a single job)."""
+    if flavour == "pbs":
+        text = option(words, "-J")
+    elif flavour == "lsf":
+        name = option(words, "-J") or ""
+        text = name[name.index("[") + 1:-1] if name.endswith("]") and "[" in name else None
+    else:
+        return []
+    if text is None:
+        return []
+    low, _, high = text.partition("-")
+    return list(range(int(low), int(high or low) + 1))
+
+
+def load_by_id(spool: Spool, flavour: str, text: str) -> Optional[Dict[str, Any]]:
+    """The record of a job, an array, or an array's element (``N[i]...``)."""
+    match = re.match(r"(\d+)\[(\d+)\]", text.strip())
+    if match is None:
+        number = number_of(flavour, text)
+        return spool.load(number) if number is not None else None
+    parent = spool.load(int(match.group(1)))
+    if parent is None or not parent.get("elements"):
+        return None
+    element = parent["elements"].get(match.group(2))
+    return spool.load(element) if element is not None else None
+
+
+def elements_of(spool: Spool, job: Dict[str, Any]) -> List[Dict[str, Any]]:
+    found = [spool.load(n) for n in (job.get("elements") or {}).values()]
+    return [e for e in found if e is not None]
+
+
 def submit(spool: Spool, flavour: str, script_path: Optional[str]) -> int:
     if script_path is None:
         script = sys.stdin.read()
@@ -199,6 +239,7 @@ def submit(spool: Spool, flavour: str, script_path: Optional[str]) -> int:
         sys.stderr.write(message)
         return code
     slots, nodes = process_slots(flavour, words)
+    indices = array_indices(flavour, words)
     with spool:
         number = spool.new_number()
         saved = spool.path / f"script.{number}"
@@ -208,10 +249,28 @@ def submit(spool: Spool, flavour: str, script_path: Optional[str]) -> int:
                "name": option(words, "-N", "-J", "--jobname", "--job-name") or "STDIN",
                "slots": slots, "nodes": nodes, "exit": None, "signal": None,
                "cancelled": False, "pgid": None, "submitted": time.time(), "ended": None}
+        to_run = [number]
+        if indices:
+            job.update({"id": f"{number}[].fakepbs" if flavour == "pbs" else str(number),
+                        "state": "array", "elements": {}})
+            to_run = []
+            for index in indices:
+                element = dict(job, number=spool.new_number(), state="queued", parent=number,
+                               index=index, elements=None)
+                if flavour == "pbs":
+                    element["id"] = f"{number}[{index}].fakepbs"
+                    element["env"] = {"PBS_ARRAY_INDEX": str(index)}
+                else:
+                    element["id"] = f"{number}[{index}]"
+                    element["env"] = {"LSB_JOBID": str(number), "LSB_JOBINDEX": str(index)}
+                job["elements"][str(index)] = element["number"]
+                spool.save(element)
+                to_run.append(element["number"])
         spool.save(job)
-    subprocess.Popen([sys.executable, "-S", __file__, str(spool.path), flavour, "_run",
-                      str(number)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    for run_number in to_run:
+        subprocess.Popen([sys.executable, "-S", __file__, str(spool.path), flavour, "_run",
+                          str(run_number)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
     if flavour == "lsf":
         print(f"Job <{number}> is submitted to {'default ' if queue is None else ''}queue "
               f"<{queue or 'normal'}>.")
@@ -257,6 +316,7 @@ def run(spool: Spool, flavour: str, number: int) -> int:
         (spool.path / f"cobalt_nodes.{number}").write_text(f"{host}\n" * job["nodes"])
         env["COBALT_NODEFILE"] = str(spool.path / f"cobalt_nodes.{number}")
     env["FAKE_FLUX_NODES"] = str(job["nodes"])
+    env.update(job.get("env") or {})
     with spool:
         job = spool.load(number)
         assert job is not None
@@ -286,10 +346,10 @@ def run(spool: Spool, flavour: str, number: int) -> int:
     return 0
 
 
-def cancel(spool: Spool, number: int) -> str:
+def cancel(spool: Spool, flavour: str, text: str) -> str:
     """'gone', 'unknown' or 'ok'."""
     with spool:
-        job = spool.load(number)
+        job = load_by_id(spool, flavour, text)
         if job is None:
             return "unknown"
         if job["state"] == "done":
@@ -332,15 +392,31 @@ def pbs_fields(job: Dict[str, Any]) -> Dict[str, Any]:
     return fields
 
 
-def qstat_pbs(spool: Spool, ids: List[str]) -> int:
+def pbs_array_fields(job: Dict[str, Any], elements: List[Dict[str, Any]]) -> Dict[str, Any]:
+    states = {e["state"] for e in elements}
+    letter = "F" if states == {"done"} else "Q" if states == {"queued"} else "B"
+    return {"Job_Name": job["name"], "Job_Owner": "user@fakehost", "job_state": letter,
+            "queue": job["queue"], "server": "fakepbs", "array": "True",
+            "array_indices_submitted": f"{elements[0]['index']}-{elements[-1]['index']}"}
+
+
+def qstat_pbs(spool: Spool, ids: List[str], subjobs: bool) -> int:
     jobs: Dict[str, Any] = {}
     code = 0
     for text in ids:
-        number = number_of("pbs", text)
-        job = spool.load(number) if number is not None else None
+        job = load_by_id(spool, "pbs", text)
         if job is None:
             sys.stderr.write(f"qstat: Unknown Job Id {text}\n")
             code = 153
+            continue
+        if job.get("elements"):
+            elements = elements_of(spool, job)
+            jobs[job["id"]] = pbs_array_fields(job, elements)
+            for element in elements if subjobs else []:
+                fields = pbs_fields(element)
+                if element["state"] == "done":
+                    fields["job_state"] = "X"  # a subjob that ended
+                jobs[element["id"]] = fields
             continue
         jobs[job["id"]] = pbs_fields(job)
     if jobs or code == 0:
@@ -392,10 +468,18 @@ def bjobs(spool: Spool, args: List[str]) -> int:
         elif not a.startswith("-"):
             ids.append(a)
         i += 1
-    selected: List[Optional[Dict[str, Any]]] = [
-        spool.load(int(x)) if x.isdigit() else None for x in ids]
+    selected: List[Optional[Dict[str, Any]]] = []
+    asked: List[str] = []
+    for text in ids:
+        job = load_by_id(spool, "lsf", text)
+        # An array's id stands for each of its elements.
+        for one in elements_of(spool, job) if job is not None and job.get("elements") \
+                else [job]:
+            selected.append(one)
+            asked.append(text)
+    ids = asked
     if not ids:
-        selected = list(spool.all())
+        selected = [j for j in spool.all() if not j.get("elements")]
         ids = [str(j["number"]) for j in selected if j is not None]
     if os.environ.get("LSB_BJOBS_CONSISTENT_EXIT_CODE") == "Y" \
             and all(job is None for job in selected):
@@ -418,7 +502,8 @@ def bjobs(spool: Spool, args: List[str]) -> int:
         if job["state"] == "done":
             value = job["exit"] if job["exit"] is not None else 128 + (job["signal"] or 2)
             code = "" if value == 0 else str(value)
-        values = {"JOBID": str(job["number"]), "STAT": stat, "EXIT_CODE": code,
+        values = {"JOBID": str(job.get("parent") or job["number"]),
+                  "JOBINDEX": str(job.get("index") or 0), "STAT": stat, "EXIT_CODE": code,
                   "EXIT_REASON": "TERM_OWNER: job killed by owner" if job["cancelled"] else ""}
         records.append({f.upper(): values.get(f.upper(), "") for f in fields})
     if as_json:
@@ -439,7 +524,7 @@ def qstat_cobalt(spool: Spool, args: List[str]) -> int:
     if "-u" in args:
         print("JobID\n=====")
         for job in spool.all():
-            if job["state"] != "done":
+            if job["state"] not in ("done", "array"):
                 print(job["number"])
         return 0
     ids = [a for a in args if a.isdigit()]
@@ -498,8 +583,7 @@ def flux(spool: Spool, args: List[str]) -> int:
             subprocess.run(rest[2:], check=False)
         return 0
     if command == "cancel":
-        number = number_of("flux", rest[0])
-        outcome = "unknown" if number is None else cancel(spool, number)
+        outcome = cancel(spool, "flux", rest[0])
         if outcome != "ok":
             sys.stderr.write(f"flux-cancel: ERROR: {rest[0]}: "
                              f"{'job is inactive' if outcome == 'gone' else 'unknown job'}\n")
@@ -550,15 +634,14 @@ def main(argv: List[str]) -> int:
     if command == "qstat":
         if flavour == "pbs":
             return qstat_pbs(spool, [a for a in args if not a.startswith("-")
-                                     and a not in ("json",)])
+                                     and a not in ("json",)], "-t" in args)
         if flavour == "torque":
             return qstat_torque(spool, [a for a in args if not a.startswith("-")])
         return qstat_cobalt(spool, args)
     if command == "bjobs":
         return bjobs(spool, args)
     if command in ("qdel", "bkill"):
-        number = number_of(flavour, args[-1])
-        outcome = "unknown" if number is None else cancel(spool, number)
+        outcome = cancel(spool, flavour, args[-1])
         messages = {
             ("pbs", "gone"): (f"qdel: Job has finished {args[-1]}", 35),
             ("pbs", "unknown"): (f"qdel: Unknown Job Id {args[-1]}", 153),
@@ -578,7 +661,7 @@ def main(argv: List[str]) -> int:
         return 0
     if command == "qselect":
         for job in spool.all():
-            if job["state"] != "done":
+            if job["state"] not in ("done", "array"):
                 print(job["id"])
         return 0
     sys.stderr.write(f"{command}: not faked\n")

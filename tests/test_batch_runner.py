@@ -62,3 +62,17 @@ def test_fake_runner_records_calls_and_answers() -> None:
     assert fake.calls_to("squeue") == [("squeue",)]
     with pytest.raises(TypeError, match="responder"):
         FakeCommandRunner(lambda a, s: "bad").run(["x"], timeout=1)
+
+
+def test_a_command_that_closes_its_streams_still_times_out() -> None:
+    # Its output ends at once; the wait for its exit keeps the timeout.
+    start = time.monotonic()
+    r = SubprocessRunner().run(["sh", "-c", "exec >&- 2>&-; sleep 30"], timeout=0.5)
+    assert r.exit_code is None and "did not finish within 0.5 s" in str(r.failure)
+    assert time.monotonic() - start < 10
+
+
+def test_exit_codes_come_back_after_the_output_ended() -> None:
+    r = SubprocessRunner().run(["sh", "-c", "echo out; echo err >&2; exec >&- 2>&-; exit 7"],
+                               timeout=10)
+    assert (r.exit_code, r.stdout, r.stderr) == (7, "out\n", "err\n")

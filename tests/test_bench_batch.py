@@ -34,3 +34,20 @@ def test_every_status_command_asks_for_all_tracked_jobs(tmp_path: Path, measure:
     assert result["polls"] >= 2
     assert result["status_commands"] == result["polls"]
     assert result["per_interval"] == result["max_per_interval"] == 1
+
+
+@pytest.mark.slurm
+def test_submit_many_worker_sends_one_array(tmp_path: Path) -> None:
+    from test_batch_real import _scheduler_problem
+
+    problem = _scheduler_problem("slurm")
+    if problem is not None:
+        pytest.skip(problem)
+    result = run_worker(tmp_path, ["slurm-submit-many", "--jobs", "5", "--work",
+                                   str(tmp_path / "work")])
+    try:
+        assert result["arrays"] == 1 and result["jobs"] == 5
+        array = result["native_ids"][0].split("_")[0]
+        assert result["native_ids"] == [f"{array}_{i}" for i in range(5)]
+    finally:
+        subprocess.run(["scancel", result["native_ids"][0].split("_")[0]], check=False)

@@ -2,11 +2,11 @@
 
 import threading
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Set, Tuple
 
 from psij import _check
 from psij._lazylog import LazyLogger, configure_from_environment
-from psij.exceptions import InvalidJobException
+from psij.exceptions import InvalidJobException, SubmitManyException
 from psij.job import CallbackLike, Job, JobStatusCallback, as_callback
 from psij.job_executor_config import JobExecutorConfig
 from psij.job_launcher import Launcher, _plugin_name, _plugin_version
@@ -19,9 +19,21 @@ if TYPE_CHECKING:
 
     from psij.descriptor import Descriptor
 
-__all__ = ["JobExecutor"]
+__all__ = ["JobExecutor", "job_list"]
 
 logger = LazyLogger(__name__)
+
+
+def job_list(jobs: Iterable[Job]) -> List[Job]:
+    """The jobs given to ``submit_many`` as a list; TypeError naming the first that is not a
+    :class:`~psij.Job`, or when ``jobs`` is not an iterable of jobs."""
+    if isinstance(jobs, (str, bytes, Job)) or not hasattr(jobs, "__iter__"):
+        raise _check.fail_type("submit_many jobs", jobs, "an iterable of psij.Job")
+    listed = list(jobs)
+    for n, job in enumerate(listed):
+        if not isinstance(job, Job):
+            raise _check.fail_type(f"submit_many jobs[{n}]", job, "psij.Job")
+    return listed
 
 
 class JobExecutor(ABC):
@@ -81,6 +93,27 @@ class JobExecutor(ABC):
     @abstractmethod
     def submit(self, job: Job) -> None:
         """Submit ``job``; on return it is QUEUED (or further) and has a native id."""
+
+    def submit_many(self, jobs: Iterable[Job]) -> None:
+        """Submit every job of ``jobs``, as :meth:`submit` would one by one.
+
+        Batch executors whose scheduler has job arrays (slurm, sge, pbs, lsf) submit jobs that
+        differ only in arguments or environment as one array; the others submit the jobs in
+        order. A job that cannot be submitted does not stop the others: once all were tried,
+        :class:`~psij.exceptions.SubmitManyException` lists the failed ones (still NEW and
+        unbound) with their exceptions.
+        """
+        self._submit_each(job_list(jobs))
+
+    def _submit_each(self, jobs: List[Job]) -> None:
+        failures: List[Tuple[Job, BaseException]] = []
+        for job in jobs:
+            try:
+                self.submit(job)
+            except Exception as e:
+                failures.append((job, e))
+        if failures:
+            raise SubmitManyException(failures, len(jobs))
 
     @abstractmethod
     def cancel(self, job: Job) -> None:

@@ -10,6 +10,7 @@ answers from a function. Nothing else in the batch layer may start processes.
 """
 
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -89,7 +90,7 @@ class SubprocessRunner:
         if not args:
             raise ValueError("SubprocessRunner.run: argv is empty")
         try:
-            proc = subprocess.Popen(
+            proc = _Popen(
                 args, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._env,
                 start_new_session=True)
@@ -113,6 +114,27 @@ class SubprocessRunner:
             proc.wait()
             raise
         return CommandResult(args, proc.returncode, _text(out), _text(err))
+
+
+class _Popen(subprocess.Popen):  # type: ignore[type-arg]
+    """A Popen whose wait with a timeout sleeps until the child exits (on its pidfd) rather
+    than polling it every 0.5 to 50 ms, which cost each command about half a millisecond."""
+
+    def _wait(self, timeout: Optional[float]) -> Optional[int]:
+        if self.returncode is not None or timeout is None or not hasattr(os, "pidfd_open"):
+            return super()._wait(timeout)  # type: ignore[misc, no-any-return]
+        try:
+            fd = os.pidfd_open(self.pid)
+        except OSError:  # a kernel without pidfds
+            return super()._wait(timeout)  # type: ignore[misc, no-any-return]
+        try:
+            waiter = select.poll()
+            waiter.register(fd, select.POLLIN)
+            if not waiter.poll(max(0.0, timeout) * 1000):
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        finally:
+            os.close(fd)
+        return super()._wait(None)  # type: ignore[misc, no-any-return]
 
 
 def _kill_group(proc: "subprocess.Popen[bytes]") -> None:

@@ -27,7 +27,6 @@ Scheduler commands run only through the executor's ``CommandRunner``
 
 import io
 import logging
-import os
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import (
     Any,
     Collection,
     Dict,
+    Iterable,
     List,
     Optional,
     Pattern,
@@ -51,6 +51,8 @@ from psij._data import data_dir
 from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._staging import REPORT_SUFFIX
+from psij.executors.batch import _arrays
+from psij.executors.batch._arrays import ArrayStyle
 from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
 from psij.executors.batch._fallback import SchedulerFallbackWarning as SchedulerFallbackWarning
 from psij.executors.batch._fallback import local_fallback, not_found_hint
@@ -71,6 +73,7 @@ from psij.executors.batch._script_context import (
 )
 from psij.executors.batch._site_directives import ESCAPED, DirectiveRules, custom_attribute_items
 from psij.executors.batch._status_table import StateMap, parse_status_lines
+from psij.executors.batch._submit_io import run_submit
 from psij.executors.batch._tracking import (
     Event,
     MissingResolved,
@@ -164,6 +167,8 @@ class BatchSchedulerExecutor(JobExecutor):
     NO_JOBS_PATTERN: Optional[Pattern[str]] = None
     # How values and job names are written in directive lines.
     DIRECTIVES: DirectiveRules = ESCAPED
+    # How the scheduler writes and names job arrays (None: submit_many submits one by one).
+    ARRAYS: Optional[ArrayStyle] = None
 
     def __init__(self, url: Optional[str] = None,
                  config: Optional[JobExecutorConfig] = None) -> None:
@@ -321,12 +326,25 @@ class BatchSchedulerExecutor(JobExecutor):
         try:
             self._check_script_values(job, spec)
             context = self._create_script_context(job)
-            script = self._write_submit_script(job, context)
         except BaseException:
             job.executor = None
             raise
-        result = self._run(self.get_submit_command(job, script),
-                           stdin=self.get_submit_stdin(job, script))
+        self._submit_rendered(job, context)
+
+    def submit_many(self, jobs: Iterable[Job]) -> None:
+        """Submit ``jobs``, as job arrays where the scheduler has them (``ARRAYS``; see
+        :mod:`psij.executors.batch._arrays`)."""
+        _arrays.submit_many(self, jobs)
+
+    def _submit_rendered(self, job: Job, context: Dict[str, object]) -> None:
+        """Render the script of a checked, bound ``job`` and submit it."""
+        try:
+            out = io.StringIO()
+            self.generate_submit_script(job, context, out)
+            result, script = run_submit(self, job, out.getvalue())
+        except BaseException:
+            job.executor = None
+            raise
         if not result.ok:
             job.executor = None
             raise SubmitException(
@@ -352,8 +370,7 @@ class BatchSchedulerExecutor(JobExecutor):
         if result.exit_code is None and result.failure is not None \
                 and "could not be started" not in result.failure:
             return True
-        text = result.output
-        return any(marker in text for marker in self.TRANSIENT_SUBMIT_ERRORS)
+        return any(marker in result.output for marker in self.TRANSIENT_SUBMIT_ERRORS)
 
     def _check_script_values(self, job: Job, spec: JobSpec) -> None:
         """Fill in the site defaults the job lacks (``psij._site_config``), then refuse, before
@@ -365,17 +382,11 @@ class BatchSchedulerExecutor(JobExecutor):
         """``value`` as written inside a directive, or ValueError naming ``field``."""
         return self.DIRECTIVES.value(field, value)
 
-    def _write_submit_script(self, job: Job, context: Dict[str, object]) -> Path:
-        self._ensure_work_dir()
-        path = self.work_directory / f"{job.id}.job"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.SCRIPT_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            os.fchmod(fd, self.SCRIPT_MODE)  # exactly, whatever the umask or an older file
-            self.generate_submit_script(job, context, f)
-        return path
+    _work_dir_checked = False
 
     def _ensure_work_dir(self) -> None:
         ensure_private_dir(self.work_directory, "batch work directory", self.config.work_directory)
+        self._work_dir_checked = True
 
     def submit_script(self, job: Job) -> str:
         """The submit script ``job`` would get, without submitting it or binding the job.

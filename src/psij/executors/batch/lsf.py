@@ -24,8 +24,9 @@ Facts this module relies on (IBM Spectrum LSF 10.1 command reference):
 import json
 import math
 import re
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
 
+from psij.executors.batch._arrays import LSF_ARRAYS
 from psij.executors.batch._nice import LSF_NICE
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._site_directives import PLAIN_QUOTED
@@ -147,9 +148,11 @@ class LsfJobExecutor(BatchSchedulerExecutor):
     SUBMIT_COMMAND = ("bsub",)
     SCRIPT_ON_STDIN = True
     JOB_ID_PATTERN = re.compile(r"Job <(\d+)> is submitted")
+    ARRAYS = LSF_ARRAYS
     CANCEL_COMMAND = ("bkill",)
     CANCEL_GONE_PATTERN = re.compile(r"already finished|" + _NOT_FOUND.pattern, re.IGNORECASE)
-    STATUS_COMMAND = ("bjobs", "-a", "-o", "jobid stat exit_code exit_reason", "-json")
+    STATUS_COMMAND = ("bjobs", "-a", "-o", "jobid jobindex stat exit_code exit_reason",
+                      "-json")
     LIST_COMMAND = ("bjobs", "-a", "-noheader", "-o", "jobid")
     LIST_ID_PATTERN = re.compile(r"\d+")
     NO_JOBS_EXIT_CODES = (255,)
@@ -192,10 +195,21 @@ class LsfJobExecutor(BatchSchedulerExecutor):
                     check_status_exit_code("bjobs", exit_code or 1, str(record["ERROR"]))
                 continue  # a job LSF no longer knows: looked up by the base class
             native_id = str(record.get("JOBID", "")).strip()
-            if not native_id.isdigit():
+            index = str(record.get("JOBINDEX", "")).strip()
+            if native_id.isdigit() and index not in ("", "0"):
+                native_id = f"{native_id}[{index}]"  # an array's element
+            if not native_id.isdigit() and LSF_ARRAYS.split(native_id) is None:
                 raise ValueError(f"bjobs -json: a record without a job id: {record!r}")
             found[native_id] = lsf_status(record)
         return found
+
+    def get_status_command(self, native_ids: Collection[str]) -> List[str]:
+        # An array's id once: bjobs then shows each of its elements.
+        asked: Dict[str, None] = {}
+        for nid in native_ids:
+            element = LSF_ARRAYS.split(nid)
+            asked[nid if element is None else element[0]] = None
+        return [*self.STATUS_COMMAND, *asked]
 
 
 def _hours_minutes(seconds: float) -> str:

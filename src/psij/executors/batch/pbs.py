@@ -24,6 +24,7 @@ import json
 import re
 from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
 
+from psij.executors.batch._arrays import PBS_ARRAYS
 from psij.executors.batch._nice import PBS_NICE
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._site_directives import PLAIN
@@ -306,7 +307,18 @@ class PBSJobExecutor(GenericPBSJobExecutor):
     """
 
     _NAME_ = "pbs"
+    ARRAYS = PBS_ARRAYS
     STATUS_COMMAND = ("qstat", "-f", "-F", "json", "-x")
+
+    def get_status_command(self, native_ids: Collection[str]) -> List[str]:
+        # An array once (1234[].server) with -t, which adds its subjobs (1234[5].server).
+        asked: Dict[str, None] = {}
+        extra: List[str] = []
+        for nid in native_ids:
+            element = PBS_ARRAYS.split(nid)
+            asked[nid if element is None else element[0]] = None
+            extra = extra if element is None else ["-t"]
+        return [*self.STATUS_COMMAND, *extra, *asked]
 
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         document, errors = _split_json_and_errors(out)

@@ -7,11 +7,15 @@ use: ``TemplatedScriptGenerator(config, template_path, escape=...)`` and
 placed inside double quotes and launch-command words placed unquoted); ``{{{value}}}`` is never
 used by the shipped templates. Partials (``{{> name}}``) are looked up next to the template
 first, then among the templates shipped with psij, so plugin templates can reuse the shared
-parts. This module renders text; it never writes files other than ``out`` nor runs commands.
+parts. They are read and put in place once, when the generator is made (a standalone tag's
+indentation goes before each line of the partial, as Mustache renders it), so rendering a job
+reads no file and parses nothing. This module renders text; it never writes files other than
+``out`` nor runs commands.
 """
 
+import re
 from pathlib import Path
-from typing import IO, Callable, Dict, List, Optional, Union
+from typing import IO, Callable, Dict, List, Optional, Sequence, Union
 
 import pystache  # type: ignore[import-untyped]
 
@@ -20,7 +24,7 @@ from psij.executors.batch.escape_functions import bash_escape
 from psij.job import Job
 from psij.job_executor_config import JobExecutorConfig
 
-__all__ = ["SubmitScriptGenerator", "TemplatedScriptGenerator"]
+__all__ = ["SubmitScriptGenerator", "TemplatedScriptGenerator", "inline_partials"]
 
 
 class SubmitScriptGenerator:
@@ -48,12 +52,13 @@ class TemplatedScriptGenerator(SubmitScriptGenerator):
             raise FileNotFoundError(f"submit-script template {path} cannot be read: "
                                     f"{e.strerror or e}") from e
         self.template_path = path
-        self.template = pystache.parse(text)
-        search: List[str] = [str(path.parent)]
+        self.escape = escape
+        search: List[Path] = [path.parent]
         shipped = _shipped_templates()
         if shipped is not None and shipped != path.parent:
-            search.append(str(shipped))
-        self.renderer = pystache.Renderer(escape=escape, search_dirs=search,
+            search.append(shipped)
+        self.template = pystache.parse(inline_partials(text, search))
+        self.renderer = pystache.Renderer(escape=escape, search_dirs=[str(d) for d in search],
                                           file_extension="mustache", missing_tags="ignore")
 
     def generate_submit_script(self, job: Job, context: Dict[str, object], out: IO[str]) -> None:
@@ -63,6 +68,36 @@ class TemplatedScriptGenerator(SubmitScriptGenerator):
         """The script text for ``context``."""
         text: str = self.renderer.render(self.template, context)
         return text
+
+
+_STANDALONE_PARTIAL = re.compile(r"^([ \t]*)\{\{>\s*([^}\s]+)\s*\}\}[ \t]*(?:\r?\n|\Z)",
+                                 re.MULTILINE)
+_INLINE_PARTIAL = re.compile(r"\{\{>\s*([^}\s]+)\s*\}\}")
+_NON_BLANK_LINE = re.compile(r"^(.+)$", re.MULTILINE)
+_PARTIAL_DEPTH = 10
+
+
+def inline_partials(text: str, search: Sequence[Path], depth: int = 0) -> str:
+    """``text`` with each ``{{> name}}`` replaced by the partial ``name.mustache`` found first
+    in ``search`` (its own partials in place too); a partial found nowhere is left out, as
+    the renderer does with missing tags. Raises ValueError for partials nested too deep (a
+    partial that includes itself)."""
+    if depth > _PARTIAL_DEPTH:
+        raise ValueError(f"template partials nest more than {_PARTIAL_DEPTH} deep (one of them "
+                         "includes itself?)")
+
+    def load(name: str) -> str:
+        for folder in search:
+            candidate = folder / f"{name}.mustache"
+            if candidate.is_file():
+                return inline_partials(candidate.read_text(encoding="utf-8"), search, depth + 1)
+        return ""
+
+    def standalone(match: "re.Match[str]") -> str:
+        return _NON_BLANK_LINE.sub(lambda m: match.group(1) + m.group(1), load(match.group(2)))
+
+    text = _STANDALONE_PARTIAL.sub(standalone, text)
+    return _INLINE_PARTIAL.sub(lambda m: load(m.group(1)), text)
 
 
 def _shipped_templates() -> Optional[Path]:

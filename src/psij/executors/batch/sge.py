@@ -10,6 +10,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
+from psij.executors.batch._arrays import SGE_ARRAYS, expand_index_list
 from psij.executors.batch._nice import SGE_NICE
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._site_directives import PLAIN
@@ -106,6 +107,7 @@ class SgeJobExecutor(BatchSchedulerExecutor):
     NICE = SGE_NICE  # use_nice (see psij.executors.batch._nice)
     SUBMIT_COMMAND = ("qsub", "-terse")
     JOB_ID_PATTERN = re.compile(r"(\d+)(?:\.[\d:-]+)?\s*$")
+    ARRAYS = SGE_ARRAYS
     CANCEL_COMMAND = ("qdel",)
     CANCEL_GONE_PATTERN = re.compile("does not exist")
     # qstat cannot select jobs by id in its list view; it lists this user's jobs.
@@ -139,11 +141,28 @@ class SgeJobExecutor(BatchSchedulerExecutor):
             state = entry.findtext("state")
             if number is None or state is None or not number.strip().isdigit():
                 raise ValueError("qstat -xml: a job entry without a job number or state")
-            found[number.strip()] = sge_status(state.strip())
+            # An array's task: its index, or its pending tasks together ("7-500:1").
+            tasks = (entry.findtext("tasks") or "").strip()
+            status = sge_status(state.strip())
+            if not tasks:
+                found[number.strip()] = status
+            for index in expand_index_list(tasks) if tasks else ():
+                found[f"{number.strip()}.{index}"] = status
         return found
 
+    def get_cancel_command(self, native_id: str) -> List[str]:
+        element = SGE_ARRAYS.split(native_id)
+        if element is None:
+            return ["qdel", native_id]
+        return ["qdel", element[0], "-t", str(element[1])]
+
     def get_accounting_commands(self, native_ids: Sequence[str]) -> List[List[str]]:
-        return [["qacct", "-j", nid] for nid in native_ids]
+        commands = []
+        for nid in native_ids:
+            element = SGE_ARRAYS.split(nid)
+            commands.append(["qacct", "-j", nid] if element is None
+                            else ["qacct", "-j", element[0], "-t", str(element[1])])
+        return commands
 
     def parse_accounting_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         if exit_code != 0 and "not found" in out:
@@ -157,8 +176,9 @@ class SgeJobExecutor(BatchSchedulerExecutor):
                 if match is not None:
                     fields.setdefault(match.group(1), match.group(2))
             number = fields.get("jobnumber", "").strip()
+            task = fields.get("taskid", "").strip()  # "undefined" unless an array's task
             if number.isdigit():
-                found[number] = qacct_status(fields)
+                found[f"{number}.{task}" if task.isdigit() else number] = qacct_status(fields)
         return found
 
     def parse_list_output(self, out: str) -> List[str]:

@@ -10,6 +10,7 @@ import re
 from datetime import timedelta
 from typing import Collection, Dict, List, Optional, Sequence, Tuple
 
+from psij.executors.batch._arrays import SLURM_ARRAYS, expand_index_list
 from psij.executors.batch._nice import SLURM_NICE
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
@@ -73,9 +74,31 @@ _REASON_MESSAGES = {
     "InactiveLimit": "the job reached the cluster's InactiveLimit (reason InactiveLimit)",
 }
 
-_STATUS_LINE = re.compile(r"(\d+)\|([A-Z_]+)\|(.*)")
-# JobIDRaw is "<id>" for the allocation, "<id>.<step>" for its steps (batch, extern, 0, ...).
-_ACCT_LINE = re.compile(r"(\d+)(?:\.([^|]+))?\|([A-Z_]+)(?: by \d+)?\|(\d+):(\d+)\|(.*)")
+# An array's elements are "<array id>_<index>"; its pending ones may be shown together as
+# "<array id>_[<index list>]" (with "%<limit>" at the end of the list).
+_STATUS_LINE = re.compile(r"(\d+(?:_\d+|_\[[^]]*\])?)\|([A-Z_]+)\|(.*)")
+# JobID is "<id>" (or "<array id>_<index>") for the allocation, "<id>.<step>" for its steps
+# (batch, extern, 0, ...).
+_ACCT_LINE = re.compile(
+    r"(\d+(?:_\d+|_\[[^]]*\])?)(?:\.([^|]+))?\|([A-Z_]+)(?: by \d+)?\|(\d+):(\d+)\|(.*)")
+
+
+def _element_ids(shown: str) -> List[str]:
+    """The native ids a squeue/sacct job id stands for (an array's pending elements are
+    shown together as ``123_[4-9]``)."""
+    base, bracket, rest = shown.partition("_[")
+    if not bracket:
+        return [shown]
+    return [f"{base}_{index}" for index in expand_index_list(rest.rstrip("]"))]
+
+
+def _queried_ids(native_ids: Collection[str]) -> List[str]:
+    """The ids to ask squeue/sacct about: an array's id once for all its elements."""
+    seen: Dict[str, None] = {}
+    for nid in native_ids:
+        split = SLURM_ARRAYS.split(nid)
+        seen[split[0] if split is not None else nid] = None
+    return list(seen)
 
 
 def slurm_status(native_state: str, reason: Optional[str],
@@ -133,18 +156,22 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
     )
     TEMPLATE = "slurm.mustache"
     NICE = SLURM_NICE  # use_nice (see psij.executors.batch._nice)
+    # The script on sbatch's standard input: no file is written for a job submitted well.
     SUBMIT_COMMAND = ("sbatch", "--parsable")
+    SCRIPT_ON_STDIN = True
     JOB_ID_PATTERN = re.compile(r"(\d+)(?:;\S*)?\s*$")
+    ARRAYS = SLURM_ARRAYS
     CANCEL_COMMAND = ("scancel",)
     CANCEL_GONE_PATTERN = re.compile("Invalid job id|already completing or completed")
-    LIST_COMMAND = ("squeue", "--me", "--noheader", "--states=all", "--format=%i")
+    LIST_COMMAND = ("squeue", "--me", "--noheader", "--states=all", "--array", "--format=%i")
     # squeue fails this way when the only job asked for has been purged: no rows.
     NO_JOBS_EXIT_CODES = (1,)
     NO_JOBS_PATTERN = re.compile("Invalid job id specified")
 
     def get_status_command(self, native_ids: Collection[str]) -> List[str]:
-        return ["squeue", "--noheader", "--states=all", "--jobs=" + ",".join(native_ids),
-                "--format=%i|%T|%r"]
+        # --array: one line per array element (pending ones too).
+        return ["squeue", "--noheader", "--states=all", "--array",
+                "--jobs=" + ",".join(_queried_ids(native_ids)), "--format=%i|%T|%r"]
 
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         check_status_exit_code("squeue", exit_code, out)
@@ -156,14 +183,17 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
             match = _STATUS_LINE.fullmatch(line)
             if match is None:
                 raise ValueError(f"unexpected squeue output line {line!r}")
-            native_id, native_state, reason = match.groups()
-            found[native_id] = slurm_status(native_state, reason)
+            shown, native_state, reason = match.groups()
+            for native_id in _element_ids(shown):
+                found[native_id] = slurm_status(native_state, reason)
         return found
 
     def get_accounting_commands(self, native_ids: Sequence[str]) -> List[List[str]]:
         # Not --allocations: the batch step's line is needed too (see _accounting_exit_code).
+        # sacct shows an array's elements as <array id>_<index> (its JobID) by itself.
         return [["sacct", "--noheader", "--parsable2",
-                 "--jobs=" + ",".join(native_ids), "--format=JobIDRaw,State,ExitCode,Reason"]]
+                 "--jobs=" + ",".join(_queried_ids(native_ids)),
+                 "--format=JobID,State,ExitCode,Reason"]]
 
     def parse_accounting_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         # Without slurmdbd sacct exits 1: "Slurm accounting storage is disabled".
@@ -178,6 +208,8 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
             if match is None:
                 raise ValueError(f"unexpected sacct output line {line!r}")
             native_id, step, native_state, code, sig, reason = match.groups()
+            if "[" in native_id:
+                continue  # an array's elements that have not started: nothing final yet
             if step is None:
                 allocations[native_id] = (native_state, int(code), int(sig), reason)
             elif step == "batch":

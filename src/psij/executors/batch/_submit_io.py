@@ -1,0 +1,59 @@
+"""Writing a batch job's submit script and running its submit command.
+
+A scheduler that reads the script on its standard input (``SCRIPT_ON_STDIN``: Slurm's
+``sbatch``, LSF's ``bsub``) gets it from memory, and the file ``<job.id>.job`` is written only
+when the submission failed (so that the error can name it) or with ``keep_files``; other
+schedulers get the path of the file, written first (0600, or the executor's ``SCRIPT_MODE``).
+The work directory is checked once per executor, and again if it has vanished since. Commands
+run only through the executor's runner.
+"""
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Tuple
+
+from psij.executors.batch._runner import CommandResult
+from psij.job import Job
+
+if TYPE_CHECKING:
+    from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
+
+__all__ = ["run_submit", "write_script"]
+
+
+def run_submit(executor: "BatchSchedulerExecutor", job: Job,
+               text: str) -> Tuple[CommandResult, Path]:
+    """Run the submit command for ``text``, the script of ``job``; the result and the path
+    of the script (which exists only if it was written, see the module's docstring)."""
+    from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
+
+    path = executor.work_directory / f"{job.id}.job"
+    in_memory = (executor.SCRIPT_ON_STDIN and not executor.batch_config.keep_files
+                 and type(executor).get_submit_stdin is BatchSchedulerExecutor.get_submit_stdin)
+    if in_memory:
+        if not executor._work_dir_checked:
+            executor._ensure_work_dir()  # the job writes its files there
+    else:
+        write_script(executor, job, text)
+    result = executor._run(executor.get_submit_command(job, path),
+                           stdin=text if in_memory else executor.get_submit_stdin(job, path))
+    if in_memory and not (result.ok and result.stdout.strip()):
+        write_script(executor, job, text)  # kept for the failure message
+    return result, path
+
+
+def write_script(executor: "BatchSchedulerExecutor", job: Job, text: str) -> Path:
+    """Write ``text`` as the submit script of ``job``: ``<work directory>/<job.id>.job``."""
+    if not executor._work_dir_checked:
+        executor._ensure_work_dir()
+    path = executor.work_directory / f"{job.id}.job"
+    mode = executor.SCRIPT_MODE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    except FileNotFoundError:  # removed since it was checked: made and checked again
+        executor._ensure_work_dir()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(fd, mode)  # exactly, whatever the umask or an older file
+        f.write(text)
+    return path
