@@ -118,11 +118,19 @@ def run_store(work_directory: Path) -> Optional[Store]:
     registry cannot be opened (said once per file; the executor then keeps journal files)."""
     if not _state["enabled"]:
         return None
+    store = _RUN_STORES.get(work_directory)
+    if store is not None:
+        return store
     try:
-        return _open(work_directory)
+        store = _RUN_STORES[work_directory] = _open(work_directory)
+        return store
     except Exception as ex:
         _warn_once(str(work_directory), ex)
         return None
+
+
+# Opened registries by work directory as given (a spawn asks at every job).
+_RUN_STORES: Dict[Path, Store] = {}
 
 
 def record_run(store: Store, run: RunRecord, fallback: Callable[[RunRecord], None]) -> None:
@@ -317,6 +325,7 @@ def _flush_at_exit() -> None:
 def _after_fork_in_child() -> None:
     # SQLite connections must not be used across fork; the child opens its own.
     forget_stores()
+    _RUN_STORES.clear()
     _WRITER.after_fork()
 
 

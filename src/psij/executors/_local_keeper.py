@@ -64,7 +64,7 @@ _JOURNAL_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_C
 _MAX_OPEN = 32
 _BATCH_SECONDS = 0.05  # records wait at most this long for a commit
 _IDLE_SECONDS = 0.005  # or this long without anything else to do
-_LOCK_WAIT_MS = 200  # a locked registry delays the loop this long, then is tried again later
+_RETRY_SECONDS = 0.01  # a registry locked by another writer is tried again after this long
 _FINAL_LOCK_WAIT_MS = 60000  # when the keeper ends: then the records go to the journal
 # As psij._registry_store.RUN_SQL has them (parameters pid, start, text, updated).
 _RUN_SQL = {
@@ -347,10 +347,10 @@ class Keeper:
                 continue
             except Exception as ex:  # this registry only: the others are written
                 busy = "locked" in str(ex) or "busy" in str(ex)
-                if busy and not final:
+                if busy and not final:  # the loop never waits for a lock: spawns would wait
                     self.runs.setdefault(registry, []).extend(batch)
                     self.orphaned += [(registry, job_id, code) for job_id, code in ended]
-                    self.since = time.monotonic()
+                    self.since = time.monotonic() - _BATCH_SECONDS + _RETRY_SECONDS
                     continue
                 self.broken.setdefault(registry, str(ex))
                 self.note(f"keeper: registry {registry}: {ex}; local job records go to "
@@ -377,7 +377,7 @@ class Keeper:
             conn = sqlite3.connect(registry, timeout=0, isolation_level=None)
             conn.execute("PRAGMA synchronous=NORMAL")  # WAL: no fsync per commit
             self.conns[registry] = conn
-        conn.execute(f"PRAGMA busy_timeout = {_FINAL_LOCK_WAIT_MS if final else _LOCK_WAIT_MS}")
+        conn.execute(f"PRAGMA busy_timeout = {_FINAL_LOCK_WAIT_MS if final else 0}")
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
         try:
