@@ -169,7 +169,7 @@ class _Run:
         self.job = job
         self.job_dir = job_dir
         self.pid: Optional[int] = None
-        self.start: Optional[str] = None  # kernel start time, journaled with the pid
+        self.start: Optional[str] = None  # kernel start time, recorded with the pid
         self.launcher: Optional[Launcher] = None
         self.launcher_out: Optional[str] = None
         self.limit: Optional[TimeLimit] = None
@@ -244,7 +244,7 @@ class LocalJobExecutor(JobExecutor):
 
     def _ensure_dir(self) -> None:
         if not self._dir_ready:
-            ensure_private_dir(self._dir, "local journal directory", self.config.work_directory)
+            ensure_private_dir(self._dir, "local executor directory", self.config.work_directory)
             self._dir_ready = True
 
     def _prepare(self, job: Job, spec: JobSpec) -> Tuple[_Run, "_Prepared"]:
