@@ -4,6 +4,7 @@ keeper that dies is reported and replaced."""
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import psij.registry
 from psij import Job, JobExecutor, JobSpec, JobState
+from psij.executors._keeper_client import flush_keepers
 from psij.job_executor_config import JobExecutorConfig
 
 SUBMIT_AND_EXIT = textwrap.dedent("""
@@ -157,8 +159,34 @@ def test_one_keeper_serves_every_work_directory_of_a_process(tmp_path: Path) -> 
         parents.add(_parent(int(job.native_id)))
         status = job.wait()
         assert status is not None and status.exit_code == i
-        [journal] = (wd / "local").glob("*.journal")
-        lines = journal.read_text().splitlines()
-        assert [line.split()[0] for line in lines] == ["S", "E"] and lines[1].endswith(f" {i}")
-        assert lines[0].endswith(job.id)
+        # Recorded in the work directory's registry, none in a journal file.
+        flush_keepers()
+        assert list((wd / "local").glob("*.journal")) == []
+        with sqlite3.connect(wd / "jobs.sqlite") as conn:
+            rows = conn.execute("SELECT pid, job_id, exit_code, ended, canceled "
+                                "FROM local_runs").fetchall()
+        assert rows == [(int(job.native_id), job.id, i, 1, 0)]
     assert len(parents) == 1 and os.getpid() not in parents
+
+
+def test_the_keeper_records_a_burst_of_jobs_in_a_few_transactions(tmp_path: Path) -> None:
+    ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=tmp_path))
+    jobs = [Job(JobSpec("/bin/sleep", ["600"])) for _ in range(200)]
+    try:
+        for job in jobs:
+            ex.submit(job)
+        flush_keepers()
+        with sqlite3.connect(tmp_path / "jobs.sqlite") as conn:
+            rows = conn.execute("SELECT pid, job_id, updated FROM local_runs").fetchall()
+    finally:
+        for job in jobs:
+            job.cancel()
+    assert sorted((pid, job_id) for pid, job_id, _ in rows) == \
+        sorted((int(j.native_id or 0), j.id) for j in jobs)
+    # One time per transaction: the 200 starts took far fewer commits than jobs.
+    commits = len({updated for _, _, updated in rows})
+    print(f"200 job starts recorded in {commits} transaction(s)")
+    assert commits <= 40, commits
+    for job in jobs:
+        status = job.wait()
+        assert status is not None and status.state is JobState.CANCELED

@@ -14,6 +14,10 @@ status changes are cheap to lose (re-attaching asks the executor for the real st
 :func:`flush` waits for the queue to be written; ``psij submit`` calls it before it prints the
 job id.
 
+The local executor's run records (:func:`record_run`) go through the same thread and
+transactions; a record that cannot be written is handed back to the caller's fallback (which
+appends it to a journal file), so none is lost.
+
 Recording never fails a job: a registry that cannot be written is reported once per file on the
 ``psij.registry`` logger and the job goes on. Nothing here runs user callbacks.
 """
@@ -24,12 +28,13 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 from psij._lazylog import LazyLogger
 from psij._registry_store import (
     RegistryError,
     Row,
+    RunRecord,
     Store,
     Update,
     forget_stores,
@@ -41,7 +46,7 @@ if TYPE_CHECKING:
     from psij.job import Job
     from psij.job_executor import JobExecutor
 
-__all__ = ["TAG_ATTR", "enabled", "flush", "record", "set_enabled"]
+__all__ = ["TAG_ATTR", "enabled", "flush", "record", "record_run", "run_store", "set_enabled"]
 
 logger = LazyLogger("psij.registry")
 
@@ -108,6 +113,31 @@ def _open(work_directory: Path) -> Store:
         raise
 
 
+def run_store(work_directory: Path) -> Optional[Store]:
+    """The registry the local executor records its runs in: None when recording is off or the
+    registry cannot be opened (said once per file; the executor then keeps journal files)."""
+    if not _state["enabled"]:
+        return None
+    store = _RUN_STORES.get(work_directory)
+    if store is not None:
+        return store
+    try:
+        store = _RUN_STORES[work_directory] = _open(work_directory)
+        return store
+    except Exception as ex:
+        _warn_once(str(work_directory), ex)
+        return None
+
+
+# Opened registries by work directory as given (a spawn asks at every job).
+_RUN_STORES: Dict[Path, Store] = {}
+
+
+def record_run(store: Store, run: RunRecord, fallback: Callable[[RunRecord], None]) -> None:
+    """Queue a local run record; ``fallback`` gets it if it cannot be written."""
+    _WRITER.put((store, None, None, (run, fallback)))
+
+
 def _warn_once(where: str, ex: Exception) -> None:
     key = (where, type(ex).__name__)
     if key not in _warned:
@@ -139,8 +169,9 @@ def _spec_text(job: "Job") -> Optional[str]:
 # One encoder for every spec (json.dumps with an option makes a new one per call).
 _ENCODER = json.JSONEncoder(allow_nan=False)
 
-# A queued change: (store, job, identity or None for an update, the status values)
-_Change = Tuple[Store, "Job", Optional[Identity], Tuple[Any, ...]]
+# A queued change: (store, job, identity or None for an update, the status values), or
+# (store, None, None, (local run record, its fallback)).
+_Change = Tuple[Store, Optional["Job"], Optional[Identity], Tuple[Any, ...]]
 
 
 def record(executor: "JobExecutor", job: "Job") -> None:
@@ -218,11 +249,15 @@ class _Writer:
         # A job whose row is new in this batch gets one insert with its latest status.
         new: Dict[int, Dict[Job, Tuple[Identity, Tuple[Any, ...]]]] = {}
         updates: Dict[int, List[Update]] = {}
+        runs: Dict[int, List[Tuple[RunRecord, Callable[[RunRecord], None]]]] = {}
         stores: Dict[int, Store] = {}
         for store, job, identity, values in batch:
             key = id(store)
             stores[key] = store
             rows = new.setdefault(key, {})
+            if job is None:
+                runs.setdefault(key, []).append((values[0], values[1]))
+                continue
             try:
                 if identity is not None:
                     rows[job] = (identity, values)
@@ -233,13 +268,19 @@ class _Writer:
             except Exception:
                 logger.exception("job %s: could not be recorded", job.id)
         for key, store in stores.items():
+            store_runs = runs.get(key, [])
             try:
                 prune_once(store)
                 store.write([_row(job, identity, values)
                              for job, (identity, values) in new[key].items()],
-                            updates.get(key, []))
+                            updates.get(key, []), [run for run, _ in store_runs])
             except Exception as ex:
                 _warn_once(str(store.path), ex)
+                for run, fallback in store_runs:
+                    try:
+                        fallback(run)
+                    except Exception:
+                        logger.exception("a local run record could not be kept")
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Wait until every queued change is committed; False if ``timeout`` passed first."""
@@ -284,6 +325,7 @@ def _flush_at_exit() -> None:
 def _after_fork_in_child() -> None:
     # SQLite connections must not be used across fork; the child opens its own.
     forget_stores()
+    _RUN_STORES.clear()
     _WRITER.after_fork()
 
 

@@ -10,6 +10,11 @@ Nothing here ever deletes, truncates or rewrites a file it cannot read: a file t
 SQLite database, or a damaged one, raises :class:`RegistryError` naming the file and is left as
 it is for the user to inspect or move away.
 
+The same file holds the local executor's record of the processes it started (table
+``local_runs``, one row per process: pid, kernel start time, job id, exit code, whether it was
+cancelled), written by :mod:`psij.executors._local_keeper` and :mod:`psij.executors.local` and
+read by the local executor's ``list()`` and ``attach()``.
+
 This module does no recording policy (which jobs, when): see :mod:`psij._registry_recorder`.
 ``import psij`` does not load it (it imports :mod:`sqlite3`).
 """
@@ -24,8 +29,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from psij._lazylog import LazyLogger
 from psij._private_dirs import check_private_file, ensure_private_dir
 
-__all__ = ["FILE_NAME", "LOCK_WAIT_SECONDS", "RegistryError", "Row", "Store", "forget_stores",
-           "open_store", "prune_once", "registry_path", "set_prune_age"]
+__all__ = ["FILE_NAME", "LOCK_WAIT_SECONDS", "RUN_SQL", "RegistryError", "Row", "RunRecord",
+           "Store", "forget_stores", "open_store", "prune_once", "registry_path",
+           "set_prune_age"]
 
 logger = LazyLogger("psij.registry")
 
@@ -63,6 +69,37 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_by_tag ON jobs(tag) WHERE tag IS NOT NULL;
 """
+
+# The local executor's processes (a row with no job id only notes a cancel by another process).
+RUNS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS local_runs (
+    pid INTEGER NOT NULL,
+    start TEXT NOT NULL,
+    job_id TEXT,
+    exit_code INTEGER,
+    ended INTEGER NOT NULL DEFAULT 0,
+    canceled INTEGER NOT NULL DEFAULT 0,
+    updated REAL NOT NULL,
+    PRIMARY KEY (pid, start)
+);
+"""
+RUN_COLUMNS = ("pid", "start", "job_id", "exit_code", "ended", "canceled")
+
+# A local run's records, as the journal files have them: kind (S: started as job ``text``, E:
+# ended with exit code ``text``, empty if unknown, a " canceled" after it if cancelled, C:
+# cancelled by another process), pid, start, text.
+RunRecord = Tuple[str, int, str, str]
+# (kind, SQL with parameters pid, start, text, updated); the keeper holds the same statements.
+RUN_SQL = {
+    "S": "INSERT INTO local_runs (pid, start, job_id, updated) VALUES (?, ?, ?, ?) "
+         "ON CONFLICT(pid, start) DO UPDATE SET job_id = excluded.job_id, "
+         "updated = excluded.updated",
+    "E": "UPDATE local_runs SET ended = 1, exit_code = CAST(nullif(substr(?3 || ' ', 1, "
+         "instr(?3 || ' ', ' ') - 1), '') AS INTEGER), canceled = max(canceled, "
+         "?3 LIKE '% canceled'), updated = ?4 WHERE pid = ?1 AND start = ?2",
+    "C": "INSERT INTO local_runs (pid, start, canceled, updated) VALUES (?1, ?2, 1, ?4) "
+         "ON CONFLICT(pid, start) DO UPDATE SET canceled = 1, updated = excluded.updated",
+}
 
 # The first write of a job in a process: a new row, or (a job attached again) the status
 # columns of the existing row, never moving its state backwards.
@@ -136,15 +173,27 @@ class Store:
 
     # -- writing ----------------------------------------------------------------------------
 
-    def write(self, rows: Sequence[Row], updates: Sequence[Update]) -> None:
-        """New rows (or jobs attached again), then status changes, in one transaction."""
+    def write(self, rows: Sequence[Row], updates: Sequence[Update],
+              runs: Sequence[RunRecord] = ()) -> None:
+        """New rows (or jobs attached again), then status changes, then local run records,
+        in one transaction."""
         def run(conn: sqlite3.Connection) -> None:
             with conn:
                 if rows:
                     conn.executemany(_UPSERT, rows)
                 if updates:
                     conn.executemany(_UPDATE, updates)
+                now = time.time()
+                for kind, pid, start, text in runs:
+                    conn.execute(RUN_SQL[kind], (pid, start, text, now))
         self._call("record jobs", run)
+
+    def local_runs(self) -> List[Row]:
+        """Every local run (:data:`RUN_COLUMNS`), oldest first."""
+        def run(conn: sqlite3.Connection) -> List[Row]:
+            return conn.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM local_runs "
+                                "ORDER BY rowid").fetchall()
+        return self._call("read local runs", run)
 
     def prune(self, older_than_seconds: float, now: Optional[float] = None,
               wait: float = LOCK_WAIT_SECONDS) -> int:
@@ -153,6 +202,7 @@ class Store:
 
         def run(conn: sqlite3.Connection) -> int:
             with conn:
+                conn.execute("DELETE FROM local_runs WHERE updated < ?", (limit,))
                 return conn.execute("DELETE FROM jobs WHERE final = 1 AND updated < ?",
                                     (limit,)).rowcount
         return self._call("prune old jobs", run, wait)
@@ -287,11 +337,18 @@ def _open(path: Path) -> Store:
         c.execute("PRAGMA synchronous=NORMAL")
         found = [r[1] for r in c.execute("PRAGMA table_info(jobs)")]
         if not found:
-            c.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+            c.executescript("BEGIN IMMEDIATE;" + _SCHEMA + RUNS_SCHEMA + "COMMIT;")
             found = [r[1] for r in c.execute("PRAGMA table_info(jobs)")]
         if tuple(found) != COLUMNS:
             raise sqlite3.DatabaseError(f"its 'jobs' table has columns {found}, not "
                                         f"{list(COLUMNS)}")
+        runs = [r[1] for r in c.execute("PRAGMA table_info(local_runs)")]
+        if not runs:  # a registry made by an earlier version
+            c.executescript("BEGIN IMMEDIATE;" + RUNS_SCHEMA + "COMMIT;")
+            runs = [r[1] for r in c.execute("PRAGMA table_info(local_runs)")]
+        if tuple(runs[:len(RUN_COLUMNS)]) != RUN_COLUMNS:
+            raise sqlite3.DatabaseError(f"its 'local_runs' table has columns {runs}, not "
+                                        f"{list(RUN_COLUMNS)} and 'updated'")
 
     try:
         store._call("open it", setup)

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple
 from psij._lazylog import LazyLogger
 from psij.executors._process import LaunchError
 
-__all__ = ["Keeper", "forget_keepers", "keeper_for"]
+__all__ = ["Keeper", "flush_keepers", "forget_keepers", "keeper_for"]
 
 logger = LazyLogger(__name__)
 
@@ -102,14 +102,16 @@ class Keeper:
                 raise EOFError("the keeper closed its socket")
 
     def spawn(self, program: str, argv: List[str], directory: str, env: Dict[str, str],
-              streams: Tuple[int, int, int], job_id: str, journal: str, registry: str
-              ) -> int:
-        """The pid of the started program (the keeper journals it in ``journal``, and records
-        its end in ``registry`` if this process is gone by then); LaunchError as ``Spawner``
-        raises it when it could not start, KeeperGone when the keeper could not be asked."""
+              streams: Tuple[int, int, int], job_id: str, journal: str, registry: str,
+              in_registry: bool = False) -> int:
+        """The pid of the started program (the keeper records its start and end in
+        ``registry`` if ``in_registry``, else or if it cannot, in the journal file ``journal``,
+        and records its final state in ``registry`` if this process is gone by then);
+        LaunchError as ``Spawner`` raises it when it could not start, KeeperGone when the
+        keeper could not be asked."""
         fds = [self._devnull if fd == subprocess.DEVNULL else fd for fd in streams]
-        reply = self._ask(("spawn", program, argv, directory, env, job_id, journal, registry),
-                          fds)
+        reply = self._ask(("spawn", program, argv, directory, env, job_id, journal, registry,
+                           bool(in_registry)), fds)
         if reply[0] == "ok":
             return int(reply[1])
         code = int(reply[1])
@@ -128,6 +130,13 @@ class Keeper:
             return bool(self._ask(("signal", pgid, signum), [])[1])
         except KeeperGone:
             return False
+
+    def flush(self) -> None:
+        """Wait until the keeper has committed the records of the jobs it started so far."""
+        try:
+            self._ask(("flush",), [])
+        except KeeperGone:
+            pass
 
     def gone(self) -> None:
         """Its exit reports ended: the keeper is dead (its jobs' codes are lost)."""
@@ -168,6 +177,14 @@ def keeper_for(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
         keeper.watch = watch  # held: the id in the key is not given to another watch
         _KEEPERS[key] = keeper
         return keeper
+
+
+def flush_keepers() -> None:
+    """Let this process's keepers commit what they recorded (before reading the records)."""
+    pid = os.getpid()
+    for (owner, _), keeper in list(_KEEPERS.items()):
+        if owner == pid and keeper.alive:
+            keeper.flush()
 
 
 def forget_keepers() -> None:

@@ -1,18 +1,24 @@
-"""The local executor's journals: which jobs were started, as which process, and how they ended.
+"""The local executor's record of its runs: which jobs were started, as which process, and how
+they ended, so that ``list()`` and ``attach()`` of any executor instance, in any process, see
+every job.
 
-Each process appends to a journal of its own in ``<work_directory>/local/``, shared by every
-local executor instance of the process with that work directory (so executors made one per job
-leave one file, not one each), opened on the first job it starts: a line
+Where the records go: the job registry of the work directory (table ``local_runs`` of
+``<work_directory>/jobs.sqlite``, see :mod:`psij._registry_store`), one store per user whatever
+the number of processes and executor instances, written in batched transactions (by the
+process's keeper, ``_local_keeper``, for the jobs it starts, and through the registry's writer
+thread, :func:`psij._registry_recorder.record_run`, for the others). When recording in the
+registry is off or the registry cannot be written, they go to a journal file instead: one per
+process in ``<work_directory>/local/`` (created on its first record), shared by every local
+executor instance of the process with that work directory, holding lines
 ``S <pid> <start> <job id>`` when a job starts (``start`` is the kernel's start time of the
-process, which tells a reused pid apart) and ``E <pid> <start> <exit code>[ canceled]`` when it
-ends, so that ``list()`` and ``attach()`` of any instance, in any process, see every job. The
-lines of the jobs a process starts are written by its keeper (``_local_keeper``), which
-outlives it; a process that cancels a job another one started writes
-``C <pid> <start> canceled``.
+process, which tells a reused pid apart), ``E <pid> <start> <exit code>[ canceled]`` when it
+ends, and ``C <pid> <start> canceled`` when a process cancels a job another one started.
+Journal files of earlier versions are read the same way (jobs started before an upgrade can
+still be attached), and pruned after 7 days.
 
-Reading trusts nothing in these files: a line that does not have that form (a pid written with
-other digits than ASCII ones, a pid out of range, a cut or binary line) is skipped, with one
-warning per journal, and never stops ``list()`` or ``attach()``.
+Reading trusts nothing in the journal files: a line that does not have that form (a pid
+written with other digits than ASCII ones, a pid out of range, a cut or binary line) is
+skipped, with one warning per journal, and never stops ``list()`` or ``attach()``.
 
 It does not start, signal or watch processes.
 """
@@ -24,11 +30,15 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Dict, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Set, Tuple
 
 from psij._lazylog import LazyLogger
 
-__all__ = ["Journal", "JournalEntry", "latest_entry", "scan_journals", "start_time"]
+if TYPE_CHECKING:
+    from psij._registry_store import RunRecord, Store
+
+__all__ = ["Journal", "JournalEntry", "journal_line", "latest_entry", "note", "run_store", "scan",
+           "scan_all", "scan_journals", "start_time"]
 
 logger = LazyLogger(__name__)
 
@@ -39,8 +49,15 @@ _MAX_OPEN = 32
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 
+def journal_line(run: "RunRecord") -> str:
+    """A run record as a journal line."""
+    kind, pid, start, text = run
+    return f"{kind} {pid} {start} {text}"
+
+
 class Journal:
-    """This process's append-only journal of job starts and ends in one folder."""
+    """This process's append-only journal of job starts and ends in one folder (its file is
+    made on the first line written)."""
 
     def __init__(self, fd: int, path: Path, key: Tuple[str, int]) -> None:
         self._fd = fd
@@ -50,21 +67,20 @@ class Journal:
 
     @staticmethod
     def create(folder: Path) -> "Journal":
-        """The journal of this process in ``folder``: the one already open unless its file is
-        gone (the folder was removed and made again), else a new one."""
+        """The journal of this process in ``folder``: the one already known unless its file is
+        gone (the folder was removed and made again), else a new one, whose file is made when
+        the first line is written."""
         key = (str(folder), os.getpid())  # a forked child writes a journal of its own
         with _OPEN_LOCK:
             journal = _OPEN.get(key)
-            if journal is not None and journal._same_file():
+            if journal is not None and (journal._fd < 0 or journal._same_file()):
                 _OPEN.move_to_end(key)
                 return journal
             _prune(folder)
             name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}{_SUFFIX}"
-            path = folder / name
-            fd = os.open(path, _FLAGS, 0o600)
             if journal is not None:
                 journal._close()
-            journal = _OPEN[key] = Journal(fd, path, key)
+            journal = _OPEN[key] = Journal(-1, folder / name, key)
             _close_oldest()
             return journal
 
@@ -98,6 +114,9 @@ class Journal:
                 os.write(self._fd, data)
         except (OSError, UnicodeEncodeError) as ex:
             logger.warning("could not write the local job journal: %s", ex)
+
+    def append_run(self, run: "RunRecord") -> None:
+        self.append(journal_line(run))
 
     def _close(self) -> None:
         with self._lock:
@@ -190,6 +209,76 @@ def scan_journals(folder: Path) -> Dict[Tuple[int, str], JournalEntry]:
     for key in canceled & found.keys():
         found[key].canceled = True
     return found
+
+
+def scan(folder: Path, store: Optional["Store"]) -> Dict[Tuple[int, str], JournalEntry]:
+    """Every job in the journal files of ``folder`` and in the registry ``store`` (if any)."""
+    found = scan_journals(folder)
+    if store is None:
+        return found
+    try:
+        rows = store.local_runs()
+    except Exception as ex:  # the journal files are still read
+        logger.warning("the local jobs recorded in %s cannot be read: %s", store.path, ex)
+        return found
+    for pid, start, job_id, code, ended, canceled in rows:
+        key = (int(pid), str(start))
+        entry = found.get(key)
+        if job_id is not None:
+            if entry is None:
+                entry = found[key] = JournalEntry(str(job_id))
+            if ended:
+                entry.ended = True
+                entry.code = code if isinstance(code, int) else None
+        if canceled and entry is not None:  # a row without a job id: its start is in a file
+            entry.canceled = True
+    return found
+
+
+def run_store(work_directory: Path) -> Optional["Store"]:
+    """The registry that local run records go to; None: they go to the journal files."""
+    from psij._registry_recorder import run_store as store_for
+
+    return store_for(work_directory)
+
+
+def note(work_directory: Path, journal: Journal, run: "RunRecord", job_id: str = "") -> None:
+    """Record a run's start, end or cancel: in the registry (batched), else, or if it cannot be
+    written, in ``journal`` (an end with its start again, ``job_id``'s: the start may be in
+    the registry that could not be written)."""
+    store = run_store(work_directory)
+    if store is None:
+        journal.append_run(run)
+        return
+    from psij._registry_recorder import record_run
+
+    def fallback(record: "RunRecord") -> None:
+        if record[0] == "E" and job_id:
+            journal.append_run(("S", record[1], record[2], job_id))
+        journal.append_run(record)
+
+    record_run(store, run, fallback)
+
+
+def scan_all(folder: Path, work_directory: Path) -> Dict[Tuple[int, str], JournalEntry]:
+    """:func:`scan` of the journals in ``folder`` and the registry of ``work_directory``, with
+    this process's queued records written first. A registry that recording is off for is read
+    all the same, if it exists: other processes may have written to it."""
+    store = run_store(work_directory)
+    if store is not None:
+        from psij._registry_recorder import flush
+
+        flush()
+    else:
+        from psij._registry_store import open_store, registry_path
+
+        if os.path.isfile(registry_path(work_directory)):
+            try:
+                store = open_store(work_directory)
+            except Exception as ex:
+                logger.warning("the local jobs recorded in %s cannot be read: %s",
+                               registry_path(work_directory), ex)
+    return scan(folder, store)
 
 
 def latest_entry(found: Dict[Tuple[int, str], JournalEntry], pid: int

@@ -5,26 +5,40 @@ A Python process that runs local jobs starts one keeper (on its first job; see
 ``_keeper_client``), which runs this file with the standard library only (``python -I -S
 _local_keeper.py REQUESTS EVENTS FINAL_RANK``). The process sends a request per job on the
 ``REQUESTS`` socket; the keeper starts the program with ``posix_spawn`` as the leader of a new
-process group, answers with the pid, and appends ``S <pid> <start> <job id>`` to the journal
-the request names. When a job ends the keeper reaps it, appends ``E <pid> <start> <exit code>``
-and writes ``<pid> <wait status>`` to the ``EVENTS`` pipe.
+process group, answers with the pid, and records that the job started (pid, kernel start time,
+job id). When a job ends the keeper reaps it, writes ``<pid> <wait status>`` to the ``EVENTS``
+pipe and records the exit code.
+
+Records go to the job registry the request names (table ``local_runs``, see
+``psij._registry_store``), a batch per transaction: what gathered while the keeper was busy,
+committed when it has had nothing to do for a few milliseconds or every 50 ms at most, so a
+burst of jobs costs a commit per 50 ms, not one per job. A ``("flush",)`` request commits them
+at once (the requester's ``list()`` and ``attach()`` then see its own jobs). When the request
+says the registry is not to be used, or it cannot be written (damaged, removed, or still
+locked when the keeper ends), they are appended to the journal file it names instead, created
+if needed (lines ``S <pid> <start> <job id>`` and ``E <pid> <start> <exit code>``; see
+``_local_journal``).
 
 When the requesting process ends (``kill -9`` included) the socket closes: the keeper stops
-taking requests, goes on reaping and journaling until its last job has ended, writes the
+taking requests, goes on reaping and recording until its last job has ended, writes the
 final state of each job that ended meanwhile to the job registry the request named (rank
-``FINAL_RANK``, only if the job is not final there yet), and exits. So a job that ends after
-its submitter died still has its real exit code.
+``FINAL_RANK``, only if the job is not final there yet; in the same transactions), commits
+what is left, and exits. So a job that ends after its submitter died still has its real exit
+code.
 
 Requests (a length-prefixed ``marshal`` tuple, the job's three standard streams passed as
 descriptors with the length):
 
-- ``("spawn", program, argv, directory, env, job_id, journal, registry)`` → ``("ok", pid)``
-  or ``("err", errno, text)``;
+- ``("spawn", program, argv, directory, env, job_id, journal, registry, in_registry)`` →
+  ``("ok", pid)`` or ``("err", errno, text)`` (``in_registry``: a bool, whether the job's
+  records go to the registry rather than the journal);
+- ``("flush",)`` → ``("ok", True)`` once the records gathered so far are committed (or kept
+  for a retry if the registry is locked);
 - ``("signal", pgid, signum)`` → ``("ok", sent)``: signals the group only while its leader is
   a child not yet reaped (so the id cannot have been reused).
 
 The keeper is single-threaded: it may change its working directory before each spawn. It runs
-no user code and reads no file but ``/proc/<pid>/stat``.
+no user code and reads no file but ``/proc/<pid>/stat`` and the registry.
 """
 
 import marshal
@@ -46,8 +60,26 @@ _IGNORED = ("SIGINT", "SIGHUP", "SIGTERM")
 _RESTORED = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ", *_IGNORED)
                   if hasattr(signal, n))
 _GROUP: Dict[str, Any] = {"setpgroup": 0} if sys.version_info >= (3, 11) else {"setsid": True}
-_JOURNAL_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+_JOURNAL_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_OPEN = 32
+_BATCH_SECONDS = 0.05  # records wait at most this long for a commit
+_IDLE_SECONDS = 0.005  # or this long without anything else to do
+_RETRY_SECONDS = 0.01  # a registry locked by another writer is tried again after this long
+_FINAL_LOCK_WAIT_MS = 60000  # when the keeper ends: then the records go to the journal
+# As psij._registry_store.RUN_SQL has them (parameters pid, start, text, updated).
+_RUN_SQL = {
+    "S": "INSERT INTO local_runs (pid, start, job_id, updated) VALUES (?, ?, ?, ?) "
+         "ON CONFLICT(pid, start) DO UPDATE SET job_id = excluded.job_id, "
+         "updated = excluded.updated",
+    "E": "UPDATE local_runs SET ended = 1, exit_code = CAST(nullif(substr(?3 || ' ', 1, "
+         "instr(?3 || ' ', ' ') - 1), '') AS INTEGER), canceled = max(canceled, "
+         "?3 LIKE '% canceled'), updated = ?4 WHERE pid = ?1 AND start = ?2",
+}
+_FINAL_SQL = ("UPDATE jobs SET state = ?, rank = ?, exit_code = ?, message = ?, updated = ?, "
+              "final = 1 WHERE id = ? AND final = 0")
+# A record for the registry: (kind, pid, start, text, journal to use if it cannot be written,
+# job id).
+Run = Tuple[str, int, str, str, str, str]
 
 
 def start_time(pid: int) -> str:
@@ -74,8 +106,12 @@ class Keeper:
         self.events = events
         self.journals: OrderedDict[str, int] = OrderedDict()  # the latest used last
         self.final_rank = final_rank
-        # pid -> (start, job id, journal, registry)
-        self.children: Dict[int, Tuple[str, str, str, str]] = {}
+        # pid -> (start, job id, journal, registry, records go to the registry)
+        self.children: Dict[int, Tuple[str, str, str, str, bool]] = {}
+        self.runs: Dict[str, List[Run]] = {}  # by registry, not yet committed
+        self.since = 0.0  # when the oldest record not yet committed was made
+        self.broken: Dict[str, str] = {}  # registries that cannot be written, and why
+        self.conns: Dict[str, Any] = {}  # sqlite3 connections, by registry
         self.pending = b""  # events not yet written (the pipe was full)
         self.events_waiting = False  # registered to write them when it can
         # (registry, job id, code) of jobs that ended with nobody listening
@@ -101,7 +137,11 @@ class Keeper:
 
     def run(self) -> None:
         while not (self.parent_gone and not self.children):
-            events = self.selector.select(None if not self.orphaned else 0.05)
+            timeout = None
+            if self.runs or self.orphaned:
+                timeout = max(0.0, min(_IDLE_SECONDS,
+                                       self.since + _BATCH_SECONDS - time.monotonic()))
+            events = self.selector.select(timeout)
             for key, _ in events:
                 try:
                     if key.data == "wake":
@@ -116,9 +156,12 @@ class Keeper:
                         self.flush_events()
                 except Exception as ex:  # one bad request or write: the others go on
                     self.note(f"keeper: {ex!r}")
-            if self.orphaned and (not events or not self.children or len(self.orphaned) >= 100):
-                self.record_orphans()  # a batch: what ended within about 50 ms
-        self.record_orphans()
+            if (self.runs or self.orphaned) and (
+                    not events or time.monotonic() - self.since >= _BATCH_SECONDS):
+                self.commit()  # idle for a moment, or the oldest record waited long enough
+        self.commit(final=True)
+        for conn in self.conns.values():
+            conn.close()
 
     def reap(self) -> None:
         while self.children:
@@ -132,11 +175,12 @@ class Keeper:
             found = self.children.pop(pid, None)
             if found is None:
                 continue
-            start, job_id, journal, registry = found
+            start, job_id, journal, registry, in_registry = found
             code = exit_code(status)
-            self.append(journal, f"E {pid} {start} {code}\n")
+            self.record(("E", pid, start, str(code), journal, job_id), registry, in_registry)
             if self.parent_gone:
                 self.orphaned.append((registry, job_id, code))
+                self.since = self.since or time.monotonic()
             else:
                 self.pending += f"{pid} {status}\n".encode()
                 self.flush_events()
@@ -180,7 +224,7 @@ class Keeper:
             self.answer(request)
 
     def answer(self, request: Tuple[Any, ...]) -> None:
-        started: Optional[Tuple[int, Tuple[str, str, str]]] = None
+        started: Optional[Tuple[int, Tuple[str, str, str, bool]]] = None
         if request[0] == "spawn":
             fds, self.fds = self.fds[:3], self.fds[3:]
             try:
@@ -189,7 +233,10 @@ class Keeper:
                 for fd in fds:
                     os.close(fd)
             if reply[0] == "ok":
-                started = (reply[1], request[5:8])
+                started = (reply[1], request[5:9])
+        elif request[0] == "flush":
+            self.commit()
+            reply = ("ok", True)
         elif request[0] == "signal" and len(request) == 3:
             try:
                 reply = ("ok", self.signal(int(request[1]), int(request[2])))
@@ -199,19 +246,21 @@ class Keeper:
             reply = ("err", 0, f"unknown request {request[0]!r:.80}")
         self.send(reply)
         if started is not None:  # after the answer: the requester need not wait for it
-            pid, (job_id, journal, registry) = started
+            pid, (job_id, journal, registry, in_registry) = started
             start = start_time(pid)
-            self.children[pid] = (start, job_id, journal, registry)
-            self.append(journal, f"S {pid} {start} {job_id}\n")
+            self.children[pid] = (start, job_id, journal, registry, in_registry)
+            self.record(("S", pid, start, job_id, journal, job_id), registry, in_registry)
 
     def send(self, reply: Tuple[Any, ...]) -> None:
         data = marshal.dumps(reply)
         self.requests.sendall(_HEADER.pack(len(data)) + data)
 
     def spawn(self, request: Tuple[Any, ...], fds: List[int]) -> Tuple[Any, ...]:
-        if len(request) != 8 or not all(isinstance(x, str) for x in request[5:]):
-            return ("err", 0, f"a spawn request has 8 items, the last 3 text: {request!r:.80}")
-        _, program, argv, directory, env, _job_id, _journal, _registry = request
+        if len(request) != 9 or not all(isinstance(x, str) for x in request[5:8]) \
+                or not isinstance(request[8], bool):
+            return ("err", 0, f"a spawn request has 9 items, 3 texts then a bool last: "
+                              f"{request!r:.80}")
+        _, program, argv, directory, env, _job_id, _journal, _registry, _in_registry = request
         if len(fds) != 3:
             return ("err", 0, f"expected 3 stream descriptors, got {len(fds)}")
         try:
@@ -245,7 +294,7 @@ class Keeper:
         try:
             fd = self.journals.get(journal)
             if fd is None:
-                fd = self.journals[journal] = os.open(journal, _JOURNAL_FLAGS)
+                fd = self.journals[journal] = os.open(journal, _JOURNAL_FLAGS, 0o600)
                 while len(self.journals) > _MAX_OPEN:
                     os.close(self.journals.popitem(last=False)[1])
             else:
@@ -272,36 +321,76 @@ class Keeper:
             else:
                 self.selector.unregister(self.events)
 
-    def record_orphans(self) -> None:
-        """The final states of jobs that ended after the requesting process, in the registry
-        (one transaction); a job already final there (cancelled by someone) keeps its state."""
-        done, self.orphaned = self.orphaned, []
-        by_registry: Dict[str, List[Tuple[str, int]]] = {}
-        for registry, job_id, code in done:
-            by_registry.setdefault(registry, []).append((job_id, code))
-        for registry, ended in by_registry.items():
+    def record(self, run: Run, registry: str, in_registry: bool) -> None:
+        """Queue a record for the registry's next commit, or append it to the journal."""
+        if in_registry and registry and registry not in self.broken:
+            self.runs.setdefault(registry, []).append(run)
+            self.since = self.since or time.monotonic()
+        else:
+            self.append(run[4], _line(run))
+
+    def commit(self, final: bool = False) -> None:
+        """Write the queued records and the final states of jobs that ended after the requesting
+        process (a job already final there, cancelled by someone, keeps its state), one
+        transaction per registry. A registry still locked keeps its records for a later try
+        (when the keeper ends, after a long wait, they go to the journals)."""
+        runs, self.runs = self.runs, {}
+        finals: Dict[str, List[Tuple[str, int]]] = {}
+        for registry, job_id, code in self.orphaned:
+            finals.setdefault(registry, []).append((job_id, code))
+        self.orphaned = []
+        self.since = 0.0
+        for registry in {**runs, **finals}:
+            batch, ended = runs.get(registry, []), finals.get(registry, [])
             try:
-                self.record(registry, ended)
+                self.write(registry, batch, ended, final)
+                continue
             except Exception as ex:  # this registry only: the others are written
-                self.note(f"keeper: registry {registry}: {ex}")
+                busy = "locked" in str(ex) or "busy" in str(ex)
+                if busy and not final:  # the loop never waits for a lock: spawns would wait
+                    self.runs.setdefault(registry, []).extend(batch)
+                    self.orphaned += [(registry, job_id, code) for job_id, code in ended]
+                    self.since = time.monotonic() - _BATCH_SECONDS + _RETRY_SECONDS
+                    continue
+                self.broken.setdefault(registry, str(ex))
+                self.note(f"keeper: registry {registry}: {ex}; local job records go to "
+                          "journal files")
+                conn = self.conns.pop(registry, None)
+                if conn is not None:
+                    conn.close()
+            started = {run[1] for run in batch if run[0] == "S"}
+            for run in batch:
+                if run[0] == "E" and run[1] not in started:  # its start is in the registry
+                    self.append(run[4], _line(("S", run[1], run[2], run[5], run[4], run[5])))
+                self.append(run[4], _line(run))
 
-    def record(self, registry: str, ended: List[Tuple[str, int]]) -> None:
-        import sqlite3
+    def write(self, registry: str, batch: List[Run], ended: List[Tuple[str, int]],
+              final: bool) -> None:
+        if not os.path.isfile(registry):
+            if batch:  # removed: the records go to the journal (no file is made here)
+                raise OSError(f"{registry} does not exist")
+            return  # never made (recording off): nothing to update
+        conn = self.conns.get(registry)
+        if conn is None:
+            import sqlite3
 
-        if not registry or not os.path.isfile(registry):
-            return  # never made (recording off) or removed: nothing to update
-        conn = sqlite3.connect(registry, timeout=60)
+            conn = sqlite3.connect(registry, timeout=0, isolation_level=None)
+            conn.execute("PRAGMA synchronous=NORMAL")  # WAL: no fsync per commit
+            self.conns[registry] = conn
+        conn.execute(f"PRAGMA busy_timeout = {_FINAL_LOCK_WAIT_MS if final else 0}")
+        now = time.time()
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            with conn:
-                now = time.time()
-                conn.executemany(
-                    "UPDATE jobs SET state = ?, rank = ?, exit_code = ?, message = ?, "
-                    "updated = ?, final = 1 WHERE id = ? AND final = 0",
-                    [("COMPLETED" if code == 0 else "FAILED", self.final_rank, code,
-                      None if code == 0 else _message(code), now, job_id)
-                     for job_id, code in ended])
-        finally:
-            conn.close()
+            for kind, pid, start, text, _, _ in batch:
+                conn.execute(_RUN_SQL[kind], (pid, start, text, now))
+            conn.executemany(_FINAL_SQL, [
+                ("COMPLETED" if code == 0 else "FAILED", self.final_rank, code,
+                 None if code == 0 else _message(code), now, job_id) for job_id, code in ended])
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     @staticmethod
     def note(text: str) -> None:
@@ -309,6 +398,11 @@ class Keeper:
             os.write(2, (text + "\n").encode("utf-8", "replace"))
         except OSError:
             pass
+
+
+def _line(run: Run) -> str:
+    kind, pid, start, text, _, _ = run
+    return f"{kind} {pid} {start} {text}\n"
 
 
 def _message(code: int) -> str:

@@ -10,16 +10,18 @@ How a job runs:
 - Jobs are started by this process's keeper (``_local_keeper``, one per process, started with
   the first job), which is their parent: it reaps them, reports each
   exit to this process, and goes on after this process ends (even by ``kill -9``), so that a
-  job ending later still has its exit code journaled and recorded in the job registry. Without
-  a keeper (it could not be started) jobs are spawned here as this process's children.
+  job ending later still has its exit code and final state recorded in the job registry.
+  Without a keeper (it could not be started, or ``keeper=False``) jobs are spawned here as
+  this process's children.
 - One thread per Python process (``ProcessWatch``) learns of every exit without polling, and one
   worker thread per Python process does what follows an exit (launcher output, staging, final
   status and callbacks), so a slow callback never delays reaping.
-- Each process has one journal in ``<work_directory>/local/``, shared by all its executor
-  instances, with a line when a job starts (pid, kernel start time, job id) and one when it
-  ends (exit code), so ``list()`` and ``attach()`` work from any executor instance or process.
-  Appending to an open file costs one write; a file per job (or per executor, when executors
-  are made one per job) would cost a file creation per job.
+- Every job started has a record (pid, kernel start time, job id, exit code once it ended)
+  in the job registry of the work directory, so ``list()`` and ``attach()`` work from any
+  executor instance or process: one store per user, however many processes and executors,
+  written in batches (never a commit per job) by the keeper or the registry's writer thread.
+  When the registry is off or cannot be written, the records go to a journal file of the
+  process in ``<work_directory>/local/`` (see ``_local_journal``).
 - Staging (``stage_in``/``stage_out``/``cleanup``) is done by the executor with local file
   operations; the STAGE_IN, STAGE_OUT and CLEANUP states are entered only when there is staging.
 
@@ -39,12 +41,12 @@ import subprocess
 import threading
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple, Union
 
 from psij import _check, _site_config
 from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
-from psij.executors._keeper_client import Keeper, KeeperGone, keeper_for
+from psij.executors._keeper_client import Keeper, KeeperGone, flush_keepers, keeper_for
 from psij.executors._local_checks import (
     check_executable,
     check_os_texts,
@@ -55,7 +57,9 @@ from psij.executors._local_journal import (
     Journal,
     JournalEntry,
     latest_entry,
-    scan_journals,
+    note,
+    run_store,
+    scan_all,
     start_time,
 )
 from psij.executors._local_time_limit import TimeLimit, time_limit_message
@@ -83,6 +87,9 @@ from psij.job_state import JobState
 from psij.job_status import JobStatus
 from psij.resource_spec import ResourceSpecV1
 from psij.staging import StageOutFlags, normalize_flags
+
+if TYPE_CHECKING:
+    from psij._registry_store import RunRecord
 
 __all__ = ["LocalJobExecutor", "LocalJobExecutorConfig"]
 
@@ -162,7 +169,7 @@ class _Run:
         self.job = job
         self.job_dir = job_dir
         self.pid: Optional[int] = None
-        self.start: Optional[str] = None  # kernel start time, journaled with the pid
+        self.start: Optional[str] = None  # kernel start time, recorded with the pid
         self.launcher: Optional[Launcher] = None
         self.launcher_out: Optional[str] = None
         self.limit: Optional[TimeLimit] = None
@@ -192,7 +199,8 @@ class LocalJobExecutor(JobExecutor):
             getattr(self.config, "enforce_duration", False))
         self._kept = _check.opt_bool("LocalJobExecutorConfig.keeper",
                                      getattr(self.config, "keeper", True))
-        self._dir = Path(self.config.work_directory) / "local"
+        self._work = Path(self.config.work_directory)
+        self._dir = self._work / "local"
         # The registry file (``_registry_store.registry_path``; not imported: it loads sqlite3).
         self._registry = os.path.join(os.path.abspath(self.config.work_directory), "jobs.sqlite")
         self._dir_ready = False
@@ -236,7 +244,7 @@ class LocalJobExecutor(JobExecutor):
 
     def _ensure_dir(self) -> None:
         if not self._dir_ready:
-            ensure_private_dir(self._dir, "local journal directory", self.config.work_directory)
+            ensure_private_dir(self._dir, "local executor directory", self.config.work_directory)
             self._dir_ready = True
 
     def _prepare(self, job: Job, spec: JobSpec) -> Tuple[_Run, "_Prepared"]:
@@ -332,7 +340,7 @@ class LocalJobExecutor(JobExecutor):
         job._native_id = str(pid)
         if keeper is None:
             run.start = start_time(pid)
-            self._journal().append(f"S {pid} {run.start} {job.id}")
+            self._note(("S", pid, str(run.start), job.id))
         else:
             run.kept = True
         self._set_job_status(job, JobStatus(JobState.ACTIVE))
@@ -348,21 +356,33 @@ class LocalJobExecutor(JobExecutor):
 
     def _spawn(self, job: Job, argv: List[str], prepared: "_Prepared",
                streams: Tuple[int, int, int]) -> Tuple[int, Optional[Keeper]]:
-        """Start the job's process through this process's keeper (which journals it and
-        records its exit even after this process ends), or here if there is no keeper."""
+        """Start the job's process through this process's keeper (which records it and its
+        exit even after this process ends), or here if there is no keeper."""
         keeper = keeper_for(JobState.COMPLETED.order, self._watch) if self._kept else None
         directory, env = str(prepared.job_dir), prepared.env
         if keeper is not None:
             try:
                 program = argv[0] if "/" in argv[0] else _SPAWNER.on_path(argv[0], env)
                 return keeper.spawn(program, argv, directory, env, streams, job.id,
-                                    str(self._journal().path), self._registry), keeper
+                                    str(self._journal().path), self._registry,
+                                    run_store(self._work) is not None), keeper
             except FileNotFoundError as ex:  # not on PATH
                 raise LaunchError(f"executable {argv[0]!r} was not found (no such file, or "
                                   "not on PATH)", 127) from ex
             except KeeperGone as ex:
                 logger.warning("local job %s: %s; starting it here", job.id, ex)
         return _SPAWNER.spawn(argv, directory, env, *streams), None
+
+    def _note(self, run: "RunRecord", job: Optional[Job] = None) -> None:
+        """Record a job's start, end or cancel (batched; in the journal if it cannot be)."""
+        note(self._work, self._journal(), run, "" if job is None else job.id)
+
+    def _scan(self) -> Dict[Tuple[int, str], JournalEntry]:
+        """Every local job recorded in the registry or journal files of the work directory,
+        this process's own records included (committed first)."""
+        self._ensure_dir()  # journals others could write are not read
+        flush_keepers()
+        return scan_all(self._dir, self._work)
 
     def _journal(self) -> Journal:
         j = self._journal_file
@@ -393,9 +413,9 @@ class LocalJobExecutor(JobExecutor):
     def _settle(self, run: _Run, code: Optional[int]) -> None:
         job = run.job
         spec = job.spec
-        if run.start is not None and not run.kept:  # a keeper journals its jobs' ends
+        if run.start is not None and run.pid is not None and not run.kept:  # else the keeper's
             note = " canceled" if run.canceled else ""
-            self._journal().append(f"E {run.pid} {run.start} {'' if code is None else code}{note}")
+            self._note(("E", run.pid, run.start, f"{'' if code is None else code}{note}"), job)
         message = None
         state = JobState.COMPLETED if code == 0 else JobState.FAILED
         if run.launcher is not None and run.launcher_out is not None:
@@ -451,11 +471,11 @@ class LocalJobExecutor(JobExecutor):
         if not run.attached:
             terminate_group(self._watch, run.pid, self._grace)
             return
-        # Started by another process: noted in the journals for any later reader, then its
-        # group is ended while its leader is the process the journal names.
+        # Started by another process: noted for any later reader, then its group is ended
+        # while its leader is the process the record names.
         assert run.start is not None
         pid, start = run.pid, run.start
-        self._journal().append(f"C {pid} {start} canceled")
+        self._note(("C", pid, start, "canceled"))
 
         def end(signum: int) -> None:
             if start_time(pid) == start:
@@ -468,8 +488,7 @@ class LocalJobExecutor(JobExecutor):
 
     def list(self) -> List[str]:
         """Native ids (pids) of this user's local jobs that are still running."""
-        self._ensure_dir()  # journals others could write are not read
-        found = scan_journals(self._dir)
+        found = self._scan()
         return sorted((str(pid) for (pid, start), rec in found.items()
                        if not rec.ended and start_time(pid) == start), key=int)
 
@@ -485,8 +504,8 @@ class LocalJobExecutor(JobExecutor):
         if job.status.state is not JobState.NEW or job.executor is not None:
             raise InvalidJobException(f"attach: job {job.id} must be NEW and not yet bound")
         pid = int(native_id)
-        self._ensure_dir()
-        key = latest_entry(scan_journals(self._dir), pid)
+        found = self._scan()
+        key = latest_entry(found, pid)
         if key is None:
             raise InvalidJobException(f"attach: no local job with native id {native_id} is "
                                       f"known in {self._dir}")
@@ -495,7 +514,7 @@ class LocalJobExecutor(JobExecutor):
         run = _Run(job, Path(os.getcwd()))
         with self._lock:
             self._runs[id(job)] = run
-        entry = scan_journals(self._dir)[key]
+        entry = found[key]
         if entry.ended:
             # Already over: report the final state now, not after a first poll.
             self._finish(run, self._final_from_journal(run, entry))
@@ -509,15 +528,19 @@ class LocalJobExecutor(JobExecutor):
         self._attached_exit(run, key)
 
     def _attached_exit(self, run: _Run, key: Tuple[int, str], tries: int = 0) -> None:
-        # The owner journals the exit code just after the exit: look again a few times, on a
-        # timer, so that neither shared thread ever sleeps.
-        entry = scan_journals(self._dir).get(key)
+        # On the watch's thread: reading the records (which may wait for a registry
+        # locked by a writer) is the worker's task.
+        _WORKER.put(lambda: self._attached_end(run, key, tries))
+
+    def _attached_end(self, run: _Run, key: Tuple[int, str], tries: int) -> None:
+        # The owner records the exit code just after the exit (batched): look again a few
+        # times, on a timer, so that neither shared thread ever sleeps.
+        entry = self._scan().get(key)
         if (entry is None or not entry.ended) and tries < _ATTACH_RETRIES:
             self._watch.call_later(0.02 * (tries + 1),
                                    lambda: self._attached_exit(run, key, tries + 1))
             return
-        status = self._final_from_journal(run, entry)
-        _WORKER.put(lambda: self._finish(run, status))
+        self._finish(run, self._final_from_journal(run, entry))
 
     @staticmethod
     def _final_from_journal(run: _Run, entry: Optional[JournalEntry]) -> JobStatus:
@@ -670,7 +693,7 @@ def _spawn_failure(ex: LaunchError, job: Job, prepared: _Prepared) -> Exception:
     return SubmitException(f"could not start job {job.id}: {cause or ex}")
 
 
-_ATTACH_RETRIES = 12  # about 1.5 s in all
+_ATTACH_RETRIES = 14  # about 2 s in all
 _NO_CODE = ("the job ended, but its exit code is not known (the keeper process that started "
             "it ended first)")
 # Popen always: a job must not inherit a descriptor this process made inheritable after start.
