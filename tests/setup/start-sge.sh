@@ -83,9 +83,12 @@ qconf -ss | grep -qx "$host" || qconf -as "$host" >/dev/null
 work=$(mktemp -d)
 cleanup+=("$work")
 # Root may run jobs (tests run as root); accounting records are written at once so that qacct
-# sees a job as soon as it leaves the queue.
+# sees a job as soon as it leaves the queue. Job shells are not login shells: a login bash reads
+# the user's profile, and an interactive set-up there (root's pyenv rehash, which waits up to 60 s
+# on a lock a killed job left behind) would slow or break every job.
 qconf -sconf global | sed -e ':a' -e '/\\$/N; s/\\\n[[:space:]]*/ /; ta' \
     -e 's/^min_uid .*/min_uid 0/' -e 's/^min_gid .*/min_gid 0/' \
+    -e 's/^login_shells .*/login_shells NONE/' \
     -e 's/^reporting_params .*/reporting_params accounting=true reporting=false flush_time=00:00:01 joblog=false sharelog=00:00:00 accounting_flush_time=00:00:00/' \
     >"$work/global"
 (cd "$work" && qconf -Mconf global >/dev/null 2>&1) || fail "cannot change the global configuration"

@@ -27,7 +27,13 @@ export SLURM_EXPORT_ENV=ALL
 # PSIJ_NODEFILE: one line per process, each naming the node that runs it. Slurm lists each
 # node once and gives the processes per node as in "2(x3),1".
 PSIJ_NODEFILE="<SCRIPT_DIR>/$_PSIJ_NATIVE_ID.nodefile"
-mapfile -t _psij_nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null)
+# A list without brackets ("node1" or "a,b") is read here; only a compressed one ("n[1-4]")
+# needs scontrol, which costs a process and a call to the controller.
+if [[ ${SLURM_JOB_NODELIST:-} == *[[]* ]]; then
+    mapfile -t _psij_nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null)
+else
+    IFS=, read -ra _psij_nodes <<<"${SLURM_JOB_NODELIST:-}"
+fi
 [ ${#_psij_nodes[@]} -gt 0 ] || _psij_nodes=("$(hostname)")
 _psij_counts=()
 IFS=, read -ra _psij_groups <<<"${SLURM_TASKS_PER_NODE:-1}"
