@@ -14,16 +14,16 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List
 
 import pytest
 
 from psij import Job, JobExecutor, JobSpec, JobState
-from psij.executors.batch._runner import CommandResult, CommandRunner
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
 )
+from test_batch_arrays import Recording
 from test_batch_real import _scheduler_problem
 
 N_JOBS = 500
@@ -41,25 +41,6 @@ def exit_code_of(i: int) -> int:
     return 0 if i % 5 != 4 else 1 + (i // 5) % 98
 
 
-class CountingRunner:
-    """The executor's runner, counting the calls of each program."""
-
-    def __init__(self, inner: CommandRunner) -> None:
-        self.inner = inner
-        self.calls: List[Tuple[str, ...]] = []
-        self.lock = threading.Lock()
-
-    def run(self, argv: Sequence[str], timeout: float,
-            stdin: Optional[str] = None) -> CommandResult:
-        with self.lock:
-            self.calls.append(tuple(argv))
-        return self.inner.run(argv, timeout, stdin)
-
-    def count(self, program: str) -> int:
-        with self.lock:
-            return sum(1 for c in self.calls if c[0] == program)
-
-
 class ArrayRun:
     """The 500 jobs given to one scheduler's ``submit_many``."""
 
@@ -73,7 +54,7 @@ class ArrayRun:
         executor = JobExecutor.get_instance(name, config=config)
         assert isinstance(executor, BatchSchedulerExecutor)
         self.ex = executor
-        self.runner = CountingRunner(executor._runner)
+        self.runner = Recording(executor._runner)
         executor._runner = self.runner
         self.jobs: List[Job] = []
         for i in range(N_JOBS):
@@ -128,7 +109,7 @@ SCHEDULERS = [pytest.param("slurm", marks=pytest.mark.slurm),
 @pytest.mark.parametrize("name", SCHEDULERS)
 def test_500_jobs_go_as_one_array_with_their_own_ids(name: str, runs_root: Path) -> None:
     run = array_run(name, runs_root)
-    assert run.runner.count(SUBMIT_PROGRAMS[name]) == 1
+    assert len(run.runner.to(SUBMIT_PROGRAMS[name])) == 1
     ids = [job.native_id for job in run.jobs]
     assert len(set(ids)) == N_JOBS
     array_id = str(ids[0]).split("_" if name == "slurm" else ".")[0]

@@ -8,40 +8,25 @@ connects: the service knows callers only by the kernel's peer credentials.
 
 import json
 import os
-import pwd
-import secrets
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, NamedTuple
+from typing import Any, Callable, Dict, Iterator
 
 import pytest
 
 from flow_helpers import Service, wait_for
+from local_users import User, make_user
 from psij.flows.client import FlowClient, FlowError
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
                                 reason="needs root and useradd to make the test users")
 
 
-class User(NamedTuple):
-    name: str
-    uid: int
-    gid: int
-
-
-def _make_user(prefix: str) -> User:
-    name = f"{prefix}{secrets.token_hex(3)}"
-    subprocess.run(["useradd", "--system", "--no-create-home", "--user-group",
-                    "--shell", "/usr/sbin/nologin", name], check=True, capture_output=True)
-    entry = pwd.getpwnam(name)
-    return User(name, entry.pw_uid, entry.pw_gid)
-
-
 @pytest.fixture(scope="module")
 def users() -> Iterator[Dict[str, User]]:
-    made = {"alice": _make_user("psijfa"), "bob": _make_user("psijfb")}
+    made = {"alice": make_user("psijfa"), "bob": make_user("psijfb")}
     yield made
     for user in made.values():
         subprocess.run(["userdel", user.name], capture_output=True)

@@ -7,17 +7,17 @@ mocked: real executors, real launcher scripts, the real batch-test tool.
 """
 
 import os
-import secrets
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator, List, NamedTuple
+from typing import Iterator, List
 
 import pytest
 
+from local_users import User, make_user
 from psij import Job, JobExecutorConfig, JobSpec
 from psij._private_dirs import (
     UnsafePathError,
@@ -36,25 +36,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is 
                                 reason="needs root and useradd to make the test users")
 
 
-class User(NamedTuple):
-    name: str
-    uid: int
-    gid: int
-
-
-def _make_user(prefix: str) -> User:
-    name = f"{prefix}{secrets.token_hex(3)}"
-    subprocess.run(["useradd", "--system", "--no-create-home", "--user-group",
-                    "--shell", "/usr/sbin/nologin", name], check=True, capture_output=True)
-    import pwd
-
-    entry = pwd.getpwnam(name)
-    return User(name, entry.pw_uid, entry.pw_gid)
-
-
 @pytest.fixture(scope="module")
 def attacker() -> Iterator[User]:
-    user = _make_user("psijatk")
+    user = make_user("psijatk")
     yield user
     subprocess.run(["userdel", user.name], capture_output=True)
 
