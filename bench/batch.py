@@ -224,17 +224,19 @@ def _slurm_config(work: Path, interval: Optional[float], initial_delay: float) -
                                initial_queue_polling_delay=initial_delay)
 
 
-def submit_throughput(n_jobs: int, work: Path) -> Dict[str, Any]:
-    """Submit ``n_jobs`` /bin/true jobs (1-minute limit) to Slurm; time the submit calls only."""
+def submit_throughput(n_jobs: int, work: Path, defer: bool = False) -> Dict[str, Any]:
+    """Submit ``n_jobs`` /bin/true jobs (1-minute limit) to Slurm; time the submit calls only.
+    With ``defer`` the jobs may start only in an hour (``--begin``; cancelled by the driver)."""
     import psij
 
     executor = psij.JobExecutor.get_instance("slurm", config=_slurm_config(work, None, 0))
     submit_s: List[float] = []
     native_ids: List[str] = []
+    custom = {"slurm.begin": "now+1hour"} if defer else {}
     cpu_start = time.process_time()
     for _ in range(n_jobs):
         job = psij.Job(psij.JobSpec("/bin/true", attributes=psij.JobAttributes(
-            duration=timedelta(minutes=1))))
+            duration=timedelta(minutes=1), custom_attributes=custom)))
         start = time.perf_counter()
         executor.submit(job)
         submit_s.append(time.perf_counter() - start)
@@ -332,6 +334,7 @@ def worker_main(argv: List[str]) -> int:
     p = sub.add_parser("slurm-submit")
     p.add_argument("--jobs", type=int, required=True)
     p.add_argument("--work", type=Path, required=True)
+    p.add_argument("--defer", action="store_true")
     p = sub.add_parser("slurm-submit-many")
     p.add_argument("--jobs", type=int, required=True)
     p.add_argument("--work", type=Path, required=True)
@@ -349,7 +352,7 @@ def worker_main(argv: List[str]) -> int:
     elif args.measure == "status-slurm-fake":
         result = status_count_slurm_fake(args.jobs, args.interval, args.intervals, scratch)
     elif args.measure == "slurm-submit":
-        result = submit_throughput(args.jobs, args.work)
+        result = submit_throughput(args.jobs, args.work, args.defer)
     elif args.measure == "slurm-submit-many":
         result = submit_many_throughput(args.jobs, args.work)
     else:

@@ -14,7 +14,7 @@ from psij.executors.batch._tracking import Settings
 from psij.job_executor_config import JobExecutorConfig
 
 __all__ = ["DEFAULT_BUCKET", "DEFAULT_QUEUE_CAP", "BatchSchedulerExecutorConfig",
-           "fallback_choice", "queue_cap"]
+           "fallback_choice", "queue_cap", "spare_count"]
 
 DEFAULT_QUEUE_CAP = 10
 DEFAULT_BUCKET = 1 << 30  # 1 GiB
@@ -53,6 +53,10 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
         ``"local"``: when the scheduler cannot be used (its commands are missing or it does not
         answer), warn once when the executor is made and run the jobs on this machine;
         ``None`` (the default): no fallback.
+    spare_submit_commands
+        How many submit commands to keep started ahead of need, waiting for their script, where
+        the script goes on the command's standard input (Slurm, LSF): a submission then skips
+        the command's start-up. 1 by default; 0 turns this off; at most 16.
     """
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
@@ -63,7 +67,8 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
                  command_timeout: float = 60,
                  max_queued_per_shape: Union[int, bool, None] = None,
                  memory_bucket: int = DEFAULT_BUCKET, tmp_bucket: int = DEFAULT_BUCKET,
-                 use_nice: bool = False, fallback: Optional[str] = None) -> None:
+                 use_nice: bool = False, fallback: Optional[str] = None,
+                 spare_submit_commands: int = 1) -> None:
         super().__init__(launcher_log_file, work_directory)
         name = type(self).__name__
         self.queue_polling_interval = _positive(f"{name}.queue_polling_interval",
@@ -85,6 +90,8 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
         self.tmp_bucket = _bucket(f"{name}.tmp_bucket", tmp_bucket)
         self.use_nice = _check.opt_bool(f"{name}.use_nice", use_nice)
         self.fallback = fallback_choice(f"{name}.fallback", fallback)
+        self.spare_submit_commands = spare_count(f"{name}.spare_submit_commands",
+                                                 spare_submit_commands)
 
     @classmethod
     def _from_config(cls, config: JobExecutorConfig) -> "BatchSchedulerExecutorConfig":
@@ -114,7 +121,8 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
 _BATCH_SETTINGS = ("queue_polling_interval", "initial_queue_polling_delay",
                    "queue_polling_error_threshold", "keep_files",
                    "queue_polling_outage_tolerance", "command_timeout", "max_queued_per_shape",
-                   "memory_bucket", "tmp_bucket", "use_nice", "fallback")
+                   "memory_bucket", "tmp_bucket", "use_nice", "fallback",
+                   "spare_submit_commands")
 
 
 def _positive(field: str, value: Any) -> float:
@@ -142,6 +150,13 @@ def fallback_choice(field: str, value: Any) -> Optional[str]:
     if value is None or value == "local":
         return value  # type: ignore[no-any-return]
     raise ValueError(f"{field}: expected None or 'local', got {value!r}")
+
+
+def spare_count(field: str, value: Any) -> int:
+    """``spare_submit_commands`` checked: a whole number from 0 to 16."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 16:
+        raise ValueError(f"{field}: expected a whole number from 0 (none) to 16, got {value!r}")
+    return value
 
 
 def _bucket(field: str, value: Any) -> int:

@@ -14,11 +14,23 @@ import select
 import signal
 import subprocess
 import threading
-from typing import Callable, List, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+)
 
 from psij._record import Record
 
-__all__ = ["CommandResult", "CommandRunner", "FakeCommandRunner", "SubprocessRunner"]
+if TYPE_CHECKING:
+    from psij.executors.batch._spares import SpareCommands
+
+__all__ = ["CommandResult", "CommandRunner", "FakeCommandRunner", "SubprocessRunner", "finish"]
 
 _EXCERPT = 2000
 
@@ -83,6 +95,8 @@ class SubprocessRunner:
 
     def __init__(self, env: Optional[Mapping[str, str]] = None) -> None:
         self._env = dict(env) if env is not None else None
+        self._spares: Optional[SpareCommands] = None
+        self._spares_lock = threading.Lock()
 
     def run(self, argv: Sequence[str], timeout: float,
             stdin: Optional[str] = None) -> CommandResult:
@@ -96,24 +110,52 @@ class SubprocessRunner:
                 start_new_session=True)
         except OSError as e:
             return CommandResult(args, None, failure=f"could not be started: {e.strerror or e}")
-        data = stdin.encode() if stdin is not None else None
+        return finish(proc, args, stdin.encode() if stdin is not None else None, timeout)
+
+    def run_spared(self, argv: Sequence[str], timeout: float, stdin: str,
+                   count: int) -> CommandResult:
+        """Run ``argv`` as :meth:`run` does, by a process started ahead of need when one fits
+        (see :mod:`psij.executors.batch._spares`); ``count`` processes are kept waiting."""
+        from psij.executors.batch._spares import SpareCommands
+
+        with self._spares_lock:
+            spares = self._spares
+            if spares is None or spares.count != count:
+                if spares is not None:
+                    spares.close()
+                spares = self._spares = SpareCommands(count, self._env)
+        result = spares.run(tuple(argv), timeout, stdin)
+        return result if result is not None else self.run(argv, timeout, stdin)
+
+    def close(self) -> None:
+        """Stop the processes started ahead of need, if any."""
+        with self._spares_lock:
+            spares, self._spares = self._spares, None
+        if spares is not None:
+            spares.close()
+
+
+def finish(proc: "subprocess.Popen[bytes]", args: Tuple[str, ...], data: Optional[bytes],
+           timeout: float) -> CommandResult:
+    """Give ``data`` to the started ``proc`` and wait for its end (at most ``timeout``
+    seconds, then its process group is killed); what it gave, as a result."""
+    try:
+        out, err = proc.communicate(data, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
         try:
-            out, err = proc.communicate(data, timeout=timeout)
+            out, err = proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            try:
-                out, err = proc.communicate(timeout=5)
-            except subprocess.TimeoutExpired:
-                # A process that left the group still holds the pipes; stop reading them.
-                out, err = b"", b""
-            proc.wait()
-            return CommandResult(args, None, _text(out), _text(err),
-                                 failure=f"did not finish within {timeout:g} s and was killed")
-        except BaseException:
-            _kill_group(proc)
-            proc.wait()
-            raise
-        return CommandResult(args, proc.returncode, _text(out), _text(err))
+            # A process that left the group still holds the pipes; stop reading them.
+            out, err = b"", b""
+        proc.wait()
+        return CommandResult(args, None, _text(out), _text(err),
+                             failure=f"did not finish within {timeout:g} s and was killed")
+    except BaseException:
+        _kill_group(proc)
+        proc.wait()
+        raise
+    return CommandResult(args, proc.returncode, _text(out), _text(err))
 
 
 class _Popen(subprocess.Popen):  # type: ignore[type-arg]

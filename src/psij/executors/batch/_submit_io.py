@@ -4,6 +4,8 @@ A scheduler that reads the script on its standard input (``SCRIPT_ON_STDIN``: Sl
 ``sbatch``, LSF's ``bsub``) gets it from memory, and the file ``<job.id>.job`` is written only
 when the submission failed (so that the error can name it) or with ``keep_files``; other
 schedulers get the path of the file, written first (0600, or the executor's ``SCRIPT_MODE``).
+A script on standard input goes to a submit command started ahead of need when one fits
+(``spare_submit_commands``; :mod:`psij.executors.batch._spares`).
 The work directory is checked once per executor, and again if it has vanished since. Commands
 run only through the executor's runner.
 """
@@ -12,7 +14,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Tuple
 
-from psij.executors.batch._runner import CommandResult
+from psij.executors.batch._runner import CommandResult, SubprocessRunner
 from psij.job import Job
 
 if TYPE_CHECKING:
@@ -35,8 +37,14 @@ def run_submit(executor: "BatchSchedulerExecutor", job: Job,
             executor._ensure_work_dir()  # the job writes its files there
     else:
         write_script(executor, job, text)
-    result = executor._run(executor.get_submit_command(job, path),
-                           stdin=text if in_memory else executor.get_submit_stdin(job, path))
+    argv = executor.get_submit_command(job, path)
+    spares = executor.batch_config.spare_submit_commands
+    runner = executor._runner
+    if in_memory and spares and isinstance(runner, SubprocessRunner):
+        result = runner.run_spared(argv, executor.batch_config.command_timeout, text, spares)
+    else:
+        result = executor._run(argv, stdin=text if in_memory else executor.get_submit_stdin(job,
+                                                                                       path))
     if in_memory and not (result.ok and result.stdout.strip()):
         write_script(executor, job, text)  # kept for the failure message
     return result, path

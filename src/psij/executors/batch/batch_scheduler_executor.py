@@ -513,9 +513,8 @@ class BatchSchedulerExecutor(JobExecutor):
     def close(self) -> None:
         """Stop following jobs and end the status poller's thread (waits for it to end)."""
         self._closed = True
-        for part in (self._held, self._fallback):
-            if part is not None:
-                part.close()
+        for part in (self._held, self._fallback, self._runner):
+            getattr(part, "close", lambda: None)()  # the runner's spares (spare_submit_commands)
         with self._poller_lock:
             poller, self._poller = self._poller, None
         if poller is not None:
