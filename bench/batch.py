@@ -618,18 +618,32 @@ def slurm_rows(quick: bool, impls: Sequence[Implementation], errors: List[str]) 
     return rows
 
 
-def _throughput_rows(quick: bool, impls: Sequence[Implementation], errors: List[str],
-                     dirs: WorkDirs) -> List[Row]:
+def _cancel_and_drain(native_ids: Sequence[str]) -> None:
+    if native_ids:
+        subprocess.run(["scancel", *native_ids], capture_output=True, timeout=120)
+    wait_drained(native_ids)
+
+
+def _throughput_series(quick: bool, impls: Sequence[Implementation], errors: List[str],
+                       dirs: WorkDirs, defer: bool
+                       ) -> Tuple[Dict[str, Optional[float]], Dict[str, Optional[float]],
+                                  Dict[str, Optional[float]]]:
+    """Rates (pooled), typical ms per submit (median of round medians) and own CPU per submit
+    of single submissions, per implementation."""
     n_jobs = 20 if quick else 100
+    how = ("deferred an hour (--begin; nothing runs while they are submitted, as on a cluster "
+           "whose jobs run on other machines; cancelled after each round)" if defer else
+           "starting at once on this machine, the cluster's only node")
     series = alternate(
-        f"Slurm submit throughput, {n_jobs} x /bin/true with a 1-minute limit, submit calls "
-        "only", impls, 1 if quick else 5,
-        lambda impl: ["slurm-submit", "--jobs", str(n_jobs), "--work", str(dirs.new())],
+        f"Slurm submit throughput, {n_jobs} x /bin/true with a 1-minute limit, {how}; submit "
+        "calls only", impls, 1 if quick else 5,
+        lambda impl: ["slurm-submit", "--jobs", str(n_jobs), "--work", str(dirs.new()),
+                      *(["--defer"] if defer else [])],
         600.0,
         lambda r: (f"{r['jobs_per_s']:.1f} jobs/s ({r['jobs']} submits in {r['submit_s']:.2f} s,"
                    f" median {r['median_submit_ms']:.1f} ms per submit, "
                    f"{r['cpu_ms_per_submit']:.2f} ms own CPU per submit)"),
-        after_round=lambda r: wait_drained(r["native_ids"]))
+        after_round=lambda r: (_cancel_and_drain if defer else wait_drained)(r["native_ids"]))
     values: Dict[str, Optional[float]] = {}
     cpu: Dict[str, Optional[float]] = {}
     typical: Dict[str, Optional[float]] = {}
@@ -645,13 +659,26 @@ def _throughput_rows(quick: bool, impls: Sequence[Implementation], errors: List[
         cpu[label] = (statistics.median(r["cpu_ms_per_submit"] for r in s.results)
                       if s.results else None)
     log()
-    rows = [Row(f"Slurm submit throughput, {n_jobs} jobs", "jobs/s", values.get(OURS),
-                values.get(REF), True),
-            Row("Slurm submit, typical time per submit", "ms wall", typical.get(OURS),
-                typical.get(REF), False, note="median of round medians"),
-            Row("Slurm submit, own CPU per submit", "ms", cpu.get(OURS), cpu.get(REF), False)]
+    return values, typical, cpu
+
+
+def _throughput_rows(quick: bool, impls: Sequence[Implementation], errors: List[str],
+                     dirs: WorkDirs) -> List[Row]:
+    n_jobs = 20 if quick else 100
+    rows: List[Row] = []
+    ref_rate: Optional[float] = None
+    for defer, label in ((False, "jobs start at once"), (True, "jobs deferred")):
+        values, typical, cpu = _throughput_series(quick, impls, errors, dirs, defer)
+        rows += [Row(f"Slurm submit throughput, {n_jobs} jobs, {label}", "jobs/s",
+                     values.get(OURS), values.get(REF), True),
+                 Row(f"Slurm submit, typical time per submit, {label}", "ms wall",
+                     typical.get(OURS), typical.get(REF), False, note="median of round medians"),
+                 Row(f"Slurm submit, own CPU per submit, {label}", "ms", cpu.get(OURS),
+                     cpu.get(REF), False)]
+        if not defer:
+            ref_rate = values.get(REF)
     rows.append(_submit_many_row(quick, [i for i in impls if i.label == OURS], errors, dirs,
-                                 values.get(REF)))
+                                 ref_rate))
     return rows
 
 
@@ -742,7 +769,8 @@ def print_summary(rows: Sequence[Row]) -> None:
                 met = None if ratio_value is None else ratio_value >= factor
                 verdict = {True: "PASS", False: "FAIL", None: "N/A "}[met]
                 ratio = "" if ratio_value is None else f" ({ratio_value:.1f}x)"
-                log(f"   {verdict}  {text}{ratio}")
+                which = row.figure.rsplit(", ", 1)[-1] if "jobs " in row.figure else ""
+                log(f"   {verdict}  {text}{ratio}" + (f" [{which}]" if which else ""))
     for row in rows:
         if row.figure.startswith("status cmds/interval, batch-test"):
             met = None if row.ours is None else row.ours == 1.0
