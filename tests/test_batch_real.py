@@ -87,6 +87,8 @@ def _start(name: str, work: Path) -> Campaign:
     c.submit("stdout", JobSpec("/bin/echo", ["hello", "batch world"], stdout_path=out / "hello"))
     c.submit("exit3", JobSpec("/bin/sh", ["-c", "echo 'cannot open input.dat' >&2; exit 3"],
                               stderr_path=out / "exit3.err"))
+    for code in (99, 100):  # Grid Engine acts on a script's 99 (requeue) and 100 (error)
+        c.submit(f"exit{code}", JobSpec("/bin/sh", ["-c", f"exit {code}"]))
     c.submit("running", JobSpec("/bin/sleep", ["600"]))
     c.submit("listed", JobSpec("/bin/sleep", ["600"]))
     c.submit("pending", JobSpec("/bin/true", attributes=JobAttributes(
@@ -167,6 +169,23 @@ def test_exit_3_fails_with_code_and_stderr(name: str, campaign_root: Path) -> No
     st = campaign(name, campaign_root).final("exit3")
     assert st.state is JobState.FAILED and st.exit_code == 3, st
     assert "code 3" in str(st.message) and "cannot open input.dat" in str(st.message)
+
+
+@pytest.mark.parametrize("name", SCHEDULERS)
+@pytest.mark.parametrize("code", [99, 100])
+def test_exit_codes_a_scheduler_acts_on_only_fail_the_job(name: str, code: int,
+                                                          campaign_root: Path) -> None:
+    c = campaign(name, campaign_root)
+    st = c.final(f"exit{code}")
+    assert st.state is JobState.FAILED and st.exit_code == code, st
+    native_id = str(c.jobs[f"exit{code}"].native_id)
+    if name == "sge":  # ran once, ended, and is not left in the queue (requeued or in error)
+        listed = subprocess.run(["qstat", "-u", "*"], capture_output=True, text=True,
+                                timeout=60).stdout.split()
+        assert native_id not in listed
+        records = subprocess.run(["qacct", "-j", native_id], capture_output=True, text=True,
+                                 timeout=60).stdout
+        assert records.count("jobnumber") <= 1, records
 
 
 @pytest.mark.parametrize("name", SCHEDULERS)

@@ -43,4 +43,5 @@ line' 'é ✓' ''
 _psij_launch
 _psij_ec=$?
 printf '%s\n' "$_psij_ec" >"$_psij_dir/$_PSIJ_NATIVE_ID.ec"
+case "$_psij_ec" in 99|100) _psij_ec=1 ;; esac
 exit "$_psij_ec"

@@ -120,9 +120,12 @@ class SgeJobExecutor(BatchSchedulerExecutor):
         slots = resources.computed_process_count * cores
         config = self.config
         assert isinstance(config, SgeExecutorConfig)
+        # A script exiting with 99 is requeued, with 100 left in an error state: a job's own
+        # 99 or 100 must only fail it (its code is read from the .ec file).
         return {"sge": {"slots": slots if slots > 1 else None,
                         "parallel_environment": config.parallel_environment,
-                        "cores_per_process": cores}}
+                        "cores_per_process": cores},
+                "script_exit_reserved": "99|100"}
 
     def get_status_command(self, native_ids: Collection[str]) -> List[str]:
         return list(self.STATUS_COMMAND)
