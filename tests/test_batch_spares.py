@@ -19,6 +19,7 @@ from typing import Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
+from process_checks import alive
 from psij import Job, JobAttributes, JobExecutor, JobSpec, JobState
 from psij.executors.batch._runner import SubprocessRunner
 from psij.executors.batch._spares import SpareCommands
@@ -73,19 +74,6 @@ def wait_until(predicate: Callable[[], bool], what: str) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"no {what} within {LIMIT} s"
         time.sleep(0.01)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead for this purpose.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def ready_spare(spares: SpareCommands, log: Log) -> int:
