@@ -20,7 +20,6 @@ This module builds argument lists and reads the launcher's output; it never star
 import errno
 import hashlib
 import os
-import secrets
 import shutil
 import tempfile
 import threading
@@ -124,6 +123,8 @@ def _check_deployed(work_directory: Path, folder: Path, names: Sequence[str]) ->
 
 def _move_aside(folder: Path) -> None:
     """Takes a deployed folder whose files were changed out of the way."""
+    import secrets  # only here (rare): it costs each process's first job ~1 ms to import
+
     stale = folder.with_name(f".stale-{folder.name}-{secrets.token_hex(4)}")
     try:
         os.rename(folder, stale)
