@@ -31,6 +31,7 @@ __all__ = ["build_script_context", "check_script_values", "hours_minutes_seconds
            "v1_resources"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NO_RESOURCES = ResourceSpecV1()
 
 
 def v1_resources(spec: JobSpec) -> ResourceSpecV1:
@@ -87,7 +88,8 @@ def build_script_context(executor: "BatchSchedulerExecutor", job: Job) -> Dict[s
     # Always absolute: schedulers start scripts in different folders.
     directory = os.path.abspath(spec.directory if spec.directory is not None else os.getcwd())
     tmp = job_tmp(spec)
-    resources = v1_resources(spec)
+    # Only read here: a job without resources gets the counts of the default ones.
+    resources = _NO_RESOURCES if spec.resources is None else v1_resources(spec)
     context: Dict[str, object] = {
         "job": job,
         "env": [{"name": k, "value": v} for k, v in (spec.environment or {}).items()],
