@@ -2,6 +2,7 @@
 exactly what pystache gives: every shipped template with the contexts of every batch executor,
 and small templates for each Mustache rule, including the values only pystache renders."""
 
+from collections import defaultdict
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Dict, List
@@ -128,6 +129,7 @@ RULES = [
     ("{{#a}}{{#a}}{{.}}{{/a}}{{/a}}", {"a": [[1, 2], [3]]}),
     ("{{.}}", {}),
     ("{{#a}}{{b.c}}{{/a}}", {"a": [{"b": {"c": "in"}}, {}], "b": {"c": "out"}}),
+    ("{{#d}}{{k}}[{{missing}}]{{/d}}", {"d": defaultdict(lambda: "made", {"k": "v"})}),
 ]
 
 

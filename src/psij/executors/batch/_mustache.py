@@ -47,6 +47,8 @@ _NOT_FOUND = _NotFound()
 
 def _value(item: Any, key: str) -> Any:
     """``item``'s value for ``key`` (pystache's rules), or _NOT_FOUND."""
+    if type(item) is dict:
+        return item.get(key, _NOT_FOUND)
     if isinstance(item, dict):
         return item[key] if key in item else _NOT_FOUND
     if type(item).__module__ != "builtins":
@@ -112,7 +114,11 @@ def _compile_node(node: Any, escape: Callable[[Any], str]) -> _Part:
     if kind in (_parser._EscapeNode, _parser._LiteralNode):
         resolve = _resolver(node.key)
         if kind is _parser._EscapeNode:
-            return lambda stack, out: out.append(str(escape(_text(resolve(stack)))))
+            def escaped(stack: List[Any], out: List[str]) -> None:
+                value = resolve(stack)
+                out.append(str(escape(value if type(value) is str else _text(value))))
+
+            return escaped
         return lambda stack, out: out.append(str(_text(resolve(stack))))
     if kind is _parser._InvertedNode:
         resolve = _resolver(node.key)
