@@ -11,6 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON_SYSTEM) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m compileall -q src >/dev/null
 	touch $(STAMP)
 
 demo: $(STAMP)

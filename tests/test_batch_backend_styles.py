@@ -245,3 +245,35 @@ def test_poller_decides_on_its_clock(tmp_path: Path) -> None:
         thread.join(0.05)
     assert poller._thread is None
     ex.close()
+
+
+class _CountingCondition(threading.Condition):
+    def __init__(self) -> None:
+        super().__init__()
+        self.notified = 0
+
+    def notify_all(self) -> None:
+        self.notified += 1
+        super().notify_all()
+
+
+def test_poller_is_woken_only_when_its_next_poll_moves(tmp_path: Path) -> None:
+    ex, sched = make(DeclarativeToyExecutor, tmp_path)
+    ex._clock = ManualClock(100.0)
+    ex.batch_config.queue_polling_interval = 3600.0
+    ex.batch_config.initial_queue_polling_delay = 3600.0
+    poller = ex._status_poller()
+    cond = poller._cond = _CountingCondition()
+    jobs = [Job(JobSpec("/bin/true")) for _ in range(5)]
+    for job in jobs:  # each is due at the same time as the first: the thread sleeps on
+        ex.submit(job)
+    assert cond.notified == 0 and poller._thread is not None
+    # An attached job is looked up at once: the sleeping thread is woken and polls now,
+    # without the clock moving.
+    sched.jobs["9999"] = "R"
+    attached = Job()
+    ex.attach(attached, "9999")
+    assert cond.notified == 1
+    st = attached.wait(WAIT, target_states=[JobState.ACTIVE])
+    assert st is not None and st.state is JobState.ACTIVE
+    ex.close()

@@ -6,6 +6,7 @@ completion marker, failure message, log). srun, aprun, jsrun and other MPI flavo
 small fakes on PATH that record their arguments; Open MPI's mpirun runs for real when installed.
 """
 
+import hashlib
 import os
 import re
 import shutil
@@ -699,6 +700,17 @@ def test_deploy_is_idempotent(config: psij.JobExecutorConfig) -> None:
     assert stat.S_IMODE((folder / "single_launch.sh").stat().st_mode) & 0o077 == 0
     MultipleLauncher(config=config).get_launch_command(job)
     assert len(deployed_folders(config.work_directory)) == 2
+
+
+def test_deployed_folder_is_named_by_the_sha256_of_names_and_contents(
+        config: psij.JobExecutorConfig) -> None:
+    launcher = SingleLauncher(config=config)
+    folder = Path(launcher.get_launch_command(psij.Job(psij.JobSpec("true")))[1]).parent
+    digest = hashlib.sha256()
+    for path in launcher._files_to_deploy():
+        for part in (path.name.encode(), path.read_bytes()):
+            digest.update(len(part).to_bytes(8, "big") + part)
+    assert folder.name == digest.hexdigest()[:32]
 
 
 def test_changed_script_gets_a_new_folder(tmp_path: Path) -> None:

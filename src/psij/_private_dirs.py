@@ -21,10 +21,10 @@ Nothing here starts processes or writes files.
 import os
 import stat
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Sequence, Tuple, Union
 
 __all__ = ["UnsafePathError", "check_private_dir", "check_private_file",
-           "ensure_private_dir"]
+           "check_private_paths", "ensure_private_dir"]
 
 _ACCEPTED_DIR = ("psij only uses a directory that is owned by you ({you}), is not a symbolic "
                  "link and is not writable by group or others")
@@ -80,6 +80,10 @@ def _usable(name: str, what: str) -> None:
 def _check(path: Union[str, Path], what: str, want_dir: bool) -> None:
     name = os.fspath(path)
     _usable(name, what)
+    _check_usable(name, what, want_dir)
+
+
+def _check_usable(name: str, what: str, want_dir: bool) -> None:
     try:
         st = os.lstat(name)
     except OSError as ex:
@@ -103,6 +107,15 @@ def check_private_file(path: Union[str, Path], what: str) -> None:
     """Raise :class:`UnsafePathError` unless ``path`` is a regular file owned by this user
     and not writable by group or others (not followed if it is a symbolic link)."""
     _check(path, what, False)
+
+
+def check_private_paths(checks: Sequence[Tuple[str, str, bool]]) -> None:
+    """Check each ``(path, what, is_directory)`` in turn, as :func:`check_private_dir` (when
+    ``is_directory``) or :func:`check_private_file` would. For paths checked again and again:
+    each path must be a string these functions accepted before (it is not validated again,
+    only examined)."""
+    for name, what, want_dir in checks:
+        _check_usable(name, what, want_dir)
 
 
 def ensure_private_dir(path: Union[str, Path], what: str,

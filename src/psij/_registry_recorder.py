@@ -8,7 +8,9 @@ the job entered the new state. The registry is the one of the executor's work di
 Writes are batched: :func:`record` only queues the change (a few microseconds in the
 submitting thread), and one writer thread per process commits what has accumulated about every
 50 ms in one transaction (the first change of a job inserts its row, the others update it), and
-at exit. Its first write to a registry also prunes old final jobs. A ``kill -9`` may therefore
+at exit. The writer also opens the registry and describes the executor (once each), so that
+the first job an executor submits waits for neither, nor for this module's imports of SQLite
+and JSON. Its first write to a registry also prunes old final jobs. A ``kill -9`` may therefore
 lose the last 50 ms or so of changes: jobs submitted just before it are then missing, and later
 status changes are cheap to lose (re-attaching asks the executor for the real state).
 :func:`flush` waits for the queue to be written; ``psij submit`` calls it before it prints the
@@ -23,26 +25,17 @@ Recording never fails a job: a registry that cannot be written is reported once 
 """
 
 import atexit
-import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 from psij._lazylog import LazyLogger
-from psij._registry_store import (
-    RegistryError,
-    Row,
-    RunRecord,
-    Store,
-    Update,
-    forget_stores,
-    open_store,
-    prune_once,
-)
 
 if TYPE_CHECKING:
+    from psij._registry_store import Row, RunRecord, Store, Update
     from psij.job import Job
     from psij.job_executor import JobExecutor
 
@@ -62,7 +55,7 @@ _failures: Dict[Path, Tuple[float, str]] = {}
 _RETRY_SECONDS = 30.0
 
 # (pid, store, executor name, version, url, config as JSON); remade in a forked child.
-Identity = Tuple[int, Store, str, Optional[str], Optional[str], Optional[str]]
+Identity = Tuple[int, "Store", str, Optional[str], Optional[str], Optional[str]]
 
 
 def set_enabled(on: bool) -> None:
@@ -74,6 +67,9 @@ def enabled() -> bool:
 
 
 def _identity(executor: "JobExecutor") -> Identity:
+    """The executor's registry and description (the writer thread works it out)."""
+    import json
+
     found: Optional[Identity] = executor.__dict__.get(_IDENTITY_ATTR)
     if found is not None and found[0] == os.getpid():
         return found
@@ -100,9 +96,11 @@ def _identity(executor: "JobExecutor") -> Identity:
     return identity
 
 
-def _open(work_directory: Path) -> Store:
+def _open(work_directory: Path) -> "Store":
     """The registry, or the error it gave less than :data:`_RETRY_SECONDS` ago (a damaged
     file is not opened again for every job)."""
+    from psij._registry_store import RegistryError, open_store
+
     failed = _failures.get(work_directory)
     if failed is not None and time.monotonic() - failed[0] < _RETRY_SECONDS:
         raise RegistryError(failed[1])
@@ -113,7 +111,7 @@ def _open(work_directory: Path) -> Store:
         raise
 
 
-def run_store(work_directory: Path) -> Optional[Store]:
+def run_store(work_directory: Path) -> Optional["Store"]:
     """The registry the local executor records its runs in: None when recording is off or the
     registry cannot be opened (said once per file; the executor then keeps journal files)."""
     if not _state["enabled"]:
@@ -130,10 +128,11 @@ def run_store(work_directory: Path) -> Optional[Store]:
 
 
 # Opened registries by work directory as given (a spawn asks at every job).
-_RUN_STORES: Dict[Path, Store] = {}
+_RUN_STORES: Dict[Path, "Store"] = {}
 
 
-def record_run(store: Store, run: RunRecord, fallback: Callable[[RunRecord], None]) -> None:
+def record_run(store: "Store", run: "RunRecord",
+               fallback: Callable[["RunRecord"], None]) -> None:
     """Queue a local run record; ``fallback`` gets it if it cannot be written."""
     _WRITER.put((store, None, None, (run, fallback)))
 
@@ -158,8 +157,13 @@ def _spec_text(job: "Job") -> Optional[str]:
         return None
     from psij.serialize import _spec_to_json
 
+    encoder = _ENCODER.get("json")
+    if encoder is None:
+        import json
+
+        encoder = _ENCODER["json"] = json.JSONEncoder(allow_nan=False)
     try:
-        return _ENCODER.encode(_spec_to_json(spec))
+        return str(encoder.encode(_spec_to_json(spec)))
     except (ValueError, TypeError) as ex:
         logger.warning("job %s: its JobSpec cannot be recorded in the job registry (%s); "
                        "the job is recorded without it", job.id, ex)
@@ -167,11 +171,14 @@ def _spec_text(job: "Job") -> Optional[str]:
 
 
 # One encoder for every spec (json.dumps with an option makes a new one per call).
-_ENCODER = json.JSONEncoder(allow_nan=False)
+_ENCODER: Dict[str, Any] = {}
 
-# A queued change: (store, job, identity or None for an update, the status values), or
+# A queued change: (executor, job, True for its first change, the status values), or
 # (store, None, None, (local run record, its fallback)).
-_Change = Tuple[Store, Optional["Job"], Optional[Identity], Tuple[Any, ...]]
+_Queued = Tuple[Union["JobExecutor", "Store"], Optional["Job"], Optional[bool], Tuple[Any, ...]]
+# The same with the executor's identity worked out: (store, job, identity or None for an
+# update, the status values), or a local run record as above.
+_Change = Tuple["Store", Optional["Job"], Optional[Identity], Tuple[Any, ...]]
 
 
 def record(executor: "JobExecutor", job: "Job") -> None:
@@ -179,21 +186,38 @@ def record(executor: "JobExecutor", job: "Job") -> None:
     if not _state["enabled"]:
         return
     try:
-        identity = _identity(executor)
         status = job.status
         state = status.state
         values = (job.native_id, state.name, state.order, status.exit_code, status.message,
                   time.time(), state.final)
-        if _RECORDED_ATTR in job.__dict__:
-            _WRITER.put((identity[1], job, None, values))
-        else:
-            job.__dict__[_RECORDED_ATTR] = True
-            _WRITER.put((identity[1], job, identity, values))
+        first = _RECORDED_ATTR not in job.__dict__
+        job.__dict__[_RECORDED_ATTR] = True
+        _WRITER.put((executor, job, first, values))
     except Exception as ex:
         _warn_once(str(getattr(executor.config, "work_directory", "?")), ex)
 
 
-def _row(job: "Job", identity: Identity, values: Tuple[Any, ...]) -> Row:
+def _resolved(queued: List[_Queued]) -> List[_Change]:
+    """The queued changes with their executors' identities (in the writer thread); a change
+    whose executor's registry cannot be opened is dropped, said once per file."""
+    changes: List[_Change] = []
+    for target, job, first, values in queued:
+        if job is None:
+            changes.append((target, None, None, values))  # type: ignore[arg-type]
+            continue
+        executor: JobExecutor = target  # type: ignore[assignment]
+        try:
+            identity = _identity(executor)
+        except Exception as ex:
+            if first:
+                job.__dict__.pop(_RECORDED_ATTR, None)  # inserted by its next change
+            _warn_once(str(getattr(executor.config, "work_directory", "?")), ex)
+            continue
+        changes.append((identity[1], job, identity if first else None, values))
+    return changes
+
+
+def _row(job: "Job", identity: Identity, values: Tuple[Any, ...]) -> "Row":
     _, _, name, version, url, config = identity
     native_id, state, rank, exit_code, message, now, final = values
     return (job.id, name, version, _text(url), config, _text(native_id), _spec_text(job),
@@ -201,7 +225,7 @@ def _row(job: "Job", identity: Identity, values: Tuple[Any, ...]) -> Row:
             int(final))
 
 
-def _update(job: "Job", values: Tuple[Any, ...]) -> Update:
+def _update(job: "Job", values: Tuple[Any, ...]) -> "Update":
     native_id, state, rank, exit_code, message, now, final = values
     return (_text(native_id), state, rank, exit_code, _text(message), now, int(final), job.id,
             rank)
@@ -212,12 +236,12 @@ class _Writer:
 
     def __init__(self) -> None:
         self._cv = threading.Condition()
-        self._queue: List[_Change] = []
+        self._queue: List[_Queued] = []
         self._busy = False
         self._flushing = 0  # callers of flush waiting: write without gathering more
         self._thread: Optional[threading.Thread] = None
 
-    def put(self, change: _Change) -> None:
+    def put(self, change: _Queued) -> None:
         with self._cv:
             self._queue.append(change)
             if self._thread is None:
@@ -240,12 +264,16 @@ class _Writer:
                 self._busy = True
                 # Let more changes gather into this transaction, unless someone waits for it.
                 self._cv.wait_for(lambda: self._flushing > 0, _BATCH_SECONDS)
-                batch, self._queue = self._queue, []
+                queued, self._queue = self._queue, []
+            batch = _resolved(queued)
+            del queued
             self._write(batch)
             del batch  # jobs (and through them executors) must not outlive their write
 
     @staticmethod
     def _write(batch: List[_Change]) -> None:
+        from psij._registry_store import prune_once
+
         # A job whose row is new in this batch gets one insert with its latest status.
         new: Dict[int, Dict[Job, Tuple[Identity, Tuple[Any, ...]]]] = {}
         updates: Dict[int, List[Update]] = {}
@@ -324,7 +352,9 @@ def _flush_at_exit() -> None:
 
 def _after_fork_in_child() -> None:
     # SQLite connections must not be used across fork; the child opens its own.
-    forget_stores()
+    store_module = sys.modules.get("psij._registry_store")
+    if store_module is not None:
+        store_module.forget_stores()
     _RUN_STORES.clear()
     _WRITER.after_fork()
 

@@ -18,20 +18,20 @@ This module builds argument lists and reads the launcher's output; it never star
 """
 
 import errno
-import hashlib
+import importlib
 import os
-import secrets
 import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from psij._data import data_dir
 from psij._private_dirs import (
     UnsafePathError,
     check_private_dir,
     check_private_file,
+    check_private_paths,
     ensure_private_dir,
 )
 from psij.exceptions import InvalidJobException
@@ -54,14 +54,27 @@ _deployed: Dict[Tuple[str, str], Path] = {}
 _deployed_lock = threading.Lock()
 
 
+def _sha256() -> Any:
+    """A new SHA-256 hash: from the interpreter's own module when it has one (importing
+    hashlib loads OpenSSL, some 4 ms of a process's first job), else from hashlib."""
+    for name in ("_sha2", "_sha256"):  # Python 3.12 and later, then 3.9 to 3.11
+        try:
+            return importlib.import_module(name).sha256()
+        except (ImportError, AttributeError):
+            continue
+    import hashlib
+
+    return hashlib.sha256()
+
+
 def _checksum(contents: Sequence[Tuple[str, bytes]]) -> str:
-    digest = hashlib.sha256()
+    digest = _sha256()
     for name, data in contents:
         encoded = name.encode()
         # Lengths first, so that no two different file lists hash the same byte stream.
         digest.update(len(encoded).to_bytes(8, "big") + encoded)
         digest.update(len(data).to_bytes(8, "big") + data)
-    return digest.hexdigest()[:_CHECKSUM_LENGTH]
+    return str(digest.hexdigest()[:_CHECKSUM_LENGTH])
 
 
 def _read_contents(files: Sequence[Path]) -> List[Tuple[str, bytes]]:
@@ -100,21 +113,31 @@ def _write_temporary_folder(root: Path, contents: Sequence[Tuple[str, bytes]]) -
     return temporary
 
 
-def _check_deployed(work_directory: Path, folder: Path, names: Sequence[str]) -> None:
-    """Raise UnsafePathError unless the deployed ``folder`` and everything above it up to the
-    work directory, and its files, are private to this user."""
+def _deployed_checks(work_directory: Path, folder: Path,
+                     names: Sequence[str]) -> List[Tuple[str, str, bool]]:
+    """The checks (for ``check_private_paths``) that the deployed ``folder`` and everything
+    above it up to the work directory, and its files, are private to this user."""
     levels = [folder.parent]
     if work_directory in folder.parents:
         levels = [p for p in folder.parents if p == work_directory or work_directory in p.parents]
-    for level in reversed(levels):
-        check_private_dir(level, f"launcher scripts folder {folder} is inside")
-    check_private_dir(folder, "launcher scripts folder")
-    for name in names:
-        check_private_file(folder / name, "deployed launcher file")
+    checks = [(str(level), f"launcher scripts folder {folder} is inside", True)
+              for level in reversed(levels)]
+    checks.append((str(folder), "launcher scripts folder", True))
+    checks.extend((str(folder / name), "deployed launcher file", False) for name in names)
+    return checks
+
+
+def _check_deployed(work_directory: Path, folder: Path, names: Sequence[str]) -> None:
+    """Raise UnsafePathError unless the deployed ``folder`` and everything above it up to the
+    work directory, and its files, are private to this user."""
+    for name, what, is_dir in _deployed_checks(work_directory, folder, names):
+        (check_private_dir if is_dir else check_private_file)(name, what)
 
 
 def _move_aside(folder: Path) -> None:
     """Takes a deployed folder whose files were changed out of the way."""
+    import secrets  # only here (rare): it costs each process's first job ~1 ms to import
+
     stale = folder.with_name(f".stale-{folder.name}-{secrets.token_hex(4)}")
     try:
         os.rename(folder, stale)
@@ -197,6 +220,9 @@ class ScriptBasedLauncher(Launcher):
         self._script_path = Path(script_path)
         self._deploy_lock = threading.Lock()
         self._deployed_script: Optional[Path] = None
+        # What each use checks again: ((script, file names, work directory), the checks).
+        self._deployed_checks: Optional[Tuple[Tuple[Path, Tuple[str, ...], Any],
+                                              List[Tuple[str, str, bool]]]] = None
 
     def _files_to_deploy(self) -> List[Path]:
         """The files copied into the deployment folder; the script must be among them."""
@@ -209,16 +235,30 @@ class ScriptBasedLauncher(Launcher):
     def _ensure_deployed(self) -> Path:
         with self._deploy_lock:
             files = self._files_to_deploy()
-            if self._deployed_script is not None:
+            script = self._deployed_script
+            if script is not None:
+                names = tuple(p.name for p in files)
                 try:
-                    _check_deployed(Path(os.path.abspath(self.config.work_directory)),
-                                    self._deployed_script.parent, [p.name for p in files])
-                    return self._deployed_script
+                    self._check_again(script, names)
+                    return script
                 except FileNotFoundError:
                     self._deployed_script = None  # removed meanwhile: deploy again
             folder = self._deploy_files(files)
             self._deployed_script = folder / self._script_path.name
             return self._deployed_script
+
+    def _check_again(self, script: Path, names: Tuple[str, ...]) -> None:
+        """Check the deployed folder of ``script`` (see :func:`_check_deployed`) before it is
+        used again; which paths to examine is worked out once."""
+        key = (script, names, self.config.work_directory)
+        known = self._deployed_checks
+        if known is not None and known[0][0] is key[0] and known[0][1] == names \
+                and known[0][2] is key[2]:
+            check_private_paths(known[1])
+            return
+        work_directory = Path(os.path.abspath(key[2]))
+        _check_deployed(work_directory, script.parent, names)
+        self._deployed_checks = (key, _deployed_checks(work_directory, script.parent, names))
 
     def get_launch_command(self, job: "Job",
                            log_file: Union[str, Path, None] = None) -> List[str]:

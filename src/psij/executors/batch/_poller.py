@@ -78,6 +78,7 @@ class StatusPoller:
             if self._stopped:
                 raise SubmitException("the executor is closed")
             known = self._jobs.get(native_id)
+            due = self._tracker.next_deadline()
             if known is not None:
                 known.append(job)
                 last = self._last.get(native_id)
@@ -86,8 +87,12 @@ class StatusPoller:
                                             else JobState.QUEUED, poll_soon=attach))
                 self._jobs[native_id] = [job]
                 last = None
-            self._ensure_thread()
-            self._cond.notify_all()
+            if self._thread is None:
+                self._ensure_thread()
+            elif due is None or self._tracker.next_deadline() != due:
+                # The thread sleeps until the deadline it saw: woken only when that moved
+                # (waking it for every job submitted in a row costs each submit a switch).
+                self._cond.notify_all()
         if last is not None:
             self._deliver(job, last)
 

@@ -31,6 +31,7 @@ __all__ = ["build_script_context", "check_script_values", "hours_minutes_seconds
            "v1_resources"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NO_RESOURCES = ResourceSpecV1()
 
 
 def v1_resources(spec: JobSpec) -> ResourceSpecV1:
@@ -87,6 +88,8 @@ def build_script_context(executor: "BatchSchedulerExecutor", job: Job) -> Dict[s
     # Always absolute: schedulers start scripts in different folders.
     directory = os.path.abspath(spec.directory if spec.directory is not None else os.getcwd())
     tmp = job_tmp(spec)
+    # Only read here: a job without resources gets the counts of the default ones.
+    resources = _NO_RESOURCES if spec.resources is None else v1_resources(spec)
     context: Dict[str, object] = {
         "job": job,
         "env": [{"name": k, "value": v} for k, v in (spec.environment or {}).items()],
@@ -97,8 +100,8 @@ def build_script_context(executor: "BatchSchedulerExecutor", job: Job) -> Dict[s
             "script_dir": str(executor.work_directory.absolute()),
             "job_name": executor._job_name(spec),
             "directory": directory,
-            "process_count": v1_resources(spec).computed_process_count,
-            "node_count": v1_resources(spec).computed_node_count,
+            "process_count": resources.computed_process_count,
+            "node_count": resources.computed_node_count,
             "staging": staging_context(spec, directory, executor.config.work_directory,
                                        executor.name),
             "scheduler_priority": scheduler_priority(executor, spec),

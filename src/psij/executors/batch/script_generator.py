@@ -9,8 +9,9 @@ used by the shipped templates. Partials (``{{> name}}``) are looked up next to t
 first, then among the templates shipped with psij, so plugin templates can reuse the shared
 parts. They are read and put in place once, when the generator is made (a standalone tag's
 indentation goes before each line of the partial, as Mustache renders it), so rendering a job
-reads no file and parses nothing. This module renders text; it never writes files other than
-``out`` nor runs commands.
+reads no file and parses nothing; the parsed template is then rendered by the functions
+``psij.executors.batch._mustache`` makes of it, by pystache's rules. This module renders
+text; it never writes files other than ``out`` nor runs commands.
 """
 
 import re
@@ -20,6 +21,7 @@ from typing import IO, Callable, Dict, List, Optional, Sequence, Union
 import pystache  # type: ignore[import-untyped]
 
 from psij._data import data_dir
+from psij.executors.batch._mustache import NeedsPystache, compile_template
 from psij.executors.batch.escape_functions import bash_escape
 from psij.job import Job
 from psij.job_executor_config import JobExecutorConfig
@@ -60,12 +62,22 @@ class TemplatedScriptGenerator(SubmitScriptGenerator):
         self.template = pystache.parse(inline_partials(text, search))
         self.renderer = pystache.Renderer(escape=escape, search_dirs=[str(d) for d in search],
                                           file_extension="mustache", missing_tags="ignore")
+        # The same rendering without pystache's per-tag machinery (see _mustache), for as
+        # long as the template and the renderer are these.
+        self._compiled = (self.template, self.renderer, compile_template(self.template, escape))
 
     def generate_submit_script(self, job: Job, context: Dict[str, object], out: IO[str]) -> None:
         out.write(self.render(context))
 
     def render(self, context: Dict[str, object]) -> str:
         """The script text for ``context``."""
+        template, renderer, compiled = self._compiled
+        if compiled is not None and type(context) is dict and template is self.template \
+                and renderer is self.renderer:
+            try:
+                return compiled(context)
+            except NeedsPystache:
+                pass  # a lambda or bytes in the context: pystache renders it all
         text: str = self.renderer.render(self.template, context)
         return text
 
