@@ -3,12 +3,16 @@ for real: jobs write lines to a log when they start and end, and the order and o
 those lines show what the pool let run together."""
 
 import math
+import subprocess
+import sys
+import textwrap
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
 
+import psij.registry
 from psij import (
     InvalidJobException,
     Job,
@@ -19,7 +23,7 @@ from psij import (
     JobStatus,
     ResourceSpecV1,
 )
-from psij.executors._local_pooled import machine_capacity
+from psij.executors._local_pooled import WAITING_MESSAGE, machine_capacity
 from psij.executors.local import LocalJobExecutor, LocalJobExecutorConfig
 
 WAIT = timedelta(seconds=60)
@@ -252,3 +256,33 @@ def test_the_setting_is_read_from_a_dict_copy(tmp_path: Path) -> None:
     config = LocalJobExecutorConfig(resource_pool=setting)
     setting["cores"] = -3  # the caller's dict changing later changes nothing
     assert config.resource_pool == {"cores": 1}
+
+
+ATTACH = textwrap.dedent("""
+    import sys
+    import psij.registry
+    try:
+        psij.registry.reattach([sys.argv[1]], work_directory=sys.argv[2])
+    except psij.registry.AttachError as e:
+        print(e)
+""")
+
+
+def test_attach_of_a_waiting_job_from_another_process_says_it_waits(tmp_path: Path) -> None:
+    ex = executor(tmp_path, {"cores": 1})
+    gate = tmp_path / "gate"
+    blocker = logged(tmp_path, "blocker", hold=until(gate))
+    waiting = logged(tmp_path, "waiting")
+    ex.submit(blocker)
+    ex.submit(waiting)
+    try:
+        assert waiting.status.message == WAITING_MESSAGE
+        psij.registry.flush()
+        out = subprocess.run([sys.executable, "-c", ATTACH, waiting.id, str(tmp_path / "w")],
+                             capture_output=True, text=True, timeout=60)
+        assert "waits for the local resource pool (resource_pool) of the process that " \
+               "submitted it" in out.stdout, out
+    finally:
+        gate.touch()
+    assert final(waiting).state is JobState.COMPLETED
+    ex.close()

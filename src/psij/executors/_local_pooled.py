@@ -4,9 +4,11 @@
 :class:`PoolDriver` feeds the pure machine of :mod:`psij.executors._local_pool` and carries out
 its actions: a job that fits starts at once; one that does not waits in this process, reported
 QUEUED with ``waiting_for: "local resources"`` (and ``waiting``: how many jobs wait with it) in
-its status metadata; waiting jobs start in priority order (the ``psij.priority`` custom
-attribute, higher first; then by arrival) as running ones end; a waiting job that is cancelled
-ends CANCELED without ever starting. The executor says how to start a job and how to report a
+its status metadata, and :data:`WAITING_MESSAGE` as its message (which the registry
+recognises: only this process can follow such a job, it has no native id yet); waiting jobs
+start in priority order (the ``psij.priority`` custom attribute, higher first; then by
+arrival) as running ones end; a waiting job that is cancelled ends CANCELED without ever
+starting. The executor says how to start a job and how to report a
 status; the driver does the rest.
 
 The setting (:func:`check_resource_pool`): ``False`` (no pool: every job starts at once),
@@ -41,12 +43,14 @@ from psij.job_state import JobState
 from psij.job_status import JobStatus
 from psij.resource_spec import ResourceSpecV1
 
-__all__ = ["WAITING_FOR", "PoolDriver", "check_resource_pool", "demand_of", "machine_capacity",
-           "pool_capacity"]
+__all__ = ["WAITING_FOR", "WAITING_MESSAGE", "PoolDriver", "check_resource_pool", "demand_of",
+           "machine_capacity", "pool_capacity"]
 
 logger = logging.getLogger(__name__)
 
 WAITING_FOR = "local resources"
+WAITING_MESSAGE = ("waiting for local resources (resource_pool) in the process that "
+                   "submitted it")
 FIELD = "LocalJobExecutorConfig.resource_pool"
 _KEYS = {"cores": 1, "memory": 0, "tmp": 0}  # and the least value of each
 _MOST = 2 ** 62  # more than any machine has, in cores or bytes
@@ -160,7 +164,7 @@ class PoolDriver:
                 self.ended(job)
                 raise
         elif isinstance(mine, Wait):
-            self._report(payload, JobStatus(JobState.QUEUED, metadata={
+            self._report(payload, JobStatus(JobState.QUEUED, message=WAITING_MESSAGE, metadata={
                 "waiting_for": WAITING_FOR, "waiting": mine.ahead}))
         self._perform([a for a in actions if a.key != job.id])
 
