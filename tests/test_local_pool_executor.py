@@ -286,3 +286,20 @@ def test_attach_of_a_waiting_job_from_another_process_says_it_waits(tmp_path: Pa
         gate.touch()
     assert final(waiting).state is JobState.COMPLETED
     ex.close()
+
+
+def test_many_waiting_jobs_that_fail_at_start_end_one_after_another(tmp_path: Path) -> None:
+    # Each failed start frees its place and starts the next from the same thread: carried out
+    # one after another, not nested (the stack does not grow with the number of jobs).
+    ex = executor(tmp_path, {"cores": 1})
+    gate = tmp_path / "gate"
+    blocker = logged(tmp_path, "blocker", hold=until(gate))
+    ex.submit(blocker)
+    missing = [Job(JobSpec(str(tmp_path / "no-such-program"))) for _ in range(1500)]
+    ex.submit_many(missing)
+    last = logged(tmp_path, "last")
+    ex.submit(last)
+    gate.touch()
+    assert final(last).state is JobState.COMPLETED
+    assert {(final(j).state, final(j).exit_code) for j in missing} == {(JobState.FAILED, 127)}
+    ex.close()
