@@ -3,10 +3,10 @@
 A priority is a finite number (int or float); a higher one goes first, equal ones go by
 arrival. ``psij.priority`` wins when both attributes are set; a job without either has
 priority 0. Anything else (a bool, a string, NaN, an infinity) is refused with an error naming
-the attribute. The executors that honour it: ``pilot``, ``local`` with a resource pool (the
-fallback pool of batch executors), and every batch executor (the order of submission of the
-jobs it holds with ``max_queued_per_shape``, and the scheduler's own priority with
-``use_nice``).
+the attribute. The executors that honour it: ``pilot``, ``local`` with a resource pool
+(``LocalJobExecutorConfig(resource_pool=...)``, also what batch executors' ``fallback="local"``
+uses), and every batch executor (the order of submission of the jobs it holds with
+``max_queued_per_shape``, and the scheduler's own priority with ``use_nice``).
 """
 
 import math

@@ -41,7 +41,7 @@ import subprocess
 import threading
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from psij import _check, _site_config
 from psij._private_dirs import ensure_private_dir
@@ -50,8 +50,6 @@ from psij.executors._keeper_client import Keeper, KeeperGone, flush_keepers, kee
 from psij.executors._local_checks import (
     check_executable,
     check_os_texts,
-    not_executable,
-    not_found,
 )
 from psij.executors._local_journal import (
     Journal,
@@ -62,6 +60,8 @@ from psij.executors._local_journal import (
     scan_all,
     start_time,
 )
+from psij.executors._local_pooled import PoolDriver, check_resource_pool, pool_capacity
+from psij.executors._local_prepared import NotRunnable, Prepared, spawn_failure
 from psij.executors._local_time_limit import TimeLimit, time_limit_message
 from psij.executors._local_transfer import local_path, transfer
 from psij.executors._process import (
@@ -69,11 +69,9 @@ from psij.executors._process import (
     SIGTERM,
     LaunchError,
     Spawner,
-    StreamError,
     exit_code_of,
     failure_message,
     killpg,
-    open_streams,
     signal_reaped_group,
     terminate_group,
 )
@@ -103,18 +101,25 @@ class LocalJobExecutorConfig(JobExecutorConfig):
     and ends FAILED with a time-limit message. False by default, as in psij-python, where
     ``local`` ignores ``duration``. With ``keeper=False`` jobs are started by this process
     instead of its keeper (a little faster, but a job that ends after this process has no
-    recorded exit code; see the module documentation)."""
+    recorded exit code; see the module documentation). ``resource_pool``: False (the default,
+    as in psij-python: every job starts at once), True (this machine's cores, memory and free
+    temporary disk) or a dict of ``cores``, ``memory`` and ``tmp`` (bytes; a missing key is
+    this machine's amount): jobs that do not fit wait, QUEUED, and start in ``psij.priority``
+    order (higher first), then by arrival; a job asking for more than the pool has runs
+    alone."""
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
                  work_directory: Union[str, Path, None] = None,
                  cancel_grace_period: Union[float, timedelta] = 5.0,
-                 enforce_duration: bool = False, keeper: bool = True) -> None:
+                 enforce_duration: bool = False, keeper: bool = True,
+                 resource_pool: Union[bool, Mapping[str, int]] = False) -> None:
         super().__init__(launcher_log_file=launcher_log_file, work_directory=work_directory)
         self.cancel_grace_period = _check.seconds("LocalJobExecutorConfig.cancel_grace_period",
                                                   cancel_grace_period)
         self.enforce_duration = _check.opt_bool("LocalJobExecutorConfig.enforce_duration",
                                                 enforce_duration)
         self.keeper = _check.opt_bool("LocalJobExecutorConfig.keeper", keeper)
+        self.resource_pool = check_resource_pool(resource_pool)
 
 
 class _Worker:
@@ -199,6 +204,10 @@ class LocalJobExecutor(JobExecutor):
             getattr(self.config, "enforce_duration", False))
         self._kept = _check.opt_bool("LocalJobExecutorConfig.keeper",
                                      getattr(self.config, "keeper", True))
+        capacity = pool_capacity(check_resource_pool(getattr(self.config, "resource_pool",
+                                                             False)))
+        self._pool = None if capacity is None else PoolDriver(capacity, self._launch,
+                                                              self._pool_report)
         self._work = Path(self.config.work_directory)
         self._dir = self._work / "local"
         # The registry file (``_registry_store.registry_path``; not imported: it loads sqlite3).
@@ -216,38 +225,54 @@ class LocalJobExecutor(JobExecutor):
     # -- submit ---------------------------------------------------------------------------------
 
     def submit(self, job: Job) -> None:
-        """Start the job (or queue its stage-in); raises before anything runs if it cannot."""
+        """Start the job (or queue its stage-in; with a resource pool, keep it QUEUED until it
+        fits); raises before anything runs if it cannot."""
         if self._closed:
             raise SubmitException(f"{self} is closed")
         spec = self._check_job(job)
         try:
             _site_config.apply_job_defaults(self.name, spec)
             run, prepared = self._prepare(job, spec)
-        except BaseException:
-            job.executor = None
-            raise
-        with self._lock:
-            self._runs[id(job)] = run
-        if _needs_staging(spec):
-            self._set_job_status(job, JobStatus(JobState.QUEUED))
-            _WORKER.put(lambda: self._stage_in_and_start(run, prepared))
-            return
-        try:
-            self._start(run, prepared)
-        except _NotRunnable as ex:
-            self._finish(run, ex.status)
+            with self._lock:
+                self._runs[id(job)] = run
+            if self._pool is None:
+                self._launch((run, prepared))
+            else:
+                self._pool.submit(job, spec, (run, prepared))
         except BaseException:
             with self._lock:
                 self._runs.pop(id(job), None)
             job.executor = None
             raise
 
+    def _launch(self, todo: Tuple[_Run, Prepared]) -> None:
+        run, prepared = todo
+        assert run.job.spec is not None
+        if run.canceled:  # while it waited for the resource pool
+            self._finish(run, JobStatus(JobState.CANCELED))
+        elif _needs_staging(run.job.spec):
+            self._set_job_status(run.job, JobStatus(JobState.QUEUED))
+            _WORKER.put(lambda: self._stage_in_and_start(run, prepared))
+        else:
+            try:
+                self._start(run, prepared)
+            except NotRunnable as ex:
+                self._finish(run, ex.status)
+            if run.canceled and run.pid is not None:  # cancelled while it was being started
+                terminate_group(self._watch, run.pid, self._grace)
+
+    def _pool_report(self, todo: Tuple[_Run, Prepared], status: JobStatus) -> None:
+        if status.state.final:
+            self._finish(todo[0], status)
+        else:
+            self._set_job_status(todo[0].job, status)
+
     def _ensure_dir(self) -> None:
         if not self._dir_ready:
             ensure_private_dir(self._dir, "local executor directory", self.config.work_directory)
             self._dir_ready = True
 
-    def _prepare(self, job: Job, spec: JobSpec) -> Tuple[_Run, "_Prepared"]:
+    def _prepare(self, job: Job, spec: JobSpec) -> Tuple[_Run, Prepared]:
         if spec.executable is None:
             raise InvalidJobException("JobSpec.executable: a job needs an executable")
         check_os_texts(spec)
@@ -275,7 +300,7 @@ class LocalJobExecutor(JobExecutor):
                 raise SubmitException(f"JobSpec.{field}: {str(p)!r} is not a readable file")
         if spec.stderr_path is not None:
             run.stderr_path = job_dir / spec.stderr_path
-        prepared = _Prepared(direct, env, job_dir)
+        prepared = Prepared(direct, env, job_dir)
         prepared.failure = prepared_failure
         if not _needs_staging(spec):
             # With stage-in, stdin may arrive with the staged files: check it when starting.
@@ -304,12 +329,12 @@ class LocalJobExecutor(JobExecutor):
             self._nodefiles[n] = path
         return path
 
-    def _start(self, run: _Run, prepared: "_Prepared") -> None:
+    def _start(self, run: _Run, prepared: Prepared) -> None:
         job = run.job
         spec = job.spec
         assert spec is not None
         if prepared.failure is not None:
-            raise _NotRunnable(prepared.failure)
+            raise NotRunnable(prepared.failure)
         streams = prepared.open_streams(spec) if prepared.direct else None
         out_fd = -1
         try:
@@ -328,7 +353,7 @@ class LocalJobExecutor(JobExecutor):
             try:
                 pid, keeper = self._spawn(job, argv, prepared, (stdin, stdout, stderr))
             except LaunchError as ex:
-                raise _spawn_failure(ex, job, prepared) from ex
+                raise spawn_failure(ex, job, prepared) from ex
         finally:
             if streams is not None:
                 for s in set(streams):  # stdout and stderr may share one descriptor
@@ -354,7 +379,7 @@ class LocalJobExecutor(JobExecutor):
         if run.limit is not None:
             run.limit.arm()
 
-    def _spawn(self, job: Job, argv: List[str], prepared: "_Prepared",
+    def _spawn(self, job: Job, argv: List[str], prepared: Prepared,
                streams: Tuple[int, int, int]) -> Tuple[int, Optional[Keeper]]:
         """Start the job's process through this process's keeper (which records it and its
         exit even after this process ends), or here if there is no keeper."""
@@ -449,10 +474,13 @@ class LocalJobExecutor(JobExecutor):
         with self._lock:
             self._runs.pop(id(run.job), None)
         self._set_job_status(run.job, status)
+        if self._pool is not None:
+            self._pool.ended(run.job)
 
     def close(self) -> None:
-        """Refuse further submits. Jobs already started are still followed to their end (the
-        shared watch holds no thread per executor)."""
+        """Refuse further submits. Jobs already submitted are still run (those waiting for the
+        resource pool as well) and followed to their end (the shared watch holds no thread
+        per executor)."""
         self._closed = True
 
     # -- cancel, list, attach -------------------------------------------------------------------
@@ -461,6 +489,8 @@ class LocalJobExecutor(JobExecutor):
         """TERM to the job's process group, KILL after the grace period; CANCELED at exit."""
         if job.executor is not self:
             raise InvalidJobException(f"job {job.id} was not submitted to this executor")
+        if self._pool is not None and self._pool.cancel_waiting(job):
+            return
         with self._lock:
             run = self._runs.get(id(job))
         if run is None or job.status.final:
@@ -557,7 +587,7 @@ class LocalJobExecutor(JobExecutor):
 
     # -- staging --------------------------------------------------------------------------------
 
-    def _stage_in_and_start(self, run: _Run, prepared: "_Prepared") -> None:
+    def _stage_in_and_start(self, run: _Run, prepared: Prepared) -> None:
         job = run.job
         spec = job.spec
         assert spec is not None
@@ -575,7 +605,7 @@ class LocalJobExecutor(JobExecutor):
                 self._finish(run, JobStatus(JobState.CANCELED))
                 return
             self._start(run, prepared)
-        except _NotRunnable as ex:
+        except NotRunnable as ex:
             self._finish(run, ex.status)
         except (OSError, SubmitException, InvalidJobException, ValueError) as ex:
             state = JobState.CANCELED if run.canceled else JobState.FAILED
@@ -616,81 +646,6 @@ class LocalJobExecutor(JobExecutor):
                 except OSError as ex:
                     logger.warning("cleanup of %s failed: %s", target, ex)
         return error
-
-
-class _Prepared:
-    """Spawn inputs computed at submit time (and the job's failure, if it cannot run)."""
-
-    __slots__ = ("direct", "env", "failure", "job_dir")
-
-    def __init__(self, direct: bool, env: Dict[str, str], job_dir: Path) -> None:
-        self.direct = direct
-        self.env = env
-        self.job_dir = job_dir
-        self.failure: Optional[JobStatus] = None
-
-
-    def check_streams(self, spec: JobSpec) -> None:
-        """Raise SubmitException if stdin is unreadable or an output's folder unwritable."""
-        if spec.stdin_path is not None:
-            p = self.job_dir / spec.stdin_path
-            if not os.access(p, os.R_OK) or p.is_dir():
-                raise SubmitException(f"JobSpec.stdin_path: {str(spec.stdin_path)!r} is not a "
-                                      "readable file")
-        for field in ("stdout_path", "stderr_path"):
-            rel = getattr(spec, field)
-            if rel is None:
-                continue
-            p = self.job_dir / rel
-            if p.is_dir():
-                raise SubmitException(f"JobSpec.{field}: {str(rel)!r} is a directory")
-            target = p if p.exists() else p.parent
-            if not os.access(target, os.W_OK):
-                raise SubmitException(f"JobSpec.{field}: {str(rel)!r} cannot be written "
-                                      f"({'file' if p.exists() else 'folder'} not writable or "
-                                      "missing)")
-
-    def open_streams(self, spec: JobSpec) -> Tuple[int, int, int]:
-        opened: List[int] = []
-
-        def text(path: Optional[Path]) -> Optional[str]:
-            return None if path is None else str(path)
-
-        try:
-            return open_streams(str(self.job_dir), text(spec.stdin_path), text(spec.stdout_path),
-                                text(spec.stderr_path), subprocess.DEVNULL, opened)
-        except BaseException as ex:
-            for fd in opened:
-                os.close(fd)
-            if isinstance(ex, StreamError):
-                raise SubmitException(f"JobSpec.{ex.which}_path: cannot open {ex.path!r}: "
-                                      f"{ex.reason}") from ex
-            raise
-
-
-class _NotRunnable(Exception):
-    """The job's executable cannot be run: the job ends with ``status`` (FAILED, exit code 127
-    or 126, as a shell would report it), as it would on a batch system."""
-
-    def __init__(self, status: JobStatus) -> None:
-        super().__init__(status.message)
-        self.status = status
-
-
-def _spawn_failure(ex: LaunchError, job: Job, prepared: _Prepared) -> Exception:
-    """What submit makes of a job whose process could not be started: a missing or
-    unexecutable program ends the job (127, 126), anything else is refused."""
-    spec = job.spec
-    assert spec is not None
-    if ex.exit_code == 127:
-        if prepared.direct and not Path(prepared.job_dir).is_dir():
-            return SubmitException(f"JobSpec.directory: {str(prepared.job_dir)!r} does not "
-                                   "exist")
-        return _NotRunnable(not_found(spec.executable))
-    cause = ex.__cause__
-    if ex.exit_code == 126:
-        return _NotRunnable(not_executable(spec.executable, getattr(cause, "strerror", None)))
-    return SubmitException(f"could not start job {job.id}: {cause or ex}")
 
 
 _ATTACH_RETRIES = 14  # about 2 s in all

@@ -1,0 +1,225 @@
+"""Local jobs run through a resource pool: the ``local`` executor's ``resource_pool`` setting
+(also what the batch executors' ``fallback="local"`` uses).
+
+:class:`PoolDriver` feeds the pure machine of :mod:`psij.executors._local_pool` and carries out
+its actions: a job that fits starts at once; one that does not waits in this process, reported
+QUEUED with ``waiting_for: "local resources"`` (and ``waiting``: how many jobs wait with it) in
+its status metadata, and :data:`WAITING_MESSAGE` as its message (which the registry
+recognises: only this process can follow such a job, it has no native id yet); waiting jobs
+start in priority order (the ``psij.priority`` custom attribute, higher first; then by
+arrival) as running ones end; a waiting job that is cancelled ends CANCELED without ever
+starting. The executor says how to start a job and how to report a
+status; the driver does the rest.
+
+The setting (:func:`check_resource_pool`): ``False`` (no pool: every job starts at once),
+``True`` (this machine's cores, memory and free temporary disk, :func:`machine_capacity`) or a
+dict with any of ``cores`` (int, at least 1), ``memory`` and ``tmp`` (ints, bytes, at least 0),
+a missing key meaning this machine's amount.
+"""
+
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple, Union
+
+from psij import _check, _priority
+from psij.executors._local_pool import (
+    Action,
+    Amounts,
+    Arrived,
+    Cancel,
+    Dropped,
+    Ended,
+    LocalPool,
+    Start,
+    Wait,
+)
+from psij.job import Job
+from psij.job_spec import JobSpec
+from psij.job_state import JobState
+from psij.job_status import JobStatus
+from psij.resource_spec import ResourceSpecV1
+
+__all__ = ["WAITING_FOR", "WAITING_MESSAGE", "PoolDriver", "check_resource_pool", "demand_of",
+           "machine_capacity", "pool_capacity"]
+
+logger = logging.getLogger(__name__)
+
+WAITING_FOR = "local resources"
+WAITING_MESSAGE = ("waiting for local resources (resource_pool) in the process that "
+                   "submitted it")
+FIELD = "LocalJobExecutorConfig.resource_pool"
+_KEYS = {"cores": 1, "memory": 0, "tmp": 0}  # and the least value of each
+_MOST = 2 ** 62  # more than any machine has, in cores or bytes
+
+ResourcePool = Union[bool, Dict[str, int]]
+
+
+def check_resource_pool(value: Any) -> ResourcePool:
+    """``value`` as a ``resource_pool`` setting (a copy), or TypeError/ValueError naming the
+    setting and what it accepts."""
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, Mapping):
+        raise _check.fail_type(FIELD, value, "False, True or a dict of 'cores', 'memory' "
+                                             "and 'tmp' (ints)")
+    checked: Dict[str, int] = {}
+    for key, amount in value.items():
+        if key not in _KEYS:
+            raise ValueError(f"{FIELD}: unknown key {key!r}; accepted keys are 'cores', "
+                             "'memory' and 'tmp' (bytes)")
+        field = f"{FIELD}[{key!r}]"
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            raise _check.fail_type(field, amount, "an int" + (" (bytes)" if key != "cores"
+                                                              else ""))
+        if not _KEYS[key] <= amount <= _MOST:
+            raise ValueError(f"{field}: expected an int from {_KEYS[key]} to {_MOST}, got "
+                             f"{amount}")
+        checked[key] = amount
+    return checked
+
+
+def machine_capacity() -> Amounts:
+    """This machine's cores, memory and free temporary disk (None where it cannot be read)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        memory: Optional[int] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = None
+    try:
+        tmp: Optional[int] = shutil.disk_usage(tempfile.gettempdir()).free
+    except OSError:
+        tmp = None
+    return Amounts(cores, memory, tmp)
+
+
+def pool_capacity(setting: ResourcePool) -> Optional[Amounts]:
+    """The capacity a checked ``resource_pool`` setting gives; None for no pool."""
+    if setting is False:
+        return None
+    machine = machine_capacity()
+    if setting is True:
+        return machine
+    assert isinstance(setting, dict)
+    return Amounts(setting.get("cores", machine.cores), setting.get("memory", machine.memory),
+                   setting.get("tmp", machine.tmp))
+
+
+def demand_of(spec: JobSpec) -> Amounts:
+    """What a job asks for, all its nodes together (InvalidJobException for a bad
+    ``psij.tmp``)."""
+    from psij.executors.batch._shapes import job_tmp
+
+    r = spec.resources if isinstance(spec.resources, ResourceSpecV1) else ResourceSpecV1()
+    nodes = r.computed_node_count
+    tmp = job_tmp(spec)
+    return Amounts(r.computed_process_count * (r.cpu_cores_per_process or 1),
+                   None if r.memory is None else r.memory * nodes,
+                   None if tmp is None else tmp * nodes)
+
+
+class PoolDriver:
+    """Runs an executor's jobs through a :class:`LocalPool` (see the module's documentation).
+
+    ``start(payload)`` starts a job the pool let through (raising if it cannot);
+    ``report(payload, status)`` reports a status of a job (QUEUED while it waits; CANCELED or
+    FAILED for one that never started). The payload is what the executor gave :meth:`submit`.
+    The executor calls :meth:`ended` when a job it started reaches a final state.
+    """
+
+    def __init__(self, capacity: Amounts, start: Callable[[Any], None],
+                 report: Callable[[Any, JobStatus], None]) -> None:
+        self._pool = LocalPool(capacity)
+        self._start = start
+        self._report = report
+        self._lock = threading.Lock()
+        self._jobs: Dict[str, Tuple[Job, Any]] = {}  # waiting or running
+        self._todo: Deque[Action] = deque()
+        self._performing = False
+
+    @property
+    def capacity(self) -> Amounts:
+        """The pool's cores, memory and temporary disk."""
+        return self._pool.capacity
+
+    def submit(self, job: Job, spec: JobSpec, payload: Any) -> None:
+        """Start the job now if it fits, else report it QUEUED; raises (the pool forgetting the
+        job) for a bad priority or ``psij.tmp``, or when the job cannot start now."""
+        demand = demand_of(spec)
+        priority = _priority.job_priority(spec.attributes)
+        with self._lock:
+            actions = self._pool.step(Arrived(job.id, demand, priority))
+            self._jobs[job.id] = (job, payload)
+        mine = next(a for a in actions if a.key == job.id)
+        if isinstance(mine, Start):
+            try:
+                self._start(payload)
+            except BaseException:
+                self.ended(job)
+                raise
+        elif isinstance(mine, Wait):
+            self._report(payload, JobStatus(JobState.QUEUED, message=WAITING_MESSAGE, metadata={
+                "waiting_for": WAITING_FOR, "waiting": mine.ahead}))
+        self._perform([a for a in actions if a.key != job.id])
+
+    def cancel_waiting(self, job: Job) -> bool:
+        """Cancel the job if it waits (it ends CANCELED); False if it does not wait."""
+        with self._lock:
+            if not self._pool.is_waiting(job.id):
+                return False
+            actions = self._pool.step(Cancel(job.id))
+        self._perform(actions)
+        return True
+
+    def ended(self, job: Job) -> None:
+        """A job the pool let through reached a final state: its resources are free again."""
+        with self._lock:
+            if self._jobs.pop(job.id, None) is None:
+                return
+            actions = self._pool.step(Ended(job.id))
+        self._perform(actions)
+
+    def _perform(self, actions: List[Action]) -> None:
+        # One thread at a time carries out the actions, in order; a job ending while one is
+        # started (on this thread or another) adds its actions to the queue, so the stack never
+        # grows with the number of jobs.
+        with self._lock:
+            self._todo.extend(actions)
+            if self._performing:
+                return
+            self._performing = True
+        while True:
+            with self._lock:
+                if not self._todo:
+                    self._performing = False
+                    return
+                action = self._todo.popleft()
+            try:
+                self._carry_out(action)
+            except Exception:
+                logger.exception("local resource pool: %r failed", action)
+
+    def _carry_out(self, action: Action) -> None:
+        with self._lock:
+            entry = self._jobs.get(str(action.key))
+            if entry is not None and isinstance(action, Dropped):
+                del self._jobs[str(action.key)]
+        if entry is None:
+            return
+        payload = entry[1]
+        if isinstance(action, Dropped):
+            self._report(payload, JobStatus(
+                JobState.CANCELED, message=f"cancelled while waiting for {WAITING_FOR}"))
+        elif isinstance(action, Start):
+            try:
+                self._start(payload)
+            except Exception as e:
+                logger.warning("local job %s could not be started: %s", action.key, e)
+                self._report(payload, JobStatus(
+                    JobState.FAILED, message=f"could not be started on this machine: {e}"))
