@@ -17,8 +17,8 @@ Figures, each taken for both packages in the same run, rounds alternating betwee
   status callback notes when COMPLETED arrives; with each package's default polling and with
   a 1 s polling interval for both.
 
-Usage: ``python bench/batch.py [--quick] [--no-slurm]`` (``make bench`` runs it after
-``bench/run.py``). Measurements run in child interpreters of each package's venv (``python
+Usage: ``python bench/batch.py [--quick] [--no-slurm] [--submit-only]`` (``make bench`` runs
+it after ``bench/run.py``). Measurements run in child interpreters of each package's venv (``python
 bench/batch.py worker ...``), as in ``bench/run.py``, whose venv handling is reused.
 
 The Slurm figures need a running Slurm; when there is none and this is root, Slurm is started
@@ -309,12 +309,14 @@ class WorkDirs:
         self.dirs = []
 
 
-def slurm_rows(quick: bool, impls: Sequence[Implementation], errors: List[str]) -> List[Row]:
+def slurm_rows(quick: bool, impls: Sequence[Implementation], errors: List[str],
+               submit_only: bool = False) -> List[Row]:
     dirs = WorkDirs()
     rows: List[Row] = []
     try:
         rows.extend(_throughput_rows(quick, impls, errors, dirs))
-        for label, interval in (("default polling", None), ("1 s polling", 1.0)):
+        for label, interval in (() if submit_only else
+                                (("default polling", None), ("1 s polling", 1.0))):
             rows.append(_end_to_seen_row(quick, impls, errors, dirs, label, interval))
     finally:
         dirs.remove_all()
@@ -486,6 +488,8 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds")
     parser.add_argument("--no-slurm", action="store_true", help="skip the real-Slurm figures")
+    parser.add_argument("--submit-only", action="store_true",
+                        help="only the Slurm submit figures (single submissions, submit_many)")
     args = parser.parse_args(argv)
 
     if not OURS_PYTHON.exists():
@@ -518,7 +522,7 @@ def main(argv: Sequence[str]) -> int:
     log()
 
     errors: List[str] = []
-    rows = status_rows(args.quick, impls, errors)
+    rows = [] if args.submit_only else status_rows(args.quick, impls, errors)
     if args.no_slurm:
         log("== Slurm figures skipped: --no-slurm")
         log()
@@ -528,7 +532,7 @@ def main(argv: Sequence[str]) -> int:
                 log(f"== Slurm figures skipped: {session.skipped}")
                 log()
             else:
-                rows.extend(slurm_rows(args.quick, impls, errors))
+                rows.extend(slurm_rows(args.quick, impls, errors, args.submit_only))
     print_summary(rows)
     if errors or len(impls) < 2:
         log()
