@@ -63,7 +63,8 @@ bench: $(STAMP)
 	rc=0; $(PY) bench/run.py || rc=$$?; $(PY) bench/batch.py || rc=$$?; \
 		$(PY) bench/pilot_scheduler.py || rc=$$?; $(PY) bench/pilot.py || rc=$$?; \
 		$(PY) bench/registry.py || rc=$$?; $(PY) bench/pilot_iterations.py || rc=$$?; \
-		$(PY) bench/spawn_ceiling.py || rc=$$?; $(PY) bench/holding.py || rc=$$?; \
+		$(PY) bench/spawn_ceiling.py || rc=$$?; $(PY) bench/sbatch_floor.py || rc=$$?; \
+		$(PY) bench/holding.py || rc=$$?; \
 		$(PY) bench/supervise.py || rc=$$?; $(PY) bench/flow_machine.py || rc=$$?; exit $$rc
 
 clean:

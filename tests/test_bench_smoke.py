@@ -79,3 +79,18 @@ def test_spawn_ceiling_prints_one_rate_per_level(tmp_path: Path) -> None:
     lines = [line for line in done.stdout.splitlines() if "/bin/true" in line]
     assert [line.split(" at once")[0].split()[-1] for line in lines] == ["1", "3"]
     assert all(float(line.split(": ")[1].split()[0]) > 0 for line in lines)
+
+
+@pytest.mark.slurm
+def test_sbatch_floor_prints_cold_and_warm_and_leaves_no_job(tmp_path: Path) -> None:
+    script = WORKLOADS_SCRIPT.parent / "sbatch_floor.py"
+    done = subprocess.run([sys.executable, str(script), "--jobs", "3", "--rounds", "1"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr
+    medians = [line for line in done.stdout.splitlines() if line.startswith("medians")]
+    assert len(medians) == 1 and "cold" in medians[0] and "warm" in medians[0]
+    name = next(line.split()[-1] for line in done.stdout.splitlines()
+                if line.startswith("jobs named"))
+    left = subprocess.run(["squeue", "--noheader", "--name", name], capture_output=True,
+                          text=True, timeout=60).stdout.strip()
+    assert left == ""
