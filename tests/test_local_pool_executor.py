@@ -78,11 +78,12 @@ def final(job: Job) -> JobStatus:
 def test_two_cores_run_two_jobs_at_a_time_in_priority_then_arrival_order(
         tmp_path: Path) -> None:
     ex = executor(tmp_path, {"cores": 2})
-    gate = tmp_path / "gate"
+    gates = [tmp_path / f"gate{i}" for i in (0, 1)]
     # Two blockers that each wait for the other to start: both complete only if the pool runs
-    # two jobs at once.
+    # two jobs at once. The first is let go first and the second only when every other job has
+    # ended, so the waiting jobs run one at a time, in the order the pool chose.
     blockers = [logged(tmp_path, f"b{i}", hold=f"touch {tmp_path}/b{i}; "
-                       f"{until(tmp_path / f'b{1 - i}')}; {until(gate)}") for i in (0, 1)]
+                       f"{until(tmp_path / f'b{1 - i}')}; {until(gates[i])}") for i in (0, 1)]
     for b in blockers:
         ex.submit(b)
     priorities = [1, 5, 3, 5, 0, 3.0]
@@ -92,9 +93,11 @@ def test_two_cores_run_two_jobs_at_a_time_in_priority_then_arrival_order(
         st = j.status
         assert st.state is JobState.QUEUED and j.native_id is None
         assert st.metadata == {"waiting_for": "local resources", "waiting": i + 1}
-    gate.touch()
-    for j in blockers + jobs:
+    gates[0].touch()
+    for j in [blockers[0], *jobs]:
         assert final(j).state is JobState.COMPLETED
+    gates[1].touch()
+    assert final(blockers[1]).state is JobState.COMPLETED
     lines = events(tmp_path)
     assert most_at_once(lines) <= 2
     assert starts(lines)[2:] == ["j1", "j3", "j2", "j5", "j0", "j4"]

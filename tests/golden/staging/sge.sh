@@ -54,4 +54,5 @@ _psij_cleanup 10 '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/scratch '"'"'x'"
 _psij_cleanup 10 '/tmp/psij scratch'
 _psij_staging_end
 printf '%s\n' "$_psij_ec" >"$_psij_dir/$_PSIJ_NATIVE_ID.ec"
+case "$_psij_ec" in 99|100) _psij_ec=1 ;; esac
 exit "$_psij_ec"
