@@ -82,6 +82,26 @@ def test_local_work_directory_launcher_and_time_limit(files, tmp_path) -> None:
     assert JobExecutor.get_instance("local", config=own).config.work_directory == tmp_path / "own"
 
 
+def test_local_resource_pool_and_batch_spares_from_the_file(files, tmp_path) -> None:
+    files["user"].write_text('[executors.local]\nresource_pool = { cores = 1 }\n'
+                             '[executors.batch-test]\nspare_submit_commands = 0\n')
+    ex = JobExecutor.get_instance("local")
+    assert ex.config.resource_pool == {"cores": 1}
+    gate = tmp_path / "gate"
+    first = Job(JobSpec("/bin/sh", ["-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"]))
+    second = Job(JobSpec("/bin/true"))
+    ex.submit(first)
+    ex.submit(second)
+    # One core in the pool: the second job waits for the first.
+    assert second.status.state is JobState.QUEUED
+    assert second.status.metadata.get("waiting_for") == "local resources"
+    gate.touch()
+    assert first.wait(timeout=120).state is JobState.COMPLETED
+    assert second.wait(timeout=120).state is JobState.COMPLETED
+    ex.close()
+    assert JobExecutor.get_instance("batch-test").config.spare_submit_commands == 0
+
+
 HOSTILE = [
     ('queue = 5', "executors.slurm.queue", "a non-empty string"),
     ('queue = ""', "executors.slurm.queue", "a non-empty string"),
@@ -98,6 +118,16 @@ HOSTILE = [
     ('custom_attributes = { "slurm.x" = [1] }', "executors.slurm.custom_attributes.slurm.x",
      "a string"),
     ('custom_attributes = "a"', "executors.slurm.custom_attributes", "a table"),
+    ('resource_pool = "yes"', "executors.slurm.resource_pool", "true, false or a table"),
+    ('resource_pool = { cores = nan }', "executors.slurm.resource_pool", "cores"),
+    ('resource_pool = { cores = -1 }', "executors.slurm.resource_pool", "cores"),
+    ('resource_pool = { gpus = 2 }', "executors.slurm.resource_pool", "unknown key 'gpus'"),
+    ('resource_pool = { memory = 100000000000000000000 }', "executors.slurm.resource_pool",
+     "memory"),
+    ('spare_submit_commands = 17', "executors.slurm.spare_submit_commands", "0 to 16"),
+    ('spare_submit_commands = -1', "executors.slurm.spare_submit_commands", "0 to 16"),
+    ('spare_submit_commands = true', "executors.slurm.spare_submit_commands", "0 to 16"),
+    ('spare_submit_commands = 1.5', "executors.slurm.spare_submit_commands", "0 to 16"),
     ('colour = "blue"', "executors.slurm.colour", "accepted: queue"),
     ('queue = "\\ud800"', "", "not valid TOML"),
     ('this is not toml', "", "not valid TOML"),

@@ -10,9 +10,12 @@ Files, highest precedence first: the file named by ``PSIJ_CONFIG``; the user's
     ``JobSpec.launcher``), when it is submitted;
 ``custom_attributes``
     a table of ``"<executor>.<option>" = value``; each key the job does not set is added;
-``work_directory``, ``poll_interval``, ``enforce_duration``
+``work_directory``, ``poll_interval``, ``enforce_duration``, ``resource_pool``,
+``spare_submit_commands``
     the executor's configuration when it is made without one (``poll_interval`` is the batch
-    executors' ``queue_polling_interval``, in seconds; ``enforce_duration`` is ``local``'s).
+    executors' ``queue_polling_interval``, in seconds; ``enforce_duration`` and
+    ``resource_pool`` (true, false or a table of ``cores``, ``memory``, ``tmp``) are
+    ``local``'s; ``spare_submit_commands`` is the batch executors').
 
 So a job's own values win over an explicit executor configuration, which wins over the files.
 The files are read on first use (never by ``import psij``) and kept for the process; an error
@@ -48,11 +51,14 @@ ENV_VAR = "PSIJ_CONFIG"
 SITE_FILE = Path("/etc/psij/config.toml")
 
 _JOB_KEYS = ("queue", "account", "launcher", "custom_attributes")
-_CONFIG_KEYS = ("work_directory", "poll_interval", "enforce_duration")
+_CONFIG_KEYS = ("work_directory", "poll_interval", "enforce_duration", "resource_pool",
+                "spare_submit_commands")
 _KEYS = _JOB_KEYS + _CONFIG_KEYS
 _ACCEPTED = ("queue, account, launcher (strings), custom_attributes (a table), "
              "work_directory (a path), poll_interval (seconds above 0), "
-             "enforce_duration (true or false, local only)")
+             "enforce_duration (true or false, local only), resource_pool (true, false or a "
+             "table of cores, memory and tmp, local only), spare_submit_commands (0 to 16, "
+             "batch executors)")
 
 
 class SiteConfigError(ValueError):
@@ -162,6 +168,17 @@ def _value(path: Path, where: str, key: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise bad("true or false")
         return value
+    if key == "resource_pool":
+        from psij.executors._local_pooled import check_resource_pool
+
+        try:
+            return check_resource_pool(value)
+        except (TypeError, ValueError) as e:
+            raise bad(f"true, false or a table of cores, memory and tmp (ints): {e}") from None
+    if key == "spare_submit_commands":
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 16:
+            raise bad("a whole number from 0 to 16")
+        return value
     if key == "poll_interval":
         from psij import _check
 
@@ -231,4 +248,8 @@ def config_defaults(executor_name: str, config: _Config) -> _Config:
         config.queue_polling_interval = found["poll_interval"].value
     if "enforce_duration" in found and hasattr(config, "enforce_duration"):
         config.enforce_duration = found["enforce_duration"].value
+    if "resource_pool" in found and hasattr(config, "resource_pool"):
+        config.resource_pool = found["resource_pool"].value
+    if "spare_submit_commands" in found and hasattr(config, "spare_submit_commands"):
+        config.spare_submit_commands = found["spare_submit_commands"].value
     return config
