@@ -15,8 +15,8 @@ from typing import Dict, Type
 
 import pytest
 
+import _batch_sites
 import test_batch_scripts
-import test_batch_sites
 from psij import Job
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
@@ -27,7 +27,7 @@ from psij.staging import StageIn, StageOut, StageOutFlags, StagingMode
 
 GOLDEN = Path(__file__).parent / "golden"
 EXECUTORS: Dict[str, Type[BatchSchedulerExecutor]] = {
-    **test_batch_scripts.EXECUTORS, **test_batch_sites.EXECUTORS}
+    **test_batch_scripts.EXECUTORS, **_batch_sites.EXECUTORS}
 HOSTILE = "/data/in 'q' \"d\" $(touch PWNED) `id` é ✓"
 LIB = Path(__file__).parent.parent / "launchers" / "staging_lib.sh"
 
@@ -35,7 +35,7 @@ LIB = Path(__file__).parent.parent / "launchers" / "staging_lib.sh"
 def full_job(name: str) -> Job:
     if name in test_batch_scripts.EXECUTORS:
         return test_batch_scripts.full_job(test_batch_scripts.PREFIX[name])
-    return test_batch_sites.full_job(name)
+    return _batch_sites.full_job(name)
 
 
 def add_staging(job: Job) -> Job:

@@ -10,12 +10,11 @@ from typing import Tuple
 from psij import Job, JobSpec, JobState
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
 from psij.staging import StageIn, StageOut, StageOutFlags, StagingMode
-from test_batch_sites import site  # noqa: F401 (the fixture)
 
 WAIT = timedelta(seconds=30)
 
 
-def test_staging_end_to_end(site: Tuple[str, BatchSchedulerExecutor],  # noqa: F811
+def test_staging_end_to_end(site: Tuple[str, BatchSchedulerExecutor],
                             tmp_path: Path) -> None:
     name, ex = site
     (tmp_path / "in 'x'.txt").write_text("IN")

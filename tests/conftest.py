@@ -1,0 +1,46 @@
+"""Fixtures that more than one test module uses.
+
+``site`` gives, for each of the PBS Pro, Torque, LSF, Cobalt and Flux executors, one whose
+scheduler commands are the fakes of ``tests/fake_site_scheduler.py``
+(tests/test_batch_sites_runs.py, tests/test_staging_sites.py). ``config``, ``job_dir`` and
+``argv_dump`` are for the tests of the script-based launchers (tests/test_launchers_*.py).
+"""
+
+from pathlib import Path
+from typing import Iterator, Tuple
+
+import pytest
+
+import psij
+from _batch_sites import EXECUTORS, fake_site
+from _launchers import ARGV_DUMP
+from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
+
+
+@pytest.fixture(params=sorted(EXECUTORS))
+def site(request: pytest.FixtureRequest, tmp_path: Path,
+         monkeypatch: pytest.MonkeyPatch) -> Iterator[Tuple[str, BatchSchedulerExecutor]]:
+    """An executor whose scheduler commands are the fakes, first on PATH."""
+    name: str = request.param
+    executor = fake_site(name, tmp_path, monkeypatch)
+    yield name, executor
+    executor.close()
+
+
+@pytest.fixture
+def job_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "job dir $(x) 'q'"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> psij.JobExecutorConfig:
+    return psij.JobExecutorConfig(work_directory=tmp_path / "work")
+
+
+@pytest.fixture
+def argv_dump(tmp_path: Path) -> Path:
+    path = tmp_path / "argv_dump.py"
+    path.write_text(ARGV_DUMP)
+    return path

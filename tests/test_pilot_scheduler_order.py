@@ -1,0 +1,404 @@
+"""The pilot's pure scheduler: the order in which tasks start (priorities, dependencies,
+iteration groups), cancel, finish and forget, the pool's books, and the work per
+scheduling decision. Where tasks are placed is in
+tests/test_pilot_scheduler_placement.py."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Tuple
+
+import pytest
+
+from _pilot_tasks import (
+    CANCELED,
+    FAILED,
+    OMITTED,
+    QUEUED,
+    RUNNING,
+    SUCCEEDED,
+    WAITING,
+    cores,
+    spec,
+    started,
+    task,
+)
+from psij.executors.pilot.resources import NodeShare, ResourcePool, ResourceRequest
+from psij.executors.pilot.scheduler import Scheduler, TaskRequest, Transition, expand_iterations
+
+# -- order ------------------------------------------------------------------------------------
+
+
+def test_higher_priority_first_then_arrival_order() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 1))
+    for name, priority in (("low1", 0), ("high1", 5), ("low2", 0), ("high2", 5), ("mid", 2)):
+        scheduler.submit(task(name, priority=priority))
+    order = []
+    running = started(scheduler.schedule())
+    while running:
+        order.extend(running)
+        scheduler.finished(running[0], True)
+        running = started(scheduler.schedule())
+    assert order == ["high1", "high2", "mid", "low1", "low2"]
+
+
+def test_priority_orders_tasks_across_different_shapes() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 2))
+    scheduler.submit(task("one-core", cores(1), priority=1))
+    scheduler.submit(task("two-cores", cores(2), priority=3))
+    assert started(scheduler.schedule()) == ["two-cores"]
+
+
+def test_within_a_priority_a_task_that_does_not_fit_does_not_hold_back_others() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("hog", cores(3)))
+    scheduler.submit(task("wide", cores(4)))
+    scheduler.submit(task("small", cores(1)))
+    assert started(scheduler.schedule()) == ["hog", "small"]
+    assert scheduler.state("wide") is QUEUED
+
+
+def test_a_waiting_higher_priority_task_holds_back_lower_priorities() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("hog", cores(3)))
+    scheduler.schedule()
+    scheduler.submit(task("wide", cores(4), priority=1))
+    scheduler.submit(task("small", cores(1)))
+    assert scheduler.schedule() == []  # the pool drains for "wide"
+    scheduler.finished("hog", True)
+    assert started(scheduler.schedule()) == ["wide"]
+    scheduler.finished("wide", True)
+    assert started(scheduler.schedule()) == ["small"]
+
+
+def test_the_barrier_rises_when_a_higher_priority_joins_a_queue() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("hog", cores(3)))
+    scheduler.submit(task("pair", cores(2)))
+    assert started(scheduler.schedule()) == ["hog"]
+    scheduler.submit(task("wide", cores(4), priority=1))
+    scheduler.submit(task("small", cores(1)))
+    assert scheduler.schedule() == []
+    scheduler.cancel("wide")
+    assert started(scheduler.schedule()) == ["small"]
+
+
+# -- dependencies -----------------------------------------------------------------------------
+
+
+def test_a_dependent_waits_and_starts_after_its_dependency_succeeds() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("a"))
+    scheduler.submit(task("b", after=("a",)))
+    assert scheduler.state("b") is WAITING
+    assert started(scheduler.schedule()) == ["a"]
+    assert scheduler.finished("a", True) == [Transition("a", SUCCEEDED)]
+    assert scheduler.state("b") is QUEUED
+    assert started(scheduler.schedule()) == ["b"]
+
+
+def test_a_failed_dependency_omits_the_whole_chain() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("a"))
+    scheduler.submit(task("b", after=("a",)))
+    scheduler.submit(task("c", after=("b",)))
+    scheduler.submit(task("d", after=("c", "a")))
+    scheduler.submit(task("free"))
+    scheduler.schedule()
+    transitions = scheduler.finished("a", False)
+    assert transitions[0] == Transition("a", FAILED, "the task reported failure")
+    assert {t.task_id: t.state for t in transitions[1:]} == {"b": OMITTED, "c": OMITTED,
+                                                             "d": OMITTED}
+    assert scheduler.message("c") == "omitted: dependency 'b' ended OMITTED"
+    assert scheduler.state("free") is RUNNING
+    assert scheduler.counts()[OMITTED] == 3
+
+
+def test_depending_on_an_already_failed_or_canceled_task_omits_at_submission() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("a"))
+    scheduler.schedule()
+    scheduler.finished("a", False)
+    scheduler.submit(task("b", after=("a",)))
+    assert scheduler.state("b") is OMITTED
+    scheduler.submit(task("c"))
+    scheduler.cancel("c")
+    scheduler.submit(task("d", after=("c",)))
+    assert scheduler.state("d") is OMITTED
+    assert scheduler.message("d") == "omitted: dependency 'c' ended CANCELED"
+
+
+def test_depending_on_an_already_succeeded_task_is_eligible_at_once() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("a"))
+    scheduler.schedule()
+    scheduler.finished("a", True)
+    scheduler.submit(task("b", after=("a",)))
+    assert scheduler.state("b") is QUEUED
+
+
+def test_an_unknown_dependency_is_refused_and_nothing_is_added() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    with pytest.raises(ValueError, match="TaskRequest.after: 'ghost' is neither a task nor"):
+        scheduler.submit(task("b", after=("ghost",)))
+    assert scheduler.task_ids() == [] and sum(scheduler.counts().values()) == 0
+    scheduler.submit(task("b"))  # the name is still free
+
+
+def test_canceling_a_waiting_task_omits_its_dependents() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 1))
+    scheduler.submit(task("a"))
+    scheduler.submit(task("b", after=("a",)))
+    scheduler.submit(task("c", after=("b",)))
+    assert scheduler.cancel("b") == [Transition("b", CANCELED, "canceled before it started"),
+                                     Transition("c", OMITTED,
+                                                "omitted: dependency 'b' ended CANCELED")]
+    scheduler.schedule()
+    assert scheduler.finished("a", True) == [Transition("a", SUCCEEDED)]
+
+
+def test_an_ended_dependent_stays_ended_when_its_dependency_succeeds() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 4))
+    scheduler.submit(task("a"))
+    scheduler.submit(task("b"))
+    scheduler.submit(task("canceled", after=("a",)))
+    scheduler.submit(task("omitted", after=("a", "b")))
+    scheduler.cancel("canceled")
+    scheduler.schedule()
+    scheduler.finished("b", False)
+    assert scheduler.finished("a", True) == [Transition("a", SUCCEEDED)]
+    assert scheduler.schedule() == []
+    assert (scheduler.state("canceled"), scheduler.state("omitted")) == (CANCELED, OMITTED)
+
+
+# -- iterations -------------------------------------------------------------------------------
+
+
+def test_iterations_expand_to_named_members_of_a_group() -> None:
+    request = TaskRequest("sim", cores(2), priority=3, after=("prep:${it}", "setup"))
+    members = expand_iterations(request, 1, 4)
+    assert [m.name for m in members] == ["sim:1", "sim:2", "sim:3"]
+    assert [m.after for m in members] == [("prep:1", "setup"), ("prep:2", "setup"),
+                                         ("prep:3", "setup")]
+    assert all(m.group == "sim" and m.priority == 3 and m.resources == cores(2)
+               for m in members)
+    assert expand_iterations(TaskRequest("x", after=("p:${ it }",)), 0, 1)[0].after == ("p:0",)
+    with pytest.raises(ValueError, match=r"stop \(2\) must be greater than start \(2\)"):
+        expand_iterations(request, 2, 2)
+    with pytest.raises(ValueError, match="cannot be nested"):
+        expand_iterations(members[0], 0, 2)
+
+
+def test_per_iteration_dependencies_and_a_dependency_on_all_iterations() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 8))
+    for member in expand_iterations(TaskRequest("prep"), 0, 3):
+        scheduler.submit(member)
+    for member in expand_iterations(TaskRequest("sim", after=("prep:${it}",)), 0, 3):
+        scheduler.submit(member)
+    scheduler.submit(TaskRequest("report", after=("sim",)))
+    assert scheduler.group_members("sim") == ("sim:0", "sim:1", "sim:2")
+    assert started(scheduler.schedule()) == ["prep:0", "prep:1", "prep:2"]
+    scheduler.finished("prep:1", True)
+    assert started(scheduler.schedule()) == ["sim:1"]  # only its own iteration
+    omitted = scheduler.finished("prep:2", False)[1:]
+    assert [(t.task_id, t.state) for t in omitted] == [("sim:2", OMITTED),
+                                                        ("report", OMITTED)]
+    assert scheduler.state("sim:0") is WAITING
+
+
+def test_a_dependency_on_a_group_waits_for_every_iteration() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 8))
+    for member in expand_iterations(TaskRequest("it"), 0, 2):
+        scheduler.submit(member)
+    scheduler.submit(TaskRequest("after-all", after=("it",)))
+    scheduler.schedule()
+    scheduler.finished("it:0", True)
+    assert scheduler.state("after-all") is WAITING
+    scheduler.finished("it:1", True)
+    assert started(scheduler.schedule()) == ["after-all"]
+
+
+def test_group_and_task_names_do_not_collide() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 8))
+    for member in expand_iterations(TaskRequest("it"), 0, 2):
+        scheduler.submit(member)
+    with pytest.raises(ValueError, match="'it' is already the name of an iteration group"):
+        scheduler.submit(TaskRequest("it"))
+    scheduler.submit(TaskRequest("plain"))
+    with pytest.raises(ValueError, match="TaskRequest.group: 'plain' is already the name"):
+        scheduler.submit(expand_iterations(TaskRequest("plain"), 0, 1)[0])
+
+
+# -- cancel, finish, forget -------------------------------------------------------------------
+
+
+def test_cancel_of_a_queued_task_ends_it_and_it_never_starts() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 1))
+    scheduler.submit(task("run"))
+    scheduler.submit(task("queued"))
+    scheduler.submit(task("next"))
+    scheduler.schedule()
+    assert scheduler.cancel("queued") == [Transition("queued", CANCELED,
+                                                     "canceled before it started")]
+    scheduler.finished("run", True)
+    assert started(scheduler.schedule()) == ["next"]
+    assert scheduler.cancel("queued") == []  # already ended: nothing to do
+
+
+def test_cancel_of_the_only_queued_task_of_a_shape_empties_it() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 1))
+    scheduler.submit(task("blocker"))
+    scheduler.submit(task("two", cores(1), priority=2))
+    scheduler.cancel("two")
+    assert started(scheduler.schedule()) == ["blocker"]
+    assert scheduler.shape_count() == 0
+
+
+def test_cancel_of_a_running_task_ends_it_canceled_when_it_stops() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 2))
+    scheduler.submit(task("a"))
+    scheduler.submit(task("b"))
+    scheduler.schedule()
+    assert scheduler.cancel("a") == [] and scheduler.state("a") is RUNNING
+    assert scheduler.finished("a", False) == [Transition("a", CANCELED,
+                                                         "canceled while running")]
+    scheduler.cancel("b")
+    assert scheduler.finished("b", True)[0].state is SUCCEEDED  # it ended before the kill
+
+
+def test_illegal_calls_raise_and_change_nothing() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 2))
+    scheduler.submit(task("a"))
+    with pytest.raises(ValueError, match="finished: task 'a' is QUEUED, not RUNNING"):
+        scheduler.finished("a", True)
+    with pytest.raises(ValueError, match="'a' is already a task of this scheduler"):
+        scheduler.submit(task("a", cores(2)))
+    with pytest.raises(ValueError, match="task_id: 'nope' is not a task"):
+        scheduler.state("nope")
+    with pytest.raises(ValueError, match="forget: task 'a' is QUEUED"):
+        scheduler.forget("a")
+    assert scheduler.state("a") is QUEUED and scheduler.counts()[QUEUED] == 1
+    scheduler.schedule()
+    with pytest.raises(TypeError, match="succeeded: expected bool"):
+        scheduler.finished("a", 0)  # type: ignore[arg-type]
+    assert scheduler.state("a") is RUNNING and scheduler.counts()[RUNNING] == 1
+    assert scheduler.pool.usage().free_cores == 1
+
+
+def test_forget_frees_the_name_of_an_ended_task() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 2))
+    scheduler.submit(task("a"))
+    scheduler.schedule()
+    scheduler.finished("a", True)
+    scheduler.forget("a")
+    assert scheduler.task_ids() == [] and scheduler.counts()[SUCCEEDED] == 0
+    scheduler.submit(task("a"))
+    assert scheduler.state("a") is QUEUED
+
+
+def test_a_task_recorded_as_succeeded_elsewhere_satisfies_dependencies_without_resources(
+        ) -> None:
+    scheduler = Scheduler(ResourcePool.uniform(1, 1))
+    scheduler.record_succeeded("done")
+    scheduler.record_succeeded("it:0", group="it")
+    assert scheduler.state("done") is SUCCEEDED and scheduler.counts()[SUCCEEDED] == 2
+    assert scheduler.placement("done") is None and scheduler.is_group("it")
+    assert scheduler.pool.usage().free_cores == 1  # nothing taken, nothing to give back
+    scheduler.submit(task("after", after=("done", "it")))
+    assert scheduler.state("after") is QUEUED
+    assert started(scheduler.schedule()) == ["after"]
+    # It is ended like any other task: nothing to cancel, and it can be forgotten.
+    assert scheduler.cancel("done") == []
+    with pytest.raises(ValueError, match="not RUNNING"):
+        scheduler.finished("done", True)
+    scheduler.forget("done")
+    assert "done" not in scheduler.task_ids()
+    for name, group, error in (("after", None, "already a task"), ("it", None, "group"),
+                               ("x", "after", "already the name of a task"),
+                               ("", None, "non-empty"), ("y", "", "empty group")):
+        with pytest.raises(ValueError, match=error):
+            scheduler.record_succeeded(name, group)
+    with pytest.raises(TypeError, match="task_id"):
+        scheduler.record_succeeded(3)  # type: ignore[arg-type]
+    assert scheduler.task_ids() == ["it:0", "after"]
+
+
+def test_the_pool_refuses_to_take_back_what_it_does_not_hold() -> None:
+    pool = ResourcePool.uniform(1, 4)
+    shape = pool.resolve(cores(2))
+    shares = pool.allocate(shape)
+    assert shares is not None
+    forged = NodeShare("node0", 0, 2, (2, 3))
+    with pytest.raises(ValueError, match="is not held from this pool"):
+        pool.release([forged])
+    with pytest.raises(ValueError, match="is not held from this pool"):
+        pool.release([shares[0], forged])
+    assert pool.usage().free_cores == 2  # the legal share was not released either
+    with pytest.raises(ValueError, match="given back twice"):
+        pool.release([shares[0], shares[0]])
+    pool.release(shares)
+    assert pool.usage().free_cores == 4 and pool.node_usage("node0").idle
+    with pytest.raises(ValueError, match="released already"):
+        pool.release(shares)
+
+
+def test_usage_reports_totals_like_qcg_resources_info() -> None:
+    scheduler = Scheduler(ResourcePool.uniform(2, 4, gpus=1))
+    scheduler.submit(task("a", cores(3)))
+    scheduler.schedule()
+    usage = scheduler.pool.usage()
+    assert (usage.total_nodes, usage.total_cores, usage.used_cores, usage.free_cores) == (
+        2, 8, 3, 5)
+    assert (usage.idle_nodes, usage.total_gpus, usage.free_gpus) == (1, 2, 2)
+
+
+# -- cost -------------------------------------------------------------------------------------
+
+
+SHAPES = [cores(1), cores(2), cores(3), spec(node_count=2, processes_per_node=2),
+          ResourceRequest.from_qcg({"min": 1, "max": 4})]
+
+
+def steady_state_work(waiting: int, cycles: int) -> List[Tuple[int, int, int]]:
+    """Per scheduling pass: (heads examined, fit checks, tasks started)."""
+    scheduler = Scheduler(ResourcePool.uniform(4, 8))
+    for i in range(waiting):
+        # Three priority levels, the same for the first tasks whatever the queue's length.
+        priority = 2 if i < 60 else 1 if i < 120 else 0
+        scheduler.submit(TaskRequest(f"t{i}", SHAPES[i % len(SHAPES)], priority=priority))
+    running = started(scheduler.schedule())
+    work = []
+    for _ in range(cycles):
+        scheduler.finished(running.pop(0), True)
+        before = (scheduler.stats.heads_examined, scheduler.stats.fit_checks)
+        placed = started(scheduler.schedule())
+        running.extend(placed)
+        work.append((scheduler.stats.heads_examined - before[0],
+                     scheduler.stats.fit_checks - before[1], len(placed)))
+    assert scheduler.shape_count() <= len(SHAPES)
+    return work
+
+
+def test_work_per_decision_is_bounded_by_the_shapes_not_the_waiting_tasks() -> None:
+    work = steady_state_work(10_000, 300)
+    for heads, checks, placed in work:
+        assert heads <= len(SHAPES) + placed
+        assert checks <= len(SHAPES) + placed
+    assert sum(placed for _, _, placed in work) >= 300
+    # Identical work whether 400 or 10 000 tasks wait behind the ones that run.
+    assert steady_state_work(400, 300) == work
+
+
+def test_the_scheduler_benchmark_runs_and_reports_its_figures() -> None:
+    script = Path(__file__).resolve().parent.parent / "bench" / "pilot_scheduler.py"
+    done = subprocess.run([sys.executable, str(script), "--tasks", "600", "--cycles", "60",
+                           "--chunks", "2", "--naive-cycles", "3", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["workload"] == "pilot_scheduler" and result["shapes"] == 20
+    for priorities in ("priorities_1", "priorities_3"):
+        figures = result[priorities]
+        assert figures["schedule_us_per_decision"] > 0
+        assert figures["naive_us_per_decision"] > 0
