@@ -157,21 +157,27 @@ def status_count_batch_test(n_jobs: int, interval: float, intervals: int,
             **_status_window(starts, ready, interval, intervals)}
 
 
-def _slurm_config(work: Path, interval: Optional[float], initial_delay: float) -> Any:
+def _slurm_config(work: Path, interval: Optional[float], initial_delay: float,
+                  sbatch_only: bool = False) -> Any:
     from psij.executors.batch.slurm import SlurmExecutorConfig
 
+    if sbatch_only:  # ours only: no slurmrestd child (rest_submit)
+        return SlurmExecutorConfig(work_directory=work, rest_submit=False)
     if interval is None:
         return SlurmExecutorConfig(work_directory=work)
     return SlurmExecutorConfig(work_directory=work, queue_polling_interval=interval,
                                initial_queue_polling_delay=initial_delay)
 
 
-def submit_throughput(n_jobs: int, work: Path, defer: bool = False) -> Dict[str, Any]:
+def submit_throughput(n_jobs: int, work: Path, defer: bool = False,
+                      sbatch_only: bool = False) -> Dict[str, Any]:
     """Submit ``n_jobs`` /bin/true jobs (1-minute limit) to Slurm; time the submit calls only.
-    With ``defer`` the jobs may start only in an hour (``--begin``; cancelled by the driver)."""
+    With ``defer`` the jobs may start only in an hour (``--begin``; cancelled by the driver);
+    with ``sbatch_only`` (ours) every job goes through sbatch."""
     import psij
 
-    executor = psij.JobExecutor.get_instance("slurm", config=_slurm_config(work, None, 0))
+    executor = psij.JobExecutor.get_instance(
+        "slurm", config=_slurm_config(work, None, 0, sbatch_only))
     submit_s: List[float] = []
     native_ids: List[str] = []
     custom = {"slurm.begin": "now+1hour"} if defer else {}
@@ -187,7 +193,9 @@ def submit_throughput(n_jobs: int, work: Path, defer: bool = False) -> Dict[str,
     # which competing load on the machine hardly changes, unlike the wall time.
     cpu_s = time.process_time() - cpu_start
     total = sum(submit_s)
-    return {"workload": "slurm-submit", "jobs": n_jobs, "submit_s": total,
+    rest = getattr(executor, "_rest", None)  # ours: the slurmrestd child, if one served
+    via = "slurmrestd" if rest is not None and rest.child_pid is not None else "sbatch"
+    return {"workload": "slurm-submit", "jobs": n_jobs, "submit_s": total, "via": via,
             "jobs_per_s": n_jobs / total, "median_submit_ms": statistics.median(submit_s) * 1e3,
             "cpu_ms_per_submit": cpu_s * 1e3 / n_jobs, "native_ids": native_ids}
 
@@ -277,6 +285,7 @@ def worker_main(argv: List[str]) -> int:
     p.add_argument("--jobs", type=int, required=True)
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--defer", action="store_true")
+    p.add_argument("--sbatch-only", action="store_true", help="ours: rest_submit=False")
     p = sub.add_parser("slurm-submit-many")
     p.add_argument("--jobs", type=int, required=True)
     p.add_argument("--work", type=Path, required=True)
@@ -294,7 +303,7 @@ def worker_main(argv: List[str]) -> int:
     elif args.measure == "status-slurm-fake":
         result = status_count_slurm_fake(args.jobs, args.interval, args.intervals, scratch)
     elif args.measure == "slurm-submit":
-        result = submit_throughput(args.jobs, args.work, args.defer)
+        result = submit_throughput(args.jobs, args.work, args.defer, args.sbatch_only)
     elif args.measure == "slurm-submit-many":
         result = submit_many_throughput(args.jobs, args.work)
     else:

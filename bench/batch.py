@@ -8,7 +8,10 @@ Figures, each taken for both packages in the same run, rounds alternating betwee
   packages' ``slurm`` executors against a fake ``sbatch``/``squeue`` put first on PATH (the
   fake ``squeue`` counts its calls and reports every job PENDING);
 - submit throughput to the real Slurm: ``/bin/true`` jobs with a 1-minute time limit submitted
-  in a loop, jobs/s of the submit calls only (goal: at least 1.5 times psij-python's);
+  in a loop, jobs/s of the submit calls only (goal: at least 1.5 times psij-python's), once
+  with jobs starting at once and once with jobs deferred an hour; this package also a second
+  time with every job through ``sbatch`` (``rest_submit=False``, as on a site without
+  ``slurmrestd``), and each round says which way its jobs went;
 - ``submit_many`` throughput to the real Slurm (this package only: psij-python has no bulk
   submission): the same jobs, differing in an argument and an environment value, given to one
   ``submit_many`` call, which sends them as one job array; jobs/s of that call, compared with
@@ -67,6 +70,7 @@ SETUP = REPO / "tests" / "setup"
 SCHEDULERS_LOCK = Path(os.environ.get("SCHEDULERS_LOCK", "/tmp/psij-test-schedulers.lock"))
 START_SLURM_LIMIT_S = 900.0
 DRAIN_LIMIT_S = 300.0
+SBATCH_ONLY = "ours/sbatch"
 
 
 # ====================================================================== driver
@@ -343,11 +347,13 @@ def _throughput_series(quick: bool, impls: Sequence[Implementation], errors: Lis
         f"Slurm submit throughput, {n_jobs} x /bin/true with a 1-minute limit, {how}; submit "
         "calls only", impls, 1 if quick else 5,
         lambda impl: ["slurm-submit", "--jobs", str(n_jobs), "--work", str(dirs.new()),
-                      *(["--defer"] if defer else [])],
+                      *(["--defer"] if defer else []),
+                      *(["--sbatch-only"] if impl.label == SBATCH_ONLY else [])],
         600.0,
         lambda r: (f"{r['jobs_per_s']:.1f} jobs/s ({r['jobs']} submits in {r['submit_s']:.2f} s,"
                    f" median {r['median_submit_ms']:.1f} ms per submit, "
-                   f"{r['cpu_ms_per_submit']:.2f} ms own CPU per submit)"),
+                   f"{r['cpu_ms_per_submit']:.2f} ms own CPU per submit"
+                   f"{', via ' + r['via'] if 'via' in r else ''})"),
         after_round=lambda r: (_cancel_and_drain if defer else wait_drained)(r["native_ids"]))
     values: Dict[str, Optional[float]] = {}
     cpu: Dict[str, Optional[float]] = {}
@@ -372,10 +378,16 @@ def _throughput_rows(quick: bool, impls: Sequence[Implementation], errors: List[
     n_jobs = 20 if quick else 100
     rows: List[Row] = []
     ref_rate: Optional[float] = None
+    # Ours once more with every job through sbatch (rest_submit=False): what the slurmrestd
+    # child adds, and the figure on sites without slurmrestd.
+    with_sbatch = list(impls) + [Implementation(SBATCH_ONLY, i.python, i.version)
+                                 for i in impls if i.label == OURS]
     for defer, label in ((False, "jobs start at once"), (True, "jobs deferred")):
-        values, typical, cpu = _throughput_series(quick, impls, errors, dirs, defer)
+        values, typical, cpu = _throughput_series(quick, with_sbatch, errors, dirs, defer)
         rows += [Row(f"Slurm submit throughput, {n_jobs} jobs, {label}", "jobs/s",
                      values.get(OURS), values.get(REF), True),
+                 Row(f"Slurm submit through sbatch only (rest_submit=False), {label}",
+                     "jobs/s", values.get(SBATCH_ONLY), values.get(REF), True),
                  Row(f"Slurm submit, typical time per submit, {label}", "ms wall",
                      typical.get(OURS), typical.get(REF), False, note="median of round medians"),
                  Row(f"Slurm submit, own CPU per submit, {label}", "ms", cpu.get(OURS),

@@ -347,7 +347,7 @@ def test_on_slurm_each_job_has_the_environment_and_directory_of_its_own_submissi
     tag = "spare" + uuid.uuid4().hex[:8]
     ex = JobExecutor.get_instance("slurm", config=SlurmExecutorConfig(
         work_directory=tmp_path / "w", queue_polling_interval=0.5,
-        initial_queue_polling_delay=0.2))
+        initial_queue_polling_delay=0.2, rest_submit=False))  # sbatch for every job
     assert ex.batch_config.spare_submit_commands == 1  # on by default
     places = {name: tmp_path / name for name in "ab"}
     for place in places.values():

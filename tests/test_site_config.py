@@ -102,6 +102,15 @@ def test_local_resource_pool_and_batch_spares_from_the_file(files, tmp_path) -> 
     assert JobExecutor.get_instance("batch-test").config.spare_submit_commands == 0
 
 
+def test_slurm_rest_submit_from_the_file(files) -> None:
+    files["user"].write_text('[executors.slurm]\nrest_submit = false\n')
+    ex = JobExecutor.get_instance("slurm")
+    assert ex.config.rest_submit is False
+    # off: no slurmrestd is asked, whatever the machine has
+    assert ex._direct_submit(("sbatch", "--parsable"), "#!/bin/bash\ntrue\n") is None
+    assert ex._rest is None
+
+
 HOSTILE = [
     ('queue = 5', "executors.slurm.queue", "a non-empty string"),
     ('queue = ""', "executors.slurm.queue", "a non-empty string"),
@@ -128,6 +137,8 @@ HOSTILE = [
     ('spare_submit_commands = -1', "executors.slurm.spare_submit_commands", "0 to 16"),
     ('spare_submit_commands = true', "executors.slurm.spare_submit_commands", "0 to 16"),
     ('spare_submit_commands = 1.5', "executors.slurm.spare_submit_commands", "0 to 16"),
+    ('rest_submit = "no"', "executors.slurm.rest_submit", "true or false"),
+    ('rest_submit = 0', "executors.slurm.rest_submit", "true or false"),
     ('colour = "blue"', "executors.slurm.colour", "accepted: queue"),
     ('queue = "\\ud800"', "", "not valid TOML"),
     ('this is not toml', "", "not valid TOML"),

@@ -11,11 +11,12 @@ Files, highest precedence first: the file named by ``PSIJ_CONFIG``; the user's
 ``custom_attributes``
     a table of ``"<executor>.<option>" = value``; each key the job does not set is added;
 ``work_directory``, ``poll_interval``, ``enforce_duration``, ``resource_pool``,
-``spare_submit_commands``
+``spare_submit_commands``, ``rest_submit``
     the executor's configuration when it is made without one (``poll_interval`` is the batch
     executors' ``queue_polling_interval``, in seconds; ``enforce_duration`` and
     ``resource_pool`` (true, false or a table of ``cores``, ``memory``, ``tmp``) are
-    ``local``'s; ``spare_submit_commands`` is the batch executors').
+    ``local``'s; ``spare_submit_commands`` is the batch executors'; ``rest_submit`` (true or
+    false) is ``slurm``'s).
 
 So a job's own values win over an explicit executor configuration, which wins over the files.
 The files are read on first use (never by ``import psij``) and kept for the process; an error
@@ -52,13 +53,13 @@ SITE_FILE = Path("/etc/psij/config.toml")
 
 _JOB_KEYS = ("queue", "account", "launcher", "custom_attributes")
 _CONFIG_KEYS = ("work_directory", "poll_interval", "enforce_duration", "resource_pool",
-                "spare_submit_commands")
+                "spare_submit_commands", "rest_submit")
 _KEYS = _JOB_KEYS + _CONFIG_KEYS
 _ACCEPTED = ("queue, account, launcher (strings), custom_attributes (a table), "
              "work_directory (a path), poll_interval (seconds above 0), "
              "enforce_duration (true or false, local only), resource_pool (true, false or a "
              "table of cores, memory and tmp, local only), spare_submit_commands (0 to 16, "
-             "batch executors)")
+             "batch executors), rest_submit (true or false, slurm only)")
 
 
 class SiteConfigError(ValueError):
@@ -164,7 +165,7 @@ def _value(path: Path, where: str, key: str, value: Any) -> Any:
         if not isinstance(value, str) or value == "" or "\x00" in value:
             raise bad("a non-empty string")
         return value
-    if key == "enforce_duration":
+    if key in ("enforce_duration", "rest_submit"):
         if not isinstance(value, bool):
             raise bad("true or false")
         return value
@@ -252,4 +253,6 @@ def config_defaults(executor_name: str, config: _Config) -> _Config:
         config.resource_pool = found["resource_pool"].value
     if "spare_submit_commands" in found and hasattr(config, "spare_submit_commands"):
         config.spare_submit_commands = found["spare_submit_commands"].value
+    if "rest_submit" in found and hasattr(config, "rest_submit"):
+        config.rest_submit = found["rest_submit"].value
     return config

@@ -49,7 +49,7 @@ stop_ours() {
 }
 
 # ------------------------------------------------------------------ packages
-packages=(munge slurmctld slurmd slurm-client)
+packages=(munge slurmctld slurmd slurm-client slurmrestd)
 [ "$ACCOUNTING" = 1 ] && packages+=(slurmdbd mariadb-server)
 missing=()
 for p in "${packages[@]}"; do

@@ -36,7 +36,7 @@ import re
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from psij.exceptions import SubmitException, SubmitManyException
-from psij.executors.batch._submit_io import run_submit
+from psij.executors.batch._submit_io import is_transient, run_submit
 from psij.executors.batch.escape_functions import ShellWord
 from psij.executors.batch.script_generator import TemplatedScriptGenerator
 from psij.job import Job
@@ -362,7 +362,7 @@ def _submit_array(executor: "BatchSchedulerExecutor", style: ArrayStyle, shape: 
     if not result.ok:
         error = SubmitException(
             f"submitting the array of {len(group)} jobs failed: {result.describe()}; the "
-            f"submit script is kept at {script}", transient=executor._is_transient(result))
+            f"submit script is kept at {script}", transient=is_transient(executor, result))
     else:
         try:
             array_id = executor.job_id_from_submit_output(result.stdout).strip()

@@ -30,7 +30,12 @@ from psij._record import Record
 if TYPE_CHECKING:
     from psij.executors.batch._spares import SpareCommands
 
-__all__ = ["CommandResult", "CommandRunner", "FakeCommandRunner", "SubprocessRunner", "finish"]
+__all__ = ["MAY_HAVE_BEEN_SUBMITTED", "CommandResult", "CommandRunner", "FakeCommandRunner",
+           "SubprocessRunner", "finish"]
+
+# In a failure: the command (or what stood for it) may have done its work, so it is not tried
+# again (a submission could then be made twice).
+MAY_HAVE_BEEN_SUBMITTED = "may have been submitted"
 
 _EXCERPT = 2000
 

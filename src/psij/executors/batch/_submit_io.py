@@ -5,7 +5,8 @@ A scheduler that reads the script on its standard input (``SCRIPT_ON_STDIN``: Sl
 when the submission failed (so that the error can name it) or with ``keep_files``; other
 schedulers get the path of the file, written first (0600, or the executor's ``SCRIPT_MODE``).
 A script on standard input goes to a submit command started ahead of need when one fits
-(``spare_submit_commands``; :mod:`psij.executors.batch._spares`).
+(``spare_submit_commands``; :mod:`psij.executors.batch._spares`), or, where the executor
+has a faster way to the scheduler than its submit command (Slurm's ``rest_submit``), there.
 The work directory is checked once per executor, and again if it has vanished since. Commands
 run only through the executor's runner.
 """
@@ -14,13 +15,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Tuple
 
-from psij.executors.batch._runner import CommandResult, SubprocessRunner
+from psij.executors.batch._runner import MAY_HAVE_BEEN_SUBMITTED, CommandResult, SubprocessRunner
 from psij.job import Job
 
 if TYPE_CHECKING:
     from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
 
-__all__ = ["run_submit", "write_script"]
+__all__ = ["is_transient", "run_submit", "write_script"]
 
 
 def run_submit(executor: "BatchSchedulerExecutor", job: Job,
@@ -40,7 +41,11 @@ def run_submit(executor: "BatchSchedulerExecutor", job: Job,
     argv = executor.get_submit_command(job, path)
     spares = executor.batch_config.spare_submit_commands
     runner = executor._runner
-    if in_memory and spares and isinstance(runner, SubprocessRunner):
+    direct = executor._direct_submit(argv, text) \
+        if in_memory and isinstance(runner, SubprocessRunner) else None
+    if direct is not None:
+        result = direct
+    elif in_memory and spares and isinstance(runner, SubprocessRunner):
         result = runner.run_spared(argv, executor.batch_config.command_timeout, text, spares)
     else:
         result = executor._run(argv, stdin=text if in_memory else executor.get_submit_stdin(job,
@@ -65,3 +70,15 @@ def write_script(executor: "BatchSchedulerExecutor", job: Job, text: str) -> Pat
         os.fchmod(fd, mode)  # exactly, whatever the umask or an older file
         f.write(text)
     return path
+
+
+def is_transient(executor: "BatchSchedulerExecutor", result: CommandResult) -> bool:
+    """Whether a failed submission may work when tried again: the command timed out or was
+    killed, or said one of the executor's ``TRANSIENT_SUBMIT_ERRORS``; never when the job
+    may have been submitted (trying again could submit it twice)."""
+    if result.failure is not None and MAY_HAVE_BEEN_SUBMITTED in result.failure:
+        return False
+    if result.exit_code is None and result.failure is not None \
+            and "could not be started" not in result.failure:
+        return True
+    return any(marker in result.output for marker in executor.TRANSIENT_SUBMIT_ERRORS)

@@ -73,7 +73,7 @@ from psij.executors.batch._script_context import (
 )
 from psij.executors.batch._site_directives import ESCAPED, DirectiveRules, custom_attribute_items
 from psij.executors.batch._status_table import StateMap, parse_status_lines
-from psij.executors.batch._submit_io import run_submit
+from psij.executors.batch._submit_io import is_transient, run_submit
 from psij.executors.batch._tracking import (
     Event,
     MissingResolved,
@@ -350,7 +350,7 @@ class BatchSchedulerExecutor(JobExecutor):
             raise SubmitException(
                 f"job {job.id}: submitting failed: {result.describe()}"
                 f"{not_found_hint(self, result)}; the submit script "
-                f"is kept at {script}", transient=self._is_transient(result))
+                f"is kept at {script}", transient=is_transient(self, result))
         try:
             native_id = self.job_id_from_submit_output(result.stdout).strip()
             if not native_id:
@@ -365,12 +365,6 @@ class BatchSchedulerExecutor(JobExecutor):
         logger.debug("job %s: submitted as %s", job.id, native_id)
         self._set_job_status(job, JobStatus(JobState.QUEUED, metadata={"native_id": native_id}))
         self._status_poller().add(job, native_id, attach=False)
-
-    def _is_transient(self, result: CommandResult) -> bool:
-        if result.exit_code is None and result.failure is not None \
-                and "could not be started" not in result.failure:
-            return True
-        return any(marker in result.output for marker in self.TRANSIENT_SUBMIT_ERRORS)
 
     def _check_script_values(self, job: Job, spec: JobSpec) -> None:
         """Fill in the site defaults the job lacks (``psij._site_config``), then refuse, before
@@ -534,6 +528,10 @@ class BatchSchedulerExecutor(JobExecutor):
             if self._poller is None:
                 self._poller = StatusPoller(self, self.batch_config._settings(), self._clock)
             return self._poller
+
+    def _direct_submit(self, argv: Sequence[str], script: str) -> Optional[CommandResult]:
+        """What ``argv`` would answer for ``script``, got another way; None: run it."""
+        return None
 
     def _run(self, argv: Sequence[str], stdin: Optional[str] = None) -> CommandResult:
         return self._runner.run(argv, timeout=self.batch_config.command_timeout, stdin=stdin)
