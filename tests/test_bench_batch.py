@@ -51,3 +51,21 @@ def test_submit_many_worker_sends_one_array(tmp_path: Path) -> None:
         assert result["native_ids"] == [f"{array}_{i}" for i in range(5)]
     finally:
         subprocess.run(["scancel", result["native_ids"][0].split("_")[0]], check=False)
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("extra,via", [([], "slurmrestd"), (["--sbatch-only"], "sbatch")])
+def test_submit_worker_says_which_way_its_jobs_went(tmp_path: Path, extra: List[str],
+                                                     via: str) -> None:
+    from test_batch_real import _scheduler_problem
+
+    problem = _scheduler_problem("slurm")
+    if problem is not None:
+        pytest.skip(problem)
+    result = run_worker(tmp_path, ["slurm-submit", "--jobs", "3", "--defer", "--work",
+                                   str(tmp_path / "work"), *extra])
+    try:
+        assert result["jobs"] == 3 and len(set(result["native_ids"])) == 3
+        assert result["via"] == via
+    finally:
+        subprocess.run(["scancel", *result["native_ids"]], check=False)
