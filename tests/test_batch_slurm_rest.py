@@ -360,3 +360,33 @@ def test_jobs_keep_their_attributes_whichever_way(fake: Path, tmp_path: Path) ->
     finally:
         ex.close()
     assert jobs["a"].native_id == "77" and jobs["b"].native_id == "1001"
+
+
+def test_an_idle_stop_that_raises_is_logged_and_the_next_job_starts_a_new_child(
+        fake: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import time
+
+    from psij.executors.batch._runner import SubprocessRunner
+
+    class Failing(RestSubmitter):
+        failures = 1
+
+        def _stop_locked(self) -> None:
+            super()._stop_locked()
+            if self.failures:
+                self.failures -= 1
+                raise OSError("cannot stop")
+
+    runner = SubprocessRunner()
+    sub = Failing(lambda argv: runner.run(argv, 10), idle=0.2)
+    script = "#!/bin/bash\ntrue\n"
+    sub.submit(("sbatch", "--parsable"), script, 10)
+    assert sub.submit(("sbatch", "--parsable"), script, 10) is not None
+    deadline = time.monotonic() + 10
+    while "stopping the idle slurmrestd child failed" not in caplog.text:
+        assert time.monotonic() < deadline, "the failed stop was not logged"
+        time.sleep(0.05)
+    result = sub.submit(("sbatch", "--parsable"), script, 10)
+    assert result is not None and result.ok  # a new child serves
+    assert len([x for x in _log(fake) if x.startswith("start")]) == 2
+    sub.close()

@@ -241,7 +241,10 @@ class RestSubmitter:
             while not self._closed and self._proc is not None:
                 left = self._last_use + self._idle - time.monotonic()
                 if left <= 0:
-                    self._stop_locked()
+                    try:
+                        self._stop_locked()
+                    except Exception:  # the child is forgotten; submissions start another
+                        logger.exception("stopping the idle slurmrestd child failed")
                     break
                 self._cond.wait(left)
             if self._thread is threading.current_thread():
