@@ -120,7 +120,7 @@ def test_spares_start_with_the_second_submission_and_answer_the_next(
         runner.close()
 
 
-@pytest.mark.parametrize("change", ["environment", "directory", "umask"])
+@pytest.mark.parametrize("change", ["environment", "putenv", "directory", "umask"])
 def test_a_spare_started_before_a_change_is_killed_unused(
         change: str, fake: Tuple[Tuple[str, ...], Log], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -135,6 +135,9 @@ def test_a_spare_started_before_a_change_is_killed_unused(
         elsewhere.mkdir()
         if change == "environment":
             monkeypatch.setenv("SPARE_MARK", "b")
+        elif change == "putenv":  # below os.environ: a command started now still gets it
+            monkeypatch.setenv("SPARE_MARK", "a")  # restored (putenv included) afterwards
+            os.putenv("SPARE_MARK", "b")
         elif change == "directory":
             monkeypatch.chdir(elsewhere)
         else:
@@ -145,6 +148,7 @@ def test_a_spare_started_before_a_change_is_killed_unused(
         assert spare not in log.got() and spare not in log.empty()  # given nothing
         pwd, umask, mark = log.starts()[answered]
         expected = {"environment": (str(Path.cwd().resolve()), "0022", "b"),
+                    "putenv": (str(Path.cwd().resolve()), "0022", "b"),
                     "directory": (str(elsewhere.resolve()), "0022", "a"),
                     "umask": (str(Path.cwd().resolve()), "0077", "a")}[change]
         assert (pwd, umask, mark) == expected

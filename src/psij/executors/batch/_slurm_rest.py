@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 from psij.executors.batch._runner import CommandResult
 
 __all__ = ["API", "SiteSettings", "job_environment", "job_fields", "parse_response",
-           "process_environment", "request_bytes", "site_settings", "submitted"]
+           "request_bytes", "site_settings", "submitted"]
 
 API = "/slurm/v0.0.38/job/submit"
 
@@ -129,35 +129,6 @@ def _propagated(limits: str, exceptions: str) -> Tuple[str, ...]:
     if "ALL" in names:
         return _RLIMITS
     return tuple(name for name in _RLIMITS if name in names)
-
-
-def process_environment() -> Mapping[str, str]:
-    """The environment a command started now would get: the C library's ``environ``, which
-    also holds what ``os.putenv`` and C code set below ``os.environ`` (``os.environ`` where it
-    cannot be read)."""
-    global _ENVIRON
-    if _ENVIRON is None:
-        try:
-            import ctypes
-
-            _ENVIRON = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
-        except (ImportError, OSError, ValueError, AttributeError):
-            _ENVIRON = False
-    if _ENVIRON is False:
-        return os.environ
-    out: Dict[str, str] = {}
-    i = 0
-    while True:
-        item = _ENVIRON[i]
-        if item is None:
-            return out
-        key, sep, value = item.partition(b"=")
-        if sep and key:
-            out.setdefault(os.fsdecode(key), os.fsdecode(value))
-        i += 1
-
-
-_ENVIRON: Any = None
 
 
 def job_environment(env: Mapping[str, str], fields: Mapping[str, Any], site: SiteSettings,

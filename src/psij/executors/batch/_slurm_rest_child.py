@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from psij.executors.batch import _slurm_rest as rest
+from psij.executors.batch._environ import inherited
 from psij.executors.batch._runner import MAY_HAVE_BEEN_SUBMITTED, CommandResult, _kill_group, _Popen
 from psij.executors.batch._spares import _umask
 
@@ -110,7 +111,7 @@ class RestSubmitter:
         fields = rest.job_fields(script)
         if fields is None:
             return None
-        env = self._env if self._env is not None else rest.process_environment()
+        env = self._env if self._env is not None else inherited()
         with self._lock:
             self._calls += 1
             self._last_use = time.monotonic()

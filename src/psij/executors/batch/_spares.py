@@ -10,14 +10,15 @@ writes the script, closes the pipe and reads the answer as from a command starte
 while one thread per runner starts the next spare.
 
 A spare is used only when everything it took from this process when it started is still the
-same: the environment (``os.environ``, or the runner's own), the working directory, the umask,
+same: the environment (the one a command started then would inherit, which holds
+``os.putenv``'s changes too: :mod:`psij.executors.batch._environ`; or the runner's own), the
+working directory, the umask,
 the nice value, the resource limits, the user and group ids, and the process itself (a child
 made by ``fork`` never uses its parent's spares, and closes its copies of their pipes at once,
 so that a spare sees the end of its script when the parent closes the pipe). Otherwise the
 spare is killed and the command started afresh. A spare that is killed, or whose input ends
 before a whole script was written, submits nothing: its script is empty or cut, and a submit
-command refuses an empty script and submits only on the end of its input. (Changes made with
-``os.putenv`` alone, below ``os.environ``, are not seen.)
+command refuses an empty script and submits only on the end of its input.
 
 Spares exist only while jobs are submitted one after another: none before the second
 submission (a program that submits one job needs none), and those left are killed ``IDLE_S``
@@ -38,6 +39,7 @@ import weakref
 from collections import deque
 from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
+from psij.executors.batch._environ import inherited_bytes
 from psij.executors.batch._runner import CommandResult, _kill_group, _Popen, finish
 
 __all__ = ["IDLE_S", "MAX_SPARES", "REST_S", "SpareCommands", "origin"]
@@ -72,10 +74,8 @@ def _umask() -> Optional[bytes]:
 
 
 def _environment() -> Mapping[Any, Any]:
-    """A copy of this process's environment, as cheaply as it can be had (bytes on POSIX,
-    which the command is then given as they are)."""
-    data = getattr(os.environ, "_data", None)
-    return dict(data) if isinstance(data, dict) else dict(os.environ)
+    """What a command started now would inherit (bytes, given to the spare as they are)."""
+    return inherited_bytes()
 
 
 def origin(env: Optional[Mapping[str, str]]) -> Optional[Origin]:
