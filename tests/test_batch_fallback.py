@@ -171,3 +171,23 @@ def test_pool_rules() -> None:
                         (Arrived("c", Amounts(1, 1, 1), 0), "already known")):
         with pytest.raises(IllegalEvent, match=text):
             pool.step(event)  # type: ignore[arg-type]
+
+
+def test_a_submit_command_that_is_there_gets_no_not_installed_hint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text("#!/bin/sh\necho 17\n")
+    sbatch.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PSIJ_TEST_TOO_BIG", "x" * 200_000)
+    ex = slurm(tmp_path)
+    job = sh("exit 0")
+    with pytest.raises(SubmitException) as info:
+        ex.submit(job)
+    text = str(info.value)
+    assert "could not be started: Argument list too long" in text and "128 KiB" in text
+    assert "not installed" not in text and "fallback" not in text
+    assert job.status.state is JobState.NEW and job.executor is None
+    ex.close()

@@ -76,3 +76,14 @@ def test_exit_codes_come_back_after_the_output_ended() -> None:
     r = SubprocessRunner().run(["sh", "-c", "echo out; echo err >&2; exec >&- 2>&-; exit 7"],
                                timeout=10)
     assert (r.exit_code, r.stdout, r.stderr) == (7, "out\n", "err\n")
+
+
+def test_too_large_an_environment_is_explained() -> None:
+    r = SubprocessRunner(env={"BIG": "x" * 200_000}).run(["true"], timeout=10)
+    assert r.exit_code is None and r.failure is not None
+    assert r.failure.startswith("could not be started: Argument list too long")
+    assert "128 KiB for each variable or argument" in r.failure
+    assert str(os.sysconf("SC_ARG_MAX")) in r.failure
+    # Other start failures keep the system's words alone.
+    r = SubprocessRunner().run(["/nonexistent/squeue"], timeout=10)
+    assert r.failure == "could not be started: No such file or directory"

@@ -126,6 +126,22 @@ def test_variables_that_change_what_sbatch_does_send_the_job_to_sbatch(name: str
     assert rest.job_environment({name: "x"}, {}, SITE, "0022") is None
 
 
+def test_an_environment_sbatch_could_not_be_started_with_sends_the_job_to_sbatch() -> None:
+    # Linux takes at most 128 KiB per "NAME=value" (NUL included) and ARG_MAX in all; sbatch
+    # then fails to start, so slurmrestd must not take the job either.
+    limit = 32 * 4096
+    fits = "x" * (limit - len("BIG=") - 1)
+    assert rest.job_environment({"BIG": fits}, {}, SITE, "0022") is not None
+    assert rest.job_environment({"BIG": fits + "x"}, {}, SITE, "0022") is None
+    # counted in bytes: 3 bytes per euro sign, and bytes kept from undecodable text
+    assert rest.job_environment({"E": "\u20ac" * 50_000}, {}, SITE, "0022") is None
+    assert rest.job_environment({"S": "\udcff" * (limit - 3)}, {}, SITE, "0022") is not None
+    assert rest.job_environment({"S": "\udcff" * (limit - 2)}, {}, SITE, "0022") is None
+    many = {f"V{i}": "x" * 100_000 for i in range(os.sysconf("SC_ARG_MAX") // 100_000 + 1)}
+    assert rest.job_environment(many, {}, SITE, "0022") is None
+    assert rest.job_environment(dict(list(many.items())[:5]), {}, SITE, "0022") is not None
+
+
 def test_the_request_is_utf8_json_with_its_length_and_refuses_lone_surrogates() -> None:
     data = rest.request_bytes("#!/bin/bash\necho é\n", {"nice": "1"}, {"A": "ü"}, "/w")
     assert data is not None

@@ -86,6 +86,27 @@ def test_a_lone_surrogate_is_refused_naming_the_field(ex: JobExecutor, tmp_path:
     assert ok.wait(timeout=TIMEOUT).state is JobState.COMPLETED  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("keeper", [True, False])
+@pytest.mark.parametrize("via_script", [False, True])
+def test_an_environment_too_large_to_start_is_refused_saying_why(
+        tmp_path: Path, keeper: bool, via_script: bool) -> None:
+    ex = JobExecutor.get_instance("local", config=LocalJobExecutorConfig(
+        work_directory=tmp_path / "work", keeper=keeper))
+    spec = JobSpec("/bin/true", environment={"BIG": "x" * 200_000})
+    if via_script:
+        (tmp_path / "pre.sh").write_text("true\n")
+        spec.pre_launch = tmp_path / "pre.sh"
+    job = Job(spec)
+    with pytest.raises(SubmitException) as info:
+        ex.submit(job)
+    text = str(info.value)
+    assert "Argument list too long" in text and "128 KiB for each variable" in text
+    assert job.status.state is JobState.NEW and job.executor is None
+    ok = Job(JobSpec("/bin/true"))
+    ex.submit(ok)
+    assert ok.wait(timeout=TIMEOUT).state is JobState.COMPLETED  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 2.0 ** 31, 1e300])
 def test_cancel_grace_period_out_of_range_is_refused(tmp_path: Path, value: float) -> None:
     with pytest.raises(ValueError, match="LocalJobExecutorConfig.cancel_grace_period"):

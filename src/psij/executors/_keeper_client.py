@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 from psij._lazylog import LazyLogger
-from psij.executors._process import LaunchError
+from psij.executors._process import LaunchError, start_error_words
 
 __all__ = ["Keeper", "flush_keepers", "forget_keepers", "keeper_for"]
 
@@ -122,7 +122,7 @@ class Keeper:
         if code in _NOT_EXECUTABLE:
             raise LaunchError(f"executable {argv[0]!r} cannot be executed ({reply[2]})",
                               126) from cause
-        raise LaunchError(f"could not start {argv[0]!r}: {reply[2]}") from cause
+        raise LaunchError(f"could not start {argv[0]!r}: {start_error_words(cause)}") from cause
 
     def signal(self, pgid: int, signum: int) -> bool:
         """Signal the group of a job of this keeper that it has not reaped yet."""

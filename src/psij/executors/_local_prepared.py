@@ -88,4 +88,4 @@ def spawn_failure(ex: LaunchError, job: Job, prepared: Prepared) -> Exception:
     cause = ex.__cause__
     if ex.exit_code == 126:
         return NotRunnable(not_executable(spec.executable, getattr(cause, "strerror", None)))
-    return SubmitException(f"could not start job {job.id}: {cause or ex}")
+    return SubmitException(f"job {job.id}: {ex}")

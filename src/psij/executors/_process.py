@@ -19,6 +19,7 @@ It does not decide what runs or when, does not watch processes (``_process_watch
 never sets a job's state.
 """
 
+import errno
 import os
 import signal
 import sys
@@ -64,6 +65,21 @@ _STDERR_EXCERPT_LINES = 10
 
 
 # -- starting -----------------------------------------------------------------------------------
+
+
+def start_error_words(error: OSError) -> str:
+    """The system's words for why a program could not be started, with what they mean when
+    they do not say it themselves (E2BIG names arguments, but is mostly the environment)."""
+    words = error.strerror or str(error)
+    if error.errno == errno.E2BIG:
+        try:
+            limit = f"{os.sysconf('SC_ARG_MAX')} bytes"
+        except (ValueError, OSError):
+            limit = "ARG_MAX"
+        words += (" (the environment and arguments are more than the system lets a new "
+                  "process have: on Linux at most 128 KiB for each variable or argument, and "
+                  f"at most {limit} for all of them together)")
+    return words
 
 
 class LaunchError(Exception):
@@ -169,7 +185,7 @@ class Spawner:
             raise LaunchError(f"executable {argv[0]!r} cannot be executed "
                               f"({ex.strerror})", 126) from ex
         except OSError as ex:
-            raise LaunchError(f"could not start {argv[0]!r}: {ex}") from ex
+            raise LaunchError(f"could not start {argv[0]!r}: {start_error_words(ex)}") from ex
         except UnicodeEncodeError as ex:
             raise LaunchError(_unencodable(argv, env)) from ex
 

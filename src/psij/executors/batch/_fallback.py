@@ -62,8 +62,11 @@ def scheduler_problem(executor: "BatchSchedulerExecutor") -> Optional[str]:
 
 
 def not_found_hint(executor: "BatchSchedulerExecutor", result: CommandResult) -> str:
-    """Words to add to the error of a submit command that could not be started."""
-    if result.exit_code is not None or "could not be started" not in (result.failure or ""):
+    """Words to add to the error of a submit command that could not be started because it
+    is not there (not for one that is there but could not start, such as with too large an
+    environment)."""
+    if result.exit_code is not None or "could not be started" not in (result.failure or "") \
+            or shutil.which(result.argv[0]) is not None:
         return ""
     return (f" ({result.argv[0]!r} is not installed here or not on PATH; with the executor "
             f"setting fallback='local' the {executor.name} executor runs jobs on this machine "

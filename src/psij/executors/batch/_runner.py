@@ -26,12 +26,13 @@ from typing import (
 )
 
 from psij._record import Record
+from psij.executors._process import start_error_words
 
 if TYPE_CHECKING:
     from psij.executors.batch._spares import SpareCommands
 
 __all__ = ["MAY_HAVE_BEEN_SUBMITTED", "CommandResult", "CommandRunner", "FakeCommandRunner",
-           "SubprocessRunner", "finish"]
+           "SubprocessRunner", "finish", "start_failure"]
 
 # In a failure: the command (or what stood for it) may have done its work, so it is not tried
 # again (a submission could then be made twice).
@@ -86,6 +87,11 @@ class CommandResult(Record):
         return f"{head}: {said}" if said else f"{head} without output"
 
 
+def start_failure(e: OSError) -> str:
+    """The failure of a command that could not be started."""
+    return f"could not be started: {start_error_words(e)}"
+
+
 class CommandRunner(Protocol):
     """Runs one command and reports how it ended."""
 
@@ -114,7 +120,7 @@ class SubprocessRunner:
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._env,
                 start_new_session=True)
         except OSError as e:
-            return CommandResult(args, None, failure=f"could not be started: {e.strerror or e}")
+            return CommandResult(args, None, failure=start_failure(e))
         return finish(proc, args, stdin.encode() if stdin is not None else None, timeout)
 
     def run_spared(self, argv: Sequence[str], timeout: float, stdin: str,

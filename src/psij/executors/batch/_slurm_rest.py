@@ -18,8 +18,10 @@ its environment are in the request. This module builds that request from the scr
 Nothing is guessed: ``None`` (the job then goes to sbatch) for a directive not in the tables,
 a short option, a value with quotes, backslashes or spaces inside, ``--export`` other than
 ``ALL``, an environment with variables that change what sbatch does (``SBATCH_*`` and
-``_SBATCH_INPUTS``), text that is not valid UTF-8, or a site with ``CliFilterPlugins`` (sbatch
-runs those filters; slurmrestd does not). Nothing here runs commands.
+``_SBATCH_INPUTS``), an environment too large for sbatch to be started with (sbatch would
+fail, so the job must not get through here), text that is not valid UTF-8, or a site with
+``CliFilterPlugins`` (sbatch runs those filters; slurmrestd does not). Nothing here runs
+commands.
 """
 
 import json
@@ -54,6 +56,9 @@ _SBATCH_INPUTS = frozenset(("SLURM_HINT", "SLURM_DEBUG_FLAGS", "SLURM_EXPORT_ENV
                             "SLURM_CLUSTERS", "SLURM_EXIT_ERROR", "SLURM_EXIT_IMMEDIATE"))
 # The limits sbatch may propagate, as slurm.conf names them.
 _RLIMITS = ("CPU", "FSIZE", "DATA", "STACK", "CORE", "RSS", "NPROC", "NOFILE", "MEMLOCK", "AS")
+
+# exec's limit on one "NAME=value" string on Linux (MAX_ARG_STRLEN: 32 pages of 4 KiB).
+_MAX_STRING = 32 * 4096
 
 _DIRECTIVE = re.compile(r'#SBATCH --([a-z][a-z0-9-]*)(?:=(?:"([^"\\\t\n]+)"|([^"\'\\\s]+)))?[ \t]*')
 
@@ -138,6 +143,8 @@ def job_environment(env: Mapping[str, str], fields: Mapping[str, Any], site: Sit
     for key in env:
         if key.startswith("SBATCH_") or key in _SBATCH_INPUTS:
             return None
+    if not _fits_exec(env):
+        return None
     out = dict(env)
     out.setdefault("SLURM_UMASK", umask)
     out["SLURM_PRIO_PROCESS"] = str(os.getpriority(os.PRIO_PROCESS, 0))
@@ -151,6 +158,22 @@ def job_environment(env: Mapping[str, str], fields: Mapping[str, Any], site: Sit
         soft = resource.getrlimit(getattr(resource, "RLIMIT_" + name))[0]
         out["SLURM_RLIMIT_" + name] = str(soft & 0xFFFFFFFFFFFFFFFF)  # unlimited: all ones
     return out
+
+
+def _fits_exec(env: Mapping[str, str]) -> bool:
+    """Whether a program could be started with ``env`` (Linux's limits on exec: one string,
+    and all of them with their pointers within ARG_MAX)."""
+    total = 0
+    for key, value in env.items():
+        size = len(os.fsencode(key)) + len(os.fsencode(value)) + 2  # "=" and the NUL
+        if size > _MAX_STRING:
+            return False
+        total += size + 8
+    try:
+        limit = os.sysconf("SC_ARG_MAX")
+    except (ValueError, OSError):
+        return True
+    return limit <= 0 or total <= limit
 
 
 def request_bytes(script: str, fields: Mapping[str, Any], environment: Mapping[str, str],

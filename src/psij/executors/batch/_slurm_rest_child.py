@@ -36,7 +36,13 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from psij.executors.batch import _slurm_rest as rest
 from psij.executors.batch._environ import inherited
-from psij.executors.batch._runner import MAY_HAVE_BEEN_SUBMITTED, CommandResult, _kill_group, _Popen
+from psij.executors.batch._runner import (
+    MAY_HAVE_BEEN_SUBMITTED,
+    CommandResult,
+    _kill_group,
+    _Popen,
+    start_failure,
+)
 from psij.executors.batch._spares import _umask
 
 __all__ = ["IDLE_S", "REST_S", "RestSubmitter", "slurmrestd_beside"]
@@ -204,7 +210,7 @@ class RestSubmitter:
                               stderr=subprocess.DEVNULL, env=child_env, bufsize=0,
                               start_new_session=True)
             except OSError as e:
-                raise _Failed(f"could not be started: {e.strerror or e}", sent=False) from e
+                raise _Failed(start_failure(e), sent=False) from e
             self._proc, self._proc_key = proc, key
             try:  # a child that cannot serve (refuses to run, no controller) takes no job
                 status, body = _exchange(proc, _PROBE, _PROBE_TIMEOUT)
