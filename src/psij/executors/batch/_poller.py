@@ -69,6 +69,7 @@ class StatusPoller:
         self._last: Dict[str, JobStatus] = {}
         self._thread: Optional[threading.Thread] = None
         self._stopped = False
+        self._failing = False  # the last status poll failed (said once, not at every retry)
         weakref.finalize(executor, self.stop)
 
     # called from user threads
@@ -178,6 +179,7 @@ class StatusPoller:
                     except Exception as e:
                         logger.exception("%s: status poll failed", self._label)
                         event = PollFailed(f"internal error while polling: {e!r}")
+                    self._say_outage(event)
                     queue.extend(self._feed(event))
                 elif isinstance(action, ResolveMissing):
                     try:
@@ -193,6 +195,18 @@ class StatusPoller:
                     self._finish(executor, action)
             finally:
                 del executor
+
+    def _say_outage(self, event: Event) -> None:
+        """Log the first failed status poll of a run of them, and the first success after."""
+        if isinstance(event, PollFailed):
+            if not self._failing:
+                self._failing = True
+                logger.warning("%s: status poll failed; retrying, and the jobs fail if it goes "
+                               "on failing (queue_polling_outage_tolerance): %s", self._label,
+                               event.error)
+        elif self._failing:
+            self._failing = False
+            logger.warning("%s: status polling works again", self._label)
 
     def _feed(self, event: Event) -> List[Action]:
         with self._cond:
