@@ -76,6 +76,27 @@ def test_jobs_complete_fail_and_report_their_states(executor: PilotJobExecutor,
                                                   JobState.COMPLETED]
 
 
+def test_tasks_inherit_the_environment_the_pilot_started_with(
+        executor: PilotJobExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PSIJ_T_BEFORE", "before")
+    show = 'echo "${PSIJ_T_BEFORE-unset} ${PSIJ_T_AFTER-unset}"'
+    first = Job(JobSpec("/bin/sh", ["-c", show], stdout_path=tmp_path / "1"))
+    executor.submit(first)  # starts the pilot
+    assert final(first).state is JobState.COMPLETED
+    monkeypatch.setenv("PSIJ_T_AFTER", "after")
+    later = Job(JobSpec("/bin/sh", ["-c", show], stdout_path=tmp_path / "2"))
+    given = Job(JobSpec("/bin/sh", ["-c", show], stdout_path=tmp_path / "3",
+                        environment={"PSIJ_T_AFTER": "given"}))
+    bare = Job(JobSpec("/bin/sh", ["-c", show], stdout_path=tmp_path / "4",
+                       inherit_environment=False))
+    for job in (later, given, bare):
+        executor.submit(job)
+    for job in (later, given, bare):
+        assert final(job).state is JobState.COMPLETED
+    assert [(tmp_path / n).read_text() for n in "1234"] == [
+        "before unset\n", "before unset\n", "before given\n", "unset unset\n"]
+
+
 def test_cancel_list_and_attach_in_process(executor: PilotJobExecutor) -> None:
     sleeper = Job(JobSpec("/bin/sleep", ["60"]))
     executor.submit(sleeper)
