@@ -105,14 +105,29 @@ def status_count_slurm_fake(n_jobs: int, interval: float, intervals: int,
         job = psij.Job(psij.JobSpec("/bin/true"))
         executor.submit(job)
         jobs.append(job)
+    # A poll made while the last jobs were being submitted names fewer of them, and the fake
+    # stamps it only once its shell runs (late on a busy machine): the window starts after
+    # the first command naming them all (or all the user's jobs), when the earlier ones are over.
+    deadline = time.time() + 20 * interval
+    while time.time() < deadline and not any(
+            asked in (n_jobs, -1) for _, asked in _squeue_calls(calls)):
+        time.sleep(interval / 10)
     ready = time.time()
     time.sleep(interval * (intervals + 1.5))
+    return {"workload": "status-slurm-fake", "jobs": n_jobs, "states": _states(jobs),
+            **_status_window(_squeue_calls(calls), ready, interval, intervals)}
+
+
+def _squeue_calls(calls: Path) -> List[Tuple[float, int]]:
+    """(start time, job ids asked for) of each fake squeue run so far."""
+    if not calls.exists():
+        return []
     starts = []
     for line in calls.read_text().splitlines():
-        when, asked = line.split()
-        starts.append((float(when), int(asked)))
-    return {"workload": "status-slurm-fake", "jobs": n_jobs, "states": _states(jobs),
-            **_status_window(starts, ready, interval, intervals)}
+        when, _, asked = line.partition(" ")
+        if asked:  # a line being written is complete once it has both fields
+            starts.append((float(when), int(asked)))
+    return starts
 
 
 def status_count_batch_test(n_jobs: int, interval: float, intervals: int,
