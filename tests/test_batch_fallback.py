@@ -64,6 +64,17 @@ def sh(script: str, **kw: object) -> Job:
     return Job(JobSpec("/bin/sh", ["-c", script], **kw))  # type: ignore[arg-type]
 
 
+def refused_submit_text(tmp_path: Path) -> str:
+    """The error of a slurm submit that is refused; the job is left NEW and unbound."""
+    ex = slurm(tmp_path)
+    job = sh("exit 0")
+    with pytest.raises(SubmitException) as info:
+        ex.submit(job)
+    assert job.status.state is JobState.NEW and job.executor is None
+    ex.close()
+    return str(info.value)
+
+
 def test_missing_commands_warn_once_and_jobs_run_locally(tmp_path: Path,
                                                          no_slurm_path: Path) -> None:
     with pytest.warns(SchedulerFallbackWarning) as seen:
@@ -88,14 +99,9 @@ def test_missing_commands_warn_once_and_jobs_run_locally(tmp_path: Path,
 
 def test_without_fallback_the_error_names_the_missing_command(tmp_path: Path,
                                                               no_slurm_path: Path) -> None:
-    ex = slurm(tmp_path)
-    job = sh("exit 0")
-    with pytest.raises(SubmitException) as info:
-        ex.submit(job)
-    text = str(info.value)
+    text = refused_submit_text(tmp_path)
     assert "`sbatch --parsable" in text and "could not be started" in text
     assert "not installed here or not on PATH" in text and "fallback='local'" in text
-    assert job.status.state is JobState.NEW and job.executor is None
 
 
 def test_a_controller_that_does_not_answer_is_a_reason_to_fall_back(
@@ -182,12 +188,6 @@ def test_a_submit_command_that_is_there_gets_no_not_installed_hint(
     sbatch.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("PSIJ_TEST_TOO_BIG", "x" * 200_000)
-    ex = slurm(tmp_path)
-    job = sh("exit 0")
-    with pytest.raises(SubmitException) as info:
-        ex.submit(job)
-    text = str(info.value)
+    text = refused_submit_text(tmp_path)
     assert "could not be started: Argument list too long" in text and "128 KiB" in text
     assert "not installed" not in text and "fallback" not in text
-    assert job.status.state is JobState.NEW and job.executor is None
-    ex.close()
