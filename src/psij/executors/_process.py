@@ -67,18 +67,43 @@ _STDERR_EXCERPT_LINES = 10
 # -- starting -----------------------------------------------------------------------------------
 
 
+# exec's limit on one argument or "NAME=value" string on Linux (MAX_ARG_STRLEN: 32 pages).
+MAX_ARG_STRING = 32 * 4096
+
+
+def _arg_max() -> Optional[int]:
+    """exec's limit on all arguments and variables together (None when unknown)."""
+    try:
+        limit = os.sysconf("SC_ARG_MAX")
+    except (ValueError, OSError):
+        return None
+    return limit if limit > 0 else None
+
+
+def fits_exec(env: Mapping[str, str]) -> bool:
+    """Whether a program could be started with ``env`` (Linux's limits on exec: each string
+    within MAX_ARG_STRING, all of them with their pointers within ARG_MAX)."""
+    total = 0
+    for key, value in env.items():
+        size = len(os.fsencode(key)) + len(os.fsencode(value)) + 2  # "=" and the NUL
+        if size > MAX_ARG_STRING:
+            return False
+        total += size + 8
+    limit = _arg_max()
+    return limit is None or total <= limit
+
+
 def start_error_words(error: OSError) -> str:
     """The system's words for why a program could not be started, with what they mean when
     they do not say it themselves (E2BIG names arguments, but is mostly the environment)."""
     words = error.strerror or str(error)
     if error.errno == errno.E2BIG:
-        try:
-            limit = f"{os.sysconf('SC_ARG_MAX')} bytes"
-        except (ValueError, OSError):
-            limit = "ARG_MAX"
+        limit = _arg_max()
         words += (" (the environment and arguments are more than the system lets a new "
-                  "process have: on Linux at most 128 KiB for each variable or argument, and "
-                  f"at most {limit} for all of them together)")
+                  f"process have: on Linux at most {MAX_ARG_STRING // 1024} KiB for each "
+                  "variable or argument, and at most "
+                  f"{'ARG_MAX' if limit is None else f'{limit} bytes'} for all of them "
+                  "together)")
     return words
 
 

@@ -31,6 +31,7 @@ import resource
 import socket
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
+from psij.executors._process import fits_exec
 from psij.executors.batch._runner import CommandResult
 
 __all__ = ["API", "SiteSettings", "job_environment", "job_fields", "parse_response",
@@ -56,9 +57,6 @@ _SBATCH_INPUTS = frozenset(("SLURM_HINT", "SLURM_DEBUG_FLAGS", "SLURM_EXPORT_ENV
                             "SLURM_CLUSTERS", "SLURM_EXIT_ERROR", "SLURM_EXIT_IMMEDIATE"))
 # The limits sbatch may propagate, as slurm.conf names them.
 _RLIMITS = ("CPU", "FSIZE", "DATA", "STACK", "CORE", "RSS", "NPROC", "NOFILE", "MEMLOCK", "AS")
-
-# exec's limit on one "NAME=value" string on Linux (MAX_ARG_STRLEN: 32 pages of 4 KiB).
-_MAX_STRING = 32 * 4096
 
 _DIRECTIVE = re.compile(r'#SBATCH --([a-z][a-z0-9-]*)(?:=(?:"([^"\\\t\n]+)"|([^"\'\\\s]+)))?[ \t]*')
 
@@ -143,7 +141,7 @@ def job_environment(env: Mapping[str, str], fields: Mapping[str, Any], site: Sit
     for key in env:
         if key.startswith("SBATCH_") or key in _SBATCH_INPUTS:
             return None
-    if not _fits_exec(env):
+    if not fits_exec(env):
         return None
     out = dict(env)
     out.setdefault("SLURM_UMASK", umask)
@@ -158,22 +156,6 @@ def job_environment(env: Mapping[str, str], fields: Mapping[str, Any], site: Sit
         soft = resource.getrlimit(getattr(resource, "RLIMIT_" + name))[0]
         out["SLURM_RLIMIT_" + name] = str(soft & 0xFFFFFFFFFFFFFFFF)  # unlimited: all ones
     return out
-
-
-def _fits_exec(env: Mapping[str, str]) -> bool:
-    """Whether a program could be started with ``env`` (Linux's limits on exec: one string,
-    and all of them with their pointers within ARG_MAX)."""
-    total = 0
-    for key, value in env.items():
-        size = len(os.fsencode(key)) + len(os.fsencode(value)) + 2  # "=" and the NUL
-        if size > _MAX_STRING:
-            return False
-        total += size + 8
-    try:
-        limit = os.sysconf("SC_ARG_MAX")
-    except (ValueError, OSError):
-        return True
-    return limit <= 0 or total <= limit
 
 
 def request_bytes(script: str, fields: Mapping[str, Any], environment: Mapping[str, str],
