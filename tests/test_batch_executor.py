@@ -219,25 +219,27 @@ def test_other_executors_custom_attributes_are_ignored(tmp_path: Path) -> None:
 def test_failing_status_command_never_changes_state(tmp_path: Path,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     ex, sched = make(tmp_path, queue_polling_error_threshold=1000)
-    job = Job(spec())
-    ex.submit(job)
-    sched.set("101", "R")
-    sched.fail_status = 1000
-    with caplog.at_level("WARNING", logger="psij.executors.batch._poller"):
-        deadline = time.monotonic() + 20
-        while sched.fail_status > 997 and time.monotonic() < deadline:  # 3 failed polls
-            time.sleep(0.02)
-        assert sched.fail_status <= 997
-        assert job.status.state is JobState.QUEUED
-        sched.fail_status = 0
-        wait_state(job, JobState.ACTIVE)
+    try:
+        job = Job(spec())
+        ex.submit(job)
+        sched.set("101", "R")
+        sched.fail_status = 1000
+        with caplog.at_level("WARNING", logger="psij.executors.batch._poller"):
+            deadline = time.monotonic() + 20
+            while sched.fail_status > 997 and time.monotonic() < deadline:  # 3 failed polls
+                time.sleep(0.02)
+            assert sched.fail_status <= 997
+            assert job.status.state is JobState.QUEUED
+            sched.fail_status = 0
+            wait_state(job, JobState.ACTIVE)
+    finally:
+        ex.close()
     # Said once when polling starts failing, once when it works again; not at every retry.
-    said = [r.getMessage() for r in caplog.records]
+    said = [r.getMessage() for r in caplog.records if r.name == "psij.executors.batch._poller"]
     assert len(said) == 2, said
     assert "status poll failed" in said[0] and "fstat: cannot reach the scheduler" in said[0]
     assert "queue_polling_outage_tolerance" in said[0]
     assert said[1].endswith("status polling works again")
-    ex.close()
 
 
 def test_long_outage_fails_jobs_quoting_the_error(tmp_path: Path) -> None:
