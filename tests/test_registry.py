@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -315,3 +316,47 @@ def test_the_registry_benchmark_runs_and_prints_its_figures() -> None:
         "registry cost per later status change (queued)", "local throughput", "local",
         "local", "psij status --all", "load average after"]
     assert "keeper off" in lines[4] and "keeper on" in lines[5]
+
+
+def _writer_threads() -> List[Any]:
+    return [t for t in threading.enumerate() if t.name == "psij-registry-writer"]
+
+
+def _until(check: Any, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_the_writer_thread_ends_when_idle_and_starts_again(tmp_path: Path,
+                                                           monkeypatch: Any) -> None:
+    from psij import _registry_recorder
+
+    monkeypatch.setattr(_registry_recorder._WRITER, "idle_seconds", 0.2)
+    wd = tmp_path / "work"
+    side = SideLoaded(config=JobExecutorConfig(work_directory=wd))
+    first, second = Job(JobSpec("/bin/true")), Job(JobSpec("/bin/true"))
+    side.submit(first)
+    assert psij.registry.flush(WAIT)
+    assert _until(lambda: not _writer_threads()), "the idle writer thread never ended"
+    side.submit(second)  # a new record starts a writer again
+    assert psij.registry.flush(WAIT)
+    assert {r[0] for r in rows(wd)} == {first.id, second.id}
+    assert _until(lambda: not _writer_threads()), "the idle writer thread never ended"
+
+
+def test_records_arriving_as_the_idle_writer_ends_are_all_written(monkeypatch: Any) -> None:
+    from psij import _registry_recorder
+
+    written: List[Any] = []
+    monkeypatch.setattr(_registry_recorder, "_resolved", lambda queued: queued)
+    writer = _registry_recorder._Writer(idle_seconds=0.0005)
+    monkeypatch.setattr(writer, "_write", written.extend)
+    for n in range(300):
+        writer.put(n)  # type: ignore[arg-type]
+        time.sleep(0.0005 * (n % 4))  # about the idle time: some land as the thread ends
+    assert writer.flush(60)
+    assert sorted(written) == list(range(300))

@@ -8,7 +8,8 @@ the job entered the new state. The registry is the one of the executor's work di
 Writes are batched: :func:`record` only queues the change (a few microseconds in the
 submitting thread), and one writer thread per process commits what has accumulated about every
 50 ms in one transaction (the first change of a job inserts its row, the others update it), and
-at exit. The writer also opens the registry and describes the executor (once each), so that
+at exit. The writer ends once it has had nothing to write for :data:`IDLE_SECONDS` and the next
+change starts it again, so a program that stopped using psij keeps no thread of it. The writer also opens the registry and describes the executor (once each), so that
 the first job an executor submits waits for neither, nor for this module's imports of SQLite
 and JSON. Its first write to a registry also prunes old final jobs. A ``kill -9`` may therefore
 lose the last 50 ms or so of changes: jobs submitted just before it are then missing, and later
@@ -47,6 +48,7 @@ TAG_ATTR = "_psij_registry_tag"
 _RECORDED_ATTR = "_psij_registry_recorded"  # on a job: its row is queued or written
 _IDENTITY_ATTR = "_psij_registry"  # on an executor: its Identity
 _BATCH_SECONDS = 0.05
+IDLE_SECONDS = 2.0  # the writer thread ends after this long with nothing to write
 _EXIT_FLUSH_SECONDS = 120.0
 
 _state = {"enabled": True}
@@ -234,7 +236,8 @@ def _update(job: "Job", values: Tuple[Any, ...]) -> "Update":
 class _Writer:
     """The one thread that commits queued changes, a batch at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, idle_seconds: float = IDLE_SECONDS) -> None:
+        self.idle_seconds = idle_seconds
         self._cv = threading.Condition()
         self._queue: List[_Queued] = []
         self._busy = False
@@ -257,18 +260,23 @@ class _Writer:
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._queue:
+                if not self._queue:
                     self._busy = False
                     self._cv.notify_all()
-                    self._cv.wait()
+                    # put() starts a new thread once this one is no longer _thread: both
+                    # decide under the lock, so no change is left without a writer.
+                    if not self._cv.wait_for(lambda: self._queue, self.idle_seconds):
+                        self._thread = None
+                        return
                 self._busy = True
                 # Let more changes gather into this transaction, unless someone waits for it.
                 self._cv.wait_for(lambda: self._flushing > 0, _BATCH_SECONDS)
                 queued, self._queue = self._queue, []
-            batch = _resolved(queued)
-            del queued
-            self._write(batch)
-            del batch  # jobs (and through them executors) must not outlive their write
+            try:
+                self._write(_resolved(queued))
+            except Exception:  # this batch only: the writer goes on with the next one
+                logger.exception("the job registry writer could not write a batch")
+            del queued  # jobs (and through them executors) must not outlive their write
 
     @staticmethod
     def _write(batch: List[_Change]) -> None:
