@@ -5,17 +5,17 @@ side-loaded ones written for psij-python) calls to report a status, calls :func:
 the job entered the new state. The registry is the one of the executor's work directory
 (``config.work_directory``, by default ``~/.psij/work``: one per user).
 
-Writes are batched: :func:`record` only queues the change (a few microseconds in the
-submitting thread), and one writer thread per process commits what has accumulated about every
-50 ms in one transaction (the first change of a job inserts its row, the others update it), and
-at exit. The writer ends once it has had nothing to write for :data:`IDLE_SECONDS` and the next
-change starts it again, so a program that stopped using psij keeps no thread of it. The writer also opens the registry and describes the executor (once each), so that
-the first job an executor submits waits for neither, nor for this module's imports of SQLite
-and JSON. Its first write to a registry also prunes old final jobs. A ``kill -9`` may therefore
-lose the last 50 ms or so of changes: jobs submitted just before it are then missing, and later
-status changes are cheap to lose (re-attaching asks the executor for the real state).
-:func:`flush` waits for the queue to be written; ``psij submit`` calls it before it prints the
-job id.
+Writes are batched: :func:`record` only queues the change (a few microseconds in the submitting
+thread), and one writer thread per process commits what has accumulated about every 50 ms in one
+transaction (the first change of a job inserts its row, the others update it), and at exit. The
+writer ends once it has had nothing to write for :data:`IDLE_SECONDS` and the next change starts
+it again, so a program that stopped using psij keeps no thread of it. The writer also opens the
+registry and describes the executor (once each), so that the first job an executor submits waits
+for neither, nor for this module's imports of SQLite and JSON. Its first write to a registry
+also prunes old final jobs. A ``kill -9`` may therefore lose the last 50 ms or so of changes:
+jobs submitted just before it are then missing, and later status changes are cheap to lose
+(re-attaching asks the executor for the real state). :func:`flush` waits for the queue to be
+written; ``psij submit`` calls it before it prints the job id.
 
 The local executor's run records (:func:`record_run`) go through the same thread and
 transactions; a record that cannot be written is handed back to the caller's fallback (which
