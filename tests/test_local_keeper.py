@@ -11,7 +11,10 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 import psij.registry
+from process_checks import live_members, members_left_after
 from psij import Job, JobExecutor, JobSpec, JobState
 from psij.executors._keeper_client import flush_keepers
 from psij.job_executor_config import JobExecutorConfig
@@ -190,3 +193,44 @@ def test_the_keeper_records_a_burst_of_jobs_in_a_few_transactions(tmp_path: Path
     for job in jobs:
         status = job.wait()
         assert status is not None and status.state is JobState.CANCELED
+
+
+CANCEL_AND_EXIT = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from psij import Job, JobExecutor, JobSpec, JobState
+    from psij.executors.local import LocalJobExecutorConfig
+    wd, grace, keeper, ready = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "keeper", sys.argv[4]
+    ex = JobExecutor.get_instance("local", config=LocalJobExecutorConfig(
+        work_directory=wd, cancel_grace_period=grace, keeper=keeper))
+    job = Job(JobSpec("/bin/sh", ["-c", f"trap '' TERM; touch {ready}; sleep 60"]))
+    seen = []
+    job.set_job_status_callback(lambda j, status: seen.append(status.state))
+    ex.submit(job)
+    while not Path(ready).exists():
+        time.sleep(0.01)
+    job.cancel()
+    print(job.native_id, job.id, JobState.CANCELED in seen, flush=True)
+    time.sleep(0.01)  # a launcher that exits right after cancelling its pilot job
+""")
+
+
+@pytest.mark.parametrize("how", ["keeper", "direct"])
+def test_a_cancel_reports_at_once_and_kills_after_the_grace_when_the_caller_exits(
+        tmp_path: Path, how: str) -> None:
+    wd, ready = tmp_path / "work", tmp_path / "ready"
+    grace = 1.5
+    done = subprocess.run([sys.executable, "-c", CANCEL_AND_EXIT, str(wd), str(grace), how,
+                           str(ready)], capture_output=True, text=True, timeout=60)
+    ended = time.monotonic()
+    assert done.returncode == 0, done.stderr
+    pid, job_id, reported = done.stdout.split()
+    assert reported == "True", "CANCELED was not reported before cancel() returned"
+    pgid = int(pid)
+    if time.monotonic() - ended < grace / 2:  # not killed before its grace (when we can see)
+        assert live_members(pgid), "the job was killed at once, not after its grace"
+    # The job traps TERM: only the KILL after the grace ends it, sent although the caller
+    # is gone.
+    assert members_left_after(pgid, grace + 30) == []
+    [record] = psij.registry.find(job_id, work_directory=wd)
+    assert record.state is JobState.CANCELED

@@ -40,8 +40,9 @@ class KeeperGone(Exception):
 
 
 class Keeper:
-    """One running keeper: requests go through :meth:`spawn` and :meth:`signal` (one at a time),
-    exit reports come on the pipe :attr:`events` (``<pid> <wait status>`` lines)."""
+    """One running keeper: requests go through :meth:`spawn`, :meth:`signal` and
+    :meth:`terminate` (one at a time), exit reports come on the pipe :attr:`events` (``<pid>
+    <wait status>`` lines)."""
 
     def __init__(self, final_rank: int) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -130,6 +131,29 @@ class Keeper:
             return bool(self._ask(("signal", pgid, signum), [])[1])
         except KeeperGone:
             return False
+
+    def terminate(self, pgid: int, grace: float, canceled: bool) -> bool:
+        """TERM to the group of a job of this keeper now and KILL after ``grace`` seconds (at
+        once for 0), both sent by the keeper, which stays until then even if this process
+        ends; ``canceled``: its end is recorded as a cancel. False when the keeper had reaped
+        the job already (or is gone)."""
+        try:
+            reply = self._ask(("terminate", pgid, float(grace), bool(canceled)), [])
+        except KeeperGone:
+            return False
+        return reply[0] == "ok" and bool(reply[1])
+
+    def kill_later(self, pgid: int, grace: float, leader: Optional[int]) -> bool:
+        """Have the keeper KILL process group ``pgid``, which is not its own, ``grace``
+        seconds from now, even if this process ends first; ``leader`` is a pidfd of the
+        group's leader (the keeper gets a copy), by which it knows whether the group id still
+        names that group. False when the keeper could not be asked."""
+        try:
+            reply = self._ask(("kill_later", pgid, float(grace), leader is not None),
+                              [] if leader is None else [leader])
+        except KeeperGone:
+            return False
+        return reply[0] == "ok" and bool(reply[1])
 
     def flush(self) -> None:
         """Wait until the keeper has committed the records of the jobs it started so far."""

@@ -35,7 +35,20 @@ descriptors with the length):
 - ``("flush",)`` → ``("ok", True)`` once the records gathered so far are committed (or kept
   for a retry if the registry is locked);
 - ``("signal", pgid, signum)`` → ``("ok", sent)``: signals the group only while its leader is
-  a child not yet reaped (so the id cannot have been reused).
+  a child not yet reaped (so the id cannot have been reused);
+- ``("terminate", pgid, grace, canceled)`` → ``("ok", sent)``: TERM to the group of a child
+  not yet reaped now and KILL ``grace`` seconds later (at once when ``grace`` is 0), whatever
+  is left of the group by then, even after the requesting process has ended: the keeper
+  stays until it is sent. With ``canceled`` the job's end is recorded as a cancel (its
+  exit record says so, and a final state written for it is CANCELED);
+- ``("kill_later", pgid, grace, with_leader)`` → ``("ok", True)``: KILL ``grace`` seconds
+  from now to a group that is not the keeper's (a job started by the requesting process
+  itself, or by another one), with, when ``with_leader``, a pidfd of its leader passed as a
+  descriptor: the group is signalled while that process still holds its id, or, once it
+  was reaped, while no other process has taken the id.
+
+The KILL that follows the TERM is the keeper's so that a job that ignores TERM is still
+killed when the process that cancelled it exits at once (its own timers would die with it).
 
 The keeper is single-threaded: it may change its working directory before each spawn. It runs
 no user code and reads no file but ``/proc/<pid>/stat`` and the registry.
@@ -50,7 +63,7 @@ import struct
 import sys
 import time
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 _HEADER = struct.Struct("!I")
 _MAX_REQUEST = 1 << 30
@@ -66,6 +79,7 @@ _BATCH_SECONDS = 0.05  # records wait at most this long for a commit
 _IDLE_SECONDS = 0.005  # or this long without anything else to do
 _RETRY_SECONDS = 0.01  # a registry locked by another writer is tried again after this long
 _FINAL_LOCK_WAIT_MS = 60000  # when the keeper ends: then the records go to the journal
+_MAX_GRACE = 366 * 86400.0  # a longer grace waits this long (select's timeout has a limit)
 # As psij._registry_store.RUN_SQL has them (parameters pid, start, text, updated).
 _RUN_SQL = {
     "S": "INSERT INTO local_runs (pid, start, job_id, updated) VALUES (?, ?, ?, ?) "
@@ -114,8 +128,11 @@ class Keeper:
         self.conns: Dict[str, Any] = {}  # sqlite3 connections, by registry
         self.pending = b""  # events not yet written (the pipe was full)
         self.events_waiting = False  # registered to write them when it can
-        # (registry, job id, code) of jobs that ended with nobody listening
-        self.orphaned: List[Tuple[str, str, int]] = []
+        # (registry, job id, code, canceled) of jobs that ended with nobody listening
+        self.orphaned: List[Tuple[str, str, int, bool]] = []
+        self.canceled: Set[int] = set()  # children whose end is a cancel
+        self.kills: Dict[int, float] = {}  # process group -> when it gets KILL
+        self.leaders: Dict[int, int] = {}  # process group not ours -> pidfd of its leader
         self.parent_gone = False
         self.buffer = b""
         self.fds: List[int] = []
@@ -136,12 +153,17 @@ class Keeper:
     # -- the loop -------------------------------------------------------------------------------
 
     def run(self) -> None:
-        while not (self.parent_gone and not self.children):
+        while not (self.parent_gone and not self.children and not self.kills):
             timeout = None
             if self.runs or self.orphaned:
                 timeout = max(0.0, min(_IDLE_SECONDS,
                                        self.since + _BATCH_SECONDS - time.monotonic()))
+            if self.kills:
+                due = max(0.0, min(self.kills.values()) - time.monotonic())
+                timeout = due if timeout is None else min(timeout, due)
             events = self.selector.select(timeout)
+            if self.kills:
+                self.send_due_kills()
             for key, _ in events:
                 try:
                     if key.data == "wake":
@@ -177,9 +199,12 @@ class Keeper:
                 continue
             start, job_id, journal, registry, in_registry = found
             code = exit_code(status)
-            self.record(("E", pid, start, str(code), journal, job_id), registry, in_registry)
+            canceled = pid in self.canceled
+            self.canceled.discard(pid)
+            text = f"{code} canceled" if canceled else str(code)
+            self.record(("E", pid, start, text, journal, job_id), registry, in_registry)
             if self.parent_gone:
-                self.orphaned.append((registry, job_id, code))
+                self.orphaned.append((registry, job_id, code, canceled))
                 self.since = self.since or time.monotonic()
             else:
                 self.pending += f"{pid} {status}\n".encode()
@@ -242,6 +267,23 @@ class Keeper:
                 reply = ("ok", self.signal(int(request[1]), int(request[2])))
             except (TypeError, ValueError) as ex:
                 reply = ("err", 0, f"a signal request holds a group and a signal: {ex}")
+        elif request[0] == "kill_later" and len(request) == 4:
+            fds, self.fds = self.fds[:1 if request[3] else 0], self.fds[1 if request[3] else 0:]
+            try:
+                reply = ("ok", self.kill_later(int(request[1]), float(request[2]),
+                                               fds[0] if fds else None))
+            except (TypeError, ValueError, OverflowError, IndexError) as ex:
+                for fd in fds:
+                    os.close(fd)
+                reply = ("err", 0, f"a kill_later request holds a group, a grace in seconds "
+                                   f"and a flag: {ex}")
+        elif request[0] == "terminate" and len(request) == 4:
+            try:
+                reply = ("ok", self.terminate(int(request[1]), float(request[2]),
+                                              bool(request[3])))
+            except (TypeError, ValueError, OverflowError) as ex:
+                reply = ("err", 0, f"a terminate request holds a group, a grace in seconds "
+                                   f"and a flag: {ex}")
         else:
             reply = ("err", 0, f"unknown request {request[0]!r:.80}")
         self.send(reply)
@@ -286,6 +328,66 @@ class Keeper:
         except OSError:
             return False
         return True
+
+    def terminate(self, pgid: int, grace: float, canceled: bool) -> bool:
+        if pgid not in self.children:
+            return False
+        if not grace >= 0:  # NaN too
+            raise ValueError(f"grace: expected seconds >= 0, got {grace!r}")
+        if canceled:
+            self.canceled.add(pgid)
+        if grace == 0:
+            if pgid in self.kills:
+                self.forget_kill(pgid)
+            return self.signal(pgid, signal.SIGKILL)
+        sent = self.signal(pgid, signal.SIGTERM)
+        when = time.monotonic() + min(grace, _MAX_GRACE)
+        self.kills[pgid] = min(when, self.kills.get(pgid, when))
+        return sent
+
+    def kill_later(self, pgid: int, grace: float, leader: Optional[int]) -> bool:
+        if not grace >= 0 or pgid <= 0:  # NaN too
+            raise ValueError(f"expected a group id > 0 and seconds >= 0, got {pgid}, {grace}")
+        old = self.leaders.pop(pgid, None)
+        if old is not None:
+            os.close(old)
+        if leader is not None:
+            self.leaders[pgid] = leader
+        when = time.monotonic() + min(grace, _MAX_GRACE)
+        self.kills[pgid] = min(when, self.kills.get(pgid, when))
+        return True
+
+    def send_due_kills(self) -> None:
+        """KILL the groups whose grace is over: through a leader not yet reaped, or, once it
+        was, to what is left of its group (its id cannot be reused while the group has
+        members, so a process holding that id means the group is gone)."""
+        now = time.monotonic()
+        for pgid, when in list(self.kills.items()):
+            if pgid not in self.children and not _leader_holds(self.leaders.get(pgid)):
+                if not _group_exists(pgid):  # all gone already: nothing to wait for
+                    self.forget_kill(pgid)
+                    continue
+                try:
+                    os.kill(pgid, 0)
+                    self.forget_kill(pgid)  # the id names another process now
+                    continue
+                except ProcessLookupError:
+                    pass
+                except OSError:
+                    self.forget_kill(pgid)
+                    continue
+            if when <= now:
+                self.forget_kill(pgid)
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def forget_kill(self, pgid: int) -> None:
+        del self.kills[pgid]
+        leader = self.leaders.pop(pgid, None)
+        if leader is not None:
+            os.close(leader)
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -335,9 +437,9 @@ class Keeper:
         transaction per registry. A registry still locked keeps its records for a later try
         (when the keeper ends, after a long wait, they go to the journals)."""
         runs, self.runs = self.runs, {}
-        finals: Dict[str, List[Tuple[str, int]]] = {}
-        for registry, job_id, code in self.orphaned:
-            finals.setdefault(registry, []).append((job_id, code))
+        finals: Dict[str, List[Tuple[str, int, bool]]] = {}
+        for registry, job_id, code, canceled in self.orphaned:
+            finals.setdefault(registry, []).append((job_id, code, canceled))
         self.orphaned = []
         self.since = 0.0
         for registry in {**runs, **finals}:
@@ -349,7 +451,8 @@ class Keeper:
                 busy = "locked" in str(ex) or "busy" in str(ex)
                 if busy and not final:  # the loop never waits for a lock: spawns would wait
                     self.runs.setdefault(registry, []).extend(batch)
-                    self.orphaned += [(registry, job_id, code) for job_id, code in ended]
+                    self.orphaned += [(registry, job_id, code, canceled)
+                                      for job_id, code, canceled in ended]
                     self.since = time.monotonic() - _BATCH_SECONDS + _RETRY_SECONDS
                     continue
                 self.broken.setdefault(registry, str(ex))
@@ -364,7 +467,7 @@ class Keeper:
                     self.append(run[4], _line(("S", run[1], run[2], run[5], run[4], run[5])))
                 self.append(run[4], _line(run))
 
-    def write(self, registry: str, batch: List[Run], ended: List[Tuple[str, int]],
+    def write(self, registry: str, batch: List[Run], ended: List[Tuple[str, int, bool]],
               final: bool) -> None:
         if not os.path.isfile(registry):
             if batch:  # removed: the records go to the journal (no file is made here)
@@ -384,8 +487,9 @@ class Keeper:
             for kind, pid, start, text, _, _ in batch:
                 conn.execute(_RUN_SQL[kind], (pid, start, text, now))
             conn.executemany(_FINAL_SQL, [
-                ("COMPLETED" if code == 0 else "FAILED", self.final_rank, code,
-                 None if code == 0 else _message(code), now, job_id) for job_id, code in ended])
+                ("CANCELED" if canceled else "COMPLETED" if code == 0 else "FAILED",
+                 self.final_rank, code, None if canceled or code == 0 else _message(code), now,
+                 job_id) for job_id, code, canceled in ended])
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -398,6 +502,29 @@ class Keeper:
             os.write(2, (text + "\n").encode("utf-8", "replace"))
         except OSError:
             pass
+
+
+def _leader_holds(pidfd: Optional[int]) -> bool:
+    """Whether the process of ``pidfd`` still holds its id (runs, or was not reaped yet)."""
+    if pidfd is None:
+        return False
+    try:
+        signal.pidfd_send_signal(pidfd, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # not ours to signal: it exists
+    return True
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _line(run: Run) -> str:

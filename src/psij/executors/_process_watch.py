@@ -24,6 +24,8 @@ from psij._clock import Clock
 from psij._lazylog import LazyLogger
 from psij._wakeup import Timers, Wakeup, timer_delay
 from psij.executors._process import (
+    SIGKILL,
+    SIGTERM,
     exit_code_of,
     group_has_live_members,
     killpg,
@@ -176,6 +178,53 @@ class ProcessWatch:
                     signal_reaped_group(pgid, signum)
 
         self.call_later(delay, send)
+
+    def terminate(self, pgid: int, grace: float, canceled: bool = False) -> bool:
+        """TERM to the process group led by the watched child ``pgid`` now and KILL ``grace``
+        seconds later (KILL at once when ``grace`` is 0); False when it was reaped already.
+        A keeper's job gets both from its keeper, which outlives this process, so the KILL
+        comes even if this process ends first; ``canceled`` has the keeper record its end as
+        a cancel. A child of this process gets the KILL from the watch's timers."""
+        with self._lock:
+            w = self._children.get(pgid)
+            keeper = None if w is None else w.keeper
+        if keeper is not None:
+            return keeper.terminate(pgid, grace, canceled)
+        if grace <= 0:
+            return self.signal_group(pgid, SIGKILL)
+        if not self.signal_group(pgid, SIGTERM):
+            return False
+        self.kill_later(pgid, grace)
+        return True
+
+    def kill_later(self, pgid: int, grace: float, leader: Optional[int] = None) -> None:
+        """KILL process group ``pgid`` (led by our watched child, or by ``leader``, a process
+        of another) ``grace`` seconds from now, by this process's keeper (started if needed)
+        so that it comes even if this process ends first; on the watch's timers when no
+        keeper can be had (or without pidfds, by which the keeper would know the leader)."""
+        fd: Optional[int] = None
+        if _HAS_PIDFD:
+            with self._lock:  # a watched child's pidfd stays open while it is not reaped
+                w = self._children.get(pgid)
+                if w is not None and w.fd is not None:
+                    fd = os.dup(w.fd)
+            if fd is None and leader is not None:
+                try:
+                    fd = os.pidfd_open(leader)
+                except OSError:
+                    fd = None
+        try:
+            if fd is not None or (leader is None and pgid not in self._children):
+                from psij.executors._keeper_client import keeper_for
+                from psij.job_state import JobState
+
+                keeper = keeper_for(JobState.COMPLETED.order, self)
+                if keeper is not None and keeper.kill_later(pgid, grace, fd):
+                    return
+        finally:
+            if fd is not None:
+                os.close(fd)
+        self.signal_later(pgid, SIGKILL, grace)
 
     def signal_group(self, pid: int, signum: int) -> bool:
         """Signal the process group led by ``pid`` if that process is still watched (not reaped).

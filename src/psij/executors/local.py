@@ -6,7 +6,11 @@ How a job runs:
   directly (its redirections, directory and environment given to the spawn call); otherwise the
   launcher's bash script is run and the script does the redirections.
 - Every job gets its own process group; cancel sends TERM to the group and KILL after
-  ``cancel_grace_period`` seconds.
+  ``cancel_grace_period`` seconds (at once when it is 0). The job is CANCELED when ``cancel``
+  returns, as in psij-python (a job with stage-out or cleanup to do on cancel only once they
+  are done, after its processes ended). The KILL is sent by the job's keeper, which outlives
+  this process: a job that ignores TERM is killed even if this process exits right after the
+  cancel.
 - Jobs are started by this process's keeper (``_local_keeper``, one per process, started with
   the first job), which is their parent: it reaps them, reports each
   exit to this process, and goes on after this process ends (even by ``kill -9``), so that a
@@ -65,7 +69,6 @@ from psij.executors._local_prepared import NotRunnable, Prepared, spawn_failure
 from psij.executors._local_time_limit import TimeLimit, time_limit_message
 from psij.executors._local_transfer import local_path, transfer
 from psij.executors._process import (
-    SIGKILL,
     SIGTERM,
     LaunchError,
     Spawner,
@@ -73,7 +76,6 @@ from psij.executors._process import (
     failure_message,
     killpg,
     signal_reaped_group,
-    terminate_group,
 )
 from psij.executors._process_watch import WATCH
 from psij.job import Job
@@ -159,6 +161,7 @@ class _Run:
         "attached",
         "canceled",
         "exited",
+        "grace",
         "job",
         "job_dir",
         "kept",
@@ -179,6 +182,7 @@ class _Run:
         self.launcher_out: Optional[str] = None
         self.limit: Optional[TimeLimit] = None
         self.canceled = False
+        self.grace = 0.0  # from the cancel's TERM to KILL
         self.exited = False
         self.kept = False  # started by the keeper
         self.attached = False  # started by another process
@@ -187,6 +191,12 @@ class _Run:
 
 def _needs_staging(spec: JobSpec) -> bool:
     return bool(spec.stage_in or spec.stage_out or spec.cleanup)
+
+
+def _stages_on_cancel(spec: JobSpec) -> bool:
+    """Whether a cancelled job has stage-out or cleanup to do (after its processes end)."""
+    return any(s.flags & StageOutFlags.ON_CANCEL for s in spec.stage_out or []) or bool(
+        spec.cleanup and normalize_flags(spec.cleanup_flags) & StageOutFlags.ON_CANCEL)
 
 
 class LocalJobExecutor(JobExecutor):
@@ -258,8 +268,6 @@ class LocalJobExecutor(JobExecutor):
                 self._start(run, prepared)
             except NotRunnable as ex:
                 self._finish(run, ex.status)
-            if run.canceled and run.pid is not None:  # cancelled while it was being started
-                terminate_group(self._watch, run.pid, self._grace)
 
     def _pool_report(self, todo: Tuple[_Run, Prepared], status: JobStatus) -> None:
         if status.state.final:
@@ -378,6 +386,8 @@ class LocalJobExecutor(JobExecutor):
             self._watch.watch_kept(keeper, pid, lambda pid, status: self._on_exit(run, status))
         if run.limit is not None:
             run.limit.arm()
+        if run.canceled:  # cancelled while it was being started
+            self._watch.terminate(pid, run.grace, canceled=True)
 
     def _spawn(self, job: Job, argv: List[str], prepared: Prepared,
                streams: Tuple[int, int, int]) -> Tuple[int, Optional[Keeper]]:
@@ -486,20 +496,27 @@ class LocalJobExecutor(JobExecutor):
     # -- cancel, list, attach -------------------------------------------------------------------
 
     def cancel(self, job: Job) -> None:
-        """TERM to the job's process group, KILL after the grace period; CANCELED at exit."""
+        """TERM to the job's process group, KILL after the grace period (sent by its keeper);
+        the job is CANCELED on return (see the module documentation)."""
+        self._cancel(job, self._grace)
+
+    def _cancel(self, job: Job, grace: float) -> None:
         if job.executor is not self:
             raise InvalidJobException(f"job {job.id} was not submitted to this executor")
         if self._pool is not None and self._pool.cancel_waiting(job):
             return
         with self._lock:
             run = self._runs.get(id(job))
-        if run is None or job.status.final:
-            return
+        if run is None or job.status.final or run.exited:
+            return  # over, or its exit is being handled: it keeps the state it reached
+        run.grace = grace  # before the flag: a start in progress reads both
         run.canceled = True
+        if job.spec is None or not _stages_on_cancel(job.spec):
+            self._set_job_status(job, JobStatus(JobState.CANCELED))
         if run.pid is None:
             return  # not started yet: the worker sees the flag and never starts it
         if not run.attached:
-            terminate_group(self._watch, run.pid, self._grace)
+            self._watch.terminate(run.pid, grace, canceled=True)
             return
         # Started by another process: noted for any later reader, then its group is ended
         # while its leader is the process the record names.
@@ -513,8 +530,13 @@ class LocalJobExecutor(JobExecutor):
             else:
                 signal_reaped_group(pid, signum)
 
+        leader = pid if start_time(pid) == start else None
         end(SIGTERM)
-        self._watch.call_later(self._grace, lambda: end(SIGKILL))
+        self._watch.kill_later(pid, grace, leader)
+
+    def kill(self, job: Job) -> None:
+        """Cancel ``job`` with KILL at once, without the grace period (CANCELED on return)."""
+        self._cancel(job, 0.0)
 
     def list(self) -> List[str]:
         """Native ids (pids) of this user's local jobs that are still running."""
