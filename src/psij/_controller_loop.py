@@ -297,7 +297,7 @@ class ControllerLoop:
         elif kind is v.Submit:
             self._submit(action)  # type: ignore[arg-type]
         elif kind is v.Cancel:
-            self._cancel(action.key)  # type: ignore[attr-defined]
+            self._cancel(action.key, action.kill)  # type: ignore[attr-defined]
         elif kind is v.SetTimer:
             self._set_timer(action.name, action.delay)  # type: ignore[attr-defined]
         elif kind is v.CancelTimer:
@@ -390,13 +390,15 @@ class ControllerLoop:
 
         self._call(key, "attach", attach)
 
-    def _cancel(self, key: Hashable) -> None:
+    def _cancel(self, key: Hashable, kill: bool) -> None:
         job = self._jobs.get(key)
         if job is None:
             self.post(v.ActionFailed(key, "cancel", f"no job is known as {key!r}", None))
             return
         executor = self._job_executor[key]
-        self._call(key, "cancel", lambda: executor.cancel(job))
+        how = getattr(executor, "kill", None) if kill else None  # duck-typed executors too
+        self._call(key, "cancel", (lambda: how(job)) if callable(how)
+                   else (lambda: executor.cancel(job)))
 
     def _call(self, key: Hashable, action: str, function: Callable[[], Any]) -> None:
         self._in_flight += 1

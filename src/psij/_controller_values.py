@@ -163,11 +163,17 @@ class Attach(Record):
 
 
 class Cancel(Record):
-    """Cancel the job known as ``key`` (on a worker thread: ``scancel`` may hang)."""
+    """Cancel the job known as ``key`` (on a worker thread: ``scancel`` may hang); with
+    ``kill``, at once, without the executor's grace period (:meth:`psij.JobExecutor.kill`),
+    for a job that had its grace from the machine already."""
 
-    _fields = ("key",)
+    _fields = ("key", "kill")
     __slots__ = _fields
     key: Hashable
+    kill: bool
+
+    def __init__(self, key: Hashable, kill: bool = False) -> None:
+        self._store(key, bool(kill))
 
 
 class Forget(Record):

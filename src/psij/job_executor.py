@@ -119,6 +119,14 @@ class JobExecutor(ABC):
     def cancel(self, job: Job) -> None:
         """Cancel ``job``; it ends CANCELED unless it finished first."""
 
+    def kill(self, job: Job) -> None:
+        """Cancel ``job`` with no grace period: where the backend can, its processes get KILL at
+        once instead of the TERM (and the wait before KILL) of :meth:`cancel`; it ends CANCELED
+        unless it finished first. For callers that gave the job its grace themselves (a flow's
+        shrink with a grace, a destroy). This default cancels as :meth:`cancel` does; ``local``
+        and ``slurm`` kill at once (``docs/local.rst``, ``docs/batch.rst``)."""
+        self.cancel(job)
+
     @abstractmethod
     def list(self) -> List[str]:
         """Native ids of this user's jobs known to this executor's backend."""

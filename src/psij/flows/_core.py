@@ -278,7 +278,7 @@ class Core:
         h.consecutive_failures = 0
         self.put_instance(inst)
         if inst.cancelled:
-            self.out.append(Cancel(inst.key))
+            self.out.append(Cancel(inst.key, kill=True))
 
     def status_changed(self, inst: Instance, status: Any, now: float) -> None:
         state = getattr(status, "state", None)
@@ -332,8 +332,11 @@ class Core:
 
     # -- ending -------------------------------------------------------------------------------
 
-    def kill(self, inst: Instance, now: float) -> None:
-        """Remove ``inst`` at once (cancel it, or drop it when nothing was submitted yet)."""
+    def kill(self, inst: Instance, now: float, hard: bool = True) -> None:
+        """Remove ``inst`` at once (cancel it, or drop it when nothing was submitted yet). A
+        ``hard`` cancel kills its processes at once (:meth:`psij.JobExecutor.kill`): the grace
+        a shrink gives is the time from its signal to this kill, and a destroy kills at once,
+        with no grace period of the executor added; otherwise the executor's own cancel."""
         if inst.cancelled:
             return
         inst.cancelled = True
@@ -343,7 +346,7 @@ class Core:
             self.drop(h, inst)
             return
         if inst.state != SUBMITTING:
-            self.out.append(Cancel(inst.key))
+            self.out.append(Cancel(inst.key, kill=hard))
         self.put_instance(inst)
 
     def make_victim(self, inst: Instance, signum: Optional[int], grace: Optional[float],

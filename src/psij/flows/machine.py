@@ -148,7 +148,7 @@ class FlowMachine(Verbs):
         if event.action == "submit":
             self.submitted(inst, event.result)
         elif event.action == "attach" and inst.cancelled:
-            self.out.append(Cancel(inst.key))
+            self.out.append(Cancel(inst.key, kill=True))
 
     def _failed(self, event: ActionFailed, now: float) -> None:
         inst = self.by_key.get(str(event.key))
@@ -164,7 +164,7 @@ class FlowMachine(Verbs):
         elif event.action == "signal":
             self.out.append(Log(f"flow {h.hid}: cannot signal {inst.key} ({event.message}); "
                                 "cancelling it", logging.WARNING))
-            self.kill(inst, now)
+            self.kill(inst, now, hard=False)  # the executor's cancel stands for the signal
         else:
             self.out.append(Log(f"flow {h.hid}: {event.action} of {inst.key} failed: "
                                 f"{event.message}", logging.WARNING))

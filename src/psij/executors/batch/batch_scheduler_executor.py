@@ -64,6 +64,7 @@ from psij.executors.batch._final_state import (
 )
 from psij.executors.batch._held_jobs import HeldJobs
 from psij.executors.batch._job_output import _read_text, _stderr_tail
+from psij.executors.batch._kill import KillFirst
 from psij.executors.batch._poller import StatusPoller
 from psij.executors.batch._runner import CommandResult, CommandRunner, SubprocessRunner
 from psij.executors.batch._script_context import (
@@ -121,7 +122,7 @@ class InvalidJobStateError(Exception):
     """The job cannot be cancelled because the scheduler no longer has it running or queued."""
 
 
-class BatchSchedulerExecutor(JobExecutor):
+class BatchSchedulerExecutor(KillFirst, JobExecutor):
     """Base class of executors that submit jobs to a batch scheduler.
 
     A subclass declares its scheduler in class attributes (below); where the scheduler's ways

@@ -185,6 +185,8 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
     JOB_ID_PATTERN = re.compile(r"(\d+)(?:;\S*)?\s*$")
     ARRAYS = SLURM_ARRAYS
     CANCEL_COMMAND = ("scancel",)
+    # Only the batch step: KILL to the whole job is a cancel with KillWait for Slurm.
+    KILL_COMMAND = ("scancel", "--batch", "--signal=KILL")
     CANCEL_GONE_PATTERN = re.compile("Invalid job id|already completing or completed")
     LIST_COMMAND = ("squeue", "--me", "--noheader", "--states=all", "--array", "--format=%i")
     # squeue fails this way when the only job asked for has been purged: no rows.
