@@ -34,6 +34,8 @@ def obs(state: JobState, message: Optional[str] = None, exit_code: Optional[int]
     (X, None, True, 143, X),
     (F, None, True, 143, X),          # failed after our cancel, no cause: our cancel did it
     (F, "time_limit", True, 143, F),  # a cause wins over our cancel
+    (F, "launch_failure", True, 137, X),  # its batch shell killed by our kill(): the cancel
+    (F, "launch_failure", False, 137, F),
     (F, None, False, 1, F),
     (A, None, False, None, F),        # anything else that ended is a failure
 ])

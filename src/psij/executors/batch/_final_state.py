@@ -5,9 +5,10 @@ The rules:
 - the exit code is the one in the job's exit-code file, else the one the scheduler gave, else
   the accounting's (asked only when both are missing and the job was not cancelled:
   :func:`needs_accounting`);
-- a job the scheduler reports CANCELED, or FAILED without a known cause after this executor
-  asked to cancel it, ends CANCELED; when nobody here asked, the message says it was cancelled
-  from outside;
+- a job the scheduler reports CANCELED, or FAILED without a known cause (or because its
+  batch shell died: ``launch_failure``, what a KILL sent by ``kill`` looks like) after this
+  executor asked to cancel it, ends CANCELED; when nobody here asked, the message says it was
+  cancelled from outside;
 - a job reported COMPLETED ends COMPLETED only if its exit code is 0 or unknown (then 0);
   otherwise, and for every other state, it ends FAILED;
 - a FAILED job's message says why, in this order: the cause's words (time limit, memory, ...)
@@ -83,12 +84,16 @@ def needs_accounting(observation: Observation, exit_code: Optional[int]) -> bool
     return exit_code is None and observation.state is not JobState.CANCELED
 
 
+# The causes of a FAILED state that a cancel asked here explains.
+_CANCEL_CAUSES = (None, "launch_failure")
+
+
 def final_state(observation: Observation, cancel_requested: bool,
                 exit_code: Optional[int]) -> JobState:
     """The final state: CANCELED, COMPLETED or FAILED (see the module's rules)."""
     state = observation.state
-    if state is JobState.CANCELED or (cancel_requested and state is JobState.FAILED
-                                      and observation.metadata.get("cause") is None):
+    if state is JobState.CANCELED or (cancel_requested and state is JobState.FAILED and (
+            observation.metadata.get("cause") in _CANCEL_CAUSES)):
         return JobState.CANCELED
     if state is JobState.COMPLETED and exit_code in (None, 0):
         return JobState.COMPLETED

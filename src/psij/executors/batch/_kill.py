@@ -31,6 +31,8 @@ class KillFirst:
 
         def _run(self, argv: Any, stdin: Any = None) -> Any: ...
 
+        def _status_poller(self) -> Any: ...
+
     def kill(self, job: Job) -> None:
         """Cancel ``job``, its processes killed at once where the scheduler can
         (``KILL_COMMAND``); see :meth:`psij.JobExecutor.kill`."""
@@ -40,6 +42,9 @@ class KillFirst:
             return
         native_id = job.native_id
         if self.KILL_COMMAND and native_id is not None and not job.status.final:
+            # Asked before the KILL: a job that dies of it before the cancel reaches the
+            # scheduler (Slurm then says FAILED, JobLaunchFailure) still ends CANCELED.
+            self._status_poller().cancel_asked(native_id)
             result = self._run([*self.KILL_COMMAND, native_id])
             if not result.ok:  # not running yet, or gone: the cancel says what matters
                 logger.debug("job %s: %s", job.id, result.describe())
