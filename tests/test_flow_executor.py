@@ -116,3 +116,24 @@ def test_the_instance_removed_for_a_cancelled_running_job_goes_to_no_other_job(
     assert status is not None and status.state is JobState.COMPLETED, status
     assert (tmp_path / "1.out").read_text() == "natural\n"
     executor.close()
+
+
+def test_the_last_job_cancelled_keeps_the_grace_of_its_instance(service: Service) -> None:
+    # Its handle is destroyed once the job has left, which kills at once: the instance must
+    # still get its grace (it ignores TERM, so only the kill at the end of the grace ends it).
+    marker = f"psij-flow-last-{secrets.token_hex(3)}"
+    executor = _executor(service, grace=2.0)
+    job = Job(JobSpec("/bin/sh", ["-c", "trap '' TERM; sleep 300", marker]))
+    executor.submit(job)
+    job.wait(target_states=[JobState.ACTIVE])
+    wait_for("the instance", lambda: processes_with(marker))
+    started = time.monotonic()
+    executor.cancel(job)
+    assert job.status.state is JobState.CANCELED
+    time.sleep(0.5)
+    if time.monotonic() - started < 1.5:
+        assert processes_with(marker), "killed before its grace was over"
+    wait_for("the instance killed after its grace", lambda: not processes_with(marker),
+             timeout=30)
+    assert time.monotonic() - started >= 1.5
+    executor.close()

@@ -415,3 +415,36 @@ def test_renewing_often_keeps_one_lease_check_per_handle() -> None:
     sim.advance(2)
     codes = [p["code"] for p in sim.call("problems", handle=h)["problems"]]
     assert codes == ["provisioning_lease_expired"]
+
+
+def _kills(sim: Sim) -> List[object]:
+    """(key, kill) of every Cancel the machine asked for."""
+    from psij.controller import Cancel
+
+    return [(a.key, a.kill) for a in sim.actions if type(a) is Cancel]
+
+
+def test_the_grace_ends_with_a_kill_without_the_executors_own_grace() -> None:
+    # The grace runs from the signal to the kill: at its end the executor is asked to kill
+    # at once (JobExecutor.kill), not to cancel with its own grace period added.
+    sim = Sim()
+    h = sim.create(3)
+    running = _running(sim, h, 3)
+    sim.call("shrink", handle=h, n=1, victims="longest", signal="SIGTERM", grace=2)
+    sim.advance(2.1)
+    assert _kills(sim) == [(running[0], True)]
+    sim.call("shrink", handle=h, n=1, victims="longest", signal=None, grace=0)
+    assert _kills(sim)[1:] == [(running[1], True)]
+    sim.call("destroy", handle=h)
+    assert _kills(sim)[2:] == [(running[2], True)]
+
+
+def test_a_signal_that_cannot_be_sent_falls_back_to_the_executors_cancel() -> None:
+    from psij.controller import ActionFailed
+
+    sim = Sim()
+    h = sim.create(1)
+    [key] = _running(sim, h, 1)
+    sim.call("shrink", handle=h, n=1, victims="longest", signal="SIGUSR1", grace=30)
+    sim.step(ActionFailed(key, "signal", "qsig: no such verb", None))
+    assert _kills(sim) == [(key, False)]

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
 
@@ -229,3 +229,33 @@ def test_requests_are_answered_while_instances_churn_at_full_speed(service: Serv
             time.sleep(0.5)
         assert other.status(churn)["recently_terminated"] > 200
         other.destroy(churn)
+
+
+def test_grace_runs_from_the_signal_to_the_kill_and_destroy_kills_at_once(
+        service: Service) -> None:
+    # Instances that ignore TERM: only a KILL ends them, so when they end says when it came.
+    # The local executor's own cancel gives 5 s more: none of it may be added.
+    marker = f"psij-flow-grace-{secrets.token_hex(4)}"
+    ignore = "trap '' TERM; sleep 300"
+    with service.client() as client:
+        handles = {name: client.create(_spec(ignore, f"{marker}-{name}"), 1, "local",
+                                       lease=120, provisioning_lease=60)["handle"]
+                   for name in ("grace", "zero", "destroy")}
+        for name in handles:  # the shell (the sleep ignores TERM too: inherited)
+            wait_for(f"{name} running", lambda n=name: processes_with(f"{marker}-{n}"))
+
+        def gone_after(name: str, request: Callable[[], Any]) -> float:
+            started = time.monotonic()
+            request()
+            wait_for(f"{name} killed", lambda: not processes_with(f"{marker}-{name}"),
+                     timeout=30)
+            return time.monotonic() - started
+
+        waited = gone_after("grace", lambda: client.shrink(handles["grace"], 1, "longest",
+                                                            "SIGTERM", grace=2))
+        assert 1.5 <= waited < 5, f"a grace of 2 s ended the instance after {waited:.1f} s"
+        waited = gone_after("zero", lambda: client.shrink(handles["zero"], 1, "longest",
+                                                           None, grace=0))  # type: ignore
+        assert waited < 4, f"a grace of 0 ended the instance after {waited:.1f} s"
+        waited = gone_after("destroy", lambda: client.destroy(handles["destroy"]))
+        assert waited < 4, f"destroy ended the instance after {waited:.1f} s"

@@ -164,11 +164,13 @@ class FlowClient:
         return self.request("grow", handle=handle, n=n)
 
     def shrink(self, handle: str, n: int, victims: str = "not_running",
-               signal: Union[str, int] = "SIGTERM",
-               grace: Optional[float] = None) -> Dict[str, Any]:
-        """Ask for ``n`` fewer instances, chosen by ``victims``."""
+               signal: Union[str, int, None] = "SIGTERM",
+               grace: Optional[float] = None, end_if_zero: bool = False) -> Dict[str, Any]:
+        """Ask for ``n`` fewer instances, chosen by ``victims``; with ``end_if_zero`` a
+        handle shrunk to 0 ends (its victims keep their grace, unlike with a destroy)."""
+        more = {"end_if_zero": True} if end_if_zero else {}
         return self.request("shrink", handle=handle, n=n, victims=victims, signal=signal,
-                            grace=grace)
+                            grace=grace, **more)
 
     def renew(self, handle: str, lease: Optional[float] = None,
               provisioning_lease: Optional[float] = None) -> Dict[str, Any]:

@@ -16,7 +16,8 @@ with as many instances requested as it has jobs waiting for one:
   already goes);
 - cancelling a job shrinks its handle by one: with ``not_running`` when the job is QUEUED,
   with the configured ``running_victims`` (``longest`` by default), signal and grace when
-  it is ACTIVE; the job ends CANCELED, and the instance removed for it is given to no job;
+  it is ACTIVE (the signal, then a kill when the grace is over, also for the last job of a
+  handle); the job ends CANCELED, and the instance removed for it is given to no job;
 - the leases of every handle are renewed every third of the provisioning lease;
 - a handle whose last job has ended is destroyed.
 
@@ -170,12 +171,17 @@ class FlowJobExecutor(JobExecutor):
             if entry is None or job.status.final:
                 return
             active = job.status.state is JobState.ACTIVE
+            # The last job: the handle ends with this shrink, so that the destroy that
+            # follows does not kill its victim before the grace is over.
+            last = entry.jobs == [job]
             try:
                 if active:
                     reply = self._client.shrink(entry.handle, 1, self._config.running_victims,
-                                                self._config.signal, self._config.grace)
+                                                self._config.signal, self._config.grace,
+                                                end_if_zero=last)
                 else:
-                    reply = self._client.shrink(entry.handle, 1, "not_running")
+                    reply = self._client.shrink(entry.handle, 1, "not_running",
+                                                end_if_zero=last)
                 entry.victims.update(str(key) for key in reply.get("victims", []))
             except FlowError as ex:
                 logger.warning("flow: shrinking %s for cancelled job %s: %s", entry.handle,
