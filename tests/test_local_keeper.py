@@ -132,8 +132,15 @@ def test_a_keeper_answers_garbage_requests_with_an_error_and_goes_on(tmp_path: P
     journal.touch()
     keeper = Keeper(7)
     try:
+        nan, inf = float("nan"), float("inf")
         for request in [("bogus",), ("spawn", 1), ("signal", "x", 1), ("signal",),
-                        ("spawn", 1, 2, 3, 4, 5, 6, 7), ("spawn", "/bin/true")]:
+                        ("spawn", 1, 2, 3, 4, 5, 6, 7), ("spawn", "/bin/true"),
+                        ("terminate", "x", 1.0, True), ("terminate", 1, nan, True),
+                        ("terminate", 1, -1.0, False), ("terminate", 1, "1", False),
+                        ("terminate", 1), ("kill_later", 1, nan, False),
+                        ("kill_later", -4, 1.0, False), ("kill_later", 0, 1.0, False),
+                        ("kill_later", 1, -inf, False), ("kill_later", "\ud800", 1.0, False),
+                        ("kill_later",)]:
             answer = keeper._ask(request, [])
             assert answer[0] == "err" and isinstance(answer[2], str), (request, answer)
         keeper._sock.sendall(struct.pack("!I", 3) + b"\xff\x00\x01")  # not marshal data
@@ -147,6 +154,16 @@ def test_a_keeper_answers_garbage_requests_with_an_error_and_goes_on(tmp_path: P
             time.sleep(0.02)
         assert journal.read_text().splitlines()[-1].endswith(" 9")
         assert journal.read_text().splitlines()[0].endswith(" job-1")
+        # A cancel: TERM (ignored), KILL from the keeper after the grace, recorded as a cancel.
+        pid = keeper.spawn("/bin/sh", ["/bin/sh", "-c", "trap '' TERM; sleep 60"],
+                           str(tmp_path), {}, (-3, -3, -3), "job-2", str(journal), "")
+        time.sleep(0.2)  # the trap set
+        assert keeper.terminate(pid, 0.3, True) is True
+        while f"E {pid} " not in journal.read_text():
+            assert time.monotonic() < deadline + 30
+            time.sleep(0.02)
+        assert journal.read_text().splitlines()[-1].endswith(" 137 canceled")
+        assert keeper.terminate(pid, 0.3, True) is False  # reaped: nothing sent
     finally:
         keeper._sock.close()
 

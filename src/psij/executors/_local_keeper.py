@@ -270,7 +270,7 @@ class Keeper:
         elif request[0] == "kill_later" and len(request) == 4:
             fds, self.fds = self.fds[:1 if request[3] else 0], self.fds[1 if request[3] else 0:]
             try:
-                reply = ("ok", self.kill_later(int(request[1]), float(request[2]),
+                reply = ("ok", self.kill_later(_group(request[1]), _number(request[2]),
                                                fds[0] if fds else None))
             except (TypeError, ValueError, OverflowError, IndexError) as ex:
                 for fd in fds:
@@ -279,7 +279,7 @@ class Keeper:
                                    f"and a flag: {ex}")
         elif request[0] == "terminate" and len(request) == 4:
             try:
-                reply = ("ok", self.terminate(int(request[1]), float(request[2]),
+                reply = ("ok", self.terminate(_group(request[1]), _number(request[2]),
                                               bool(request[3])))
             except (TypeError, ValueError, OverflowError) as ex:
                 reply = ("err", 0, f"a terminate request holds a group, a grace in seconds "
@@ -330,10 +330,10 @@ class Keeper:
         return True
 
     def terminate(self, pgid: int, grace: float, canceled: bool) -> bool:
-        if pgid not in self.children:
-            return False
         if not grace >= 0:  # NaN too
             raise ValueError(f"grace: expected seconds >= 0, got {grace!r}")
+        if pgid not in self.children:
+            return False
         if canceled:
             self.canceled.add(pgid)
         if grace == 0:
@@ -346,8 +346,8 @@ class Keeper:
         return sent
 
     def kill_later(self, pgid: int, grace: float, leader: Optional[int]) -> bool:
-        if not grace >= 0 or pgid <= 0:  # NaN too
-            raise ValueError(f"expected a group id > 0 and seconds >= 0, got {pgid}, {grace}")
+        if not grace >= 0 or pgid <= 1:  # NaN too
+            raise ValueError(f"expected a group id > 1 and seconds >= 0, got {pgid}, {grace}")
         old = self.leaders.pop(pgid, None)
         if old is not None:
             os.close(old)
@@ -502,6 +502,20 @@ class Keeper:
             os.write(2, (text + "\n").encode("utf-8", "replace"))
         except OSError:
             pass
+
+
+def _number(value: Any) -> float:
+    """A number of a request (a bool or a text is refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, got {value!r:.40}")
+    return float(value)
+
+
+def _group(value: Any) -> int:
+    """A process group id of a request."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected a process group id, got {value!r:.40}")
+    return value
 
 
 def _leader_holds(pidfd: Optional[int]) -> bool:
