@@ -393,6 +393,40 @@ def test_cancel_runs_on_a_worker_and_the_job_ends_cancelled() -> None:
     loop.close()
 
 
+def test_a_cancel_with_kill_calls_the_executors_kill_or_else_its_cancel() -> None:
+    calls: List[Any] = []
+
+    class Recording:
+        def __init__(self, name: str, with_kill: bool) -> None:
+            self.name = name
+            if with_kill:
+                self.kill = lambda job: calls.append((self.name, "kill"))
+
+        def submit(self, job: Any) -> None:
+            job._native_id = "1"
+
+        def cancel(self, job: Any) -> None:
+            calls.append((self.name, "cancel"))
+
+    def script(event: Any, now: float) -> List[Any]:
+        if type(event) is Started:
+            return [Submit("a", JobSpec("/bin/true"), "killing"),
+                    Submit("b", JobSpec("/bin/true"), "plain"),
+                    Submit("c", JobSpec("/bin/true"), "killing")]
+        if type(event) is ActionDone and event.action == "submit":
+            return [Cancel(event.key, kill=event.key != "c")]
+        return []
+
+    machine = Scripted(script)
+    loop = ControllerLoop(machine, executors={"killing": Recording("killing", True),
+                                              "plain": Recording("plain", False)})
+    pump(loop, lambda: len([e for e in machine.of(ActionDone) if e.action == "cancel"]) == 3)
+    # kill where the executor has it (JobExecutor.kill), its cancel where it has not.
+    assert sorted(calls) == [("killing", "cancel"), ("killing", "kill"), ("plain", "cancel")]
+    assert Cancel("x") == Cancel("x", kill=False) != Cancel("x", kill=True)
+    loop.close()
+
+
 def test_blocking_calls_do_not_block_the_loop() -> None:
     release = threading.Event()
 

@@ -158,6 +158,22 @@ def test_cancel_kills_a_job_that_ignores_term(ex: JobExecutor) -> None:
     assert time.monotonic() - t0 >= 0.8
 
 
+@pytest.mark.parametrize("keeper", [True, False])
+def test_kill_ends_a_job_that_ignores_term_at_once(tmp_path: Path, keeper: bool) -> None:
+    # JobExecutor.kill: the cancel of a caller that gave the job its grace already (a flow's
+    # shrink, a destroy); the executor's own grace period (an hour here) is not added.
+    ex = JobExecutor.get_instance("local", config=LocalJobExecutorConfig(
+        work_directory=tmp_path / "work", cancel_grace_period=3600, keeper=keeper))
+    job = Job(JobSpec("/bin/sh", ["-c", "trap '' TERM; sleep 60"]))
+    ex.submit(job)
+    job.wait(target_states=[JobState.ACTIVE])
+    time.sleep(0.2)  # let the shell install its trap
+    ex.kill(job)
+    assert job.status.state is JobState.CANCELED
+    assert members_left_after(int(job.native_id or 0), TIMEOUT.total_seconds()) == []
+    ex.kill(job)  # final: nothing more happens
+
+
 def test_cancel_queued_job_never_starts_it(ex: JobExecutor, tmp_path: Path) -> None:
     src = tmp_path / "src.txt"
     src.write_text("x")
