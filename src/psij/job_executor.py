@@ -124,7 +124,7 @@ class JobExecutor(ABC):
         once instead of the TERM (and the wait before KILL) of :meth:`cancel`; it ends CANCELED
         unless it finished first. For callers that gave the job its grace themselves (a flow's
         shrink with a grace, a destroy). This default cancels as :meth:`cancel` does; ``local``
-        and ``slurm`` kill at once (``docs/local.rst``, ``docs/batch.rst``)."""
+        and ``slurm`` kill at once (see the user guide and the batch executors' page)."""
         self.cancel(job)
 
     @abstractmethod
