@@ -20,7 +20,8 @@ if needed (lines ``S <pid> <start> <job id>`` and ``E <pid> <start> <exit code>`
 ``_local_journal``).
 
 When the requesting process ends (``kill -9`` included) the socket closes: the keeper stops
-taking requests, goes on reaping and recording until its last job has ended, writes the
+taking requests, goes on reaping, recording and sending the KILLs it was asked for until its
+last job has ended and its last KILL is sent (or its group gone), writes the
 final state of each job that ended meanwhile to the job registry the request named (rank
 ``FINAL_RANK``, only if the job is not final there yet; in the same transactions), commits
 what is left, and exits. So a job that ends after its submitter died still has its real exit

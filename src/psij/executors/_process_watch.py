@@ -5,8 +5,10 @@ process is a pidfd in one epoll set, so an exit wakes the thread at once and the
 does not grow with the number of running processes. Elsewhere it falls back to checking its own
 children a few times a second.
 
-The watch also keeps deadlines (the KILL that follows a cancel's TERM) on a ``Clock``, and sleeps
-on the wake-up helper of ``psij._wakeup``; reaping and signalling a group are the process
+The watch also keeps deadlines (a time limit's end) on a ``Clock``, and sleeps on the wake-up
+helper of ``psij._wakeup``. The KILL that follows a cancel's TERM is handed to the process's
+keeper (:meth:`ProcessWatch.terminate`), which outlives the process; the watch's timers send
+it only when no keeper can be had; reaping and signalling a group are the process
 layer's (``psij.executors._process``). What to do when a process ends is not its business: it
 hands ``(pid, wait status)`` to the callback given at registration, which must be quick (the
 executor queues the real work on its own worker).
@@ -184,7 +186,8 @@ class ProcessWatch:
         seconds later (KILL at once when ``grace`` is 0); False when it was reaped already.
         A keeper's job gets both from its keeper, which outlives this process, so the KILL
         comes even if this process ends first; ``canceled`` has the keeper record its end as
-        a cancel. A child of this process gets the KILL from the watch's timers."""
+        a cancel. A child of this process gets its TERM from here and its KILL from the
+        keeper too (:meth:`kill_later`)."""
         with self._lock:
             w = self._children.get(pgid)
             keeper = None if w is None else w.keeper
