@@ -164,6 +164,9 @@ def test_a_keeper_answers_garbage_requests_with_an_error_and_goes_on(tmp_path: P
             time.sleep(0.02)
         assert journal.read_text().splitlines()[-1].endswith(" 137 canceled")
         assert keeper.terminate(pid, 0.3, True) is False  # reaped: nothing sent
+        # A grace longer than select can wait leaves the keeper answering.
+        assert keeper._ask(("kill_later", 99999999, 1e300, False), []) == ("ok", True)
+        assert keeper.terminate(pid, 0.3, True) is False
     finally:
         keeper._sock.close()
 

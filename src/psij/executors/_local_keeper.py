@@ -159,8 +159,8 @@ class Keeper:
             if self.runs or self.orphaned:
                 timeout = max(0.0, min(_IDLE_SECONDS,
                                        self.since + _BATCH_SECONDS - time.monotonic()))
-            if self.kills:
-                due = max(0.0, min(self.kills.values()) - time.monotonic())
+            if self.kills:  # select's timeout has a limit (about 24 days): an hour at most
+                due = max(0.0, min(min(self.kills.values()) - time.monotonic(), 3600.0))
                 timeout = due if timeout is None else min(timeout, due)
             events = self.selector.select(timeout)
             if self.kills:
