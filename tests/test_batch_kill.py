@@ -97,3 +97,14 @@ def test_kill_ends_a_job_that_ignores_term_at_once(name: str, tmp_path: Path) ->
         if not job.status.final:
             job.cancel()
         ex.close()
+
+
+@pytest.mark.parametrize("name", ["local", "batch-test"])
+@pytest.mark.parametrize("bad", ["job-1", None, 3])
+def test_kill_of_something_not_a_job_is_a_clear_error(name: str, bad: Any,
+                                                      tmp_path: Path) -> None:
+    from psij import JobExecutorConfig
+
+    ex = JobExecutor.get_instance(name, config=JobExecutorConfig(work_directory=tmp_path))
+    with pytest.raises(TypeError, match="expected psij.Job"):
+        ex.kill(bad)

@@ -501,6 +501,8 @@ class LocalJobExecutor(JobExecutor):
         self._cancel(job, self._grace)
 
     def _cancel(self, job: Job, grace: float) -> None:
+        if not isinstance(job, Job):
+            raise _check.fail_type("cancel job", job, "psij.Job")
         if job.executor is not self:
             raise InvalidJobException(f"job {job.id} was not submitted to this executor")
         if self._pool is not None and self._pool.cancel_waiting(job):

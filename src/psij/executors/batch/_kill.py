@@ -13,6 +13,7 @@ It holds no state and starts no process but through the executor's command runne
 import logging
 from typing import TYPE_CHECKING, Any, Tuple
 
+from psij import _check
 from psij.job import Job
 
 __all__ = ["KillFirst"]
@@ -36,6 +37,8 @@ class KillFirst:
     def kill(self, job: Job) -> None:
         """Cancel ``job``, its processes killed at once where the scheduler can
         (``KILL_COMMAND``); see :meth:`psij.JobExecutor.kill`."""
+        if not isinstance(job, Job):
+            raise _check.fail_type("kill job", job, "psij.Job")
         fallback = getattr(self, "_fallback", None)
         if fallback is not None:  # its jobs run here: the local executor's kill
             fallback.local.kill(job)
