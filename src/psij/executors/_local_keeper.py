@@ -364,25 +364,33 @@ class Keeper:
         members, so a process holding that id means the group is gone)."""
         now = time.monotonic()
         for pgid, when in list(self.kills.items()):
-            if pgid not in self.children and not _leader_holds(self.leaders.get(pgid)):
-                if not _group_exists(pgid):  # all gone already: nothing to wait for
-                    self.forget_kill(pgid)
-                    continue
-                try:
-                    os.kill(pgid, 0)
-                    self.forget_kill(pgid)  # the id names another process now
-                    continue
-                except ProcessLookupError:
-                    pass
-                except OSError:
-                    self.forget_kill(pgid)
-                    continue
-            if when <= now:
+            try:
+                self.send_due_kill(pgid, when, now)
+            except Exception as ex:  # this group only: it is not tried again, the others are
+                self.note(f"keeper: KILL of group {pgid}: {ex!r}")
+                self.kills.pop(pgid, None)
+                self.leaders.pop(pgid, None)
+
+    def send_due_kill(self, pgid: int, when: float, now: float) -> None:
+        if pgid not in self.children and not _leader_holds(self.leaders.get(pgid)):
+            if not _group_exists(pgid):  # all gone already: nothing to wait for
                 self.forget_kill(pgid)
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                except OSError:
-                    pass
+                return
+            try:
+                os.kill(pgid, 0)
+                self.forget_kill(pgid)  # the id names another process now
+                return
+            except ProcessLookupError:
+                pass
+            except OSError:
+                self.forget_kill(pgid)
+                return
+        if when <= now:
+            self.forget_kill(pgid)
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except OSError:
+                pass
 
     def forget_kill(self, pgid: int) -> None:
         del self.kills[pgid]
