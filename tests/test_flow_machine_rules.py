@@ -428,6 +428,13 @@ def test_not_a_json_object_and_bad_lines_are_answered() -> None:
     sim.step(BadMessage(conn, "line is not JSON: Expecting value"))
     (_, answer), = sim.answers[before:]
     assert answer["error"]["field"] == "line" and answer["id"] is None
+    # A line that was JSON but held a value no message may: its field, and its id.
+    read = {"id": 12, "op": "create", "intervals": {"unknown": math.nan}}
+    sim.step(BadMessage(conn, "intervals.unknown: NaN is not a finite number",
+                        "intervals.unknown", read))
+    (_, answer), = sim.answers[before + 1:]
+    assert answer["id"] == 12 and answer["error"]["field"] == "intervals.unknown"
+    assert answer["error"]["message"].startswith("intervals.unknown: NaN")
 
 
 def test_an_unidentified_caller_is_refused() -> None:

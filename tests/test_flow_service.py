@@ -16,6 +16,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 
 from flow_helpers import Service, processes_with, wait_for
+from hostile_lines import Prober, exchange, hostile_lines
 from psij.flows.client import FlowClient, FlowError
 
 
@@ -229,3 +230,22 @@ def test_requests_are_answered_while_instances_churn_at_full_speed(service: Serv
             time.sleep(0.5)
         assert other.status(churn)["recently_terminated"] > 200
         other.destroy(churn)
+
+
+def test_hostile_lines_are_refused_while_another_client_is_served(service: Service) -> None:
+    # Issue 21: "[" * 1100 + "]" * 1100 raised RecursionError and the service was gone.
+    with FlowClient(service.socket, timeout=10.0) as other, Prober(other.list) as prober:
+        for name, line in hostile_lines():
+            answer = exchange(service.socket, line)
+            if len(line) > (1 << 20) and answer is None:
+                continue  # over the line limit: that connection may just be closed
+            assert answer is not None, name
+            assert answer["ok"] is False and answer["error"]["code"] == "bad_request", \
+                (name, answer)
+            assert answer["error"]["message"], name
+    prober.check()
+    assert service.proc is not None and service.proc.poll() is None
+    # Several bad lines on one connection: each answered, and the connection goes on.
+    answers = _raw(service.socket, b"[" * 1100 + b"]" * 1100 + b"\n\xff\n"
+                   + b'{"id": 5, "op": "list"}\n')
+    assert [a["ok"] for a in answers] == [False, False, True], answers

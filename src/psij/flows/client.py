@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from psij._line_framing import LineFramer, encode_line
+from psij._line_framing import LineFramer, decode_line, encode_line
 
 __all__ = [
     "ROOT_SOCKET",
@@ -136,8 +136,13 @@ class FlowClient:
     def _read_reply(self, sock: socket.socket, request_id: int) -> Dict[str, Any]:
         while True:
             while self._lines:
-                message = json.loads(self._lines.pop(0).decode("utf-8"))
-                if isinstance(message, dict) and message.get("id") == request_id:
+                message = decode_line(self._lines.pop(0))
+                if not isinstance(message, dict):
+                    continue
+                # One request at a time: an error without an id is about the line just sent
+                # (the service could not read it far enough to find its id).
+                if message.get("id") == request_id or (message.get("id") is None
+                                                       and message.get("ok") is False):
                     return message
             data = sock.recv(256 * 1024)
             if not data:
