@@ -249,3 +249,35 @@ def test_hostile_lines_are_refused_while_another_client_is_served(service: Servi
     answers = _raw(service.socket, b"[" * 1100 + b"]" * 1100 + b"\n\xff\n"
                    + b'{"id": 5, "op": "list"}\n')
     assert [a["ok"] for a in answers] == [False, False, True], answers
+
+
+def test_refusals_say_why_in_the_client_and_the_cli(service: Service) -> None:
+    spec = {"executable": "/bin/true"}
+    with service.client() as client:
+        with pytest.raises(FlowError) as info:
+            client.create(spec, 10**6, "local")
+        assert info.value.code == "refused" and info.value.reason == "over_handle_max"
+        assert "over_handle_max" in str(info.value)
+        with pytest.raises(FlowError) as info:
+            client.create(spec, 1, "local", provisioning_leas=60)
+        assert info.value.code == "bad_request" and info.value.field == "provisioning_leas"
+        assert "provisioning_leas" in info.value.message
+        # NaN is refused by the service's reading of the line, naming where it was.
+        with pytest.raises(FlowError) as info:
+            client.create(spec, 1, "local", intervals={"unknown": float("nan")})
+        assert info.value.field == "intervals.unknown"
+        assert "intervals.unknown" in info.value.message
+        assert client.list() == []  # the connection goes on
+    env = dict(os.environ, PSIJ_FLOW_SOCKET=service.socket)
+
+    def create(*words: str) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run([sys.executable, "-m", "psij", "flow", "create", "--executor",
+                               "local", *words, "--", "/bin/true"], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    over = create("--count", str(10**6))
+    assert over.returncode == 1 and "[refused: over_handle_max]" in over.stderr, over.stderr
+    misspelt = create("--count", "1", "--option", "provisioning_leas=60")
+    assert misspelt.returncode == 1 and "provisioning_leas: not a field" in misspelt.stderr
+    nan = create("--count", "1", "--option", 'intervals={"unknown": NaN}')
+    assert nan.returncode == 1 and "intervals.unknown" in nan.stderr, nan.stderr
