@@ -281,3 +281,32 @@ def test_refusals_say_why_in_the_client_and_the_cli(service: Service) -> None:
     assert misspelt.returncode == 1 and "provisioning_leas: not a field" in misspelt.stderr
     nan = create("--count", "1", "--option", 'intervals={"unknown": NaN}')
     assert nan.returncode == 1 and "intervals.unknown" in nan.stderr, nan.stderr
+
+
+def test_the_aggregate_restart_limit_is_shared_by_handles_that_fail_at_once(
+        tmp_path: Path) -> None:
+    # Issue 21: two handles of 5 instances that exit 1 at once, with the service's aggregate
+    # limit of one such restart a second: one handle had 18 restarts in 12 s and the other
+    # none, and the starved one's problems never said why.
+    svc = Service(tmp_path / "agg", str(tmp_path / "agg.sock")).start()
+    try:
+        with svc.client() as client:
+            handles = [client.create(_spec("exit 1", "psij-flow-agg"), 5, "local", lease=60,
+                                     provisioning_lease=60, intervals={"unknown": 0})["handle"]
+                       for _ in range(2)]
+            throttled = set()
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline:
+                for handle in handles:
+                    if any(p["code"] == "restarts_throttled" and p["limit"] == "aggregate"
+                           for p in client.problems(handle)):
+                        throttled.add(handle)
+                time.sleep(0.2)
+            ended = [len(client.instances(h)) for h in handles]
+            for handle in handles:
+                client.destroy(handle)
+        restarts = [n - 5 for n in ended]  # each handle's first 5 are not restarts
+        assert min(restarts) >= 2 and abs(restarts[0] - restarts[1]) <= 2, ended
+        assert throttled == set(handles)
+    finally:
+        svc.stop()
