@@ -9,6 +9,7 @@ import pytest
 from flow_sim import SPEC, Sim
 from psij import JobState
 from psij.controller import Attach, Submit
+from psij.flows._verbs import FIELDS
 from psij.flows.machine import FlowConfig, JournalPut, MakeSandbox, MeasureSandbox, SignalJob
 
 
@@ -319,7 +320,8 @@ def test_other_users_see_unknown_handle() -> None:
     h = sim.create(1)
     for op in ("status", "grow", "shrink", "renew", "problems", "instances", "destroy",
                "delete", "output"):
-        answer = sim.call(op, uid=1001, handle=h, n=1, lease=10, ids=[], instance="x")
+        given = {"handle": h, "n": 1, "lease": 10, "ids": [], "instance": "x"}
+        answer = sim.call(op, uid=1001, **{k: v for k, v in given.items() if k in FIELDS[op]})
         assert answer["error"]["code"] == "unknown_handle", op
     assert sim.call("list", uid=1001)["handles"] == []
     assert sim.call("list")["handles"] == [{"handle": h, "valid": True, "requested": 1}]

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Iterator, List
 import pytest
 
 from flow_helpers import Service, processes_with, wait_for
+from hostile_lines import Prober, exchange, hostile_lines
 from psij.flows.client import FlowClient, FlowError
 
 
@@ -259,3 +260,83 @@ def test_grace_runs_from_the_signal_to_the_kill_and_destroy_kills_at_once(
         assert waited < 4, f"a grace of 0 ended the instance after {waited:.1f} s"
         waited = gone_after("destroy", lambda: client.destroy(handles["destroy"]))
         assert waited < 4, f"destroy ended the instance after {waited:.1f} s"
+
+
+def test_hostile_lines_are_refused_while_another_client_is_served(service: Service) -> None:
+    # Issue 21: "[" * 1100 + "]" * 1100 raised RecursionError and the service was gone.
+    with FlowClient(service.socket, timeout=10.0) as other, Prober(other.list) as prober:
+        for name, line in hostile_lines():
+            answer = exchange(service.socket, line)
+            if len(line) > (1 << 20) and answer is None:
+                continue  # over the line limit: that connection may just be closed
+            assert answer is not None, name
+            assert answer["ok"] is False and answer["error"]["code"] == "bad_request", \
+                (name, answer)
+            assert answer["error"]["message"], name
+    prober.check()
+    assert service.proc is not None and service.proc.poll() is None
+    # Several bad lines on one connection: each answered, and the connection goes on.
+    answers = _raw(service.socket, b"[" * 1100 + b"]" * 1100 + b"\n\xff\n"
+                   + b'{"id": 5, "op": "list"}\n')
+    assert [a["ok"] for a in answers] == [False, False, True], answers
+
+
+def test_refusals_say_why_in_the_client_and_the_cli(service: Service) -> None:
+    spec = {"executable": "/bin/true"}
+    with service.client() as client:
+        with pytest.raises(FlowError) as info:
+            client.create(spec, 10**6, "local")
+        assert info.value.code == "refused" and info.value.reason == "over_handle_max"
+        assert "over_handle_max" in str(info.value)
+        with pytest.raises(FlowError) as info:
+            client.create(spec, 1, "local", provisioning_leas=60)
+        assert info.value.code == "bad_request" and info.value.field == "provisioning_leas"
+        assert "provisioning_leas" in info.value.message
+        # NaN is refused by the service's reading of the line, naming where it was.
+        with pytest.raises(FlowError) as info:
+            client.create(spec, 1, "local", intervals={"unknown": float("nan")})
+        assert info.value.field == "intervals.unknown"
+        assert "intervals.unknown" in info.value.message
+        assert client.list() == []  # the connection goes on
+    env = dict(os.environ, PSIJ_FLOW_SOCKET=service.socket)
+
+    def create(*words: str) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run([sys.executable, "-m", "psij", "flow", "create", "--executor",
+                               "local", *words, "--", "/bin/true"], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    over = create("--count", str(10**6))
+    assert over.returncode == 1 and "[refused: over_handle_max]" in over.stderr, over.stderr
+    misspelt = create("--count", "1", "--option", "provisioning_leas=60")
+    assert misspelt.returncode == 1 and "provisioning_leas: not a field" in misspelt.stderr
+    nan = create("--count", "1", "--option", 'intervals={"unknown": NaN}')
+    assert nan.returncode == 1 and "intervals.unknown" in nan.stderr, nan.stderr
+
+
+def test_the_aggregate_restart_limit_is_shared_by_handles_that_fail_at_once(
+        tmp_path: Path) -> None:
+    # Issue 21: two handles of 5 instances that exit 1 at once, with the service's aggregate
+    # limit of one such restart a second: one handle had 18 restarts in 12 s and the other
+    # none, and the starved one's problems never said why.
+    svc = Service(tmp_path / "agg", str(tmp_path / "agg.sock")).start()
+    try:
+        with svc.client() as client:
+            handles = [client.create(_spec("exit 1", "psij-flow-agg"), 5, "local", lease=60,
+                                     provisioning_lease=60, intervals={"unknown": 0})["handle"]
+                       for _ in range(2)]
+            throttled = set()
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline:
+                for handle in handles:
+                    if any(p["code"] == "restarts_throttled" and p["limit"] == "aggregate"
+                           for p in client.problems(handle)):
+                        throttled.add(handle)
+                time.sleep(0.2)
+            ended = [len(client.instances(h)) for h in handles]
+            for handle in handles:
+                client.destroy(handle)
+        restarts = [n - 5 for n in ended]  # each handle's first 5 are not restarts
+        assert min(restarts) >= 2 and abs(restarts[0] - restarts[1]) <= 2, ended
+        assert throttled == set(handles)
+    finally:
+        svc.stop()

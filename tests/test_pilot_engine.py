@@ -4,6 +4,7 @@ served by agents."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import pytest
 
+from hostile_lines import hostile_lines
 from psij.executors.pilot.allocation import configured_allocation, local_allocation
 from psij.executors.pilot.engine import (
     EngineConfig,
@@ -399,6 +401,36 @@ def test_cancel_and_failures_on_an_agent_node(make_engine: Any, tmp_path: Path) 
     assert out["long"].state is CANCELED and out["long"].exit_code == 143
     assert out["missing"].state is FAILED and "was not found" in (out["missing"].message or "")
     assert out["missing"].exit_code == 127  # as on the pilot's own node
+
+
+def test_hostile_lines_on_the_agents_socket_leave_the_agents_served(
+        make_engine: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # Agents of other nodes connect over TCP, where anyone on the cluster can: a stranger's
+    # line that cannot be read, is not a hello or is too long closes that connection only.
+    engine = make_engine(nodes=[("vnode1", 1)], agent_transport="tcp")
+    host, port = engine._agents.address[len("tcp:"):].rsplit(":", 1)
+    engine.submit(sh("first", "true"))
+    finished(engine, "first")  # the agent is connected
+    lines = [
+        *hostile_lines(),
+        ("a token that is not ASCII", b'{"op": "hello", "node": "vnode1", "token": "\xc3\xa9"}'),
+        ("a hello of a node taken", b'{"op": "hello", "node": "vnode1", "token": "x"}'),
+    ]
+    for number, (name, line) in enumerate(lines):
+        engine.submit(sh(f"t{number}", "true"))  # served by the agent meanwhile
+        with socket.create_connection((host, int(port)), timeout=WAIT) as sock:
+            try:
+                sock.sendall(line + b"\n")
+            except OSError:
+                pass  # closed before the end of a line too long
+            try:
+                assert sock.recv(1) == b"", name  # then closed, without a word
+            except ConnectionResetError:
+                pass
+    out = finished(engine)
+    assert all(s.state is SUCCEEDED for s in out.values()), out
+    assert engine.failure is None
+    assert not [r for r in caplog.records if "unexpected error" in r.getMessage()]
 
 
 def test_a_node_whose_agent_dies_fails_its_tasks_with_the_reason(tmp_path: Path) -> None:

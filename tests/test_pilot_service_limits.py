@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
+from hostile_lines import Prober, exchange, hostile_lines
 from psij._line_framing import DEFAULT_MAX_LINE_BYTES, LineFramer
 from psij.executors.pilot.service import PilotClient, PilotUnavailable, answering
 
@@ -181,6 +182,29 @@ def test_a_10_mb_request_line_in_small_pieces_is_served(short_dir: Path) -> None
         assert DEFAULT_MAX_LINE_BYTES > len(line)
     finally:
         served.stop()
+
+
+def test_hostile_lines_are_refused_while_another_client_is_served(short_dir: Path) -> None:
+    served = Served(short_dir)
+    try:
+        client = PilotClient(served.socket)
+        with Prober(lambda: client.request("ping", timeout=10.0)) as prober:
+            for name, line in hostile_lines():
+                answer = exchange(served.socket, line)
+                if len(line) > DEFAULT_MAX_LINE_BYTES and answer is None:
+                    continue  # over the line limit: that connection may just be closed
+                assert answer is not None and answer["ok"] is False, (name, answer)
+                assert answer["kind"] == "ValueError" and answer["error"], (name, answer)
+            # A value refused in a request that could be read is answered with its id.
+            assert exchange(served.socket, b'{"id": 9, "op": "ping", "x": NaN}') == {
+                "id": 9, "ok": False, "kind": "ValueError",
+                "error": "x: NaN is not a finite number; expected a number a float can hold"}
+        prober.check()
+        assert client.request("ping")["ok"]
+        client.close()
+    finally:
+        log = served.stop()
+    assert "Traceback" not in log, log
 
 
 def test_out_of_descriptors_the_server_backs_off_and_recovers(short_dir: Path) -> None:

@@ -450,7 +450,13 @@ def test_garbage_and_too_long_lines_are_refused_and_count_as_alive() -> None:
     conn = rig.running()
     rig.clock.advance(1.9 * T)
     actions = rig.step(BadMessage(conn, "line is not JSON: Expecting value"))
-    assert sent(actions)[0]["type"] == "refused"
+    assert sent(actions)[0]["type"] == "refused" and "ref" not in sent(actions)[0]
+    # JSON with a value no message may hold: refused with its ref, for the waiting caller.
+    actions = rig.step(BadMessage(conn, "group_size: NaN is not a finite number",
+                                  "group_size", {"type": "submit", "ref": 4,
+                                                 "group_size": float("nan")}))
+    assert sent(actions)[0] == {"type": "refused", "ref": 4, "reason": "bad message: "
+                                "group_size: NaN is not a finite number"}
     rig.clock.advance(1.9 * T)
     assert rig.step(Tick()) == [Send(conn, {"type": "ping"})]
     # A too long line closes the connection in the loop: that is a shutdown.

@@ -4,15 +4,18 @@ the end, configuration errors before anything is submitted, hostile servers, and
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Iterator, Optional
 
 import pytest
 
+from hostile_lines import hostile_lines
 from supervise_study import ROOT, Study, sleeping, wait_for
 
 
@@ -183,6 +186,79 @@ def test_hostile_server_messages_are_refused_and_never_crash_the_supervisor(
         assert "line too long" in done.stderr and "fault_tolerance is off" in done.stderr
 
 
+FUZZING_SERVER = textwrap.dedent("""
+    import json, os, socket, sys, threading, time
+    sys.path.insert(0, sys.argv[1])
+    from hostile_lines import exchange, hostile_lines
+
+    path = os.environ["PSIJ_SUPERVISOR"][len("unix:"):]
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(path)
+    send_lock = threading.Lock()
+
+    def send(message):
+        with send_lock:
+            sock.sendall(json.dumps(message).encode() + b"\\n")
+
+    send({"type": "hello", "token": os.environ["PSIJ_SUPERVISOR_TOKEN"]})
+    reader = sock.makefile("rb")
+    assert json.loads(reader.readline())["type"] == "welcome"
+    sent, late, answers = {}, [], {}
+    done = threading.Event()
+
+    def read():
+        for line in reader:
+            message = json.loads(line)
+            if message.get("type") == "ping":
+                send({"type": "pong"})
+            elif message.get("type") == "pong" and message.get("ref") in sent:
+                late.append(time.monotonic() - sent.pop(message["ref"]))
+            elif message.get("type") == "accepted":
+                done.set()
+
+    def ping():  # the other client: its own requests, answered all along
+        ref = 0
+        while not done.is_set():
+            ref += 1
+            sent[ref] = time.monotonic()
+            send({"type": "ping", "ref": ref})
+            time.sleep(0.05)
+
+    threading.Thread(target=read, daemon=True).start()
+    pinger = threading.Thread(target=ping, daemon=True)
+    pinger.start()
+    for name, line in hostile_lines():
+        answers[name] = exchange(path, line)
+    time.sleep(0.5)
+    waiting = [time.monotonic() - t for t in list(sent.values())]
+    with open(sys.argv[2], "w") as f:
+        json.dump({"answers": answers, "pongs": len(late), "longest": max(late + waiting)}, f)
+    send({"type": "done"})
+    done.wait(30)
+""")
+
+
+def test_hostile_lines_are_refused_while_the_server_is_served(tmp_path: Path) -> None:
+    script = tmp_path / "server.py"
+    script.write_text(FUZZING_SERVER)
+    results = tmp_path / "results.json"
+    config = {"server": {"executable": sys.executable,
+                         "arguments": [str(script), str(Path(__file__).parent), str(results)]},
+              "output_dir": str(tmp_path / "out"), "timer_delay": 1,
+              "fault_tolerance": False}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    done = psij("supervise", str(tmp_path / "c.json"))
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    got = json.loads(results.read_text())
+    for name, answer in got["answers"].items():
+        if answer is None:
+            assert name in ("10^6 keys", "100 MB line"), name  # too long: closed at once
+            continue
+        assert answer["type"] == "refused" and answer["reason"], (name, answer)
+    assert got["pongs"] >= 10 and got["longest"] < 5, got
+
+
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_mid_study_on_local_cancels_every_client(tmp_path: Path, signum: int,
                                                         code: int) -> None:
@@ -284,6 +360,36 @@ def test_client_library_submits_cancels_follows_and_keeps_a_busy_server_alive(
     out = tmp_path / "out"
     assert (out / "job.2.group.out").read_text() == "3 group\n"
     assert (out / "submit.1.sh").exists() and "is dead" not in done.stderr
+
+
+def test_the_client_library_skips_what_it_cannot_read_from_its_supervisor() -> None:
+    # A hostile supervisor: the server's reader thread must answer pings and pass on updates
+    # after every line of the corpus (before, a deep line killed it with RecursionError).
+    from psij.supervise.client import Connection
+
+    mine, theirs = socket.socketpair()
+    reader = theirs.makefile("rb")
+
+    def supervisor() -> None:
+        assert json.loads(reader.readline())["type"] == "hello"
+        theirs.sendall(b'{"type": "welcome", "generation": 3, "uid": 0}\n')
+        for _, line in hostile_lines():
+            theirs.sendall(line + b"\n")
+        theirs.sendall(b'{"type": "ping"}\n{"type": "update", "client": "c", "uid": 1, '
+                       b'"state": "COMPLETED", "exit_code": 0}\n')
+
+    feeder = threading.Thread(target=supervisor, daemon=True)
+    feeder.start()
+    connection = Connection(mine, "token")
+    try:
+        assert connection.generation == 3
+        update = connection.next_update(timeout=60)
+        assert update is not None and (update.client, update.state) == ("c", "COMPLETED")
+        assert json.loads(reader.readline()) == {"type": "pong"}
+        feeder.join(10)
+    finally:
+        connection.close()
+        theirs.close()
 
 
 def test_an_unusable_output_dir_or_a_live_supervisor_there_is_a_config_error(

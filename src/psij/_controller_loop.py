@@ -7,7 +7,6 @@ other thread only posts events (:meth:`ControllerLoop.post`).
 
 import collections
 import heapq
-import json
 import logging
 import os
 import selectors
@@ -34,7 +33,7 @@ from typing import (
 from psij import _controller_values as v
 from psij._clock import Clock, MonotonicClock
 from psij._controller_io import WorkerPool, describe_error, peer_of
-from psij._line_framing import LineFramer, encode_line
+from psij._line_framing import BadLine, LineFramer, decode_line, encode_line
 from psij._wakeup import Wakeup, timer_delay
 
 __all__ = ["ControllerLoop"]
@@ -507,12 +506,9 @@ class ControllerLoop:
         if not line.strip():
             return
         try:
-            message = json.loads(line.decode("utf-8"))
-        except UnicodeDecodeError:
-            self._deliver(v.BadMessage(conn, "line is not UTF-8"))
-            return
-        except ValueError as error:
-            self._deliver(v.BadMessage(conn, f"line is not JSON: {error}"))
+            message = decode_line(line)
+        except BadLine as bad:
+            self._deliver(v.BadMessage(conn, str(bad), bad.field, bad.value))
             return
         self._deliver(v.MessageReceived(conn, message))
 

@@ -80,12 +80,22 @@ class MessageReceived(Record):
 
 
 class BadMessage(Record):
-    """A line on ``conn`` could not be read as JSON, or was too long; ``reason`` says which."""
+    """A line on ``conn`` could not be read as JSON, was too long, or held a value no message
+    may hold (nesting too deep, a number that is not finite, a lone surrogate); ``reason``
+    says which, ``field`` names the refused value's place in the message (``"line"`` when
+    the line as a whole is refused), and ``message`` is the JSON value read when only such a
+    value was refused (None otherwise), so that the answer can carry the request's id."""
 
-    _fields = ("conn", "reason")
+    _fields = ("conn", "reason", "field", "message")
     __slots__ = _fields
     conn: int
     reason: str
+    field: str
+    message: Any
+
+    def __init__(self, conn: int, reason: str, field: str = "line", message: Any = None
+                 ) -> None:
+        self._store(conn, reason, field, message)
 
 
 class Disconnected(Record):

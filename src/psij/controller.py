@@ -27,11 +27,15 @@ Rules of the loop:
   and the loop goes on with the next one. An action that cannot be carried out (an unknown
   job key, a send to a connection that is gone) is logged and, for job actions, answered
   with :class:`ActionFailed`.
-- Connections speak JSON lines: one JSON value per line, UTF-8. A line that is not JSON (or
-  not UTF-8) gives :class:`BadMessage` and the connection stays open; a line longer than
-  ``max_line_bytes`` gives :class:`BadMessage` and the connection is closed
-  (:class:`Disconnected` follows). A connection whose peer stops reading while more than
-  ``max_pending_bytes`` wait to be sent is closed as well.
+- Connections speak JSON lines: one JSON value per line, UTF-8, read by the one decoder every
+  psij protocol shares. A line that is not JSON (or not UTF-8), or that holds what no message
+  may (lists and objects nested more than 64 deep, a number that is not finite or has more than
+  100 digits, a lone surrogate but those standing for undecodable bytes), gives
+  :class:`BadMessage` and the connection stays open; a line longer than ``max_line_bytes`` gives
+  :class:`BadMessage` and the connection is closed (:class:`Disconnected` follows). No line
+  stops the loop or delays the other connections longer than it takes to read it. A connection
+  whose peer stops reading while more than ``max_pending_bytes`` wait to be sent is closed as
+  well.
 - :class:`Stop` ends :meth:`ControllerLoop.run` once no executor call is in flight, or after
   its ``grace`` seconds, whichever comes first; the machine still gets events meanwhile
   (the completion of a submission it must now cancel, for instance). A second stop signal

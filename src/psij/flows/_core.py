@@ -21,7 +21,7 @@ from psij.flows._flow_values import (
     VerifyPayload,
 )
 from psij.flows._handle import ACTIVE, ENDED, QUEUED, SUBMITTING, VERIFYING, Handle, Instance
-from psij.flows._throttle import Bucket, Spacing
+from psij.flows._throttle import Bucket, Spacing, TurnLine
 
 __all__ = ["WAKE", "Core", "Payload"]
 
@@ -29,6 +29,7 @@ WAKE = ("flow", "wake")
 NO_PROBLEM = "no_problem"
 REMOVED = "removed"
 _MAX_BACKOFF = 300.0
+_NEVER = float("inf")
 _HELD_STATES = {"H", "PSUSP", "USUSP", "SSUSP", "hqw", "hRwq", "Eqw", "Ehqw", "EhRqw"}
 
 
@@ -75,6 +76,10 @@ class Core:
         self.submit_bucket = Bucket(config.max_submit_rate, config.max_submit_rate,
                                     float("-inf"))
         self.problem_spacing = Spacing(config.aggregate_problem_interval)
+        # The handles whose restart only the aggregate limit holds (see "turns" below).
+        self.turns = TurnLine()
+        self.turn_at: Optional[float] = None  # when the next turn is planned, if it is
+        self.turns_taken = 0  # how many restarts the aggregate limit let through
         self.out: List[Any] = []
 
     # -- the one timer ------------------------------------------------------------------------
@@ -109,6 +114,10 @@ class Core:
                 inst = self.by_key.get(ref)
                 if inst is not None and inst.kill_at is not None and inst.kill_at <= now:
                     self.kill(inst, now)
+            elif kind == "turn":
+                if self.turn_at == when:
+                    self.turn_at = None
+                    self.give_turn(now)
             elif kind == "forget_handle":
                 self.forget_handle(ref, now)
             elif kind == "payload":
@@ -168,27 +177,84 @@ class Core:
                 return
             reason: Optional[str] = None
             if deficit <= h.owed_total():
-                reason, ready = self.next_restart(h, now)
+                reason, ready, waits_turn = self.next_restart(h, now)
                 if ready > now:
-                    self.wake(h, ready)
+                    if waits_turn:
+                        self.wait_turn(h, now)
+                    if ready != _NEVER:
+                        self.wake(h, ready)
                     return
             self.start(h, reason, now)
             deficit -= 1
 
-    def next_restart(self, h: Handle, now: float) -> Tuple[Optional[str], float]:
-        """The class of the owed restart that may come first, and when."""
+    def next_restart(self, h: Handle, now: float) -> Tuple[Optional[str], float, bool]:
+        """The class of the owed restart that may come first, and when; and whether a restart
+        of another class is due but waits for its turn at the aggregate limit (that one is
+        started by :meth:`give_turn`, and is not in the "when")."""
         best: Optional[str] = None
-        best_at = float("inf")
+        best_at = _NEVER
+        waits_turn = False
+        shared = self.problem_spacing.ready_at(now)
+        mine = shared <= now and self.turns.first() in (None, h.hid)
         for name, owed in h.owed.items():
             if not owed:
                 continue
             spacing = h.class_spacing.get(name)
             at = spacing.ready_at(now) if spacing is not None else now
             if name != NO_PROBLEM:
-                at = max(at, self.problem_spacing.ready_at(now))
+                if at <= now and not mine:
+                    waits_turn = True
+                    continue
+                at = max(at, shared)
             if at < best_at:
                 best, best_at = name, at
-        return best, best_at
+        return best, best_at, waits_turn
+
+    # -- the aggregate limit's turns ----------------------------------------------------------
+    #
+    # The aggregate limit lets one restart of a problem class through every
+    # ``aggregate_problem_interval`` seconds, across all handles. Left to whichever handle
+    # woke first, the handle that happened to come first in the timer's order took every
+    # turn and the others none. So a handle whose restart is due but for that limit waits
+    # in line (``turns``), and each turn goes to the handle that has waited longest (on a
+    # tie, the one whose last turn is oldest); one that took a turn and still owes a
+    # restart joins the line again, behind those already in it.
+
+    def wait_turn(self, h: Handle, now: float) -> None:
+        self.turns.join(h.hid, now, h.last_turn)
+        self.plan_turn(now)
+
+    def plan_turn(self, now: float) -> None:
+        """Give the next turn when the limit frees it, if a handle waits."""
+        if not self.turns:
+            return
+        when = self.problem_spacing.ready_at(now)
+        if self.turn_at is None or when < self.turn_at:
+            self.turn_at = when
+            self.schedule(when, "turn", None)
+
+    def give_turn(self, now: float) -> None:
+        """The turn is free: to the first handle in line that can use it now; one that
+        cannot (its restart is no longer owed, or its own limits hold it) leaves the line."""
+        turns = self.turns
+        while turns and self.problem_spacing.ready_at(now) <= now:
+            hid = turns.first()
+            assert hid is not None
+            h = self.handles.get(hid)
+            taken = self.turns_taken
+            if h is not None:
+                # start() takes it out of the line when it takes the turn; it may come back
+                # at the end of the line if it owes more.
+                self.pump(h, now)
+            if self.turns_taken == taken:
+                turns.leave(hid)
+        self.plan_turn(now)
+
+    def turn_estimate(self, h: Handle, now: float) -> Tuple[float, int]:
+        """When ``h``'s turn at the aggregate limit may come (one interval more for each
+        handle in line before it), and how many handles are in line before it."""
+        ahead = self.turns.ahead(h.hid)
+        return self.problem_spacing.ready_at(now) + ahead * self.problem_spacing.interval, ahead
 
     def trim_owed(self, h: Handle, deficit: int) -> None:
         extra = h.owed_total() - deficit
@@ -221,6 +287,10 @@ class Core:
                 spacing.take(now)
             if reason != NO_PROBLEM:
                 self.problem_spacing.take(now)
+                self.turns_taken += 1
+                h.last_turn = now
+                self.turns.leave(h.hid)
+                self.plan_turn(now)
         self.put_instance(inst)
         if h.payload:
             self.out.append(VerifyPayload(inst.key, h.uid, h.payload))
@@ -500,10 +570,36 @@ class Core:
                                      f"bytes): no new instance is started until records are "
                                      f"deleted"})
         if h.valid and h.owed:
-            name, at = self.next_restart(h, now)
-            if name is not None and at > now + 1.0:
-                found.append({"code": "restarts_throttled", "waiting": h.owed_total(),
-                              "class": name, "next_restart_in_s": round(at - now, 3),
-                              "message": f"{h.owed_total()} restart(s) wait for the restart "
-                                         f"limits; the next in {at - now:.0f} s ({name})"})
+            throttled = self.throttled(h, now)
+            if throttled is not None:
+                found.append(throttled)
         return found
+
+    def throttled(self, h: Handle, now: float) -> Optional[Dict[str, Any]]:
+        """The ``restarts_throttled`` problem of ``h``: when a restart it owes waits for the
+        aggregate limit (however briefly), or the next one is more than a second away."""
+        turn, ahead = self.turn_estimate(h, now)
+        shared: Optional[str] = None  # a class whose restart the aggregate limit holds
+        for klass, owed in h.owed.items():
+            spacing = h.class_spacing.get(klass)
+            if owed and klass != NO_PROBLEM and turn > max(now, spacing.ready_at(now)
+                                                           if spacing is not None else now):
+                shared = klass
+                break
+        waiting = h.owed_total()
+        if shared is not None:
+            interval = self.problem_spacing.interval
+            return {"code": "restarts_throttled", "waiting": waiting, "class": shared,
+                    "limit": "aggregate", "handles_before": ahead,
+                    "next_restart_in_s": round(turn - now, 3),
+                    "message": f"{waiting} restart(s) wait for the service's limit on "
+                               f"restarts across all handles (one every {interval:g} s; "
+                               f"{ahead} handle(s) wait before this one); the next in about "
+                               f"{turn - now:.0f} s ({shared})"}
+        name, at, _ = self.next_restart(h, now)
+        if name is not None and at > now + 1.0:
+            return {"code": "restarts_throttled", "waiting": waiting, "class": name,
+                    "limit": "interval", "next_restart_in_s": round(at - now, 3),
+                    "message": f"{waiting} restart(s) wait for the restart limits; the next "
+                               f"in {at - now:.0f} s ({name})"}
+        return None

@@ -79,12 +79,12 @@ class Handle:
 
     __slots__ = ("bucket", "class_spacing", "consecutive_failures", "count", "created",
                  "end_if_zero", "end_reason", "ended_at", "executor", "failure_backoff_until",
-                 "hid", "intervals", "keep_classes", "kept", "last_error", "lease_check_at",
-                 "lease_expires", "live", "live_wanted", "max_count", "next_n", "owed", "payload",
-                 "payload_error", "policy", "provisioning_expires", "quota", "rate", "recent_ends",
-                 "recent_errors", "recent_starts", "records", "runtimes", "sandbox",
-                 "sandbox_bytes", "sandbox_file", "spec", "spec_json", "template", "termination",
-                 "uid", "wake_at")
+                 "hid", "intervals", "keep_classes", "kept", "last_error", "last_turn",
+                 "lease_check_at", "lease_expires", "live", "live_wanted", "max_count", "next_n",
+                 "owed", "payload", "payload_error", "policy", "provisioning_expires", "quota",
+                 "rate", "recent_ends", "recent_errors", "recent_starts", "records", "runtimes",
+                 "sandbox", "sandbox_bytes", "sandbox_file", "spec", "spec_json", "template",
+                 "termination", "uid", "wake_at")
 
     def __init__(self, hid: str, uid: int, spec_json: Mapping[str, Any], spec: Any,
                  executor: str, count: int, now: float) -> None:
@@ -131,6 +131,7 @@ class Handle:
         self.runtimes: Deque[float] = collections.deque(maxlen=20)
         self.wake_at: Optional[float] = None
         self.lease_check_at: Optional[float] = None
+        self.last_turn = float("-inf")               # its last restart by the aggregate limit
 
     @property
     def valid(self) -> bool:

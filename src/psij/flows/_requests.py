@@ -6,7 +6,9 @@ import re
 import signal
 from typing import Any, List, Mapping, Optional, Sequence
 
-__all__ = ["BadRequest", "Fields", "lone_surrogate_path", "request_id"]
+from psij._line_framing import path_of
+
+__all__ = ["BadRequest", "Fields", "lone_surrogate_path", "request_id", "shown"]
 
 _MAX_SECONDS = 10 * 365 * 86400.0
 _SIGNALS = {s.name: int(s) for s in signal.Signals}
@@ -26,36 +28,26 @@ class BadRequest(Exception):
         self.reason = reason
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """``value`` for a message: its repr, cut at 60 characters."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def lone_surrogate_path(value: Any, path: str = "", depth: int = 0) -> Optional[str]:
-    """The path of the first string (or key) in ``value`` that holds a lone surrogate (such
-    text cannot be written as UTF-8), or None."""
-    if depth > 64:
-        return path or "request"
-    if isinstance(value, str):
+def _not_utf8(value: Any) -> bool:
+    if isinstance(value, str) and not value.isascii():
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            return path or "request"
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            where = f"{path}.{key}" if path else str(key)
-            if lone_surrogate_path(key, where, depth + 1) is not None:
-                return (path + "." if path else "") + "<key>"
-            found = lone_surrogate_path(item, where, depth + 1)
-            if found is not None:
-                return found
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found = lone_surrogate_path(item, f"{path}[{index}]", depth + 1)
-            if found is not None:
-                return found
-    return None
+            return True
+    return False
+
+
+def lone_surrogate_path(value: Any) -> Optional[str]:
+    """The path of the first string (or key) in ``value`` that holds a lone surrogate (such
+    text cannot be written as UTF-8), or None."""
+    where = path_of(value, _not_utf8)
+    return None if where is None else where or "request"
 
 
 def request_id(message: Any) -> Any:
@@ -90,7 +82,7 @@ class Fields:
             if value is None:
                 raise BadRequest(name, f"{name}: missing; expected a string")
             raise BadRequest(name, f"{name}: expected a non-empty string of at most {max_len} "
-                             f"characters, got {_shown(value)}")
+                             f"characters, got {shown(value)}")
         return value
 
     def count(self, name: str, default: Optional[int] = None, maximum: int = 10**9) -> int:
@@ -102,7 +94,7 @@ class Fields:
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
             raise BadRequest(name, f"{name}: expected a whole number from 0 to {maximum}, "
-                             f"got {_shown(value)}")
+                             f"got {shown(value)}")
         return value
 
     def seconds(self, name: str, default: Optional[float] = None, nullable: bool = False,
@@ -116,26 +108,26 @@ class Fields:
                 or not math.isfinite(value) or not minimum <= value <= _MAX_SECONDS:
             also = " or null" if nullable else ""
             raise BadRequest(name, f"{name}: expected seconds from {minimum:g} to "
-                             f"{_MAX_SECONDS:g}{also}, got {_shown(value)}")
+                             f"{_MAX_SECONDS:g}{also}, got {shown(value)}")
         return float(value)
 
     def positive(self, name: str, default: Optional[float]) -> Optional[float]:
         value = self.seconds(name, default)
         if value is not None and value <= 0:
-            raise BadRequest(name, f"{name}: expected a number above 0, got {_shown(value)}")
+            raise BadRequest(name, f"{name}: expected a number above 0, got {shown(value)}")
         return value
 
     def choice(self, name: str, accepted: Sequence[str], default: Optional[str] = None) -> str:
         value = self.message.get(name, default)
         if value not in accepted:
             raise BadRequest(name, f"{name}: expected one of {', '.join(accepted)}, "
-                             f"got {_shown(value)}")
+                             f"got {shown(value)}")
         return str(value)
 
     def flag(self, name: str, default: bool = False) -> bool:
         value = self.message.get(name, default)
         if not isinstance(value, bool):
-            raise BadRequest(name, f"{name}: expected true or false, got {_shown(value)}")
+            raise BadRequest(name, f"{name}: expected true or false, got {shown(value)}")
         return value
 
     def signal(self, name: str = "signal") -> Optional[int]:
@@ -152,7 +144,7 @@ class Fields:
                 and value in _SIGNAL_NUMBERS:
             return value
         raise BadRequest(name, f"{name}: expected a signal name (SIGTERM, TERM, ...), a signal "
-                         f"number of this system or null, got {_shown(value)}")
+                         f"number of this system or null, got {shown(value)}")
 
     def sha256(self, name: str) -> Optional[str]:
         value = self.message.get(name)
@@ -160,7 +152,7 @@ class Fields:
             return None
         if not isinstance(value, str) or _SHA256.fullmatch(value) is None:
             raise BadRequest(name, f"{name}: expected a sha256 as 64 lowercase hex digits, "
-                             f"got {_shown(value)}")
+                             f"got {shown(value)}")
         return value
 
     def strings(self, name: str, accepted: Optional[Sequence[str]] = None,
@@ -169,10 +161,10 @@ class Fields:
         what = f"one of {', '.join(accepted)}" if accepted else "strings"
         if not isinstance(value, list) or len(value) > max_items:
             raise BadRequest(name, f"{name}: expected a list of at most {max_items} {what}, "
-                             f"got {_shown(value)}")
+                             f"got {shown(value)}")
         for item in value:
             if not isinstance(item, str) or not item or len(item) > max_len \
                     or (accepted is not None and item not in accepted):
                 raise BadRequest(name, f"{name}: expected a list of {what}, got the item "
-                                 f"{_shown(item)}")
+                                 f"{shown(item)}")
         return list(value)

@@ -19,14 +19,29 @@ from psij.flows._flow_values import (
     StorePayload,
 )
 from psij.flows._handle import ACTIVE, Handle, Instance
-from psij.flows._requests import BadRequest, Fields, lone_surrogate_path, request_id
+from psij.flows._requests import BadRequest, Fields, lone_surrogate_path, request_id, shown
 from psij.flows._termination import parse_map
 from psij.serialize import _spec_from_json
 
-__all__ = ["VERBS", "Verbs"]
+__all__ = ["FIELDS", "VERBS", "Verbs"]
 
 VERBS = ("create", "grow", "shrink", "renew", "status", "problems", "instances", "output",
          "delete", "destroy", "upload", "list")
+_LEASES = ("lease", "provisioning_lease")
+FIELDS: Dict[str, Tuple[str, ...]] = {
+    "create": ("spec", "count", "executor", "payload", "max_count", "rate", "termination_map",
+               "intervals", "quota_bytes", "quota_policy", "keep_classes", *_LEASES),
+    "grow": ("handle", "n"),
+    "shrink": ("handle", "n", "victims", "signal", "grace", "end_if_zero"),
+    "renew": ("handle", *_LEASES),
+    "status": ("handle",), "problems": ("handle",), "instances": ("handle",),
+    "destroy": ("handle",),
+    "output": ("handle", "instance", "stream", "max_bytes"),
+    "delete": ("handle", "ids"),
+    "upload": ("data",),
+    "list": (),
+}
+"""The fields each verb reads (besides ``op`` and ``id``); any other is refused, named."""
 VICTIMS = ("not_running", "shortest", "longest")
 _Answer = Optional[Dict[str, Any]]
 
@@ -72,6 +87,12 @@ class Verbs(Core):
             raise BadRequest("op", f"op: expected one of {', '.join(VERBS)}, got {op!r}",
                              code="bad_request" if not isinstance(op, str) or not op
                              else "unknown_op")
+        accepted = FIELDS[op]
+        for key in message:
+            if key not in accepted and key not in ("op", "id"):
+                name = key if key.isidentifier() and len(key) <= 60 else shown(key)
+                raise BadRequest(key[:100], f"{name}: not a field of {op}; accepted: "
+                                 f"{', '.join(accepted) or 'none'} (besides op and id)")
         handler: Callable[[Fields, int, int, Any, float], _Answer] = getattr(self, f"_op_{op}")
         return handler(Fields(message), uid, conn, rid, now)
 
@@ -245,7 +266,10 @@ class Verbs(Core):
             if name not in CLASSES:
                 raise BadRequest("intervals", f"intervals: unknown class {name!r}; accepted: "
                                  f"{', '.join(CLASSES)}")
-            seconds = Fields(asked).seconds(name)
+            try:
+                seconds = Fields(asked).seconds(name)
+            except BadRequest as bad:
+                raise BadRequest(f"intervals.{name}", f"intervals.{bad.message}") from None
             assert seconds is not None
             intervals[name] = seconds
         for name, least in config.min_intervals.items():

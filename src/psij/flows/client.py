@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from psij._line_framing import LineFramer, encode_line
+from psij._line_framing import LineFramer, decode_line, encode_line
 
 __all__ = [
     "ROOT_SOCKET",
@@ -59,12 +59,22 @@ def default_socket() -> str:
 
 class FlowError(Exception):
     """The service refused a request: ``code`` is machine-parsable (``unknown_handle``,
-    ``bad_request``, ...), the message says what and what is accepted."""
+    ``bad_request``, ``refused``, ...), the message says what and what is accepted.
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{message} [{code}]")
+    ``reason`` is the wire's reason code of a ``refused`` request (``over_handle_max``,
+    ``over_user_max``, ``over_service_max``, ``too_many_handles``, ``unknown_executor``,
+    ``unknown_payload``), ``field`` the request field a ``bad_request`` names
+    (``intervals.unknown``); None where the service gave none. Both are in the text too:
+    ``MESSAGE [CODE: REASON]``.
+    """
+
+    def __init__(self, code: str, message: str, reason: Optional[str] = None,
+                 field: Optional[str] = None) -> None:
+        super().__init__(f"{message} [{code}: {reason}]" if reason else f"{message} [{code}]")
         self.code = code
         self.message = message
+        self.reason = reason
+        self.field = field
 
 
 class FlowUnavailable(FlowError):
@@ -130,14 +140,22 @@ class FlowClient:
             error = reply.get("error") or {}
             if not isinstance(error, dict):
                 error = {"code": "error", "message": str(error)}
-            raise FlowError(str(error.get("code", "error")), str(error.get("message", error)))
+            reason, field = error.get("reason"), error.get("field")
+            raise FlowError(str(error.get("code", "error")), str(error.get("message", error)),
+                            str(reason) if reason is not None else None,
+                            str(field) if field is not None else None)
         return reply
 
     def _read_reply(self, sock: socket.socket, request_id: int) -> Dict[str, Any]:
         while True:
             while self._lines:
-                message = json.loads(self._lines.pop(0).decode("utf-8"))
-                if isinstance(message, dict) and message.get("id") == request_id:
+                message = decode_line(self._lines.pop(0))
+                if not isinstance(message, dict):
+                    continue
+                # One request at a time: an error without an id is about the line just sent
+                # (the service could not read it far enough to find its id).
+                if message.get("id") == request_id or (message.get("id") is None
+                                                       and message.get("ok") is False):
                     return message
             data = sock.recv(256 * 1024)
             if not data:

@@ -62,6 +62,7 @@ from psij.flows._flow_values import (
     VerifyPayload,
 )
 from psij.flows._handle import ENDED, SUBMITTING, VERIFYING, Handle, Instance
+from psij.flows._requests import request_id
 from psij.flows._verbs import Verbs
 from psij.serialize import _spec_from_json
 
@@ -123,9 +124,10 @@ class FlowMachine(Verbs):
         elif kind is Disconnected:
             self.conn_uid.pop(event.conn, None)
         elif kind is BadMessage:
-            self.out.append(Send(event.conn, {"id": None, "ok": False, "error": {
-                "code": "bad_request", "field": "line",
-                "message": f"{event.reason}; expected one JSON object per line"}}))
+            error = {"code": "bad_request", "field": event.field,
+                     "message": f"{event.reason}; expected one JSON object per line"}
+            self.out.append(Send(event.conn, {"id": request_id(event.message), "ok": False,
+                                              "error": error}))
         elif kind is PayloadVerified:
             self._verified(event, now)
         elif kind is SandboxMeasured:

@@ -532,7 +532,10 @@ class Supervisor:
         conn = event.conn
         if conn == self.server_conn:
             self.last_seen = now
-        out.append(Send(conn, {"type": "refused", "reason": f"bad message: {event.reason}"}))
+        refused = {"type": "refused", "reason": f"bad message: {event.reason}"}
+        if isinstance(event.message, dict) and _plain(event.message.get("ref")) is not None:
+            refused["ref"] = _plain(event.message["ref"])  # its caller waits for it
+        out.append(Send(conn, refused))
         out.append(Log(f"supervisor: bad message on connection {conn}: {event.reason}",
                        logging.WARNING))
 

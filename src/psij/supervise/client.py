@@ -25,6 +25,8 @@ import threading
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
+from psij._line_framing import BadLine, decode_line, encode_line
+
 __all__ = ["Connection", "Refused", "SupervisorGone", "Update", "connect"]
 
 _MAX_LINE = 1024 * 1024
@@ -206,7 +208,7 @@ class Connection:
             self.close()
 
     def _send(self, message: Dict[str, Any]) -> None:
-        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        data = encode_line(message)
         with self._send_lock:
             try:
                 self._sock.sendall(data)
@@ -214,14 +216,23 @@ class Connection:
                 raise SupervisorGone(f"cannot write to the supervisor: {error}") from None
 
     def _read_one(self) -> Optional[Dict[str, Any]]:
+        """The next message (None at the end); one that cannot be read is ``{"type": "bad"}``
+        with the reason, and a line longer than any message is skipped to its end."""
         line = self._reader.readline(_MAX_LINE)
         if not line:
             return None
+        if not line.endswith(b"\n") and len(line) >= _MAX_LINE:
+            while True:
+                more = self._reader.readline(_MAX_LINE)
+                if not more or more.endswith(b"\n"):
+                    break
+            return {"type": "bad", "reason": f"a line longer than {_MAX_LINE} bytes"}
         try:
-            message = json.loads(line)
-        except ValueError:
-            return {"type": "bad", "line": line[:200].decode(errors="replace")}
-        return message if isinstance(message, dict) else {"type": "bad"}
+            message = decode_line(line)
+        except BadLine as bad:
+            return {"type": "bad", "reason": str(bad)}
+        return message if isinstance(message, dict) else {"type": "bad",
+                                                          "reason": "not a JSON object"}
 
     def _read_all(self) -> None:
         try:
@@ -257,6 +268,9 @@ class Connection:
                                      str(message.get("state")),
                                      exit_code if isinstance(exit_code, int) else None,
                                      message.get("message")))
+        elif kind == "bad":
+            logging.getLogger("psij.supervise.client").warning(
+                "a line from the supervisor cannot be read: %s", message.get("reason"))
         elif kind in ("accepted", "refused"):
             ref = message.get("ref")
             with self._answers_lock:

@@ -31,6 +31,7 @@ import resource
 import socket
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
+from psij._line_framing import BadLine, decode_line
 from psij.executors._process import fits_exec
 from psij.executors.batch._runner import CommandResult
 
@@ -174,9 +175,10 @@ def request_bytes(script: str, fields: Mapping[str, Any], environment: Mapping[s
 def parse_response(status: int, body: bytes) -> Tuple[Optional[int], str]:
     """The job id slurmrestd gave (None if it refused the job) and its errors as text."""
     try:
-        data = json.loads(body.decode("utf-8", "replace"))
-    except ValueError:
-        return None, f"HTTP {status}, not JSON: {body[:200]!r}"
+        # Text that is not UTF-8 only in an error's words must not lose the job id.
+        data = decode_line(body.decode("utf-8", "replace").encode())
+    except BadLine as bad:
+        return None, f"HTTP {status}, not JSON that can be read ({bad}): {body[:200]!r}"
     errors = data.get("errors") if isinstance(data, dict) else None
     said = "; ".join(str(e.get("error") or e.get("description") or e)
                      for e in errors if isinstance(e, dict)) if isinstance(errors, list) else ""

@@ -12,7 +12,6 @@ decides nothing about tasks: which task runs where is the scheduler's, what an e
 the engine's. Connect deadlines are measured on the engine's :class:`~psij._clock.Clock`.
 """
 
-import json
 import os
 import selectors
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 
 from psij._clock import Clock
 from psij._lazylog import LazyLogger
-from psij._line_framing import LineFramer, encode_line
+from psij._line_framing import BadLine, LineFramer, decode_line, encode_line
 from psij.executors._process_watch import WATCH, exit_code_of
 from psij.executors.pilot._engine_events import AgentLauncherExited, EngineEvent
 from psij.executors.pilot._task_process import Launch
@@ -35,6 +34,7 @@ __all__ = ["RemoteNodes"]
 logger = LazyLogger(__name__)
 
 _RECV_SIZE = 65536
+_MAX_LINE = 1024 * 1024  # an agent's lines are a hello and task ends: far less
 
 ExitHandler = Callable[[str, Optional[int], Optional[str]], None]
 LostHandler = Callable[[str, List[str], str], None]
@@ -63,7 +63,7 @@ class _Connection:
 
     def __init__(self, sock: "socket.socket") -> None:
         self.sock = sock
-        self.framer = LineFramer()
+        self.framer = LineFramer(_MAX_LINE)
         self.agent: Optional[_Agent] = None
 
 
@@ -257,9 +257,16 @@ class RemoteNodes:
             return
         for line in conn.framer.feed(data):
             try:
-                message = json.loads(line)
-            except ValueError:
-                logger.warning("pilot: a message from an agent is not JSON: %r", line[:200])
+                message = decode_line(line, surrogates=True)
+                if not isinstance(message, dict):
+                    raise BadLine("expected a JSON object")
+            except BadLine as bad:
+                logger.warning("pilot: a message from %s cannot be read (%s): %r",
+                               f"node {agent.node}'s agent" if agent is not None
+                               else "a connection without hello", bad, line[:200])
+                if agent is None:
+                    self._drop_connection(conn.sock)
+                    return
                 continue
             if agent is None:
                 agent = self._hello(conn.sock, message)
@@ -270,13 +277,23 @@ class RemoteNodes:
             elif message.get("op") == "exited":
                 self._on_exit(str(message.get("id")), message.get("code"),
                               message.get("message"))
+        if conn.framer.too_long:  # no agent says that much: whoever it is goes
+            logger.warning("pilot: a line longer than %d bytes from %s; closing that "
+                           "connection", _MAX_LINE, f"node {agent.node}'s agent"
+                           if agent is not None else "a connection without hello")
+            self._drop_connection(conn.sock)
+            if agent is not None and agent.sock is conn.sock:
+                agent.sock = None
+                self._lose(agent.node, None, "its agent sent a line too long")
 
     def _hello(self, sock: "socket.socket", message: Dict[str, Any]) -> Optional[_Agent]:
         from hmac import compare_digest
 
         agent = self._agents.get(str(message.get("node")))
+        # As bytes: compare_digest raises on text that is not ASCII.
+        token = str(message.get("token")).encode("utf-8", "surrogatepass")
         if message.get("op") != "hello" or agent is None \
-                or not compare_digest(str(message.get("token")), self._token) \
+                or not compare_digest(token, self._token.encode()) \
                 or agent.sock is not None or agent.lost is not None:
             logger.warning("pilot: refused an agent connection (bad hello)")
             return None

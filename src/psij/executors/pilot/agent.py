@@ -19,7 +19,6 @@ KILL after a short grace) and exits. It never decides what to run.
 """
 
 import argparse
-import json
 import os
 import queue
 import socket
@@ -30,7 +29,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
 from psij._clock import Clock, MonotonicClock
-from psij._line_framing import LineFramer, encode_line
+from psij._line_framing import (
+    DEFAULT_MAX_LINE_BYTES,
+    BadLine,
+    LineFramer,
+    decode_line,
+    encode_line,
+)
 from psij.executors.pilot._engine_events import TaskExited
 from psij.executors.pilot._task_process import Launch, LaunchError, TaskProcesses
 
@@ -132,7 +137,7 @@ class _Agent:
 
 
 def _serve(agent: _Agent, sock: socket.socket) -> None:
-    framer = LineFramer()
+    framer = LineFramer(DEFAULT_MAX_LINE_BYTES)
     while True:
         try:
             data = sock.recv(65536)
@@ -141,8 +146,22 @@ def _serve(agent: _Agent, sock: socket.socket) -> None:
         if not data:
             return
         for line in framer.feed(data):
-            if line.strip() and not agent.handle(json.loads(line)):
+            if not line.strip():
+                continue
+            try:
+                message = decode_line(line, surrogates=True)
+                if not isinstance(message, dict):
+                    raise BadLine("expected a JSON object")
+            except BadLine as bad:
+                print(f"psij pilot agent: a request from the pilot cannot be read ({bad}); "
+                      "skipped", file=sys.stderr, flush=True)
+                continue
+            if not agent.handle(message):
                 return
+        if framer.too_long:
+            print(f"psij pilot agent: a request longer than {DEFAULT_MAX_LINE_BYTES} bytes "
+                  "from the pilot; stopping", file=sys.stderr, flush=True)
+            return
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -17,7 +17,11 @@ client keeps one connection and one reader thread; it never polls.
 
 A request line longer than ``max_request_bytes`` (``--max-request-bytes``, 64 MiB by default)
 gets an error reply (``"id": null``, ``"kind": "ValueError"``) and its connection is closed;
-lines are read in time linear in their length (:mod:`psij._line_framing`). When accepting fails
+lines are read in time linear in their length (:mod:`psij._line_framing`). A line that is not
+JSON, or holds what no request may (nesting deeper than 64, a number that is not finite:
+:func:`psij._line_framing.decode_line`), gets an error reply (``ValueError``, with the
+request's id when it could be read) and the connection goes on; a lone surrogate fails only
+the task that holds it. When accepting fails
 for want of file descriptors (EMFILE, ENFILE, ...), the server stops accepting for a while
 (50 ms, doubling up to 1 s) instead of spinning or dying, and takes the waiting connections
 once descriptors are free again; the connections it has are served all along.
@@ -25,7 +29,6 @@ once descriptors are free again; the connections it has are served all along.
 
 import errno
 import itertools
-import json
 import logging
 import os
 import selectors
@@ -35,7 +38,13 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from psij._clock import Clock, MonotonicClock
-from psij._line_framing import DEFAULT_MAX_LINE_BYTES, LineFramer, encode_line
+from psij._line_framing import (
+    DEFAULT_MAX_LINE_BYTES,
+    BadLine,
+    LineFramer,
+    decode_line,
+    encode_line,
+)
 from psij._private_dirs import ensure_private_dir
 from psij._stop_signals import StopSignals
 from psij._wakeup import Wakeup
@@ -339,7 +348,14 @@ class PilotService:
     def _handle(self, conn: _Connection, line: bytes) -> Dict[str, Any]:
         request_id: Any = None
         try:
-            request = json.loads(line)
+            try:
+                # A lone surrogate fails only the task that holds it (the engine's rule).
+                request = decode_line(line, surrogates=True)
+            except BadLine as bad:
+                # JSON, but a value in it is refused: answer its id still, when it has one.
+                if isinstance(bad.value, dict):
+                    request_id = _plain_id(bad.value.get("id"))
+                raise
             if not isinstance(request, dict):
                 raise ValueError("a request must be a JSON object")
             request_id = request.get("id")
@@ -352,7 +368,8 @@ class PilotService:
             reply.update({"id": request_id, "ok": True})
             return reply
         except (ValueError, TypeError, RuntimeError, KeyError) as ex:
-            kind = type(ex).__name__ if type(ex).__name__ in _KINDS else "RuntimeError"
+            kind = next((name for name, cls in _KINDS.items() if isinstance(ex, cls)),
+                        "RuntimeError")
             text = str(ex) if not isinstance(ex, KeyError) else f"missing field {ex}"
             return {"id": request_id, "ok": False, "error": text, "kind": kind}
 
@@ -421,6 +438,11 @@ class PilotService:
                              daemon=True).start()
         return {}
 
+
+
+def _plain_id(value: Any) -> Any:
+    """A request id fit to be sent back: a string or a whole number, else None."""
+    return value if isinstance(value, (str, int)) and not isinstance(value, bool) else None
 
 
 class _Pending:
@@ -516,7 +538,13 @@ class PilotClient:
                     break
                 for line in framer.feed(data):
                     if line.strip():
-                        message = json.loads(line)
+                        try:
+                            message = decode_line(line, surrogates=True)
+                            if not isinstance(message, dict):
+                                raise BadLine("expected a JSON object")
+                        except BadLine as ex:
+                            refused = f"the pilot on {self.path} sent what is not a reply: {ex}"
+                            return
                         if message.get("id") is None and message.get("ok") is False:
                             # Not the answer to a request: why the pilot is hanging up.
                             refused = f"the pilot on {self.path} closed the connection: " \
