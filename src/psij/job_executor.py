@@ -5,6 +5,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Set, Tuple
 
 from psij import _check
+from psij._declared_attributes import check_declared
 from psij._lazylog import LazyLogger, configure_from_environment
 from psij.exceptions import InvalidJobException, SubmitManyException
 from psij.job import CallbackLike, Job, JobStatusCallback, as_callback
@@ -70,8 +71,9 @@ class JobExecutor(ABC):
     def _check_job(self, job: Job) -> JobSpec:
         """Check that ``job`` can be submitted, bind it to this executor, return its spec.
 
-        Raises InvalidJobException if the job is not NEW, has no spec or is bound to an
-        executor already; TypeError/ValueError for a bad environment or arguments (these are
+        Raises InvalidJobException if the job is not NEW, has no spec, is bound to an executor
+        already or has a custom attribute psij reads (``psij.priority``, ``psij.tmp``, ...) of
+        the wrong kind; TypeError/ValueError for a bad environment or arguments (these are
         checked again here because lists and dicts can change after they were set).
         """
         if not isinstance(job, Job):
@@ -84,6 +86,7 @@ class JobExecutor(ABC):
             raise InvalidJobException(f"job {job.id} has no JobSpec")
         _check.env_dict("JobSpec.environment", spec.environment)
         _check.opt_str_list("JobSpec.arguments", spec.arguments)
+        check_declared(spec.attributes.custom_attributes)
         if job.executor is not None:
             raise InvalidJobException(f"job {job.id} is already bound to executor "
                                       f"{job.executor}")

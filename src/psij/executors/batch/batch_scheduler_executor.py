@@ -238,7 +238,7 @@ class BatchSchedulerExecutor(JobExecutor):
         else nothing (None)."""
         if not self.SCRIPT_ON_STDIN:
             return None
-        return submit_file_path.read_text(encoding="utf-8")
+        return submit_file_path.read_text(encoding="utf-8", errors="surrogateescape")
 
     def job_id_from_submit_output(self, out: str) -> str:
         """The native id in the (successful) submit command's stdout."""

@@ -62,7 +62,8 @@ def _private_dirs() -> ModuleType:
 
 def _create(path: Path, text: str, append: bool = False) -> None:
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-    with open(os.open(path, flags, 0o600), "w") as f:
+    with open(os.open(path, flags, 0o600), "w", encoding="utf-8",
+              errors="surrogateescape") as f:
         f.write(text)
 
 
@@ -194,7 +195,8 @@ class Spool:
 
 
 def cmd_submit(spool: Spool, script_path: str) -> int:
-    text = Path(script_path).read_text()
+    # Bytes, as a real scheduler takes a script (a name may hold any byte but NUL and "/").
+    text = Path(script_path).read_bytes().decode("utf-8", "surrogateescape")
     try:
         options = parse_directives(text)
     except ValueError as e:
