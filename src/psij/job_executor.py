@@ -2,12 +2,12 @@
 
 import threading
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from psij import _check
 from psij._declared_attributes import check_declared
 from psij._lazylog import LazyLogger, configure_from_environment
-from psij.exceptions import InvalidJobException, SubmitManyException
+from psij.exceptions import InvalidJobException, SubmitException, SubmitManyException
 from psij.job import CallbackLike, Job, JobStatusCallback, as_callback
 from psij.job_executor_config import JobExecutorConfig
 from psij.job_launcher import Launcher, _plugin_name, _plugin_version
@@ -118,6 +118,14 @@ class JobExecutor(ABC):
         if failures:
             raise SubmitManyException(failures, len(jobs))
 
+    def set_priority(self, job: Job, priority: Union[int, float]) -> bool:
+        """Change the priority (``psij.priority``) of a job already submitted; True when it
+        now orders the job, False when nothing orders it any more (it runs). Batch executors
+        reorder the jobs they hold and, with ``use_nice``, tell the scheduler; others raise
+        SubmitException."""
+        raise SubmitException(f"the {self.name} executor cannot change the priority of a job "
+                              "it has taken")
+
     @abstractmethod
     def cancel(self, job: Job) -> None:
         """Cancel ``job``; it ends CANCELED unless it finished first."""
@@ -151,6 +159,14 @@ class JobExecutor(ABC):
             logger.warning("could not set status of job %s: %s", job.id, ex)
             return
         if entered:
+            from psij._registry_recorder import record
+
+            record(self, job)
+
+    def _restate_job_status(self, job: Job, status: JobStatus) -> None:
+        """Replace the status of ``job`` by ``status`` of the state it is in, when more is known
+        about it (see ``Job._restate``), and record it in the job registry."""
+        if job._restate(status):
             from psij._registry_recorder import record
 
             record(self, job)
