@@ -7,7 +7,6 @@ queue ``held``)."""
 
 import subprocess
 import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, List, Tuple
@@ -24,14 +23,8 @@ from psij.executors.batch.batch_test import BatchTestExecutorConfig
 WAIT = timedelta(seconds=60)
 
 
-def until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    end = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.05)
+def until(what: str, check: Callable[[], Any]) -> Any:
+    return wait_for(what, check, timeout=30.0, every=0.05)
 
 
 def held_by(job: Job) -> Any:

@@ -240,10 +240,7 @@ class StatusPoller:
             jobs = list(self._jobs.get(action.native_id, ()))
             self._last[action.native_id] = status
         for job in jobs:
-            if isinstance(action, Restate):
-                self._restate(job, status)
-            else:
-                self._deliver(job, status)
+            self._deliver(job, status, restated=isinstance(action, Restate))
 
     def _finish(self, executor: "BatchSchedulerExecutor", action: Finish) -> None:
         with self._cond:
@@ -269,17 +266,12 @@ class StatusPoller:
             self._deliver(job, status)
 
     @staticmethod
-    def _deliver(job: Job, status: JobStatus) -> None:
+    def _deliver(job: Job, status: JobStatus, restated: bool = False) -> None:
+        """Enter ``status``, or restate the job's current state with it."""
         executor = job.executor
-        if executor is not None:
-            executor._set_job_status(job, status)
-        else:
-            job._set_status(status)
-
-    @staticmethod
-    def _restate(job: Job, status: JobStatus) -> None:
-        executor = job.executor
-        if executor is not None:
+        if executor is None:
+            (job._restate if restated else job._set_status)(status)
+        elif restated:
             executor._restate_job_status(job, status)
         else:
-            job._restate(status)
+            executor._set_job_status(job, status)
