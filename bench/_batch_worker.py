@@ -53,15 +53,21 @@ def _status_window(starts: List[Tuple[float, int]], ready: float, interval: floa
 
 def _write_fake_slurm(folder: Path) -> Path:
     """Fake ``sbatch`` (new ids, remembered) and ``squeue`` (logs each call with the number of
-    ids asked for; every known job PENDING, in the format each package asks for)."""
+    ids asked for; every known job PENDING, in the format each package asks for).
+
+    Several fake sbatch may run at once (spare submit commands are started ahead of need), so
+    a new id is taken under a lock: without it two jobs could get one id."""
     fake_bin = folder / "bin"
     fake_bin.mkdir(parents=True)
     state = folder / "state"
     state.mkdir()
     (fake_bin / "sbatch").write_text(f"""#!/bin/sh
+exec 9>>"{state}/lock"
+flock 9
 n=$(( $(cat "{state}/next" 2>/dev/null || echo 1000) + 1 ))
 echo "$n" >"{state}/next"
 echo "$n" >>"{state}/ids"
+flock -u 9
 echo "Submitted batch job $n"
 """)
     (fake_bin / "squeue").write_text(f"""#!/bin/sh

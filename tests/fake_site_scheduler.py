@@ -31,8 +31,10 @@ Job arrays: ``qsub`` with ``#PBS -J a-b`` prints ``N[].fakepbs`` and runs each s
 ``LSB_JOBINDEX=i``, and ``bjobs N`` shows each element (``JOBID`` N, ``JOBINDEX`` i). Elements
 are cancelled by their own ids (``qdel N[i].fakepbs``, ``bkill "N[i]"``).
 
-A job sent to the queue ``held`` stays queued until it is cancelled; submitting to the queue
-``nosuchqueue`` fails with the tool's own error message. Standard library only.
+A job sent to the queue ``held`` stays queued, shown as each tool shows a job on hold (PBS and
+Torque ``H``, LSF ``PSUSP``, Cobalt ``user_hold``, Flux urgency 0), until it is cancelled;
+submitting to the queue ``nosuchqueue`` fails with the tool's own error message. Standard
+library only.
 """
 
 import fcntl
@@ -544,9 +546,11 @@ def qstat_cobalt(spool: Spool, args: List[str]) -> int:
 
 def flux_fields(job: Dict[str, Any]) -> Dict[str, str]:
     values = {"id.f58": f58(int(job["id"])), "id": job["id"], "exception.type": "",
-              "exception.note": "", "result": "", "returncode": ""}
+              "exception.note": "", "result": "", "returncode": "", "urgency": "16"}
     if job["state"] == "queued":
-        values["state"] = "SCHED" if job["queue"] != "held" else "DEPEND"
+        values["state"] = "SCHED"
+        if job["queue"] == "held":  # as `flux job urgency ID hold` leaves a job
+            values["urgency"] = "0"
     elif job["state"] == "running":
         values["state"] = "RUN"
     else:

@@ -5,12 +5,14 @@ cannot be attached from another process; bad configuration values are refused.""
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
 
+import psij
 import psij.registry
 from psij import Job, JobAttributes, JobExecutor, JobSpec, JobState, JobStatus
 from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
@@ -157,3 +159,82 @@ def test_cap_true_means_ten_and_default_is_off() -> None:
     assert BatchSchedulerExecutorConfig(max_queued_per_shape=True).max_queued_per_shape == 10
     assert BatchSchedulerExecutorConfig(max_queued_per_shape=False).max_queued_per_shape is None
     assert BatchSchedulerExecutorConfig(max_queued_per_shape=3).max_queued_per_shape == 3
+
+
+class _CountingRunner:
+    """The executor's runner, noting when each status command ran."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.polls: List[float] = []
+
+    def run(self, argv: Any, timeout: float, stdin: Any = None) -> Any:
+        if "status" in argv:
+            self.polls.append(time.monotonic())
+        return self.runner.run(argv, timeout, stdin)
+
+
+def test_a_freed_slot_is_used_within_the_short_interval(tmp_path: Path) -> None:
+    # The full poll comes every 30 s; while a job is held, the queued job of its shape is
+    # looked at every 0.3 s (the delay after a submit), so its start frees the slot at once.
+    cfg = BatchTestExecutorConfig(work_directory=tmp_path / "w", queue_polling_interval=30,
+                                  initial_queue_polling_delay=0.3, keep_finished=1,
+                                  max_queued_per_shape=1)
+    ex = JobExecutor.get_instance("batch-test", config=cfg)
+    counting = _CountingRunner(ex._runner)  # type: ignore[attr-defined]
+    ex._runner = counting  # type: ignore[attr-defined]
+    try:
+        first, second = (Job(JobSpec("/bin/sleep", ["4"], name=n, attributes=JobAttributes(
+            custom_attributes={"batch-test.queue-delay": 1.0}))) for n in ("first", "second"))
+        ex.submit(first)
+        begin = time.monotonic()
+        ex.submit(second)
+        assert second.native_id is None  # held behind the first, of the same shape
+        while second.native_id is None:
+            assert time.monotonic() - begin < 20, "the held job did not go out within 20 s"
+            time.sleep(0.02)
+        out = time.monotonic()
+        # the first starts 1 s after its submission; seen within a few short intervals
+        assert out - begin < 2.5, out - begin
+        assert first.status.state is JobState.ACTIVE
+        # Nothing is held any more: no poll sooner than the full interval (but the one its
+        # submission asks for, 0.3 s after it).
+        time.sleep(3.0)
+        assert [t for t in counting.polls if t > out + 1.0] == []
+        assert second.status.state is JobState.QUEUED  # its start is seen at the next poll
+    finally:
+        ex.close()
+
+
+def test_a_new_priority_reorders_held_jobs_at_once(tmp_path: Path) -> None:
+    cfg = BatchTestExecutorConfig(work_directory=tmp_path / "w", queue_polling_interval=0.1,
+                                  initial_queue_polling_delay=0.05, keep_finished=1,
+                                  max_queued_per_shape=1)
+    ex = JobExecutor.get_instance("batch-test", config=cfg)
+    started: List[str] = []
+    ex.set_job_status_callback(lambda j, st: started.append(j.spec.name)  # type: ignore
+                               if st.state is JobState.ACTIVE else None)
+    try:
+        first = job(0.5, name="first")
+        ex.submit(first)
+        jobs = {n: job(0.5, p, n) for n, p in (("a", 1), ("b", 2), ("c", 3))}
+        for j in jobs.values():
+            ex.submit(j)
+        shared = jobs["a"].spec
+        assert ex.set_priority(jobs["a"], 10) is True
+        assert ex.set_priority(jobs["c"], -1.5) is True
+        # The held job's status shows it; the spec it was made from is left as it was.
+        assert jobs["a"].status.metadata["priority"] == 10  # type: ignore[index]
+        assert jobs["a"].status.message == HELD_MESSAGE
+        assert jobs["a"].spec is not shared
+        assert shared.attributes.custom_attributes["psij.priority"] == 1  # type: ignore
+        assert jobs["a"].spec.attributes.custom_attributes["psij.priority"] == 10  # type: ignore
+        for j in (first, *jobs.values()):
+            st = j.wait(WAIT)
+            assert st is not None and st.state is JobState.COMPLETED
+            # A job that ended keeps its place in history: no new priority for it.
+            with pytest.raises(psij.InvalidJobException, match="no longer matters"):
+                ex.set_priority(j, 1)
+        assert started == ["first", "a", "b", "c"]
+    finally:
+        ex.close()

@@ -16,6 +16,7 @@ from psij.executors.batch._holding import (
     IllegalEvent,
     LeftQueue,
     Phase,
+    Reprioritize,
     Submit,
     SubmitFailed,
     Submitted,
@@ -193,3 +194,104 @@ def test_illegal_events_raise_and_change_nothing() -> None:
     for bad in (0, -1, True, 2.5, None):
         with pytest.raises(ValueError, match="max_queued_per_shape"):
             Holding(bad)  # type: ignore[arg-type]
+
+
+# -- new priorities, and the shapes that hold jobs ---------------------------------------------
+
+
+def test_a_new_priority_moves_a_held_job_at_once() -> None:
+    h = Holding(1)
+    submit_all(h, h.step(Arrived("x", "S", 0)))
+    for key, p in (("a", 1), ("b", 2), ("c", 3)):
+        h.step(Arrived(key, "S", p))
+    assert h.step(Reprioritize("a", 10)) == []
+    assert h.step(Reprioritize("c", -1)) == []
+    assert h.step(Reprioritize("b", 50)) == []
+    assert h.step(Reprioritize("b", 2)) == []  # and back: its first place counts again
+    order = []
+    last = "x"
+    for _ in range(3):
+        (action,) = h.step(LeftQueue(last))
+        assert isinstance(action, Submit)
+        last = action.key
+        h.step(Submitted(last))
+        order.append(last)
+    assert order == ["a", "b", "c"]
+    assert h.step(LeftQueue(last)) == [] and h.counts("S") == (0, 0)
+
+
+def test_equal_new_priorities_keep_the_order_of_arrival() -> None:
+    h = Holding(1)
+    submit_all(h, h.step(Arrived("x", "S", 0)))
+    for key in "abc":
+        h.step(Arrived(key, "S", 0))
+    h.step(Reprioritize("c", 5))
+    h.step(Reprioritize("a", 5))
+    (first,) = h.step(LeftQueue("x"))
+    assert first == Submit("a")  # arrived before c
+
+
+def test_only_held_jobs_take_a_new_priority_here() -> None:
+    h = Holding(1)
+    h.step(Arrived("a", "S", 0))
+    h.step(Arrived("b", "S", 0))
+    for event, text in [(Reprioritize("a", 1), "submitting, not held"),
+                        (Reprioritize("zz", 1), "not known"),
+                        (Reprioritize("b", float("nan")), "expected a number"),
+                        (Reprioritize("b", True), "expected a number")]:
+        with pytest.raises(IllegalEvent, match=text):
+            h.step(event)  # type: ignore[arg-type]
+    h.step(Submitted("a"))
+    with pytest.raises(IllegalEvent, match="queued, not held"):
+        h.step(Reprioritize("a", 1))
+
+
+def test_random_reprioritized_workload_matches_a_model() -> None:
+    rng = random.Random(11)
+    cap = 2
+    h = Holding(cap)
+    queued: Dict[str, List[str]] = {s: [] for s in "AB"}
+    held: Dict[str, Dict[str, Tuple[float, int]]] = {s: {} for s in "AB"}  # key -> (-p, i)
+    changes = 0
+    holding = set()
+    for i in range(4000):
+        r = rng.random()
+        everything_held = [(s, k) for s in "AB" for k in held[s]]
+        if r < 0.45 or not (any(queued.values()) or everything_held):
+            key, shape, p = f"j{i}", rng.choice("AB"), rng.randint(-3, 3)
+            actions = h.step(Arrived(key, shape, p))
+            if len(queued[shape]) < cap:
+                queued[shape].append(key)
+            else:
+                held[shape][key] = (-p, i)
+        elif r < 0.7 and everything_held:
+            shape, key = rng.choice(everything_held)
+            p = rng.randint(-3, 3)
+            assert h.step(Reprioritize(key, p)) == []
+            held[shape][key] = (-p, held[shape][key][1])
+            actions = []
+        elif r < 0.8 and everything_held:
+            shape, key = rng.choice(everything_held)
+            assert h.step(Cancel(key)) == [Dropped(key)]
+            del held[shape][key]
+            actions = []
+        elif any(queued.values()):
+            shape = rng.choice([s for s in "AB" if queued[s]])
+            key = queued[shape].pop(rng.randrange(len(queued[shape])))
+            actions = h.step(LeftQueue(key))
+            if held[shape]:
+                best = min(held[shape], key=lambda k: held[shape][k])
+                del held[shape][best]
+                assert actions == [Submit(best)]
+                queued[shape].append(best)
+            else:
+                assert actions == []
+        else:
+            continue
+        submit_all(h, actions)
+        now = {s for s in "AB" if held[s]}
+        changes += now != holding
+        holding = now
+        assert h.holding() == now and h.holding_changes == changes
+        for s in "AB":
+            assert h.counts(s) == (len(queued[s]), len(held[s]))

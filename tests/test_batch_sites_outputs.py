@@ -26,6 +26,14 @@ def meta(status: JobStatus) -> Dict[str, object]:
     return dict(status.metadata)
 
 
+def held(status: JobStatus) -> bool:
+    """Whether the status says that the scheduler holds the job (and says so in words)."""
+    if meta(status).get("held_by") != "scheduler":
+        return False
+    assert status.state is JobState.QUEUED and "held by the scheduler" in str(status.message)
+    return True
+
+
 # ======================================================================== PBS Pro: qstat -F json
 
 # The state each letter must map to, written out again (not derived from the map under test).
@@ -69,6 +77,7 @@ def test_pbs_every_live_state(pbs_ex: PBSJobExecutor) -> None:
         st = parsed[f"{100 + i}.pbs1"]
         assert st.state is state, code
         assert meta(st)["native_state"] == code and meta(st)["reason"] == f"c{i}"
+        assert held(st) == (code == "H"), code
 
 
 # (letter, attributes) -> (state, exit code, cause, message part)
@@ -195,6 +204,7 @@ def test_torque_every_live_state(torque_ex: PBSClassicJobExecutor) -> None:
     for i, (code, state) in enumerate(TORQUE_LIVE.items()):
         assert parsed[f"{i}.host"].state is state, code
         assert meta(parsed[f"{i}.host"])["native_state"] == code
+        assert held(parsed[f"{i}.host"]) == (code == "H"), code
 
 
 @pytest.mark.parametrize("extra,state,code,cause", [
@@ -264,6 +274,8 @@ def test_lsf_every_live_state(lsf_ex: LsfJobExecutor) -> None:
     for i, (code, state) in enumerate(LSF_LIVE.items()):
         assert parsed[str(300 + i)].state is state, code
         assert meta(parsed[str(300 + i)])["native_state"] == code
+        # PSUSP: held until bresume; USUSP (suspended while running) is not a hold
+        assert held(parsed[str(300 + i)]) == (code == "PSUSP"), code
 
 
 @pytest.mark.parametrize("stat,code,reason,state,exit_code,cause", [
@@ -360,6 +372,8 @@ def test_cobalt_every_state(cobalt_ex: CobaltJobExecutor) -> None:
     for i, (code, state) in enumerate(COBALT_EXPECTED.items()):
         st = parsed[str(500 + i)]
         assert st.state is state and meta(st)["native_state"] == code
+        # dep_hold and maxrun_hold end by themselves: waiting, not held
+        assert held(st) == (code in ("user_hold", "admin_hold", "hold")), code
     assert "depends on" in str(parsed[str(500 + len(COBALT_EXPECTED) - 1)].message)
 
 
@@ -422,8 +436,8 @@ def test_flux_job_ids() -> None:
 
 
 def flux_line(job_id: str, state: str, result: str = "", code: str = "", exc: str = "",
-              note: str = "") -> str:
-    return f"{job_id}|{state}|{result}|{code}|{exc}|{note}\n"
+              note: str = "", urgency: str = "16") -> str:
+    return f"{job_id}|{state}|{result}|{code}|{urgency}|{exc}|{note}\n"
 
 
 def test_flux_every_state(flux_ex: FluxJobExecutor) -> None:
@@ -433,6 +447,20 @@ def test_flux_every_state(flux_ex: FluxJobExecutor) -> None:
     for job_id, (code, state) in zip(ids, FLUX_LIVE.items()):
         st = parsed[jobid_to_decimal(job_id)]
         assert st.state is state and meta(st)["native_state"] == code
+        assert not held(st)
+
+
+def test_flux_urgency_zero_is_held(flux_ex: FluxJobExecutor) -> None:
+    # `flux job urgency ID hold` sets urgency 0: the job waits in SCHED (or PRIORITY) until
+    # its urgency is raised again.
+    out = (flux_line("\u0192D7j8aT", "SCHED", urgency="0")
+           + flux_line("\u0192TKuuBXJyV", "PRIORITY", urgency="0")
+           + flux_line("\u0192ABC", "SCHED", urgency="16")
+           + flux_line("\u0192z2", "RUN", urgency="0"))
+    parsed = flux_ex.parse_status_output(0, out)
+    assert [held(parsed[jobid_to_decimal(i)]) for i in
+            ("\u0192D7j8aT", "\u0192TKuuBXJyV", "\u0192ABC", "\u0192z2")] == \
+        [True, True, False, False]
 
 
 @pytest.mark.parametrize("result,code,exc,note,state,exit_code,cause", FLUX_ENDINGS)

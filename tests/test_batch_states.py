@@ -24,6 +24,8 @@ SLURM_EXPECTED = {
 SLURM_CAUSES = {"TIMEOUT": "time_limit", "OUT_OF_MEMORY": "out_of_memory",
                 "NODE_FAIL": "node_failure", "PREEMPTED": "preempted",
                 "BOOT_FAIL": "boot_failure", "DEADLINE": "deadline"}
+# States that mean Slurm holds the job until it is released, whatever the reason.
+SLURM_HELD = {"REQUEUE_HOLD", "RESV_DEL_HOLD"}
 
 
 @pytest.fixture
@@ -50,7 +52,22 @@ def test_slurm_squeue_every_state(slurm_ex: SlurmJobExecutor) -> None:
         assert st.metadata is not None
         assert st.metadata["native_state"] == code and st.metadata["reason"] == f"Reason{i}"
         assert st.metadata.get("cause") == SLURM_CAUSES.get(code)
+        assert (st.metadata.get("held_by") == "scheduler") == (code in SLURM_HELD), code
 
+
+def test_slurm_held_reasons_say_held(slurm_ex: SlurmJobExecutor) -> None:
+    # As squeue shows `sbatch --hold` (JobHeldUser) and `scontrol hold` by root (JobHeldAdmin).
+    out = ("1|PENDING|JobHeldUser", "2|PENDING|JobHeldAdmin", "3|PENDING|Resources",
+           "4|PENDING|Priority", "5|RUNNING|None", "6_[1-2]|PENDING|JobHeldUser")
+    parsed = slurm_ex.parse_status_output(0, "\n".join(out) + "\n")
+    for nid in ("1", "2", "6_1", "6_2"):
+        st = parsed[nid]
+        assert st.state is JobState.QUEUED, nid
+        assert st.metadata["held_by"] == "scheduler", nid  # type: ignore[index]
+        assert "held by the scheduler" in str(st.message) and "JobHeld" in str(st.message)
+    for nid in ("3", "4", "5"):
+        assert "held_by" not in parsed[nid].metadata, nid  # type: ignore[operator]
+        assert parsed[nid].message is None
 
 def test_slurm_failed_reasons_give_causes(slurm_ex: SlurmJobExecutor) -> None:
     parsed = slurm_ex.parse_status_output(
@@ -206,6 +223,7 @@ def test_slurm_failed_job_with_unknown_code_says_slurms_reason(tmp_path) -> None
 SGE_ACTIVE = ["r", "t", "Rr", "Rt", "s", "ts", "S", "tS", "T", "tT", "Rs", "Rts", "RS", "RtS",
               "RT", "RtT", "dr", "dt", "dRr", "dRt", "ds", "dS", "dT", "dRs", "dRS", "dRT"]
 SGE_QUEUED = ["qw", "hqw", "hRwq", "Rq", "dqw", "dhqw"]
+SGE_HELD = ["hqw", "hRwq", "dhqw"]  # queued with a hold (qhold, qsub -h)
 SGE_ERROR = ["Eqw", "Ehqw", "EhRqw"]
 
 
@@ -239,6 +257,7 @@ def test_sge_qstat_every_state(sge_ex: SgeJobExecutor) -> None:
                     JobState.QUEUED if code in SGE_QUEUED else JobState.FAILED)
         assert st.state is expected, code
         assert st.metadata is not None and st.metadata["native_state"] == code
+        assert (st.metadata.get("held_by") == "scheduler") == (code in SGE_HELD), code
         if code in SGE_ERROR:
             assert st.metadata["cause"] == "held_error" and "error state" in str(st.message)
 
@@ -300,12 +319,15 @@ def test_batch_test_every_state(tmp_path) -> None:  # type: ignore[no-untyped-de
         work_directory=tmp_path))
     expected = {"PENDING": JobState.QUEUED, "RUNNING": JobState.ACTIVE,
                 "COMPLETED": JobState.COMPLETED, "FAILED": JobState.FAILED,
-                "CANCELLED": JobState.CANCELED, "TIMEOUT": JobState.FAILED}
+                "CANCELLED": JobState.CANCELED, "TIMEOUT": JobState.FAILED,
+                "HELD": JobState.QUEUED}
     assert set(batch_test.STATE_MAP) == set(expected)
     out = "".join(f"{i}|{code}|None\n" for i, code in enumerate(expected))
     parsed = ex.parse_status_output(0, out)
-    for i, (_code, state) in enumerate(expected.items()):
+    for i, (code, state) in enumerate(expected.items()):
         assert parsed[str(i)].state is state
+        held = parsed[str(i)].metadata.get("held_by") == "scheduler"  # type: ignore[union-attr]
+        assert held == (code == "HELD"), code
     assert parsed["5"].metadata["cause"] == "time_limit"  # type: ignore[index]
     with pytest.raises(ValueError):
         ex.parse_status_output(0, "garbage\n")

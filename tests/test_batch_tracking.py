@@ -10,6 +10,7 @@ from psij.executors.batch._tracking import (
     CancelAsked,
     CancelFailed,
     Finish,
+    Hurry,
     IllegalEvent,
     JobAdded,
     JobTracker,
@@ -20,6 +21,7 @@ from psij.executors.batch._tracking import (
     PollSucceeded,
     ReportState,
     ResolveMissing,
+    Restate,
     RunStatusCommand,
     Settings,
     Tick,
@@ -293,3 +295,120 @@ def test_settings_are_checked() -> None:
         Settings(interval=0)
     with pytest.raises(ValueError, match="error_threshold"):
         Settings(error_threshold=-1)
+
+
+# -- holds by the scheduler: said again in the same state --------------------------------------
+
+HELD = {"native_state": "PENDING", "reason": "JobHeldUser", "held_by": "scheduler"}
+
+
+def test_a_hold_and_its_release_are_restated_once_each() -> None:
+    t, clock = make()
+    t.feed(JobAdded("1"))
+    clock.advance(2)
+    poll(t)
+    [restated] = t.feed(PollSucceeded({"1": obs(JobState.QUEUED, metadata=HELD)}))
+    assert isinstance(restated, Restate) and restated.observation.metadata == HELD
+    for _ in range(3):  # still held: nothing more to say
+        clock.advance(10)
+        poll(t)
+        assert t.feed(PollSucceeded({"1": obs(JobState.QUEUED, metadata=HELD)})) == []
+    clock.advance(10)
+    poll(t)
+    [released] = t.feed(PollSucceeded({"1": obs(JobState.QUEUED)}))
+    assert isinstance(released, Restate) and "held_by" not in released.observation.metadata
+    clock.advance(10)
+    poll(t)
+    [active] = t.feed(PollSucceeded({"1": obs(JobState.ACTIVE)}))
+    assert isinstance(active, ReportState)
+
+
+def test_an_attached_job_seen_held_first_is_reported_not_restated() -> None:
+    t, _ = make()
+    t.feed(JobAdded("1", JobState.NEW, poll_soon=True))
+    poll(t)
+    [first] = t.feed(PollSucceeded({"1": obs(JobState.QUEUED, metadata=HELD)}))
+    assert isinstance(first, ReportState)
+    assert t.state.jobs["1"].held
+
+
+# -- hurried groups: the queued jobs of shapes that hold jobs back -----------------------------
+
+
+def _rounds(t: JobTracker, clock: ManualClock, seconds: float, seen: "dict[str, JobState]",
+            step: float = 0.5) -> "list[tuple[float, tuple[str, ...]]]":
+    """Advance the clock ``seconds`` by ``step``, answering each poll with ``seen``."""
+    rounds = []
+    end = clock.now() + seconds
+    while clock.now() < end - 1e-9:
+        clock.advance(step)
+        actions = t.feed(Tick())
+        if actions:
+            [cmd] = actions
+            assert isinstance(cmd, RunStatusCommand)
+            rounds.append((clock.now(), cmd.native_ids))
+            t.feed(PollSucceeded({n: obs(seen[n]) for n in cmd.native_ids}))
+    return rounds
+
+
+def test_queued_jobs_of_hurried_groups_are_polled_at_the_short_interval() -> None:
+    t, clock = make()
+    seen = {"a1": JobState.QUEUED, "a2": JobState.ACTIVE, "b1": JobState.QUEUED}
+    t.feed(JobAdded("a1", group="a"))
+    t.feed(JobAdded("a2", group="a"))
+    t.feed(JobAdded("b1", group="b"))
+    t.feed(Hurry(frozenset({"a"})))
+    rounds = _rounds(t, clock, 12, seen)
+    # the first round covers all (initial delay); then a1, the only queued job of "a", every
+    # initial_delay (2 s); the full round still every interval (10 s)
+    assert rounds[0] == (1002.0, ("a1", "a2", "b1"))
+    assert rounds[1:5] == [(1004.0, ("a1",)), (1006.0, ("a1",)), (1008.0, ("a1",)),
+                           (1010.0, ("a1",))]
+    assert rounds[5] == (1012.0, ("a1", "a2", "b1"))
+    # a1 starts: no queued job of "a" is left, so nothing is polled sooner any more
+    seen["a1"] = JobState.ACTIVE
+    rounds = _rounds(t, clock, 25, seen)
+    assert [ids for _, ids in rounds] == [("a1",), ("a1", "a2", "b1"), ("a1", "a2", "b1")]
+
+
+def test_without_hurried_groups_nothing_is_polled_sooner() -> None:
+    t, clock = make()
+    seen = {"a1": JobState.QUEUED}
+    t.feed(JobAdded("a1", group="a"))
+    t.feed(Hurry(frozenset({"a"})))
+    t.feed(Hurry(frozenset()))  # the shape holds nothing any more
+    assert [when for when, _ in _rounds(t, clock, 25, seen)] == [1002.0, 1012.0, 1022.0]
+    # no group at all (a job of an executor without max_queued_per_shape)
+    t2, clock2 = make()
+    t2.feed(JobAdded("x"))
+    t2.feed(Hurry(frozenset({None})))
+    assert [when for when, _ in _rounds(t2, clock2, 25, {"x": JobState.QUEUED})] == \
+        [1002.0, 1012.0, 1022.0]
+
+
+def test_hurry_while_waiting_brings_the_next_look_forward() -> None:
+    t, clock = make()
+    t.feed(JobAdded("a1", group="a"))
+    clock.advance(2)
+    poll(t)
+    t.feed(PollSucceeded({"a1": obs(JobState.QUEUED)}))
+    assert t.next_deadline() == 1012.0
+    clock.advance(1)
+    t.feed(Hurry(frozenset({"a"})))
+    assert t.next_deadline() == 1005.0
+    clock.advance(2)
+    assert poll(t).native_ids == ("a1",)
+
+
+def test_a_failed_poll_keeps_its_backoff_even_for_hurried_jobs() -> None:
+    t, clock = make()
+    t.feed(JobAdded("a1", group="a"))
+    t.feed(Hurry(frozenset({"a"})))
+    clock.advance(2)
+    poll(t)
+    t.feed(PollFailed("squeue: timed out"))
+    assert t.next_deadline() == 1012.0  # the backoff (interval), not initial_delay
+    clock.advance(10)
+    poll(t)
+    t.feed(PollSucceeded({"a1": obs(JobState.QUEUED)}))
+    assert t.next_deadline() == 1014.0  # working again: hurried again

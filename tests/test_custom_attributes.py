@@ -8,7 +8,15 @@ from typing import Dict
 
 import pytest
 
-from psij import InvalidJobException, Job, JobAttributes, JobExecutor, JobSpec, JobState
+from psij import (
+    InvalidJobException,
+    Job,
+    JobAttributes,
+    JobExecutor,
+    JobExecutorConfig,
+    JobSpec,
+    JobState,
+)
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
@@ -158,3 +166,61 @@ def test_job_serialized_by_psij_python_with_keys_without_a_prefix(tmp_path: Path
     text = directive_lines(executor("slurm", tmp_path).submit_script(Job(spec)))
     assert '#SBATCH --qos="debug"' in text.splitlines()
     assert "ATTR" not in text
+
+
+# -- the attributes psij itself reads: checked by every executor, read by kind from text -------
+
+DECLARED_BAD = [("psij.priority", "abc", "expected a number"),
+                ("psij.priority", float("nan"), "expected a finite number"),
+                ("pilot.priority", True, "expected a number"),
+                ("psij.tmp", "1073741824", "expected a whole number of bytes"),
+                ("psij.tmp", -1, "expected a whole number of bytes"),
+                ("pilot.time_limit", "60", "expected a number of seconds")]
+
+
+@pytest.mark.parametrize("name", ["local", "batch-test", "slurm", "cobalt", "pilot"])
+@pytest.mark.parametrize("key,value,text", DECLARED_BAD)
+def test_a_declared_attribute_of_the_wrong_kind_is_refused_by_every_executor(
+        name: str, key: str, value: object, text: str, tmp_path: Path) -> None:
+    # Also by executors that do not use it (local without a pool, cobalt without use_nice):
+    # a job one executor refuses is refused by all.
+    config = (BatchSchedulerExecutorConfig if name not in ("local", "pilot")
+              else JobExecutorConfig)(work_directory=tmp_path / "work")
+    ex = JobExecutor.get_instance(name, config=config)
+    custom: Dict[str, object] = {}
+    job = Job(JobSpec("/bin/true", attributes=JobAttributes(custom_attributes=custom)))
+    custom[key] = value  # added after construction, as psij-python code does
+    try:
+        with pytest.raises(InvalidJobException, match=f"custom attribute {key}: {text}"):
+            ex.submit(job)
+        assert job.status.state is JobState.NEW and job.executor is None
+        if isinstance(ex, BatchSchedulerExecutor):
+            with pytest.raises(InvalidJobException, match=f"custom attribute {key}"):
+                ex.submit_script(job)
+    finally:
+        getattr(ex, "close", lambda: None)()
+
+
+@pytest.mark.parametrize("text,value", [("1073741824", 1073741824), ("1e9", 1000000000),
+                                        (" 0 ", 0)])
+def test_the_command_line_reads_declared_attributes_by_their_kind(text: str,
+                                                                  value: int) -> None:
+    from psij.cli import build_attributes
+
+    attrs = build_attributes([f"psij.tmp={text}", "psij.priority=-2.5", "slurm.qos=7"])
+    assert attrs.custom_attributes == {"psij.tmp": value, "psij.priority": -2.5,
+                                       "slurm.qos": "7"}  # an undeclared one stays text
+
+
+@pytest.mark.parametrize("assignment,text", [
+    ("psij.priority=abc", "psij.priority: expected a number, got 'abc'"),
+    ("psij.priority=inf", "psij.priority: expected a finite number"),
+    ("psij.tmp=1.5", "psij.tmp: expected a whole number of bytes"),
+    ("psij.tmp=-1", "psij.tmp: expected a whole number of bytes"),
+    ("pilot.time_limit=0", "pilot.time_limit: expected a number of seconds above 0")])
+def test_the_command_line_refuses_declared_attributes_of_the_wrong_kind(
+        assignment: str, text: str) -> None:
+    from psij.cli import UsageError, build_attributes
+
+    with pytest.raises(UsageError, match=text):
+        build_attributes([assignment])

@@ -292,14 +292,24 @@ def test_instances_ending_fast_are_reported_with_the_median() -> None:
 
 
 def test_held_jobs_do_not_count_as_waiting() -> None:
+    from psij.executors.batch.sge import sge_status
+    from psij.executors.batch.slurm import slurm_status
+
     sim = Sim()
-    h = sim.create(3)
+    h = sim.create(5)
     keys = sim.accept(JobState.QUEUED)
-    sim.status(keys[0], JobState.QUEUED, metadata={"native_state": "hqw"})
-    sim.status(keys[1], JobState.QUEUED, metadata={"native_state": "PENDING",
-                                                   "reason": "JobHeldUser"})
+    # What the backends report for a job their scheduler holds.
+    sim.status(keys[0], JobState.QUEUED, metadata=sge_status("hqw").metadata)
+    sim.status(keys[1], JobState.QUEUED, metadata=slurm_status("PENDING", "JobHeldUser").metadata)
+    # Held back by the client (max_queued_per_shape): it goes out by itself, so it waits.
+    sim.status(keys[2], JobState.QUEUED, metadata={"held_by": "client", "held": 3})
+    sim.status(keys[3], JobState.QUEUED, metadata=slurm_status("PENDING", "Priority").metadata)
     status = sim.call("status", handle=h)
-    assert (status["waiting"], status["held"]) == (1, 2)
+    assert (status["waiting"], status["held"]) == (3, 2)
+    # Released by the scheduler: restated QUEUED without the hold, it waits again.
+    sim.status(keys[1], JobState.QUEUED, metadata=slurm_status("PENDING", "None").metadata)
+    status = sim.call("status", handle=h)
+    assert (status["waiting"], status["held"]) == (4, 1)
 
 
 # -- records, deletion, quotas ----------------------------------------------------------------

@@ -5,6 +5,7 @@ clear error or a wait with a message, losing nothing.
 Everything runs on real files; concurrency and locking use real processes.
 """
 
+import json
 import os
 import sqlite3
 import stat
@@ -360,3 +361,20 @@ def test_records_arriving_as_the_idle_writer_ends_are_all_written(monkeypatch: A
         time.sleep(0.0005 * (n % 4))  # about the idle time: some land as the thread ends
     assert writer.flush(60)
     assert sorted(written) == list(range(300))
+
+
+def test_an_attached_job_follows_the_recorded_settings_of_its_executor(tmp_path: Path) -> None:
+    # Settings a subclass of the batch configuration passes on through **kwargs (use_nice,
+    # the polling interval) come back too, and fallback does not (where new jobs go is no
+    # concern of a job being followed).
+    from psij.executors.batch.slurm import SlurmExecutorConfig
+    from psij.registry import _recorded_config
+
+    recorded = json.dumps({"use_nice": True, "queue_polling_interval": 7.5,
+                           "rest_submit": False, "fallback": "local", "unknown": 1,
+                           "work_directory": "/elsewhere"})
+    config = _recorded_config(SlurmExecutorConfig, recorded, str(tmp_path))
+    assert isinstance(config, SlurmExecutorConfig)
+    assert (config.use_nice, config.queue_polling_interval, config.rest_submit,
+            config.fallback) == (True, 7.5, False, None)
+    assert config.work_directory == tmp_path

@@ -188,7 +188,8 @@ def test_defaults_are_the_shared_empty_mapping_and_the_old_values() -> None:
     assert isinstance(tr.TrackerState().jobs, MappingProxyType) and tr.TrackerState().jobs == {}
     assert tr.TrackerState().as_dict() == {
         "jobs": {}, "phase": tr.Phase.IDLE, "next_poll_at": None, "in_flight": (),
-        "requested_poll_at": None, "failures": 0, "outage_since": None}
+        "requested_poll_at": None, "failures": 0, "outage_since": None,
+        "hurried": frozenset(), "next_hurry_at": None}
     assert tr.Settings().as_dict() == {
         "interval": 30.0, "initial_delay": 2.0, "error_threshold": 2, "outage_tolerance": 300.0,
         "max_backoff": 120.0, "missing_grace": 3, "cancel_poll_delay": 1.0}

@@ -1,10 +1,12 @@
 """The ``psij`` commands over the job registry: ``submit``, ``status``, ``wait``, ``cancel``,
-``list`` and ``attach``.
+``priority``, ``list`` and ``attach``.
 
 They work on the registry of the default work directory (``~/.psij/work/jobs.sqlite``), the one
 every executor records its jobs in (:mod:`psij.registry`). ``list`` shows what is recorded;
-``status``, ``wait`` and ``cancel`` re-attach the jobs that are not final to their executors, so
-what they show is what the executors report now.
+``status``, ``wait``, ``cancel`` and ``priority`` re-attach the jobs that are not final to their
+executors, so what they show and change is what the executors have now. A job held back by
+the process that submitted it (``max_queued_per_shape``) exists only in that process: these
+commands say so rather than guess.
 
 A ``local`` job submitted with ``psij submit`` is started by the local executor's keeper
 process (``psij.executors._local_keeper``), which outlives ``submit``, records the job's exit
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JOB_COMMANDS", "add_job_commands", "jobs_main"]
 
-JOB_COMMANDS = ("submit", "status", "wait", "cancel", "list", "attach")
+JOB_COMMANDS = ("submit", "status", "wait", "cancel", "priority", "list", "attach")
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -81,6 +83,18 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
             sub.add_argument("--json", action="store_true", help="print JSON (see below)")
         if name == "wait":
             _add_progress_options(sub)
+    if only in (None, "priority"):
+        priority = commands.add_parser(
+            "priority", help="change the priority of recorded jobs", formatter_class=plain,
+            usage="psij priority [--tag TAG] [ID ...] PRIORITY",
+            description="Give recorded jobs, chosen by id or by --tag, a new priority "
+                        "(psij.priority: a number, higher goes first). A job its executor "
+                        "holds back (max_queued_per_shape) takes its new place at once; a job "
+                        "queued in the scheduler gets the scheduler's value when its executor "
+                        "uses use_nice.", epilog=_EPILOGS["priority"])
+        priority.add_argument("words", nargs="+", metavar="ID ... PRIORITY",
+                              help="job ids, then the new priority")
+        priority.add_argument("--tag", metavar="TAG", help="the jobs with this tag")
     if only in (None, "list"):
         lister = commands.add_parser(
             "list", help="list recorded jobs as last recorded", formatter_class=plain,
@@ -133,6 +147,10 @@ _EPILOGS = {
             "(the exit code, 1 for a failure without one, 130 for a canceled job), 0 when "
             "all completed. " + _JSON_HELP,
     "cancel": "exit status: 0 when every job is final; 1 otherwise; 2 for bad usage.",
+    "priority": "exit status: 0 when every job has its new priority where its place is "
+                "decided; 1 when a job's place cannot change (it runs, its scheduler has it "
+                "without use_nice, or only the process that submitted it holds it); 2 for bad "
+                "usage.",
 }
 
 
@@ -222,6 +240,7 @@ class _Chosen:
             raise ValueError(f"no recorded job has tag {args.tag!r}")
         self.jobs: Dict[str, Job] = {}
         self.problems: List[str] = []
+        self.failures: List[Tuple[JobRecord, Exception]] = []  # could not be re-attached
         if refresh:
             self._refresh(registry, [r[0] for r in self.rows if not r[7]])
 
@@ -234,6 +253,7 @@ class _Chosen:
             jobs = registry.attach(registry.find(ids))
         except registry.AttachError as ex:
             jobs = ex.jobs
+            self.failures = ex.failures
             self.problems = [f"job {r.id}: {e}" for r, e in ex.failures]
         for job in jobs:
             job.wait(_STATUS_WAIT, target_states=JobState.QUEUED)
@@ -343,6 +363,52 @@ def _cancel(args: "argparse.Namespace") -> int:
     return EXIT_FAILED if problems else 0
 
 
+def _priority(args: "argparse.Namespace") -> int:
+    import argparse
+
+    from psij._declared_attributes import from_text
+    from psij._priority import ATTRIBUTE
+    from psij.exceptions import InvalidJobException, SubmitException
+    from psij.executors.batch._held_jobs import HELD_MESSAGE
+    from psij.executors.batch._priority_change import checked_priority
+    from psij.job_state import JobState
+
+    *ids, text = args.words
+    try:
+        priority = checked_priority(from_text(ATTRIBUTE, text))
+    except (TypeError, ValueError):
+        raise ValueError(f"PRIORITY: expected a finite number (higher goes first), got "
+                         f"{text!r}") from None
+    chosen = _Chosen(argparse.Namespace(ids=ids, tag=args.tag), "set the priority of")
+    problems = [f"job {record.id}: it is held back by the process that submitted it "
+                "(max_queued_per_shape) and was not given to the scheduler yet, so only that "
+                "process can change its priority (executor.set_priority)"
+                if record.message == HELD_MESSAGE else f"job {record.id}: {ex}"
+                for record, ex in chosen.failures]
+    for job in chosen.jobs.values():
+        executor = job.executor
+        if job.status.final or executor is None:
+            problems.append(f"job {job.id}: it is {job.status.state}; its priority no longer "
+                            "matters")
+            continue
+        try:
+            applied = executor.set_priority(job, priority)
+        except (SubmitException, InvalidJobException) as ex:
+            problems.append(f"job {job.id}: {ex}")
+            continue
+        if applied:
+            _out(f"{job.id}: priority {priority}\n")
+        elif job.status.state is JobState.ACTIVE:
+            problems.append(f"job {job.id}: it runs already; its priority no longer matters")
+        else:
+            problems.append(f"job {job.id}: its scheduler has it and its executor does not "
+                            "give priorities to the scheduler (use_nice is off), so its place "
+                            "there stays")
+    for problem in problems:
+        _say(problem, "priority")
+    return EXIT_FAILED if problems else 0
+
+
 def _attach(args: "argparse.Namespace") -> int:
     import psij.registry
     from psij.job import Job
@@ -391,7 +457,7 @@ def _submit_here(args: "argparse.Namespace", spec: Any) -> "Job":
 
 
 _HANDLERS = {"submit": _submit, "status": _status, "wait": _wait, "cancel": _cancel,
-             "list": _list, "attach": _attach}
+             "priority": _priority, "list": _list, "attach": _attach}
 
 
 def jobs_main(args: "argparse.Namespace") -> int:

@@ -344,7 +344,7 @@ class ControllerLoop:
         def changed(_job: Any, status: Any) -> None:
             post(v.JobStatusChanged(key, status))
 
-        job.set_job_status_callback(changed)
+        job._add_watcher(changed)  # every state, and restatements (the scheduler holds it)
         return job
 
     def _submit(self, action: v.Submit) -> None:

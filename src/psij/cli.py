@@ -29,6 +29,7 @@ from psij._cli_pilot import add_pilot_commands, pilot_main, plain_pilot_run, who
 from psij._cli_pipes import silence_stdout, stdout_reader_gone
 from psij._cli_streams import OutputCopies, StreamRefused, inherited_stream_path, same_open_file
 from psij._cli_supervise import add_supervise_command, supervise_main
+from psij._declared_attributes import from_text
 from psij._stop_signals import StopSignals
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.job import Job
@@ -66,7 +67,9 @@ _ATTRIBUTE_HELP = ("--attr keys:\n"
                    "  duration=WALLTIME    hh:mm:ss, hh:mm, mm, or N followed by h, m or s\n"
                    "  queue=NAME, account=NAME, reservation=ID\n"
                    "  EXECUTOR.OPTION=VALUE  a custom attribute used only by that executor,\n"
-                   "                       e.g. slurm.qos=debug")
+                   "                       e.g. slurm.qos=debug\n"
+                   "  psij.priority=N      higher goes first; psij.tmp=BYTES temporary disk\n"
+                   "                       per node (numbers, checked on every executor)")
 
 class UsageError(Exception):
     """A command line that cannot be turned into a job; reported with exit status 2."""
@@ -274,8 +277,8 @@ def build_attributes(assignments: Sequence[str]) -> JobAttributes:
             raise UsageError(f"--attr: unknown attribute {key!r}; accepted: "
                              f"{_ACCEPTED_ATTRIBUTES}")
         try:
-            if field is None:
-                attrs.set_custom_attribute(key, value)
+            if field is None:  # by its declared kind (psij.tmp is a number)
+                attrs.set_custom_attribute(key, from_text(key, value))
             else:
                 parsed: Any = JobAttributes.parse_walltime(value) if field == "duration" \
                     else value

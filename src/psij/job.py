@@ -7,13 +7,18 @@ time for the same job. An exception raised by a callback is logged and swallowed
 
 ``wait`` returns once the callbacks for the awaited state have run, so whatever they record is
 visible to the waiter (a callback that waits on its own job is answered from the current state).
+
+Callbacks see each state once, as in psij-python. An executor that learns more about the state
+the job is in (the scheduler holds the queued job, or released it) *restates* it
+(:meth:`Job._restate`): the status is replaced and the job's watchers (psij's own listeners,
+such as the controllers' event loop) are told, in order with the other changes.
 """
 
 import os
 import threading
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from psij import _check
 from psij._lazylog import LazyLogger
@@ -53,6 +58,15 @@ def _targets(what: str, target_states: Optional[Union[JobState, Sequence[JobStat
         if not isinstance(t, JobState):
             raise TypeError(f"{what} target_states: expected JobState items, got {t!r}")
     return targets
+
+
+class _Restated:
+    """A status of the state the job is already in, told to watchers only."""
+
+    __slots__ = ("status",)
+
+    def __init__(self, status: JobStatus) -> None:
+        self.status = status
 
 
 class JobStatusCallback:
@@ -96,7 +110,7 @@ class Job:
         self._native_id: Optional[str] = None
         self._cb: Optional[JobStatusCallback] = None
         # Statuses entered but not yet delivered to callbacks; a list only while delivering.
-        self._pending: Optional[List[JobStatus]] = None
+        self._pending: Optional[List[Union[JobStatus, _Restated]]] = None
         self._delivered = self._status  # the last status whose callbacks have run
         self._deliverer: Optional[int] = None  # thread running this job's callbacks
         self._cv: Optional[threading.Condition] = None
@@ -139,7 +153,7 @@ class Job:
             current = self._status.state
             if not status.state.is_greater_than(current):
                 return False
-            chain = []
+            chain: List[Union[JobStatus, _Restated]] = []
             prev = status.state.predecessor
             while prev is not None and prev.is_greater_than(current):
                 chain.append(JobStatus(prev, time=status.time))
@@ -155,6 +169,22 @@ class Job:
         self._deliver()
         return True
 
+    def _restate(self, status: JobStatus) -> bool:
+        """Replace the current status by ``status``, of the same non-final state, and tell the
+        watchers (not the callbacks); returns False (and does nothing) for another state."""
+        if not isinstance(status, JobStatus):
+            raise TypeError(f"Job.status: expected psij.JobStatus, got {status!r}")
+        with _LOCK:
+            if status.state is not self._status.state or status.state.final:
+                return False
+            self._status = status
+            if self._pending is not None:
+                self._pending.append(_Restated(status))
+                return True
+            self._pending = [_Restated(status)]
+        self._deliver()
+        return True
+
     def _deliver(self) -> None:
         self._deliverer = threading.get_ident()
         while True:
@@ -165,8 +195,13 @@ class Job:
                     self._deliverer = None
                     return
                 self._pending = []
-            for st in batch:
-                self._notify(st)
+            for entry in batch:
+                if isinstance(entry, _Restated):
+                    st = entry.status
+                    self._tell_watchers(st)
+                else:
+                    st = entry
+                    self._notify(st)
                 with _LOCK:
                     self._delivered = st
                     if self._cv is not None:
@@ -184,14 +219,20 @@ class Job:
         ex = self.executor
         if ex is not None:
             ex._notify_callback(self, status)
-        for watch in self.__dict__.get("_watchers", ()):
+        self._tell_watchers(status)
+
+    def _tell_watchers(self, status: JobStatus) -> None:
+        watchers: Tuple[Callable[[Job, JobStatus], None], ...] = \
+            self.__dict__.get("_watchers", ())
+        for watch in watchers:
             try:
                 watch(self, status)
             except Exception:
                 logger.exception("a status watcher of job %s raised", self._id)
 
     def _add_watcher(self, watch: Callable[["Job", JobStatus], None]) -> None:
-        """Also tell ``watch`` of each status, when the callbacks are told (asyncio waits)."""
+        """Also tell ``watch`` of each status, when the callbacks are told (asyncio waits,
+        the controllers' loop), and of each restatement (:meth:`_restate`)."""
         with _LOCK:
             self.__dict__["_watchers"] = (*self.__dict__.get("_watchers", ()), watch)
 

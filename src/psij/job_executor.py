@@ -2,11 +2,12 @@
 
 import threading
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from psij import _check
+from psij._declared_attributes import check_declared
 from psij._lazylog import LazyLogger, configure_from_environment
-from psij.exceptions import InvalidJobException, SubmitManyException
+from psij.exceptions import InvalidJobException, SubmitException, SubmitManyException
 from psij.job import CallbackLike, Job, JobStatusCallback, as_callback
 from psij.job_executor_config import JobExecutorConfig
 from psij.job_launcher import Launcher, _plugin_name, _plugin_version
@@ -70,8 +71,9 @@ class JobExecutor(ABC):
     def _check_job(self, job: Job) -> JobSpec:
         """Check that ``job`` can be submitted, bind it to this executor, return its spec.
 
-        Raises InvalidJobException if the job is not NEW, has no spec or is bound to an
-        executor already; TypeError/ValueError for a bad environment or arguments (these are
+        Raises InvalidJobException if the job is not NEW, has no spec, is bound to an executor
+        already or has a custom attribute psij reads (``psij.priority``, ``psij.tmp``, ...) of
+        the wrong kind; TypeError/ValueError for a bad environment or arguments (these are
         checked again here because lists and dicts can change after they were set).
         """
         if not isinstance(job, Job):
@@ -84,6 +86,7 @@ class JobExecutor(ABC):
             raise InvalidJobException(f"job {job.id} has no JobSpec")
         _check.env_dict("JobSpec.environment", spec.environment)
         _check.opt_str_list("JobSpec.arguments", spec.arguments)
+        check_declared(spec.attributes.custom_attributes)
         if job.executor is not None:
             raise InvalidJobException(f"job {job.id} is already bound to executor "
                                       f"{job.executor}")
@@ -114,6 +117,14 @@ class JobExecutor(ABC):
                 failures.append((job, e))
         if failures:
             raise SubmitManyException(failures, len(jobs))
+
+    def set_priority(self, job: Job, priority: Union[int, float]) -> bool:
+        """Change the priority (``psij.priority``) of a job already submitted; True when it
+        now orders the job, False when nothing orders it any more (it runs). Batch executors
+        reorder the jobs they hold and, with ``use_nice``, tell the scheduler; others raise
+        SubmitException."""
+        raise SubmitException(f"the {self.name} executor cannot change the priority of a job "
+                              "it has taken")
 
     @abstractmethod
     def cancel(self, job: Job) -> None:
@@ -156,6 +167,14 @@ class JobExecutor(ABC):
             logger.warning("could not set status of job %s: %s", job.id, ex)
             return
         if entered:
+            from psij._registry_recorder import record
+
+            record(self, job)
+
+    def _restate_job_status(self, job: Job, status: JobStatus) -> None:
+        """Replace the status of ``job`` by ``status`` of the state it is in, when more is known
+        about it (see ``Job._restate``), and record it in the job registry."""
+        if job._restate(status):
             from psij._registry_recorder import record
 
             record(self, job)

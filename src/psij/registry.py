@@ -16,7 +16,7 @@ commands built on it.
 import math
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from psij import _check, _registry_recorder, _registry_store
 from psij._record import Record
@@ -225,21 +225,40 @@ def _executor_for(record: JobRecord, cache: Dict[Tuple[str, Optional[str], str],
 def _recorded_config(cls: type, recorded: Optional[str], work_directory: str
                      ) -> Optional[JobExecutorConfig]:
     """The executor's own kind of configuration with the recorded settings (polling
-    intervals and the like), or None when the plain one will do or they do not fit."""
+    intervals, ``use_nice`` and the like), or None when the plain one will do or they do not
+    fit."""
     if cls is JobExecutorConfig or recorded is None:
         return None
-    import inspect
     import json
 
     try:
         settings = json.loads(recorded)
-        accepted = inspect.signature(cls).parameters
+        # Not fallback: where new jobs would go is no concern of a job being followed.
+        accepted = _parameters(cls) - {"fallback"}
         kwargs = {k: v for k, v in settings.items() if k in accepted and v is not None}
         kwargs["work_directory"] = work_directory
         config = cls(**kwargs)
     except Exception:  # settings of another version: the executor's defaults will do
         return None
     return config if isinstance(config, JobExecutorConfig) else None
+
+
+def _parameters(cls: type) -> Set[str]:
+    """The names a configuration class takes, those its ``__init__`` passes on to its base
+    classes' through ``**kwargs`` included (``SlurmExecutorConfig`` takes ``use_nice``)."""
+    import inspect
+
+    names: Set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        parameters = list(inspect.signature(init).parameters.values())
+        names.update(p.name for p in parameters[1:]
+                     if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return names
 
 
 def _close(executor: JobExecutor) -> None:

@@ -5,10 +5,10 @@ which ends the job FAILED with the shell's code (127, 126) rather than failing `
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, Optional
 
-from psij import _check
-from psij.exceptions import SubmitException
+from psij.exceptions import InvalidJobException, SubmitException
+from psij.executors._os_texts import check_texts, spec_texts
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
@@ -44,25 +44,10 @@ def check_executable(spec: JobSpec, job_dir: Path, env: Dict[str, str]
 
 
 def check_os_texts(spec: JobSpec) -> None:
-    """Refuse, naming the field, a string no process can be given (a lone surrogate)."""
-    env = spec.environment or {}
-    paths = (spec.directory, spec.stdin_path, spec.stdout_path, spec.stderr_path,
-             spec.pre_launch, spec.post_launch)
+    """Refuse, naming the field, a string no process can be given (a lone surrogate; see
+    :mod:`psij.executors._os_texts`), with a SubmitException as the local executor always
+    has."""
     try:
-        if "".join((spec.executable or "", *(spec.arguments or ()), *env, *env.values(),
-                    *(str(p) for p in paths if p is not None))).isascii():
-            return  # the common case, settled at once: ASCII always has an encoding
-    except TypeError:
-        pass  # not all text: the checks below say which field
-    texts: List[Tuple[str, Any]] = [("executable", spec.executable)]
-    texts += [(f"arguments[{i}]", a) for i, a in enumerate(spec.arguments or ())]
-    for key, value in (spec.environment or {}).items():
-        texts += [(f"environment key {key!r}", key), (f"environment[{key!r}]", value)]
-    texts += [(f, getattr(spec, f)) for f in ("directory", "stdin_path", "stdout_path",
-                                              "stderr_path", "pre_launch", "post_launch")]
-    for field, value in texts:
-        if value is not None:
-            try:
-                _check.os_text(f"JobSpec.{field}", str(value))
-            except ValueError as ex:
-                raise SubmitException(str(ex)) from ex
+        check_texts(spec_texts(spec))
+    except InvalidJobException as ex:
+        raise SubmitException(str(ex)) from ex

@@ -8,7 +8,8 @@ module is the Python side of that:
   ``psij_staging`` template partial writes into the script: every path absolute and written as
   one shell word, nothing that cannot be written safely (a newline, a lone surrogate, a scheme
   other than ``file``) accepted. It raises :class:`~psij.InvalidJobException` naming the field
-  before anything is written or submitted.
+  before anything is written or submitted; :func:`check_staging` does the same checks alone
+  (batch executors make them before a job is held).
 - :func:`read_report` and :func:`staged_status` turn the report the script leaves
   (``<native id>.staging``) into the job's final status, with the local executor's rules: a
   failed stage-in fails the job (the job did not run: no exit code), a failed stage-out fails a
@@ -33,8 +34,8 @@ from psij.job_state import JobState
 from psij.job_status import JobStatus
 from psij.staging import URI, StageIn, StageOut, StageOutFlags, normalize_flags
 
-__all__ = ["StagingReport", "needs_staging", "read_report", "script_context", "staged_status",
-           "valid_text"]
+__all__ = ["StagingReport", "check_staging", "needs_staging", "read_report", "script_context",
+           "staged_status", "valid_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +102,18 @@ def script_context(spec: JobSpec, job_dir: str, work_directory: Path, executor: 
     ``work_directory`` (next to the launcher scripts). ``executor`` names the executor in
     error messages.
     """
+    values = _values(spec, job_dir, executor)
+    if values is not None:
+        values["lib"] = ShellWord(str(staging_lib(work_directory)))
+    return values
+
+
+def check_staging(spec: JobSpec, job_dir: str, executor: str) -> None:
+    """Refuse what :func:`script_context` refuses, without deploying anything."""
+    _values(spec, job_dir, executor)
+
+
+def _values(spec: JobSpec, job_dir: str, executor: str) -> Optional[Dict[str, object]]:
     if not needs_staging(spec):
         return None
     cwd = os.getcwd()
@@ -133,8 +146,8 @@ def script_context(spec: JobSpec, job_dir: str, work_directory: Path, executor: 
                 "path": ShellWord(_job_side(f"JobSpec.cleanup[{i}]", p, job_dir))}
                for i, p in enumerate(spec.cleanup or ())]
     on_cancel = on_cancel or bool(cleanup and cleanup_flags & cancel_bit)
-    return {"lib": ShellWord(str(staging_lib(work_directory))), "stage_in": stage_in,
-            "stage_out": stage_out, "cleanup": cleanup, "on_cancel": on_cancel}
+    return {"stage_in": stage_in, "stage_out": stage_out, "cleanup": cleanup,
+            "on_cancel": on_cancel}
 
 
 def staging_lib(work_directory: Path) -> Path:

@@ -7,9 +7,10 @@ import heapq
 import logging
 import statistics
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from psij.controller import Cancel, CancelTimer, Forget, Log, SetTimer, Submit
+from psij.executors.batch._status_table import is_held_by_scheduler
 from psij.flows._flow_config import FlowConfig
 from psij.flows._flow_values import (
     DeleteFiles,
@@ -30,22 +31,6 @@ NO_PROBLEM = "no_problem"
 REMOVED = "removed"
 _MAX_BACKOFF = 300.0
 _NEVER = float("inf")
-_HELD_STATES = {"H", "PSUSP", "USUSP", "SSUSP", "hqw", "hRwq", "Eqw", "Ehqw", "EhRqw"}
-
-
-def is_held(metadata: Any) -> bool:
-    """Whether a queued job's status metadata says it is held or in error, so not likely to
-    start: ``held: true``, a scheduler state that means so (Grid Engine ``hqw``/``Eqw``, PBS
-    ``H``, LSF ``PSUSP``), or a Slurm reason that names a hold (``JobHeldUser``)."""
-    if not isinstance(metadata, Mapping):
-        return False
-    if metadata.get("held") is True:
-        return True
-    native = metadata.get("native_state")
-    if isinstance(native, str) and native in _HELD_STATES:
-        return True
-    reason = metadata.get("reason")
-    return isinstance(reason, str) and "held" in reason.lower()
 
 
 class Payload:
@@ -368,7 +353,9 @@ class Core:
             self.put_instance(inst)
         elif inst.state in (SUBMITTING, QUEUED):
             inst.state = QUEUED
-            inst.held = is_held(getattr(status, "metadata", None))
+            # Held by the scheduler: it starts only once released. (Held back by the client,
+            # max_queued_per_shape, it goes out by itself: it is waiting.)
+            inst.held = is_held_by_scheduler(getattr(status, "metadata", None))
 
     def ended(self, h: Handle, inst: Instance, exit_code: Optional[int], now: float,
               how: str) -> None:

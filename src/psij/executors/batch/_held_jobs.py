@@ -15,6 +15,11 @@ poller, a submission's outcome, a cancel) and does what it asks:
   FAILED with the scheduler's message, and the next held job of its shape is tried.
 - Cancelling a held job ends it CANCELED at once; a job cancelled while being submitted is
   cancelled in the scheduler as soon as it has a native id.
+- A new priority (:meth:`HeldJobs.reprioritize`) reorders a held job at once; a job being
+  submitted gets it from the scheduler once it has a native id (``use_nice``).
+- While a shape holds jobs, the status poller polls that shape's queued jobs at its short
+  interval (``initial_queue_polling_delay``), so that a start frees a slot within seconds
+  rather than at the next full poll.
 - Closing the executor ends the jobs still held FAILED, saying that they were never submitted.
 
 An error while submitting one job fails only that job: the worker logs it and goes on.
@@ -23,9 +28,8 @@ An error while submitting one job fails only that job: the worker logs it and go
 import logging
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Deque, Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Callable, Deque, Dict, Hashable, List, Optional, Set, Union
 
-import psij.job
 from psij import _priority
 from psij.exceptions import SubmitException
 from psij.executors.batch._holding import (
@@ -39,6 +43,7 @@ from psij.executors.batch._holding import (
     Holding,
     LeftQueue,
     Phase,
+    Reprioritize,
     Submit,
     SubmitFailed,
     Submitted,
@@ -72,6 +77,9 @@ class HeldJobs:
         self._todo: Deque[Action] = deque()
         self._left_early: Set[str] = set()  # seen leaving the queue before Submitted was fed
         self._cancelled: Set[str] = set()
+        # Reprioritized while being submitted: given to the scheduler once submitted.
+        self._renice: Dict[str, Callable[[], object]] = {}
+        self._holding_seen = 0  # the machine's holding_changes the poller was last told of
         self._thread: Optional[threading.Thread] = None
         self._stopped = False
 
@@ -94,6 +102,7 @@ class HeldJobs:
                 raise SubmitException(f"{ex} is closed")
             (action,) = self._machine.step(Arrived(job.id, shape, priority))
             self._jobs[job.id] = job
+            self._tell_holding()
         if isinstance(action, Hold):
             ex._set_job_status(job, JobStatus(JobState.QUEUED, message=HELD_MESSAGE, metadata={
                 "held_by": "client", "shape": shape.describe(), "held": action.held,
@@ -105,6 +114,24 @@ class HeldJobs:
             self._feed(SubmitFailed(job.id))
             raise
         self._submitted(job)
+
+    def shape_key(self, job: Job) -> Optional[Hashable]:
+        """The shape of a job that is held, being submitted or queued (None: not ours)."""
+        with self._cond:
+            return self._machine.shape_of(job.id)
+
+    def reprioritize(self, job: Job, priority: Union[int, float],
+                     renice: Callable[[], object]) -> Optional[Phase]:
+        """Give ``job`` its new ``priority`` if it is held (reordered at once) or being
+        submitted (``renice`` is called once it is submitted); where it was (None: not ours,
+        QUEUED: in the scheduler, where the caller gives it the priority)."""
+        with self._cond:
+            phase = self._machine.phase(job.id)
+            if phase is Phase.HELD:
+                self._machine.step(Reprioritize(job.id, priority))
+            elif phase is Phase.SUBMITTING:
+                self._renice[job.id] = renice
+        return phase
 
     def left_queue(self, job: Job) -> None:
         """``job`` was seen in a state past QUEUED."""
@@ -148,7 +175,17 @@ class HeldJobs:
             if isinstance(event, (LeftQueue, SubmitFailed)):
                 self._jobs.pop(str(event.key), None)
                 self._cancelled.discard(event.key)
+                self._renice.pop(str(event.key), None)
+            self._tell_holding()
         self._perform(actions)
+
+    def _tell_holding(self) -> None:
+        """Tell the poller which shapes hold jobs, when that changed (called locked: the
+        poller never calls back into this object while it holds its own lock)."""
+        machine = self._machine
+        if machine.holding_changes != self._holding_seen and not self._stopped:
+            self._holding_seen = machine.holding_changes
+            self._executor._status_poller().hurry(machine.holding())
 
     def _perform(self, actions: List[Action]) -> None:
         for action in actions:
@@ -222,21 +259,22 @@ class HeldJobs:
                 ex._set_job_status(job, status)
                 self._feed(SubmitFailed(job.id))
                 return
-        # Still QUEUED (held): show the native id, which entering QUEUED again cannot do.
-        with psij.job._LOCK:
-            replaced = job._status.state is JobState.QUEUED
-            if replaced:
-                job._status = JobStatus(JobState.QUEUED, metadata={"native_id": job.native_id})
-        if replaced:
-            from psij._registry_recorder import record
-
-            record(ex, job)
+        # Still QUEUED (held by the client until now): now with a native id.
+        ex._restate_job_status(job, JobStatus(JobState.QUEUED,
+                                              metadata={"native_id": job.native_id}))
         self._submitted(job)
 
     def _submitted(self, job: Job) -> None:
         with self._cond:
             early = job.id in self._left_early
             self._left_early.discard(job.id)
+            renice = self._renice.pop(job.id, None)
         self._feed(Submitted(job.id))
         if early:
             self._feed(LeftQueue(job.id))
+        if renice is not None and not early:
+            try:
+                renice()
+            except Exception as e:
+                logger.warning("job %s: its new priority could not be given to the scheduler: "
+                               "%s", job.id, e)

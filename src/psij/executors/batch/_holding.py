@@ -17,6 +17,11 @@ Rules:
   priorities go by arrival. A submission that fails frees its slot like a start does, so a
   shape whose jobs all fail at submission goes through its held jobs (each failing on its own)
   and never blocks another shape: shapes share nothing.
+- A held job's priority may change (:class:`Reprioritize`): it takes its new place among the
+  held jobs of its shape at once (keeping its arrival for ties). Only held jobs are reordered
+  here; the executor gives a queued job's new priority to the scheduler itself (``use_nice``).
+- The shapes that hold jobs (:meth:`Holding.holding`) are the ones whose queued jobs the
+  executor watches closely: a start there frees a slot for a held job.
 - Cancelling a held job drops it (:class:`Dropped`, the executor reports CANCELED). Cancelling a
   job whose submission is under way is remembered: once it is submitted the executor is asked
   to cancel it in the scheduler (:class:`CancelSubmitted`); if its submission fails, nothing
@@ -24,7 +29,8 @@ Rules:
   (the executor cancels it there and feeds :class:`LeftQueue` when it leaves).
 - Cost: each shape keeps its held jobs in a heap ordered by (priority, arrival), so choosing
   the next job is a look at one shape's head, O(log of that shape's held jobs), whatever the
-  number of held jobs; a cancelled held job is removed lazily when it reaches the head.
+  number of held jobs; a cancelled held job, or the old place of a reprioritized one, is removed
+  lazily when it reaches the head.
 - An event that is not legal for the job's phase (unknown job, a job arriving twice, a
   submission outcome for a job not being submitted, ...) raises :class:`IllegalEvent` and
   changes nothing: every check is made before the state is touched.
@@ -36,13 +42,13 @@ and actions are immutable values.
 
 from enum import Enum
 from heapq import heappop, heappush
-from typing import Dict, Hashable, List, Optional, Tuple, Union
+from typing import AbstractSet, Dict, Hashable, List, Optional, Set, Tuple, Union
 
 from psij._record import Record
 
 __all__ = [
     "Action", "Arrived", "Cancel", "CancelSubmitted", "Dropped", "Event", "Hold", "Holding",
-    "IllegalEvent", "LeftQueue", "Phase", "Submit", "SubmitFailed", "Submitted",
+    "IllegalEvent", "LeftQueue", "Phase", "Reprioritize", "Submit", "SubmitFailed", "Submitted",
 ]
 
 Key = Hashable
@@ -105,7 +111,16 @@ class Cancel(_Keyed):
     __slots__ = ()
 
 
-Event = Union[Arrived, Submitted, SubmitFailed, LeftQueue, Cancel]
+class Reprioritize(Record):
+    """A held job's priority is now ``priority``."""
+
+    _fields = ("key", "priority")
+    __slots__ = _fields
+    key: Key
+    priority: Union[int, float]
+
+
+Event = Union[Arrived, Submitted, SubmitFailed, LeftQueue, Cancel, Reprioritize]
 
 # ------------------------------------------------------------------------------------ actions
 
@@ -145,9 +160,10 @@ Action = Union[Submit, Hold, Dropped, CancelSubmitted]
 class _Shape:
     """The jobs of one shape: the held ones (a heap) and how many are queued."""
 
-    __slots__ = ("heap", "held", "queued")
+    __slots__ = ("heap", "held", "key", "queued")
 
-    def __init__(self) -> None:
+    def __init__(self, key: Hashable) -> None:
+        self.key = key
         # (-priority, arrival, key): the smallest is the next to submit.
         self.heap: List[Tuple[Union[int, float], int, Key]] = []
         self.held = 0
@@ -155,12 +171,14 @@ class _Shape:
 
 
 class _Job:
-    __slots__ = ("arrival", "cancel", "phase", "shape")
+    __slots__ = ("arrival", "cancel", "phase", "priority", "shape")
 
-    def __init__(self, shape: _Shape, phase: Phase, arrival: int) -> None:
+    def __init__(self, shape: _Shape, phase: Phase, arrival: int,
+                 priority: Union[int, float]) -> None:
         self.shape = shape
         self.phase = phase
         self.arrival = arrival
+        self.priority = priority
         self.cancel = False
 
 
@@ -174,8 +192,10 @@ class Holding:
         self.cap = cap
         self._shapes: Dict[Hashable, _Shape] = {}
         self._jobs: Dict[Key, _Job] = {}
+        self._holding: Set[Hashable] = set()
         self._arrivals = 0
         self.decisions = 0  # how many times a held job was chosen for a freed slot
+        self.holding_changes = 0  # how many times the set of shapes that hold jobs changed
 
     # -- queries
 
@@ -192,6 +212,15 @@ class Holding:
         """(queued, held) for ``shape``."""
         s = self._shapes.get(shape)
         return (0, 0) if s is None else (s.queued, s.held)
+
+    def shape_of(self, key: Key) -> Optional[Hashable]:
+        """The shape of a job known to the machine (None: not known)."""
+        job = self._jobs.get(key)
+        return None if job is None else job.shape.key
+
+    def holding(self) -> AbstractSet[Hashable]:
+        """The shapes that hold jobs now (a copy)."""
+        return frozenset(self._holding)
 
     # -- step
 
@@ -214,6 +243,8 @@ class Holding:
             return self._free(job.shape)
         if cls is Cancel:
             return self._cancel(event)  # type: ignore[arg-type]
+        if cls is Reprioritize:
+            return self._reprioritize(event)  # type: ignore[arg-type]
         raise IllegalEvent(f"unknown event {event!r}")
 
     def _job(self, event: Event, phase: Phase) -> _Job:
@@ -228,38 +259,49 @@ class Holding:
     def _arrived(self, event: Arrived) -> List[Action]:
         if event.key in self._jobs:
             raise IllegalEvent(f"Arrived: job {event.key!r} is already known")
-        priority = event.priority
-        if isinstance(priority, bool) or not isinstance(priority, (int, float)) \
-                or priority != priority:
-            raise IllegalEvent(f"Arrived: job {event.key!r} has priority {priority!r}; "
-                               "expected a number")
+        priority = _priority(event)
         shape = self._shapes.get(event.shape)
         if shape is None:
-            shape = self._shapes[event.shape] = _Shape()
+            shape = self._shapes[event.shape] = _Shape(event.shape)
         self._arrivals += 1
         if shape.queued < self.cap:
             shape.queued += 1
-            self._jobs[event.key] = _Job(shape, Phase.SUBMITTING, self._arrivals)
+            self._jobs[event.key] = _Job(shape, Phase.SUBMITTING, self._arrivals, priority)
             return [Submit(event.key)]
-        self._jobs[event.key] = _Job(shape, Phase.HELD, self._arrivals)
+        self._jobs[event.key] = _Job(shape, Phase.HELD, self._arrivals, priority)
         heappush(shape.heap, (-priority, self._arrivals, event.key))
-        shape.held += 1
+        self._count_held(shape, 1)
         return [Hold(event.key, shape.held)]
+
+    def _count_held(self, shape: _Shape, change: int) -> None:
+        shape.held += change
+        if (shape.held > 0) is not (shape.key in self._holding):
+            (self._holding.add if shape.held > 0 else self._holding.discard)(shape.key)
+            self.holding_changes += 1
 
     def _free(self, shape: _Shape) -> List[Action]:
         """A queued slot of ``shape`` was freed: give it to the first held job."""
         heap = shape.heap
         jobs = self._jobs
         while heap:
-            _, arrival, key = heappop(heap)
+            negative, arrival, key = heappop(heap)
             job = jobs.get(key)
-            if job is None or job.phase is not Phase.HELD or job.arrival != arrival:
-                continue  # cancelled while held
-            shape.held -= 1
+            if job is None or job.phase is not Phase.HELD or job.arrival != arrival \
+                    or job.priority != -negative:
+                continue  # cancelled while held, or the old place of a reprioritized job
+            self._count_held(shape, -1)
             job.phase = Phase.SUBMITTING
             self.decisions += 1
             return [Submit(key)]
         shape.queued -= 1
+        return []
+
+    def _reprioritize(self, event: Reprioritize) -> List[Action]:
+        job = self._job(event, Phase.HELD)
+        priority = _priority(event)
+        if priority != job.priority:
+            job.priority = priority  # its old place is skipped when it comes up
+            heappush(job.shape.heap, (-priority, job.arrival, event.key))
         return []
 
     def _cancel(self, event: Cancel) -> List[Action]:
@@ -271,5 +313,14 @@ class Holding:
             job.cancel = True
             return []
         del self._jobs[event.key]  # its heap entry is skipped when it comes up
-        job.shape.held -= 1
+        self._count_held(job.shape, -1)
         return [Dropped(event.key)]
+
+
+def _priority(event: Union[Arrived, Reprioritize]) -> Union[int, float]:
+    priority = event.priority
+    if isinstance(priority, bool) or not isinstance(priority, (int, float)) \
+            or priority != priority:
+        raise IllegalEvent(f"{type(event).__name__}: job {event.key!r} has priority "
+                           f"{priority!r}; expected a number")
+    return priority

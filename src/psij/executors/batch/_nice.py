@@ -15,11 +15,14 @@ LSF         ``-sp``      50        +1             1 .. 100 (LSF's default MAX_US
 =========== ============ ========= ============== ==============================================
 
 So a higher priority never gets a value that the scheduler ranks lower, equal priorities get
-equal values, and priorities beyond the range share its end. Pure: nothing here runs commands.
+equal values, and priorities beyond the range share its end. A queued job's value is changed
+(``set_priority``) with ``scontrol update JobId=ID Nice=N`` (Slurm), ``qalter -p N ID`` (Grid
+Engine, PBS) or ``bmod -sp N ID`` (LSF): :func:`nice_update_command`. Pure: nothing here runs
+commands.
 """
 
 import math
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, List, Optional, Tuple, Union
 
 from psij._priority import job_priority
 from psij._record import Record
@@ -35,19 +38,24 @@ __all__ = [
     "SGE_NICE",
     "SLURM_NICE",
     "NiceMapping",
+    "nice_mapping",
+    "nice_update_command",
     "scheduler_priority",
 ]
 
 
 class NiceMapping(Record):
-    """``origin + direction * floor(priority)`` clamped to ``[low, high]``."""
+    """``origin + direction * floor(priority)`` clamped to ``[low, high]``, and the command that
+    changes a queued job's value (``{id}`` and ``{value}`` stand for the native id and the
+    value)."""
 
-    _fields = ("origin", "direction", "low", "high")
+    _fields = ("origin", "direction", "low", "high", "update")
     __slots__ = _fields
     origin: int
     direction: int
     low: int
     high: int
+    update: Tuple[str, ...]
 
     def value(self, priority: Union[int, float]) -> int:
         """The scheduler's value for ``priority`` (a finite number)."""
@@ -55,19 +63,38 @@ class NiceMapping(Record):
         return max(self.low, min(self.high, self.origin + self.direction * whole))
 
 
-SLURM_NICE = NiceMapping(10000, -1, 0, 2147483645)
-SGE_NICE = NiceMapping(-512, 1, -1023, 0)
-PBS_NICE = NiceMapping(0, 1, -1024, 1023)
-LSF_NICE = NiceMapping(50, 1, 1, 100)
+SLURM_NICE = NiceMapping(10000, -1, 0, 2147483645,
+                         ("scontrol", "update", "JobId={id}", "Nice={value}"))
+SGE_NICE = NiceMapping(-512, 1, -1023, 0, ("qalter", "-p", "{value}", "{id}"))
+PBS_NICE = NiceMapping(0, 1, -1024, 1023, ("qalter", "-p", "{value}", "{id}"))
+LSF_NICE = NiceMapping(50, 1, 1, 100, ("bmod", "-sp", "{value}", "{id}"))
 
 
-def scheduler_priority(executor: "BatchSchedulerExecutor", spec: JobSpec) -> Optional[str]:
-    """The value of the scheduler's priority option for a job, as text; None when
-    ``use_nice`` is off. InvalidJobException when the scheduler has no such option."""
+def nice_mapping(executor: "BatchSchedulerExecutor") -> Optional[NiceMapping]:
+    """The executor's mapping when ``use_nice`` is on (None when it is off);
+    InvalidJobException when the scheduler has no priority option."""
     if not getattr(executor.batch_config, "use_nice", False):
         return None
     mapping = getattr(type(executor), "NICE", None)
     if not isinstance(mapping, NiceMapping):
         raise InvalidJobException(f"use_nice: the {executor.name} executor has no way to give "
                                   "a job's priority to its scheduler; turn use_nice off")
-    return str(mapping.value(job_priority(spec.attributes)))
+    return mapping
+
+
+def scheduler_priority(executor: "BatchSchedulerExecutor", spec: JobSpec) -> Optional[str]:
+    """The value of the scheduler's priority option for a job, as text; None when
+    ``use_nice`` is off. InvalidJobException when the scheduler has no such option."""
+    mapping = nice_mapping(executor)
+    return None if mapping is None else str(mapping.value(job_priority(spec.attributes)))
+
+
+def nice_update_command(executor: "BatchSchedulerExecutor", native_id: str,
+                        priority: Union[int, float]) -> Optional[List[str]]:
+    """The command giving the queued job ``native_id`` the value for ``priority``; None when
+    ``use_nice`` is off. InvalidJobException when the scheduler has no such option."""
+    mapping = nice_mapping(executor)
+    if mapping is None:
+        return None
+    value = str(mapping.value(priority))
+    return [word.format(id=native_id, value=value) for word in mapping.update]

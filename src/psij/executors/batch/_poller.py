@@ -4,7 +4,9 @@ of the executor's jobs.
 Its decisions come from the pure state machine in :mod:`~psij.executors.batch._tracking`; this
 module only carries them out: it waits until the tracker has something due (measured on the
 executor's :class:`~psij._clock.Clock`), asks the executor to run the status
-command or to look up jobs that left the queue, and delivers statuses to the jobs. It holds the
+command or to look up jobs that left the queue, and delivers statuses to the jobs (a status of
+the state a job is already in, when the scheduler starts or stops holding it, as a
+restatement: ``JobExecutor._restate_job_status``). It holds the
 executor only weakly, and its thread ends when the executor is closed or garbage collected, or
 after a while without jobs. An error while working on one action is logged and fails only what
 that action was about. It never runs scheduler commands itself.
@@ -14,7 +16,7 @@ import logging
 import threading
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Deque, Dict, List, Optional
+from typing import TYPE_CHECKING, AbstractSet, Deque, Dict, Hashable, List, Optional, Union
 
 from psij._clock import Clock
 from psij.exceptions import SubmitException
@@ -25,12 +27,14 @@ from psij.executors.batch._tracking import (
     CancelFailed,
     Event,
     Finish,
+    Hurry,
     JobAdded,
     JobTracker,
     MissingResolved,
     PollFailed,
     ReportState,
     ResolveMissing,
+    Restate,
     RunStatusCommand,
     Settings,
     Tick,
@@ -75,6 +79,10 @@ class StatusPoller:
     # called from user threads
 
     def add(self, job: Job, native_id: str, attach: bool) -> None:
+        executor = self._executor()
+        held = None if executor is None or attach else executor._held
+        # Its shape, if the executor holds jobs back (max_queued_per_shape): see hurry().
+        group = None if held is None else held.shape_key(job)
         with self._cond:
             if self._stopped:
                 raise SubmitException("the executor is closed")
@@ -85,7 +93,8 @@ class StatusPoller:
                 last = self._last.get(native_id)
             else:
                 self._tracker.feed(JobAdded(native_id, JobState.NEW if attach
-                                            else JobState.QUEUED, poll_soon=attach))
+                                            else JobState.QUEUED, poll_soon=attach,
+                                            group=group))
                 self._jobs[native_id] = [job]
                 last = None
             if self._thread is None:
@@ -107,6 +116,15 @@ class StatusPoller:
         with self._cond:
             if self._tracker.is_tracked(native_id):
                 self._tracker.feed(CancelFailed(native_id))
+
+    def hurry(self, shapes: AbstractSet[Hashable]) -> None:
+        """Poll the queued jobs of these shapes (those that hold jobs back) at the short
+        interval from now on, so that a freed slot is used within seconds."""
+        with self._cond:
+            due = self._tracker.next_deadline()
+            self._tracker.feed(Hurry(shapes))
+            if self._tracker.next_deadline() != due:
+                self._cond.notify_all()
 
     def wake(self) -> None:
         """Look at the clock again now (tests call it after moving a manual clock)."""
@@ -189,7 +207,7 @@ class StatusPoller:
                                          self._label)
                         event = MissingResolved({})
                     queue.extend(self._feed(event))
-                elif isinstance(action, ReportState):
+                elif isinstance(action, (ReportState, Restate)):
                     self._report(action)
                 elif isinstance(action, Finish):
                     self._finish(executor, action)
@@ -212,7 +230,7 @@ class StatusPoller:
         with self._cond:
             return self._tracker.feed(event)
 
-    def _report(self, action: ReportState) -> None:
+    def _report(self, action: Union[ReportState, Restate]) -> None:
         obs = action.observation
         meta = dict(obs.metadata)
         meta["native_id"] = action.native_id
@@ -222,7 +240,7 @@ class StatusPoller:
             jobs = list(self._jobs.get(action.native_id, ()))
             self._last[action.native_id] = status
         for job in jobs:
-            self._deliver(job, status)
+            self._deliver(job, status, restated=isinstance(action, Restate))
 
     def _finish(self, executor: "BatchSchedulerExecutor", action: Finish) -> None:
         with self._cond:
@@ -248,9 +266,12 @@ class StatusPoller:
             self._deliver(job, status)
 
     @staticmethod
-    def _deliver(job: Job, status: JobStatus) -> None:
+    def _deliver(job: Job, status: JobStatus, restated: bool = False) -> None:
+        """Enter ``status``, or restate the job's current state with it."""
         executor = job.executor
-        if executor is not None:
-            executor._set_job_status(job, status)
+        if executor is None:
+            (job._restate if restated else job._set_status)(status)
+        elif restated:
+            executor._restate_job_status(job, status)
         else:
-            job._set_status(status)
+            executor._set_job_status(job, status)

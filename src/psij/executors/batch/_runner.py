@@ -32,13 +32,19 @@ if TYPE_CHECKING:
     from psij.executors.batch._spares import SpareCommands
 
 __all__ = ["MAY_HAVE_BEEN_SUBMITTED", "CommandResult", "CommandRunner", "FakeCommandRunner",
-           "SubprocessRunner", "finish", "start_failure"]
+           "SubprocessRunner", "finish", "script_bytes", "start_failure"]
 
 # In a failure: the command (or what stood for it) may have done its work, so it is not tried
 # again (a submission could then be made twice).
 MAY_HAVE_BEEN_SUBMITTED = "may have been submitted"
 
 _EXCERPT = 2000
+
+
+def script_bytes(text: str) -> bytes:
+    """A script (or any standard input) as bytes: UTF-8, a surrogate that stands for an
+    undecodable byte (``"\\udcff"``) written as that byte, as ``os.fsencode`` does for names."""
+    return text.encode("utf-8", "surrogateescape")
 
 
 class CommandResult(Record):
@@ -121,7 +127,7 @@ class SubprocessRunner:
                 start_new_session=True)
         except OSError as e:
             return CommandResult(args, None, failure=start_failure(e))
-        return finish(proc, args, stdin.encode() if stdin is not None else None, timeout)
+        return finish(proc, args, None if stdin is None else script_bytes(stdin), timeout)
 
     def run_spared(self, argv: Sequence[str], timeout: float, stdin: str,
                    count: int) -> CommandResult:

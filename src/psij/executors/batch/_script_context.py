@@ -3,18 +3,24 @@ written, and the context a template is rendered with.
 
 :func:`check_script_values` refuses, naming the field, values that no script or directive can
 hold safely (environment names that are not identifiers, line breaks in directive values, ...),
-using the executor's directive rules. :func:`build_script_context` gives the template context
-documented in ``docs/batch.rst`` (``job``, ``env``, ``custom_attributes``,
-``formatted_job_duration`` and ``psij.*``), to which the executor adds its scheduler's own
-values. Nothing here writes files or runs commands.
+using the executor's directive rules, strings that no process can receive (a lone surrogate,
+:mod:`psij.executors._os_texts`) and staging entries the script cannot stage; every batch
+executor calls it before a job is held, written or submitted (and ``submit_script`` too).
+:func:`build_script_context` gives the template context documented in ``docs/batch.rst``
+(``job``, ``env``, ``custom_attributes``, ``formatted_job_duration`` and ``psij.*``), to which
+the executor adds its scheduler's own values. Nothing here writes files or runs commands.
 """
 
 import os
 import re
 from datetime import timedelta
-from typing import TYPE_CHECKING, Dict
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Tuple, Union
 
+from psij._declared_attributes import check_declared
 from psij.exceptions import InvalidJobException
+from psij.executors._os_texts import check_texts, spec_texts
+from psij.executors._staging import check_staging
 from psij.executors._staging import script_context as staging_context
 from psij.executors.batch._nice import scheduler_priority
 from psij.executors.batch._shapes import job_tmp
@@ -51,16 +57,34 @@ def hours_minutes_seconds(d: timedelta) -> str:
     return f"{total // 3600}:{total // 60 % 60:02d}:{total % 60:02d}"
 
 
+def job_directory(spec: JobSpec) -> str:
+    """The job's directory, absolute: schedulers start scripts in different folders."""
+    return os.path.abspath(spec.directory if spec.directory is not None else os.getcwd())
+
+
 def check_script_values(executor: "BatchSchedulerExecutor", job: Job, spec: JobSpec) -> None:
     """Refuse, before anything is written, values the submit script cannot hold safely."""
     if spec.executable is None:
         raise InvalidJobException(f"job {job.id}: JobSpec.executable is not set")
+    attrs = spec.attributes
+    check_declared(attrs.custom_attributes)  # as submit does (submit_script too)
+    try:
+        custom = executor._custom_attribute_items(job)
+    except (ValueError, TypeError) as e:
+        raise InvalidJobException(str(e)) from e
+    texts: List[Tuple[str, Union[str, Path, None]]] = spec_texts(spec)
+    texts += [("JobSpec.name", spec.name)]
+    texts += [(f"JobAttributes.{field}", getattr(attrs, field))
+              for field in ("queue_name", "account", "reservation_id")]
+    texts += [(f"JobAttributes.custom_attributes[{prefix + '.' + item['key']!r}]", item["value"])
+              for prefix, items in custom.items() for item in items]
+    check_texts(texts)
+    check_staging(spec, job_directory(spec), executor.name)
     for name in (spec.environment or {}):
         if not _ENV_NAME.fullmatch(name):
             raise InvalidJobException(
                 f"JobSpec.environment: {name!r} cannot be exported by a submit script; "
                 "accepted names: letters, digits and '_', not starting with a digit")
-    attrs = spec.attributes
     try:
         job_name = executor._job_name(spec)
         if job_name is not None:
@@ -69,7 +93,7 @@ def check_script_values(executor: "BatchSchedulerExecutor", job: Job, spec: JobS
             value = getattr(attrs, field)
             if value is not None:
                 executor._directive_value(f"JobAttributes.{field}", value)
-        for prefix, items in executor._custom_attribute_items(job).items():
+        for prefix, items in custom.items():
             for item in items:
                 if item["value"] is not None:
                     executor._directive_value(
@@ -85,8 +109,7 @@ def build_script_context(executor: "BatchSchedulerExecutor", job: Job) -> Dict[s
     assert spec is not None
     launcher = executor._get_launcher_from_job(job)
     words = launcher.get_launch_command(job)
-    # Always absolute: schedulers start scripts in different folders.
-    directory = os.path.abspath(spec.directory if spec.directory is not None else os.getcwd())
+    directory = job_directory(spec)
     tmp = job_tmp(spec)
     # Only read here: a job without resources gets the counts of the default ones.
     resources = _NO_RESOURCES if spec.resources is None else v1_resources(spec)

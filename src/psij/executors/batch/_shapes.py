@@ -16,9 +16,9 @@ This rounding only groups jobs: the submitted script asks for the exact amounts.
 Pure values: nothing here runs commands or reads files.
 """
 
-import math
 from typing import Any, Optional, Tuple
 
+from psij._declared_attributes import TMP_ATTRIBUTE, tmp_bytes
 from psij._priority import ATTRIBUTE, LEGACY_ATTRIBUTE
 from psij._record import Record
 from psij.exceptions import InvalidJobException
@@ -27,7 +27,6 @@ from psij.resource_spec import ResourceSpecV1
 
 __all__ = ["TMP_ATTRIBUTE", "Shape", "job_tmp", "round_up", "shape_of"]
 
-TMP_ATTRIBUTE = "psij.tmp"
 # Custom attributes that do not make a shape of their own.
 _NOT_SHAPE = frozenset({ATTRIBUTE, LEGACY_ATTRIBUTE, TMP_ATTRIBUTE})
 
@@ -83,14 +82,7 @@ def job_tmp(spec: JobSpec) -> Optional[int]:
     InvalidJobException for anything but a whole, non-negative, finite number of bytes.
     """
     value = spec.attributes.get_custom_attribute(TMP_ATTRIBUTE)
-    if value is None:
-        return None
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidJobException(f"custom attribute {TMP_ATTRIBUTE}: expected a whole number "
-                                  f"of bytes (at least 0), got {value!r}")
-    return value
+    return None if value is None else tmp_bytes(TMP_ATTRIBUTE, value)
 
 
 def shape_of(spec: JobSpec, memory_bucket: int = 0, tmp_bucket: int = 0) -> Shape:

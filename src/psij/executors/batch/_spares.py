@@ -40,7 +40,7 @@ from collections import deque
 from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
 from psij.executors.batch._environ import inherited_bytes
-from psij.executors.batch._runner import CommandResult, _kill_group, _Popen, finish
+from psij.executors.batch._runner import CommandResult, _kill_group, _Popen, finish, script_bytes
 
 __all__ = ["IDLE_S", "MAX_SPARES", "REST_S", "SpareCommands", "origin"]
 
@@ -156,7 +156,7 @@ class SpareCommands:
             return None
         with self._cond:
             self._misfits = 0
-        return finish(spare.proc, argv, stdin.encode(), timeout)
+        return finish(spare.proc, argv, script_bytes(stdin), timeout)
 
     def spare_pids(self) -> List[int]:
         """The process ids of the spares waiting now."""

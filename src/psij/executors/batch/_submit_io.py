@@ -15,7 +15,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Tuple
 
-from psij.executors.batch._runner import MAY_HAVE_BEEN_SUBMITTED, CommandResult, SubprocessRunner
+from psij.executors.batch._runner import (
+    MAY_HAVE_BEEN_SUBMITTED,
+    CommandResult,
+    SubprocessRunner,
+    script_bytes,
+)
 from psij.job import Job
 
 if TYPE_CHECKING:
@@ -66,9 +71,9 @@ def write_script(executor: "BatchSchedulerExecutor", job: Job, text: str) -> Pat
     except FileNotFoundError:  # removed since it was checked: made and checked again
         executor._ensure_work_dir()
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
+    with os.fdopen(fd, "wb") as f:
         os.fchmod(fd, mode)  # exactly, whatever the umask or an older file
-        f.write(text)
+        f.write(script_bytes(text))
     return path
 
 

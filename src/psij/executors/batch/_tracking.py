@@ -10,7 +10,14 @@ Rules:
 
 - One status command covers every tracked job. The first poll comes ``initial_delay`` after the
   first job arrives (at once for an attached job), the next ones ``interval`` apart.
-- A job's state only moves forward. A final state reported by the queue finishes the job.
+- A job's state only moves forward. A final state reported by the queue finishes the job. A
+  job seen again in the state it was reported in is reported again (:class:`Restate`) when the
+  scheduler starts or stops holding it (``held_by: "scheduler"`` in the observation's
+  metadata, see :mod:`~psij.executors.batch._status_table`); nothing else is said twice.
+- Jobs of a *hurried* group (:class:`Hurry`: the executor holds back jobs of that shape for
+  ``max_queued_per_shape``, and waits for a queued one to start) that are still queued are
+  polled by themselves ``initial_delay`` after each poll, so that a start is seen within about
+  that time; the others keep ``interval``. Without hurried groups nothing is polled sooner.
 - A job missing from the queue output is never assumed done: the executor is asked to resolve
   it (exit-code file, then the scheduler's accounting). What it finds finishes the job. If it
   finds nothing, a job whose cancel was asked ends CANCELED; any other job is looked for again at
@@ -26,20 +33,34 @@ Rules:
 
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    AbstractSet,
+    Any,
+    Dict,
+    FrozenSet,
+    Hashable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 from psij._clock import Clock
 from psij._record import Record, replace
+from psij.executors.batch._status_table import is_held_by_scheduler
 from psij.job_state import JobState
 
 __all__ = [
-    "Action", "CancelAsked", "CancelFailed", "Event", "Finish", "IllegalEvent", "JobAdded",
-    "JobTracker", "MissingResolved", "Observation", "Phase", "PollFailed", "PollSucceeded",
-    "ReportState", "ResolveMissing", "RunStatusCommand", "Settings", "Tick", "TrackedJob",
-    "TrackerState", "step",
+    "Action", "CancelAsked", "CancelFailed", "Event", "Finish", "Hurry", "IllegalEvent",
+    "JobAdded", "JobTracker", "MissingResolved", "Observation", "Phase", "PollFailed",
+    "PollSucceeded", "ReportState", "ResolveMissing", "Restate", "RunStatusCommand", "Settings",
+    "Tick", "TrackedJob", "TrackerState", "step",
 ]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+_NONE: FrozenSet[Hashable] = frozenset()
 
 
 class IllegalEvent(Exception):
@@ -98,18 +119,21 @@ class Settings(Record):
 
 
 class TrackedJob(Record):
-    """One followed job: the state last reported for it and what is pending about it."""
+    """One followed job: the state last reported for it (and whether the scheduler holds it),
+    what is pending about it, and its group (see :class:`Hurry`; None: none)."""
 
-    _fields = ("native_id", "state", "cancel_requested", "misses")
+    _fields = ("native_id", "state", "cancel_requested", "misses", "held", "group")
     __slots__ = _fields
     native_id: str
     state: JobState
     cancel_requested: bool
     misses: int
+    held: bool
+    group: Hashable
 
     def __init__(self, native_id: str, state: JobState, cancel_requested: bool = False,
-                 misses: int = 0) -> None:
-        self._store(native_id, state, cancel_requested, misses)
+                 misses: int = 0, held: bool = False, group: Hashable = None) -> None:
+        self._store(native_id, state, cancel_requested, misses, held, group)
 
 
 class Phase(Enum):
@@ -126,23 +150,28 @@ class TrackerState(Record):
     """Everything the tracker knows; a new value after every event."""
 
     _fields = ("jobs", "phase", "next_poll_at", "in_flight", "requested_poll_at", "failures",
-               "outage_since")
+               "outage_since", "hurried", "next_hurry_at")
     __slots__ = _fields
     jobs: Mapping[str, TrackedJob]
     phase: Phase
+    # When all jobs are polled next (while a round of the hurried jobs only is under way too).
     next_poll_at: Optional[float]
     in_flight: Tuple[str, ...]
     # The earliest poll asked for while a poll round was under way (by a new job or a cancel).
     requested_poll_at: Optional[float]
     failures: int
     outage_since: Optional[float]
+    hurried: FrozenSet[Hashable]
+    # When the queued jobs of the hurried groups are polled next (None: no such job).
+    next_hurry_at: Optional[float]
 
     def __init__(self, jobs: Mapping[str, TrackedJob] = _EMPTY, phase: Phase = Phase.IDLE,
                  next_poll_at: Optional[float] = None, in_flight: Tuple[str, ...] = (),
                  requested_poll_at: Optional[float] = None, failures: int = 0,
-                 outage_since: Optional[float] = None) -> None:
+                 outage_since: Optional[float] = None, hurried: FrozenSet[Hashable] = _NONE,
+                 next_hurry_at: Optional[float] = None) -> None:
         self._store(jobs, phase, next_poll_at, in_flight, requested_poll_at, failures,
-                    outage_since)
+                    outage_since, hurried, next_hurry_at)
 
 
 # ------------------------------------------------------------------------------------- events
@@ -151,18 +180,29 @@ class TrackerState(Record):
 class JobAdded(Record):
     """A job was submitted (or attached) and is to be followed from ``state``.
 
-    ``poll_soon`` asks for a poll at once (attach wants the real state quickly).
+    ``poll_soon`` asks for a poll at once (attach wants the real state quickly); ``group`` is
+    what :class:`Hurry` names (None: no group).
     """
 
-    _fields = ("native_id", "state", "poll_soon")
+    _fields = ("native_id", "state", "poll_soon", "group")
     __slots__ = _fields
     native_id: str
     state: JobState
     poll_soon: bool
+    group: Hashable
 
     def __init__(self, native_id: str, state: JobState = JobState.QUEUED,
-                 poll_soon: bool = False) -> None:
-        self._store(native_id, state, poll_soon)
+                 poll_soon: bool = False, group: Hashable = None) -> None:
+        self._store(native_id, state, poll_soon, group)
+
+
+class Hurry(Record):
+    """From now on the queued jobs of these groups are polled ``initial_delay`` after each
+    poll (an empty set: none is)."""
+
+    _fields = ("groups",)
+    __slots__ = _fields
+    groups: AbstractSet[Hashable]
 
 
 class Tick(Record):
@@ -213,7 +253,7 @@ class CancelFailed(Record):
 
 
 Event = Union[JobAdded, Tick, PollSucceeded, PollFailed, MissingResolved, CancelAsked,
-              CancelFailed]
+              CancelFailed, Hurry]
 
 # ------------------------------------------------------------------------------------ actions
 
@@ -243,6 +283,16 @@ class ReportState(Record):
     observation: Observation
 
 
+class Restate(Record):
+    """The job is still in the state it was reported in, and the scheduler started or stopped
+    holding it: report it again."""
+
+    _fields = ("native_id", "observation")
+    __slots__ = _fields
+    native_id: str
+    observation: Observation
+
+
 class Finish(Record):
     """The job reached a final state and is no longer followed.
 
@@ -256,7 +306,7 @@ class Finish(Record):
     cancel_requested: bool
 
 
-Action = Union[RunStatusCommand, ResolveMissing, ReportState, Finish]
+Action = Union[RunStatusCommand, ResolveMissing, ReportState, Restate, Finish]
 
 # -------------------------------------------------------------------------------------- step
 
@@ -282,10 +332,23 @@ def _after_round(state: TrackerState, jobs: Dict[str, TrackedJob], settings: Set
     """The state once a poll round is over: waiting for the next poll, or idle."""
     if not jobs:
         return replace(state, jobs=_frozen(jobs), phase=Phase.IDLE, next_poll_at=None,
-                       in_flight=(), requested_poll_at=None)
+                       in_flight=(), requested_poll_at=None, next_hurry_at=None)
+    # A round of the hurried jobs only leaves the next round of all where it was.
+    due = state.next_poll_at if state.next_poll_at is not None else now + settings.interval
     return replace(state, jobs=_frozen(jobs), phase=Phase.WAITING, in_flight=(),
-                   next_poll_at=_earliest(now + settings.interval, state.requested_poll_at),
-                   requested_poll_at=None)
+                   next_poll_at=_earliest(due, state.requested_poll_at),
+                   requested_poll_at=None,
+                   next_hurry_at=now + settings.initial_delay
+                   if _hurried_ids(jobs, state.hurried) else None)
+
+
+def _hurried_ids(jobs: Mapping[str, TrackedJob], groups: AbstractSet[Hashable]
+                 ) -> Tuple[str, ...]:
+    """The queued jobs of the hurried ``groups``."""
+    if not groups:
+        return ()
+    return tuple(sorted(nid for nid, job in jobs.items()
+                        if job.state is JobState.QUEUED and job.group in groups))
 
 
 def _earliest(at: float, requested: Optional[float]) -> float:
@@ -307,10 +370,15 @@ def _observe(job: TrackedJob, obs: Observation, jobs: Dict[str, TrackedJob],
         del jobs[job.native_id]
         actions.append(Finish(job.native_id, obs, job.cancel_requested))
         return
-    jobs[job.native_id] = replace(job, misses=0, state=obs.state) \
-        if obs.state.is_greater_than(job.state) else replace(job, misses=0)
+    held = is_held_by_scheduler(obs.metadata)
     if obs.state.is_greater_than(job.state):
+        jobs[job.native_id] = replace(job, misses=0, state=obs.state, held=held)
         actions.append(ReportState(job.native_id, obs))
+    elif obs.state is job.state and held is not job.held:
+        jobs[job.native_id] = replace(job, misses=0, held=held)
+        actions.append(Restate(job.native_id, obs))
+    elif job.misses:
+        jobs[job.native_id] = replace(job, misses=0)
 
 
 def _require(state: TrackerState, phase: Phase, event: object) -> None:
@@ -330,7 +398,7 @@ def step(state: TrackerState, settings: Settings, event: Event,
             raise IllegalEvent(f"job {event.native_id} cannot be tracked from a final state "
                                f"({event.state})")
         jobs = _thawed(state.jobs)
-        jobs[event.native_id] = TrackedJob(event.native_id, event.state)
+        jobs[event.native_id] = TrackedJob(event.native_id, event.state, group=event.group)
         due = now + (0.0 if event.poll_soon else settings.initial_delay)
         if state.phase is Phase.IDLE:
             return replace(state, jobs=_frozen(jobs), phase=Phase.WAITING,
@@ -338,13 +406,31 @@ def step(state: TrackerState, settings: Settings, event: Event,
         return _ask_poll_by(replace(state, jobs=_frozen(jobs)), due), actions
 
     if isinstance(event, Tick):
-        if (state.phase is Phase.WAITING and state.next_poll_at is not None
-                and now >= state.next_poll_at and state.jobs):
+        if state.phase is not Phase.WAITING or not state.jobs:
+            return state, actions
+        if state.next_poll_at is not None and now >= state.next_poll_at:
             ids = tuple(sorted(state.jobs))
             actions.append(RunStatusCommand(ids))
             return replace(state, phase=Phase.POLLING, next_poll_at=None,
+                           next_hurry_at=None, in_flight=ids), actions
+        if state.next_hurry_at is not None and now >= state.next_hurry_at:
+            ids = _hurried_ids(state.jobs, state.hurried)
+            if not ids:
+                return replace(state, next_hurry_at=None), actions
+            actions.append(RunStatusCommand(ids))
+            return replace(state, phase=Phase.POLLING, next_hurry_at=None,
                            in_flight=ids), actions
         return state, actions
+
+    if isinstance(event, Hurry):
+        groups = frozenset(event.groups) - {None}
+        state = replace(state, hurried=groups)
+        if state.phase is not Phase.WAITING:
+            return state, actions  # the round under way sets the time (or there is no job)
+        if not _hurried_ids(state.jobs, groups):
+            return replace(state, next_hurry_at=None), actions
+        at = now + settings.initial_delay
+        return replace(state, next_hurry_at=_earliest(at, state.next_hurry_at)), actions
 
     if isinstance(event, PollSucceeded):
         _require(state, Phase.POLLING, event)
@@ -385,10 +471,12 @@ def step(state: TrackerState, settings: Settings, event: Event,
         state = replace(state, failures=failures, outage_since=since)
         if not jobs:
             return replace(state, phase=Phase.IDLE, next_poll_at=None, in_flight=(),
-                           requested_poll_at=None), actions
-        # A retry after a failure keeps its backoff even if a new job asked for an earlier poll.
+                           requested_poll_at=None, next_hurry_at=None), actions
+        # A retry after a failure keeps its backoff even if a new job asked for an earlier poll
+        # (or its group is hurried).
         return replace(state, phase=Phase.WAITING, in_flight=(), requested_poll_at=None,
-                       next_poll_at=now + _backoff(settings, failures)), actions
+                       next_poll_at=now + _backoff(settings, failures),
+                       next_hurry_at=None), actions
 
     if isinstance(event, MissingResolved):
         _require(state, Phase.RESOLVING, event)
@@ -456,7 +544,9 @@ class JobTracker:
         """When a Tick may next produce an action (None: nothing is due until another event)."""
         s = self.state
         if s.phase is Phase.WAITING and s.jobs:
-            return s.next_poll_at
+            if s.next_hurry_at is None or s.next_poll_at is None:
+                return s.next_poll_at if s.next_hurry_at is None else s.next_hurry_at
+            return min(s.next_poll_at, s.next_hurry_at)
         return None
 
     def is_tracked(self, native_id: str) -> bool:

@@ -56,16 +56,12 @@ from psij.executors.batch._arrays import ArrayStyle
 from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
 from psij.executors.batch._fallback import SchedulerFallbackWarning as SchedulerFallbackWarning
 from psij.executors.batch._fallback import local_fallback, not_found_hint
-from psij.executors.batch._final_state import (
-    Seen,
-    final_state,
-    final_status,
-    needs_accounting,
-)
+from psij.executors.batch._final_state import Seen, final_state, final_status, needs_accounting
 from psij.executors.batch._held_jobs import HeldJobs
 from psij.executors.batch._job_output import _read_text, _stderr_tail
 from psij.executors.batch._kill import KillFirst
 from psij.executors.batch._poller import StatusPoller
+from psij.executors.batch._priority_change import PriorityChange
 from psij.executors.batch._runner import CommandResult, CommandRunner, SubprocessRunner
 from psij.executors.batch._script_context import (
     build_script_context,
@@ -122,7 +118,7 @@ class InvalidJobStateError(Exception):
     """The job cannot be cancelled because the scheduler no longer has it running or queued."""
 
 
-class BatchSchedulerExecutor(KillFirst, JobExecutor):
+class BatchSchedulerExecutor(KillFirst, PriorityChange, JobExecutor):
     """Base class of executors that submit jobs to a batch scheduler.
 
     A subclass declares its scheduler in class attributes (below); where the scheduler's ways
@@ -155,10 +151,12 @@ class BatchSchedulerExecutor(KillFirst, JobExecutor):
     CANCEL_COMMAND: Tuple[str, ...] = ()
     CANCEL_GONE_PATTERN: Optional[Pattern[str]] = None
     # The status command (the native ids are appended), and, for output of one line per job,
-    # the pattern of a line (groups: native id, state[, reason]) and the scheduler's states.
+    # the pattern of a line (groups: native id, state[, reason]), the scheduler's states and
+    # those of them that mean the scheduler holds the job until someone releases it.
     STATUS_COMMAND: Tuple[str, ...] = ()
     STATUS_LINE_PATTERN: Optional[Pattern[str]] = None
     STATE_MAP: StateMap = {}
+    HELD_STATES: Collection[str] = ()
     LIST_COMMAND: Tuple[str, ...] = ()
     # Lines of the list command's output that are native ids (None: every non-blank line).
     LIST_ID_PATTERN: Optional[Pattern[str]] = None
@@ -239,7 +237,7 @@ class BatchSchedulerExecutor(KillFirst, JobExecutor):
         else nothing (None)."""
         if not self.SCRIPT_ON_STDIN:
             return None
-        return submit_file_path.read_text(encoding="utf-8")
+        return submit_file_path.read_text(encoding="utf-8", errors="surrogateescape")
 
     def job_id_from_submit_output(self, out: str) -> str:
         """The native id in the (successful) submit command's stdout."""
@@ -273,7 +271,7 @@ class BatchSchedulerExecutor(KillFirst, JobExecutor):
         pattern = self._declared("STATUS_LINE_PATTERN")
         name = " ".join(self.STATUS_COMMAND) or f"{self._work_name()} status"
         check_status_exit_code(name, exit_code, out)
-        return parse_status_lines(pattern, self.STATE_MAP, out)
+        return parse_status_lines(pattern, self.STATE_MAP, out, self.HELD_STATES)
 
     def get_list_command(self) -> List[str]:
         """The command listing this user's jobs."""

@@ -27,6 +27,7 @@ __all__ = ["BatchTestExecutorConfig", "BatchTestJobExecutor"]
 
 STATE_MAP: StateMap = {
     "PENDING": (JobState.QUEUED, None),
+    "HELD": (JobState.QUEUED, None),
     "RUNNING": (JobState.ACTIVE, None),
     "COMPLETED": (JobState.COMPLETED, None),
     "FAILED": (JobState.FAILED, None),
@@ -61,7 +62,8 @@ class BatchTestExecutorConfig(BatchSchedulerExecutorConfig):
 
 class BatchTestJobExecutor(BatchSchedulerExecutor):
     """Submits to the ``batch-test`` fake scheduler. Custom attributes ``batch-test.<option>``
-    become directives; ``batch-test.queue-delay`` keeps a job QUEUED for that many seconds."""
+    become directives; ``batch-test.queue-delay`` keeps a job QUEUED for that many seconds,
+    ``batch-test.hold`` keeps it HELD until ``batch_test_tool.py release``."""
 
     _NAME_ = "batch-test"
     CONFIG_CLASS = BatchTestExecutorConfig
@@ -72,6 +74,7 @@ class BatchTestJobExecutor(BatchSchedulerExecutor):
     CANCEL_GONE_PATTERN = re.compile("already finished")
     STATUS_LINE_PATTERN = re.compile(r"(\d+)\|([A-Z]+)\|([A-Za-z]*)")
     STATE_MAP = STATE_MAP
+    HELD_STATES = ("HELD",)
 
     @property
     def _cfg(self) -> BatchTestExecutorConfig:

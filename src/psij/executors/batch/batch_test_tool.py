@@ -8,6 +8,8 @@ path (submit script, submit, status polling, cancel, accounting, exit-code files
                                                               one "ID|STATE|REASON" line per
                                                               job still in the queue
     python batch_test_tool.py --spool DIR cancel ID
+    python batch_test_tool.py --spool DIR hold ID             keep a pending job HELD
+    python batch_test_tool.py --spool DIR release ID          let a HELD job go on
     python batch_test_tool.py --spool DIR list
     python batch_test_tool.py --spool DIR acct ID...          "ID|STATE|EXIT|REASON" of jobs
                                                               that ended
@@ -16,6 +18,7 @@ path (submit script, submit, status polling, cancel, accounting, exit-code files
 Directives are ``#BATCH_TEST --option=value`` lines, parsed the way sbatch parses ``#SBATCH``
 lines (quotes group, backslash escapes the next character, ``#`` outside quotes ends the line).
 Options: ``--job-name``, ``--time`` (h:mm:ss), ``--queue-delay`` (seconds the job stays QUEUED),
+``--hold`` (the job waits in the state HELD until ``release``, as ``sbatch --hold`` does),
 ``--export=NONE`` (the script starts with only a login's basic variables, as sbatch's option does)
 and any other ``--name[=value]`` (recorded only). Each job runs detached, with
 ``BATCH_TEST_JOB_ID`` in its environment, under a watcher process that enforces the time limit and
@@ -62,7 +65,8 @@ def _private_dirs() -> ModuleType:
 
 def _create(path: Path, text: str, append: bool = False) -> None:
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-    with open(os.open(path, flags, 0o600), "w") as f:
+    with open(os.open(path, flags, 0o600), "w", encoding="utf-8",
+              errors="surrogateescape") as f:
         f.write(text)
 
 
@@ -194,7 +198,8 @@ class Spool:
 
 
 def cmd_submit(spool: Spool, script_path: str) -> int:
-    text = Path(script_path).read_text()
+    # Bytes, as a real scheduler takes a script (a name may hold any byte but NUL and "/").
+    text = Path(script_path).read_bytes().decode("utf-8", "surrogateescape")
     try:
         options = parse_directives(text)
     except ValueError as e:
@@ -205,7 +210,10 @@ def cmd_submit(spool: Spool, script_path: str) -> int:
     d.mkdir(0o700)
     _create(d / "script", text)
     _create(d / "options.json", json.dumps(options))
-    spool.set_state(job_id, "PENDING")
+    held = "hold" in options and options["hold"] not in ("False", "false", "0")
+    if held:
+        _create(d / "hold", "")
+    spool.set_state(job_id, "HELD" if held else "PENDING")
     subprocess.Popen([sys.executable, "-S", os.path.abspath(__file__), "--spool",
                       str(spool.root), "_watch", job_id], start_new_session=True,
                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -231,10 +239,12 @@ def cmd_watch(spool: Spool, job_id: str) -> int:
     options = json.loads((d / "options.json").read_text())
     delay = float(options.get("queue-delay") or 0)
     deadline = time.monotonic() + delay
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline or (d / "hold").exists():
         if (d / "cancel").exists():
             spool.set_state(job_id, "CANCELLED", "", "CancelledWhilePending")
             return 0
+        if not (d / "hold").exists() and (spool.state(job_id) or ("",))[0] == "HELD":
+            spool.set_state(job_id, "PENDING")  # released
         time.sleep(0.05)
     if (d / "cancel").exists():
         spool.set_state(job_id, "CANCELLED", "", "CancelledWhilePending")
@@ -340,6 +350,23 @@ def cmd_cancel(spool: Spool, job_id: str) -> int:
     return 0
 
 
+def cmd_hold(spool: Spool, job_id: str, hold: bool) -> int:
+    st = spool.state(job_id)
+    if st is None or st[0] not in ("PENDING", "HELD"):
+        print(f"batch-test: error: job {job_id} is not pending", file=sys.stderr)
+        return 1
+    d = spool.job_dir(job_id)
+    if hold:
+        _create(d / "hold", "")
+        spool.set_state(job_id, "HELD")
+    else:
+        try:
+            os.unlink(d / "hold")
+        except FileNotFoundError:
+            pass
+    return 0
+
+
 def cmd_acct(spool: Spool, ids: List[str]) -> int:
     wanted = set(ids)
     text = _read(spool.root / "accounting") or ""
@@ -371,6 +398,8 @@ def main(argv: List[str]) -> int:
         return cmd_status(spool, args, keep)
     if command == "cancel" and len(args) == 1:
         return cmd_cancel(spool, args[0])
+    if command in ("hold", "release") and len(args) == 1:
+        return cmd_hold(spool, args[0], command == "hold")
     if command == "list":
         for d in sorted(spool.jobs.iterdir(), key=lambda p: int(p.name)):
             print(d.name)

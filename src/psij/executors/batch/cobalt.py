@@ -26,6 +26,7 @@ from typing import Dict, List, Optional
 
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._site_directives import PLAIN, option_items
+from psij.executors.batch._status_table import held_status
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
@@ -37,7 +38,7 @@ from psij.job_state import JobState
 from psij.job_status import JobStatus
 from psij.resource_spec import ResourceSpecV1
 
-__all__ = ["STATE_MAP", "CobaltExecutorConfig", "CobaltJobExecutor", "cobalt_status"]
+__all__ = ["HELD_STATES", "STATE_MAP", "CobaltExecutorConfig", "CobaltJobExecutor", "cobalt_status"]
 
 
 class CobaltExecutorConfig(BatchSchedulerExecutorConfig):
@@ -62,6 +63,8 @@ STATE_MAP: Dict[str, JobState] = {
     # A dependency ended badly: the job will never run and stays until it is deleted.
     "dep_fail": JobState.FAILED,
 }
+# Holds someone must release (qrls); dep_hold and maxrun_hold end by themselves.
+HELD_STATES = frozenset({"user_hold", "admin_hold", "hold"})
 _DEP_FAIL_MESSAGE = ("a job this job depends on did not complete successfully, so Cobalt will "
                      "not run it (it stays in the queue, state dep_fail, until it is deleted)")
 _FIELD = re.compile(r"^\s*([A-Za-z_]+)\s*:\s*(.*?)\s*$")
@@ -74,6 +77,8 @@ def cobalt_status(native_state: str) -> JobStatus:
     except KeyError:
         raise ValueError(f"unknown Cobalt job state {native_state!r}") from None
     metadata: Dict[str, object] = {"native_state": native_state}
+    if native_state in HELD_STATES:
+        return held_status(metadata, native_state)
     if state is JobState.FAILED:
         return JobStatus(state, message=_DEP_FAIL_MESSAGE, metadata=metadata)
     return JobStatus(state, metadata=metadata)

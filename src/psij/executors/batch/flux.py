@@ -15,7 +15,8 @@ Facts this module relies on (flux-core manual pages, RFC 19, RFC 21, RFC 36):
 - ``flux jobs -a -n -o FORMAT ID...`` prints one line per job; the fields used are ``id.f58``,
   ``state`` (DEPEND, PRIORITY, SCHED, RUN, CLEANUP, INACTIVE), ``result`` (COMPLETED, FAILED,
   CANCELED, TIMEOUT, empty while active), ``returncode`` (highest exit code, minus the signal
-  number when killed by one, -128 when canceled before it started), ``exception.type`` and
+  number when killed by one, -128 when canceled before it started), ``urgency`` (0 for a job
+  held until ``flux job urgency ID default`` releases it), ``exception.type`` and
   ``exception.note``; it complains on stderr about ids it does not know;
 - inside a batch job the script runs as the first program of a new Flux instance, whose
   attribute ``jobid`` is the job's id in the enclosing instance (``flux job id --to=dec``
@@ -29,6 +30,7 @@ from typing import Dict, List, Optional, Tuple
 from psij.exceptions import InvalidJobException
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._site_directives import PLAIN_QUOTED, option_items
+from psij.executors.batch._status_table import held_status
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
@@ -75,7 +77,10 @@ EXCEPTION_CAUSES: Dict[str, str] = {
 
 F58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _F58_DIGIT = {c: i for i, c in enumerate(F58_ALPHABET)}
-_STATUS_FIELDS = "{id.f58}|{state}|{result}|{returncode}|{exception.type}|{exception.note}"
+# The note may hold "|", so it comes last.
+_STATUS_FIELDS = ("{id.f58}|{state}|{result}|{returncode}|{urgency}|{exception.type}|"
+                  "{exception.note}")
+_HELD_URGENCY = "0"
 _UNKNOWN_JOB = re.compile(r"not found|unknown job|invalid jobid", re.IGNORECASE)
 
 
@@ -99,7 +104,7 @@ def jobid_to_decimal(text: str) -> str:
 
 
 def flux_status(state: str, result: str, returncode: str, exception_type: str,
-                exception_note: str) -> JobStatus:
+                exception_note: str, urgency: str = "") -> JobStatus:
     """The JobStatus of a job from its ``flux jobs`` fields; ValueError for unknown ones."""
     if state not in STATE_MAP:
         raise ValueError(f"unknown Flux job state {state!r}")
@@ -107,6 +112,8 @@ def flux_status(state: str, result: str, returncode: str, exception_type: str,
     metadata: Dict[str, object] = {"native_state": state, "result": result or None,
                                    "exception": exception_type or None, "reason": note}
     mapped = STATE_MAP[state]
+    if mapped is JobState.QUEUED and urgency.strip() == _HELD_URGENCY:
+        return held_status(metadata, "urgency 0")
     if mapped is not None:
         return JobStatus(mapped, metadata=metadata)
     if result not in RESULT_MAP:
@@ -199,13 +206,13 @@ class FluxJobExecutor(BatchSchedulerExecutor):
         for line in out.splitlines():
             if not line.strip():
                 continue
-            fields = line.split("|", 5)
-            if len(fields) != 6:
+            fields = line.split("|", 6)
+            if len(fields) != 7:
                 errors.append(line)
                 continue
             native_id = jobid_to_decimal(fields[0])
             found[native_id] = flux_status(fields[1].strip(), fields[2].strip(), fields[3],
-                                           fields[4].strip(), fields[5])
+                                           fields[5].strip(), fields[6], fields[4])
         # Lines that are not job lines may only say that a job is unknown (it was purged).
         others = [line for line in errors if not _UNKNOWN_JOB.search(line)]
         if others:

@@ -30,6 +30,7 @@ from psij.executors.batch._arrays import LSF_ARRAYS
 from psij.executors.batch._nice import LSF_NICE
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._site_directives import PLAIN_QUOTED
+from psij.executors.batch._status_table import held_status
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
@@ -106,6 +107,8 @@ def lsf_status(record: Mapping[str, Any]) -> JobStatus:
     reason = str(record.get("EXIT_REASON", "") or "").strip() or None
     metadata: Dict[str, object] = {"native_state": native_state, "reason": reason}
     mapped = STATE_MAP[native_state]
+    if native_state == "PSUSP":  # bstop of a pending job, or bsub -H: held until bresume
+        return held_status(metadata, "PSUSP")
     if mapped is not None:
         return JobStatus(mapped, metadata=metadata)
     code_text = str(record.get("EXIT_CODE", "") or "").strip()

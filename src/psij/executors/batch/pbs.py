@@ -28,6 +28,7 @@ from psij.executors.batch._arrays import PBS_ARRAYS
 from psij.executors.batch._nice import PBS_NICE
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._site_directives import PLAIN
+from psij.executors.batch._status_table import held_status
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
@@ -158,6 +159,8 @@ def pbs_status(native_state: str, fields: Mapping[str, str],
     substate = int(substate_text) if substate_text.lstrip("-").isdigit() else None
     metadata: Dict[str, object] = {"native_state": native_state, "substate": substate,
                                    "reason": comment}
+    if mapped is JobState.QUEUED and native_state == "H":  # qhold, qsub -h, or a hold type
+        return held_status(metadata, "H" + (f", {comment}" if comment else ""))
     if mapped is not None:
         return JobStatus(mapped, metadata=metadata)
     code_text = fields.get("Exit_status", fields.get("exit_status"))

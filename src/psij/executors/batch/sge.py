@@ -14,6 +14,7 @@ from psij.executors.batch._arrays import SGE_ARRAYS, expand_index_list
 from psij.executors.batch._nice import SGE_NICE
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._site_directives import PLAIN
+from psij.executors.batch._status_table import held_status
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
@@ -65,6 +66,8 @@ def sge_status(native_state: str) -> JobStatus:
     except KeyError:
         raise ValueError(f"unknown Grid Engine job state {native_state!r}") from None
     metadata: Dict[str, object] = {"native_state": native_state}
+    if state is JobState.QUEUED and "h" in native_state:  # hqw, hRwq: on hold (qhold, -h)
+        return held_status(metadata, native_state)
     message = None
     if cause is not None:
         metadata["cause"] = cause

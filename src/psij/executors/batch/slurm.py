@@ -15,6 +15,7 @@ from psij import _check
 from psij.executors.batch._arrays import SLURM_ARRAYS, expand_index_list
 from psij.executors.batch._nice import SLURM_NICE
 from psij.executors.batch._runner import CommandResult
+from psij.executors.batch._status_table import held_status
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
@@ -26,7 +27,7 @@ from psij.job_status import JobStatus
 if TYPE_CHECKING:
     from psij.executors.batch._slurm_rest_child import RestSubmitter
 
-__all__ = ["SlurmExecutorConfig", "SlurmJobExecutor"]
+__all__ = ["HELD_REASONS", "HELD_STATES", "SlurmExecutorConfig", "SlurmJobExecutor"]
 
 _REST_LOCK = threading.Lock()
 
@@ -77,6 +78,11 @@ STATE_MAP: Dict[str, Tuple[JobState, Optional[str]]] = {
     "REVOKED": (JobState.FAILED, None),
     "SPECIAL_EXIT": (JobState.FAILED, None),
 }
+
+# A pending job that Slurm holds until it is released (scontrol release): its reason, or a
+# state that says so.
+HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
+HELD_STATES = frozenset({"REQUEUE_HOLD", "RESV_DEL_HOLD"})
 
 # Messages for final states whose cause is not in STATE_MAP's second column.
 _STATE_MESSAGES = {
@@ -135,6 +141,8 @@ def slurm_status(native_state: str, reason: Optional[str],
     if cause is None and state is JobState.FAILED and reason in _REASON_CAUSES:
         cause = _REASON_CAUSES[reason]
     metadata: Dict[str, object] = {"native_state": native_state, "reason": reason}
+    if state is JobState.QUEUED and (reason in HELD_REASONS or native_state in HELD_STATES):
+        return held_status(metadata, reason if reason in HELD_REASONS else native_state)
     if cause is not None:
         metadata["cause"] = cause
     message = _STATE_MESSAGES.get(native_state) if state.final else None
