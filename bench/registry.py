@@ -22,14 +22,17 @@ Figures:
 """
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = REPO / ".venv" / "bin" / "python"
@@ -150,6 +153,21 @@ def child(code: str, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+@contextlib.contextmanager
+def _scratch() -> Iterator[str]:
+    """A temporary folder, removed once nothing writes to it any more: a keeper outlives the
+    child that started it and may still record a job's end while the folder is removed."""
+    tmp = tempfile.mkdtemp()
+    try:
+        yield tmp
+    finally:
+        for _ in range(100):
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not os.path.exists(tmp):
+                break
+            time.sleep(0.1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=500)
@@ -159,7 +177,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with _scratch() as tmp:
         costs = [child(_COST, str(Path(tmp) / f"cost{r}"), "2000") for r in range(3)]
     print(f"registry cost per job, first record (queued):  "
           f"{statistics.median(c['first_us'] for c in costs):8.1f} µs")
@@ -170,7 +188,7 @@ def main() -> None:
     cpus: dict = {"on": [], "off": []}
     for r in range(args.rounds):
         for mode in (("on", "off") if r % 2 == 0 else ("off", "on")):
-            with tempfile.TemporaryDirectory() as tmp:
+            with _scratch() as tmp:
                 res = child(_THROUGHPUT, tmp, str(args.jobs), mode)
             rates[mode].append(args.jobs / res["all_s"])
             cpus[mode].append(res["cpu_us"])
@@ -183,7 +201,7 @@ def main() -> None:
     kept: dict = {"on": [], "off": []}
     for r in range(args.rounds):
         for mode in (("on", "off") if r % 2 == 0 else ("off", "on")):
-            with tempfile.TemporaryDirectory() as tmp:
+            with _scratch() as tmp:
                 kept[mode].append(child(_KEEPER, tmp, str(args.jobs), str(args.latency_jobs),
                                         mode))
     for mode in ("off", "on"):
@@ -194,7 +212,7 @@ def main() -> None:
               f"{latency:6.2f} ms (median of {args.rounds} rounds), CPU per job {cpu_us:.0f} µs "
               f"(submitting process and keeper)")
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with _scratch() as tmp:
         wd = Path(tmp) / ".psij" / "work"
         wd.mkdir(mode=0o700, parents=True)
         child(_FILL + "\nprint('{}')", str(wd), str(args.status_jobs))
