@@ -7,7 +7,8 @@ file, and the server combines the results.
 The same file is the server (``server``) and the client (``client``) the configuration names.
 A restarted server (after its predecessor died) asks only for the clients whose result file is
 missing, so the study finishes whatever the number of restarts. A client that fails is asked
-for again, up to three times.
+for again, up to three times; with fault tolerance off (``--no-fault-tolerance``: nothing
+replaces a server that dies) the server ends the study at once, failing, as Melissa's does.
 """
 
 import argparse
@@ -46,7 +47,11 @@ def config(args: argparse.Namespace) -> Dict[str, object]:
 def client(results: str, sleep: float, index: str) -> int:
     """One client: compute (here: a square) and write the result file. It first sleeps
     ``sleep`` seconds, or the seconds written in ``RESULTS/sleep`` when that file exists
-    (so that a running study can be slowed down or sped up)."""
+    (so that a running study can be slowed down or sped up); it fails (exit code 3) when
+    ``RESULTS/fail.<index>`` exists."""
+    if (Path(results) / f"fail.{int(index)}").exists():
+        print(f"client {index}: told to fail", file=sys.stderr)
+        return 3
     override = Path(results) / "sleep"
     if override.exists():
         sleep = float(override.read_text())
@@ -61,7 +66,8 @@ def client(results: str, sleep: float, index: str) -> int:
 
 
 def server(results: str, count: int, wave: int) -> int:
-    """The server: clients in waves of ``wave``, retried when they fail, then the sum."""
+    """The server: clients in waves of ``wave``, retried when they fail (with fault
+    tolerance on), then the sum."""
     from psij.supervise.client import connect
 
     folder = Path(results)
@@ -77,6 +83,10 @@ def server(results: str, count: int, wave: int) -> int:
                 supervisor.submit(f"c{i}", arguments=[str(i)])
             for update in supervisor.updates():
                 if update.final and update.state != "COMPLETED":
+                    if not supervisor.fault_tolerance:  # the study fails with its first client
+                        print(f"client {update.client} ended {update.state}; fault tolerance "
+                              f"is off: the study ends", file=sys.stderr)
+                        return 1
                     i = int(update.client[1:])
                     if attempts[i] < 3:
                         todo.append(i)

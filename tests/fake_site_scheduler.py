@@ -457,11 +457,15 @@ def bjobs(spool: Spool, args: List[str]) -> int:
     ids: List[str] = []
     as_json = False
     no_header = False
+    name = None  # -J NAME: the unfinished jobs of that name
     i = 0
     while i < len(args):
         a = args[i]
         if a == "-o":
             fields = args[i + 1].split()
+            i += 1
+        elif a == "-J":
+            name = args[i + 1]
             i += 1
         elif a == "-json":
             as_json = True
@@ -480,7 +484,14 @@ def bjobs(spool: Spool, args: List[str]) -> int:
             selected.append(one)
             asked.append(text)
     ids = asked
-    if not ids:
+    if name is not None:
+        selected = [j for j in spool.all() if not j.get("elements") and j["name"] == name
+                    and j["state"] != "done"]
+        if not selected:
+            sys.stderr.write(f"Job <{name}> is not found\n")
+            return 255
+        ids = [str(j["number"]) for j in selected]
+    elif not ids:
         selected = [j for j in spool.all() if not j.get("elements")]
         ids = [str(j["number"]) for j in selected if j is not None]
     if os.environ.get("LSB_BJOBS_CONSISTENT_EXIT_CODE") == "Y" \
@@ -596,6 +607,7 @@ def flux(spool: Spool, args: List[str]) -> int:
     if command == "jobs":
         fmt = "{id.f58}"
         ids = []
+        name = option(rest, "--name")  # the active jobs of that name
         i = 0
         while i < len(rest):
             if rest[i] == "-o":
@@ -614,6 +626,8 @@ def flux(spool: Spool, args: List[str]) -> int:
                 selected.append(job)
         if not ids:
             selected = spool.all()
+        if name is not None:
+            selected = [j for j in selected if j["name"] == name and j["state"] != "done"]
         for job in selected:
             print(render_format(fmt, flux_fields(job)))
         return 0
@@ -664,8 +678,9 @@ def main(argv: List[str]) -> int:
             print(f"Job <{args[-1]}> is being terminated")
         return 0
     if command == "qselect":
+        name = option(args, "-N")
         for job in spool.all():
-            if job["state"] not in ("done", "array"):
+            if job["state"] not in ("done", "array") and name in (None, job["name"]):
                 print(job["id"])
         return 0
     sys.stderr.write(f"{command}: not faked\n")

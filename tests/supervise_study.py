@@ -97,6 +97,17 @@ class Study:
             found.add(match.group(3))
         return found
 
+    def unsettled(self) -> Set[int]:
+        """The uids the journal shows submitted (or being submitted) and not ended."""
+        open_uids: Set[int] = set()
+        for line in (self.output / "supervise.journal").read_text().splitlines():
+            entry = json.loads(line)
+            if "final" in entry:
+                open_uids.discard(entry["uid"])
+            else:
+                open_uids.add(entry["uid"])
+        return open_uids
+
     def server_pid(self, generation: int) -> int:
         path = self.results / f"server.{generation}.pid"
         return int(wait_for(lambda: path.exists() and path.read_text().strip(), 60,

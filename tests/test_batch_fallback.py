@@ -7,7 +7,7 @@ import stat
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import pytest
 
@@ -177,6 +177,67 @@ def test_pool_rules() -> None:
                         (Arrived("c", Amounts(1, 1, 1), 0), "already known")):
         with pytest.raises(IllegalEvent, match=text):
             pool.step(event)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field", ["cores", "memory", "tmp", "gpus"])
+def test_a_job_larger_than_the_pool_in_any_resource_runs_alone(field: str) -> None:
+    """Whatever it asks too much of, it waits for every running job to end (even those that
+    ask for none of that resource), and nothing starts beside it until it ends."""
+    pool = LocalPool(Amounts(4, 1000, 1000, 2))
+    small = Amounts(1, None, None, None)
+    huge = Amounts(**{**Amounts(1, None, None, None).as_dict(), field: 1 << 50})
+    assert pool.step(Arrived("running", small, 0)) == [Start("running")]
+    assert pool.step(Arrived("huge", huge, 0)) == [Wait("huge", 1)]
+    assert pool.step(Arrived("after", small, 0)) == [Wait("after", 2)]  # the barrier
+    # Higher priority goes first, but not beside the job running alone.
+    assert pool.step(Arrived("urgent", small, 9)) == [Start("urgent")]
+    assert pool.step(Ended("running")) == []
+    started = pool.step(Ended("urgent"))
+    assert [a.key for a in started] == ["huge"]
+    if field == "gpus":  # clamped to the pool: every GPU
+        assert started == [Start("huge", ("0", "1"))]
+    assert pool.step(Arrived("late", small, 99)) == [Wait("late", 2)]
+    assert pool.step(Ended("huge")) == [Start("late"), Start("after")]
+
+
+def test_gpu_jobs_get_distinct_ids_lowest_first_and_give_them_back() -> None:
+    pool = LocalPool(Amounts(8, None, None, 3), gpu_ids=("3", "5", "7"))
+    assert pool.step(Arrived("a", Amounts(1, None, None, 1), 0)) == [Start("a", ("3",))]
+    assert pool.step(Arrived("b", Amounts(1, None, None, 2), 0)) == [Start("b", ("5", "7"))]
+    assert pool.step(Arrived("cpu", Amounts(1, None, None, None), 0)) == [Start("cpu")]
+    assert pool.step(Arrived("c", Amounts(1, None, None, 2), 0)) == [Wait("c", 1)]
+    assert pool.step(Ended("a")) == []  # one GPU free, c needs two
+    assert pool.step(Ended("b")) == [Start("c", ("3", "5"))]
+    assert pool.step(Arrived("d", Amounts(1, None, None, 1), 0)) == [Start("d", ("7",))]
+    with pytest.raises(ValueError, match="2 GPU ids for 3 GPUs"):
+        LocalPool(Amounts(1, None, None, 3), gpu_ids=("0", "1"))
+
+
+def test_a_gpu_job_on_a_machine_without_gpus_runs_alone_in_the_fallback_pool(
+        tmp_path: Path, no_slurm_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU here, whatever the machine has
+    log = tmp_path / "log"
+    gate = tmp_path / "gate"
+
+    def job(name: str, gpus: Optional[int] = None, wait_gate: bool = False) -> Job:
+        hold = f"while [ ! -e {gate} ]; do sleep 0.05; done; " if wait_gate else ""
+        return sh(f"echo start {name} >> {log}; {hold}sleep 0.3; echo end {name} >> {log}",
+                  resources=ResourceSpecV1(gpu_cores_per_process=gpus))
+
+    with pytest.warns(SchedulerFallbackWarning):
+        ex = slurm(tmp_path, fallback="local")
+    first, gpu, after = job("first", wait_gate=True), job("gpu", gpus=1), job("after")
+    for j in (first, gpu, after):
+        ex.submit(j)
+    assert gpu.status.state is JobState.QUEUED and after.status.state is JobState.QUEUED
+    time.sleep(0.3)
+    gate.touch()
+    for j in (first, gpu, after):
+        st = j.wait(WAIT)
+        assert st is not None and st.state is JobState.COMPLETED, st
+    assert log.read_text().split("\n")[:-1] == ["start first", "end first", "start gpu",
+                                                 "end gpu", "start after", "end after"]
+    ex.close()
 
 
 def test_a_submit_command_that_is_there_gets_no_not_installed_hint(

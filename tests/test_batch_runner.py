@@ -1,12 +1,22 @@
-"""The command runner: exit code, stdout and stderr together; timeouts kill the whole group."""
+"""The command runner: exit code, stdout and stderr together; timeouts kill the whole group;
+submit commands are stopped for good by ``stop_submits``."""
 
 import os
+import threading
 import time
 from pathlib import Path
+from typing import List
 
 import pytest
 
-from psij.executors.batch._runner import CommandResult, FakeCommandRunner, SubprocessRunner
+from psij.executors.batch._runner import (
+    MAY_HAVE_BEEN_SUBMITTED,
+    SUBMITS_STOPPED,
+    CommandResult,
+    FakeCommandRunner,
+    SubprocessRunner,
+    outcome_unknown,
+)
 
 
 def test_captures_exit_code_stdout_and_stderr() -> None:
@@ -87,3 +97,58 @@ def test_too_large_an_environment_is_explained() -> None:
     # Other start failures keep the system's words alone.
     r = SubprocessRunner().run(["/nonexistent/squeue"], timeout=10)
     assert r.failure == "could not be started: No such file or directory"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_stop_submits_kills_the_running_submit_commands_and_refuses_later_ones(
+        tmp_path: Path) -> None:
+    runner = SubprocessRunner()
+    pidfile, started = tmp_path / "child", tmp_path / "started"
+    results: List[CommandResult] = []
+    submit = threading.Thread(target=lambda: results.append(runner.run(
+        ["sh", "-c", f"sleep 60 & echo $! > {pidfile}; touch {started}; wait"], timeout=60,
+        submit=True)))
+    submit.start()
+    deadline = time.monotonic() + 10
+    while not started.exists():
+        assert time.monotonic() < deadline, "the submit command never started"
+        time.sleep(0.02)
+    other = runner.run(["true"], timeout=10)  # not a submit command: not followed
+    assert other.ok
+    begun = time.monotonic()
+    assert runner.stop_submits() == 1
+    submit.join(10)
+    assert time.monotonic() - begun < 5
+    result = results[0]
+    assert result.exit_code is None and result.failure is not None
+    assert "stopped before it finished" in result.failure
+    assert MAY_HAVE_BEEN_SUBMITTED in result.failure and outcome_unknown(result.describe())
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while not _gone(child):  # what the command started went with it
+        assert time.monotonic() < deadline, "the submit command's child survived"
+        time.sleep(0.02)
+    # From now on a submit command is not even started; other commands run as before.
+    marker = tmp_path / "ran"
+    refused = runner.run(["touch", str(marker)], timeout=10, submit=True)
+    assert refused.failure == SUBMITS_STOPPED and not outcome_unknown(refused.describe())
+    assert runner.run_spared(["touch", str(marker)], 10, "", 1).failure == SUBMITS_STOPPED
+    assert not marker.exists()
+    assert runner.run(["true"], timeout=10).ok
+    assert runner.stop_submits() == 0
+
+
+def test_a_timed_out_submit_may_have_submitted_its_job() -> None:
+    from psij.supervise._machine import outcome_unknown as supervisor_reads
+
+    timed_out = SubprocessRunner().run(["sleep", "5"], timeout=0.2, submit=True).describe()
+    missing = SubprocessRunner().run(["/nonexistent"], timeout=1).describe()
+    assert outcome_unknown(timed_out) and supervisor_reads(timed_out)
+    assert not outcome_unknown(missing) and not supervisor_reads(missing)

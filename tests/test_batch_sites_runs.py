@@ -194,3 +194,25 @@ def test_attach_from_another_executor(site: Tuple[str, BatchSchedulerExecutor],
         assert twin.native_id == job.native_id
     finally:
         other.close()
+
+
+def test_jobs_are_found_and_cancelled_by_their_name(
+        site: Tuple[str, BatchSchedulerExecutor]) -> None:
+    """What ``psij supervise`` does with a submission whose outcome it does not know."""
+    name, ex = site
+    if name == "cobalt":  # qstat cannot select by name: the supervisor says so instead
+        with pytest.raises(NotImplementedError):
+            ex.jobs_named("study.u3.ab12")
+        return
+    jobs = [Job(JobSpec("/bin/true", name=label, attributes=JobAttributes(queue_name="held")))
+            for label in ("study.u3.ab12", "study.u4.ab12")]
+    for job in jobs:
+        ex.submit(job)
+    assert ex.jobs_named("study.u3.ab12") == [jobs[0].native_id]
+    assert ex.jobs_named("study.u9.ab12") == []
+    assert ex.cancel_jobs_named("study.u3.ab12") == [jobs[0].native_id]
+    st = jobs[0].wait(WAIT)  # cancelled behind its executor's back: Torque says FAILED
+    assert st is not None and st.state in (JobState.CANCELED, JobState.FAILED), st
+    assert ex.jobs_named("study.u3.ab12") == []  # an ended job is not in the queue any more
+    assert jobs[1].status.state is JobState.QUEUED
+    jobs[1].cancel()

@@ -121,6 +121,108 @@ def test_a_job_asking_more_cores_than_the_pool_has_runs_alone(tmp_path: Path) ->
     ex.close()
 
 
+@pytest.mark.parametrize("asks", ["memory", "tmp", "gpus"])
+def test_a_job_asking_more_of_any_resource_than_the_pool_has_runs_alone(
+        tmp_path: Path, asks: str) -> None:
+    """The pool has 4 cores (and its memory, disk and 2 GPUs); the big job asks for 2**50
+    bytes, or 3 GPUs: it waits for the running job (which asks for none of it) to end, and the
+    next one waits for it."""
+    ex = executor(tmp_path, {"cores": 4, "gpus": 2})
+    gate = tmp_path / "gate"
+    first = logged(tmp_path, "first", hold=until(gate))
+    big = logged(tmp_path, "big")
+    assert big.spec is not None and isinstance(big.spec.resources, ResourceSpecV1)
+    if asks == "memory":
+        big.spec.resources.memory = 1 << 50
+    elif asks == "tmp":
+        big.spec.attributes.custom_attributes = {"psij.tmp": 1 << 50}
+    else:
+        big.spec.resources.gpu_cores_per_process = 3
+    after = logged(tmp_path, "after")
+    for j in (first, big, after):
+        ex.submit(j)
+    assert big.status.state is JobState.QUEUED and after.status.state is JobState.QUEUED
+    gate.touch()
+    for j in (first, big, after):
+        assert final(j).state is JobState.COMPLETED
+    assert events(tmp_path) == ["start first", "end first", "start big", "end big",
+                                "start after", "end after"]
+    ex.close()
+
+
+def gpu_job(tmp_path: Path, name: str, gpus: Optional[int], hold: str = "sleep 0.2",
+            environment: Optional[Dict[str, str]] = None) -> Job:
+    """A job that logs ``start name <its CUDA_VISIBLE_DEVICES or ->``."""
+    log = tmp_path / "log"
+    return Job(JobSpec("/bin/sh", ["-c", f"echo start {name} ${{CUDA_VISIBLE_DEVICES--}} "
+                                         f">> {log}; {hold}; echo end {name} >> {log}"],
+                       resources=ResourceSpecV1(process_count=1, gpu_cores_per_process=gpus),
+                       environment=environment))
+
+
+def test_gpu_jobs_get_their_own_gpus_in_cuda_visible_devices(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("ROCR_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("HIP_VISIBLE_DEVICES", raising=False)
+    ex = executor(tmp_path, {"cores": 8, "gpus": 2})
+    gates = [tmp_path / f"g{i}" for i in range(2)]
+    one = gpu_job(tmp_path, "one", 1, hold=until(gates[0]))
+    two = gpu_job(tmp_path, "two", 1, hold=until(gates[1]))
+    cpu = gpu_job(tmp_path, "cpu", None)  # asks for none: runs beside them, told nothing
+    third = gpu_job(tmp_path, "third", 1)  # no GPU left: waits, though cores are free
+    mine = gpu_job(tmp_path, "mine", 1, environment={"CUDA_VISIBLE_DEVICES": "7"})
+    for j in (one, two, cpu, third):
+        ex.submit(j)
+    assert final(cpu).state is JobState.COMPLETED
+    assert third.status.state is JobState.QUEUED
+    gates[1].touch()
+    assert final(two).state is JobState.COMPLETED
+    assert final(third).state is JobState.COMPLETED  # on the GPU "two" gave back
+    gates[0].touch()
+    assert final(one).state is JobState.COMPLETED
+    ex.submit(mine)
+    assert final(mine).state is JobState.COMPLETED
+    started = {line.split()[1]: line.split()[2] for line in events(tmp_path)
+               if line.startswith("start ")}
+    assert started == {"one": "0", "two": "1", "third": "1", "cpu": "-", "mine": "7"}
+    ex.close()
+
+
+def test_the_pools_gpus_are_those_this_process_may_use(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,GPU-ab12")
+    assert machine_capacity().gpus == 3
+    ex = executor(tmp_path, True)
+    assert ex._pool.gpu_ids == ("3", "5", "GPU-ab12")  # type: ignore[attr-defined]
+    both = gpu_job(tmp_path, "both", 2)
+    ex.submit(both)
+    assert final(both).state is JobState.COMPLETED
+    assert events(tmp_path)[0] == "start both 3,5"
+    ex.close()
+    fewer = executor(tmp_path, {"gpus": 2})  # the first two of those found
+    assert fewer._pool.gpu_ids == ("3", "5")  # type: ignore[attr-defined]
+    more = executor(tmp_path, {"gpus": 4})  # more than found: counted from 0
+    assert more._pool.gpu_ids == ("0", "1", "2", "3")  # type: ignore[attr-defined]
+    fewer.close()
+    more.close()
+
+
+@pytest.mark.parametrize("environ, ids, variable", [
+    ({"CUDA_VISIBLE_DEVICES": "0,2"}, ("0", "2"), "CUDA_VISIBLE_DEVICES"),
+    ({"CUDA_VISIBLE_DEVICES": ""}, (), "CUDA_VISIBLE_DEVICES"),
+    ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, (), "CUDA_VISIBLE_DEVICES"),
+    ({"CUDA_VISIBLE_DEVICES": "1,-1,2"}, ("1",), "CUDA_VISIBLE_DEVICES"),
+    ({"ROCR_VISIBLE_DEVICES": "4, 6"}, ("4", "6"), "ROCR_VISIBLE_DEVICES"),
+    ({"HIP_VISIBLE_DEVICES": "1"}, ("1",), "HIP_VISIBLE_DEVICES"),
+])
+def test_visible_gpus_are_read_as_the_drivers_read_them(
+        environ: Dict[str, str], ids: Any, variable: str) -> None:
+    from psij.executors._gpus import visible_gpus
+
+    assert visible_gpus(environ) == (ids, variable)
+
+
 def test_cancel_of_a_waiting_job_ends_it_without_starting_it(tmp_path: Path) -> None:
     ex = executor(tmp_path, {"cores": 1})
     gate = tmp_path / "gate"
@@ -227,7 +329,10 @@ def test_true_is_this_machines_capacity_and_missing_keys_are_the_machines() -> N
     ({"cores": 0}, ValueError, "from 1 to"),
     ({"memory": -5}, ValueError, "from 0 to"),
     ({"tmp": 2 ** 80}, ValueError, "from 0 to"),
-    ({"gpus": 1}, ValueError, "accepted keys are 'cores', 'memory' and 'tmp'"),
+    ({"gpu": 1}, ValueError, "accepted keys are 'cores', 'memory' and 'tmp' (bytes), and "
+                             "'gpus'"),
+    ({"gpus": -1}, ValueError, "from 0 to"),
+    ({"gpus": 1.0}, TypeError, "an int, got"),
     ({1: 1}, ValueError, "accepted keys are"),
 ])
 def test_hostile_pool_settings_are_refused_naming_the_setting(

@@ -130,7 +130,7 @@ HOSTILE = [
     ('resource_pool = "yes"', "executors.slurm.resource_pool", "true, false or a table"),
     ('resource_pool = { cores = nan }', "executors.slurm.resource_pool", "cores"),
     ('resource_pool = { cores = -1 }', "executors.slurm.resource_pool", "cores"),
-    ('resource_pool = { gpus = 2 }', "executors.slurm.resource_pool", "unknown key 'gpus'"),
+    ('resource_pool = { nodes = 2 }', "executors.slurm.resource_pool", "unknown key 'nodes'"),
     ('resource_pool = { memory = 100000000000000000000 }', "executors.slurm.resource_pool",
      "memory"),
     ('spare_submit_commands = 17', "executors.slurm.spare_submit_commands", "0 to 16"),

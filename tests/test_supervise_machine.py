@@ -13,7 +13,9 @@ from psij.controller import (
     ActionFailed,
     Attach,
     BadMessage,
+    Call,
     Cancel,
+    CancelTimer,
     Close,
     Connected,
     Disconnected,
@@ -23,11 +25,13 @@ from psij.controller import (
     MessageReceived,
     Peer,
     Send,
+    SetTimer,
     SignalReceived,
     Started,
     Stop,
     Submit,
     Tick,
+    TimerFired,
 )
 from psij.supervise import Settings, Supervisor
 from psij.supervise._machine import Journal
@@ -51,18 +55,21 @@ class Rig:
     """A machine, a manual clock, and helpers that feed it events."""
 
     def __init__(self, leftovers: Any = (), first_uid: int = 0, first_generation: int = 0,
+                 unsure: Any = (), cancel_named: Any = None, cleanup: bool = False,
                  **changes: Any) -> None:
         self.tokens = iter(f"token{i}" for i in range(1, 100))
         self.machine = Supervisor(settings(**changes), new_token=lambda: next(self.tokens),
                                   leftovers=leftovers, first_uid=first_uid,
-                                  first_generation=first_generation)
+                                  first_generation=first_generation, marker="m",
+                                  unsure=unsure, cancel_named=cancel_named, cleanup=cleanup)
         self.clock = ManualClock(1000.0)
         self.conn = 0
 
     def step(self, event: Any) -> List[Any]:
-        """The actions but the log lines and the journal entries (tested on their own)."""
+        """The actions but the log lines, the journal entries and the stop timer (tested on
+        their own)."""
         return [a for a in self.machine.step(event, self.clock.now())
-                if type(a) not in (Log, Journal)]
+                if type(a) not in (Log, Journal, SetTimer, CancelTimer)]
 
     def logs(self, event: Any) -> List[Any]:
         return [a for a in self.machine.step(event, self.clock.now()) if type(a) is Log]
@@ -79,7 +86,8 @@ class Rig:
             "type": "hello", "token": token or self.machine.token}))
         assert actions[0] == Send(self.conn, {
             "type": "welcome", "generation": self.machine.generation,
-            "uid": self.machine.server_uid, "ping_interval": T}), actions
+            "uid": self.machine.server_uid, "ping_interval": T,
+            "fault_tolerance": self.machine.settings.fault_tolerance}), actions
         return self.conn
 
     def running(self) -> int:
@@ -181,10 +189,12 @@ def test_fault_tolerance_off_stops_with_exit_code_1_and_the_reason() -> None:
     rig.step(ActionDone(1, "submit", "1001"))
     actions = rig.step(Disconnected(conn, "closed by the peer"))
     assert Cancel(0) in actions and Cancel(1) in actions
-    assert not of(actions, Submit)
-    stop = of(actions, Stop)[0]
+    assert not of(actions, Submit) and not of(actions, Stop)  # the jobs end first
+    rig.status(0, JobState.CANCELED)
+    rig.clock.advance(1.0)
+    stop = of(rig.status(1, JobState.CANCELED), Stop)[0]
     assert stop.exit_code == 1 and "fault_tolerance is off" in stop.reason
-    assert "connection shut down" in stop.reason and stop.grace == 5.0
+    assert "connection shut down" in stop.reason and stop.grace == 4.0  # what is left of 5
 
 
 def test_restart_limit_stops_with_an_error() -> None:
@@ -366,7 +376,8 @@ def test_done_then_server_completing_stops_with_0_and_cancels_clients_left() -> 
                                                      "arguments": []}))[0]["reason"]
     assert rig.step(Disconnected(conn, "closed by the peer")) == []
     actions = rig.status(0, JobState.COMPLETED, exit_code=0)
-    assert Stop(0, "the server finished", 5.0) in actions
+    assert not of(actions, Stop)  # client a, cancelled, has not ended yet
+    assert Stop(0, "the server finished", 5.0) in rig.status(1, JobState.CANCELED)
 
 
 def test_done_then_server_failing_stops_with_1() -> None:
@@ -386,16 +397,46 @@ def test_signal_cancels_every_job_and_stops_with_the_shell_code(signum: int, cod
     rig.ask(conn, {"type": "submit", "client": "a", "arguments": []})
     rig.ask(conn, {"type": "submit", "client": "b", "arguments": []})
     rig.step(ActionDone(1, "submit", "1"))
-    actions = rig.step(SignalReceived(signum))
+    actions = rig.machine.step(SignalReceived(signum), rig.clock.now())
     assert Cancel(0) in actions and Cancel(1) in actions and Cancel(2) not in actions
-    assert of(actions, Stop)[0].exit_code == code
+    # Stopping waits for the jobs to end, at most stop_grace.
+    assert not of(actions, Stop) and SetTimer(("psij.supervise", "stop"), 5.0) in actions
     assert rig.step(ActionDone(2, "submit", "2")) == [Cancel(2)]  # in flight: cancelled now
-    assert not of(rig.step(SignalReceived(signum)), Stop)  # one stop
     assert rig.step(Connected(9, PEER, "unix")) == [Close(9)]
     # Requests that were on their way are refused; nothing is submitted any more.
     actions = rig.ask(conn, {"type": "submit", "client": "late", "arguments": []})
     assert sent(actions)[0]["reason"] == "the supervisor is stopping"
     assert not of(actions, Submit)
+    for uid in (0, 1):
+        assert not of(rig.status(uid, JobState.CANCELED), Stop)
+    rig.clock.advance(2.0)
+    actions = rig.machine.step(JobStatusChanged(2, JobStatus(JobState.CANCELED)),
+                               rig.clock.now())
+    assert Stop(code, f"signal {signum}", 3.0) in actions
+    assert CancelTimer(("psij.supervise", "stop")) in actions
+    assert not of(rig.step(SignalReceived(signum)), Stop)  # one stop
+
+
+def test_stop_grace_passing_stops_without_the_jobs_that_did_not_end_and_names_them() -> None:
+    rig = Rig()
+    conn = rig.running()
+    rig.ask(conn, {"type": "submit", "client": "a", "arguments": []})
+    rig.step(SignalReceived(2))
+    rig.status(0, JobState.CANCELED)
+    actions = rig.machine.step(TimerFired(("psij.supervise", "stop")), rig.clock.now())
+    assert Stop(130, "signal 2", 0.0) in actions
+    words = next(a.message for a in of(actions, Log))
+    assert "1 job(s) not seen ending: uid 1 (a.u1.m)" in words and "--cleanup" in words
+
+
+def test_a_second_signal_while_jobs_end_stops_at_once() -> None:
+    rig = Rig()
+    rig.running()
+    rig.step(SignalReceived(15))
+    actions = rig.machine.step(SignalReceived(15), rig.clock.now())
+    assert Stop(143, "signal 15", 0.0) in actions
+    assert CancelTimer(("psij.supervise", "stop")) in actions
+    assert any("uid 0 (1000)" in a.message for a in of(actions, Log))
 
 
 # -- hostile messages ----------------------------------------------------------------------
@@ -474,23 +515,129 @@ def test_unknown_events_and_strangers_status_are_ignored() -> None:
 
 # -- the journal and the jobs an earlier supervisor left ------------------------------------
 
-def test_the_journal_records_each_submission_and_each_end() -> None:
+def test_the_journal_records_each_submission_before_it_runs_and_each_end() -> None:
     rig = Rig()
     machine = rig.machine
-    assert of(machine.step(Started(), 0), Journal) == []
+    started = machine.step(Started(), 0)
+    # Journaled first, with its unique job name: found by it if the submission is cut short.
+    assert [type(a) for a in started if type(a) in (Journal, Submit)] == [Journal, Submit]
+    assert of(started, Journal) == [Journal(
+        {"uid": 0, "kind": "server", "client": None, "generation": 1, "name": "server.u0.m"})]
+    assert of(started, Submit)[0].spec.name == "server.u0.m"
     assert of(machine.step(ActionDone(0, "submit", "900"), 0), Journal) == [Journal(
-        {"uid": 0, "kind": "server", "client": None, "generation": 1, "native_id": "900"})]
+        {"uid": 0, "kind": "server", "client": None, "generation": 1, "name": "server.u0.m",
+         "native_id": "900"})]
     rig.connect()
-    machine.step(MessageReceived(rig.conn, {"type": "submit", "client": "a",
-                                            "arguments": []}), 0)
+    asked = machine.step(MessageReceived(rig.conn, {"type": "submit", "client": "a",
+                                                    "arguments": []}), 0)
+    assert of(asked, Journal)[0].entry["name"] == "a.u1.m"
     assert of(machine.step(ActionDone(1, "submit", "901"), 0), Journal)[0].entry["client"] \
         == "a"
     ended = machine.step(JobStatusChanged(1, JobStatus(JobState.COMPLETED, exit_code=0)), 0)
     assert of(ended, Journal) == [Journal({"uid": 1, "final": "COMPLETED"})]
-    # A submission that failed was never journaled: its end is not either.
+    # A submission that failed ends FAILED in the journal.
     machine.step(MessageReceived(rig.conn, {"type": "submit", "client": "b",
                                             "arguments": []}), 0)
-    assert of(machine.step(ActionFailed(2, "submit", "no", None), 0), Journal) == []
+    assert of(machine.step(ActionFailed(2, "submit", "no", None), 0), Journal) == [
+        Journal({"uid": 2, "final": "FAILED"})]
+
+
+def test_job_names_are_plain_unique_and_at_most_64_characters() -> None:
+    from psij.executors.batch.escape_functions import plain_job_name
+    from psij.supervise._messages import marked_name
+
+    for given in ("c17", "my/job", "9lives", "a b,c;d\u00e9", "x" * 300, "-"):
+        name = marked_name(given, 12345, "0a1b2c3d")
+        assert name.endswith(".u12345.0a1b2c3d") and len(name) <= 64
+        assert plain_job_name(name) == name  # every scheduler writes it as it is
+    assert marked_name("c17", 3, "m") == "c17.u3.m"
+    rig = Rig(client_template=None)
+    conn = rig.running()
+    submit = of(rig.ask(conn, {"type": "submit", "client": "s", "spec": {
+        "executable": "/bin/echo", "name": "my job"}}), Submit)[0]
+    assert submit.spec.name == "my_job.u1.m"
+    assert str(submit.spec.stdout_path) == "/out/job.1.my_job.out"
+    assert Supervisor(settings()).marker != Supervisor(settings()).marker
+
+
+def test_the_server_is_told_whether_fault_tolerance_is_on() -> None:
+    for on, ours, melissa in ((True, "1", "ON"), (False, "0", "OFF")):
+        env = Rig(fault_tolerance=on).start().spec.environment
+        assert env["PSIJ_FAULT_TOLERANCE"] == ours and env["MELISSA_FAULT_TOLERANCE"] == melissa
+    rig = Rig(fault_tolerance=False)
+    conn = rig.running()
+    rig.ask(conn, {"type": "submit", "client": "a", "arguments": []})
+    client = of(rig.ask(conn, {"type": "submit", "client": "b", "arguments": []}), Submit)[0]
+    assert "PSIJ_FAULT_TOLERANCE" not in client.spec.environment  # the server's only
+
+
+def test_a_submission_whose_outcome_is_unknown_is_looked_up_by_name_and_cancelled() -> None:
+    asked: List[str] = []
+    rig = Rig(cancel_named=lambda name: asked.append(name) or ["77"])
+    conn = rig.running()
+    rig.ask(conn, {"type": "submit", "client": "a", "arguments": []})
+    actions = rig.machine.step(ActionFailed(1, "submit", "job 1: submitting failed: `sbatch "
+                                            "--parsable` did not finish within 30 s and was "
+                                            "killed", None), 0)
+    assert sent(actions)[0]["state"] == "FAILED"  # the server is told, as for any failure
+    assert Journal({"uid": 1, "final": "FAILED"}) not in actions  # not settled yet
+    call = of(actions, Call)[0]
+    assert call.key == ("lookup", 1) and rig.machine.lookups == {1: "a.u1.m"}
+    assert call.function() == ["77"] and asked == ["a.u1.m"]
+    done = rig.machine.step(ActionDone(("lookup", 1), "call", ["77"]), 0)
+    assert Journal({"uid": 1, "final": "CANCELED", "native_ids": ["77"]}) in done
+    # Not found: it was never queued.
+    rig.ask(conn, {"type": "submit", "client": "b", "arguments": []})
+    rig.machine.step(ActionFailed(2, "submit", "`sbatch` was stopped before it finished; the "
+                                               "job may have been submitted", None), 0)
+    done = rig.machine.step(ActionDone(("lookup", 2), "call", []), 0)
+    assert Journal({"uid": 2, "final": "NOT_SUBMITTED"}) in done
+    # A failed look-up leaves the submission open in the journal, for the next supervisor.
+    rig.ask(conn, {"type": "submit", "client": "c", "arguments": []})
+    rig.machine.step(ActionFailed(3, "submit", "may have been submitted", None), 0)
+    failed = rig.machine.step(ActionFailed(("lookup", 3), "call", "squeue: timeout", None), 0)
+    assert not of(failed, Journal) and rig.machine.lookups == {}
+    assert "squeue: timeout" in of(failed, Log)[0].message
+
+
+def test_stopping_waits_for_a_look_up_under_way() -> None:
+    rig = Rig(cancel_named=lambda name: [])
+    conn = rig.running()
+    rig.ask(conn, {"type": "submit", "client": "a", "arguments": []})
+    rig.step(ActionFailed(1, "submit", "may have been submitted", None))
+    rig.step(SignalReceived(2))
+    assert not of(rig.status(0, JobState.CANCELED), Stop)
+    assert of(rig.step(ActionDone(("lookup", 1), "call", [])), Stop)
+
+
+def test_without_a_look_up_by_name_an_unknown_outcome_is_said_and_journaled_unknown() -> None:
+    rig = Rig()
+    conn = rig.running()
+    rig.ask(conn, {"type": "submit", "client": "a", "arguments": []})
+    actions = rig.machine.step(ActionFailed(1, "submit", "may have been submitted", None), 0)
+    assert Journal({"uid": 1, "final": "UNKNOWN"}) in actions and not of(actions, Call)
+    assert any("a.u1.m" in a.message and "look for it" in a.message
+               for a in of(actions, Log))
+
+
+def test_cleanup_cancels_what_the_journal_names_and_stops_once_it_is_settled() -> None:
+    rig = Rig(leftovers=[(4, "700")], unsure=[(5, "c.u5.x")], cleanup=True,
+              cancel_named=lambda name: ["701"], first_uid=6)
+    actions = rig.step(Started())
+    assert Attach(4, "700") in actions and of(actions, Call)[0].key == ("lookup", 5)
+    assert not of(actions, Submit) and not of(actions, Stop)
+    assert rig.step(ActionDone(4, "attach", "700")) == [Cancel(4)]
+    assert not of(rig.step(ActionDone(("lookup", 5), "call", ["701"])), Stop)
+    assert Stop(0, "cleaned up", 5.0) in rig.status(4, JobState.CANCELED)
+    # Nothing to clean up: stops at once; something that cannot be settled: exit code 1.
+    assert Stop(0, "cleaned up", 5.0) in Rig(cleanup=True).step(Started())
+    stuck = Rig(leftovers=[(4, "700")], cleanup=True)
+    stuck.step(Started())
+    stop = of(stuck.step(TimerFired(("psij.supervise", "stop"))), Stop)[0]
+    assert stop.exit_code == 1 and stop.grace == 0.0
+    blind = Rig(unsure=[(5, "c.u5.x")], cleanup=True)  # the executor cannot look it up
+    assert Stop(1, "cleaned up, but some jobs could not be settled", 5.0) in blind.step(
+        Started())
 
 
 def test_leftover_jobs_are_attached_and_cancelled_and_numbering_goes_on() -> None:

@@ -271,6 +271,8 @@ def test_signal_mid_study_on_local_cancels_every_client(tmp_path: Path, signum: 
     study.signal(signum)
     assert study.wait(30) == code, study.errors()
     assert time.monotonic() - started < 10
+    # Every job cancelled has its final state in the journal: the next run has nothing to do.
+    assert study.unsettled() == set(), study.log()
     # No client of the study is left running (their command line names the folder).
     left = subprocess.run(["pgrep", "-f", f"supervised_study.py client {results}"],
                           capture_output=True, text=True)
@@ -456,3 +458,17 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_with_fault_tolerance_off_the_server_knows_and_ends_the_study_when_a_client_fails(
+        tmp_path: Path) -> None:
+    results = tmp_path / "r"
+    study = Study(results, clients=6, wave=3, fault_tolerance=False)
+    (results / "fail.1").write_text("")
+    study.start()
+    assert study.wait(60) == 1, study.errors()
+    assert "the server said it was done, then ended FAILED (exit code 1)" in study.errors()
+    said = (study.output / "job.0.study-server.err").read_text()
+    assert "client c1 ended FAILED; fault tolerance is off: the study ends" in said
+    assert not (results / "combined.txt").exists()
+    assert study.unsettled() == set(), study.log()

@@ -23,13 +23,20 @@ def add_supervise_command(commands: Any) -> None:
         description="Submit the server job of CONFIG.json, submit the client jobs it asks "
                     "for over its connection, tell it how they end, ping it, and when it dies "
                     "cancel every job and submit a new server (fault_tolerance). Ctrl+C or "
-                    "SIGTERM cancel every job submitted.",
-        epilog="exit status: 0 when the server finished; 1 when the study failed; 2 for a "
-               "bad configuration or usage; 130/143 after SIGINT/SIGTERM")
+                    "SIGTERM cancel every job submitted. With --cleanup, only cancel the jobs "
+                    "that an earlier run in the same output_dir left behind.",
+        epilog="exit status: 0 when the server finished (--cleanup: when every job left was "
+               "cancelled); 1 when the study failed (--cleanup: when some job could not be "
+               "settled); 2 for a bad configuration or usage; 130/143 after SIGINT/SIGTERM")
     parser.add_argument("config", nargs="?", metavar="CONFIG.json",
                         help="the study's configuration (a JSON object of options)")
     parser.add_argument("--print-options", action="store_true",
                         help="list every option with its default and meaning, and exit")
+    parser.add_argument("--cleanup", action="store_true",
+                        help="submit nothing: cancel the jobs the journal of output_dir names "
+                             "as left behind by an earlier run (killed, or stopped while a "
+                             "submission was running), wait for them to end (at most "
+                             "stop_grace seconds), and exit")
     parser.add_argument("--version", action="version", version=f"psij {__version__}")
 
 
@@ -75,9 +82,14 @@ def supervise_main(args: Any) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     try:
-        config = read_config(_load(args.config))
+        document = _load(args.config)
+        if args.cleanup and isinstance(document, dict) and "output_dir" not in document:
+            raise ConfigError(["output_dir: --cleanup needs the output_dir of the run to "
+                               "clean up (the configuration gives none, so each run made its "
+                               "own)"])
+        config = read_config(document)
         _log_to_stderr(config.verbose)
-        return run(config)
+        return run(config, cleanup=args.cleanup)
     except KeyboardInterrupt:  # before the loop caught signals: nothing was submitted
         return 130
     except ConfigError as error:

@@ -2,15 +2,21 @@
 ``fallback="local"``).
 
 It decides when a job may start: it knows the machine's capacity (cores, memory, temporary
-disk) and what each running job holds; it is driven by events and answers with actions, and
-runs, reads and starts nothing itself.
+disk, GPUs) and what each running job holds; it is driven by events and answers with actions,
+and runs, reads and starts nothing itself.
 
 Rules:
 
-- A job's demand is its cores (processes times cores per process), memory and temporary disk,
-  summed over its nodes, each clamped to the machine's capacity: a job that asks for more than
-  the machine has runs alone, once everything else has ended. A capacity of None is not
-  counted (unknown amounts never hold a job back).
+- A job's demand is its cores (processes times cores per process), memory, temporary disk and
+  GPUs (processes times GPUs per process), summed over its nodes. A capacity of None is not
+  counted (unknown amounts never hold a job back), nor is a demand of None (not asked for).
+- A job that asks for more than the pool has of *any* resource runs alone: it starts once
+  every running job has ended, and nothing else starts beside it until it ends. What it holds
+  is its demand clamped to the pool (every GPU, for one that asks for more GPUs than there
+  are).
+- A job that asks for GPUs gets that many distinct GPU ids (the lowest free ones, in the order
+  of the pool's ids, as the pilot hands them out), given back when it ends: two jobs never
+  share a GPU.
 - Waiting jobs start in priority order (higher first), then by arrival. Priority is a barrier:
   while the first waiting job does not fit, no job behind it starts, so a wide job is never
   starved by narrow ones. Choosing costs one look at the head of one heap.
@@ -21,7 +27,7 @@ Rules:
 """
 
 from heapq import heappop, heappush
-from typing import Dict, Hashable, List, Optional, Tuple, Union
+from typing import Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
 from psij._record import Record
 
@@ -44,13 +50,18 @@ class _Keyed(Record):
 
 
 class Amounts(Record):
-    """Cores, memory and temporary disk (bytes); None: not known / not asked for."""
+    """Cores, memory and temporary disk (bytes), GPUs; None: not known / not asked for."""
 
-    _fields = ("cores", "memory", "tmp")
+    _fields = ("cores", "memory", "tmp", "gpus")
     __slots__ = _fields
     cores: int
     memory: Optional[int]
     tmp: Optional[int]
+    gpus: Optional[int]
+
+    def __init__(self, cores: int, memory: Optional[int], tmp: Optional[int],
+                 gpus: Optional[int] = None) -> None:
+        self._store(cores, memory, tmp, gpus)
 
 
 class Arrived(Record):
@@ -84,10 +95,16 @@ class Cancel(_Keyed):
     __slots__ = ()
 
 
-class Start(_Keyed):
-    """Start this job now; its resources are taken."""
+class Start(Record):
+    """Start this job now; its resources are taken, and ``gpus`` (ids) are its own."""
 
-    __slots__ = ()
+    _fields = ("key", "gpus")
+    __slots__ = _fields
+    key: Key
+    gpus: Tuple[str, ...]
+
+    def __init__(self, key: Key, gpus: Tuple[str, ...] = ()) -> None:
+        self._store(key, tuple(gpus))
 
 
 class Dropped(_Keyed):
@@ -101,15 +118,24 @@ Action = Union[Start, Wait, Dropped]
 
 
 class LocalPool:
-    """The pool: ``step(event, now)`` gives the actions (see the module's rules)."""
+    """The pool: ``step(event, now)`` gives the actions (see the module's rules).
 
-    def __init__(self, capacity: Amounts) -> None:
+    ``gpu_ids`` names the ``capacity.gpus`` GPUs (``"0"``, ``"1"``, ... by default)."""
+
+    def __init__(self, capacity: Amounts, gpu_ids: Optional[Sequence[str]] = None) -> None:
         self.capacity = capacity
-        self._free = [capacity.cores, capacity.memory, capacity.tmp]
-        self._running: Dict[Key, Tuple[Optional[int], ...]] = {}
-        self._waiting: Dict[Key, Tuple[int, Amounts]] = {}
+        gpus = capacity.gpus or 0
+        self.gpu_ids: Tuple[str, ...] = (tuple(str(i) for i in range(gpus)) if gpu_ids is None
+                                         else tuple(gpu_ids))
+        if len(self.gpu_ids) != gpus:
+            raise ValueError(f"LocalPool: {len(self.gpu_ids)} GPU ids for {gpus} GPUs")
+        self._free = [capacity.cores, capacity.memory, capacity.tmp, capacity.gpus]
+        self._free_gpus = list(range(gpus))  # indices into gpu_ids, lowest first
+        self._running: Dict[Key, Tuple[Tuple[Optional[int], ...], List[int]]] = {}
+        self._waiting: Dict[Key, Tuple[int, Amounts, bool]] = {}
         self._heap: List[Tuple[Union[int, float], int, Key]] = []
         self._arrivals = 0
+        self._alone: Optional[Key] = None  # the job running alone, if one does
 
     def is_waiting(self, key: Key) -> bool:
         """Whether the job waits for resources."""
@@ -121,21 +147,27 @@ class LocalPool:
             if event.key in self._waiting or event.key in self._running:
                 raise IllegalEvent(f"Arrived: job {event.key!r} is already known")
             self._arrivals += 1
-            demand = self._clamped(event.demand)
-            self._waiting[event.key] = (self._arrivals, demand)
+            demand, alone = self._clamped(event.demand)
+            self._waiting[event.key] = (self._arrivals, demand, alone)
             heappush(self._heap, (-event.priority, self._arrivals, event.key))
             actions = self._start_what_fits()
-            if Start(event.key) not in actions:
+            if not any(isinstance(a, Start) and a.key == event.key for a in actions):
                 actions.append(Wait(event.key, len(self._waiting)))
             return actions
         if isinstance(event, Ended):
-            held = self._running.get(event.key)
-            if held is None:
+            entry = self._running.get(event.key)
+            if entry is None:
                 raise IllegalEvent(f"Ended: job {event.key!r} is not running")
             del self._running[event.key]
+            held, gpus = entry
             for i, amount in enumerate(held):
                 if amount is not None and self._free[i] is not None:
                     self._free[i] += amount  # type: ignore[operator]
+            if gpus:
+                self._free_gpus.extend(gpus)
+                self._free_gpus.sort()
+            if self._alone == event.key:
+                self._alone = None
             return self._start_what_fits()
         if isinstance(event, Cancel):
             if event.key not in self._waiting:
@@ -144,34 +176,52 @@ class LocalPool:
             return [Dropped(event.key), *self._start_what_fits()]
         raise IllegalEvent(f"unknown event {event!r}")
 
-    def _clamped(self, demand: Amounts) -> Amounts:
+    def _clamped(self, demand: Amounts) -> Tuple[Amounts, bool]:
+        """The demand clamped to the pool, and whether it exceeds the pool anywhere (the job
+        then runs alone)."""
         cap = self.capacity
+        alone = False
 
         def clamp(asked: Optional[int], have: Optional[int]) -> Optional[int]:
+            nonlocal alone
             if asked is None or have is None:
                 return None
-            return min(max(asked, 0), have)
+            asked = max(asked, 0)
+            if asked > have:
+                alone = True
+                return have
+            return asked
 
-        return Amounts(clamp(demand.cores, cap.cores) or 0, clamp(demand.memory, cap.memory),
-                       clamp(demand.tmp, cap.tmp))
+        clamped = Amounts(clamp(demand.cores, cap.cores) or 0, clamp(demand.memory, cap.memory),
+                          clamp(demand.tmp, cap.tmp), clamp(demand.gpus, cap.gpus))
+        return clamped, alone
 
     def _start_what_fits(self) -> List[Action]:
         actions: List[Action] = []
         heap = self._heap
-        while heap:
+        while heap and self._alone is None:  # nothing starts beside a job running alone
             _, arrival, key = heap[0]
             entry = self._waiting.get(key)
             if entry is None or entry[0] != arrival:
                 heappop(heap)  # cancelled
                 continue
-            need = (entry[1].cores, entry[1].memory, entry[1].tmp)
-            if any(n is not None and f is not None and n > f for n, f in zip(need, self._free)):
+            demand, alone = entry[1], entry[2]
+            need = (demand.cores, demand.memory, demand.tmp, demand.gpus)
+            if alone:
+                if self._running:
+                    break  # the barrier: it waits for every running job to end
+            elif any(n is not None and f is not None and n > f
+                     for n, f in zip(need, self._free)):
                 break  # the barrier: nothing behind it starts
             heappop(heap)
             del self._waiting[key]
             for i, amount in enumerate(need):
                 if amount is not None and self._free[i] is not None:
                     self._free[i] -= amount  # type: ignore[operator]
-            self._running[key] = need
-            actions.append(Start(key))
+            gpus = self._free_gpus[:demand.gpus or 0]
+            del self._free_gpus[:len(gpus)]
+            self._running[key] = (need, gpus)
+            if alone:
+                self._alone = key
+            actions.append(Start(key, tuple(self.gpu_ids[i] for i in gpus)))
         return actions

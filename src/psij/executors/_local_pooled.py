@@ -8,13 +8,17 @@ its status metadata, and :data:`WAITING_MESSAGE` as its message (which the regis
 recognises: only this process can follow such a job, it has no native id yet); waiting jobs
 start in priority order (the ``psij.priority`` custom attribute, higher first; then by
 arrival) as running ones end; a waiting job that is cancelled ends CANCELED without ever
-starting. The executor says how to start a job and how to report a
-status; the driver does the rest.
+starting; a job that asks for more of any resource than the pool has runs alone. A job that
+asks for GPUs (GPUs per process times processes) is started with its own GPU ids in its
+environment (``CUDA_VISIBLE_DEVICES``, see :mod:`psij.executors._gpus`), unless its
+specification sets that variable itself. The executor says how to start a job and how to
+report a status; the driver does the rest.
 
 The setting (:func:`check_resource_pool`): ``False`` (no pool: every job starts at once),
-``True`` (this machine's cores, memory and free temporary disk, :func:`machine_capacity`) or a
-dict with any of ``cores`` (int, at least 1), ``memory`` and ``tmp`` (ints, bytes, at least 0),
-a missing key meaning this machine's amount.
+``True`` (this machine's cores, memory, free temporary disk and GPUs,
+:func:`machine_capacity`) or a dict with any of ``cores`` (int, at least 1), ``memory`` and
+``tmp`` (ints, bytes, at least 0) and ``gpus`` (int, at least 0), a missing key meaning this
+machine's amount.
 """
 
 import logging
@@ -26,6 +30,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple, Union
 
 from psij import _check, _priority
+from psij.executors._gpus import gpu_environment, gpu_ids_for, visible_gpus
 from psij.executors._local_pool import (
     Action,
     Amounts,
@@ -52,7 +57,7 @@ WAITING_FOR = "local resources"
 WAITING_MESSAGE = ("waiting for local resources (resource_pool) in the process that "
                    "submitted it")
 FIELD = "LocalJobExecutorConfig.resource_pool"
-_KEYS = {"cores": 1, "memory": 0, "tmp": 0}  # and the least value of each
+_KEYS = {"cores": 1, "memory": 0, "tmp": 0, "gpus": 0}  # and the least value of each
 _MOST = 2 ** 62  # more than any machine has, in cores or bytes
 
 ResourcePool = Union[bool, Dict[str, int]]
@@ -64,17 +69,17 @@ def check_resource_pool(value: Any) -> ResourcePool:
     if isinstance(value, bool):
         return value
     if not isinstance(value, Mapping):
-        raise _check.fail_type(FIELD, value, "False, True or a dict of 'cores', 'memory' "
-                                             "and 'tmp' (ints)")
+        raise _check.fail_type(FIELD, value, "False, True or a dict of 'cores', 'memory', "
+                                             "'tmp' and 'gpus' (ints)")
     checked: Dict[str, int] = {}
     for key, amount in value.items():
         if key not in _KEYS:
             raise ValueError(f"{FIELD}: unknown key {key!r}; accepted keys are 'cores', "
-                             "'memory' and 'tmp' (bytes)")
+                             "'memory' and 'tmp' (bytes), and 'gpus'")
         field = f"{FIELD}[{key!r}]"
         if isinstance(amount, bool) or not isinstance(amount, int):
-            raise _check.fail_type(field, amount, "an int" + (" (bytes)" if key != "cores"
-                                                              else ""))
+            raise _check.fail_type(field, amount, "an int" + (" (bytes)" if key in (
+                "memory", "tmp") else ""))
         if not _KEYS[key] <= amount <= _MOST:
             raise ValueError(f"{field}: expected an int from {_KEYS[key]} to {_MOST}, got "
                              f"{amount}")
@@ -83,7 +88,8 @@ def check_resource_pool(value: Any) -> ResourcePool:
 
 
 def machine_capacity() -> Amounts:
-    """This machine's cores, memory and free temporary disk (None where it cannot be read)."""
+    """This machine's cores, memory, free temporary disk (None where it cannot be read) and
+    GPUs (:func:`psij.executors._gpus.visible_gpus`: 0 when none is found)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -96,7 +102,7 @@ def machine_capacity() -> Amounts:
         tmp: Optional[int] = shutil.disk_usage(tempfile.gettempdir()).free
     except OSError:
         tmp = None
-    return Amounts(cores, memory, tmp)
+    return Amounts(cores, memory, tmp, len(visible_gpus()[0]))
 
 
 def pool_capacity(setting: ResourcePool) -> Optional[Amounts]:
@@ -108,7 +114,7 @@ def pool_capacity(setting: ResourcePool) -> Optional[Amounts]:
         return machine
     assert isinstance(setting, dict)
     return Amounts(setting.get("cores", machine.cores), setting.get("memory", machine.memory),
-                   setting.get("tmp", machine.tmp))
+                   setting.get("tmp", machine.tmp), setting.get("gpus", machine.gpus))
 
 
 def demand_of(spec: JobSpec) -> Amounts:
@@ -119,23 +125,29 @@ def demand_of(spec: JobSpec) -> Amounts:
     r = spec.resources if isinstance(spec.resources, ResourceSpecV1) else ResourceSpecV1()
     nodes = r.computed_node_count
     tmp = job_tmp(spec)
-    return Amounts(r.computed_process_count * (r.cpu_cores_per_process or 1),
+    processes = r.computed_process_count
+    return Amounts(processes * (r.cpu_cores_per_process or 1),
                    None if r.memory is None else r.memory * nodes,
-                   None if tmp is None else tmp * nodes)
+                   None if tmp is None else tmp * nodes,
+                   processes * r.gpu_cores_per_process if r.gpu_cores_per_process else None)
 
 
 class PoolDriver:
     """Runs an executor's jobs through a :class:`LocalPool` (see the module's documentation).
 
-    ``start(payload)`` starts a job the pool let through (raising if it cannot);
-    ``report(payload, status)`` reports a status of a job (QUEUED while it waits; CANCELED or
-    FAILED for one that never started). The payload is what the executor gave :meth:`submit`.
-    The executor calls :meth:`ended` when a job it started reaches a final state.
+    ``start(payload, environment)`` starts a job the pool let through (raising if it cannot),
+    with ``environment`` (its GPUs: ``CUDA_VISIBLE_DEVICES``, or the variable they were
+    found in; empty for a job given none) added to its own (but for what its specification
+    sets); ``report(payload, status)`` reports a status of a job (QUEUED while it waits;
+    CANCELED or FAILED for one that never started). The payload is what the executor gave
+    :meth:`submit`. The executor calls :meth:`ended` when a job it started reaches a final
+    state.
     """
 
-    def __init__(self, capacity: Amounts, start: Callable[[Any], None],
+    def __init__(self, capacity: Amounts, start: Callable[[Any, Mapping[str, str]], None],
                  report: Callable[[Any, JobStatus], None]) -> None:
-        self._pool = LocalPool(capacity)
+        ids, self._gpu_variable = gpu_ids_for(capacity.gpus or 0)
+        self._pool = LocalPool(capacity, ids)
         self._start = start
         self._report = report
         self._lock = threading.Lock()
@@ -145,8 +157,16 @@ class PoolDriver:
 
     @property
     def capacity(self) -> Amounts:
-        """The pool's cores, memory and temporary disk."""
+        """The pool's cores, memory, temporary disk and GPUs."""
         return self._pool.capacity
+
+    @property
+    def gpu_ids(self) -> Tuple[str, ...]:
+        """The ids of the pool's GPUs."""
+        return self._pool.gpu_ids
+
+    def _environment(self, start: Start) -> Mapping[str, str]:
+        return gpu_environment(start.gpus, self._gpu_variable)
 
     def submit(self, job: Job, spec: JobSpec, payload: Any) -> None:
         """Start the job now if it fits, else report it QUEUED; raises (the pool forgetting the
@@ -159,7 +179,7 @@ class PoolDriver:
         mine = next(a for a in actions if a.key == job.id)
         if isinstance(mine, Start):
             try:
-                self._start(payload)
+                self._start(payload, self._environment(mine))
             except BaseException:
                 self.ended(job)
                 raise
@@ -218,7 +238,7 @@ class PoolDriver:
                 JobState.CANCELED, message=f"cancelled while waiting for {WAITING_FOR}"))
         elif isinstance(action, Start):
             try:
-                self._start(payload)
+                self._start(payload, self._environment(action))
             except Exception as e:
                 logger.warning("local job %s could not be started: %s", action.key, e)
                 self._report(payload, JobStatus(

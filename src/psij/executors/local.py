@@ -104,11 +104,12 @@ class LocalJobExecutorConfig(JobExecutorConfig):
     ``local`` ignores ``duration``. With ``keeper=False`` jobs are started by this process
     instead of its keeper (a little faster, but a job that ends after this process has no
     recorded exit code; see the module documentation). ``resource_pool``: False (the default,
-    as in psij-python: every job starts at once), True (this machine's cores, memory and free
-    temporary disk) or a dict of ``cores``, ``memory`` and ``tmp`` (bytes; a missing key is
-    this machine's amount): jobs that do not fit wait, QUEUED, and start in ``psij.priority``
-    order (higher first), then by arrival; a job asking for more than the pool has runs
-    alone."""
+    as in psij-python: every job starts at once), True (this machine's cores, memory, free
+    temporary disk and GPUs) or a dict of ``cores``, ``memory`` and ``tmp`` (bytes) and
+    ``gpus`` (a missing key is this machine's amount): jobs that do not fit wait, QUEUED, and
+    start in ``psij.priority`` order (higher first), then by arrival; a job asking for more of
+    any of them than the pool has runs alone; a job asking for GPUs gets its own, named in
+    ``CUDA_VISIBLE_DEVICES``."""
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
                  work_directory: Union[str, Path, None] = None,
@@ -122,6 +123,9 @@ class LocalJobExecutorConfig(JobExecutorConfig):
                                                 enforce_duration)
         self.keeper = _check.opt_bool("LocalJobExecutorConfig.keeper", keeper)
         self.resource_pool = check_resource_pool(resource_pool)
+
+
+_NO_ENVIRONMENT: Mapping[str, str] = {}
 
 
 class _Worker:
@@ -255,9 +259,14 @@ class LocalJobExecutor(JobExecutor):
             job.executor = None
             raise
 
-    def _launch(self, todo: Tuple[_Run, Prepared]) -> None:
+    def _launch(self, todo: Tuple[_Run, Prepared],
+                environment: Mapping[str, str] = _NO_ENVIRONMENT) -> None:
         run, prepared = todo
         assert run.job.spec is not None
+        given = run.job.spec.environment or {}
+        for name, value in environment.items():  # the GPUs the resource pool gave the job
+            if name not in given:
+                prepared.env[name] = value
         if run.canceled:  # while it waited for the resource pool
             self._finish(run, JobStatus(JobState.CANCELED))
         elif _needs_staging(run.job.spec):

@@ -178,7 +178,8 @@ OPTIONS: Tuple[_Option, ...] = (
             "executor (its queue_polling_interval unless executor_config sets it)",
             _seconds(0.0, _DAY)),
     _Option("fault_tolerance", True, "restart a dead server (after cancelling every job); "
-            "off: stop with exit code 1", _bool),
+            "off: stop with exit code 1. The server is told in PSIJ_FAULT_TOLERANCE (1/0) and "
+            "MELISSA_FAULT_TOLERANCE (ON/OFF)", _bool),
     _Option("max_server_restarts", 3, "the most server restarts before the supervisor stops "
             "with exit code 1", _whole(0, 1_000_000)),
     _Option("protocol", "unix", "how the server connects: \"unix\" (a socket file, for a "
@@ -191,8 +192,8 @@ OPTIONS: Tuple[_Option, ...] = (
             _whole(0, 3)),
     _Option("connect_timeout", 60.0, "seconds a running server job may take to connect "
             "before it counts as dead", _seconds(0.0, _DAY)),
-    _Option("stop_grace", 30.0, "seconds to wait for cancellations when stopping",
-            _seconds(0.0, _DAY)),
+    _Option("stop_grace", 30.0, "seconds to wait, when stopping, for the jobs cancelled to "
+            "end (a submit command still running then is killed)", _seconds(0.0, _DAY)),
     _Option("workers", 4, "the most executor calls (submit, cancel) running at once",
             _whole(1, 256)),
 )

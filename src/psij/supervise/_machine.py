@@ -6,6 +6,14 @@ is in the guide, :doc:`/supervise`; the loop that runs it is
 Its state is a handful of counters and maps of :class:`JobEntry` values (replaced, never
 changed), kept on the machine object so that one event costs a few dictionary operations
 whatever the number of jobs.
+
+No job is ever left behind unknown: every submission is journaled *before* its submit command
+runs, with its job name (unique: :func:`~psij.supervise._messages.marked_name`). A submission
+whose outcome is unknown (its command was killed on its timeout, or stopped when the
+supervisor stopped) is looked up by that name and cancelled, at once when the supervisor runs,
+or by the next one (and ``psij supervise --cleanup``) when it had to exit first. When the
+supervisor stops it waits, at most ``stop_grace`` seconds, until every job it cancelled has
+its final state in the journal.
 """
 
 import collections
@@ -19,7 +27,9 @@ from psij._controller_values import (
     ActionFailed,
     Attach,
     BadMessage,
+    Call,
     Cancel,
+    CancelTimer,
     Close,
     Connected,
     Disconnected,
@@ -29,19 +39,23 @@ from psij._controller_values import (
     Log,
     MessageReceived,
     Send,
+    SetTimer,
     SignalReceived,
     Started,
     Stop,
     Submit,
     Tick,
+    TimerFired,
     exit_code_for_signal,
 )
 from psij._record import Record, replace
 from psij.supervise._messages import (
     ENV_ADDRESS,
     ENV_CLIENT,
+    ENV_FAULT_TOLERANCE,
     ENV_GENERATION,
     ENV_GROUP_SIZE,
+    ENV_MELISSA_FAULT_TOLERANCE,
     ENV_TOKEN,
     ENV_UID,
     Request,
@@ -57,6 +71,17 @@ CLIENT = "client"
 LEFTOVER = "leftover"  # a job an earlier supervisor of this output directory left behind
 
 _SUBMITTING = "SUBMITTING"
+_STOP_TIMER = ("psij.supervise", "stop")  # stop_grace, while cancelled jobs are ending
+_LOOKUP = "lookup"  # the key of a look-up by name is (_LOOKUP, uid)
+
+# What a submit command's failure says when it may have queued its job all the same
+# (psij.executors.batch._runner.outcome_unknown, not imported: it loads the batch layer).
+_UNKNOWN_OUTCOME = ("may have been submitted", "did not finish within")
+
+
+def outcome_unknown(message: str) -> bool:
+    """Whether a failed submission may have submitted its job all the same."""
+    return any(words in message for words in _UNKNOWN_OUTCOME)
 
 
 class Settings(Record):
@@ -80,9 +105,10 @@ class Settings(Record):
 
 
 class JobEntry(Record):
-    """One job submitted and not final: the server of a generation or a client."""
+    """One job submitted and not final: the server of a generation or a client (``name``:
+    its job name, by which it is found if its submission is interrupted)."""
 
-    _fields = ("uid", "kind", "client", "generation", "state", "native_id", "cancel")
+    _fields = ("uid", "kind", "client", "generation", "state", "native_id", "cancel", "name")
     __slots__ = _fields
     uid: int
     kind: str
@@ -91,6 +117,12 @@ class JobEntry(Record):
     state: str
     native_id: Optional[str]
     cancel: bool
+    name: Optional[str]
+
+    def __init__(self, uid: int, kind: str, client: Optional[str], generation: int,
+                 state: str, native_id: Optional[str], cancel: bool,
+                 name: Optional[str] = None) -> None:
+        self._store(uid, kind, client, generation, state, native_id, cancel, name)
 
 
 class Journal(Record):
@@ -127,15 +159,32 @@ class Supervisor:
         directory submitted and did not see end: attached and cancelled at the start.
     :param first_uid: the first uid to give (after those of the journal).
     :param first_generation: the generation before the first server's.
+    :param unsure: the submissions (uid, job name) of an earlier supervisor whose outcome is
+        unknown (it exited, or its submit command was killed, before it returned): looked up
+        by name and cancelled at the start.
+    :param cancel_named: cancels the jobs in the queue with a job name and returns their
+        native ids (run on a worker thread; the executor's ``cancel_jobs_named``); None when
+        the executor cannot look jobs up by name.
+    :param marker: ends every job name (with the uid), so that this supervisor's jobs are found
+        by name (a new random one by default).
+    :param cleanup: only cancel what ``leftovers`` and ``unsure`` name, wait for them to end
+        (at most ``stop_grace`` seconds) and stop: 0 when everything was settled, 1 otherwise
+        (``psij supervise --cleanup``).
     """
 
     def __init__(self, settings: Settings,
                  new_token: Callable[[], str] = lambda: secrets.token_hex(16),
                  leftovers: Sequence[Tuple[int, str]] = (), first_uid: int = 0,
-                 first_generation: int = 0) -> None:
+                 first_generation: int = 0, unsure: Sequence[Tuple[int, str]] = (),
+                 cancel_named: Optional[Callable[[str], Sequence[str]]] = None,
+                 marker: Optional[str] = None, cleanup: bool = False) -> None:
         self.settings = settings
         self._new_token = new_token
         self._leftovers = tuple(leftovers)
+        self._unsure = tuple(unsure)
+        self._cancel_named = cancel_named
+        self.marker = marker if marker is not None else secrets.token_hex(4)
+        self.cleanup = cleanup
         self.next_uid = first_uid
         self.generation = first_generation
         self.token = ""
@@ -148,7 +197,12 @@ class Supervisor:
         self.restarts = 0
         self.stopped = False
         self.exit_code: Optional[int] = None
+        self.stop_reason = ""
+        self.stop_deadline = 0.0
+        self.stop_sent = False  # Stop given to the loop (the jobs ended, or stop_grace passed)
+        self._stop_timer = False
         self.jobs: Dict[int, JobEntry] = {}
+        self.lookups: Dict[int, str] = {}  # look-ups by name under way: uid -> job name
         self.clients: Dict[str, int] = {}  # client id of the current generation -> uid
         self.queue: Deque[_Pending] = collections.deque()
         self.running_clients = 0  # client jobs submitted and not final (all generations)
@@ -158,7 +212,7 @@ class Supervisor:
             Tick: self._on_tick, ActionDone: self._on_done, ActionFailed: self._on_failed,
             Connected: self._on_connected, Disconnected: self._on_disconnected,
             BadMessage: self._on_bad_message, SignalReceived: self._on_signal,
-            Started: self._on_started,
+            Started: self._on_started, TimerFired: self._on_timer,
         }
 
     # -- the machine ------------------------------------------------------------------------
@@ -169,6 +223,8 @@ class Supervisor:
         handler = self._handlers.get(type(event))
         if handler is not None:
             handler(event, now, actions)
+        if self.stopped and not self.stop_sent:
+            self._settle_stop(now, actions)
         return actions
 
     def _take_uid(self) -> int:
@@ -179,8 +235,11 @@ class Supervisor:
     # -- the server -------------------------------------------------------------------------
 
     def _on_started(self, event: Started, now: float, out: List[Action]) -> None:
-        out.append(Log(f"supervisor: output in {self.settings.output_dir}; the server "
-                       f"connects to {self.settings.address}"))
+        if self.cleanup:
+            out.append(Log(f"supervisor: cleaning up {self.settings.output_dir}"))
+        else:
+            out.append(Log(f"supervisor: output in {self.settings.output_dir}; the server "
+                           f"connects to {self.settings.address}"))
         if self._leftovers:
             out.append(Log(f"supervisor: cancelling {len(self._leftovers)} job(s) an earlier "
                            f"supervisor left: {', '.join(n for _, n in self._leftovers)}",
@@ -188,6 +247,17 @@ class Supervisor:
         for uid, native in self._leftovers:
             self.jobs[uid] = JobEntry(uid, LEFTOVER, None, 0, _SUBMITTING, native, True)
             out.append(Attach(uid, native))
+        if self._unsure:
+            out.append(Log(f"supervisor: looking for {len(self._unsure)} job(s) whose "
+                           f"submission an earlier supervisor did not see return, to cancel "
+                           f"them: {', '.join(n for _, n in self._unsure)}", logging.WARNING))
+        for uid, name in self._unsure:
+            self._look_up(uid, name, out)
+        if self.cleanup:
+            if not self._leftovers and not self._unsure:
+                out.append(Log("supervisor: the journal names no job left to cancel"))
+            self._stop(0, "cleaning up", now, out)
+            return
         self._submit_server(now, out)
 
     def _submit_server(self, now: float, out: List[Action]) -> None:
@@ -198,20 +268,30 @@ class Supervisor:
         self.token = self._new_token()
         uid = self._take_uid()
         env = {ENV_ADDRESS: settings.address, ENV_TOKEN: self.token,
-               ENV_GENERATION: str(self.generation), ENV_UID: str(uid)}
+               ENV_GENERATION: str(self.generation), ENV_UID: str(uid),
+               ENV_FAULT_TOLERANCE: "1" if settings.fault_tolerance else "0",
+               ENV_MELISSA_FAULT_TOLERANCE: "ON" if settings.fault_tolerance else "OFF"}
         try:
             spec = build_spec(settings.server, uid, "server", env, settings.output_dir,
-                              settings.std_output)
+                              settings.std_output, self.marker)
         except RequestError as error:  # checked with the settings: only a bug gets here
-            self._stop(1, f"cannot make the server job: {error}", out)
+            self._stop(1, f"cannot make the server job: {error}", now, out)
             return
         self.server_uid = uid
         self.server_conn = None
         self.server_active_since = None
-        self.jobs[uid] = JobEntry(uid, SERVER, None, self.generation, _SUBMITTING, None, False)
         out.append(Log(f"supervisor: submitting server generation {self.generation} "
                        f"(uid {uid})"))
-        out.append(Submit(uid, spec))
+        self._submit(JobEntry(uid, SERVER, None, self.generation, _SUBMITTING, None, False,
+                              spec.name), spec, out)
+
+    def _submit(self, entry: JobEntry, spec: Any, out: List[Action]) -> None:
+        """Journal the submission (so that a supervisor that exits before it returns leaves
+        its job name behind), then submit."""
+        self.jobs[entry.uid] = entry
+        out.append(Journal({"uid": entry.uid, "kind": entry.kind, "client": entry.client,
+                            "generation": entry.generation, "name": entry.name}))
+        out.append(Submit(entry.uid, spec))
 
     def _server_dead(self, reason: str, now: float, out: List[Action]) -> None:
         """The current server is gone: cancel everything, then restart or stop."""
@@ -224,11 +304,11 @@ class Supervisor:
         self.server_uid = None
         settings = self.settings
         if not settings.fault_tolerance:
-            self._stop(1, f"server died ({reason}); fault_tolerance is off", out)
+            self._stop(1, f"server died ({reason}); fault_tolerance is off", now, out)
         elif self.restarts >= settings.max_server_restarts:
             self._stop(1, f"server died ({reason}) and was restarted "
                           f"{self.restarts} time(s) already (max_server_restarts="
-                          f"{settings.max_server_restarts})", out)
+                          f"{settings.max_server_restarts})", now, out)
         else:
             self.restarts += 1
             out.append(Log(f"supervisor: restarting the server ({self.restarts} of "
@@ -250,19 +330,69 @@ class Supervisor:
             if entry.state != _SUBMITTING:  # the rest once their submission returns
                 out.append(Cancel(uid))
 
-    def _stop(self, code: int, reason: str, out: List[Action]) -> None:
+    def _stop(self, code: int, reason: str, now: float, out: List[Action]) -> None:
+        """Cancel every job and stop once each one has ended (journaled), or after
+        ``stop_grace`` (see :meth:`_settle_stop`)."""
         if self.stopped:
             return
         self._cancel_all(out)
         self.stopped = True
-        self.exit_code = code
-        out.append(Log(f"supervisor: stopping with exit code {code}: {reason}",
-                       logging.INFO if code == 0 else logging.ERROR))
-        out.append(Stop(code, reason, self.settings.stop_grace))
+        if self.exit_code is None:  # (a clean-up may have failed already: 1)
+            self.exit_code = code
+        self.stop_reason = reason
+        self.stop_deadline = now + self.settings.stop_grace
+        if not self.cleanup:
+            out.append(Log(f"supervisor: stopping with exit code {code}: {reason}",
+                           logging.INFO if code == 0 else logging.ERROR))
+
+    def _settle_stop(self, now: float, out: List[Action]) -> None:
+        """Stopped: give the loop its Stop once no job and no look-up is left (the time left
+        of ``stop_grace`` for the calls still in flight), else wait for them until then."""
+        if self.jobs or self.lookups:
+            if not self._stop_timer:
+                self._stop_timer = True
+                out.append(SetTimer(_STOP_TIMER, max(0.0, self.stop_deadline - now)))
+            return
+        if self._stop_timer:
+            out.append(CancelTimer(_STOP_TIMER))
+        self._send_stop(max(0.0, self.stop_deadline - now), out)
+
+    def _send_stop(self, grace: float, out: List[Action]) -> None:
+        self.stop_sent = True
+        assert self.exit_code is not None
+        if self.cleanup:
+            self.stop_reason = ("cleaned up" if self.exit_code == 0 else
+                                "cleaned up, but some jobs could not be settled")
+            out.append(Log(f"supervisor: {self.stop_reason}"))
+        out.append(Stop(self.exit_code, self.stop_reason, grace))
+
+    def _give_up_waiting(self, why: str, out: List[Action]) -> None:
+        """Stop now, though jobs have not been seen ending: they stay in the journal, for
+        the next supervisor of this output directory (or ``--cleanup``) to cancel."""
+        left = [f"uid {e.uid} ({e.native_id or e.name or 'not submitted yet'})"
+                for e in self.jobs.values()]
+        left += [f"uid {uid} (named {name})" for uid, name in self.lookups.items()]
+        if left:
+            if self.cleanup:
+                self.exit_code = 1
+            out.append(Log(f"supervisor: {why}; {len(left)} job(s) not seen ending: "
+                           f"{', '.join(left)}. They stay in the journal: `psij supervise "
+                           f"--cleanup` with this configuration (or its next run) cancels "
+                           f"them", logging.WARNING))
+        self._send_stop(0.0, out)
+
+    def _on_timer(self, event: TimerFired, now: float, out: List[Action]) -> None:
+        if event.name != _STOP_TIMER or not self.stopped or self.stop_sent:
+            return
+        self._stop_timer = False
+        self._give_up_waiting(f"stop_grace ({self.settings.stop_grace:g} s) has passed", out)
 
     # -- jobs -------------------------------------------------------------------------------
 
     def _on_done(self, event: ActionDone, now: float, out: List[Action]) -> None:
+        if event.action == "call":
+            self._looked_up(event.key, event.result, None, out)
+            return
         if event.action not in ("submit", "attach"):
             return
         entry = self.jobs.get(event.key)  # type: ignore[call-overload]
@@ -275,7 +405,8 @@ class Supervisor:
             out.append(Cancel(entry.uid))
             return
         out.append(Journal({"uid": entry.uid, "kind": entry.kind, "client": entry.client,
-                            "generation": entry.generation, "native_id": native}))
+                            "generation": entry.generation, "name": entry.name,
+                            "native_id": native}))
         who = f"client {entry.client!r}" if entry.kind == CLIENT else "server"
         out.append(Log(f"supervisor: uid {entry.uid} ({who} of generation "
                        f"{entry.generation}) is job {native}", logging.DEBUG))
@@ -283,6 +414,9 @@ class Supervisor:
             out.append(Cancel(entry.uid))
 
     def _on_failed(self, event: ActionFailed, now: float, out: List[Action]) -> None:
+        if event.action == "call":
+            self._looked_up(event.key, None, event.message, out)
+            return
         entry = self.jobs.get(event.key)  # type: ignore[call-overload]
         if entry is None:
             return
@@ -298,7 +432,56 @@ class Supervisor:
             out.append(Log(f"supervisor: {event.action} of uid {entry.uid} failed: "
                            f"{event.message}", logging.WARNING))
             return
-        self._finished(entry, "FAILED", None, f"submission failed: {event.message}", now, out)
+        unknown = outcome_unknown(event.message) and entry.name is not None
+        if unknown:  # before _finished, which may stop: the stop waits for the look-up
+            out.append(Log(f"supervisor: the submission of uid {entry.uid} may have queued "
+                           f"its job all the same ({event.message}); cancelling any job "
+                           f"named {entry.name}", logging.WARNING))
+            self._look_up(entry.uid, entry.name, out)
+        self._finished(entry, "FAILED", None, f"submission failed: {event.message}", now, out,
+                       journal=not unknown)
+
+    # -- submissions whose outcome is unknown -------------------------------------------------
+
+    def _look_up(self, uid: int, name: str, out: List[Action]) -> None:
+        """Cancel the jobs named ``name`` (a submission whose outcome is unknown); its end is
+        journaled once that is done."""
+        cancel_named = self._cancel_named
+        if cancel_named is None:
+            if self.cleanup:
+                self.exit_code = 1
+            out.append(Journal({"uid": uid, "final": "UNKNOWN"}))
+            out.append(Log(f"supervisor: uid {uid} may have been submitted as a job named "
+                           f"{name}, and this executor cannot look jobs up by name: look for "
+                           f"it in the queue", logging.WARNING))
+            return
+        self.lookups[uid] = name
+        out.append(Call((_LOOKUP, uid), lambda: list(cancel_named(name))))
+
+    def _looked_up(self, key: Any, found: Any, error: Optional[str],
+                   out: List[Action]) -> None:
+        if not (isinstance(key, tuple) and len(key) == 2 and key[0] == _LOOKUP):
+            return
+        uid = key[1]
+        name = self.lookups.pop(uid, None)
+        if name is None:
+            return
+        if error is not None:  # not journaled as ended: the next supervisor looks again
+            if self.cleanup:
+                self.exit_code = 1
+            out.append(Log(f"supervisor: looking for the job named {name} (uid {uid}) to "
+                           f"cancel it failed: {error}", logging.WARNING))
+            return
+        ids = [str(n) for n in found or ()]
+        if ids:
+            out.append(Journal({"uid": uid, "final": "CANCELED", "native_ids": ids}))
+            out.append(Log(f"supervisor: cancelled job {', '.join(ids)} named {name} (uid "
+                           f"{uid}), which a submission that did not return had queued",
+                           logging.WARNING))
+        else:
+            out.append(Journal({"uid": uid, "final": "NOT_SUBMITTED"}))
+            out.append(Log(f"supervisor: no job named {name} (uid {uid}) is in the queue: "
+                           f"its submission did not queue it"))
 
     def _on_status(self, event: JobStatusChanged, now: float, out: List[Action]) -> None:
         entry = self.jobs.get(event.key)  # type: ignore[call-overload]
@@ -319,10 +502,11 @@ class Supervisor:
         self._tell(entry, state, None, status.message, out)
 
     def _finished(self, entry: JobEntry, state: str, exit_code: Optional[int],
-                  message: Optional[str], now: float, out: List[Action]) -> None:
+                  message: Optional[str], now: float, out: List[Action],
+                  journal: bool = True) -> None:
         del self.jobs[entry.uid]
         out.append(Forget(entry.uid))
-        if entry.state != _SUBMITTING or entry.kind == LEFTOVER:  # journaled: now final
+        if journal:  # every job is journaled when it is submitted: now final
             out.append(Journal({"uid": entry.uid, "final": state}))
         if entry.kind == LEFTOVER:
             return
@@ -331,11 +515,11 @@ class Supervisor:
                 return
             if self.done:
                 if state == "COMPLETED" and not exit_code:
-                    self._stop(0, "the server finished", out)
+                    self._stop(0, "the server finished", now, out)
                 else:
                     self._stop(1, f"the server said it was done, then ended {state} "
                                   f"(exit code {exit_code}): {message or ''}".rstrip(": "),
-                               out)
+                               now, out)
                 return
             words = f"server job ended {state}"
             if exit_code is not None:
@@ -365,9 +549,8 @@ class Supervisor:
 
     def _submit_client(self, pending: _Pending, out: List[Action]) -> None:
         self.running_clients += 1
-        self.jobs[pending.uid] = JobEntry(pending.uid, CLIENT, pending.client, self.generation,
-                                          _SUBMITTING, None, False)
-        out.append(Submit(pending.uid, pending.spec))
+        self._submit(JobEntry(pending.uid, CLIENT, pending.client, self.generation,
+                              _SUBMITTING, None, False, pending.spec.name), pending.spec, out)
 
     def _submit_queued(self, out: List[Action]) -> None:
         queue, limit = self.queue, self.settings.job_limit
@@ -436,7 +619,8 @@ class Supervisor:
         env = {ENV_CLIENT: client, ENV_UID: str(uid), ENV_GROUP_SIZE: str(request.group_size),
                ENV_GENERATION: str(self.generation)}
         try:
-            spec = build_spec(doc, uid, client, env, settings.output_dir, settings.std_output)
+            spec = build_spec(doc, uid, client, env, settings.output_dir, settings.std_output,
+                              self.marker)
         except RequestError as error:
             self._refuse(conn, request, str(error), out)
             return
@@ -525,7 +709,8 @@ class Supervisor:
         self.server_conn = conn
         self.last_seen = now
         out.append(Send(conn, {"type": "welcome", "generation": self.generation,
-                               "uid": self.server_uid, "ping_interval": self.settings.tick}))
+                               "uid": self.server_uid, "ping_interval": self.settings.tick,
+                               "fault_tolerance": self.settings.fault_tolerance}))
         out.append(Log(f"supervisor: server generation {self.generation} connected"))
 
     def _on_bad_message(self, event: BadMessage, now: float, out: List[Action]) -> None:
@@ -577,7 +762,14 @@ class Supervisor:
                               now, out)
 
     def _on_signal(self, event: SignalReceived, now: float, out: List[Action]) -> None:
-        self._stop(exit_code_for_signal(event.signum), f"signal {event.signum}", out)
+        if self.stopped:
+            if not self.stop_sent:  # a second signal: stop without waiting any more
+                if self._stop_timer:
+                    self._stop_timer = False
+                    out.append(CancelTimer(_STOP_TIMER))
+                self._give_up_waiting(f"signal {event.signum} while waiting", out)
+            return
+        self._stop(exit_code_for_signal(event.signum), f"signal {event.signum}", now, out)
 
 
 def _plain(value: Any) -> Any:

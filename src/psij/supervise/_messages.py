@@ -10,10 +10,10 @@ from typing import Any, Dict, List, Optional
 from psij._record import Record
 
 __all__ = [
-    "ENV_ADDRESS", "ENV_CLIENT", "ENV_GENERATION", "ENV_GROUP_SIZE", "ENV_TOKEN", "ENV_UID",
-    "KINDS", "MAX_CLIENT_ID", "Request", "RequestError", "build_spec", "check_strings",
-    "check_text",
-    "read_request", "safe_name",
+    "ENV_ADDRESS", "ENV_CLIENT", "ENV_FAULT_TOLERANCE", "ENV_GENERATION", "ENV_GROUP_SIZE",
+    "ENV_MELISSA_FAULT_TOLERANCE", "ENV_TOKEN", "ENV_UID", "KINDS", "MAX_CLIENT_ID", "Request",
+    "RequestError", "build_spec", "check_strings", "check_text", "marked_name", "read_request",
+    "safe_name",
 ]
 
 ENV_ADDRESS = "PSIJ_SUPERVISOR"
@@ -22,6 +22,11 @@ ENV_GENERATION = "PSIJ_SUPERVISOR_GENERATION"
 ENV_UID = "PSIJ_SUPERVISE_UID"
 ENV_CLIENT = "PSIJ_SUPERVISE_CLIENT"
 ENV_GROUP_SIZE = "PSIJ_SUPERVISE_GROUP_SIZE"
+# The server's: whether a dead server is replaced ("1") or ends the study ("0"), so that it
+# can decide to end the study itself when a client fails; and the same in the words of the
+# Melissa launcher ("ON" / "OFF"), for servers written for it.
+ENV_FAULT_TOLERANCE = "PSIJ_FAULT_TOLERANCE"
+ENV_MELISSA_FAULT_TOLERANCE = "MELISSA_FAULT_TOLERANCE"
 
 KINDS = ("submit", "cancel", "ping", "pong", "done", "hello")
 MAX_CLIENT_ID = 256
@@ -38,6 +43,8 @@ _KEYS = {
 }
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
+_NOT_PLAIN = re.compile(r"[^A-Za-z0-9_.-]")
+_NAME_LIMIT = 64  # what every scheduler accepts (psij.executors.batch.escape_functions)
 
 
 class RequestError(ValueError):
@@ -149,12 +156,24 @@ def safe_name(name: str) -> str:
     return _UNSAFE.sub("_", name)[:64] or "_"
 
 
+def marked_name(name: str, uid: int, marker: str) -> str:
+    """The job name of submission ``uid``: ``name`` made plain (letters, digits, ``_ . -``,
+    starting with a letter: as every scheduler writes it) and ended by ``.u<uid>.<marker>``,
+    at most 64 characters. Unique to this submission (``marker`` is the supervisor's own), so
+    that a job whose submission was interrupted can be found by its name."""
+    suffix = f".u{uid}.{marker}"
+    plain = _NOT_PLAIN.sub("_", name)
+    if not plain[:1].isalpha():
+        plain = "j" + plain
+    return plain[:_NAME_LIMIT - len(suffix)] + suffix
+
+
 def build_spec(doc: Dict[str, Any], uid: int, name: str, env: Dict[str, str],
-               output_dir: str, std_output: bool) -> Any:
+               output_dir: str, std_output: bool, marker: Optional[str] = None) -> Any:
     """The :class:`~psij.JobSpec` of a submission: ``doc`` (a JobSpec in JSON form) with
-    ``env`` added to its environment, its name defaulting to ``name``, and its output going to
-    ``<output_dir>/job.<uid>.<name>.out`` / ``.err`` unless it names files itself (none when
-    ``std_output`` is false)."""
+    ``env`` added to its environment, its name defaulting to ``name`` (and, with ``marker``,
+    made :func:`marked_name`), and its output going to ``<output_dir>/job.<uid>.<name>.out`` /
+    ``.err`` unless it names files itself (none when ``std_output`` is false)."""
     from psij.serialize import _spec_from_json
 
     doc = dict(doc)
@@ -165,8 +184,12 @@ def build_spec(doc: Dict[str, Any], uid: int, name: str, env: Dict[str, str],
     merged = dict(environment or {})
     merged.update(env)
     doc["environment"] = merged
-    label = safe_name(str(doc.get("name") or name))
-    doc.setdefault("name", label)
+    given = str(doc.get("name") or name)
+    label = safe_name(given)
+    if marker is not None:
+        doc["name"] = marked_name(given, uid, marker)
+    else:
+        doc.setdefault("name", label)
     if std_output:
         doc.setdefault("stdout_path", f"{output_dir}/job.{uid}.{label}.out")
         doc.setdefault("stderr_path", f"{output_dir}/job.{uid}.{label}.err")

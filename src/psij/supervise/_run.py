@@ -159,10 +159,12 @@ class JournalFile:
     def __init__(self, output_dir: Path) -> None:
         self.path = output_dir / "supervise.journal"
 
-    def read(self) -> Tuple[List[Tuple[int, str]], int, int]:
-        """The jobs submitted and not seen ending (uid, native id), the next free uid and
-        the last generation."""
+    def read(self) -> Tuple[List[Tuple[int, str]], List[Tuple[int, str]], int, int]:
+        """The jobs submitted and not seen ending (uid, native id), the submissions not seen
+        returning (uid, job name: they may have queued their job), the next free uid and the
+        last generation."""
         jobs: Dict[int, str] = {}
+        named: Dict[int, str] = {}
         last_uid, generation = -1, 0
         try:
             with open(self.path, encoding="utf-8", errors="replace") as f:
@@ -182,15 +184,23 @@ class JournalFile:
             last_uid = max(last_uid, uid)
             if "final" in entry:
                 jobs.pop(uid, None)
-            elif isinstance(entry.get("native_id"), str):
+                named.pop(uid, None)
+                continue
+            if isinstance(entry.get("native_id"), str):
                 jobs[uid] = entry["native_id"]
-                if isinstance(entry.get("generation"), int):
-                    generation = max(generation, entry["generation"])
+                named.pop(uid, None)
+            elif isinstance(entry.get("name"), str) and entry["name"] \
+                    and "\n" not in entry["name"]:
+                named[uid] = entry["name"]  # journaled before its submit command ran
+            else:
+                continue
+            if isinstance(entry.get("generation"), int):
+                generation = max(generation, entry["generation"])
         for name in os.listdir(self.path.parent):
             match = _SUBMIT_FILE.fullmatch(name)
             if match:
                 last_uid = max(last_uid, int(match.group(1)))
-        return sorted(jobs.items()), last_uid + 1, generation
+        return sorted(jobs.items()), sorted(named.items()), last_uid + 1, generation
 
     def open(self) -> None:
         """Open for appending, and hold its lock while this supervisor runs: a second one in
@@ -223,9 +233,29 @@ def _log_to_file(output_dir: Path, verbose: int) -> logging.Handler:
     return handler
 
 
-def run(config: SuperviseConfig, clock: Optional[Clock] = None) -> int:
+def _name_canceller(executor: Any) -> Any:
+    """The executor's ``cancel_jobs_named`` where it can look jobs up by name, else None."""
+    cancel = getattr(executor, "cancel_jobs_named", None)
+    named_list = getattr(executor, "get_named_list_command", None)
+    if cancel is None or named_list is None:
+        return None
+    try:
+        named_list("psij")
+    except NotImplementedError:
+        return None
+    return cancel
+
+
+def run(config: SuperviseConfig, clock: Optional[Clock] = None, cleanup: bool = False) -> int:
     """Run the study ``config`` describes until it ends; returns the exit code (0: the server
-    finished; 1: the study failed; 130/143: stopped by SIGINT/SIGTERM)."""
+    finished; 1: the study failed; 130/143: stopped by SIGINT/SIGTERM).
+
+    With ``cleanup``, only cancel the jobs the journal of ``output_dir`` names as left behind
+    (and those whose submission may have queued them), wait for them to end (at most
+    ``stop_grace`` seconds) and return 0, or 1 when some could not be settled."""
+    if cleanup and not os.path.isdir(config.output_dir):
+        raise ConfigError([f"output_dir: {config.output_dir} does not exist: nothing to clean "
+                           f"up"])
     executor = make_executor(config)
     try:
         output_dir = ensure_private_dir(config.output_dir, "output_dir")
@@ -243,17 +273,33 @@ def run(config: SuperviseConfig, clock: Optional[Clock] = None) -> int:
         loop = ControllerLoop(_Placeholder(), RecordingExecutor(executor, output_dir),
                               clock=clock, tick=config.timer_delay, workers=config.workers,
                               action_handlers={Journal: journal.write})
-        address, made = _listen(loop, config, output_dir)
+        address = ""
+        if not cleanup:
+            address, made = _listen(loop, config, output_dir)
         journal.open()
         try:
-            leftovers, first_uid, generation = journal.read()
+            leftovers, unsure, first_uid, generation = journal.read()
             loop.machine = Supervisor(Settings(
                 config.server, config.client_template, str(output_dir), address,
                 config.job_limit, config.timer_delay, config.fault_tolerance,
                 config.max_server_restarts, config.std_output, config.connect_timeout,
                 config.stop_grace), leftovers=leftovers, first_uid=first_uid,
-                first_generation=generation)
-            return loop.run()
+                first_generation=generation, unsure=unsure,
+                cancel_named=_name_canceller(executor), cleanup=cleanup)
+            try:
+                return loop.run()
+            finally:
+                # A submit command still running (stop_grace passed, or a second signal) is
+                # killed, and those not started yet never start: no job is queued once the
+                # supervisor is gone. Each was journaled first, with its job name, so the
+                # next supervisor (or --cleanup) looks for it and cancels it.
+                stop_submitting = getattr(executor, "stop_submitting", None)
+                if stop_submitting is not None:
+                    try:
+                        stop_submitting()
+                    except Exception as error:
+                        logger.warning("supervisor: stopping the submissions in flight "
+                                       "failed: %s", error)
         finally:
             journal.close()
     finally:

@@ -14,6 +14,10 @@ A reader thread answers the supervisor's pings at once (so a server busy computi
 alive), hands the answers to requests back to the calls that wait for them, and queues the
 status updates for :meth:`Connection.updates`. Only the standard library is used, so a
 server starts fast.
+
+A server learns whether fault tolerance is on (:func:`fault_tolerance`, or
+:attr:`Connection.fault_tolerance`): when it is off, a dead server ends the study rather than
+being replaced, so a server may as well end the study itself when a client fails.
 """
 
 import json
@@ -27,9 +31,19 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from psij._line_framing import BadLine, decode_line, encode_line
 
-__all__ = ["Connection", "Refused", "SupervisorGone", "Update", "connect"]
+__all__ = ["Connection", "Refused", "SupervisorGone", "Update", "connect", "fault_tolerance"]
 
 _MAX_LINE = 1024 * 1024
+
+
+def fault_tolerance() -> bool:
+    """Whether the supervisor replaces this server when it dies (its ``fault_tolerance``
+    option): ``PSIJ_FAULT_TOLERANCE`` ("1" or "0"), else Melissa's ``MELISSA_FAULT_TOLERANCE``
+    ("ON" or "OFF"); true when neither is set (the option's default)."""
+    value = os.environ.get("PSIJ_FAULT_TOLERANCE")
+    if value is not None:
+        return value.strip() not in ("0", "")
+    return os.environ.get("MELISSA_FAULT_TOLERANCE", "ON").strip().upper() != "OFF"
 
 
 class Refused(Exception):
@@ -102,6 +116,10 @@ class Connection:
         """The generation of this server (1, then one more after each restart)."""
         self.uid: int = int(welcome.get("uid", -1))
         self.ping_interval: float = float(welcome.get("ping_interval", 0))
+        told = welcome.get("fault_tolerance")
+        self.fault_tolerance: bool = told if isinstance(told, bool) else fault_tolerance()
+        """Whether the supervisor replaces this server when it dies; when false, a dead
+        server ends the study (so the server may end it when a client fails)."""
         threading.Thread(target=self._read_all, name="psij-supervise-reader",
                          daemon=True).start()
 

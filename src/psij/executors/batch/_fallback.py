@@ -6,8 +6,9 @@ scheduler's commands are on ``PATH`` and that its list command answers (within
 ``command_timeout``, at most 15 s). If not, one :class:`SchedulerFallbackWarning` says why,
 and every job of that executor goes to a :class:`LocalFallback`: the ``local`` executor with a
 resource pool of this machine (``resource_pool=True``, :mod:`psij.executors._local_pooled`:
-cores, memory, temporary disk; a job asking for more than the machine has runs alone; waiting
-jobs start in priority order). Every status of such a job has ``backend: "local"`` in its
+cores, memory, temporary disk and GPUs; a job asking for more of any of them than the machine
+has runs alone; a job asking for GPUs gets its own in ``CUDA_VISIBLE_DEVICES``; waiting jobs
+start in priority order). Every status of such a job has ``backend: "local"`` in its
 metadata; a job waiting for the pool is QUEUED with ``waiting_for: "local resources"``. Its
 native id is the local executor's, and it is recorded in the registry under ``local`` (so it
 is attached with the ``local`` executor; the fallback executor's own ``attach`` refuses

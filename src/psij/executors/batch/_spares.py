@@ -40,7 +40,14 @@ from collections import deque
 from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
 from psij.executors.batch._environ import inherited_bytes
-from psij.executors.batch._runner import CommandResult, _kill_group, _Popen, finish, script_bytes
+from psij.executors.batch._runner import (
+    CommandResult,
+    InFlight,
+    _kill_group,
+    _Popen,
+    finish,
+    script_bytes,
+)
 
 __all__ = ["IDLE_S", "MAX_SPARES", "REST_S", "SpareCommands", "origin"]
 
@@ -141,10 +148,11 @@ class SpareCommands:
         self._pid = os.getpid()
         _live.add(self)
 
-    def run(self, argv: Tuple[str, ...], timeout: float,
-            stdin: str) -> Optional[CommandResult]:
-        """Run ``argv`` with ``stdin`` by a spare; None when none fits (then the caller starts
-        the command itself; a spare of ``argv`` is on its way for the next time)."""
+    def run(self, argv: Tuple[str, ...], timeout: float, stdin: str,
+            in_flight: Optional[InFlight] = None) -> Optional[CommandResult]:
+        """Run ``argv`` with ``stdin`` by a spare (followed in ``in_flight`` while it runs, see
+        :func:`~psij.executors.batch._runner.finish`); None when none fits (then the caller
+        starts the command itself; a spare of ``argv`` is on its way for the next time)."""
         if os.getpid() != self._pid:
             return None
         spare = self._take(argv)
@@ -156,7 +164,7 @@ class SpareCommands:
             return None
         with self._cond:
             self._misfits = 0
-        return finish(spare.proc, argv, script_bytes(stdin), timeout)
+        return finish(spare.proc, argv, script_bytes(stdin), timeout, in_flight)
 
     def spare_pids(self) -> List[int]:
         """The process ids of the spares waiting now."""

@@ -8,7 +8,9 @@ A script on standard input goes to a submit command started ahead of need when o
 (``spare_submit_commands``; :mod:`psij.executors.batch._spares`), or, where the executor
 has a faster way to the scheduler than its submit command (Slurm's ``rest_submit``), there.
 The work directory is checked once per executor, and again if it has vanished since. Commands
-run only through the executor's runner.
+run only through the executor's runner, the submit command as one that
+:meth:`~psij.executors.batch.batch_scheduler_executor.BatchSchedulerExecutor.stop_submitting`
+stops.
 """
 
 import os
@@ -53,8 +55,13 @@ def run_submit(executor: "BatchSchedulerExecutor", job: Job,
     elif in_memory and spares and isinstance(runner, SubprocessRunner):
         result = runner.run_spared(argv, executor.batch_config.command_timeout, text, spares)
     else:
-        result = executor._run(argv, stdin=text if in_memory else executor.get_submit_stdin(job,
-                                                                                       path))
+        data = text if in_memory else executor.get_submit_stdin(job, path)
+        if isinstance(runner, SubprocessRunner) \
+                and type(executor)._run is BatchSchedulerExecutor._run:
+            # As a submit command: SubprocessRunner.stop_submits stops it.
+            result = runner.run(argv, executor.batch_config.command_timeout, data, submit=True)
+        else:
+            result = executor._run(argv, stdin=data)
     if in_memory and not (result.ok and result.stdout.strip()):
         write_script(executor, job, text)  # kept for the failure message
     return result, path

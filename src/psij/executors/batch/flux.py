@@ -159,6 +159,7 @@ class FluxJobExecutor(BatchSchedulerExecutor):
     CANCEL_GONE_PATTERN = re.compile("inactive|" + _UNKNOWN_JOB.pattern, re.IGNORECASE)
     STATUS_COMMAND = ("flux", "jobs", "-a", "-n", "--color=never", "-o", _STATUS_FIELDS)
     LIST_COMMAND = ("flux", "jobs", "-n", "--color=never", "-o", "{id.f58}")
+    NAMED_LIST_COMMAND = (*LIST_COMMAND, "--name={name}")
     DIRECTIVES = PLAIN_QUOTED
 
     def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:

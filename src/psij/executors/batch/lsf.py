@@ -160,6 +160,7 @@ class LsfJobExecutor(BatchSchedulerExecutor):
     LIST_ID_PATTERN = re.compile(r"\d+")
     NO_JOBS_EXIT_CODES = (255,)
     NO_JOBS_PATTERN = _NOT_FOUND
+    NAMED_LIST_COMMAND = ("bjobs", "-noheader", "-o", "jobid", "-J", "{name}")
     DIRECTIVES = PLAIN_QUOTED
 
     def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:

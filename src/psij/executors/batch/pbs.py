@@ -273,6 +273,7 @@ class GenericPBSJobExecutor(BatchSchedulerExecutor):
     CANCEL_GONE_PATTERN = re.compile("unknown job id|job has finished|request invalid for "
                                      "state of job|invalid state for job", re.IGNORECASE)
     LIST_ID_PATTERN = _JOB_ID
+    NAMED_LIST_COMMAND = ("qselect", "-N", "{name}")
     DIRECTIVES = PLAIN
 
     def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:

@@ -114,7 +114,7 @@ class SgeJobExecutor(BatchSchedulerExecutor):
     CANCEL_COMMAND = ("qdel",)
     CANCEL_GONE_PATTERN = re.compile("does not exist")
     # qstat cannot select jobs by id in its list view; it lists this user's jobs.
-    STATUS_COMMAND = LIST_COMMAND = ("qstat", "-xml")
+    STATUS_COMMAND = LIST_COMMAND = NAMED_LIST_COMMAND = ("qstat", "-xml")
     DIRECTIVES = PLAIN
 
     def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:
@@ -189,3 +189,11 @@ class SgeJobExecutor(BatchSchedulerExecutor):
 
     def parse_list_output(self, out: str) -> List[str]:
         return list(self.parse_status_output(0, out))
+
+    def parse_named_list_output(self, out: str, name: str) -> List[str]:
+        # qstat -xml lists every job of this user: those whose JB_name is ``name``.
+        found = self.parse_status_output(0, out)
+        root = ET.fromstring(out)
+        named = {(entry.findtext("JB_job_number") or "").strip()
+                 for entry in root.iter("job_list") if entry.findtext("JB_name") == name}
+        return [nid for nid in found if nid.split(".")[0] in named]

@@ -197,6 +197,7 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
     KILL_COMMAND = ("scancel", "--batch", "--signal=KILL")
     CANCEL_GONE_PATTERN = re.compile("Invalid job id|already completing or completed")
     LIST_COMMAND = ("squeue", "--me", "--noheader", "--states=all", "--array", "--format=%i")
+    NAMED_LIST_COMMAND = ("squeue", "--me", "--noheader", "--format=%i", "--name={name}")
     # squeue fails this way when the only job asked for has been purged: no rows.
     NO_JOBS_EXIT_CODES = (1,)
     NO_JOBS_PATTERN = re.compile("Invalid job id specified")
