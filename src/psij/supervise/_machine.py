@@ -27,7 +27,6 @@ from psij._controller_values import (
     ActionFailed,
     Attach,
     BadMessage,
-    Call,
     Cancel,
     CancelTimer,
     Close,
@@ -48,7 +47,23 @@ from psij._controller_values import (
     TimerFired,
     exit_code_for_signal,
 )
-from psij._record import Record, replace
+from psij._record import replace
+from psij.supervise._entries import (
+    _STOP_TIMER,
+    _SUBMITTING,
+    CLIENT,
+    LEFTOVER,
+    SERVER,
+    JobEntry,
+    Journal,
+    Settings,
+    _peer,
+    _Pending,
+    _plain,
+    _state_name,
+    outcome_unknown,
+)
+from psij.supervise._lookups import NameLookUps
 from psij.supervise._messages import (
     ENV_ADDRESS,
     ENV_CLIENT,
@@ -66,90 +81,7 @@ from psij.supervise._messages import (
 
 __all__ = ["JobEntry", "Journal", "Settings", "Supervisor"]
 
-SERVER = "server"
-CLIENT = "client"
-LEFTOVER = "leftover"  # a job an earlier supervisor of this output directory left behind
-
-_SUBMITTING = "SUBMITTING"
-_STOP_TIMER = ("psij.supervise", "stop")  # stop_grace, while cancelled jobs are ending
-_LOOKUP = "lookup"  # the key of a look-up by name is (_LOOKUP, uid)
-
-# What a submit command's failure says when it may have queued its job all the same
-# (psij.executors.batch._runner.outcome_unknown, not imported: it loads the batch layer).
-_UNKNOWN_OUTCOME = ("may have been submitted", "did not finish within")
-
-
-def outcome_unknown(message: str) -> bool:
-    """Whether a failed submission may have submitted its job all the same."""
-    return any(words in message for words in _UNKNOWN_OUTCOME)
-
-
-class Settings(Record):
-    """What the machine is told once: see :mod:`psij.supervise` for the meaning of each."""
-
-    _fields = ("server", "client_template", "output_dir", "address", "job_limit", "tick",
-               "fault_tolerance", "max_server_restarts", "std_output", "connect_timeout",
-               "stop_grace")
-    __slots__ = _fields
-    server: Dict[str, Any]
-    client_template: Optional[Dict[str, Any]]
-    output_dir: str
-    address: str
-    job_limit: int
-    tick: float
-    fault_tolerance: bool
-    max_server_restarts: int
-    std_output: bool
-    connect_timeout: float
-    stop_grace: float
-
-
-class JobEntry(Record):
-    """One job submitted and not final: the server of a generation or a client (``name``:
-    its job name, by which it is found if its submission is interrupted)."""
-
-    _fields = ("uid", "kind", "client", "generation", "state", "native_id", "cancel", "name")
-    __slots__ = _fields
-    uid: int
-    kind: str
-    client: Optional[str]
-    generation: int
-    state: str
-    native_id: Optional[str]
-    cancel: bool
-    name: Optional[str]
-
-    def __init__(self, uid: int, kind: str, client: Optional[str], generation: int,
-                 state: str, native_id: Optional[str], cancel: bool,
-                 name: Optional[str] = None) -> None:
-        self._store(uid, kind, client, generation, state, native_id, cancel, name)
-
-
-class Journal(Record):
-    """An action of this machine: append ``entry`` (a JSON object) to the output directory's
-    journal, from which a later supervisor learns which jobs this one left behind."""
-
-    _fields = ("entry",)
-    __slots__ = _fields
-    entry: Dict[str, Any]
-
-
-class _Pending(Record):
-    """A client request accepted and waiting for a free place under ``job_limit``."""
-
-    _fields = ("uid", "client", "spec")
-    __slots__ = _fields
-    uid: int
-    client: str
-    spec: Any
-
-
-def _state_name(status: Any) -> str:
-    state = getattr(status, "state", None)
-    return str(getattr(state, "name", state))
-
-
-class Supervisor:
+class Supervisor(NameLookUps):
     """The supervisor's rules: ``step(event, now) -> actions`` (the state table is in
     :doc:`/supervise`).
 
@@ -443,46 +375,6 @@ class Supervisor:
 
     # -- submissions whose outcome is unknown -------------------------------------------------
 
-    def _look_up(self, uid: int, name: str, out: List[Action]) -> None:
-        """Cancel the jobs named ``name`` (a submission whose outcome is unknown); its end is
-        journaled once that is done."""
-        cancel_named = self._cancel_named
-        if cancel_named is None:
-            if self.cleanup:
-                self.exit_code = 1
-            out.append(Journal({"uid": uid, "final": "UNKNOWN"}))
-            out.append(Log(f"supervisor: uid {uid} may have been submitted as a job named "
-                           f"{name}, and this executor cannot look jobs up by name: look for "
-                           f"it in the queue", logging.WARNING))
-            return
-        self.lookups[uid] = name
-        out.append(Call((_LOOKUP, uid), lambda: list(cancel_named(name))))
-
-    def _looked_up(self, key: Any, found: Any, error: Optional[str],
-                   out: List[Action]) -> None:
-        if not (isinstance(key, tuple) and len(key) == 2 and key[0] == _LOOKUP):
-            return
-        uid = key[1]
-        name = self.lookups.pop(uid, None)
-        if name is None:
-            return
-        if error is not None:  # not journaled as ended: the next supervisor looks again
-            if self.cleanup:
-                self.exit_code = 1
-            out.append(Log(f"supervisor: looking for the job named {name} (uid {uid}) to "
-                           f"cancel it failed: {error}", logging.WARNING))
-            return
-        ids = [str(n) for n in found or ()]
-        if ids:
-            out.append(Journal({"uid": uid, "final": "CANCELED", "native_ids": ids}))
-            out.append(Log(f"supervisor: cancelled job {', '.join(ids)} named {name} (uid "
-                           f"{uid}), which a submission that did not return had queued",
-                           logging.WARNING))
-        else:
-            out.append(Journal({"uid": uid, "final": "NOT_SUBMITTED"}))
-            out.append(Log(f"supervisor: no job named {name} (uid {uid}) is in the queue: "
-                           f"its submission did not queue it"))
-
     def _on_status(self, event: JobStatusChanged, now: float, out: List[Action]) -> None:
         entry = self.jobs.get(event.key)  # type: ignore[call-overload]
         if entry is None:
@@ -770,20 +662,3 @@ class Supervisor:
                 self._give_up_waiting(f"signal {event.signum} while waiting", out)
             return
         self._stop(exit_code_for_signal(event.signum), f"signal {event.signum}", now, out)
-
-
-def _plain(value: Any) -> Any:
-    """A request's ``ref`` sent back only when it is a plain JSON scalar."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float) and value == value and abs(value) != float("inf"):
-        return value
-    return None
-
-
-def _peer(peer: Any) -> str:
-    address = getattr(peer, "address", "")
-    if address:
-        return str(address)
-    return f"pid {getattr(peer, 'pid', -1)}, uid {getattr(peer, 'uid', -1)}"
-

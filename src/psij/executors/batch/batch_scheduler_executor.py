@@ -54,12 +54,15 @@ from psij.executors._staging import REPORT_SUFFIX
 from psij.executors.batch import _arrays
 from psij.executors.batch._arrays import ArrayStyle
 from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
+from psij.executors.batch._cancel_output import UNKNOWN_ERROR
+from psij.executors.batch._cancel_output import InvalidJobStateError as InvalidJobStateError
 from psij.executors.batch._fallback import SchedulerFallbackWarning as SchedulerFallbackWarning
 from psij.executors.batch._fallback import local_fallback, not_found_hint
 from psij.executors.batch._final_state import Seen, final_state, final_status, needs_accounting
 from psij.executors.batch._held_jobs import HeldJobs
 from psij.executors.batch._job_output import _read_text, _stderr_tail
 from psij.executors.batch._kill import KillFirst
+from psij.executors.batch._named_jobs import NamedJobs
 from psij.executors.batch._poller import StatusPoller
 from psij.executors.batch._priority_change import PriorityChange
 from psij.executors.batch._runner import CommandResult, CommandRunner, SubprocessRunner
@@ -98,7 +101,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-UNKNOWN_ERROR = "PSIJ: Unknown error"
+
 _OUTPUT_LIMIT = 64 * 1024
 
 
@@ -114,11 +117,7 @@ def check_status_exit_code(command: str, exit_code: int, out: str) -> None:
                                  f"output {out!r}")
 
 
-class InvalidJobStateError(Exception):
-    """The job cannot be cancelled because the scheduler no longer has it running or queued."""
-
-
-class BatchSchedulerExecutor(KillFirst, PriorityChange, JobExecutor):
+class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, JobExecutor):
     """Base class of executors that submit jobs to a batch scheduler.
 
     A subclass declares its scheduler in class attributes (below); where the scheduler's ways
@@ -164,10 +163,6 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, JobExecutor):
     # its output has lines and every one matches NO_JOBS_PATTERN (None: it has no output).
     NO_JOBS_EXIT_CODES: Tuple[int, ...] = ()
     NO_JOBS_PATTERN: Optional[Pattern[str]] = None
-    # The command listing the native ids of this user's jobs in the queue named "{name}" (the
-    # word "{name}" stands for it), read like the list command's output; () when the scheduler
-    # cannot be asked (jobs_named then raises NotImplementedError).
-    NAMED_LIST_COMMAND: Tuple[str, ...] = ()
     # How values and job names are written in directive lines.
     DIRECTIVES: DirectiveRules = ESCAPED
     # How the scheduler writes and names job arrays (None: submit_many submits one by one).
@@ -287,14 +282,6 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, JobExecutor):
         lines = [s.strip() for s in out.splitlines() if s.strip()]
         pattern = self.LIST_ID_PATTERN
         return lines if pattern is None else [s for s in lines if pattern.fullmatch(s)]
-
-    def get_named_list_command(self, name: str) -> List[str]:
-        """The command listing this user's jobs in the queue named ``name``."""
-        return [word.replace("{name}", name) for word in self._declared("NAMED_LIST_COMMAND")]
-
-    def parse_named_list_output(self, out: str, name: str) -> List[str]:
-        """Native ids in the named list command's output (as :meth:`parse_list_output`)."""
-        return self.parse_list_output(out)
 
     def output_means_no_jobs(self, exit_code: int, out: str) -> bool:
         """True when a failed status or list command only said that none of the jobs is
@@ -512,55 +499,6 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, JobExecutor):
             raise SubmitException(f"listing jobs failed: {result.describe()}",
                                   transient=result.exit_code is None)
         return self.parse_list_output(result.stdout)
-
-    def jobs_named(self, name: str) -> List[str]:
-        """Native ids of this user's jobs in the queue (not ended) named ``name``, as the
-        scheduler writes it (a plain name, letters, digits and ``_ . -``, is written as it is
-        everywhere); NotImplementedError where the scheduler cannot be asked
-        (``NAMED_LIST_COMMAND``), SubmitException when it does not answer."""
-        name = _check.req_str("jobs_named name", name)
-        if not name or "\n" in name:
-            raise ValueError(f"jobs_named name: expected a one-line name, got {name!r}")
-        if self._fallback is not None:
-            raise NotImplementedError(f"cannot look jobs up by name: {self._fallback.why}")
-        result = self._run(self.get_named_list_command(name))
-        if result.exit_code is not None and self.output_means_no_jobs(result.exit_code,
-                                                                      result.output):
-            return []
-        if not result.ok:
-            raise SubmitException(f"looking up the jobs named {name!r} failed: "
-                                  f"{result.describe()}", transient=result.exit_code is None)
-        return self.parse_named_list_output(result.stdout, name)
-
-    def cancel_jobs_named(self, name: str) -> List[str]:
-        """Cancel this user's jobs in the queue named ``name`` (:meth:`jobs_named`): those a
-        submission that was interrupted may have made. Returns their native ids; a job that
-        ended first counts as cancelled. Raises as :meth:`jobs_named`, or SubmitException when
-        a cancel fails."""
-        found = self.jobs_named(name)
-        for native_id in found:
-            result = self._run(self.get_cancel_command(native_id))
-            if result.ok:
-                continue
-            if result.exit_code is None:
-                raise SubmitException(f"cancelling job {native_id} (named {name!r}) failed: "
-                                      f"{result.describe()}", transient=True)
-            try:
-                self.process_cancel_command_output(result.exit_code,
-                                                   result.output or UNKNOWN_ERROR)
-            except InvalidJobStateError:
-                continue  # it ended first
-        return found
-
-    def stop_submitting(self) -> None:
-        """Stop for good: kill the submit command of every submission running now (each one
-        fails, saying that the job may have been submitted) and make every later submission
-        fail before its submit command starts. A program that stops calls it so that no submit
-        command it started queues a job after it is gone; the jobs already submitted are
-        followed (and can be cancelled) as before."""
-        stop = getattr(self._runner, "stop_submits", None)
-        if stop is not None:
-            stop()
 
     # ------------------------------------------------------------------------ lifecycle
 
