@@ -5,7 +5,8 @@ Schedulers whose status command prints a line per job (``<id> <state>`` or ``<id
 native id, state, and optionally the reason) and ``STATE_MAP`` (the scheduler's state names to a
 PSI/J state, or to a pair of the state and the cause of a failure), and
 :func:`parse_status_lines` does the rest. Output it does not understand raises, so that it
-counts as a failed poll. Pure: text in, statuses out.
+counts as a failed poll. :func:`check_status_exit_code` (public from
+``batch_scheduler_executor``) refuses a failed command's output. Pure: text in, statuses out.
 """
 
 from typing import Dict, Mapping, Optional, Pattern, Tuple, Union
@@ -13,9 +14,22 @@ from typing import Dict, Mapping, Optional, Pattern, Tuple, Union
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
-__all__ = ["StateMap", "parse_status_lines", "status_from_map"]
+__all__ = ["StateMap", "StatusCommandError", "check_status_exit_code", "parse_status_lines",
+           "status_from_map"]
 
 StateMap = Mapping[str, Union[JobState, Tuple[JobState, Optional[str]]]]
+
+
+class StatusCommandError(RuntimeError):
+    """A status command failed; raised by :func:`check_status_exit_code`."""
+
+
+def check_status_exit_code(command: str, exit_code: int, out: str) -> None:
+    """Raise :class:`StatusCommandError` (a RuntimeError) quoting ``command`` and ``out`` when
+    ``exit_code`` is not 0."""
+    if exit_code != 0:
+        raise StatusCommandError(f"status command {command!r} exited with {exit_code} and "
+                                 f"output {out!r}")
 
 
 def status_from_map(state_map: StateMap, native_state: str, reason: Optional[str] = None,
