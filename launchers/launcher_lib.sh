@@ -125,10 +125,13 @@ $_PSI_J_STDOUT, stderr: $_PSI_J_STDERR)"
 
 # Runs "$@" as one child process. `( exec ... )` forks once like a plain command would, but never
 # runs a shell function or builtin that happens to share the executable's name. When a stream
-# cannot be opened the group body does not run, which leaves _PSI_J_EC empty.
+# cannot be opened the group body does not run, which leaves _PSI_J_EC empty. The signals meant
+# for the job reach its whole process group (the scheduler or the batch script sends them so):
+# this shell lives through them (a trap runs once the child has ended) to report its status.
 launch_job() {
     log_command "$@"
     _PSI_J_EC=
+    trap : TERM INT HUP USR1 USR2
     if _psij_shared_output; then
         { _PSI_J_EC=0; ( exec "$@" ) || _PSI_J_EC=$?; } \
             <"$_PSI_J_STDIN" >"$_PSI_J_STDOUT" 2>&1
@@ -136,6 +139,7 @@ launch_job() {
         { _PSI_J_EC=0; ( exec "$@" ) || _PSI_J_EC=$?; } \
             <"$_PSI_J_STDIN" >"$_PSI_J_STDOUT" 2>"$_PSI_J_STDERR"
     fi
+    trap - TERM INT HUP USR1 USR2
     if [[ -z $_PSI_J_EC ]]; then
         _psij_streams_failed
     fi

@@ -20,9 +20,12 @@
 # What happened goes to REPORT, one "<key> <text>" line each: "stage-in-failed MESSAGE",
 # "stage-out-failed MESSAGE", "cleanup-failed MESSAGE", and "job-exit CODE" once the job ran.
 # A TERM, INT or USR2 received by the script (a cancel, or the scheduler's warning before a
-# kill) marks the job cancelled and is passed on to the job as TERM: the job is not started if
-# it had not been, and the stage-out and cleanup entries with ON_CANCEL run once it has ended
-# (within the scheduler's grace period before its KILL).
+# kill) marks the job cancelled: the job is not started if it had not been, and the stage-out
+# and cleanup entries with ON_CANCEL run once it has ended (within the scheduler's grace period
+# before its KILL). A script that handles signals itself (batch scripts whose scheduler can
+# signal: psij_signals defines _psij_got, which calls _psij_signalled) passes the signal on as
+# its scheduler needs; otherwise (pilot tasks, Flux, Cobalt) the first one is passed on to the
+# job as TERM. A script that defines _psij_run has the job run by it.
 #
 # Must not: evaluate a path as code (every expansion is quoted), write anything but the report
 # and the staged files, or signal anything but the script's own process group.
@@ -47,10 +50,19 @@ _psij_on_signal() {
     fi
 }
 
+# Called by a script's own signal handling (psij_signals) with the signal's name.
+_psij_signalled() {
+    case $1 in
+        TERM | INT | USR2) _psij_canceled=1 ;;
+    esac
+}
+
 _psij_staging_begin() {
     _psij_report=$1
     (umask 077 && : >"$_psij_report")
-    trap _psij_on_signal TERM INT USR2
+    if ! declare -F _psij_got >/dev/null; then
+        trap _psij_on_signal TERM INT USR2
+    fi
 }
 
 _psij_note() {
@@ -111,19 +123,23 @@ _psij_staging_run() {
         return 0
     fi
     _psij_ran=1
-    # In the background, so that a trapped signal is handled while the job runs.
-    "$@" &
-    child=$!
-    while :; do
-        wait "$child"
-        status=$?
-        # A signal interrupts wait; the job may still be running (or not yet reaped).
-        if (( status > 128 )) && kill -0 "$child" 2>/dev/null; then
-            continue
-        fi
-        break
-    done
-    _psij_ec=$status
+    if declare -F _psij_run >/dev/null; then
+        _psij_run "$@"
+    else
+        # In the background, so that a trapped signal is handled while the job runs.
+        "$@" &
+        child=$!
+        while :; do
+            wait "$child"
+            status=$?
+            # A signal interrupts wait; the job may still be running (or not yet reaped).
+            if (( status > 128 )) && kill -0 "$child" 2>/dev/null; then
+                continue
+            fi
+            break
+        done
+        _psij_ec=$status
+    fi
     # From now on cancel signals are ignored, by the script and by the stage-out and cleanup
     # commands (which inherit that), so that a repeated signal cannot cut them short; the
     # scheduler's KILL still ends them after its grace period.

@@ -29,7 +29,10 @@ def obs(state: JobState, message: Optional[str] = None, exit_code: Optional[int]
     (C, None, False, None, C),        # completed, exit code unknown: completed
     (C, None, False, 0, C),
     (C, None, False, 3, F),           # "completed" with a non-zero exit code is a failure
-    (C, None, True, 0, C),            # cancel asked too late: it completed first
+    # Our cancel reached the job (a cancel that finds the job gone is not counted), which then
+    # left by itself: cancelled. Its script passes the cancel's signal on and the job may end
+    # with 0 (Grid Engine then only has the exit-code file).
+    (C, None, True, 0, X),
     (X, None, False, None, X),
     (X, None, True, 143, X),
     (F, None, True, 143, X),          # failed after our cancel, no cause: our cancel did it

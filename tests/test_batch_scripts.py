@@ -156,3 +156,48 @@ def test_plugin_style_template_gets_values_exactly(tmp_path: Path) -> None:
     subprocess.run(["bash", str(script)], check=True, cwd=tmp_path)
     assert out.read_text() == f"{value}|{value}"
     assert not list(tmp_path.rglob("PWNED"))
+
+
+# ------------------------------------------------ Slurm job names and directory (issue 21, 18)
+
+def test_slurm_names_an_unnamed_job_after_its_script_and_writes_its_directory(
+        tmp_path: Path) -> None:
+    ex = SlurmJobExecutor(config=BatchSchedulerExecutorConfig(work_directory=tmp_path))
+    folder = tmp_path / "run 'q' $(x) é"
+    unnamed = Job(JobSpec("/bin/bash", directory=folder))
+    lines = ex.submit_script(unnamed).splitlines()
+    # psij-python never writes a name, so Slurm takes the script's: <job id>.job, not /bin/bash.
+    assert f'#SBATCH --job-name="{unnamed.id}.job"' in lines
+    chdir = [line for line in lines if line.startswith("#SBATCH --chdir=")]
+    assert len(chdir) == 1 and parse_directive_line(chdir[0][len("#SBATCH"):]) == \
+        [f"--chdir={folder}"]
+    named = ex.submit_script(Job(JobSpec("/bin/bash", name="my run"))).splitlines()
+    assert '#SBATCH --job-name="my run"' in named
+    assert f'#SBATCH --chdir="{double_quoted(os.getcwd())}"' in named  # the default directory
+
+
+def test_slurm_refuses_a_directory_its_directive_cannot_hold(tmp_path: Path) -> None:
+    ex = SlurmJobExecutor(config=BatchSchedulerExecutorConfig(work_directory=tmp_path))
+    job = Job(JobSpec("/bin/true", directory="/tmp/two\nlines"))
+    with pytest.raises(InvalidJobException, match="JobSpec.directory"):
+        ex.submit(job)
+    assert job.executor is None and not list(tmp_path.rglob("*.job"))
+    # Elsewhere the directory is only a shell word: accepted.
+    assert "two" in SgeJobExecutor(config=BatchSchedulerExecutorConfig(
+        work_directory=tmp_path)).submit_script(job)
+
+
+def test_unnamed_slurm_jobs_share_an_array_named_after_the_first(tmp_path: Path) -> None:
+    from psij.executors.batch import _arrays
+
+    ex = SlurmJobExecutor(config=BatchSchedulerExecutorConfig(work_directory=tmp_path))
+    jobs = [Job(JobSpec("/bin/echo", [str(i)], directory=tmp_path)) for i in range(3)]
+    shapes = []
+    for job in jobs:
+        ex._check_script_values(job, job.spec)  # type: ignore[arg-type]
+        context = ex._create_script_context(job)
+        shapes.append(ex.generator.render(_arrays.shape_context(context)))
+    assert shapes[0] == shapes[1] == shapes[2] and _arrays.NAME_MARK in shapes[0]
+    named = Job(JobSpec("/bin/echo", name="x", directory=tmp_path))
+    assert _arrays.NAME_MARK not in ex.generator.render(
+        _arrays.shape_context(ex._create_script_context(named)))

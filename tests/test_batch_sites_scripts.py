@@ -133,13 +133,24 @@ def test_newlines_in_directive_values_are_refused(name: str, work: Path) -> None
         make(name, work).submit_script(job)
 
 
-def test_flux_refuses_memory_and_reservations(work: Path) -> None:
+def test_flux_refuses_memory(work: Path) -> None:
     ex = make("flux", work)
     with pytest.raises(InvalidJobException, match="ResourceSpecV1.memory: Flux cannot"):
         ex.submit(Job(JobSpec("/bin/true", resources=ResourceSpecV1(memory=1024))))
-    with pytest.raises(InvalidJobException, match="reservation_id: Flux has no reservations"):
-        ex.submit(Job(JobSpec("/bin/true", attributes=JobAttributes(reservation_id="r1"))))
     assert not ex.work_directory.exists() or not list(ex.work_directory.glob("*.job"))
+
+
+def test_flux_takes_a_reservation_as_psij_python_does(work: Path) -> None:
+    # psij-python's flux executor ignores reservation_id; code that sets it must still run
+    # (issue 21, item 15): the job is accepted, with a warning and a comment in its script.
+    ex = make("flux", work)
+    job = Job(JobSpec("/bin/true", attributes=JobAttributes(reservation_id="r1.x")))
+    with pytest.warns(UserWarning, match="Flux has no reservations; 'r1.x' is not passed on"):
+        text = ex.submit_script(job)
+    assert '# Flux has no reservations; JobAttributes.reservation_id "r1.x" is not passed on.' \
+        in text.splitlines()
+    assert not [line for line in text.splitlines() if "r1.x" in line and "flux:" in line]
+    assert subprocess.run(["bash", "-n"], input=text.encode()).returncode == 0
 
 
 @pytest.mark.parametrize("name", sorted(EXECUTORS))

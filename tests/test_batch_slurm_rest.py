@@ -25,6 +25,7 @@ from psij.executors.batch.slurm import SlurmExecutorConfig
 
 RENDERED = """#!/bin/bash
 #SBATCH --job-name="a b"
+#SBATCH --chdir="/runs/r 1"
 #SBATCH --nodes=1
 #SBATCH --ntasks=2
 #SBATCH --cpus-per-task=1
@@ -51,7 +52,8 @@ SITE = rest.SiteSettings(cli_filters=False, conf_path="/etc/slurm/slurm.conf",
 
 def test_directives_become_fields_with_their_values_as_written() -> None:
     assert rest.job_fields(RENDERED) == {
-        "name": "a b", "nodes": "1", "tasks": "2", "cpus_per_task": "1",
+        "name": "a b", "current_working_directory": "/runs/r 1", "nodes": "1", "tasks": "2",
+        "cpus_per_task": "1",
         "memory_per_node": "1500K", "exclusive": "exclusive", "time_limit": "00:00:30",
         "partition": "debug", "nice": "5", "begin_time": "now+1hour",
         "standard_output": "/dev/null", "standard_error": "/dev/null"}
@@ -151,6 +153,11 @@ def test_the_request_is_utf8_json_with_its_length_and_refuses_lone_surrogates() 
     assert json.loads(body) == {"script": "#!/bin/bash\necho é\n", "job": {
         "nice": "1", "environment": {"A": "ü"}, "current_working_directory": "/w"}}
     assert rest.request_bytes("x", {}, {"A": "\udcff"}, "/w") is None
+    # The script's --chdir, as sbatch takes it, over the submitting process's folder.
+    moved = rest.request_bytes("x", {"current_working_directory": "/runs"}, {}, "/w")
+    assert moved is not None
+    assert json.loads(moved.partition(b"\r\n\r\n")[2])["job"]["current_working_directory"] \
+        == "/runs"
 
 
 @pytest.mark.parametrize("status,body,expected", [

@@ -3,11 +3,15 @@ added after construction reaches the submit script), each batch executor renderi
 prefix, unsafe options refused at submit, and keys like ``ATTR1`` surviving serialization.
 """
 
+import io
+import secrets
+import warnings
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 import pytest
 
+import psij
 from psij import (
     InvalidJobException,
     Job,
@@ -224,3 +228,84 @@ def test_the_command_line_refuses_declared_attributes_of_the_wrong_kind(
 
     with pytest.raises(UsageError, match=text):
         build_attributes([assignment])
+
+
+# ------------------------------------------- every name of an executor is a prefix (issue 21, 14)
+
+def batch_names() -> List[str]:
+    """Every name a batch executor is known by, aliases included, as psij-python's own
+    script-generation test lists them (JobExecutor.get_executor_names())."""
+    names = []
+    for name in sorted(JobExecutor.get_executor_names()):
+        try:
+            ex = JobExecutor.get_instance(name)
+        except Exception:
+            continue
+        if isinstance(ex, BatchSchedulerExecutor):
+            names.append(name)
+        ex.close()
+    return names
+
+
+def test_every_alias_is_listed() -> None:
+    assert {"torque", "gridengine", "pbspro", "pbs_classic", "sge"} <= set(batch_names())
+
+
+@pytest.mark.parametrize("name", batch_names())
+def test_psij_python_script_generation_check_with_the_executor_name_as_prefix(
+        name: str, tmp_path: Path) -> None:
+    # psij-python's test_submit_script_generation, in its own terms: each value set on a bare
+    # spec must appear in the script, and custom attributes are named after the executor
+    # (with its map pbspro/pbs_classic -> pbs; both spellings are checked here).
+    ex = executor(name, tmp_path)
+    for prefix in sorted({name, {"pbspro": "pbs", "pbs_classic": "pbs"}.get(name, name)}):
+        custom: Dict[str, object] = {}
+        attrs = JobAttributes(custom_attributes=custom)
+        spec = JobSpec(resources=psij.ResourceSpecV1(), attributes=attrs)
+        spec.launcher = "single"
+        job = Job(spec)
+        for field, setter in [("executable", spec), ("directory", spec), ("queue_name", attrs),
+                              ("account", attrs), ("reservation_id", attrs),
+                              (f"{prefix}.cust_attr1", custom), (f"{prefix}.cust_attr2", custom)]:
+            token = secrets.token_hex()
+            if isinstance(setter, dict):
+                setter[field] = token
+            else:
+                setattr(setter, field, token)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # Flux: a reservation is not passed on
+                out = io.StringIO()
+                ex.generate_submit_script(job, ex._create_script_context(job), out)
+            assert token in out.getvalue(), (name, prefix, field)
+
+
+@pytest.mark.parametrize("name,alias,canonical", [("sge", "gridengine", "sge"),
+                                                  ("pbs", "pbspro", "pbs"),
+                                                  ("pbs_classic", "torque", "pbs"),
+                                                  ("pbs_classic", "pbs_classic", "pbs")])
+def test_aliases_render_whatever_name_the_executor_was_made_by(name: str, alias: str,
+                                                               canonical: str,
+                                                               tmp_path: Path) -> None:
+    attrs = JobAttributes(custom_attributes={f"{alias}.cust_attr1": "val-1",
+                                             "slurm.cust_attr2": "no"})
+    text = directive_lines(executor(name, tmp_path).submit_script(
+        Job(JobSpec("/bin/true", attributes=attrs))))
+    assert DIRECTIVES[name] in text.splitlines() and "cust_attr2" not in text
+    assert prefix_of(name) == canonical
+
+
+class _PsijPythonStyleExecutor(BatchSchedulerExecutor):
+    """An executor written for psij-python: it declares no custom attribute prefix and its
+    template reads custom_attributes.<its prefix> itself."""
+
+    TEMPLATE = Path(__file__).parent / "plugins" / "reference_batch_test" / "attrs.mustache"
+
+
+def test_an_executor_declaring_no_prefix_sees_every_prefix(tmp_path: Path) -> None:
+    ex = _PsijPythonStyleExecutor(config=BatchSchedulerExecutorConfig(
+        work_directory=tmp_path / "work"))
+    attrs = JobAttributes(custom_attributes={"batch-test.MY_VAR": "v 1", "other.X": "2",
+                                             "NO_PREFIX": "3"})
+    text = ex.submit_script(Job(JobSpec("/bin/true", attributes=attrs)))
+    assert 'export MY_VAR="v 1"' in text.splitlines()
+    assert 'other X="2"' in text.splitlines()

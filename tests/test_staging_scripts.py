@@ -97,9 +97,9 @@ def test_staging_changes_only_the_staging_lines(name: str, work: Path) -> None:
             removed.append(line[2:])
         elif line.startswith("+ "):
             added.append(line[2:])
-    assert removed == ["_psij_launch", "_psij_ec=$?"]
-    expected_directives = ["#$ -notify"] if name == "sge" else []
-    assert [a for a in added if a.startswith("#")] == expected_directives
+    assert removed == ["_psij_run _psij_launch"]
+    # (Grid Engine scripts ask for -notify with or without staging: psij_signals.)
+    assert [a for a in added if a.startswith("#")] == []
     assert all(a.startswith(("_psij_", "source <STAGING_LIB>", "#")) for a in added), added
     assert added.count("_psij_staging_run _psij_launch") == 1
 

@@ -26,10 +26,54 @@ _psij_dir="<SCRIPT_DIR>"
 exec >>"$_psij_dir/$_PSIJ_NATIVE_ID.out" 2>&1
 _psij_launch() {
     cd "/data/it's \"quoted\" \$(whoami) \`id\` é ✓" || return 1
-    bash <LAUNCHER_SCRIPT> 00000000-1111-2222-3333-444444444444 '' '/etc/pre launch.sh' post.sh '/in/put file.txt' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/out.txt' '/err/e r r'"'"'s.txt' 6 '/opt/my app/run $(x).sh' plain 'two words' 'it'"'"'s' '$(touch /tmp/pwned)' '`id`' 'a"b' 'back\slash' 'new
+    exec bash <LAUNCHER_SCRIPT> 00000000-1111-2222-3333-444444444444 '' '/etc/pre launch.sh' post.sh '/in/put file.txt' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/out.txt' '/err/e r r'"'"'s.txt' 6 '/opt/my app/run $(x).sh' plain 'two words' 'it'"'"'s' '$(touch /tmp/pwned)' '`id`' 'a"b' 'back\slash' 'new
 line' 'é ✓' '' 
 }
-_psij_launch
-_psij_ec=$?
+_psij_got() {
+    local sig=$2
+    if [[ $sig == request ]]; then
+        sig=TERM
+        if read -r _psij_sig 2>/dev/null <"$_psij_dir/$_PSIJ_NATIVE_ID.signal" \
+                && [[ $_psij_sig =~ ^[1-9][0-9]?$ ]]; then
+            sig=$_psij_sig
+        fi
+    fi
+    if declare -F _psij_signalled >/dev/null; then
+        _psij_signalled "$1"
+    fi
+    if [[ $sig != - ]]; then
+        trap '' "$sig"
+        kill -"$sig" 0 2>/dev/null
+        _psij_traps
+    fi
+}
+_psij_traps() {
+    trap '_psij_got TERM TERM' TERM
+    trap '_psij_got INT INT' INT
+    trap '_psij_got HUP HUP' HUP
+    trap '_psij_got USR1 USR1' USR1
+    trap '_psij_got USR2 USR2' USR2
+    :
+}
+_psij_traps
+# Runs "$@" (which ends in exec) in the background and sets _psij_ec to its exit status.
+_psij_run() {
+    local child status
+    { "$@"; } &
+    child=$!
+    while :; do
+        wait "$child"
+        _psij_ec=$?
+        # A trapped signal ends wait early (> 128) while the job may still run.
+        (( _psij_ec > 128 )) && kill -0 "$child" 2>/dev/null || break
+    done
+    if (( _psij_ec > 128 )); then
+        # The job may have ended during the trap: bash keeps its status for one more wait.
+        wait "$child" 2>/dev/null
+        status=$?
+        (( status == 127 )) || _psij_ec=$status
+    fi
+}
+_psij_run _psij_launch
 printf '%s\n' "$_psij_ec" >"$_psij_dir/$_PSIJ_NATIVE_ID.ec"
 exit "$_psij_ec"

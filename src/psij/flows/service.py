@@ -21,7 +21,8 @@ What the service adds to the pure :class:`~psij.flows.machine.FlowMachine`:
   anywhere). The same wrapping applies on a batch executor, whose job then runs as root until
   ``setpriv`` changes to the user: the scheduler accounts the job to root.
 - **Signals.** PSI/J has no verb to signal a job: the service sends it to the process group on
-  ``local``, with ``scancel --signal`` on ``slurm``; elsewhere the machine falls back to
+  ``local``, through the executor's ``signal`` on a batch executor (``scancel --batch`` on
+  Slurm, ``qdel`` after ``-notify`` on Grid Engine, ...); elsewhere the machine falls back to
   cancelling.
 """
 
@@ -209,7 +210,7 @@ class _ServiceMachine:
 
 def signal_job(job: Any, signum: int) -> None:
     """Send ``signum`` to ``job`` where its executor allows it (local: the process group;
-    slurm: ``scancel --signal``); raise otherwise."""
+    batch executors: their ``signal``, which the job's script passes on); raise otherwise."""
     if job is None or job.native_id is None:
         raise ValueError("no such job, or not submitted yet")
     from psij.executors.local import LocalJobExecutor
@@ -218,17 +219,13 @@ def signal_job(job: Any, signum: int) -> None:
     if isinstance(executor, LocalJobExecutor):
         os.killpg(int(job.native_id), signum)
         return
-    name = getattr(executor, "name", "")
-    if name == "slurm":
-        from psij.executors.batch._runner import SubprocessRunner
-
-        result = SubprocessRunner().run(["scancel", f"--signal={signum}", "--full",
-                                         str(job.native_id)], timeout=30.0)
-        if not result.ok:
-            raise RuntimeError(result.describe())
+    send = getattr(executor, "signal", None)
+    if callable(send):
+        send(job, signum)
         return
-    raise NotImplementedError(f"the {name or type(executor).__name__} executor cannot send a "
-                              f"signal to a job; it is cancelled instead")
+    name = getattr(executor, "name", "") or type(executor).__name__
+    raise NotImplementedError(f"the {name} executor cannot send a signal to a job; it is "
+                              "cancelled instead")
 
 
 _AS_USER = 'o=$1; e=$2; shift 2; exec "$@" >>"$o" 2>>"$e"'

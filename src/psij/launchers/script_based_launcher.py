@@ -21,6 +21,7 @@ import errno
 import importlib
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from pathlib import Path
@@ -67,18 +68,21 @@ def _sha256() -> Any:
     return hashlib.sha256()
 
 
-def _checksum(contents: Sequence[Tuple[str, bytes]]) -> str:
+def _checksum(contents: Sequence[Tuple[str, bytes, bool]]) -> str:
     digest = _sha256()
-    for name, data in contents:
+    for name, data, executable in contents:
         encoded = name.encode()
         # Lengths first, so that no two different file lists hash the same byte stream.
         digest.update(len(encoded).to_bytes(8, "big") + encoded)
         digest.update(len(data).to_bytes(8, "big") + data)
+        if executable:  # (a length's first byte is never "x")
+            digest.update(b"x")
     return str(digest.hexdigest()[:_CHECKSUM_LENGTH])
 
 
-def _read_contents(files: Sequence[Path]) -> List[Tuple[str, bytes]]:
-    contents: List[Tuple[str, bytes]] = []
+def _read_contents(files: Sequence[Path]) -> List[Tuple[str, bytes, bool]]:
+    """Name, bytes and whether the file is executable (by its owner), for each file."""
+    contents: List[Tuple[str, bytes, bool]] = []
     names = set()
     for path in files:
         if path.name in names:
@@ -86,25 +90,31 @@ def _read_contents(files: Sequence[Path]) -> List[Tuple[str, bytes]]:
                              f"({[str(p) for p in files]}); they would overwrite each other")
         names.add(path.name)
         try:
-            contents.append((path.name, path.read_bytes()))
+            data = path.read_bytes()
+            contents.append((path.name, data, bool(path.stat().st_mode & stat.S_IXUSR)))
         except OSError as e:
             raise FileNotFoundError(f"launcher file {path} cannot be read: {e}") from e
     return contents
 
 
-def _holds(folder: Path, contents: Sequence[Tuple[str, bytes]]) -> bool:
+def _holds(folder: Path, contents: Sequence[Tuple[str, bytes, bool]]) -> bool:
     try:
-        return all((folder / name).read_bytes() == data for name, data in contents)
+        return all((folder / name).read_bytes() == data
+                   and bool((folder / name).stat().st_mode & stat.S_IXUSR) == executable
+                   for name, data, executable in contents)
     except OSError:
         return False
 
 
-def _write_temporary_folder(root: Path, contents: Sequence[Tuple[str, bytes]]) -> Path:
+def _write_temporary_folder(root: Path, contents: Sequence[Tuple[str, bytes, bool]]) -> Path:
     temporary = Path(tempfile.mkdtemp(prefix=".deploying-", dir=root))
     try:
-        for name, data in contents:
-            # Read-only use: the scripts are run as "bash <script>", never executed directly.
-            fd = os.open(temporary / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        for name, data, executable in contents:
+            # The scripts are run as "bash <script>"; a file deployed with them that the
+            # launcher runs directly (psij-python's test launcher runs a "hostname" script)
+            # keeps its executable bit, as psij-python keeps a deployed file's mode.
+            fd = os.open(temporary / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                         0o700 if executable else 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
     except BaseException:
@@ -149,11 +159,12 @@ def _move_aside(folder: Path) -> None:
 def deploy_files(work_directory: Path, files: Sequence[Path]) -> Path:
     """Copies ``files`` into ``<work_directory>/launchers/<checksum>/`` and returns that folder.
 
-    The checksum covers the names, order and contents of the files. An existing folder is
+    The checksum covers the names, order, contents and executable bits of the files (a file
+    executable by its owner is deployed 0700, others 0600). An existing folder is
     reused when its files are byte-for-byte the same; one whose files were edited is replaced.
     """
     contents = _read_contents(files)
-    names = [name for name, _ in contents]
+    names = [name for name, _, _ in contents]
     checksum = _checksum(contents)
     base = Path(os.path.abspath(work_directory))
     root = base / "launchers"

@@ -14,7 +14,9 @@ How a batch of jobs becomes arrays:
   array directive added after the first line, the native-id line replaced by the element's form
   (``<array id>_<index>`` on Slurm, ``<id>.<index>`` on Grid Engine, ``<id>[<index>].<server>``
   on PBS, ``<id>[<index>]`` on LSF), and a ``case`` on the scheduler's index variable that
-  exports the element's environment and defines its launch command. Everything the script
+  exports the element's environment and sets its launch command's words. Jobs without a
+  name, each named after its own script by default (Slurm), share a shape; their array takes
+  the first one's name. Everything the script
   writes is named after the element's native id (its ``.out``, ``.ec`` and ``.nodefile``
   files), and the job's own streams follow its launch command, so every element has its own.
 - A group bigger than the style's ``max_size`` is cut into several arrays. A single job, a
@@ -36,6 +38,7 @@ import re
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from psij.exceptions import SubmitException, SubmitManyException
+from psij.executors.batch._script_context import default_job_name
 from psij.executors.batch._submit_io import is_transient, run_submit
 from psij.executors.batch.escape_functions import ShellWord
 from psij.executors.batch.script_generator import TemplatedScriptGenerator
@@ -54,7 +57,8 @@ logger = logging.getLogger(__name__)
 
 ENV_MARK = "_PSIJ_ARRAY_ENVIRONMENT_MARK"
 LAUNCH_MARK = "_psij_array_launch_mark"
-ELEMENT_FUNCTION = "_psij_element"
+NAME_MARK = "_psij_array_name_mark"
+ELEMENT_WORDS = "_psij_element"
 
 
 class ArrayStyle:
@@ -182,6 +186,9 @@ def shape_context(context: Dict[str, object]) -> Dict[str, object]:
     shaped["env"] = [{"name": ENV_MARK, "value": ""}]
     psij = dict(context["psij"])  # type: ignore[call-overload]
     psij["launch_command"] = [ShellWord(LAUNCH_MARK)]
+    job = context.get("job")
+    if isinstance(job, Job) and psij.get("job_name") == default_job_name(job):
+        psij["job_name"] = NAME_MARK  # each job's own default name: the array takes the first's
     shaped["psij"] = psij
     return shaped
 
@@ -198,10 +205,10 @@ def shape_is_usable(style: ArrayStyle, shape: str) -> bool:
 
 def element_text(env: Sequence[Tuple[str, str]], launch_words: Sequence[str],
                  escape: Callable[[object], str]) -> str:
-    """The ``case`` branch body of one element: its exports and its launch function."""
+    """The ``case`` branch body of one element: its exports and its launch command's words."""
     lines = [f'export {name}="{escape(value)}"' for name, value in env]
     command = " ".join(escape(ShellWord(w)) for w in launch_words)
-    lines.append(f"{ELEMENT_FUNCTION}() {{ {command} ; }}")
+    lines.append(f"{ELEMENT_WORDS}=({command})")
     return "\n".join(lines)
 
 
@@ -226,7 +233,7 @@ def array_script(style: ArrayStyle, shape: str, elements: Sequence[str],
                        "exit 1 ;;")
             out.append("esac")
         else:
-            out.append(line.replace(LAUNCH_MARK, ELEMENT_FUNCTION))
+            out.append(line.replace(LAUNCH_MARK, f'"${{{ELEMENT_WORDS}[@]}}"'))
     return "\n".join(out)
 
 
@@ -343,6 +350,7 @@ def _submit_array(executor: "BatchSchedulerExecutor", style: ArrayStyle, shape: 
     first = group[0]
     try:
         text = array_script(style, shape, [_element(executor, contexts[j.id]) for j in group])
+        text = text.replace(NAME_MARK, default_job_name(first))
         result, script = run_submit(executor, first, text)
         if script.exists():  # written (kept files, or a scheduler reading no standard input)
             for job in group[1:]:

@@ -4,11 +4,13 @@ The rules:
 
 - the exit code is the one in the job's exit-code file, else the one the scheduler gave, else
   the accounting's (asked only when both are missing and the job was not cancelled:
-  :func:`needs_accounting`);
-- a job the scheduler reports CANCELED, or FAILED without a known cause (or because its
-  batch shell died: ``launch_failure``, what a KILL sent by ``kill`` looks like) after this
-  executor asked to cancel it, ends CANCELED; when nobody here asked, the message says it was
-  cancelled from outside;
+  :func:`needs_accounting`); a job that left the queue with a non-zero exit code in its file
+  takes the cause of its end from the accounting (:func:`with_accounting_cause`);
+- a job the scheduler reports CANCELED, or that ended (FAILED without a known cause or because
+  its batch shell died: ``launch_failure``, what a KILL sent by ``kill`` looks like; or
+  COMPLETED: its script passes the cancel's signal on and it may leave by itself with 0) after
+  this executor's cancel reached it, ends CANCELED; when nobody here asked, the message says it
+  was cancelled from outside (a cancel that found the job gone is not counted);
 - a job reported COMPLETED ends COMPLETED only if its exit code is 0 or unknown (then 0);
   otherwise, and for every other state, it ends FAILED;
 - a FAILED job's message says why, in this order: the cause's words (time limit, memory, ...)
@@ -29,7 +31,8 @@ from psij.executors.batch._tracking import Observation
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
-__all__ = ["CAUSE_MESSAGES", "Seen", "final_state", "final_status", "needs_accounting"]
+__all__ = ["CAUSE_MESSAGES", "Seen", "final_state", "final_status", "needs_accounting",
+           "with_accounting_cause"]
 
 # Why a job failed, in words; {time_limit} is the job's requested duration.
 CAUSE_MESSAGES: Dict[str, str] = {
@@ -47,6 +50,7 @@ CAUSE_MESSAGES: Dict[str, str] = {
     "held_error": "the scheduler put the job in an error state",
 }
 
+_ENDED = (JobState.FAILED, JobState.COMPLETED)
 _CANCELLED_OUTSIDE = ("the job was cancelled outside this executor (by its owner through "
                       "another tool, an administrator or the scheduler)")
 
@@ -88,11 +92,22 @@ def needs_accounting(observation: Observation, exit_code: Optional[int]) -> bool
 _CANCEL_CAUSES = (None, "launch_failure")
 
 
+def with_accounting_cause(from_file: Observation, accounting: Observation) -> Observation:
+    """What the exit-code file said, with the cause the accounting gives (a job stopped at its
+    time limit that passed the scheduler's signal on and ended by itself still wrote its exit
+    code)."""
+    cause = accounting.metadata.get("cause")
+    if cause is None:
+        return from_file
+    return Observation(from_file.state, from_file.message, from_file.exit_code,
+                       {**from_file.metadata, "cause": cause})
+
+
 def final_state(observation: Observation, cancel_requested: bool,
                 exit_code: Optional[int]) -> JobState:
     """The final state: CANCELED, COMPLETED or FAILED (see the module's rules)."""
     state = observation.state
-    if state is JobState.CANCELED or (cancel_requested and state is JobState.FAILED and (
+    if state is JobState.CANCELED or (cancel_requested and state in _ENDED and (
             observation.metadata.get("cause") in _CANCEL_CAUSES)):
         return JobState.CANCELED
     if state is JobState.COMPLETED and exit_code in (None, 0):

@@ -24,6 +24,7 @@ from psij.executors._staging import check_staging
 from psij.executors._staging import script_context as staging_context
 from psij.executors.batch._nice import scheduler_priority
 from psij.executors.batch._shapes import job_tmp
+from psij.executors.batch._signals import script_signals
 from psij.executors.batch.escape_functions import ShellWord
 from psij.executors.batch.template_function_library import ALL as FUNCTION_LIBRARY
 from psij.job import Job
@@ -33,8 +34,8 @@ from psij.resource_spec import ResourceSpecV1
 if TYPE_CHECKING:
     from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
 
-__all__ = ["build_script_context", "check_script_values", "hours_minutes_seconds",
-           "v1_resources"]
+__all__ = ["build_script_context", "check_script_values", "default_job_name",
+           "hours_minutes_seconds", "job_directory", "v1_resources"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NO_RESOURCES = ResourceSpecV1()
@@ -58,8 +59,15 @@ def hours_minutes_seconds(d: timedelta) -> str:
 
 
 def job_directory(spec: JobSpec) -> str:
-    """The job's directory, absolute: schedulers start scripts in different folders."""
+    """The folder the job runs in: its ``directory``, else the current one; always absolute,
+    since schedulers start scripts in different folders."""
     return os.path.abspath(spec.directory if spec.directory is not None else os.getcwd())
+
+
+def default_job_name(job: Job) -> str:
+    """The name psij-python's jobs get on a scheduler that names a job after its script: the
+    script's file name, ``<job id>.job``."""
+    return f"{job.id}.job"
 
 
 def check_script_values(executor: "BatchSchedulerExecutor", job: Job, spec: JobSpec) -> None:
@@ -86,7 +94,7 @@ def check_script_values(executor: "BatchSchedulerExecutor", job: Job, spec: JobS
                 f"JobSpec.environment: {name!r} cannot be exported by a submit script; "
                 "accepted names: letters, digits and '_', not starting with a digit")
     try:
-        job_name = executor._job_name(spec)
+        job_name = executor._job_name(job)
         if job_name is not None:
             executor._directive_value("JobSpec.name", job_name)
         for field in ("queue_name", "account", "reservation_id"):
@@ -121,7 +129,7 @@ def build_script_context(executor: "BatchSchedulerExecutor", job: Job) -> Dict[s
             "lib": FUNCTION_LIBRARY,
             "launch_command": [ShellWord(w) for w in words],
             "script_dir": str(executor.work_directory.absolute()),
-            "job_name": executor._job_name(spec),
+            "job_name": executor._job_name(job),
             "directory": directory,
             "process_count": resources.computed_process_count,
             "node_count": resources.computed_node_count,
@@ -129,6 +137,7 @@ def build_script_context(executor: "BatchSchedulerExecutor", job: Job) -> Dict[s
                                        executor.name),
             "scheduler_priority": scheduler_priority(executor, spec),
             "tmp_kb": None if tmp is None else -(-tmp // 1024),
+            "signals": script_signals(executor),
         },
     }
     duration = spec.attributes.duration

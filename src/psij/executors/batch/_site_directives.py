@@ -14,7 +14,7 @@ options (``-k value``, ``--key=value``). Pure string work: no files, no commands
 """
 
 import re
-from typing import Any, Collection, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from psij._record import Record
 from psij.executors.batch.escape_functions import (
@@ -70,25 +70,29 @@ PLAIN = DirectiveRules(plain=True)
 PLAIN_QUOTED = DirectiveRules(plain=True, extra=QUOTED_EXTRA)
 
 
-def custom_attribute_items(custom: Optional[Mapping[Any, object]], prefixes: Collection[str]
-                           ) -> Dict[str, List[Dict[str, Any]]]:
+def custom_attribute_items(custom: Optional[Mapping[Any, object]],
+                           prefixes: Optional[Sequence[str]]) -> Dict[str, List[Dict[str, Any]]]:
     """Custom attributes by prefix: ``{"slurm": [{"key": "qos", "value": "debug"}]}``.
 
     Only keys ``<prefix>.<option>`` with a prefix in ``prefixes`` (matched without regard to
-    case) are kept; others (``ATTR1``, ``pbs.x`` for Slurm, non-str keys) are skipped. A value
-    True becomes a bare flag (value None); False and None leave the option out. A kept option
-    whose name is not a letter followed by letters, digits, ``_`` and ``-``, or whose value is
-    not a str, int, float or bool, raises ValueError or TypeError naming the attribute; the
-    value itself is checked for the directive by the executor.
+    case) are kept, all under the first prefix (the others are the executor's other names:
+    ``gridengine.`` on Grid Engine, ``torque.`` on Torque); others (``ATTR1``, ``pbs.x`` for
+    Slurm, non-str keys) are skipped. With ``prefixes`` None (an executor written for
+    psij-python, which declares none) every prefix is kept under its own name, as psij-python
+    does. A value True becomes a bare flag (value None); False and None leave the option out.
+    A kept option whose name is not a letter followed by letters, digits, ``_`` and ``-``, or
+    whose value is not a str, int, float or bool, raises ValueError or TypeError naming the
+    attribute; the value itself is checked for the directive by the executor.
     """
     found: Dict[str, List[Dict[str, Any]]] = {}
+    wanted = None if prefixes is None else {p.lower() for p in prefixes}
     # A snapshot: the dict is the caller's and may change while a script is rendered.
     for name, value in list((custom or {}).items()):
         if not isinstance(name, str):
             continue
         prefix, dot, key = name.partition(".")
         prefix = prefix.lower()
-        if not dot or prefix not in prefixes:
+        if not dot or (wanted is not None and prefix not in wanted):
             continue
         if not _OPTION_NAME.fullmatch(key):
             raise ValueError(
@@ -97,7 +101,8 @@ def custom_attribute_items(custom: Optional[Mapping[Any, object]], prefixes: Col
         check_custom_value(name, value)
         if value is None or value is False:
             continue
-        found.setdefault(prefix, []).append(
+        group = prefix if prefixes is None else prefixes[0]
+        found.setdefault(group, []).append(
             {"key": key, "value": None if value is True else str(value)})
     return found
 

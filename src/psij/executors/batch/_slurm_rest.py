@@ -47,7 +47,7 @@ _VALUED = {
     "time": "time_limit", "time-min": "time_minimum", "partition": "partition",
     "account": "account", "nice": "nice", "output": "standard_output",
     "error": "standard_error", "array": "array", "begin": "begin_time", "qos": "qos",
-    "comment": "comment", "dependency": "dependency",
+    "comment": "comment", "dependency": "dependency", "chdir": "current_working_directory",
 }
 # sbatch options without a value -> (field, value).
 _BARE: Dict[str, Tuple[str, Union[str, bool]]] = {
@@ -161,8 +161,9 @@ def job_environment(env: Mapping[str, str], fields: Mapping[str, Any], site: Sit
 
 def request_bytes(script: str, fields: Mapping[str, Any], environment: Mapping[str, str],
                   cwd: str) -> Optional[bytes]:
-    """The HTTP request submitting ``script`` (None when some text is not valid UTF-8)."""
-    job = dict(fields, environment=environment, current_working_directory=cwd)
+    """The HTTP request submitting ``script`` (None when some text is not valid UTF-8); the
+    job runs in ``cwd`` unless its ``--chdir`` says otherwise, as with sbatch."""
+    job = {"current_working_directory": cwd, **fields, "environment": environment}
     try:
         body = json.dumps({"script": script, "job": job}, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: bytes that are not text

@@ -5,7 +5,8 @@ Schedulers whose status command prints a line per job (``<id> <state>`` or ``<id
 native id, state, and optionally the reason) and ``STATE_MAP`` (the scheduler's state names to a
 PSI/J state, or to a pair of the state and the cause of a failure), and
 :func:`parse_status_lines` does the rest. Output it does not understand raises, so that it
-counts as a failed poll. Pure: text in, statuses out.
+counts as a failed poll. :func:`check_status_exit_code` (public from
+``batch_scheduler_executor``) refuses a failed command's output. Pure: text in, statuses out.
 
 A queued job that the scheduler *holds* (it will not start until someone releases it: Slurm's
 ``JobHeldUser``, Grid Engine's ``hqw``, PBS's ``H``, LSF's ``PSUSP``, ...) is reported by every
@@ -19,8 +20,8 @@ from typing import Collection, Dict, Mapping, Optional, Pattern, Tuple, Union
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
-__all__ = ["HELD_BY", "SCHEDULER", "StateMap", "held_status", "is_held_by_scheduler",
-           "parse_status_lines", "status_from_map"]
+__all__ = ["HELD_BY", "SCHEDULER", "StateMap", "StatusCommandError", "check_status_exit_code",
+           "held_status", "is_held_by_scheduler", "parse_status_lines", "status_from_map"]
 
 StateMap = Mapping[str, Union[JobState, Tuple[JobState, Optional[str]]]]
 HELD_BY = "held_by"
@@ -39,6 +40,18 @@ def is_held_by_scheduler(metadata: object) -> bool:
     """Whether status metadata (a mapping, or anything else an executor gave) says that the
     scheduler holds the job."""
     return isinstance(metadata, Mapping) and metadata.get(HELD_BY) == SCHEDULER
+
+
+class StatusCommandError(RuntimeError):
+    """A status command failed; raised by :func:`check_status_exit_code`."""
+
+
+def check_status_exit_code(command: str, exit_code: int, out: str) -> None:
+    """Raise :class:`StatusCommandError` (a RuntimeError) quoting ``command`` and ``out`` when
+    ``exit_code`` is not 0."""
+    if exit_code != 0:
+        raise StatusCommandError(f"status command {command!r} exited with {exit_code} and "
+                                 f"output {out!r}")
 
 
 def status_from_map(state_map: StateMap, native_state: str, reason: Optional[str] = None,

@@ -245,7 +245,8 @@ class CancelAsked(Record):
 
 
 class CancelFailed(Record):
-    """The scheduler refused the cancel; the job goes on as before."""
+    """The scheduler refused the cancel, or had no such job left: the job goes on, or ended by
+    itself."""
 
     _fields = ("native_id",)
     __slots__ = _fields

@@ -58,7 +58,13 @@ from psij.executors.batch._cancel_output import UNKNOWN_ERROR
 from psij.executors.batch._cancel_output import InvalidJobStateError as InvalidJobStateError
 from psij.executors.batch._fallback import SchedulerFallbackWarning as SchedulerFallbackWarning
 from psij.executors.batch._fallback import local_fallback, not_found_hint
-from psij.executors.batch._final_state import Seen, final_state, final_status, needs_accounting
+from psij.executors.batch._final_state import (
+    Seen,
+    final_state,
+    final_status,
+    needs_accounting,
+    with_accounting_cause,
+)
 from psij.executors.batch._held_jobs import HeldJobs
 from psij.executors.batch._job_output import _read_text, _stderr_tail
 from psij.executors.batch._kill import KillFirst
@@ -71,8 +77,10 @@ from psij.executors.batch._script_context import (
     check_script_values,
     hours_minutes_seconds,
 )
+from psij.executors.batch._signals import SIGNAL_SUFFIX, SignalHooks
 from psij.executors.batch._site_directives import ESCAPED, DirectiveRules, custom_attribute_items
-from psij.executors.batch._status_table import StateMap, parse_status_lines
+from psij.executors.batch._status_table import StateMap, check_status_exit_code, parse_status_lines
+from psij.executors.batch._status_table import StatusCommandError as StatusCommandError
 from psij.executors.batch._submit_io import is_transient, run_submit
 from psij.executors.batch._tracking import (
     Event,
@@ -105,19 +113,7 @@ logger = logging.getLogger(__name__)
 _OUTPUT_LIMIT = 64 * 1024
 
 
-class StatusCommandError(RuntimeError):
-    """A status command failed; raised by :func:`check_status_exit_code`."""
-
-
-def check_status_exit_code(command: str, exit_code: int, out: str) -> None:
-    """Raise :class:`StatusCommandError` (a RuntimeError) quoting ``command`` and ``out`` when
-    ``exit_code`` is not 0."""
-    if exit_code != 0:
-        raise StatusCommandError(f"status command {command!r} exited with {exit_code} and "
-                                 f"output {out!r}")
-
-
-class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, JobExecutor):
+class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, SignalHooks, JobExecutor):
     """Base class of executors that submit jobs to a batch scheduler.
 
     A subclass declares its scheduler in class attributes (below); where the scheduler's ways
@@ -129,7 +125,8 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, JobExecutor):
     use the declarations by default. A scheduler with accounting also implements
     :meth:`get_accounting_commands` and :meth:`parse_accounting_output`. Custom attributes
     named ``<prefix>.<option>`` with a prefix in ``CUSTOM_ATTRIBUTE_PREFIXES`` reach the
-    template as ``custom_attributes.<prefix>``.
+    template as ``custom_attributes.<prefix>``. ``signal`` and its declarations
+    (``SIGNAL_COMMAND``, ``SCRIPT_SIGNALS``) are described in ``_signals``.
     """
 
     CONFIG_CLASS: Type[BatchSchedulerExecutorConfig] = BatchSchedulerExecutorConfig
@@ -415,15 +412,19 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, JobExecutor):
         """Entries the scheduler's template needs beyond the common ones (none by default)."""
         return {}
 
-    def _job_name(self, spec: JobSpec) -> Optional[str]:
+    def _job_name(self, job: Job) -> Optional[str]:
         """The job name written in the script (by the directive rules)."""
-        return self.DIRECTIVES.job_name(spec.name)
+        assert job.spec is not None
+        return self.DIRECTIVES.job_name(job.spec.name)
 
     def _custom_attribute_items(self, job: Job) -> Dict[str, List[Dict[str, Any]]]:
-        """This executor's custom attributes by prefix (see :func:`custom_attribute_items`)."""
+        """This executor's custom attributes (see :func:`custom_attribute_items`): under its
+        first prefix those named after any of its prefixes or the name it was asked by; all of
+        them, by prefix, for an executor declaring no prefix (as psij-python's do)."""
         assert job.spec is not None
+        prefixes = self.CUSTOM_ATTRIBUTE_PREFIXES
         return custom_attribute_items(job.spec.attributes.custom_attributes,
-                                      self.CUSTOM_ATTRIBUTE_PREFIXES)
+                                      (*prefixes, self.name) if prefixes else None)
 
     def _format_duration(self, d: timedelta) -> str:
         """``hours:mm:ss`` (hours not limited to 24), rounding seconds up."""
@@ -458,7 +459,8 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, JobExecutor):
         try:
             self.process_cancel_command_output(result.exit_code, result.output or UNKNOWN_ERROR)
         except InvalidJobStateError:
-            return  # it ended first; the poller learns how
+            poller.cancel_failed(native_id)  # it ended first: by itself, as the poller learns
+            return
         except BaseException:
             poller.cancel_failed(native_id)
             raise
@@ -556,7 +558,8 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, JobExecutor):
                               if nid in wanted})
 
     def _resolve_missing(self, native_ids: Sequence[str]) -> MissingResolved:
-        """Look up jobs that left the queue: exit-code file first, then accounting."""
+        """Look up jobs that left the queue: exit-code file first, then accounting (also for
+        why a job with a non-zero exit code was stopped: a time limit, say)."""
         found: Dict[str, Observation] = {}
         for nid in native_ids:
             code = self._exit_code_from_file(nid)
@@ -565,10 +568,9 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, JobExecutor):
                 found[nid] = Observation(state, exit_code=code,
                                          metadata={"native_state": None,
                                                    "source": "exit code file"})
-        rest = [nid for nid in native_ids if nid not in found]
-        if rest:
-            for nid, obs in self._accounting_lookup(rest).items():
-                found.setdefault(nid, obs)
+        ask = [nid for nid in native_ids if nid not in found or found[nid].exit_code]
+        for nid, obs in (self._accounting_lookup(ask) if ask else {}).items():
+            found[nid] = with_accounting_cause(found[nid], obs) if nid in found else obs
         return MissingResolved(found)
 
     def _accounting_lookup(self, native_ids: Sequence[str]) -> Dict[str, Observation]:
@@ -643,7 +645,7 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, JobExecutor):
         for job in jobs:
             self._clean_submit_script(job)
         if jobs:
-            for suffix in (".ec", ".out", ".nodefile", REPORT_SUFFIX):
+            for suffix in (".ec", ".out", ".nodefile", REPORT_SUFFIX, SIGNAL_SUFFIX):
                 self._delete_aux_file(jobs[0], suffix)
 
     # ------------------------------------------------------------------------ protected helpers

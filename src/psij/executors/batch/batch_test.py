@@ -13,6 +13,7 @@ from typing import Any, Collection, Dict, List, Sequence, Union
 
 from psij import _check
 from psij.executors.batch import batch_test_tool
+from psij.executors.batch._signals import FORWARDABLE, PASS
 from psij.executors.batch._status_table import StateMap, status_from_map
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
@@ -75,6 +76,8 @@ class BatchTestJobExecutor(BatchSchedulerExecutor):
     STATUS_LINE_PATTERN = re.compile(r"(\d+)\|([A-Z]+)\|([A-Za-z]*)")
     STATE_MAP = STATE_MAP
     HELD_STATES = ("HELD",)
+    # Like Slurm, the fake signals the script alone (a cancel's TERM too): it passes them on.
+    SCRIPT_SIGNALS = dict.fromkeys(FORWARDABLE, PASS)
 
     @property
     def _cfg(self) -> BatchTestExecutorConfig:
@@ -90,6 +93,9 @@ class BatchTestJobExecutor(BatchSchedulerExecutor):
 
     def get_cancel_command(self, native_id: str) -> List[str]:
         return self._tool("cancel", native_id)
+
+    def get_signal_command(self, native_id: str, signum: int) -> List[str]:
+        return self._tool("signal", str(signum), native_id)
 
     def get_status_command(self, native_ids: Collection[str]) -> List[str]:
         return self._tool("status", "--keep-finished", repr(self._cfg.keep_finished),

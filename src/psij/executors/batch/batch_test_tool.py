@@ -10,6 +10,7 @@ path (submit script, submit, status polling, cancel, accounting, exit-code files
     python batch_test_tool.py --spool DIR cancel ID
     python batch_test_tool.py --spool DIR hold ID             keep a pending job HELD
     python batch_test_tool.py --spool DIR release ID          let a HELD job go on
+    python batch_test_tool.py --spool DIR signal N ID        sends signal N to the job's script
     python batch_test_tool.py --spool DIR list
     python batch_test_tool.py --spool DIR acct ID...          "ID|STATE|EXIT|REASON" of jobs
                                                               that ended
@@ -22,8 +23,10 @@ Options: ``--job-name``, ``--time`` (h:mm:ss), ``--queue-delay`` (seconds the jo
 ``--export=NONE`` (the script starts with only a login's basic variables, as sbatch's option does)
 and any other ``--name[=value]`` (recorded only). Each job runs detached, with
 ``BATCH_TEST_JOB_ID`` in its environment, under a watcher process that enforces the time limit and
-records the end state. ``cancel`` sends TERM to the job's process group and KILL five seconds
-later (as Slurm does), so a script can clean up. A finished job stays in the queue for
+records the end state. As Slurm does, ``cancel`` sends TERM to the job's script alone (not its
+process group) and KILL to the whole group five seconds later, so that a script can pass the
+TERM on and the job can clean up; ``signal`` (as ``scancel --batch --signal``) sends a signal
+to the script alone. A finished job stays in the queue for
 ``--keep-finished`` seconds (default 5), then only accounting knows it.
 
 A ``faults`` file in the spool folder makes ``status`` misbehave on purpose: its words
@@ -267,8 +270,10 @@ def cmd_watch(spool: Spool, job_id: str) -> int:
         except subprocess.TimeoutExpired:
             pass
         if kill_at is None and (d / "cancel").exists():
-            # As Slurm does: TERM now (cmd_cancel sent one too), KILL after the grace period.
-            _kill(proc.pid, signal.SIGTERM)
+            # As Slurm does: TERM to the script (unless cmd_cancel could), KILL after the grace
+            # period.
+            if _read(d / "cancel") != "signalled":
+                _signal_script(proc.pid, signal.SIGTERM)
             kill_at = time.monotonic() + CANCEL_GRACE
         if kill_at is not None and time.monotonic() >= kill_at:
             _kill(proc.pid)
@@ -296,6 +301,14 @@ def _kill(pgid: int, signum: int = signal.SIGKILL) -> None:
         os.killpg(pgid, signum)
     except OSError:
         pass
+
+
+def _signal_script(pid: int, signum: int) -> bool:
+    try:
+        os.kill(pid, signum)
+        return True
+    except OSError:
+        return False
 
 
 def _fault(spool: Spool) -> str:
@@ -343,10 +356,27 @@ def cmd_cancel(spool: Spool, job_id: str) -> int:
         print(f"batch-test: error: job {job_id} has already finished", file=sys.stderr)
         return 2
     d = spool.job_dir(job_id)
-    _create(d / "cancel", "")
-    pgid = _read(d / "pgid")
-    if pgid:
-        _kill(int(pgid), signal.SIGTERM)
+    pid = _read(d / "pgid")
+    # "signalled": the watcher need not send the TERM (it does when the job had not started).
+    _create(d / "cancel", "signalled" if pid else "")
+    if pid:
+        _signal_script(int(pid), signal.SIGTERM)
+    return 0
+
+
+def cmd_signal(spool: Spool, signum: str, job_id: str) -> int:
+    st = spool.state(job_id)
+    if st is None:
+        print(f"batch-test: error: invalid job id {job_id}", file=sys.stderr)
+        return 1
+    pid = _read(spool.job_dir(job_id) / "pgid")
+    if st[0] in FINAL or not signum.isdigit():
+        print(f"batch-test: error: job {job_id} has already finished" if st[0] in FINAL
+              else f"batch-test: error: invalid signal {signum!r}", file=sys.stderr)
+        return 2
+    if st[0] != "RUNNING" or not pid or not _signal_script(int(pid), int(signum)):
+        print(f"batch-test: error: job {job_id} is not running", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -400,6 +430,8 @@ def main(argv: List[str]) -> int:
         return cmd_cancel(spool, args[0])
     if command in ("hold", "release") and len(args) == 1:
         return cmd_hold(spool, args[0], command == "hold")
+    if command == "signal" and len(args) == 2:
+        return cmd_signal(spool, args[0], args[1])
     if command == "list":
         for d in sorted(spool.jobs.iterdir(), key=lambda p: int(p.name)):
             print(d.name)

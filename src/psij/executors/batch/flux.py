@@ -25,6 +25,7 @@ Facts this module relies on (flux-core manual pages, RFC 19, RFC 21, RFC 36):
 """
 
 import re
+import warnings
 from typing import Dict, List, Optional, Tuple
 
 from psij.exceptions import InvalidJobException
@@ -143,8 +144,9 @@ class FluxJobExecutor(BatchSchedulerExecutor):
     Resources become ``-N <node_count>``, ``-n <process_count>`` (slots), ``-c <cores per
     process>``, ``-g <GPUs per process>`` and ``--exclusive``; the account becomes
     ``--setattr=system.bank=<account>``. Custom attributes ``flux.<option>`` become ``# flux:
-    -<o> "<value>"`` (one letter) or ``# flux: --<option>="<value>"``. Memory and reservations
-    cannot be asked of Flux and are refused.
+    -<o> "<value>"`` (one letter) or ``# flux: --<option>="<value>"``. Memory cannot be asked
+    of Flux and is refused. Flux has no reservations: a ``reservation_id`` is not passed on
+    (as psij-python's flux executor ignores it), with a warning and a comment in the script.
     """
 
     _NAME_ = "flux"
@@ -171,9 +173,10 @@ class FluxJobExecutor(BatchSchedulerExecutor):
                 "to get whole nodes with all their memory")
         attrs = spec.attributes
         if attrs.reservation_id is not None:
-            raise InvalidJobException(
-                f"JobAttributes.reservation_id: Flux has no reservations (got "
-                f"{attrs.reservation_id!r}); leave it unset")
+            # psij-python's flux executor ignores it; the script says so in a comment.
+            warnings.warn(f"JobAttributes.reservation_id: Flux has no reservations; "
+                          f"{attrs.reservation_id!r} is not passed on to Flux", UserWarning,
+                          stacklevel=2)
         duration = attrs.duration
         return {"flux": {
             # Without a node count or a per-node count Flux places the slots where it likes.

@@ -29,6 +29,7 @@ from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
 from psij.executors.batch._arrays import LSF_ARRAYS
 from psij.executors.batch._nice import LSF_NICE
 from psij.executors.batch._script_context import v1_resources
+from psij.executors.batch._signals import FORWARDABLE, KEEP
 from psij.executors.batch._site_directives import PLAIN_QUOTED
 from psij.executors.batch._status_table import held_status
 from psij.executors.batch.batch_scheduler_executor import (
@@ -135,7 +136,8 @@ class LsfJobExecutor(BatchSchedulerExecutor):
     Resources become ``-n <process_count>``, ``-R "span[ptile=<processes per node>]"``,
     ``-R "affinity[core(<cores per process>)]"``, ``-gpu "num=<n>/task"``, ``-M`` and
     ``-R "rusage[mem=...]"`` (memory per process) and ``-x`` for exclusive use. Custom
-    attributes ``lsf.<option>`` become ``#BSUB -<option> "<value>"``.
+    attributes ``lsf.<option>`` become ``#BSUB -<option> "<value>"``. ``signal`` runs
+    ``bkill -s``, which signals every process of the job.
     """
 
     _NAME_ = "lsf"
@@ -162,6 +164,8 @@ class LsfJobExecutor(BatchSchedulerExecutor):
     NO_JOBS_PATTERN = _NOT_FOUND
     NAMED_LIST_COMMAND = ("bjobs", "-noheader", "-o", "jobid", "-J", "{name}")
     DIRECTIVES = PLAIN_QUOTED
+    SIGNAL_COMMAND = ("bkill", "-s", "{signal}")
+    SCRIPT_SIGNALS = dict.fromkeys(FORWARDABLE, KEEP)
 
     def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:
         resources = v1_resources(spec)

@@ -27,6 +27,7 @@ from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
 from psij.executors.batch._arrays import PBS_ARRAYS
 from psij.executors.batch._nice import PBS_NICE
 from psij.executors.batch._script_context import v1_resources
+from psij.executors.batch._signals import FORWARDABLE, KEEP
 from psij.executors.batch._site_directives import PLAIN
 from psij.executors.batch._status_table import held_status
 from psij.executors.batch.batch_scheduler_executor import (
@@ -253,12 +254,14 @@ def refuse_unknown_job_lines(command: str, exit_code: int, lines: List[str],
 class GenericPBSJobExecutor(BatchSchedulerExecutor):
     """The part of the PBS executors that is the same for PBS Pro and Torque.
 
-    Custom attributes ``pbs.<option>`` become ``#PBS -<option> <value>`` (``pbs.l`` gives
-    ``-l``; a value of True gives a bare ``-<option>``); their values must not need quoting.
+    Custom attributes ``pbs.<option>`` (or named after the executor: ``pbspro.``,
+    ``torque.``) become ``#PBS -<option> <value>`` (``pbs.l`` gives ``-l``; a value of True
+    gives a bare ``-<option>``); their values must not need quoting. ``signal`` runs ``qsig``,
+    which signals every process of the job's session.
     """
 
     CONFIG_CLASS = PBSExecutorConfig
-    CUSTOM_ATTRIBUTE_PREFIXES = ("pbs",)
+    CUSTOM_ATTRIBUTE_PREFIXES: Tuple[str, ...] = ("pbs", "pbspro")
     TRANSIENT_SUBMIT_ERRORS = (
         "Connection refused", "cannot connect to server", "Cannot connect to",
         "pbs_iff: cannot", "Server initializing", "Maximum number of jobs already in queue",
@@ -275,6 +278,8 @@ class GenericPBSJobExecutor(BatchSchedulerExecutor):
     LIST_ID_PATTERN = _JOB_ID
     NAMED_LIST_COMMAND = ("qselect", "-N", "{name}")
     DIRECTIVES = PLAIN
+    SIGNAL_COMMAND = ("qsig", "-s", "{signal}")
+    SCRIPT_SIGNALS = dict.fromkeys(FORWARDABLE, KEEP)
 
     def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:
         return {"pbs": self._resource_context(v1_resources(spec), spec)}

@@ -104,6 +104,7 @@ class PBSClassicJobExecutor(GenericPBSJobExecutor):
     """
 
     _NAME_ = "pbs_classic"
+    CUSTOM_ATTRIBUTE_PREFIXES = ("pbs", "pbs_classic", "torque")
     TEMPLATE = "pbs_classic.mustache"
     STATUS_COMMAND = ("qstat", "-f")
 

@@ -13,6 +13,7 @@ from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 from psij.executors.batch._arrays import SGE_ARRAYS, expand_index_list
 from psij.executors.batch._nice import SGE_NICE
 from psij.executors.batch._script_context import v1_resources
+from psij.executors.batch._signals import FORWARDABLE, KEEP, REQUEST, write_signal_request
 from psij.executors.batch._site_directives import PLAIN
 from psij.executors.batch._status_table import held_status
 from psij.executors.batch.batch_scheduler_executor import (
@@ -98,8 +99,15 @@ def qacct_status(fields: Dict[str, str]) -> JobStatus:
 
 
 class SgeJobExecutor(BatchSchedulerExecutor):
-    """Runs jobs on Grid Engine. Custom attributes ``sge.<option>`` become ``#$ -<option>
-    <value>`` lines (``sge.l`` gives ``-l``); values must not need quoting."""
+    """Runs jobs on Grid Engine. Custom attributes ``sge.<option>`` (or ``gridengine.``) become
+    ``#$ -<option> <value>`` lines (``sge.l`` gives ``-l``); values must not need quoting.
+
+    Grid Engine has no command that signals a job: its only signals before a kill are the
+    warnings of ``-notify`` (every script asks for it), sent to the whole process group. So a
+    job starts with USR1 and USR2 ignored; ``qdel`` (a cancel, or ``signal``) makes Grid
+    Engine send USR2, on which the script passes TERM, or the signal ``signal`` asked for, on
+    to the job, and Grid Engine kills what is left after the queue's ``notify`` time.
+    """
 
     _NAME_ = "sge"
     CONFIG_CLASS = SgeExecutorConfig
@@ -116,6 +124,8 @@ class SgeJobExecutor(BatchSchedulerExecutor):
     # qstat cannot select jobs by id in its list view; it lists this user's jobs.
     STATUS_COMMAND = LIST_COMMAND = NAMED_LIST_COMMAND = ("qstat", "-xml")
     DIRECTIVES = PLAIN
+    SCRIPT_SIGNALS = {**dict.fromkeys(FORWARDABLE, KEEP), "USR2": REQUEST}
+    JOB_IGNORED_SIGNALS = ("USR1", "USR2")
 
     def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:
         resources = v1_resources(spec)
@@ -161,6 +171,12 @@ class SgeJobExecutor(BatchSchedulerExecutor):
         if element is None:
             return ["qdel", native_id]
         return ["qdel", element[0], "-t", str(element[1])]
+
+    def get_signal_command(self, native_id: str, signum: int) -> List[str]:
+        """``qdel``, after writing the signal the script is to pass on (see the class): the
+        job ends, at the latest after the queue's ``notify`` time."""
+        write_signal_request(self, native_id, signum)
+        return self.get_cancel_command(native_id)
 
     def get_accounting_commands(self, native_ids: Sequence[str]) -> List[List[str]]:
         commands = []

@@ -12,15 +12,20 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Collection, Dict, List, Optional, Sequence, Tuple
 
 from psij import _check
+from psij.exceptions import InvalidJobException
 from psij.executors.batch._arrays import SLURM_ARRAYS, expand_index_list
 from psij.executors.batch._nice import SLURM_NICE
 from psij.executors.batch._runner import CommandResult
+from psij.executors.batch._script_context import default_job_name, job_directory
+from psij.executors.batch._signals import FORWARDABLE, PASS
 from psij.executors.batch._status_table import held_status
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
     check_status_exit_code,
 )
+from psij.job import Job
+from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
@@ -173,7 +178,9 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
     """Runs jobs on a Slurm cluster.
 
     Custom attributes ``slurm.<option>`` become ``#SBATCH --<option>="<value>"`` (a value of
-    True gives a bare ``--<option>``).
+    True gives a bare ``--<option>``). A job without a name is named ``<job id>.job``, after
+    its script as psij-python's are; the job's directory is its ``--chdir``. ``signal`` runs
+    ``scancel --batch``: Slurm signals the script alone, which passes the signal on to the job.
     """
 
     _NAME_ = "slurm"
@@ -196,6 +203,9 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
     # Only the batch step: KILL to the whole job is a cancel with KillWait for Slurm.
     KILL_COMMAND = ("scancel", "--batch", "--signal=KILL")
     CANCEL_GONE_PATTERN = re.compile("Invalid job id|already completing or completed")
+    # Slurm signals a batch job's script alone (a cancel's TERM too): the script passes it on.
+    SIGNAL_COMMAND = ("scancel", "--batch", "--signal={signal}")
+    SCRIPT_SIGNALS = dict.fromkeys(FORWARDABLE, PASS)
     LIST_COMMAND = ("squeue", "--me", "--noheader", "--states=all", "--array", "--format=%i")
     NAMED_LIST_COMMAND = ("squeue", "--me", "--noheader", "--format=%i", "--name={name}")
     # squeue fails this way when the only job asked for has been purged: no rows.
@@ -223,6 +233,17 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
         super().close()
         if self._rest is not None:
             self._rest.close()
+
+    def _job_name(self, job: Job) -> Optional[str]:
+        assert job.spec is not None
+        return default_job_name(job) if job.spec._explicit_name() is None else job.spec.name
+
+    def _check_script_values(self, job: Job, spec: JobSpec) -> None:
+        super()._check_script_values(job, spec)
+        try:  # it is written in a directive (--chdir) too
+            self._directive_value("JobSpec.directory", job_directory(spec))
+        except ValueError as e:
+            raise InvalidJobException(str(e)) from e
 
     def get_status_command(self, native_ids: Collection[str]) -> List[str]:
         # --array: one line per array element (pending ones too).
