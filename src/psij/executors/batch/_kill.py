@@ -5,7 +5,8 @@ A scheduler's cancel command gives a running job a grace of its own before KILL 
 gave the job its grace (a flow's shrink, a destroy) asks for :meth:`KillFirst.kill`: the
 scheduler's command that sends KILL at once (``KILL_COMMAND``, the native id appended) is run
 first, then the usual cancel, so that the job still ends CANCELED. A scheduler without one
-(Grid Engine's ``qdel`` kills at once; the others until one is declared) is only cancelled.
+(Grid Engine has its own ``kill``: see ``sge.py``; the others until one is declared) is only
+cancelled.
 
 It holds no state and starts no process but through the executor's command runner.
 """

@@ -7,6 +7,7 @@ environment of the configuration (``smp`` by default).
 """
 
 import re
+import signal
 import xml.etree.ElementTree as ET
 from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
@@ -177,6 +178,15 @@ class SgeJobExecutor(BatchSchedulerExecutor):
         job ends, at the latest after the queue's ``notify`` time."""
         write_signal_request(self, native_id, signum)
         return self.get_cancel_command(native_id)
+
+    def kill(self, job: Job) -> None:
+        """Cancel ``job``, its processes killed at once: the script passes KILL on (instead of
+        TERM) when ``qdel`` warns it, without waiting for the queue's ``notify`` time."""
+        native_id = job.native_id if isinstance(job, Job) else None
+        if (native_id is not None and not job.status.final
+                and getattr(self, "_fallback", None) is None):
+            write_signal_request(self, native_id, signal.SIGKILL)
+        super().kill(job)
 
     def get_accounting_commands(self, native_ids: Sequence[str]) -> List[List[str]]:
         commands = []
