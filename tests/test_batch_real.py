@@ -354,4 +354,4 @@ def test_fault_injection_200_jobs_on_slurm(campaign_root: Path) -> None:
             wrong.append((kind, job.native_id, st))
     ex.close()
     assert wrong == []
-    assert runner.calls >= 9
+    assert runner.calls >= 7  # each fault injected at least once (calls 1, 4 and 7)

@@ -276,6 +276,31 @@ def test_the_slurmrestd_beside_the_sbatch_on_path_is_used(fake: Path, tmp_path: 
     assert [line.split()[1] for line in log if line.startswith("job")] == ["j1", "j2", "j3"]
 
 
+def test_the_child_serves_when_its_pipes_are_numbered_past_1024(fake: Path,
+                                                                tmp_path: Path) -> None:
+    # A program with many files open gives the child's pipes high numbers: select() refused
+    # them (ValueError), which failed the submission and left the child's pipes open.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1300:
+        pytest.skip(f"at most {hard} open files here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1300), hard))
+    taken = []
+    try:
+        while True:  # every number up to 1100 taken: the next ones are above
+            fd = os.open(os.devnull, os.O_RDONLY)
+            taken.append(fd)
+            if fd >= 1100:
+                break
+        jobs = _submit(tmp_path, 3)
+    finally:
+        for fd in taken:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert [job.native_id for job in jobs] == ["77", "1001", "1002"]
+
+
 def test_off_means_sbatch_for_every_job(fake: Path, tmp_path: Path) -> None:
     jobs = _submit(tmp_path, 3, rest_submit=False)
     assert [job.native_id for job in jobs] == ["77"] * 3

@@ -135,6 +135,13 @@ class RestSubmitter:
                 return CommandResult(("slurmrestd", "POST", rest.API), None, failure=(
                     f"slurmrestd {e} after the job was given to it: the job "
                     f"{MAY_HAVE_BEEN_SUBMITTED} (see squeue)"))
+            except Exception as e:  # a defect here: the child goes, its pipes closed
+                self._stop_locked()
+                self._off_until = time.monotonic() + REST_S
+                logger.warning("slurmrestd submission failed: %r", e, exc_info=True)
+                return CommandResult(("slurmrestd", "POST", rest.API), None, failure=(
+                    f"slurmrestd submission failed ({e!r}): the job "
+                    f"{MAY_HAVE_BEEN_SUBMITTED} (see squeue)"))
 
     def close(self) -> None:
         """Stop the child and the thread that stops it when idle."""
@@ -278,12 +285,12 @@ def _exchange(proc: "subprocess.Popen[bytes]", request: bytes,
     """Write ``request`` to ``proc`` and read one HTTP response: (status, body)."""
     assert proc.stdin is not None and proc.stdout is not None
     out_fd, in_fd = proc.stdin.fileno(), proc.stdout.fileno()
-    if select.select([in_fd], [], [], 0)[0]:
+    if _ready(in_fd, select.POLLIN, 0):
         raise _Failed("wrote or closed its output unasked", sent=False)
     deadline = time.monotonic() + timeout
     view = memoryview(request)
     while view:
-        if not select.select([], [out_fd], [], max(0.0, deadline - time.monotonic()))[1]:
+        if not _ready(out_fd, select.POLLOUT, deadline - time.monotonic()):
             raise _Failed(f"did not read its input within {timeout} s", sent=False)
         try:
             view = view[os.write(out_fd, view):]
@@ -313,8 +320,17 @@ def _exchange(proc: "subprocess.Popen[bytes]", request: bytes,
     return int(parts[1]), body
 
 
+def _ready(fd: int, event: int, timeout: float) -> bool:
+    """Whether ``fd`` is ready for ``event`` (or hung up) within ``timeout`` seconds; poll,
+    not select, which refuses descriptors numbered 1024 and above (a program with many open
+    files has such)."""
+    waiter = select.poll()
+    waiter.register(fd, event)
+    return bool(waiter.poll(max(0.0, timeout) * 1000))
+
+
 def _read(fd: int, deadline: float, timeout: float) -> bytes:
-    if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+    if not _ready(fd, select.POLLIN, deadline - time.monotonic()):
         raise _Failed(f"did not answer within {timeout} s", sent=True)
     chunk = os.read(fd, 65536)
     if not chunk:
