@@ -17,7 +17,7 @@ import pytest
 
 from flow_helpers import Service, processes_with, wait_for
 from hostile_lines import Prober, exchange, hostile_lines
-from psij.flows.client import FlowClient, FlowError
+from psij.flows.client import FlowClient, FlowError, FlowUnavailable
 
 
 def _spec(command: str, marker: str) -> Dict[str, Any]:
@@ -340,3 +340,14 @@ def test_the_aggregate_restart_limit_is_shared_by_handles_that_fail_at_once(
         assert throttled == set(handles)
     finally:
         svc.stop()
+
+
+def test_a_closed_client_opens_no_new_connection(service: Service) -> None:
+    # The flow executor's poller could still be asking when the executor closed its client:
+    # the connection it reopened was never closed (a ResourceWarning in a later test).
+    client = FlowClient(service.socket, timeout=10.0)
+    assert client.list() == []
+    client.close()
+    with pytest.raises(FlowUnavailable, match="is closed"):
+        client.list()
+    assert client._sock is None

@@ -95,6 +95,7 @@ class FlowClient:
         self._sock: Optional[socket.socket] = None
         self._framer = LineFramer(_MAX_REPLY)
         self._lines: List[bytes] = []
+        self._closed = False
 
     def __enter__(self) -> "FlowClient":
         return self
@@ -103,12 +104,17 @@ class FlowClient:
         self.close()
 
     def close(self) -> None:
+        """Close the connection for good: a request after it raises FlowUnavailable (a thread
+        still using the client must not open a connection nobody closes)."""
         with self._lock:
+            self._closed = True
             if self._sock is not None:
                 self._sock.close()
                 self._sock = None
 
     def _connect(self) -> socket.socket:
+        if self._closed:
+            raise FlowUnavailable(f"the client of the flow service on {self.path} is closed")
         if self._sock is None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.settimeout(self.timeout)

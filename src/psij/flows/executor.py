@@ -220,9 +220,13 @@ class FlowJobExecutor(JobExecutor):
             with self._lock:
                 entries = list(self._by_shape.values())
             for entry in entries:
+                if self._closed.is_set():
+                    return
                 try:
                     self._poll(entry)
                 except Exception as ex:  # one handle's trouble must not stop the others
+                    if self._closed.is_set():
+                        return
                     logger.warning("flow: following handle %s: %s", entry.handle, ex)
 
     def _poll(self, entry: _Handle) -> None:
