@@ -218,9 +218,10 @@ def test_the_pools_gpus_are_those_this_process_may_use(
 ])
 def test_visible_gpus_are_read_as_the_drivers_read_them(
         environ: Dict[str, str], ids: Any, variable: str) -> None:
-    from psij.executors._gpus import visible_gpus
+    from psij.executors._gpus import detect_gpus
 
-    assert visible_gpus(environ) == (ids, variable)
+    found = detect_gpus(environ)
+    assert (found.ids, found.source) == (ids, variable)
 
 
 def test_cancel_of_a_waiting_job_ends_it_without_starting_it(tmp_path: Path) -> None:
@@ -332,7 +333,10 @@ def test_true_is_this_machines_capacity_and_missing_keys_are_the_machines() -> N
     ({"gpu": 1}, ValueError, "accepted keys are 'cores', 'memory' and 'tmp' (bytes), and "
                              "'gpus'"),
     ({"gpus": -1}, ValueError, "from 0 to"),
-    ({"gpus": 1.0}, TypeError, "an int, got"),
+    ({"gpus": 1.0}, TypeError, "a count from 0 to 4096 or a list of distinct GPU ids"),
+    ({"gpus": 4097}, ValueError, "a count from 0 to 4096"),
+    ({"gpus": ["0", "0"]}, ValueError, "GPU 0 is listed twice"),
+    ({"gpus": "0,,1"}, ValueError, "'' is not a GPU id"),
     ({1: 1}, ValueError, "accepted keys are"),
 ])
 def test_hostile_pool_settings_are_refused_naming_the_setting(

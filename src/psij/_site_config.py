@@ -14,7 +14,7 @@ Files, highest precedence first: the file named by ``PSIJ_CONFIG``; the user's
 ``spare_submit_commands``, ``rest_submit``
     the executor's configuration when it is made without one (``poll_interval`` is the batch
     executors' ``queue_polling_interval``, in seconds; ``enforce_duration`` and
-    ``resource_pool`` (true, false or a table of ``cores``, ``memory``, ``tmp``) are
+    ``resource_pool`` (true, false or a table of ``cores``, ``memory``, ``tmp``, ``gpus``) are
     ``local``'s; ``spare_submit_commands`` is the batch executors'; ``rest_submit`` (true or
     false) is ``slurm``'s).
 
@@ -58,7 +58,7 @@ _KEYS = _JOB_KEYS + _CONFIG_KEYS
 _ACCEPTED = ("queue, account, launcher (strings), custom_attributes (a table), "
              "work_directory (a path), poll_interval (seconds above 0), "
              "enforce_duration (true or false, local only), resource_pool (true, false or a "
-             "table of cores, memory and tmp, local only), spare_submit_commands (0 to 16, "
+             "table of cores, memory, tmp and gpus, local only), spare_submit_commands (0 to 16, "
              "batch executors), rest_submit (true or false, slurm only)")
 
 
@@ -175,7 +175,8 @@ def _value(path: Path, where: str, key: str, value: Any) -> Any:
         try:
             return check_resource_pool(value)
         except (TypeError, ValueError) as e:
-            raise bad(f"true, false or a table of cores, memory and tmp (ints): {e}") from None
+            raise bad(f"true, false or a table of cores, memory, tmp (ints) and gpus (a count "
+                      f"or ids): {e}") from None
     if key == "spare_submit_commands":
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 16:
             raise bad("a whole number from 0 to 16")

@@ -10,15 +10,16 @@ start in priority order (the ``psij.priority`` custom attribute, higher first; t
 arrival) as running ones end; a waiting job that is cancelled ends CANCELED without ever
 starting; a job that asks for more of any resource than the pool has runs alone. A job that
 asks for GPUs (GPUs per process times processes) is started with its own GPU ids in its
-environment (``CUDA_VISIBLE_DEVICES``, see :mod:`psij.executors._gpus`), unless its
-specification sets that variable itself. The executor says how to start a job and how to
-report a status; the driver does the rest.
+environment (``CUDA_VISIBLE_DEVICES``, or ``ROCR_VISIBLE_DEVICES`` and ``HIP_VISIBLE_DEVICES``
+on AMD; see :mod:`psij.executors._gpus`), unless its specification sets that variable
+itself. The executor says how to start a job and how to report a status; the driver does
+the rest.
 
 The setting (:func:`check_resource_pool`): ``False`` (no pool: every job starts at once),
 ``True`` (this machine's cores, memory, free temporary disk and GPUs,
 :func:`machine_capacity`) or a dict with any of ``cores`` (int, at least 1), ``memory`` and
-``tmp`` (ints, bytes, at least 0) and ``gpus`` (int, at least 0), a missing key meaning this
-machine's amount.
+``tmp`` (ints, bytes, at least 0) and ``gpus`` (a count from 0 to 4096, or a list of distinct
+GPU ids, which the pool then hands out), a missing key meaning this machine's amount.
 """
 
 import logging
@@ -30,7 +31,8 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple, Union
 
 from psij import _check, _priority
-from psij.executors._gpus import gpu_environment, gpu_ids_for, visible_gpus
+from psij.executors._gpu_detect import GpuSet, gpus_from_setting
+from psij.executors._gpus import found_gpus, pool_gpus
 from psij.executors._local_pool import (
     Action,
     Amounts,
@@ -49,7 +51,7 @@ from psij.job_status import JobStatus
 from psij.resource_spec import ResourceSpecV1
 
 __all__ = ["WAITING_FOR", "WAITING_MESSAGE", "PoolDriver", "check_resource_pool", "demand_of",
-           "machine_capacity", "pool_capacity"]
+           "machine_capacity", "pool_capacity", "pool_gpu_set"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +62,7 @@ FIELD = "LocalJobExecutorConfig.resource_pool"
 _KEYS = {"cores": 1, "memory": 0, "tmp": 0, "gpus": 0}  # and the least value of each
 _MOST = 2 ** 62  # more than any machine has, in cores or bytes
 
-ResourcePool = Union[bool, Dict[str, int]]
+ResourcePool = Union[bool, Dict[str, Any]]
 
 
 def check_resource_pool(value: Any) -> ResourcePool:
@@ -70,13 +72,18 @@ def check_resource_pool(value: Any) -> ResourcePool:
         return value
     if not isinstance(value, Mapping):
         raise _check.fail_type(FIELD, value, "False, True or a dict of 'cores', 'memory', "
-                                             "'tmp' and 'gpus' (ints)")
-    checked: Dict[str, int] = {}
+                                             "'tmp' (ints) and 'gpus' (an int or GPU ids)")
+    checked: Dict[str, Any] = {}
     for key, amount in value.items():
         if key not in _KEYS:
             raise ValueError(f"{FIELD}: unknown key {key!r}; accepted keys are 'cores', "
                              "'memory' and 'tmp' (bytes), and 'gpus'")
         field = f"{FIELD}[{key!r}]"
+        if key == "gpus":
+            # Checked only: the machine's GPUs are not looked for until a pool is made.
+            gpus = gpus_from_setting(field, amount, GpuSet(()))
+            checked[key] = amount if isinstance(amount, int) else list(gpus.ids)
+            continue
         if isinstance(amount, bool) or not isinstance(amount, int):
             raise _check.fail_type(field, amount, "an int" + (" (bytes)" if key in (
                 "memory", "tmp") else ""))
@@ -89,7 +96,7 @@ def check_resource_pool(value: Any) -> ResourcePool:
 
 def machine_capacity() -> Amounts:
     """This machine's cores, memory, free temporary disk (None where it cannot be read) and
-    GPUs (:func:`psij.executors._gpus.visible_gpus`: 0 when none is found)."""
+    GPUs (:func:`psij.executors._gpus.found_gpus`: 0 when none is found)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -102,7 +109,7 @@ def machine_capacity() -> Amounts:
         tmp: Optional[int] = shutil.disk_usage(tempfile.gettempdir()).free
     except OSError:
         tmp = None
-    return Amounts(cores, memory, tmp, len(visible_gpus()[0]))
+    return Amounts(cores, memory, tmp, len(found_gpus().ids))
 
 
 def pool_capacity(setting: ResourcePool) -> Optional[Amounts]:
@@ -114,7 +121,13 @@ def pool_capacity(setting: ResourcePool) -> Optional[Amounts]:
         return machine
     assert isinstance(setting, dict)
     return Amounts(setting.get("cores", machine.cores), setting.get("memory", machine.memory),
-                   setting.get("tmp", machine.tmp), setting.get("gpus", machine.gpus))
+                   setting.get("tmp", machine.tmp), len(pool_gpu_set(setting).ids))
+
+
+def pool_gpu_set(setting: ResourcePool) -> GpuSet:
+    """The GPUs a checked ``resource_pool`` setting (not False) hands out."""
+    return pool_gpus(f"{FIELD}['gpus']",
+                     setting.get("gpus") if isinstance(setting, dict) else None)
 
 
 def demand_of(spec: JobSpec) -> Amounts:
@@ -136,18 +149,22 @@ class PoolDriver:
     """Runs an executor's jobs through a :class:`LocalPool` (see the module's documentation).
 
     ``start(payload, environment)`` starts a job the pool let through (raising if it cannot),
-    with ``environment`` (its GPUs: ``CUDA_VISIBLE_DEVICES``, or the variable they were
-    found in; empty for a job given none) added to its own (but for what its specification
-    sets); ``report(payload, status)`` reports a status of a job (QUEUED while it waits;
-    CANCELED or FAILED for one that never started). The payload is what the executor gave
-    :meth:`submit`. The executor calls :meth:`ended` when a job it started reaches a final
-    state.
+    with ``environment`` (its GPUs: ``CUDA_VISIBLE_DEVICES``, or ``ROCR_VISIBLE_DEVICES`` and
+    ``HIP_VISIBLE_DEVICES`` on AMD; empty for a job given none) added to its own (but for
+    what its specification sets); ``report(payload, status)`` reports a status of a job
+    (QUEUED while it waits; CANCELED or FAILED for one that never started). ``gpus`` names
+    the pool's GPUs (default: as many of this machine's as the capacity has). The payload
+    is what the executor gave :meth:`submit`. The executor calls :meth:`ended` when a job it
+    started reaches a final state.
     """
 
     def __init__(self, capacity: Amounts, start: Callable[[Any, Mapping[str, str]], None],
-                 report: Callable[[Any, JobStatus], None]) -> None:
-        ids, self._gpu_variable = gpu_ids_for(capacity.gpus or 0)
-        self._pool = LocalPool(capacity, ids)
+                 report: Callable[[Any, JobStatus], None],
+                 gpus: Optional[GpuSet] = None) -> None:
+        if gpus is None:
+            gpus = pool_gpus(f"{FIELD}['gpus']", capacity.gpus or 0)
+        self._gpus = gpus
+        self._pool = LocalPool(capacity, gpus.ids)
         self._start = start
         self._report = report
         self._lock = threading.Lock()
@@ -166,7 +183,7 @@ class PoolDriver:
         return self._pool.gpu_ids
 
     def _environment(self, start: Start) -> Mapping[str, str]:
-        return gpu_environment(start.gpus, self._gpu_variable)
+        return self._gpus.environment(start.gpus)
 
     def submit(self, job: Job, spec: JobSpec, payload: Any) -> None:
         """Start the job now if it fits, else report it QUEUED; raises (the pool forgetting the

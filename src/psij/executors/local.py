@@ -45,7 +45,7 @@ import subprocess
 import threading
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from psij import _check, _site_config
 from psij._private_dirs import ensure_private_dir
@@ -64,7 +64,12 @@ from psij.executors._local_journal import (
     scan_all,
     start_time,
 )
-from psij.executors._local_pooled import PoolDriver, check_resource_pool, pool_capacity
+from psij.executors._local_pooled import (
+    PoolDriver,
+    check_resource_pool,
+    pool_capacity,
+    pool_gpu_set,
+)
 from psij.executors._local_prepared import NotRunnable, Prepared, spawn_failure
 from psij.executors._local_time_limit import TimeLimit, time_limit_message
 from psij.executors._local_transfer import local_path, transfer
@@ -106,16 +111,17 @@ class LocalJobExecutorConfig(JobExecutorConfig):
     recorded exit code; see the module documentation). ``resource_pool``: False (the default,
     as in psij-python: every job starts at once), True (this machine's cores, memory, free
     temporary disk and GPUs) or a dict of ``cores``, ``memory`` and ``tmp`` (bytes) and
-    ``gpus`` (a missing key is this machine's amount): jobs that do not fit wait, QUEUED, and
+    ``gpus`` (a count, or a list of GPU ids such as ``["0", "2"]``; a missing key is this
+    machine's amount): jobs that do not fit wait, QUEUED, and
     start in ``psij.priority`` order (higher first), then by arrival; a job asking for more of
     any of them than the pool has runs alone; a job asking for GPUs gets its own, named in
-    ``CUDA_VISIBLE_DEVICES``."""
+    ``CUDA_VISIBLE_DEVICES`` (``ROCR_VISIBLE_DEVICES`` and ``HIP_VISIBLE_DEVICES`` on AMD)."""
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
                  work_directory: Union[str, Path, None] = None,
                  cancel_grace_period: Union[float, timedelta] = 5.0,
                  enforce_duration: bool = False, keeper: bool = True,
-                 resource_pool: Union[bool, Mapping[str, int]] = False) -> None:
+                 resource_pool: Union[bool, Mapping[str, Any]] = False) -> None:
         super().__init__(launcher_log_file=launcher_log_file, work_directory=work_directory)
         self.cancel_grace_period = _check.seconds("LocalJobExecutorConfig.cancel_grace_period",
                                                   cancel_grace_period)
@@ -218,10 +224,10 @@ class LocalJobExecutor(JobExecutor):
             getattr(self.config, "enforce_duration", False))
         self._kept = _check.opt_bool("LocalJobExecutorConfig.keeper",
                                      getattr(self.config, "keeper", True))
-        capacity = pool_capacity(check_resource_pool(getattr(self.config, "resource_pool",
-                                                             False)))
-        self._pool = None if capacity is None else PoolDriver(capacity, self._launch,
-                                                              self._pool_report)
+        setting = check_resource_pool(getattr(self.config, "resource_pool", False))
+        capacity = pool_capacity(setting)
+        self._pool = None if capacity is None else PoolDriver(
+            capacity, self._launch, self._pool_report, pool_gpu_set(setting))
         self._work = Path(self.config.work_directory)
         self._dir = self._work / "local"
         # The registry file (``_registry_store.registry_path``; not imported: it loads sqlite3).
