@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from psij._record import replace
+from psij.executors._gpu_detect import NVIDIA, GpuSet
 from psij.executors.pilot import allocation
 from psij.executors.pilot.allocation import (
     MPIRUN_AGENT_LAUNCHER,
@@ -138,10 +140,15 @@ def test_the_host_name_is_the_one_sockets_report() -> None:
 def test_cores_and_nodes_options_describe_one_allocation(monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
     # Neither option: the batch allocation this runs in, else this machine.
+    # The local node's GPUs are those found: none in these environments, whatever the
+    # machine has.
     slurm = {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_CPUS_PER_NODE": "4(x2)",
-             "SLURMD_NODENAME": "n1"}
-    assert allocation_from_options(None, None, slurm) == discover_allocation(slurm)
-    assert allocation_from_options(3, None, {}) == local_allocation(3)
+             "SLURMD_NODENAME": "n1", "CUDA_VISIBLE_DEVICES": ""}
+    no_gpus = GpuSet((), NVIDIA, "CUDA_VISIBLE_DEVICES")
+    assert allocation_from_options(None, None, slurm) \
+        == replace(discover_allocation(slurm), local_gpus=no_gpus)
+    assert allocation_from_options(3, None, {"CUDA_VISIBLE_DEVICES": ""}) \
+        == replace(local_allocation(3), local_gpus=no_gpus)
     # --nodes outside a batch allocation: every node through an agent on this machine.
     virtual = allocation_from_options(None, "vn[1-2]:2", {})
     assert [(n.name, n.cores) for n in virtual.nodes] == [("vn1", 2), ("vn2", 2)]

@@ -88,6 +88,9 @@ def _add_pilot_run(pilot_commands: Any) -> None:
 # :func:`plain_pilot_run` reads.
 _PILOT_RUN_OPTIONS = {
     "--cores": ("count", "N", "local cores to use when not inside a batch allocation"),
+    "--gpus": ("text", "N|IDS", "GPUs of this node: a count (the first ones found, else ids 0 "
+                                "to N-1) or a list of ids such as 0,2,3 (default: those "
+                                "found; see the pilot documentation)"),
     "--nodes": ("text", "SPEC", "explicit nodes, NAME:CORES separated by commas (Slurm host "
                                 "lists allowed, e.g. n[1-4]:8); nodes other than this host are "
                                 "reached through agents"),
@@ -111,7 +114,8 @@ def plain_pilot_run(argv: Sequence[str]) -> Optional[SimpleNamespace]:
     an option), which argparse then reads and reports."""
     if len(argv) < 3 or argv[0] != "pilot" or argv[1] != "run":
         return None
-    values: Dict[str, Any] = {"requests": None, "cores": None, "nodes": None, "wd": None,
+    values: Dict[str, Any] = {"requests": None, "cores": None, "gpus": None, "nodes": None,
+                              "wd": None,
                               "resume": False, "check": False, "emulate_slurm": False}
     words = iter(argv[2:])
     for word in words:
@@ -149,17 +153,19 @@ def pilot_main(args: Any) -> int:
         from psij.executors.pilot.qcg_run import check_request_file, run_request_file
 
         if args.check:
-            return check_request_file(args.requests, cores=args.cores, nodes=args.nodes)
+            return check_request_file(args.requests, cores=args.cores, nodes=args.nodes,
+                                      gpus=args.gpus)
         _freeze_loaded_objects()
         return run_request_file(args.requests, cores=args.cores, nodes=args.nodes, wd=args.wd,
-                                resume=args.resume, emulate_slurm=args.emulate_slurm)
+                                resume=args.resume, emulate_slurm=args.emulate_slurm,
+                                gpus=args.gpus)
     if args.pilot_command == "serve":
         from psij.executors.pilot.service import serve_main
 
         _freeze_loaded_objects()
         return serve_main(socket_path=args.socket, cores=args.cores, nodes=args.nodes,
                           work_directory=args.wd, resume=args.resume,
-                          max_request_bytes=args.max_request_bytes)
+                          max_request_bytes=args.max_request_bytes, gpus=args.gpus)
     from psij.cli import EXIT_USAGE, _say
 
     _say("a pilot command is required: serve or run")

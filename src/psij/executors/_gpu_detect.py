@@ -31,16 +31,14 @@ process, on first use (never at import), and again only when a variable it reads
 Overrides (``--gpus``, a ``gpus`` setting) are read
 by :func:`gpus_from_setting`, which raises ``ValueError`` naming the option for a bad value.
 
-This module must not change the environment, and starts no process but the two probes.
+This module must not change the environment, and starts no process but the two probes. It
+loads the modules that start and read them only when it probes (a pilot's start-up is
+measured in milliseconds).
 """
 
 import functools
 import os
 import re
-import select
-import shutil
-import signal
-import subprocess
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -208,6 +206,10 @@ def run_probe(argv: Sequence[str], timeout: float = PROBE_TIMEOUT,
     """The output of ``argv`` (stdin closed, stderr dropped), at most ``limit`` bytes of it; None
     when it cannot start, runs past ``timeout`` seconds or exits non-zero (logged). The
     command's process group is killed when it is not done by then."""
+    import select
+    import signal
+    import subprocess
+
     try:
         proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
@@ -268,6 +270,8 @@ def _proc_gpus(path: str) -> Tuple[str, ...]:
 
 
 def _machine_vendor(env: Mapping[str, str], proc: str) -> str:
+    import shutil
+
     path = env.get("PATH", os.defpath)
     if shutil.which("nvidia-smi", path=path) or os.path.isdir(proc):
         return NVIDIA
@@ -290,6 +294,8 @@ def detect_gpus(environ: Optional[Mapping[str, str]] = None, proc: str = PROC_GP
 
 
 def _detect(env: Mapping[str, str], proc: str, timeout: float) -> GpuSet:
+    import shutil
+
     for name, vendor in _VISIBLE:
         if name in env:
             ids = _amd_visible(env) if name == "ROCR_VISIBLE_DEVICES" \

@@ -8,7 +8,11 @@ from typing import Any, Callable
 
 from psij._line_framing import DEFAULT_MAX_LINE_BYTES
 
-__all__ = ["add_serve_options"]
+__all__ = ["GPUS_HELP", "add_serve_options", "gpus_option"]
+
+GPUS_HELP = ("GPUs of this node: a count (the first ones found, else ids 0 to N-1) or a list "
+             "of ids such as 0,2,3 (default: those found: visible-devices variables, Slurm's, "
+             "nvidia-smi, rocm-smi, /proc/driver/nvidia/gpus)")
 
 
 def add_serve_options(serve: Any, count: Callable[[str], int]) -> None:
@@ -17,6 +21,7 @@ def add_serve_options(serve: Any, count: Callable[[str], int]) -> None:
     serve.add_argument("--socket", required=True, metavar="PATH", help="Unix socket path")
     serve.add_argument("--cores", type=count, metavar="N",
                        help="local cores to use when not inside a batch allocation")
+    serve.add_argument("--gpus", type=gpus_option, metavar="N|IDS", help=GPUS_HELP)
     serve.add_argument("--nodes", metavar="SPEC",
                        help="explicit nodes, NAME:CORES separated by commas (Slurm host "
                             "lists allowed, e.g. n[1-4]:8); nodes other than this host are "
@@ -32,6 +37,19 @@ def add_serve_options(serve: Any, count: Callable[[str], int]) -> None:
                        help="longest request line accepted, in bytes; a longer one gets an "
                             "error and its connection is closed (default: %(default)s, "
                             "64 MiB)")
+
+
+def gpus_option(text: str) -> str:
+    """``text`` when it is a ``--gpus`` value (a count, or a list of ids), checked."""
+    from psij.executors._gpu_detect import GpuSet, gpus_from_setting
+
+    try:
+        gpus_from_setting("--gpus", text, GpuSet(()))
+    except (TypeError, ValueError) as ex:
+        import argparse
+
+        raise argparse.ArgumentTypeError(str(ex).replace("--gpus: ", "", 1)) from None
+    return text
 
 
 def _byte_count(text: str) -> int:

@@ -7,7 +7,10 @@ read. :func:`discover_allocation` is the only function that reads the environmen
 file a variable names); it never starts a process or contacts a scheduler.
 
 An :class:`Allocation` also says which node this process runs on (tasks there are spawned
-directly) and how to start a process on the others (the argument prefix that runs the pilot's
+directly) and, when known, that node's GPUs by id and vendor (``local_gpus``: what
+:func:`allocation_from_options` found there, which is the one function here that looks for
+GPUs, through :mod:`psij.executors._gpu_detect`; other nodes get the count the scheduler's
+variables give) and how to start a process on the others (the argument prefix that runs the pilot's
 agent on node ``{node}``: ``srun`` inside Slurm, ``mpirun`` inside PBS, Grid Engine and LSF).
 An empty prefix runs the agent on this machine, which is what "virtual" nodes for tests use.
 """
@@ -17,14 +20,14 @@ import re
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from psij import _check
-from psij._record import Record
+from psij._record import Record, replace
+from psij.executors._gpu_detect import GpuSet
 from psij.executors.pilot.resources import NodeSpec
 
 __all__ = [
     "Allocation", "allocation_from_options", "configured_allocation", "discover_allocation",
-    "local_allocation",
-    "nodes_from_spec", "parse_host_slots_file", "parse_lsb_mcpu_hosts", "parse_pe_hostfile",
-    "parse_slurm_counts", "parse_slurm_nodelist",
+    "local_allocation", "nodes_from_spec", "parse_host_slots_file", "parse_lsb_mcpu_hosts",
+    "parse_pe_hostfile", "parse_slurm_counts", "parse_slurm_nodelist", "with_local_gpus",
 ]
 
 SRUN_AGENT_LAUNCHER = ("srun", "--nodes=1", "--ntasks=1", "--nodelist={node}", "--overlap",
@@ -45,17 +48,20 @@ class Allocation(Record):
 
     ``agent_launcher`` is an argument prefix in which ``{node}`` stands for a node name; the
     agent's own command is appended to it. An empty prefix runs the agent on this machine.
+    ``local_gpus``, when given, names the GPUs of the local node (as many as its ``gpus``).
     """
 
-    _fields = ("nodes", "local_node", "kind", "agent_launcher")
+    _fields = ("nodes", "local_node", "kind", "agent_launcher", "local_gpus")
     __slots__ = _fields
     nodes: Tuple[NodeSpec, ...]
     local_node: Optional[str]
     kind: str
     agent_launcher: Tuple[str, ...]
+    local_gpus: Optional[GpuSet]
 
     def __init__(self, nodes: Sequence[NodeSpec], local_node: Optional[str],
-                 kind: str = "config", agent_launcher: Sequence[str] = ()) -> None:
+                 kind: str = "config", agent_launcher: Sequence[str] = (),
+                 local_gpus: Optional[GpuSet] = None) -> None:
         checked = tuple(nodes) if isinstance(nodes, (list, tuple)) else nodes
         if not isinstance(checked, tuple) or not checked:
             raise _check.fail_type("Allocation.nodes", nodes, "a non-empty list of NodeSpec")
@@ -71,7 +77,14 @@ class Allocation(Record):
         if kind not in _KINDS:
             raise ValueError(f"Allocation.kind: {kind!r} is not one of {', '.join(_KINDS)}")
         launcher = _check.opt_str_list("Allocation.agent_launcher", list(agent_launcher))
-        self._store(checked, local_node, kind, tuple(launcher or ()))
+        if local_gpus is not None:
+            _check.instance("Allocation.local_gpus", local_gpus, GpuSet, "GpuSet", False)
+            local = next((n for n in checked if n.name == local_node), None)
+            if local is None or local.gpus != len(local_gpus.ids):
+                raise ValueError(f"Allocation.local_gpus: {len(local_gpus.ids)} GPU ids for "
+                                 f"the local node {local_node!r}, which has "
+                                 f"{0 if local is None else local.gpus} GPUs")
+        self._store(checked, local_node, kind, tuple(launcher or ()), local_gpus)
 
     @property
     def remote_nodes(self) -> Tuple[str, ...]:
@@ -82,6 +95,24 @@ class Allocation(Record):
         cores = sum(n.cores for n in self.nodes)
         return (f"{self.kind} allocation: {len(self.nodes)} node(s), {cores} core(s) "
                 f"({', '.join(f'{n.name}:{n.cores}' for n in self.nodes)})")
+
+    def describe_gpus(self) -> str:
+        """The local node's GPUs in words, with where they were found."""
+        if self.local_node is None:
+            return "none here: every node is reached through an agent"
+        if self.local_gpus is None:
+            gpus = next(n.gpus for n in self.nodes if n.name == self.local_node)
+            return f"{gpus} (indices 0 to {gpus - 1})" if gpus else "none"
+        return self.local_gpus.describe()
+
+    def gpu_ids(self, node: str, indices: Sequence[int]) -> Optional[GpuSet]:
+        """The GPUs of ``node`` that the pool's ``indices`` (``0`` to ``gpus - 1``) stand for,
+        with their vendor; None when the node's GPUs are known only by count (they are then
+        ``CUDA_VISIBLE_DEVICES`` indices)."""
+        gpus = self.local_gpus
+        if gpus is None or node != self.local_node:
+            return None
+        return GpuSet(tuple(gpus.ids[i] for i in indices), gpus.vendor, gpus.source)
 
 
 # -- pure parsers ------------------------------------------------------------------------------
@@ -371,22 +402,51 @@ def discover_allocation(environ: Optional[Mapping[str, str]] = None,
     return local_allocation(cores)
 
 
+def with_local_gpus(allocation: Allocation, gpus: GpuSet, given: bool = False) -> Allocation:
+    """``allocation`` with ``gpus`` as its local node's GPUs (unchanged without a local node).
+
+    Found GPUs (``given`` False) replace what the scheduler's variables said of that node only
+    when some were found; a node the allocation gives GPUs to keeps their count (as ids ``0``
+    to ``count - 1``). ``given`` GPUs (an override) always replace them, and need a local
+    node (``ValueError`` naming their source otherwise)."""
+    local = allocation.local_node
+    if local is None:
+        if given:
+            raise ValueError(f"{gpus.source}: no node of this pilot is the one it runs on "
+                             f"(the others get their GPUs from the batch allocation)")
+        return allocation
+    index = next(i for i, n in enumerate(allocation.nodes) if n.name == local)
+    spec = allocation.nodes[index]
+    if not gpus.ids and not given and spec.gpus:
+        gpus = GpuSet(tuple(str(i) for i in range(spec.gpus)), gpus.vendor,
+                      f"the {allocation.kind} allocation")
+    nodes = list(allocation.nodes)
+    nodes[index] = replace(spec, gpus=len(gpus.ids))
+    return Allocation(tuple(nodes), local, allocation.kind, allocation.agent_launcher, gpus)
+
+
 def allocation_from_options(cores: Optional[int] = None, nodes: Optional[str] = None,
-                            environ: Optional[Mapping[str, str]] = None) -> Allocation:
+                            environ: Optional[Mapping[str, str]] = None,
+                            gpus: Optional[str] = None) -> Allocation:
     """The allocation the ``--cores``/``--nodes`` options of the pilot commands describe.
 
     With ``nodes`` (a :func:`nodes_from_spec` text) those nodes: the one this process runs on,
     if named, is used directly, the others through agents started with the launcher of the
     batch allocation this runs in (on this machine outside one). Without, the batch
     allocation this runs in, else this machine with ``cores`` cores (default: all it may
-    use). ``environ`` stands for this process's environment. Raises ``ValueError``/
-    ``TypeError`` naming the option.
+    use). The node this process runs on gets the GPUs found there (:func:`with_local_gpus`),
+    or those ``gpus`` names (``--gpus``: a count or a list of ids). ``environ`` stands for
+    this process's environment. Raises ``ValueError``/``TypeError`` naming the option.
     """
+    from psij.executors._gpu_detect import detect_gpus, found_gpus, gpus_from_setting
+
     found = discover_allocation(environ, cores=cores)
-    if nodes is None:
-        return found
-    specs = nodes_from_spec(nodes)
-    names = {node.name for node in specs}
-    local = found.local_node if found.local_node in names else None
-    return configured_allocation(specs, local,
-                                 found.agent_launcher if found.kind != "local" else ())
+    machine = found_gpus() if environ is None else detect_gpus(environ)
+    given = None if gpus is None else gpus_from_setting("--gpus", gpus, machine)
+    if nodes is not None:
+        specs = nodes_from_spec(nodes)
+        names = {node.name for node in specs}
+        local = found.local_node if found.local_node in names else None
+        found = configured_allocation(specs, local,
+                                      found.agent_launcher if found.kind != "local" else ())
+    return with_local_gpus(found, given or machine, given is not None)

@@ -537,7 +537,9 @@ class PilotEngine(TaskBooks):
             slurm = self.config.slurm_variables
             if slurm is None:
                 slurm = self.allocation.kind == "slurm"
-            known = (pilot_environment("", share, cores_per_process, slurm),
+            gpus = self.allocation.gpu_ids(share.nodes[0], share.gpus[0]) \
+                if share.gpus and share.gpus[0] else None
+            known = (pilot_environment("", share, cores_per_process, slurm, gpus),
                      nodefile_text(share))
             self._share_files[key] = known
         return dict(known[0]), known[1]

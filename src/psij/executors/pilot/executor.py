@@ -31,12 +31,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from psij import _check, _site_config
 from psij._priority import job_priority
 from psij.exceptions import InvalidJobException, SubmitException
+from psij.executors._gpu_detect import GpuSet, found_gpus, gpus_from_setting
 from psij.executors.pilot._staging import final_status, with_staging
 from psij.executors.pilot.allocation import (
     Allocation,
     configured_allocation,
     discover_allocation,
     nodes_from_spec,
+    with_local_gpus,
 )
 from psij.executors.pilot.engine import PilotEngine
 from psij.executors.pilot.engine_config import EngineConfig
@@ -54,6 +56,7 @@ from psij.resource_spec import ResourceSpecV1
 __all__ = ["PilotJobExecutor", "PilotJobExecutorConfig"]
 
 NodesLike = Union[str, Sequence[Union[NodeSpec, Tuple[str, int]]]]
+_GPUS_FIELD = "PilotJobExecutorConfig.gpus"
 
 
 class PilotJobExecutorConfig(JobExecutorConfig):
@@ -62,7 +65,10 @@ class PilotJobExecutorConfig(JobExecutorConfig):
     ``nodes``: explicit nodes (``"n1:4,n2:4"`` or a list of NodeSpec / (name, cores)), reached
     through agents started with ``agent_launcher`` (an argument prefix with ``{node}``; empty
     runs them on this machine) unless named ``local_node``. ``cores``: the number of local
-    cores when no allocation is found. ``journal`` with ``resume``: see the engine.
+    cores when no allocation is found. ``gpus``: the GPUs of the node this process runs on, a
+    count (the first ones found, else ids ``0`` to ``N - 1``) or ids (``"0,2"`` or a list of
+    str); by default those found there (see :mod:`psij.executors._gpu_detect`). ``journal``
+    with ``resume``: see the engine.
     """
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
@@ -71,7 +77,8 @@ class PilotJobExecutorConfig(JobExecutorConfig):
                  cancel_grace_period: float = 5.0,
                  agent_launcher: Optional[Sequence[str]] = None,
                  local_node: Optional[str] = None,
-                 journal: Union[str, Path, None] = None, resume: bool = False) -> None:
+                 journal: Union[str, Path, None] = None, resume: bool = False,
+                 gpus: Union[int, str, Sequence[str], None] = None) -> None:
         super().__init__(launcher_log_file=launcher_log_file, work_directory=work_directory)
         self.nodes = self._nodes(nodes)
         self.cores = _check.opt_int("PilotJobExecutorConfig.cores", cores, minimum=1)
@@ -82,6 +89,9 @@ class PilotJobExecutorConfig(JobExecutorConfig):
         self.local_node = _check.opt_str("PilotJobExecutorConfig.local_node", local_node)
         self.journal = _check.opt_path("PilotJobExecutorConfig.journal", journal)
         self.resume = _check.opt_bool("PilotJobExecutorConfig.resume", resume)
+        if gpus is not None:  # checked now; the machine's GPUs are looked for at start
+            gpus_from_setting(_GPUS_FIELD, _listed(gpus), GpuSet(()))
+        self.gpus = gpus
 
     @staticmethod
     def _nodes(nodes: Optional[NodesLike]) -> Optional[List[NodeSpec]]:
@@ -93,8 +103,19 @@ class PilotJobExecutorConfig(JobExecutorConfig):
 
     def allocation(self) -> Allocation:
         if self.nodes is not None:
-            return configured_allocation(self.nodes, self.local_node, self.agent_launcher)
-        return discover_allocation(cores=self.cores)
+            found = configured_allocation(self.nodes, self.local_node, self.agent_launcher)
+        else:
+            found = discover_allocation(cores=self.cores)
+        gpus = getattr(self, "gpus", None)
+        if gpus is None:
+            return with_local_gpus(found, found_gpus())
+        return with_local_gpus(found, gpus_from_setting(_GPUS_FIELD, _listed(gpus)), True)
+
+
+def _listed(gpus: Any) -> Any:
+    """A ``gpus`` setting with a tuple of ids as a list (anything else as it is: checked by
+    ``gpus_from_setting``)."""
+    return list(gpus) if isinstance(gpus, tuple) else gpus
 
 
 class _Held:

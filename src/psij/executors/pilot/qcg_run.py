@@ -137,13 +137,13 @@ class ServiceLog:
 
 
 def check_request_file(path: str, cores: Optional[int] = None, nodes: Optional[str] = None,
-                       err: Optional[IO[str]] = None) -> int:
+                       err: Optional[IO[str]] = None, gpus: Optional[str] = None) -> int:
     """``psij pilot run --check``: every request checked and planned, nothing run; each error
     listed with its request; 0 when there is none, else 2."""
     out = sys.stderr if err is None else err
     try:
         requests = load_request_file(path)
-        allocation = allocation_from_options(cores, nodes)
+        allocation = allocation_from_options(cores, nodes, gpus=gpus)
     except (OSError, TypeError, ValueError) as exc:  # RequestFileError included
         out.write(f"psij pilot run: {exc}\n")
         return EXIT_BAD_FILE
@@ -165,7 +165,8 @@ def check_request_file(path: str, cores: Optional[int] = None, nodes: Optional[s
 
 def run_request_file(path: str, cores: Optional[int] = None, nodes: Optional[str] = None,
                      wd: Optional[str] = None, resume: bool = False,
-                     err: Optional[IO[str]] = None, emulate_slurm: bool = False) -> int:
+                     err: Optional[IO[str]] = None, emulate_slurm: bool = False,
+                     gpus: Optional[str] = None) -> int:
     """The whole ``psij pilot run`` command; returns its exit status (0 once every request
     was handled, 2 for a file that is not a list of requests or a bad option, 1 when the
     pilot could not run, 128+N after signal N)."""
@@ -174,7 +175,7 @@ def run_request_file(path: str, cores: Optional[int] = None, nodes: Optional[str
     journal = work_directory / JOURNAL
     try:
         requests = load_request_file(path)
-        allocation = allocation_from_options(cores, nodes)
+        allocation = allocation_from_options(cores, nodes, gpus=gpus)
         if resume and not journal.is_file():
             raise ValueError(f"--resume: no journal {journal} to resume from (it is written "
                              f"by a run with the same --wd)")

@@ -584,7 +584,8 @@ JOURNAL_NAME = "psij-pilot.journal"
 
 def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[str] = None,
                work_directory: Optional[str] = None, resume: bool = False,
-               max_request_bytes: int = DEFAULT_MAX_LINE_BYTES) -> int:
+               max_request_bytes: int = DEFAULT_MAX_LINE_BYTES,
+               gpus: Optional[str] = None) -> int:
     """``psij pilot serve``: run a pilot on a socket until SIGTERM/SIGINT; the exit status."""
     import signal
     import sys
@@ -603,7 +604,7 @@ def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[st
     wd = Path(work_directory or os.getcwd()).absolute()
     try:
         ensure_private_dir(wd, "pilot work directory (--wd)")
-        allocation = allocation_from_options(cores, nodes)
+        allocation = allocation_from_options(cores, nodes, gpus=gpus)
         engine = PilotEngine(allocation, EngineConfig(
             work_directory=wd, journal=wd / JOURNAL_NAME, resume=resume))
     except (OSError, ValueError, TypeError) as ex:
@@ -621,6 +622,7 @@ def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[st
             say("already running" if isinstance(ex, AlreadyRunning) else f"cannot start: {ex}")
             return 1
         say(f"serving {allocation.describe()} on {path}")
+        say(f"GPUs of this node: {allocation.describe_gpus()}")
         while not stop.wait(1.0):
             if engine.failure is not None:
                 # Its tasks have failed with the reason; clients see the socket close.
