@@ -31,8 +31,8 @@ process, on first use (never at import), and again only when a variable it reads
 Overrides (``--gpus``, a ``gpus`` setting) are read
 by :func:`gpus_from_setting`, which raises ``ValueError`` naming the option for a bad value.
 
-This module must not change the environment, and starts no process but the two probes. It
-loads the modules that start and read them only when it probes (a pilot's start-up is
+This module must not change the environment, and starts no process but the two probes
+(through :mod:`psij.executors._process`, loaded only when it probes: a pilot's start-up is
 measured in milliseconds).
 """
 
@@ -201,37 +201,44 @@ def _slurm_gpus(env: Mapping[str, str], vendor: str) -> Optional[GpuSet]:
 # -- probing the machine -----------------------------------------------------------------------
 
 
-def run_probe(argv: Sequence[str], timeout: float = PROBE_TIMEOUT,
-              limit: int = MAX_OUTPUT) -> Optional[str]:
-    """The output of ``argv`` (stdin closed, stderr dropped), at most ``limit`` bytes of it; None
-    when it cannot start, runs past ``timeout`` seconds or exits non-zero (logged). The
-    command's process group is killed when it is not done by then."""
+def run_probe(argv: Sequence[str], timeout: float = PROBE_TIMEOUT, limit: int = MAX_OUTPUT,
+              environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The output of ``argv`` (stdin closed, stderr dropped, ``environ`` its environment), at
+    most ``limit`` bytes of it; None when it cannot start, runs past ``timeout`` seconds or
+    exits non-zero (logged). Started by the executors' one process layer, as the leader of a
+    process group of its own, which is killed when the command is not done in time."""
     import select
-    import signal
-    import subprocess
 
+    from psij.executors._process import SIGKILL, LaunchError, Spawner, killpg
+
+    env = dict(os.environ if environ is None else environ)
+    read_end, write_end = os.pipe()
     try:
-        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
-    except (OSError, ValueError) as ex:
+        devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            pid = Spawner().spawn(list(argv), os.getcwd(), env, devnull, write_end, devnull)
+        finally:
+            os.close(devnull)
+    except (LaunchError, OSError) as ex:
+        os.close(read_end)
         logger.debug("GPU probe %s could not start: %s", argv[0], ex)
         return None
-    assert proc.stdout is not None
+    finally:
+        os.close(write_end)
     chunks: List[bytes] = []
     size = 0
     why = ""
     deadline = time.monotonic() + timeout
     try:
-        fd = proc.stdout.fileno()
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 why = f"did not finish within {timeout:g} s"
                 break
-            ready, _, _ = select.select([fd], [], [], left)
+            ready, _, _ = select.select([read_end], [], [], left)
             if not ready:
                 continue
-            data = os.read(fd, 65536)
+            data = os.read(read_end, 65536)
             if not data:
                 break
             chunks.append(data[:limit - size])
@@ -243,22 +250,42 @@ def run_probe(argv: Sequence[str], timeout: float = PROBE_TIMEOUT,
         why = f"could not be read: {ex}"
     finally:
         if why:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-        proc.stdout.close()
-        code = proc.wait()
+            killpg(pid, SIGKILL)
+        os.close(read_end)
+        code = _wait(pid, deadline)
+    if code is None and not why:
+        why = f"did not finish within {timeout:g} s"
+    truncated = why.startswith("printed")
     if why:
         logger.warning("GPU probe %s %s; it was stopped and its output %s", argv[0], why,
-                       "kept" if why.startswith("printed") else "dropped")
-        if not why.startswith("printed"):
+                       "cut there" if truncated else "dropped")
+        if not truncated:
             return None
     elif code != 0:
         logger.warning("GPU probe %s exited with %s; no GPU taken from it", " ".join(argv),
                        code)
         return None
     return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def _wait(pid: int, deadline: float) -> Optional[int]:
+    """The exit code of the probe ``pid``; None when someone else reaped it, or when it had
+    not ended by ``deadline`` (its process group is then killed)."""
+    from psij.executors._process import SIGKILL, exit_code_of, killpg, reap
+
+    while True:
+        done, status = reap(pid)
+        if done:
+            return exit_code_of(status) if status is not None else 0
+        left = deadline - time.monotonic()
+        if left <= 0:
+            killpg(pid, SIGKILL)
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+            return None
+        time.sleep(min(0.005, left))
 
 
 def _proc_gpus(path: str) -> Tuple[str, ...]:
@@ -280,14 +307,14 @@ def _machine_vendor(env: Mapping[str, str], proc: str) -> str:
     return NVIDIA
 
 
-def detect_gpus(environ: Optional[Mapping[str, str]] = None, proc: str = PROC_GPUS,
+def detect_gpus(environ: Optional[Mapping[str, str]] = None, proc: Optional[str] = None,
                 timeout: float = PROBE_TIMEOUT) -> GpuSet:
     """The GPUs of this node (see the module for the order): ``environ`` stands for this
     process's environment (its ``PATH`` finds the tools), ``proc`` for
     ``/proc/driver/nvidia/gpus``. Never raises for what it finds; uncached."""
     env = os.environ if environ is None else environ
     try:
-        return _detect(env, proc, timeout)
+        return _detect(env, PROC_GPUS if proc is None else proc, timeout)
     except Exception:  # a bug here must not stop a pilot or an executor
         logger.exception("GPU detection failed; no GPU taken")
         return GpuSet((), NVIDIA, "none (detection failed)")
@@ -312,7 +339,7 @@ def _detect(env: Mapping[str, str], proc: str, timeout: float) -> GpuSet:
         program = shutil.which(tool, path=path)
         if program is None:
             continue
-        text = run_probe((program, *argv), timeout)
+        text = run_probe((program, *argv), timeout, environ=env)
         if text is None:
             continue
         ids = parse(text)
@@ -338,9 +365,9 @@ def found_gpus() -> GpuSet:
 
 @functools.lru_cache(maxsize=4)
 def _found(inputs: Tuple[Optional[str], ...]) -> GpuSet:
-    found = detect_gpus()
-    logger.debug("GPUs of this node: %s", found.describe())
-    return found
+    # Nothing is logged on the way to a plain answer: logging is not loaded on a pilot's
+    # start-up path unless something went wrong.
+    return detect_gpus()
 
 
 # -- overrides ---------------------------------------------------------------------------------
