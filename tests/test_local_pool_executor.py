@@ -208,6 +208,24 @@ def test_the_pools_gpus_are_those_this_process_may_use(
     more.close()
 
 
+def test_a_pool_given_gpu_ids_hands_them_out_in_the_vendors_variables(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An AMD machine (ROCR_VISIBLE_DEVICES says the vendor); the setting names two GPUs.
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("HIP_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "0,1,2,3,4,5")
+    ex = executor(tmp_path, {"cores": 4, "gpus": ["5", "2"]})
+    assert ex._pool.gpu_ids == ("5", "2")  # type: ignore[attr-defined]
+    out = tmp_path / "out"
+    job = Job(JobSpec("/bin/sh", ["-c", f'echo "$ROCR_VISIBLE_DEVICES $HIP_VISIBLE_DEVICES '
+                                        f'${{CUDA_VISIBLE_DEVICES--}}" > {out}'],
+                      resources=ResourceSpecV1(process_count=1, gpu_cores_per_process=1)))
+    ex.submit(job)
+    assert final(job).state is JobState.COMPLETED
+    assert out.read_text() == "5 0 -\n"
+    ex.close()
+
+
 @pytest.mark.parametrize("environ, ids, variable", [
     ({"CUDA_VISIBLE_DEVICES": "0,2"}, ("0", "2"), "CUDA_VISIBLE_DEVICES"),
     ({"CUDA_VISIBLE_DEVICES": ""}, (), "CUDA_VISIBLE_DEVICES"),

@@ -67,8 +67,8 @@ class PilotJobExecutorConfig(JobExecutorConfig):
     runs them on this machine) unless named ``local_node``. ``cores``: the number of local
     cores when no allocation is found. ``gpus``: the GPUs of the node this process runs on, a
     count (the first ones found, else ids ``0`` to ``N - 1``) or ids (``"0,2"`` or a list of
-    str); by default those found there (see :mod:`psij.executors._gpu_detect`). ``journal``
-    with ``resume``: see the engine.
+    str); by default those found there (see the GPUs section of the pilot documentation).
+    ``journal`` with ``resume``: see the engine.
     """
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
