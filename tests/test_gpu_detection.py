@@ -297,6 +297,7 @@ THREE = GpuSet(("3", "5", "GPU-ab12"), AMD, "ROCR_VISIBLE_DEVICES")
     ("0,2,3", ("0", "2", "3")),
     (" 007 , GPU-ff", ("7", "GPU-ff")),
     (["1", "GPU-ab12"], ("1", "GPU-ab12")),
+    ([0, 2], ("0", "2")),  # indices as numbers, as a TOML list gives them
     ([], ()),
 ])
 def test_an_override_is_a_count_or_ids(value: Any, ids: Tuple[str, ...]) -> None:
@@ -320,7 +321,9 @@ def test_an_override_is_a_count_or_ids(value: Any, ids: Tuple[str, ...]) -> None
     ("\ud800", ValueError, "is not a GPU id"),
     ("1e3", ValueError, "'1e3' is not a GPU id"),
     ("0;rm -rf /", ValueError, "is not a GPU id"),
-    ([1, 2], TypeError, "id 1 is not a str"),
+    ([1.0, 2], TypeError, "id 1.0 is not a str or an index"),
+    ([True], TypeError, "id True is not a str or an index"),
+    ([-1], ValueError, "'-1' is not a GPU id"),
     (["0"] * (MAX_GPUS + 1), ValueError, "4097 ids"),
     ({"0": 1}, TypeError, "got dict"),
 ])

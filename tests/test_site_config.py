@@ -83,10 +83,10 @@ def test_local_work_directory_launcher_and_time_limit(files, tmp_path) -> None:
 
 
 def test_local_resource_pool_and_batch_spares_from_the_file(files, tmp_path) -> None:
-    files["user"].write_text('[executors.local]\nresource_pool = { cores = 1 }\n'
+    files["user"].write_text('[executors.local]\nresource_pool = { cores = 1, gpus = [0, 2] }\n'
                              '[executors.batch-test]\nspare_submit_commands = 0\n')
     ex = JobExecutor.get_instance("local")
-    assert ex.config.resource_pool == {"cores": 1}
+    assert ex.config.resource_pool == {"cores": 1, "gpus": ["0", "2"]}
     gate = tmp_path / "gate"
     first = Job(JobSpec("/bin/sh", ["-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"]))
     second = Job(JobSpec("/bin/true"))
@@ -133,6 +133,10 @@ HOSTILE = [
     ('resource_pool = { nodes = 2 }', "executors.slurm.resource_pool", "unknown key 'nodes'"),
     ('resource_pool = { memory = 100000000000000000000 }', "executors.slurm.resource_pool",
      "memory"),
+    ('resource_pool = { gpus = [0, 0] }', "executors.slurm.resource_pool",
+     "GPU 0 is listed twice"),
+    ('resource_pool = { gpus = 5000 }', "executors.slurm.resource_pool",
+     "a count from 0 to 4096"),
     ('spare_submit_commands = 17', "executors.slurm.spare_submit_commands", "0 to 16"),
     ('spare_submit_commands = -1', "executors.slurm.spare_submit_commands", "0 to 16"),
     ('spare_submit_commands = true', "executors.slurm.spare_submit_commands", "0 to 16"),

@@ -375,7 +375,8 @@ def _found(inputs: Tuple[Optional[str], ...]) -> GpuSet:
 
 def gpus_from_setting(field: str, value: Any, found: Optional[GpuSet] = None) -> GpuSet:
     """The GPUs an override gives: a count ``N`` (int, or text of digits: the first ``N``
-    found, else ids ``0`` to ``N - 1``) or a list of ids (``"0,2,3"`` or a list of str), from
+    found, else ids ``0`` to ``N - 1``) or a list of ids (``"0,2,3"``, or a list of str or of
+    int indices), from
     0 to :data:`MAX_GPUS` of them. ``found`` (default: :func:`found_gpus`, asked only for a
     count) gives the vendor. Raises ``ValueError``/``TypeError`` naming ``field``."""
     accepted = (f"a count from 0 to {MAX_GPUS} or a list of distinct GPU ids (indices or "
@@ -400,8 +401,11 @@ def gpus_from_setting(field: str, value: Any, found: Optional[GpuSet] = None) ->
         raise ValueError(f"{field}: {len(value)} ids; expected {accepted}")
     ids: List[str] = []
     for item in value:
+        if isinstance(item, int) and not isinstance(item, bool):
+            item = str(item)  # an index written as a number (a TOML list, say)
         if not isinstance(item, str):
-            raise TypeError(f"{field}: id {item!r:.40} is not a str; expected {accepted}")
+            raise TypeError(f"{field}: id {item!r:.40} is not a str or an index; expected "
+                            f"{accepted}")
         item = item.strip()
         if re.match(_ID, item) is None:
             raise ValueError(f"{field}: {item!r:.60} is not a GPU id; expected {accepted}")
