@@ -28,8 +28,8 @@ timeout (its whole process group killed after it), stdin closed, stderr dropped 
 failing or hanging command give what could be read, or nothing, and a log record saying
 why. At most :data:`MAX_GPUS` GPUs are kept. :func:`found_gpus` runs the search once per
 process, on first use (never at import), and again only when a variable it reads has changed.
-Overrides (``--gpus``, a ``gpus`` setting) are read
-by :func:`gpus_from_setting`, which raises ``ValueError`` naming the option for a bad value.
+Overrides (``--gpus``, a ``gpus`` setting) are read by :func:`gpus_from_setting`, which raises
+``ValueError``/``TypeError`` naming the option for a bad value.
 
 This module must not change the environment, and starts no process but the two probes
 (through :mod:`psij.executors._process`, loaded only when it probes: a pilot's start-up is
@@ -45,9 +45,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from psij._lazylog import LazyLogger
 from psij._record import Record
 
-__all__ = ["AMD", "MAX_GPUS", "MAX_OUTPUT", "NVIDIA", "PROC_GPUS", "GpuSet", "detect_gpus",
-           "found_gpus", "gpus_from_setting", "parse_nvidia_smi", "parse_rocm_smi",
-           "visible_ids"]
+__all__ = ["AMD", "MAX_GPUS", "MAX_OUTPUT", "NVIDIA", "PROBE_TIMEOUT", "PROC_GPUS", "GpuSet",
+           "detect_gpus", "found_gpus", "gpus_from_setting", "parse_nvidia_smi",
+           "parse_rocm_smi", "run_probe", "visible_ids"]
 
 logger = LazyLogger(__name__)
 
@@ -230,13 +230,15 @@ def run_probe(argv: Sequence[str], timeout: float = PROBE_TIMEOUT, limit: int = 
     why = ""
     deadline = time.monotonic() + timeout
     try:
+        # poll, not select: select refuses descriptors numbered 1024 and above.
+        readable = select.poll()
+        readable.register(read_end, select.POLLIN)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 why = f"did not finish within {timeout:g} s"
                 break
-            ready, _, _ = select.select([read_end], [], [], left)
-            if not ready:
+            if not readable.poll(max(1, int(left * 1000))):
                 continue
             data = os.read(read_end, 65536)
             if not data:
@@ -246,7 +248,7 @@ def run_probe(argv: Sequence[str], timeout: float = PROBE_TIMEOUT, limit: int = 
             if size >= limit:
                 why = f"printed more than {limit} bytes"
                 break
-    except OSError as ex:
+    except Exception as ex:  # the probe must not outlive a failure here
         why = f"could not be read: {ex}"
     finally:
         if why:
