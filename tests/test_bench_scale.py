@@ -60,8 +60,11 @@ def test_scale_prints_every_figure_and_goal(tmp_path: Path) -> None:
         texts = [rest for verdict, name, rest in lines if name == side]
         assert len(texts) == 5, goals
         rated = [t for t in texts if not t.startswith((">= 6 x", ">= 15 x"))]
-        # Every goal ours can be judged on alone carries the ratio; the peers' are N/A.
-        assert all(re.search(rf": ({NUMBER})x the goal$", t) for t in rated), goals
+        # Every goal ours can be judged on alone carries the ratio (a per-task CPU of a run
+        # this small may be under what the clock resolves); the peers' are N/A.
+        assert all(re.search(rf": ({NUMBER})x the goal$", t)
+                   or t.endswith("below the clock's resolution at this size") for t in rated), \
+            goals
     assert re.search(r"local +>= 8000 jobs/s \(goal for 16 cores\)", goals)
     assert re.search(r"pilot +>= 10000 tasks/s \(goal for 16 cores\)", goals)
     assert re.search(r"pilot +<= 40 us CPU of the coordinating process per task", goals)
