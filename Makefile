@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck docs unit bench system-deps schedulers stop-schedulers clean \
+.PHONY: demo test check lint typecheck docs unit bench bench-scale system-deps schedulers stop-schedulers clean \
 	compat-dist
 
 $(STAMP): pyproject.toml
@@ -65,7 +65,13 @@ bench: $(STAMP)
 		$(PY) bench/registry.py || rc=$$?; $(PY) bench/pilot_iterations.py || rc=$$?; \
 		$(PY) bench/spawn_ceiling.py || rc=$$?; $(PY) bench/sbatch_floor.py || rc=$$?; \
 		$(PY) bench/holding.py || rc=$$?; \
-		$(PY) bench/supervise.py || rc=$$?; $(PY) bench/flow_machine.py || rc=$$?; exit $$rc
+		$(PY) bench/supervise.py || rc=$$?; $(PY) bench/flow_machine.py || rc=$$?; \
+		$(PY) bench/scale.py || rc=$$?; exit $$rc
+
+# Every throughput figure of this machine in one run (local, pilot, the peers, the spawn
+# ceiling), against the goals; BENCH_SCALE_ARGS passes options (e.g. --cores 16 --rounds 5).
+bench-scale: $(STAMP)
+	$(PY) bench/scale.py $(BENCH_SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist docs/_build .bench-venvs

@@ -30,11 +30,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import IO, Callable, Dict, List, Optional, Sequence, Tuple
 
 from _help import description
 from run import (
@@ -152,52 +153,96 @@ def measure(history: History, tasks: int) -> Dict[str, float]:
 # -- one round ---------------------------------------------------------------------------------
 
 
-def command(side: str, requests: Path, wd: Path) -> List[str]:
+def command(side: str, requests: Path, wd: Path, cores: int = CORES) -> List[str]:
     if side == OURS:
-        return [str(OURS_PSIJ), "pilot", "run", str(requests), "--cores", str(CORES),
+        return [str(OURS_PSIJ), "pilot", "run", str(requests), "--cores", str(cores),
                 "--wd", str(wd)]
-    return [str(QCG_SERVICE), "--file-path", str(requests), "--nodes", str(CORES),
+    return [str(QCG_SERVICE), "--file-path", str(requests), "--nodes", str(cores),
             "--wd", str(wd), "--report-format", "json"]
 
 
-def executor_round(executor: str, tasks: int) -> Dict[str, float]:
-    """``tasks`` x ``/bin/true`` through the PSI/J API with one of our executors (``local``
-    or ``pilot``), in a child interpreter of ours."""
+def executor_round(executor: str, tasks: int, python: Path = OURS_PYTHON) -> Dict[str, float]:
+    """``tasks`` x ``/bin/true`` through the PSI/J API with an executor (``local`` or
+    ``pilot``) of the package ``python`` imports (ours unless told), in a child interpreter:
+    the workload's own figures, and the keys ``one_round`` returns."""
     workload = next(w for w in build_workloads(quick=False) if w.name == "throughput")
-    result = run_worker(Implementation(OURS, OURS_PYTHON),
+    result = run_worker(Implementation(OURS, python),
                         replace(workload, args=["--jobs", str(tasks), "--executor", executor]))
     if result.get("not_completed"):
         raise RuntimeError(f"{result['not_completed']} of {tasks} jobs did not complete")
-    return {"whole_s": result["seconds"], "span_s": result["seconds"],
+    figures = {k: v for k, v in result.items() if isinstance(v, (int, float))}
+    return {**figures, "whole_s": result["seconds"], "span_s": result["seconds"],
             "jobs_per_s": result["jobs_per_s"], "startup_s": 0.0}
 
 
-def one_round(side: str, requests: Path, tasks: int) -> Dict[str, float]:
+def _exited_cpu_s(pid: int) -> Tuple[float, float]:
+    """CPU seconds (user + system) of an exited, not yet reaped process: its own (all its
+    threads), and that of the children it reaped (with their reaped descendants), from
+    ``/proc/PID/stat`` while it is a zombie. NaN for both where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+    except OSError:
+        return float("nan"), float("nan")
+    # fields[0] is the state (field 3 of proc(5)): utime, stime, cutime, cstime are 14-17.
+    tick = os.sysconf("SC_CLK_TCK")
+    return ((int(fields[11]) + int(fields[12])) / tick,
+            (int(fields[13]) + int(fields[14])) / tick)
+
+
+def run_measured(argv: List[str], output: IO[bytes], cwd: str
+                 ) -> Tuple[int, float, float, float]:
+    """Run ``argv`` to its exit: exit status, wall seconds, its own CPU seconds and its reaped
+    children's. The CPU is read at its exit and before it is reaped, so nothing in the
+    process is changed to measure it. Raises RuntimeError after ``RUN_LIMIT_S``."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=output,
+                            stderr=subprocess.STDOUT, env=_env(), cwd=cwd)
+    timed_out = threading.Event()
+
+    def expire() -> None:
+        timed_out.set()
+        proc.kill()
+
+    timer = threading.Timer(RUN_LIMIT_S, expire)
+    timer.start()
+    try:
+        cpu = float("nan"), float("nan")
+        if hasattr(os, "waitid"):
+            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+            cpu = _exited_cpu_s(proc.pid)
+        returncode = proc.wait()
+        whole = time.perf_counter() - start
+    finally:
+        timer.cancel()
+        if proc.returncode is None:
+            proc.kill()
+            proc.wait()
+    if timed_out.is_set():
+        raise RuntimeError(f"no exit after {RUN_LIMIT_S:.0f} s")
+    return returncode, whole, cpu[0], cpu[1]
+
+
+def one_round(side: str, requests: Path, tasks: int, cores: int = CORES) -> Dict[str, float]:
     """Run one pilot process on ``requests``; figures of that run. Raises RuntimeError."""
     if side in (LOCAL, PILOT_EXECUTOR):
         return executor_round("local" if side == LOCAL else "pilot", tasks)
     with tempfile.TemporaryDirectory(prefix=f"psij-bench-pilot-{side}-") as tmp:
         wd = Path(tmp) / "wd"
         wd.mkdir()
-        argv = command(side, requests, wd)
+        argv = command(side, requests, wd, cores)
         with open(Path(tmp) / "output", "wb") as output:
             spawned = time.time()
-            start = time.perf_counter()
-            try:
-                done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=output,
-                                      stderr=subprocess.STDOUT, env=_env(), cwd=tmp,
-                                      timeout=RUN_LIMIT_S)
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f"no exit after {RUN_LIMIT_S:.0f} s") from None
-            whole = time.perf_counter() - start
-        if done.returncode != 0:
-            raise RuntimeError(f"exited with {done.returncode}\n"
+            returncode, whole, self_cpu, children_cpu = run_measured(argv, output, tmp)
+        if returncode != 0:
+            raise RuntimeError(f"exited with {returncode}\n"
                                + _tail((Path(tmp) / "output").read_text(errors="replace")))
         history = ours_history(wd) if side == OURS else qcg_history(wd)
         times = measure(history, tasks)
     span = times["last_end"] - times["first_submit"]
     return {"whole_s": whole, "span_s": span, "jobs_per_s": tasks / span if span > 0 else 0.0,
-            "startup_s": times["first_start"] - spawned}
+            "startup_s": times["first_start"] - spawned, "self_cpu_s": self_cpu,
+            "children_cpu_s": children_cpu}
 
 
 def interpreter_and_imports(rounds: int) -> Tuple[float, float]:

@@ -125,17 +125,31 @@ def wait_all(jobs: List["psij.Job"]) -> int:
     return not_completed
 
 
+def _self_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def measure_throughput(n_jobs: int, executor_name: str = "local") -> Dict[str, Any]:
-    """Jobs/s for ``n_jobs`` /bin/true jobs submitted at once, first submit to last final."""
+    """Jobs/s for ``n_jobs`` /bin/true jobs submitted at once, first submit to last final.
+
+    The jobs are created before the measured window; their creation is reported on its own.
+    """
     with local_executor(executor_name) as executor:
+        create_cpu_start = _self_cpu_s()
+        create_start = time.perf_counter()
         jobs = [true_job() for _ in range(n_jobs)]
-        cpu_start = time.process_time()
+        create_s = time.perf_counter() - create_start
+        create_cpu_s = _self_cpu_s() - create_cpu_start
+        cpu_start = _self_cpu_s()
+        children_start = _children_cpu_s()
         start = time.perf_counter()
         for job in jobs:
             executor.submit(job)
         not_completed = wait_all(jobs)
         elapsed_s = time.perf_counter() - start
-        cpu_s = time.process_time() - cpu_start
+        cpu_s = _self_cpu_s() - cpu_start
+        children_cpu_s = _children_cpu_s() - children_start
     return {
         "workload": "throughput",
         "jobs": n_jobs,
@@ -144,6 +158,13 @@ def measure_throughput(n_jobs: int, executor_name: str = "local") -> Dict[str, A
         # CPU of this process only (all its threads; children's /bin/true not counted): the
         # executor's own cost per job, which competing load on the machine hardly changes.
         "cpu_ms_per_job": cpu_s * 1e3 / n_jobs,
+        # The same window's CPU of the children this process reaped (and their own reaped
+        # descendants): the jobs themselves when this process reaps them, nothing when another
+        # process does.
+        "children_cpu_ms_per_job": children_cpu_s * 1e3 / n_jobs,
+        # Building the Job objects, before the window above.
+        "create_s": create_s,
+        "create_cpu_ms_per_job": create_cpu_s * 1e3 / n_jobs,
         "not_completed": not_completed,
     }
 
