@@ -5,12 +5,11 @@ local executor of the process, whatever its work directory. :meth:`Keeper.spawn`
 start a program and returns its pid; the keeper's exit reports reach the process watch
 (``ProcessWatch.watch_kept``) through :attr:`Keeper.events`.
 
-If no keeper can be started (no Python executable to run it, or its file is not on disk),
-:func:`keeper_for` returns None and the executor starts its jobs itself, as children of this
-process.
+If no keeper can be started (no Python executable to run it, or its file or that of the process
+layer it loads, ``psij/_spawn.py``, is not on disk), :func:`keeper_for` returns None and the
+executor starts its jobs itself, as children of this process.
 """
 
-import errno
 import marshal
 import os
 import socket
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 from psij._lazylog import LazyLogger
-from psij.executors._process import LaunchError, start_error_words
+from psij._spawn import launch_error, popen
 
 __all__ = ["Keeper", "flush_keepers", "forget_keepers", "keeper_for"]
 
@@ -31,8 +30,7 @@ logger = LazyLogger(__name__)
 _HEADER = struct.Struct("!I")
 _ANSWER_SECONDS = 120.0
 _PROGRAM = str(Path(__file__).with_name("_local_keeper.py"))
-_NOT_FOUND = (errno.ENOENT, errno.ENOTDIR)
-_NOT_EXECUTABLE = (errno.EACCES, errno.EPERM, errno.EISDIR)
+_LAYER = str(Path(__file__).parent.parent / "_spawn.py")  # loaded by the keeper from its file
 
 
 class KeeperGone(Exception):
@@ -48,11 +46,9 @@ class Keeper:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         events_r, events_w = os.pipe()
         try:
-            self.process = subprocess.Popen(
+            self.process = popen(
                 [sys.executable, "-I", "-S", _PROGRAM, str(theirs.fileno()), str(events_w),
-                 str(final_rank)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(), events_w), start_new_session=True, close_fds=True)
+                 str(final_rank)], env=None, pass_fds=(theirs.fileno(), events_w))
         except BaseException:
             ours.close()
             os.close(events_r)
@@ -115,15 +111,7 @@ class Keeper:
                            bool(in_registry)), fds)
         if reply[0] == "ok":
             return int(reply[1])
-        code = int(reply[1])
-        cause = OSError(code, str(reply[2]))
-        if code in _NOT_FOUND:
-            raise LaunchError(f"executable {argv[0]!r} was not found (no such file, or not on "
-                              "PATH)", 127) from cause
-        if code in _NOT_EXECUTABLE:
-            raise LaunchError(f"executable {argv[0]!r} cannot be executed ({reply[2]})",
-                              126) from cause
-        raise LaunchError(f"could not start {argv[0]!r}: {start_error_words(cause)}") from cause
+        raise launch_error(OSError(int(reply[1]), str(reply[2])), argv, env)
 
     def signal(self, pgid: int, signum: int) -> bool:
         """Signal the group of a job of this keeper that it has not reaped yet."""
@@ -186,7 +174,8 @@ def keeper_for(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
         keeper = _KEEPERS.get(key)
         if keeper is not None and keeper.alive and keeper.watch is watch:
             return keeper
-        if not sys.executable or not os.path.isfile(_PROGRAM):  # e.g. run from a zip file
+        if not sys.executable or not os.path.isfile(_PROGRAM) \
+                or not os.path.isfile(_LAYER):  # e.g. run from a zip file
             return None
         try:
             keeper = Keeper(final_rank)
