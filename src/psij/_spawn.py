@@ -181,7 +181,7 @@ def on_path(name: str, env: Mapping[str, str]) -> str:
     found = _found.get(key)
     if found is not None and os.access(found, os.X_OK):
         return found
-    for folder in os.get_exec_path(dict(env) if not isinstance(env, dict) else env):
+    for folder in os.get_exec_path(env):
         candidate = os.path.join(folder, name)
         if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
             if len(_found) >= _MAX_FOUND:
