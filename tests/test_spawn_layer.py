@@ -29,7 +29,7 @@ from psij._spawn import (
     spawn,
     start,
 )
-from psij.executors import _local_keeper
+from psij.executors import _keeper_client, _local_keeper
 from psij.executors._process import LaunchError as ProcessLaunchError
 from psij.executors.local import LocalJobExecutorConfig
 
@@ -361,6 +361,38 @@ def test_a_keeper_that_cannot_load_the_layer_ends_at_once_saying_so(tmp_path: Pa
     assert done.returncode == _local_keeper.LAYER_FAILED
     assert b"keeper: cannot load the process layer" in done.stderr
     assert str(tmp_path / "_spawn.py").encode() in done.stderr
+
+
+FALLBACK = """
+import os, sys
+from psij.executors import _keeper_client
+_keeper_client._PROGRAM = sys.argv[1]  # a keeper whose process layer is not beside it
+from psij import Job, JobExecutor, JobSpec
+from psij.executors.local import LocalJobExecutorConfig
+ex = JobExecutor.get_instance("local", config=LocalJobExecutorConfig(
+    work_directory=sys.argv[2], keeper=True))
+for out in sys.argv[3:]:
+    job = Job(JobSpec("/bin/sh", ["-c", "echo $PPID"], stdout_path=out))
+    ex.submit(job)
+    status = job.wait(timeout=60)
+    print(status.state, status.exit_code, os.getpid())
+"""
+
+
+def test_jobs_run_when_the_keeper_cannot_load_the_layer(tmp_path: Path) -> None:
+    outs = [tmp_path / "first", tmp_path / "second"]
+    done = subprocess.run([sys.executable, "-c", FALLBACK, str(keeper_copy(tmp_path, False)),
+                           str(tmp_path / "work"), *map(str, outs)], capture_output=True,
+                          text=True, timeout=LIMIT)
+    assert done.returncode == 0, done.stderr
+    lines = [line.split() for line in done.stdout.splitlines()]
+    assert [line[:2] for line in lines] == [["COMPLETED", "0"]] * 2
+    for out, line in zip(outs, lines):
+        assert out.read_text().strip() == line[2]  # started by the submitter itself
+    # Said once, and no keeper is tried for the second job.
+    assert done.stderr.count("the local jobs' keeper cannot load") == 1, done.stderr
+    assert done.stderr.count("starting it here") == 1, done.stderr
+    assert _keeper_client._LAYER_FAILED == _local_keeper.LAYER_FAILED
 
 
 # -- no other way -------------------------------------------------------------------------------

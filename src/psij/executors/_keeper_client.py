@@ -6,8 +6,9 @@ start a program and returns its pid; the keeper's exit reports reach the process
 (``ProcessWatch.watch_kept``) through :attr:`Keeper.events`.
 
 If no keeper can be started (no Python executable to run it, or its file or that of the process
-layer it loads, ``psij/_spawn.py``, is not on disk), :func:`keeper_for` returns None and the
-executor starts its jobs itself, as children of this process.
+layer it loads, ``psij/_spawn.py``, is not on disk, or a keeper could not load that layer and
+ended at once), :func:`keeper_for` returns None and the executor starts its jobs itself, as
+children of this process.
 """
 
 import marshal
@@ -17,6 +18,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Protocol, Tuple
 
@@ -31,6 +33,7 @@ _HEADER = struct.Struct("!I")
 _ANSWER_SECONDS = 120.0
 _PROGRAM = str(Path(__file__).with_name("_local_keeper.py"))
 _LAYER = str(Path(__file__).parent.parent / "_spawn.py")  # loaded by the keeper from its file
+_LAYER_FAILED = 3  # the keeper's exit code when it cannot (_local_keeper.LAYER_FAILED)
 
 
 class KeeperGone(Exception):
@@ -107,11 +110,32 @@ class Keeper:
         LaunchError as ``Spawner`` raises it when it could not start, KeeperGone when the
         keeper could not be asked."""
         fds = [self._devnull if fd == subprocess.DEVNULL else fd for fd in streams]
-        reply = self._ask(("spawn", program, argv, directory, env, job_id, journal, registry,
-                           bool(in_registry)), fds)
+        try:
+            reply = self._ask(("spawn", program, argv, directory, env, job_id, journal,
+                               registry, bool(in_registry)), fds)
+        except KeeperGone:
+            if self._exit_code() == _LAYER_FAILED and not _UNUSABLE:
+                _UNUSABLE.append(_LAYER)
+                logger.warning("the local jobs' keeper cannot load %s; local jobs are started "
+                               "by this process, and a job that ends after it has no "
+                               "recorded exit code", _LAYER)
+            raise
         if reply[0] == "ok":
             return int(reply[1])
         raise launch_error(OSError(int(reply[1]), str(reply[2])), argv, env)
+
+    def _exit_code(self) -> Optional[int]:
+        """The keeper's exit code, once its socket closed: it is ending (waited for a moment),
+        or None."""
+        for _ in range(100):
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return None
+            if pid:
+                return os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+            time.sleep(0.01)
+        return None
 
     def signal(self, pgid: int, signum: int) -> bool:
         """Signal the group of a job of this keeper that it has not reaped yet."""
@@ -161,6 +185,8 @@ class Keeper:
 _KEEPERS: Dict[Tuple[int, int], Keeper] = {}
 _KEEPERS_LOCK = threading.Lock()
 _FAILED: List[str] = []
+# Not empty once a keeper could not load the process layer: no other is started then.
+_UNUSABLE: List[str] = []
 
 
 def keeper_for(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
@@ -175,7 +201,7 @@ def keeper_for(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
         if keeper is not None and keeper.alive and keeper.watch is watch:
             return keeper
         if not sys.executable or not os.path.isfile(_PROGRAM) \
-                or not os.path.isfile(_LAYER):  # e.g. run from a zip file
+                or not os.path.isfile(_LAYER) or _UNUSABLE:  # e.g. run from a zip file
             return None
         try:
             keeper = Keeper(final_rank)
