@@ -5,12 +5,12 @@ local executor of the process, whatever its work directory. :meth:`Keeper.spawn`
 start a program and returns its pid; the keeper's exit reports reach the process watch
 (``ProcessWatch.watch_kept``) through :attr:`Keeper.events`.
 
-If no keeper can be started (no Python executable to run it, or its file is not on disk),
-:func:`keeper_for` returns None and the executor starts its jobs itself, as children of this
-process.
+If no keeper can be started (no Python executable to run it, or its file or that of the process
+layer it loads, ``psij/_spawn.py``, is not on disk, or a keeper could not load that layer and
+ended at once), :func:`keeper_for` returns None and the executor starts its jobs itself, as
+children of this process.
 """
 
-import errno
 import marshal
 import os
 import socket
@@ -18,11 +18,12 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 from psij._lazylog import LazyLogger
-from psij.executors._process import LaunchError, start_error_words
+from psij._spawn import launch_error, popen
 
 __all__ = ["Keeper", "flush_keepers", "forget_keepers", "keeper_for"]
 
@@ -31,8 +32,8 @@ logger = LazyLogger(__name__)
 _HEADER = struct.Struct("!I")
 _ANSWER_SECONDS = 120.0
 _PROGRAM = str(Path(__file__).with_name("_local_keeper.py"))
-_NOT_FOUND = (errno.ENOENT, errno.ENOTDIR)
-_NOT_EXECUTABLE = (errno.EACCES, errno.EPERM, errno.EISDIR)
+_LAYER = str(Path(__file__).parent.parent / "_spawn.py")  # loaded by the keeper from its file
+_LAYER_FAILED = 3  # the keeper's exit code when it cannot (_local_keeper.LAYER_FAILED)
 
 
 class KeeperGone(Exception):
@@ -48,11 +49,9 @@ class Keeper:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         events_r, events_w = os.pipe()
         try:
-            self.process = subprocess.Popen(
+            self.process = popen(
                 [sys.executable, "-I", "-S", _PROGRAM, str(theirs.fileno()), str(events_w),
-                 str(final_rank)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(), events_w), start_new_session=True, close_fds=True)
+                 str(final_rank)], env=None, pass_fds=(theirs.fileno(), events_w))
         except BaseException:
             ours.close()
             os.close(events_r)
@@ -111,19 +110,32 @@ class Keeper:
         LaunchError as ``Spawner`` raises it when it could not start, KeeperGone when the
         keeper could not be asked."""
         fds = [self._devnull if fd == subprocess.DEVNULL else fd for fd in streams]
-        reply = self._ask(("spawn", program, argv, directory, env, job_id, journal, registry,
-                           bool(in_registry)), fds)
+        try:
+            reply = self._ask(("spawn", program, argv, directory, env, job_id, journal,
+                               registry, bool(in_registry)), fds)
+        except KeeperGone:
+            if self._exit_code() == _LAYER_FAILED and not _UNUSABLE:
+                _UNUSABLE.append(_LAYER)
+                logger.warning("the local jobs' keeper cannot load %s; local jobs are started "
+                               "by this process, and a job that ends after it has no "
+                               "recorded exit code", _LAYER)
+            raise
         if reply[0] == "ok":
             return int(reply[1])
-        code = int(reply[1])
-        cause = OSError(code, str(reply[2]))
-        if code in _NOT_FOUND:
-            raise LaunchError(f"executable {argv[0]!r} was not found (no such file, or not on "
-                              "PATH)", 127) from cause
-        if code in _NOT_EXECUTABLE:
-            raise LaunchError(f"executable {argv[0]!r} cannot be executed ({reply[2]})",
-                              126) from cause
-        raise LaunchError(f"could not start {argv[0]!r}: {start_error_words(cause)}") from cause
+        raise launch_error(OSError(int(reply[1]), str(reply[2])), argv, env)
+
+    def _exit_code(self) -> Optional[int]:
+        """The keeper's exit code, once its socket closed: it is ending (waited for a moment),
+        or None."""
+        for _ in range(100):
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return None
+            if pid:
+                return os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+            time.sleep(0.01)
+        return None
 
     def signal(self, pgid: int, signum: int) -> bool:
         """Signal the group of a job of this keeper that it has not reaped yet."""
@@ -173,6 +185,8 @@ class Keeper:
 _KEEPERS: Dict[Tuple[int, int], Keeper] = {}
 _KEEPERS_LOCK = threading.Lock()
 _FAILED: List[str] = []
+# Not empty once a keeper could not load the process layer: no other is started then.
+_UNUSABLE: List[str] = []
 
 
 def keeper_for(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
@@ -186,7 +200,8 @@ def keeper_for(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
         keeper = _KEEPERS.get(key)
         if keeper is not None and keeper.alive and keeper.watch is watch:
             return keeper
-        if not sys.executable or not os.path.isfile(_PROGRAM):  # e.g. run from a zip file
+        if not sys.executable or not os.path.isfile(_PROGRAM) \
+                or not os.path.isfile(_LAYER) or _UNUSABLE:  # e.g. run from a zip file
             return None
         try:
             keeper = Keeper(final_rank)

@@ -51,10 +51,15 @@ descriptors with the length):
 The KILL that follows the TERM is the keeper's so that a job that ignores TERM is still
 killed when the process that cancelled it exits at once (its own timers would die with it).
 
-The keeper is single-threaded: it may change its working directory before each spawn. It runs
-no user code and reads no file but ``/proc/<pid>/stat`` and the registry.
+The keeper is single-threaded: it may change its working directory before each spawn. It
+starts programs only through the package's process layer (``psij/_spawn.py``), loaded from
+its file at start (``-I -S``: the package is not importable); when it cannot be loaded the
+keeper exits at once with code 3, saying why on its stderr, and the process that started it
+starts its jobs itself. It runs no user code and reads no file but ``/proc/<pid>/stat`` and
+the registry.
 """
 
+import importlib.util
 import marshal
 import os
 import selectors
@@ -73,7 +78,6 @@ _MAX_REQUEST = 1 << 30
 _IGNORED = ("SIGINT", "SIGHUP", "SIGTERM")
 _RESTORED = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ", *_IGNORED)
                   if hasattr(signal, n))
-_GROUP: Dict[str, Any] = {"setpgroup": 0} if sys.version_info >= (3, 11) else {"setsid": True}
 _JOURNAL_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_OPEN = 32
 _BATCH_SECONDS = 0.05  # records wait at most this long for a commit
@@ -95,6 +99,30 @@ _FINAL_SQL = ("UPDATE jobs SET state = ?, rank = ?, exit_code = ?, message = ?, 
 # A record for the registry: (kind, pid, start, text, journal to use if it cannot be written,
 # job id).
 Run = Tuple[str, int, str, str, str, str]
+LAYER_FAILED = 3  # the keeper's exit code when the process layer cannot be loaded
+_SPAWN: Any = None  # psij/_spawn.py, loaded by main()
+
+
+def layer_path() -> str:
+    """Where ``psij/_spawn.py`` is: in the folder above this file's (as the file was named,
+    else once links are resolved)."""
+    named = os.path.abspath(__file__)
+    for base in (named, os.path.realpath(named)):
+        path = os.path.join(os.path.dirname(os.path.dirname(base)), "_spawn.py")
+        if os.path.isfile(path):
+            return path
+    return os.path.join(os.path.dirname(os.path.dirname(named)), "_spawn.py")
+
+
+def load_layer() -> Any:
+    """The package's process layer, loaded from its file; raises when it cannot be."""
+    path = layer_path()
+    spec = importlib.util.spec_from_file_location("psij_spawn", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no module at {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def start_time(pid: int) -> str:
@@ -307,14 +335,8 @@ class Keeper:
         if len(fds) != 3:
             return ("err", 0, f"expected 3 stream descriptors, got {len(fds)}")
         try:
-            if directory != self.cwd:
-                os.chdir(directory)
-                self.cwd = directory
-            pid = os.posix_spawn(program, argv, env, setsigdef=_RESTORED,
-                                 file_actions=[(os.POSIX_SPAWN_DUP2, fds[0], 0),
-                                               (os.POSIX_SPAWN_DUP2, fds[1], 1),
-                                               (os.POSIX_SPAWN_DUP2, fds[2], 2)],
-                                 **_GROUP)
+            pid = _SPAWN.start(argv, directory, env, (fds[0], fds[1], fds[2]), program=program,
+                               may_chdir=True, restore=_RESTORED)
         except OSError as ex:
             return ("err", ex.errno or 0, ex.strerror or str(ex))
         except (UnicodeEncodeError, ValueError, TypeError) as ex:
@@ -567,6 +589,12 @@ def _message(code: int) -> str:
 
 
 def main(argv: List[str]) -> int:
+    global _SPAWN
+    try:
+        _SPAWN = load_layer()
+    except Exception as ex:  # the requester sees the socket close and starts its jobs itself
+        Keeper.note(f"keeper: cannot load the process layer {layer_path()}: {ex!r}")
+        return LAYER_FAILED
     requests_fd, events_fd, final_rank = int(argv[1]), int(argv[2]), int(argv[3])
     for fd in (requests_fd, events_fd):
         os.set_inheritable(fd, False)

@@ -5,8 +5,9 @@ program is started, reaped, described and ended the same way by both:
 
 - :class:`Spawner` starts a program as the leader of a new process group, with its directory,
   environment and standard streams, and maps a failure to start to a :class:`LaunchError` with
-  the shell's exit code (127 not found, 126 not executable); :func:`open_streams` opens the
-  redirections it is given;
+  the shell's exit code (127 not found, 126 not executable), both through :mod:`psij._spawn`,
+  the package's one way to start a process; :func:`open_streams` opens the redirections it is
+  given;
 - :func:`reap` collects one exited child without blocking;
 - :func:`exit_code_of` and :func:`exit_message` turn a wait status into a shell-style code and
   that code into words, :func:`failure_message` adds the end of the program's stderr, read by
@@ -15,18 +16,27 @@ program is started, reaped, described and ended the same way by both:
 - :func:`terminate_group` sends TERM to a whole process group now and KILL after a grace
   period, on the timers of the exit watch that reaps the group's leader (so on its clock).
 
-It does not decide what runs or when, does not watch processes (``_process_watch`` does) and
-never sets a job's state.
+It does not decide what runs or when, starts nothing itself (``psij._spawn`` does), does not
+watch processes (``_process_watch`` does) and never sets a job's state.
 """
 
-import errno
 import os
 import signal
-import sys
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Protocol, Tuple
+from typing import Dict, List, Mapping, Optional, Protocol, Tuple
+
+from psij import _spawn
+from psij._spawn import (
+    MAX_ARG_STRING,
+    NOT_TEXT,
+    LaunchError,
+    fits_exec,
+    start_error_words,
+)
 
 __all__ = [
+    "MAX_ARG_STRING",
+    "NOT_TEXT",
     "SIGKILL",
     "SIGTERM",
     "LaunchError",
@@ -35,12 +45,14 @@ __all__ = [
     "exit_code_of",
     "exit_message",
     "failure_message",
+    "fits_exec",
     "group_has_live_members",
     "killpg",
     "open_streams",
     "reap",
     "signal_name",
     "signal_reaped_group",
+    "start_error_words",
     "stderr_excerpt",
     "stderr_part",
     "terminate_group",
@@ -50,73 +62,12 @@ SIGTERM = 15
 SIGKILL = 9
 WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 READ = os.O_RDONLY | os.O_CLOEXEC
-NOT_TEXT = "it holds a lone surrogate, which no file name or program can receive"
-
-# A program leads a process group of its own either way it is started (before Python 3.11,
-# Popen can only make a new session, which is also a new group).
-_NEW_GROUP = sys.version_info >= (3, 11)
-_POPEN_GROUP: Dict[str, Any] = {"process_group": 0} if _NEW_GROUP else {"start_new_session": True}
-_POSIX_GROUP: Dict[str, Any] = {"setpgroup": 0} if _NEW_GROUP else {"setsid": True}
-_RESTORED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ", "SIGXFZ")
-                          if hasattr(signal, name))
 # A stderr excerpt: the last lines of at most the last bytes of the file.
 _STDERR_EXCERPT_BYTES = 4096
 _STDERR_EXCERPT_LINES = 10
 
 
 # -- starting -----------------------------------------------------------------------------------
-
-
-# exec's limit on one argument or "NAME=value" string on Linux (MAX_ARG_STRLEN: 32 pages).
-MAX_ARG_STRING = 32 * 4096
-
-
-def _arg_max() -> Optional[int]:
-    """exec's limit on all arguments and variables together (None when unknown)."""
-    try:
-        limit = os.sysconf("SC_ARG_MAX")
-    except (ValueError, OSError):
-        return None
-    return limit if limit > 0 else None
-
-
-def fits_exec(env: Mapping[str, str]) -> bool:
-    """Whether a program could be started with ``env`` (Linux's limits on exec: each string
-    within MAX_ARG_STRING, all of them with their pointers within ARG_MAX)."""
-    total = 0
-    for key, value in env.items():
-        size = len(os.fsencode(key)) + len(os.fsencode(value)) + 2  # "=" and the NUL
-        if size > MAX_ARG_STRING:
-            return False
-        total += size + 8
-    limit = _arg_max()
-    return limit is None or total <= limit
-
-
-def start_error_words(error: OSError) -> str:
-    """The system's words for why a program could not be started, with what they mean when
-    they do not say it themselves (E2BIG names arguments, but is mostly the environment)."""
-    words = error.strerror or str(error)
-    if error.errno == errno.E2BIG:
-        limit = _arg_max()
-        words += (" (the environment and arguments are more than the system lets a new "
-                  f"process have: on Linux at most {MAX_ARG_STRING // 1024} KiB for each "
-                  "variable or argument, and at most "
-                  f"{'ARG_MAX' if limit is None else f'{limit} bytes'} for all of them "
-                  "together)")
-    return words
-
-
-class LaunchError(Exception):
-    """A program could not be started; the message says why in words a user can act on.
-
-    ``exit_code`` is the shell's code for the cause when there is one: 127 for a program that
-    was not found, 126 for one that cannot be executed.
-    """
-
-    def __init__(self, message: str, exit_code: Optional[int] = None) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 class StreamError(Exception):
@@ -180,7 +131,8 @@ def open_streams(directory: str, stdin: Optional[str], stdout: Optional[str],
 
 class Spawner:
     """Starts a program as the leader of a new process group, in its directory, with its
-    environment and standard streams, and no other descriptor of this process.
+    environment and standard streams, and no other descriptor of this process (by
+    :func:`psij._spawn.spawn`).
 
     ``os.posix_spawn`` costs markedly less than ``subprocess.Popen``, but it can neither change
     directory nor close descriptors that are not close-on-exec. So with ``posix_spawn=True`` it
@@ -190,106 +142,18 @@ class Spawner:
     """
 
     def __init__(self, posix_spawn: bool = True) -> None:
-        self._posix = posix_spawn and hasattr(os, "posix_spawn") \
-            and not _inheritable_descriptors()
-        # Program names found on a PATH, checked again (one access call) at each use.
-        self._found: Dict[Tuple[str, str], str] = {}
+        self._posix = posix_spawn and _spawn.posix_spawn_is_safe()
 
     def spawn(self, argv: List[str], directory: str, env: Dict[str, str], stdin: int,
               stdout: int, stderr: int) -> int:
         """The new process's pid; raises LaunchError saying why it could not start (the
         ``OSError`` or ``UnicodeEncodeError`` that said so is its ``__cause__``)."""
-        try:
-            if self._posix and directory == os.getcwd():
-                return self._posix_spawn(argv, env, stdin, stdout, stderr)
-            return _popen(argv, directory, env, stdin, stdout, stderr)
-        except FileNotFoundError as ex:
-            raise LaunchError(f"executable {argv[0]!r} was not found (no such file, or not on "
-                              "PATH)", 127) from ex
-        except PermissionError as ex:
-            raise LaunchError(f"executable {argv[0]!r} cannot be executed "
-                              f"({ex.strerror})", 126) from ex
-        except OSError as ex:
-            raise LaunchError(f"could not start {argv[0]!r}: {start_error_words(ex)}") from ex
-        except UnicodeEncodeError as ex:
-            raise LaunchError(_unencodable(argv, env)) from ex
-
-    def _posix_spawn(self, argv: List[str], env: Dict[str, str], stdin: int, stdout: int,
-                     stderr: int) -> int:
-        program = argv[0]
-        if "/" not in program:
-            program = self.on_path(program, env)
-        # Python ignores SIGPIPE and SIGXFSZ, and ignored signals stay ignored across exec:
-        # the program gets their default actions back, as Popen gives them.
-        return os.posix_spawn(program, argv, env, setsigdef=_RESTORED_SIGNALS,
-                              file_actions=[(os.POSIX_SPAWN_DUP2, stdin, 0),
-                                            (os.POSIX_SPAWN_DUP2, stdout, 1),
-                                            (os.POSIX_SPAWN_DUP2, stderr, 2)],
-                              **_POSIX_GROUP)
+        return _spawn.spawn(argv, directory, env, (stdin, stdout, stderr),
+                            posix_spawn=self._posix)
 
     def on_path(self, name: str, env: Mapping[str, str]) -> str:
         """The first executable ``name`` on the program's own PATH, as Popen would find it."""
-        path = env.get("PATH", os.defpath)
-        key = (name, path)
-        found = self._found.get(key)
-        if found is not None and os.access(found, os.X_OK):
-            return found
-        for folder in os.get_exec_path(env):
-            candidate = os.path.join(folder, name)
-            if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
-                self._found[key] = candidate
-                return candidate
-        raise FileNotFoundError(2, "No such file or directory", name)
-
-
-def _unencodable(argv: List[str], env: Mapping[str, str]) -> str:
-    """Which argument or variable cannot be passed to a program, and why."""
-    def bad(text: str) -> bool:
-        try:
-            os.fsencode(text)
-        except UnicodeEncodeError:
-            return True
-        return False
-
-    for i, arg in enumerate(argv):
-        if bad(arg):
-            return (f"executable {arg!r}: {NOT_TEXT}" if i == 0
-                    else f"argument {i} ({arg!r}): {NOT_TEXT}")
-    for key, value in env.items():
-        if bad(key) or bad(value):
-            return f"environment variable {key!r} ({value!r}): {NOT_TEXT}"
-    return f"the directory, an argument or a variable: {NOT_TEXT}"
-
-
-def _inheritable_descriptors() -> bool:
-    """Whether this process has an inheritable descriptor above 2 (unknown counts as yes)."""
-    for folder in ("/proc/self/fd", "/dev/fd"):
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        for name in names:
-            fd = int(name)
-            if fd > 2:
-                try:
-                    if os.get_inheritable(fd):
-                        return True
-                except OSError:
-                    pass  # the descriptor listdir itself used, closed since
-        return False
-    return True
-
-
-def _popen(argv: List[str], directory: str, env: Dict[str, str], stdin: int, stdout: int,
-           stderr: int) -> int:
-    import subprocess  # only when needed: ``psij pilot run`` starts faster without it
-
-    popen = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=directory,
-                             env=env, close_fds=True, **_POPEN_GROUP)
-    # The exit watch reaps the process; the Popen object must not think it still runs (it
-    # would reap it itself when collected).
-    popen.returncode = 0
-    return popen.pid
+        return _spawn.on_path(name, env)
 
 
 # -- reaping and describing an exit -------------------------------------------------------------

@@ -13,11 +13,11 @@ that a program that stops (``psij supervise`` on Ctrl+C) leaves no submit comman
 queue a job nobody follows.
 
 :class:`FakeCommandRunner` stands in for the real runner in tests: it records every call and
-answers from a function. Nothing else in the batch layer may start processes.
+answers from a function. Nothing else in the batch layer may start processes (and this one
+starts them through the package's process layer, :func:`psij._spawn.popen`).
 """
 
 import os
-import select
 import signal
 import subprocess
 import threading
@@ -35,7 +35,7 @@ from typing import (
 )
 
 from psij._record import Record
-from psij.executors._process import start_error_words
+from psij._spawn import popen, start_error_words
 
 if TYPE_CHECKING:
     from psij.executors.batch._spares import SpareCommands
@@ -188,10 +188,8 @@ class SubprocessRunner:
         if submit and self._submits.stopped:
             return CommandResult(args, None, failure=SUBMITS_STOPPED)
         try:
-            proc = _Popen(
-                args, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._env,
-                start_new_session=True)
+            proc = popen(args, stdin=subprocess.PIPE if stdin is not None else None,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._env)
         except OSError as e:
             return CommandResult(args, None, failure=start_failure(e))
         return finish(proc, args, None if stdin is None else script_bytes(stdin), timeout,
@@ -273,27 +271,6 @@ def _finish(proc: "subprocess.Popen[bytes]", args: Tuple[str, ...], data: Option
         proc.wait()
         raise
     return CommandResult(args, proc.returncode, _text(out), _text(err))
-
-
-class _Popen(subprocess.Popen):  # type: ignore[type-arg]
-    """A Popen whose wait with a timeout sleeps until the child exits (on its pidfd) rather
-    than polling it every 0.5 to 50 ms, which cost each command about half a millisecond."""
-
-    def _wait(self, timeout: Optional[float]) -> Optional[int]:
-        if self.returncode is not None or timeout is None or not hasattr(os, "pidfd_open"):
-            return super()._wait(timeout)  # type: ignore[misc, no-any-return]
-        try:
-            fd = os.pidfd_open(self.pid)
-        except OSError:  # a kernel without pidfds
-            return super()._wait(timeout)  # type: ignore[misc, no-any-return]
-        try:
-            waiter = select.poll()
-            waiter.register(fd, select.POLLIN)
-            if not waiter.poll(max(0.0, timeout) * 1000):
-                raise subprocess.TimeoutExpired(self.args, timeout)
-        finally:
-            os.close(fd)
-        return super()._wait(None)  # type: ignore[misc, no-any-return]
 
 
 def _kill_group(proc: "subprocess.Popen[bytes]") -> None:

@@ -34,13 +34,13 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
+from psij._spawn import popen
 from psij.executors.batch import _slurm_rest as rest
 from psij.executors.batch._environ import inherited
 from psij.executors.batch._runner import (
     MAY_HAVE_BEEN_SUBMITTED,
     CommandResult,
     _kill_group,
-    _Popen,
     start_failure,
 )
 from psij.executors.batch._spares import _umask
@@ -212,10 +212,9 @@ class RestSubmitter:
             if os.geteuid() == 0:
                 child_env["SLURMRESTD_SECURITY"] = "disable_user_check"
             try:
-                proc = _Popen((binary, "-a", "rest_auth/local", "-s", "openapi/v0.0.38"),
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, env=child_env, bufsize=0,
-                              start_new_session=True)
+                proc = popen((binary, "-a", "rest_auth/local", "-s", "openapi/v0.0.38"),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env,
+                             bufsize=0)
             except OSError as e:
                 raise _Failed(start_failure(e), sent=False) from e
             self._proc, self._proc_key = proc, key

@@ -39,12 +39,12 @@ import weakref
 from collections import deque
 from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
+from psij._spawn import popen
 from psij.executors.batch._environ import inherited_bytes
 from psij.executors.batch._runner import (
     CommandResult,
     InFlight,
     _kill_group,
-    _Popen,
     finish,
     script_bytes,
 )
@@ -264,9 +264,8 @@ class SpareCommands:
         proc = None
         if taken is not None:
             try:
-                proc = _Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, env=taken[-1], cwd=taken[1],
-                              start_new_session=True)
+                proc = popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=taken[-1], cwd=taken[1])
             except OSError as e:
                 logger.debug("no spare of %s: %s", argv[0], e)
         with self._cond:

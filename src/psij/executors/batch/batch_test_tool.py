@@ -58,8 +58,22 @@ CANCEL_GRACE = 5.0  # seconds between the TERM and the KILL of a cancelled job
 
 def _private_dirs() -> ModuleType:
     """psij's ``_private_dirs`` module, loaded from its file (no import of the package)."""
-    path = Path(__file__).resolve().parents[2] / "_private_dirs.py"
-    spec = importlib.util.spec_from_file_location("psij._private_dirs", path)
+    return _psij_module("_private_dirs")
+
+
+def _spawn() -> ModuleType:
+    """psij's process layer (``_spawn``), by which this tool starts every process."""
+    return _psij_module("_spawn")
+
+
+def _psij_module(name: str) -> ModuleType:
+    """A standard-library-only module of psij, loaded from its file (``python -S`` has no
+    site-packages, so no import of the package)."""
+    loaded = sys.modules.get(f"psij.{name}")
+    if loaded is not None:
+        return loaded
+    path = Path(__file__).resolve().parents[2] / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"psij.{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -217,10 +231,9 @@ def cmd_submit(spool: Spool, script_path: str) -> int:
     if held:
         _create(d / "hold", "")
     spool.set_state(job_id, "HELD" if held else "PENDING")
-    subprocess.Popen([sys.executable, "-S", os.path.abspath(__file__), "--spool",
-                      str(spool.root), "_watch", job_id], start_new_session=True,
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL, close_fds=True)
+    watcher = _spawn().popen([sys.executable, "-S", os.path.abspath(__file__), "--spool",
+                              str(spool.root), "_watch", job_id], env=None)
+    watcher.returncode = 0  # it outlives this command, which never waits for it
     print(job_id)
     return 0
 
@@ -254,9 +267,7 @@ def cmd_watch(spool: Spool, job_id: str) -> int:
         return 0
     env = _job_environment(options)
     env["BATCH_TEST_JOB_ID"] = job_id
-    proc = subprocess.Popen(["/bin/bash", str(d / "script")], cwd=str(d), env=env,
-                            start_new_session=True, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = _spawn().popen(["/bin/bash", str(d / "script")], cwd=str(d), env=env)
     _write(d / "pgid", str(proc.pid))
     spool.set_state(job_id, "RUNNING")
     limit = _seconds(options["time"]) if options.get("time") else None

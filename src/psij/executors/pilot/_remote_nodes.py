@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 from psij._clock import Clock
 from psij._lazylog import LazyLogger
 from psij._line_framing import BadLine, LineFramer, decode_line, encode_line
+from psij._spawn import popen
 from psij.executors._process_watch import WATCH, exit_code_of
 from psij.executors.pilot._engine_events import AgentLauncherExited, EngineEvent
 from psij.executors.pilot._task_process import Launch
@@ -133,9 +134,8 @@ class RemoteNodes:
         agent.connected_at = self._clock.now()
         try:
             with open(agent.log, "wb") as log:
-                proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log,
-                                        stderr=subprocess.STDOUT, close_fds=True,
-                                        start_new_session=True)
+                proc = popen(argv, stdin=subprocess.PIPE, stdout=log,
+                             stderr=subprocess.STDOUT, env=None)
         except OSError as ex:
             agent.lost = f"its agent could not be started ({' '.join(argv)}): {ex}"
             logger.error("pilot: node %s: %s", node, agent.lost)
