@@ -409,8 +409,6 @@ STARTERS = {("subprocess", name) for name in ("Popen", "run", "call", "check_cal
 # Module (relative to the package) -> the starters it may still use, and why.
 ALLOWED = {
     "_spawn.py": {f"{module}.{name}" for module, name in STARTERS},  # the layer itself
-    # Being rewritten; it moves to popen() with its rewrite.
-    "executors/_gpus.py": {"subprocess.run"},
 }
 
 

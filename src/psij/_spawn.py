@@ -27,10 +27,9 @@ needed (a pilot starts faster without it).
 It decides how a process is started, never what runs, when, or what its end means; it does
 not wait for or reap what :func:`start` started (the exit watches do).
 
-Where a process is still started elsewhere, and why: ``executors/_gpus.py`` (runs
-``nvidia-smi``/``rocm-smi`` with ``subprocess.run``) is being rewritten and moves to
-:func:`popen` then; ``executors/batch/batch_test_tool.py``, a stand-alone fake scheduler run
-with ``python -S``, loads this file by path as the keeper does.
+No process is started elsewhere: the GPU probes (``executors/_gpu_detect.py``) start through
+:class:`psij.executors._process.Spawner`, and ``executors/batch/batch_test_tool.py``, a
+stand-alone fake scheduler run with ``python -S``, loads this file by path as the keeper does.
 """
 
 import errno
