@@ -1,0 +1,224 @@
+"""A pilot worker: the process that starts and reaps the tasks of the engine's own node.
+
+The engine (its side is :mod:`~psij.executors.pilot._local_workers`) starts one or more of these
+as ``python -c ...`` with one end of a socket pair as standard input and output and the tasks'
+base environment as the worker's own environment: that environment is thus sent once per
+worker, and a task brings only its own variables. Tasks are started by
+:class:`~psij.executors.pilot._task_process.TaskProcesses` exactly as an agent starts them (own
+process group, directory, redirections, a fresh ``TMPDIR`` and a node file), so what a task
+sees does not depend on which process started it.
+
+Protocol: one JSON object per line both ways (framed by :mod:`psij._line_framing`), each
+carrying a batch, so that the engine's cost per task is a share of one message:
+
+- engine to worker: ``{"op": "spawn", "tasks": [[id, argv, directory, environment, inherit,
+  stdin, stdout, stderr, nodefile, create_directories], ...]}``; ``{"op": "signal", "tasks":
+  [[id, grace], ...]}`` (TERM to the task's group now, KILL after ``grace`` seconds);
+  ``{"op": "stop"}``.
+- worker to engine: ``{"op": "report", "started": [[id, pid], ...], "ended": [[id, code,
+  message], ...]}``, one per turn of the worker's loop with what happened during it. A task
+  that could not be started is only in ``ended``, with ``code`` 127 or 126 for a program not
+  found or not executable (else null) and the message ``could not start the task: ...``.
+
+Lifetime: the worker stops when the engine says ``stop``, when its connection ends, or when
+the thread that started it exits (``PR_SET_PDEATHSIG`` on Linux gives it SIGTERM, so a pilot
+killed with SIGKILL does not leave it behind); in every case it ends every task it runs (TERM,
+KILL after a short grace) before it exits. A worker killed with SIGKILL cannot do that: the
+engine then ends that worker's tasks itself (:mod:`~psij.executors.pilot._orphans`).
+
+It never decides what runs, where or when: that is the engine's.
+"""
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, List, Optional
+
+from psij._line_framing import BadLine, LineFramer, decode_line, encode_line
+from psij._wakeup import Wakeup
+from psij.executors.pilot._task_process import (
+    HAS_PIDFD,
+    Launch,
+    LaunchError,
+    LoopWatch,
+    TaskProcesses,
+)
+
+__all__ = ["main"]
+
+_RECV_SIZE = 1 << 18
+_MAX_LINE = 256 * 1024 * 1024  # a batch of spawns: many tasks, each up to exec's limits
+_STOP_GRACE = 2.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGTERM to this process when the thread that started it ends (Linux only); exit at
+    once if that already happened."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # no prctl: the end of the connection still stops the worker
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+class Worker:
+    """One worker's loop (see the module documentation); all on one thread."""
+
+    def __init__(self, fd: int, tmp_root: Path, grace: float) -> None:
+        self._fd = fd
+        self._framer = LineFramer(_MAX_LINE)
+        self._wakeup = Wakeup()
+        self._grace = grace
+        self._queue: List[Any] = []  # exits from the ProcessWatch thread (no pidfds)
+        self._watch: Optional[LoopWatch] = None
+        if HAS_PIDFD:
+            self._watch = LoopWatch(self._wakeup.selector)
+            self._processes = TaskProcesses(tmp_root, self._exited, self._watch, grace)
+        else:
+            self._processes = TaskProcesses(tmp_root, self._exited_elsewhere, grace=grace)
+        self._started: List[Any] = []
+        self._ended: List[Any] = []
+        self._stopping = False
+        self._deadline: Optional[float] = None
+        self._wakeup.register(fd, 1, self._read)
+
+    def _exited(self, task_id: str, code: Optional[int]) -> None:
+        message = self._processes.finish(task_id, code)
+        self._ended.append([task_id, code, message])
+
+    def _exited_elsewhere(self, task_id: str, code: Optional[int]) -> None:
+        # On the ProcessWatch thread: list.append is atomic; the loop finishes it.
+        self._queue.append((task_id, code))
+        self._wakeup.wake()
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        self._stopping = True
+        self._wakeup.wake()
+
+    def run(self) -> None:
+        import time
+
+        watch = self._watch
+        while True:
+            timeout = None if watch is None else watch.next_timeout()
+            if self._stopping:
+                now = time.monotonic()
+                if self._deadline is None:
+                    self._deadline = now + self._grace + 1.0
+                    self._processes.signal_all(self._grace)
+                left = max(0.0, self._deadline - now)
+                timeout = left if timeout is None else min(timeout, left)
+            for key, mask in self._wakeup.select(timeout):
+                key.data(mask)
+            if watch is not None:
+                watch.run_due()
+            while self._queue:
+                self._exited(*self._queue.pop(0))
+            self._report()
+            if self._stopping and (not self._processes.running()
+                                   or time.monotonic() >= (self._deadline or 0.0)):
+                return
+
+    def _report(self) -> None:
+        if not self._started and not self._ended:
+            return
+        message = {"op": "report", "started": self._started, "ended": self._ended}
+        self._started, self._ended = [], []
+        data = encode_line(message)
+        try:
+            while data:
+                sent = os.write(self._fd, data)
+                data = data[sent:]
+        except OSError:
+            self._stopping = True  # the engine is gone
+
+    def _read(self, mask: int) -> None:
+        try:
+            data = os.read(self._fd, _RECV_SIZE)
+        except OSError:
+            data = b""
+        if not data:
+            self._stop_reading()
+            return
+        for line in self._framer.feed(data):
+            try:
+                message = decode_line(line, surrogates=True)
+                if not isinstance(message, dict):
+                    raise BadLine("expected a JSON object")
+            except BadLine as bad:
+                print(f"psij pilot worker: a request cannot be read ({bad}); skipped",
+                      file=sys.stderr, flush=True)
+                continue
+            self._handle(message)
+        if self._framer.too_long:
+            print("psij pilot worker: a request too long to read; stopping", file=sys.stderr,
+                  flush=True)
+            self._stop_reading()
+
+    def _stop_reading(self) -> None:
+        self._stopping = True
+        try:
+            self._wakeup.unregister(self._fd)
+        except (KeyError, ValueError):
+            pass
+
+    def _handle(self, message: Any) -> None:
+        op = message.get("op")
+        if op == "spawn":
+            for row in message.get("tasks", ()):
+                self._spawn(row)
+        elif op == "signal":
+            for task_id, grace in message.get("tasks", ()):
+                self._processes.signal(str(task_id), float(grace))
+        elif op == "stop":
+            self._stopping = True
+
+    def _spawn(self, row: List[Any]) -> None:
+        task_id = str(row[0])
+        try:
+            launch = Launch(task_id, row[1], row[2], row[3], row[4], row[5], row[6], row[7],
+                            row[8], row[9])
+            pid = self._processes.start(launch)
+        except LaunchError as ex:
+            self._ended.append([task_id, ex.exit_code, f"could not start the task: {ex}"])
+            return
+        except Exception as ex:  # this task alone fails; the worker goes on
+            self._ended.append([task_id, None, f"the pilot hit an unexpected error while "
+                                               f"handling this task: {ex!r}"])
+            return
+        self._started.append([task_id, pid])
+
+    def close(self) -> None:
+        self._report()
+        self._processes.remove_tmp_root()
+        if self._watch is not None:
+            self._watch.close()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``--parent PID --tmp-root DIR --grace SECONDS``: serve the engine on fd 0/1."""
+    args = sys.argv[1:] if argv is None else argv
+    options = dict(zip(args[::2], args[1::2]))
+    _die_with_parent(int(options["--parent"]))
+    # The connection moves off 0 and 1, which get /dev/null: nothing printed by mistake can
+    # reach the engine as a message.
+    fd = os.dup(0)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    worker = Worker(fd, Path(options["--tmp-root"]), float(options["--grace"]))
+    signal.signal(signal.SIGTERM, worker.on_signal)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the engine decides; a terminal's ^C not
+    try:
+        worker.run()
+    finally:
+        worker.close()
+    return 0
