@@ -11,7 +11,7 @@ reaping, ``TMPDIR`` and node-file work are spread over other processes and other
 - **Batches**: what the engine asks during one turn of its loop goes to each worker as one
   ``spawn`` and one ``signal`` message at :meth:`LocalWorkers.flush`; a worker's report carries
   many starts and ends. Writes never block the engine: what a worker cannot take yet waits
-  and is sent when its socket is writable.
+  and is written when its pipe is writable.
 - **Faults**: a worker that exits (even with SIGKILL) is seen through its pid (a pidfd in the
   engine's loop, else the shared ``ProcessWatch`` thread, which posts a
   :class:`~psij.executors.pilot._engine_events.WorkerExited`); what it reported before is read
@@ -74,19 +74,19 @@ def worker_limit(cores: int, configured: Optional[int] = None,
 
 
 class _Worker:
-    __slots__ = ("ended", "framer", "number", "out", "pid", "signals", "sock", "spawns",
+    __slots__ = ("ended", "framer", "number", "out", "pid", "reading", "signals", "spawns",
                  "tasks", "writing")
 
-    def __init__(self, number: int, pid: int, sock: Any) -> None:
+    def __init__(self, number: int, pid: int, reading: int, writing: int) -> None:
         self.number = number
         self.pid = pid
-        self.sock = sock
+        self.reading = reading  # the pipe from the worker (-1 once closed)
         self.framer = LineFramer(_MAX_LINE)
         self.tasks: Dict[str, Optional[int]] = {}  # sent and not ended -> pid once started
         self.spawns: List[List[Any]] = []  # to send at the next flush
         self.signals: List[List[Any]] = []
-        self.out = b""  # sent in part: the rest waits until the socket is writable
-        self.writing = False  # registered for EVENT_WRITE
+        self.writing = writing  # the pipe to the worker (-1 once closed)
+        self.out = b""  # written in part: the rest waits until the pipe is writable
         self.ended = False  # its process exited
 
 
@@ -148,7 +148,7 @@ class LocalWorkers:
             return
         self._pending = False
         for worker in list(self._workers.values()):
-            if worker.sock is None or not (worker.spawns or worker.signals):
+            if worker.writing < 0 or not (worker.spawns or worker.signals):
                 continue
             data = b""
             if worker.spawns:
@@ -160,16 +160,16 @@ class LocalWorkers:
             self._write(worker, data)
 
     def stop(self) -> None:
-        """Ask every worker to stop (each ends what it still runs) and close the sockets."""
+        """Ask every worker to stop (each ends what it still runs) and close the pipes."""
         for worker in list(self._workers.values()):
-            if worker.sock is not None:
+            if worker.writing >= 0:
+                # The worker reads at once; what it cannot take now is dropped: closing the
+                # pipe stops it as well.
                 try:
-                    worker.sock.setblocking(True)
-                    worker.sock.settimeout(1.0)
-                    worker.sock.sendall(worker.out + encode_line({"op": "stop"}))
+                    os.write(worker.writing, worker.out + encode_line({"op": "stop"}))
                 except OSError:
                     pass
-                self._drop(worker)
+            self._drop(worker)
         # Each ends at once once its tasks have (the engine waited for them): reaped here, so
         # that none is left a zombie, and its CPU time counts as this process's children's.
         deadline = time.monotonic() + _STOP_WAIT
@@ -183,7 +183,7 @@ class LocalWorkers:
     def _choose(self) -> _Worker:
         best: Optional[_Worker] = None
         for worker in self._workers.values():
-            if worker.sock is not None and (best is None or len(worker.tasks) < len(best.tasks)):
+            if worker.writing >= 0 and (best is None or len(worker.tasks) < len(best.tasks)):
                 best = worker
         if best is None or (len(best.tasks) >= self._share
                             and len(self._workers) < self._limit):
@@ -195,32 +195,35 @@ class LocalWorkers:
         return best
 
     def _start_worker(self) -> _Worker:
-        import socket
-
         from psij.executors._process import Spawner
 
         if self._spawner is None:
             self._spawner = Spawner()
         self._count += 1
         number = self._count
-        ours, theirs = socket.socketpair()
+        # Two pipes (no socket module: `psij pilot run` starts without it).
+        their_stdin, to_worker = os.pipe()
+        from_worker, their_stdout = os.pipe()
         path = os.path.dirname(os.path.dirname(os.path.abspath(
             sys.modules["psij"].__file__ or "")))
         argv = [sys.executable, "-c", _BOOT.format(path=path), "--parent", str(os.getpid()),
                 "--tmp-root", str(self._tmp_root / f"w{number}"), "--grace", str(self._grace)]
         try:
-            pid = self._spawner.spawn(argv, os.getcwd(), self._environment, theirs.fileno(),
-                                      theirs.fileno(), 2)
+            pid = self._spawner.spawn(argv, os.getcwd(), self._environment, their_stdin,
+                                      their_stdout, 2)
         except LaunchError as ex:
-            ours.close()
+            os.close(to_worker)
+            os.close(from_worker)
             raise LaunchError(f"no pilot worker could be started: {ex}") from ex
         finally:
-            theirs.close()
-        ours.setblocking(False)
-        worker = _Worker(number, pid, ours)
+            os.close(their_stdin)
+            os.close(their_stdout)
+        os.set_blocking(to_worker, False)
+        os.set_blocking(from_worker, False)
+        worker = _Worker(number, pid, from_worker, to_worker)
         self._workers[number] = worker
-        self._selector.register(ours, selectors.EVENT_READ, lambda mask: self._ready(worker,
-                                                                                      mask))
+        self._selector.register(from_worker, selectors.EVENT_READ,
+                                lambda mask: self._read(worker))
         if self._loop_watch is not None:
             self._loop_watch.watch(pid, lambda pid, status: self._exited(worker, status))
         else:
@@ -229,37 +232,33 @@ class LocalWorkers:
             WATCH.watch(pid, lambda pid, status: self._post(WorkerExited(number, status)))
         return worker
 
-    def _ready(self, worker: _Worker, mask: int) -> None:
-        if mask & selectors.EVENT_WRITE:
-            self._write(worker, b"")
-        if mask & selectors.EVENT_READ:
-            self._read(worker)
-
     def _write(self, worker: _Worker, data: bytes) -> None:
-        out = worker.out + data if worker.out else data
-        sock = worker.sock
-        if sock is None:
+        fd = worker.writing
+        if fd < 0:
             return
+        waited = bool(worker.out)
+        out = worker.out + data if waited else data
         try:
-            sent = sock.send(out) if out else 0
+            sent = os.write(fd, out) if out else 0
         except BlockingIOError:
             sent = 0
         except OSError:
             sent = len(out)  # the worker is gone: its exit says how
         worker.out = out[sent:]
-        waiting = bool(worker.out)
-        if waiting != worker.writing:
-            worker.writing = waiting
-            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if waiting else 0)
-            self._selector.modify(sock, events, self._selector.get_key(sock).data)
+        if bool(worker.out) != waited:
+            if worker.out:
+                self._selector.register(fd, selectors.EVENT_WRITE,
+                                        lambda mask: self._write(worker, b""))
+            else:
+                self._selector.unregister(fd)
 
     def _read(self, worker: _Worker) -> bool:
         """Read what the worker sent; True when there may be more to read now."""
-        sock = worker.sock
-        if sock is None:
+        fd = worker.reading
+        if fd < 0:
             return False
         try:
-            data = sock.recv(_RECV_SIZE)
+            data = os.read(fd, _RECV_SIZE)
         except BlockingIOError:
             return False
         except OSError:
@@ -295,15 +294,14 @@ class LocalWorkers:
                 self._on_exit(task_id, code, text)
 
     def _drop(self, worker: _Worker) -> None:
-        sock = worker.sock
-        if sock is None:
-            return
-        worker.sock = None
-        try:
-            self._selector.unregister(sock)
-        except (KeyError, ValueError):
-            pass
-        sock.close()
+        for fd in (worker.reading, worker.writing):
+            if fd >= 0:
+                try:
+                    self._selector.unregister(fd)
+                except (KeyError, ValueError):
+                    pass
+                os.close(fd)
+        worker.reading = worker.writing = -1
 
     def worker_exited(self, event: WorkerExited) -> None:
         worker = self._workers.get(event.number)

@@ -1,9 +1,9 @@
 """A pilot worker: the process that starts and reaps the tasks of the engine's own node.
 
 The engine (its side is :mod:`~psij.executors.pilot._local_workers`) starts one or more of these
-as ``python -c ...`` with one end of a socket pair as standard input and output and the tasks'
-base environment as the worker's own environment: that environment is thus sent once per
-worker, and a task brings only its own variables. Tasks are started by
+as ``python -c ...`` with a pipe from the engine as standard input, a pipe to it as standard
+output, and the tasks' base environment as the worker's own environment: that environment is
+thus sent once per worker, and a task brings only its own variables. Tasks are started by
 :class:`~psij.executors.pilot._task_process.TaskProcesses` exactly as an agent starts them (own
 process group, directory, redirections, a fresh ``TMPDIR`` and a node file), so what a task
 sees does not depend on which process started it.
@@ -71,8 +71,9 @@ def _die_with_parent(parent: int) -> None:
 class Worker:
     """One worker's loop (see the module documentation); all on one thread."""
 
-    def __init__(self, fd: int, tmp_root: Path, grace: float) -> None:
-        self._fd = fd
+    def __init__(self, reading: int, writing: int, tmp_root: Path, grace: float) -> None:
+        self._fd = reading
+        self._out = writing
         self._framer = LineFramer(_MAX_LINE)
         self._wakeup = Wakeup()
         self._grace = grace
@@ -87,7 +88,7 @@ class Worker:
         self._ended: List[Any] = []
         self._stopping = False
         self._deadline: Optional[float] = None
-        self._wakeup.register(fd, 1, self._read)
+        self._wakeup.register(reading, 1, self._read)
 
     def _exited(self, task_id: str, code: Optional[int]) -> None:
         message = self._processes.finish(task_id, code)
@@ -134,10 +135,10 @@ class Worker:
         data = encode_line(message)
         try:
             while data:
-                sent = os.write(self._fd, data)
+                sent = os.write(self._out, data)
                 data = data[sent:]
         except OSError:
-            self._stopping = True  # the engine is gone
+            self._stop_reading()  # the engine is gone
 
     def _read(self, mask: int) -> None:
         try:
@@ -203,18 +204,18 @@ class Worker:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """``--parent PID --tmp-root DIR --grace SECONDS``: serve the engine on fd 0/1."""
+    """``--parent PID --tmp-root DIR --grace SECONDS``: serve the engine on fd 0 and 1."""
     args = sys.argv[1:] if argv is None else argv
     options = dict(zip(args[::2], args[1::2]))
     _die_with_parent(int(options["--parent"]))
-    # The connection moves off 0 and 1, which get /dev/null: nothing printed by mistake can
-    # reach the engine as a message.
-    fd = os.dup(0)
+    # The pipes move off 0 and 1, which get /dev/null: nothing printed by mistake can reach
+    # the engine as a message.
+    reading, writing = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
-    worker = Worker(fd, Path(options["--tmp-root"]), float(options["--grace"]))
+    worker = Worker(reading, writing, Path(options["--tmp-root"]), float(options["--grace"]))
     signal.signal(signal.SIGTERM, worker.on_signal)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the engine decides; a terminal's ^C not
     try:
