@@ -23,6 +23,7 @@ It runs on the engine thread only and decides nothing about tasks: which task ru
 the scheduler's, what an end means is the engine's.
 """
 
+import json
 import os
 import selectors
 import sys
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from psij._lazylog import LazyLogger
-from psij._line_framing import BadLine, LineFramer, decode_line, encode_line
+from psij._line_framing import LineFramer, encode_line
 from psij.executors._process import LaunchError, exit_code_of, reap, signal_name
 from psij.executors.pilot._engine_events import EngineEvent, WorkerExited
 from psij.executors.pilot._orphans import end_orphaned_tasks
@@ -44,6 +45,7 @@ WORKERS_VARIABLE = "PSIJ_PILOT_WORKERS"
 """The environment variable that sets how many workers an engine may start."""
 CORES_PER_WORKER = 3
 _RECV_SIZE = 1 << 18
+_loads = json.loads
 _STOP_WAIT = 3.0  # seconds, for all workers to exit at the engine's close
 _MAX_LINE = 64 * 1024 * 1024  # a report of many ends, each message at most a stderr excerpt
 
@@ -267,15 +269,16 @@ class LocalWorkers:
             self._drop(worker)
             return False
         for line in worker.framer.feed(data):
+            # A worker is this engine's own child, writing what the engine sent it: its
+            # lines are read as plain JSON, without a peer's checks.
             try:
-                message = decode_line(line, surrogates=True)
+                message = _loads(line)
                 if not isinstance(message, dict):
-                    raise BadLine("expected a JSON object")
-            except BadLine as bad:
+                    raise ValueError("expected a JSON object")
+                self._handle(worker, message)
+            except (ValueError, TypeError) as bad:
                 logger.warning("pilot: a report of worker %d cannot be read (%s)",
                                worker.pid, bad)
-                continue
-            self._handle(worker, message)
         if worker.framer.too_long:
             logger.warning("pilot: worker %d sent a line too long; it is stopped", worker.pid)
             self._drop(worker)

@@ -75,6 +75,7 @@ from psij.executors.pilot._engine_events import (
     TimeLimitReached,
     WorkerExited,
 )
+from psij.executors.pilot._engine_output import EngineOutput
 from psij.executors.pilot._local_workers import LocalWorkers, worker_limit
 from psij.executors.pilot._remote_nodes import RemoteNodes
 from psij.executors.pilot._run_dir import (
@@ -83,7 +84,7 @@ from psij.executors.pilot._run_dir import (
     remove_tree,
     temporary_base,
 )
-from psij.executors.pilot._task_books import TaskBooks, TaskEntry
+from psij.executors.pilot._task_books import TaskEntry
 from psij.executors.pilot._task_process import HAS_PIDFD, Launch, LaunchError, LoopWatch
 from psij.executors.pilot.allocation import Allocation
 from psij.executors.pilot.engine_config import EngineConfig
@@ -100,7 +101,6 @@ from psij.executors.pilot.resources import ResourcePool
 from psij.executors.pilot.scheduler import TaskState
 from psij.executors.pilot.task_environment import nodefile_text, pilot_environment
 from psij.executors.pilot.tasks import (
-    Listener,
     TaskEvent,
     TaskShare,
     TaskSpec,
@@ -123,7 +123,7 @@ _MAX_ERRORS_IN_A_ROW = 20
 # -- engine internals -------------------------------------------------------------------------
 
 
-class PilotEngine(TaskBooks):
+class PilotEngine(EngineOutput):
     """Schedules and runs tasks on one allocation (see the module documentation)."""
 
     def __init__(self, allocation: Allocation, config: Optional[EngineConfig] = None,
@@ -137,7 +137,6 @@ class PilotEngine(TaskBooks):
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._timers = Timers(self._clock)  # the engine's own: time limits
         super().__init__(ResourcePool(list(allocation.nodes)), self.config.work_directory)
-        self._listeners: List[Listener] = []
         self._inbox: Deque[EngineEvent] = deque()
         self._wakeup: Optional[Wakeup] = None
         self._thread: Optional[threading.Thread] = None
@@ -221,16 +220,6 @@ class PilotEngine(TaskBooks):
             self._wakeup.close()  # only now: the engine thread no longer uses it
 
     # -- public operations ------------------------------------------------------------------
-
-    def add_listener(self, listener: Listener) -> None:
-        if not callable(listener):
-            raise _check.fail_type("listener", listener, "a callable taking a TaskEvent")
-        with self._lock:
-            self._listeners = [*self._listeners, listener]
-
-    def remove_listener(self, listener: Listener) -> None:
-        with self._lock:
-            self._listeners = [x for x in self._listeners if x is not listener]
 
     def submit(self, task: TaskSpec) -> str:
         """Add a task; raises ValueError/TypeError naming the field, adding nothing."""
@@ -331,7 +320,7 @@ class PilotEngine(TaskBooks):
                     timeout = self._timeout()
                     if timeout != 0.0:
                         # About to sleep: what waits for the journal goes now.
-                        self._write_journal()
+                        self._write_output(True)
                         if not self._swept:
                             self._sweep()
                     for key, mask in wakeup.select(timeout):
@@ -414,10 +403,15 @@ class PilotEngine(TaskBooks):
         if self._agents:
             self._agents.check_deadlines()
         if self._dirty and not self._closing:
-            # Ends first: a task must not start before the end of its dependencies is
-            # written, or a crash right after its start would make a resume run them again.
-            self._write_journal()
+            # Ends that others wait for first: a task must not start before the end of its
+            # dependencies is written, or a crash right after its start would make a resume
+            # run them again.
+            if self._journal_urgent:
+                self._write_journal()
+            self._write_output(False)
             self._schedule()
+        else:
+            self._write_output(False)
         if self._journal is not None:
             self._journal.sync()
         if self._workers is not None:
@@ -456,34 +450,6 @@ class PilotEngine(TaskBooks):
         elif isinstance(event, StopRequested):
             return True
         return False
-
-    def _write_journal(self) -> None:
-        if self._journal is None or not self._journal_records:
-            return
-        with self._lock:
-            lines, self._journal_records = self._journal_records, []
-        self._journal.write(lines)
-
-    def _deliver(self) -> None:
-        with self._lock:
-            events, self._outbox = self._outbox, []
-            listeners = self._listeners
-        if not events:
-            return
-        for event in events:
-            for listener in listeners:
-                try:
-                    listener(event)
-                except Exception:
-                    logger.exception("pilot listener %r raised on %s", listener, event)
-        with self._changed:
-            for event in events:
-                task = self._tasks.get(event.task_id)
-                if task is not None and (task.reported is None or not task.reported.final):
-                    task.reported = event.state
-                    if event.state.final:
-                        self._delivered_finals += 1
-            self._changed.notify_all()
 
     def _schedule(self) -> None:
         with self._lock:
@@ -644,6 +610,7 @@ class PilotEngine(TaskBooks):
     def _shutdown(self) -> None:
         try:
             self._deliver()
+            self._write_output(True)
             if self._workers is not None:
                 self._workers.stop()
             if self._agents is not None:
