@@ -110,11 +110,7 @@ class Worker:
         while True:
             timeout = None if watch is None else watch.next_timeout()
             if self._stopping:
-                now = time.monotonic()
-                if self._deadline is None:
-                    self._deadline = now + self._grace + 1.0
-                    self._processes.signal_all(self._grace)
-                left = max(0.0, self._deadline - now)
+                left = max(0.0, self._begin_stop() - time.monotonic())
                 timeout = left if timeout is None else min(timeout, left)
             for key, mask in self._wakeup.select(timeout):
                 key.data(mask)
@@ -124,8 +120,20 @@ class Worker:
                 self._exited(*self._queue.pop(0))
             self._report()
             if self._stopping and (not self._processes.running()
-                                   or time.monotonic() >= (self._deadline or 0.0)):
+                                   or time.monotonic() >= self._begin_stop()):
                 return
+
+    def _begin_stop(self) -> float:
+        """End what still runs, once; the time by which the worker exits in any case."""
+        if self._deadline is None:
+            import time
+
+            # What still runs now may have nobody to report to: ended within a short
+            # grace, whatever the engine's own.
+            grace = min(self._grace, _STOP_GRACE)
+            self._deadline = time.monotonic() + grace + 1.0
+            self._processes.signal_all(grace)
+        return self._deadline
 
     def _report(self) -> None:
         if not self._started and not self._ended:
