@@ -16,7 +16,8 @@ carrying a batch, so that the engine's cost per task is a share of one message:
   [[id, grace], ...]}`` (TERM to the task's group now, KILL after ``grace`` seconds);
   ``{"op": "stop"}``.
 - worker to engine: ``{"op": "report", "started": [[id, pid], ...], "ended": [[id, code,
-  message], ...]}``, one per turn of the worker's loop with what happened during it. A task
+  message], ...]}`` with what happened since the last one: at once when a task ended, a few
+  milliseconds after a start otherwise (so that a short task costs one report). A task
   that could not be started is only in ``ended``, with ``code`` 127 or 126 for a program not
   found or not executable (else null) and the message ``could not start the task: ...``.
 
@@ -29,13 +30,15 @@ engine then ends that worker's tasks itself (:mod:`~psij.executors.pilot._orphan
 It never decides what runs, where or when: that is the engine's.
 """
 
+import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any, List, Optional
 
-from psij._line_framing import BadLine, LineFramer, decode_line, encode_line
+from psij._line_framing import LineFramer, encode_line
 from psij._wakeup import Wakeup
 from psij.executors.pilot._task_process import (
     HAS_PIDFD,
@@ -50,6 +53,7 @@ __all__ = ["main"]
 _RECV_SIZE = 1 << 18
 _MAX_LINE = 256 * 1024 * 1024  # a batch of spawns: many tasks, each up to exec's limits
 _STOP_GRACE = 2.0
+_START_REPORT_DELAY = 0.002  # seconds a start waits to go with the end that may follow
 _PR_SET_PDEATHSIG = 1
 
 
@@ -88,6 +92,7 @@ class Worker:
         self._ended: List[Any] = []
         self._stopping = False
         self._deadline: Optional[float] = None
+        self._report_due: Optional[float] = None  # when the starts waiting are reported
         self._wakeup.register(reading, 1, self._read)
 
     def _exited(self, task_id: str, code: Optional[int]) -> None:
@@ -104,13 +109,15 @@ class Worker:
         self._wakeup.wake()
 
     def run(self) -> None:
-        import time
-
         watch = self._watch
+        monotonic = time.monotonic
         while True:
             timeout = None if watch is None else watch.next_timeout()
             if self._stopping:
-                left = max(0.0, self._begin_stop() - time.monotonic())
+                left = max(0.0, self._begin_stop() - monotonic())
+                timeout = left if timeout is None else min(timeout, left)
+            if self._report_due is not None:
+                left = max(0.0, self._report_due - monotonic())
                 timeout = left if timeout is None else min(timeout, left)
             for key, mask in self._wakeup.select(timeout):
                 key.data(mask)
@@ -118,7 +125,13 @@ class Worker:
                 watch.run_due()
             while self._queue:
                 self._exited(*self._queue.pop(0))
-            self._report()
+            # Ends go at once (they free a share of the node); starts alone wait a little for
+            # the ends that usually follow, so that a short task costs one message, not two.
+            if self._ended or self._stopping or (
+                    self._report_due is not None and monotonic() >= self._report_due):
+                self._report()
+            elif self._started and self._report_due is None:
+                self._report_due = monotonic() + _START_REPORT_DELAY
             if self._stopping and (not self._processes.running()
                                    or time.monotonic() >= self._begin_stop()):
                 return
@@ -126,8 +139,6 @@ class Worker:
     def _begin_stop(self) -> float:
         """End what still runs, once; the time by which the worker exits in any case."""
         if self._deadline is None:
-            import time
-
             # What still runs now may have nobody to report to: ended within a short
             # grace, whatever the engine's own.
             grace = min(self._grace, _STOP_GRACE)
@@ -136,6 +147,7 @@ class Worker:
         return self._deadline
 
     def _report(self) -> None:
+        self._report_due = None
         if not self._started and not self._ended:
             return
         message = {"op": "report", "started": self._started, "ended": self._ended}
@@ -157,11 +169,13 @@ class Worker:
             self._stop_reading()
             return
         for line in self._framer.feed(data):
+            # The engine is this worker's parent, writing with encode_line: its lines are
+            # read as plain JSON, without a peer's checks.
             try:
-                message = decode_line(line, surrogates=True)
+                message = json.loads(line)
                 if not isinstance(message, dict):
-                    raise BadLine("expected a JSON object")
-            except BadLine as bad:
+                    raise ValueError("expected a JSON object")
+            except ValueError as bad:
                 print(f"psij pilot worker: a request cannot be read ({bad}); skipped",
                       file=sys.stderr, flush=True)
                 continue
