@@ -6,8 +6,9 @@ reaping, ``TMPDIR`` and node-file work are spread over other processes and other
 
 - **How many**: at most :func:`worker_limit` (``EngineConfig.workers``, else the environment
   variable ``PSIJ_PILOT_WORKERS``, else one per three cores of the node, at least one).
-- **When**: on demand: the first with the first task; another when every running one has as
-  many tasks as its share of the node's cores (or more) and the limit allows.
+- **When**: the first as the engine starts (its start-up then overlaps the engine's own rather
+  than delaying the first task); another on demand, when every running one has as many tasks
+  as its share of the node's cores (or more) and the limit allows.
 - **Batches**: what the engine asks during one turn of its loop goes to each worker as one
   ``spawn`` and one ``signal`` message at :meth:`LocalWorkers.flush`; a worker's report carries
   many starts and ends. Writes never block the engine: what a worker cannot take yet waits
@@ -179,6 +180,15 @@ class LocalWorkers:
             while not reap(worker.pid)[0] and time.monotonic() < deadline:
                 time.sleep(0.005)
         self._workers.clear()
+
+    def start_first(self) -> None:
+        """Start the first worker now rather than with the first task, so that its start-up
+        overlaps the engine's own; a failure is only logged (the first task then says it)."""
+        if not self._workers:
+            try:
+                self._start_worker()
+            except LaunchError as ex:
+                logger.warning("pilot: %s", ex)
 
     # -- workers ------------------------------------------------------------------------------
 

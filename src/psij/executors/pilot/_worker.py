@@ -36,17 +36,12 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from psij._line_framing import LineFramer, encode_line
 from psij._wakeup import Wakeup
-from psij.executors.pilot._task_process import (
-    HAS_PIDFD,
-    Launch,
-    LaunchError,
-    LoopWatch,
-    TaskProcesses,
-)
+from psij.executors._process_watch import ExitHandler
+from psij.executors.pilot._task_process import Launch, LaunchError, LoopWatch, TaskProcesses
 
 __all__ = ["main"]
 
@@ -72,6 +67,62 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+class ChildWatch(LoopWatch):
+    """The exits of this process's children, all of them tasks, collected together.
+
+    Rather than a pidfd per task in the selector, SIGCHLD wakes the loop (through
+    ``signal.set_wakeup_fd``) and :meth:`reap_all` collects every child that exited with
+    ``waitpid(-1)``: a few system calls per task fewer, and one turn of the loop for many exits.
+    Only for a process whose every child is watched here (a child reaped here is gone for
+    any other waiter). The rest (signals, timed actions) is :class:`LoopWatch`'s.
+    """
+
+    def __init__(self, selector: Any) -> None:
+        super().__init__(selector)
+        self._handlers: Dict[int, ExitHandler] = {}
+        self._signals, write = os.pipe()
+        for fd in (self._signals, write):
+            os.set_blocking(fd, False)
+            os.set_inheritable(fd, False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, _ignore)
+        selector.register(self._signals, 1, self._drain)
+
+    def watch(self, pid: int, on_exit: ExitHandler) -> bool:
+        self._children[pid] = -1  # known and not reaped: signal_group may signal it
+        self._handlers[pid] = on_exit
+        return True
+
+    def _drain(self, mask: int) -> None:
+        try:
+            while os.read(self._signals, 4096):
+                pass
+        except OSError:
+            pass
+        self.reap_all()
+
+    def reap_all(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self._children.pop(pid, None)
+            handler = self._handlers.pop(pid, None)
+            if handler is not None:
+                handler(pid, status)
+
+    def close(self) -> None:
+        self._children.clear()
+        self._handlers.clear()
+
+
+def _ignore(signum: int, frame: Any) -> None:
+    pass  # SIGCHLD only wakes the loop, through the wakeup fd
+
+
 class Worker:
     """One worker's loop (see the module documentation); all on one thread."""
 
@@ -81,13 +132,8 @@ class Worker:
         self._framer = LineFramer(_MAX_LINE)
         self._wakeup = Wakeup()
         self._grace = grace
-        self._queue: List[Any] = []  # exits from the ProcessWatch thread (no pidfds)
-        self._watch: Optional[LoopWatch] = None
-        if HAS_PIDFD:
-            self._watch = LoopWatch(self._wakeup.selector)
-            self._processes = TaskProcesses(tmp_root, self._exited, self._watch, grace)
-        else:
-            self._processes = TaskProcesses(tmp_root, self._exited_elsewhere, grace=grace)
+        self._watch = ChildWatch(self._wakeup.selector)
+        self._processes = TaskProcesses(tmp_root, self._exited, self._watch, grace)
         self._started: List[Any] = []
         self._ended: List[Any] = []
         self._stopping = False
@@ -99,11 +145,6 @@ class Worker:
         message = self._processes.finish(task_id, code)
         self._ended.append([task_id, code, message])
 
-    def _exited_elsewhere(self, task_id: str, code: Optional[int]) -> None:
-        # On the ProcessWatch thread: list.append is atomic; the loop finishes it.
-        self._queue.append((task_id, code))
-        self._wakeup.wake()
-
     def on_signal(self, signum: int, frame: Any) -> None:
         self._stopping = True
         self._wakeup.wake()
@@ -112,7 +153,7 @@ class Worker:
         watch = self._watch
         monotonic = time.monotonic
         while True:
-            timeout = None if watch is None else watch.next_timeout()
+            timeout = watch.next_timeout()
             if self._stopping:
                 left = max(0.0, self._begin_stop() - monotonic())
                 timeout = left if timeout is None else min(timeout, left)
@@ -121,10 +162,7 @@ class Worker:
                 timeout = left if timeout is None else min(timeout, left)
             for key, mask in self._wakeup.select(timeout):
                 key.data(mask)
-            if watch is not None:
-                watch.run_due()
-            while self._queue:
-                self._exited(*self._queue.pop(0))
+            watch.run_due()
             # Ends go at once (they free a share of the node); starts alone wait a little for
             # the ends that usually follow, so that a short task costs one message, not two.
             if self._ended or self._stopping or (
@@ -221,8 +259,7 @@ class Worker:
     def close(self) -> None:
         self._report()
         self._processes.remove_tmp_root()
-        if self._watch is not None:
-            self._watch.close()
+        self._watch.close()
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -314,6 +314,9 @@ class PilotEngine(EngineOutput):
         assert wakeup is not None
         watch = self._loop_watch
         errors = 0  # unexpected errors in a row
+        if self._workers is not None:
+            # On this thread, as every worker: a worker dies with the thread that started it.
+            self._workers.start_first()
         try:
             while True:
                 try:

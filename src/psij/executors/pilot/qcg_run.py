@@ -634,14 +634,15 @@ class QcgFileRun:
     def _on_event(self, engine: PilotEngine, event: TaskEvent) -> None:
         """On the engine thread: books, the report and the log of one state change."""
         task = event.task_id
-        group_name = task.rpartition(":")[0]
         if not event.state.final:
-            if event.state is TaskState.RUNNING and group_name:
+            if event.state is TaskState.RUNNING and ":" in task:
+                group_name = task.rpartition(":")[0]
                 with self._lock:
                     group = self._jobs.get(group_name)
                     if group is not None:
                         group.record_start(event.time)
             return
+        group_name = task.rpartition(":")[0]
         self._report.write(self._task_report(engine.status(task)))
         succeeded = event.state is TaskState.SUCCEEDED
         with self._lock:
