@@ -30,15 +30,12 @@ A scheduling pass runs once per batch of events (submissions, exits, cancels), s
 the scheduler's: it grows with the number of distinct task shapes, not with waiting tasks.
 
 Journal (:mod:`~psij.executors.pilot.journal`): one JSON line per event (submit, start, end,
-user cancel, forget), appended with one write per batch (never one per task), fsync'd at most
-once a second and at close; a line that cannot be used is skipped with a warning on resume.
-A crash of the machine can lose the last second of lines; a crash of the pilot alone loses
-only what was not written yet: the starts and ends of the batch being handled, so tasks that
-ended in it run again on resume. The ends of tasks are written before any other task starts,
-so that a crash never leaves a started dependent behind an end the journal does not hold.
-``resume`` reads it back: tasks that succeeded are not run again (they count as succeeded for
-what depends on them), tasks a user cancelled stay cancelled, all others are queued again in
-their original order.
+user cancel, forget), appended with one write per turn of the loop (never one per task), before
+that turn's events reach the listeners, and fsync'd at most once a second and at close (when
+and what, and what a crash can lose: :mod:`~psij.executors.pilot._engine_output`); a line that
+cannot be used is skipped with a warning on resume. ``resume`` reads it back: tasks that
+succeeded are not run again (they count as succeeded for what depends on them), tasks a user
+cancelled stay cancelled, all others are queued again in their original order.
 
 Faults: an unexpected error while handling one task fails that task (its process is killed)
 and the engine goes on; an error outside any task is logged and the loop goes on, unless it
@@ -322,8 +319,7 @@ class PilotEngine(EngineOutput):
                 try:
                     timeout = self._timeout()
                     if timeout != 0.0:
-                        # About to sleep: what waits for the journal goes now.
-                        self._write_output(True)
+                        self._flush()
                         if not self._swept:
                             self._sweep()
                     for key, mask in wakeup.select(timeout):
@@ -388,7 +384,7 @@ class PilotEngine(EngineOutput):
             timed = self._loop_watch.next_timeout()
             if timed is not None:
                 due = timed if due is None else min(due, timed)
-        for left in (self._timers.next_timeout(),
+        for left in (self._timers.next_timeout(), self._flush_in(),
                      None if self._agents is None else self._agents.next_deadline_in()):
             if left is not None:
                 due = left if due is None else min(due, left)
@@ -411,15 +407,13 @@ class PilotEngine(EngineOutput):
             # run them again.
             if self._journal_urgent:
                 self._write_journal()
-            self._write_output(False)
             self._schedule()
-        else:
-            self._write_output(False)
         if self._journal is not None:
             self._journal.sync()
         if self._workers is not None:
             self._workers.flush()
         self._deliver()
+        self._flush()
         if self._closing and self._running == 0:
             return False
         return not stop
@@ -613,7 +607,7 @@ class PilotEngine(EngineOutput):
     def _shutdown(self) -> None:
         try:
             self._deliver()
-            self._write_output(True)
+            self._flush(force=True)
             if self._workers is not None:
                 self._workers.stop()
             if self._agents is not None:
