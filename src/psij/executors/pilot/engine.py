@@ -2,7 +2,7 @@
 
 The engine owns a :class:`~psij.executors.pilot.scheduler.Scheduler` and keeps the books of the
 tasks it placed; it starts no task itself. Tasks on the node this process runs on are sent, in
-batches, to worker processes started on demand (:mod:`~psij.executors.pilot._worker`; the
+batches, to worker processes (:mod:`~psij.executors.pilot._worker`; the
 engine's side of them, how many and when, is :mod:`~psij.executors.pilot._local_workers`);
 tasks on other nodes are sent to one agent per node (:mod:`psij.executors.pilot.agent`),
 started with the allocation's launcher and connected back over a socket (the engine's side of
@@ -14,7 +14,7 @@ Threads:
 
 - One engine thread owns the workers' and agents' connections, the journal's start and end
   records, and listener delivery. It sleeps in one ``select`` (a :class:`psij._wakeup.Wakeup`)
-  on those sockets, a pidfd per worker and its next timer; it never polls tasks. Time limits,
+  on those pipes and sockets, a pidfd per worker and its next timer; it never polls tasks. Time limits,
   agents' connect deadlines and the journal's fsync interval are measured on the engine's
   :class:`~psij._clock.Clock`.
 - A local task's start and end arrive in a worker's report, read on the engine thread. A
