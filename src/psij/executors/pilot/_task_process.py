@@ -1,10 +1,10 @@
 """Starting one task's process on this node, and cleaning up after it.
 
-Shared by the pilot's workers (tasks on the engine's own node, :mod:`._worker`) and agents (tasks
-on the other nodes), so that a task is started the same way wherever it runs: its own process group, its directory,
-redirections and environment given to the spawn call (through the process layer that the
-local executor uses too, ``psij.executors._process``), a fresh ``TMPDIR`` and a node file
-created before and removed after.
+Shared by the pilot's workers (tasks on the engine's own node, :mod:`._worker`) and agents
+(tasks on the other nodes), so that a task is started the same way wherever it runs: its own
+process group, its directory, redirections and environment given to the spawn call (through
+the process layer that the local executor uses too, ``psij.executors._process``), a fresh
+``TMPDIR`` and a node file created before and removed after.
 
 Exits are reported by an exit watch: the shared ``ProcessWatch`` thread (the agent), or a
 :class:`LoopWatch` whose process ids sit in the owner's own event loop (the engine watches its

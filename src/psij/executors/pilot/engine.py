@@ -14,9 +14,9 @@ Threads:
 
 - One engine thread owns the workers' and agents' connections, the journal's start and end
   records, and listener delivery. It sleeps in one ``select`` (a :class:`psij._wakeup.Wakeup`)
-  on those pipes and sockets, a pidfd per worker and its next timer; it never polls tasks. Time limits,
-  agents' connect deadlines and the journal's fsync interval are measured on the engine's
-  :class:`~psij._clock.Clock`.
+  on those pipes and sockets, a pidfd per worker and its next timer; it never polls tasks.
+  Time limits, agents' connect deadlines and the journal's fsync interval are measured on the
+  engine's :class:`~psij._clock.Clock`.
 - A local task's start and end arrive in a worker's report, read on the engine thread. A
   worker's own exit is seen through its pidfd; where pidfds do not exist, from the shared
   ``ProcessWatch`` thread, which only queues it. A task is RUNNING once its worker reported
