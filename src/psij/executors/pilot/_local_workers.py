@@ -45,7 +45,7 @@ logger = LazyLogger("psij.executors.pilot.engine")
 WORKERS_VARIABLE = "PSIJ_PILOT_WORKERS"
 """The environment variable that sets how many workers an engine may start."""
 CORES_PER_WORKER = 3
-_RECV_SIZE = 1 << 18
+_RECV_SIZE = 1 << 16  # below malloc's mmap threshold: a read must not map and unmap memory
 _loads = json.loads
 _STOP_WAIT = 3.0  # seconds, for all workers to exit at the engine's close
 _MAX_LINE = 64 * 1024 * 1024  # a report of many ends, each message at most a stderr excerpt

@@ -45,7 +45,7 @@ from psij.executors.pilot._task_process import Launch, LaunchError, LoopWatch, T
 
 __all__ = ["main"]
 
-_RECV_SIZE = 1 << 18
+_RECV_SIZE = 1 << 16  # below malloc's mmap threshold: a read must not map and unmap memory
 _MAX_LINE = 256 * 1024 * 1024  # a batch of spawns: many tasks, each up to exec's limits
 _STOP_GRACE = 2.0
 _START_REPORT_DELAY = 0.002  # seconds a start waits to go with the end that may follow
@@ -95,14 +95,13 @@ class ChildWatch(LoopWatch):
 
     def _drain(self, mask: int) -> None:
         try:
-            while os.read(self._signals, 4096):
-                pass
+            os.read(self._signals, 4096)  # what is left keeps the pipe readable: read next turn
         except OSError:
             pass
         self.reap_all()
 
     def reap_all(self) -> None:
-        while True:
+        while self._handlers:  # none left to watch: nothing to ask for
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
