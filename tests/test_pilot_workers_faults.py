@@ -161,3 +161,52 @@ def test_a_task_that_cannot_start_fails_with_the_shells_code_through_a_worker(
     assert "could not start the task" in (out["missing"].message or "")
     assert [s for _, s in out["missing"].history].count(RUNNING) == 0
     assert out["after"].state is SUCCEEDED
+
+
+def test_a_worker_skips_what_it_cannot_follow_and_reports_in_batches(tmp_path: Path) -> None:
+    # The worker alone, on its pipes: a line that is not JSON, a request of an unknown shape
+    # and a task it cannot start harm nothing else; two tasks come back in one report.
+    from psij.executors.pilot import _local_workers
+
+    path = str(Path(_local_workers.__file__).resolve().parents[3])
+    boot = _local_workers._BOOT.format(path=path)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", boot, "--parent", str(os.getpid()), "--tmp-root",
+         str(tmp_path / "tmp"), "--grace", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, cwd=tmp_path)
+    assert worker.stdin is not None and worker.stdout is not None
+
+    def row(name: str, argv: List[str]) -> List[Any]:
+        return [name, argv, str(tmp_path), {"QCG_PM_STEP_ID": name}, True, None, f"{name}.out",
+                None, "here\n", False]
+
+    requests = [b"not json\n", b'{"op": "signal", "tasks": 5}\n', json.dumps(
+        {"op": "spawn", "tasks": [
+            ["bad"],
+            row("missing", [str(tmp_path / "nothing")]),
+            row("a", ["/bin/sh", "-c", 'echo "$QCG_PM_STEP_ID $(cat "$PSIJ_NODEFILE")"']),
+            row("b", ["/bin/sh", "-c", "exit 3"])]}).encode() + b"\n"]
+    worker.stdin.write(b"".join(requests))
+    worker.stdin.flush()
+    ended: Dict[str, Any] = {}
+    reports = 0
+    while len(ended) < 4:
+        line = worker.stdout.readline()
+        assert line, "the worker stopped"
+        report = json.loads(line)
+        reports += 1
+        ended.update({task_id: (code, message) for task_id, code, message in report["ended"]})
+    worker.stdin.close()
+    assert worker.wait(timeout=WAIT) == 0
+    worker.stdout.close()
+    assert worker.stderr is not None
+    with worker.stderr:
+        complaints = worker.stderr.read()
+    assert reports <= 3  # one per turn of its loop, not one per task
+    assert ended["bad"][0] is None and "unexpected error" in ended["bad"][1]
+    assert ended["missing"][0] == 127 and "could not start the task" in ended["missing"][1]
+    assert ended["a"] == (0, None)
+    assert ended["b"][0] == 3
+    assert (tmp_path / "a.out").read_text() == "a here\n"
+    assert b"cannot be read" in complaints and b"cannot be followed" in complaints
+    assert not (tmp_path / "tmp").exists()  # its TMPDIRs go with it

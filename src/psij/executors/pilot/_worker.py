@@ -159,9 +159,12 @@ class Worker:
             if self._report_due is not None:
                 left = max(0.0, self._report_due - monotonic())
                 timeout = left if timeout is None else min(timeout, left)
-            for key, mask in self._wakeup.select(timeout):
-                key.data(mask)
-            watch.run_due()
+            try:
+                for key, mask in self._wakeup.select(timeout):
+                    key.data(mask)
+                watch.run_due()
+            except Exception as ex:  # what a task's own handling raises fails it there
+                _complain(f"unexpected error, going on: {ex!r}")
             # Ends go at once (they free a share of the node); starts alone wait a little for
             # the ends that usually follow, so that a short task costs one message, not two.
             if self._ended or self._stopping or (
@@ -213,13 +216,14 @@ class Worker:
                 if not isinstance(message, dict):
                     raise ValueError("expected a JSON object")
             except ValueError as bad:
-                print(f"psij pilot worker: a request cannot be read ({bad}); skipped",
-                      file=sys.stderr, flush=True)
+                _complain(f"a request cannot be read ({bad}); skipped")
                 continue
-            self._handle(message)
+            try:
+                self._handle(message)
+            except Exception as ex:  # a request of a shape it does not know: the others go on
+                _complain(f"a request cannot be followed ({ex!r}); skipped")
         if self._framer.too_long:
-            print("psij pilot worker: a request too long to read; stopping", file=sys.stderr,
-                  flush=True)
+            _complain("a request too long to read; stopping")
             self._stop_reading()
 
     def _stop_reading(self) -> None:
@@ -259,6 +263,10 @@ class Worker:
         self._report()
         self._processes.remove_tmp_root()
         self._watch.close()
+
+
+def _complain(text: str) -> None:
+    print(f"psij pilot worker {os.getpid()}: {text}", file=sys.stderr, flush=True)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
