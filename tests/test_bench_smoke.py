@@ -94,3 +94,13 @@ def test_sbatch_floor_prints_cold_and_warm_and_leaves_no_job(tmp_path: Path) -> 
     left = subprocess.run(["squeue", "--noheader", "--name", name], capture_output=True,
                           text=True, timeout=60).stdout.strip()
     assert left == ""
+
+
+def test_pilot_cpu_prints_the_coordinating_process_cpu_per_task(tmp_path: Path) -> None:
+    script = WORKLOADS_SCRIPT.parent / "pilot_cpu.py"
+    done = subprocess.run([sys.executable, str(script), "--tasks", "10", "--cores", "1",
+                           "--rounds", "1"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "coordinating process CPU per task" in done.stdout
+    assert "10 tasks of /bin/true on 1 core(s)" in done.stdout

@@ -519,18 +519,18 @@ def no_inherited_descriptors() -> Iterator[None]:
 def test_tasks_in_the_pilots_own_directory_start_as_any_other(
         make_engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         posix_spawn: bool) -> None:
-    # Tasks running in the pilot's own working directory are started the cheap way when the
-    # pilot holds no inheritable descriptor; what they get must not differ.
+    # Tasks running in the working directory of the pilot (and so of its workers) are started
+    # the cheap way (posix_spawn), others through Popen; what they get must not differ.
     monkeypatch.chdir(tmp_path)
+    if not posix_spawn:
+        (tmp_path / "elsewhere").mkdir()
+        monkeypatch.chdir(tmp_path / "elsewhere")
     tools = tmp_path / "tools"
     tools.mkdir()
     (tools / "mytool").write_text("#!/bin/sh\necho tool $1\n")
     (tools / "mytool").chmod(0o755)
     (tools / "noexec").write_text("#!/bin/sh\n")
     engine = make_engine(cores=2)
-    spawner = engine._local._spawner
-    assert spawner._posix  # this process has no inheritable descriptor above 2
-    spawner._posix = posix_spawn
     path = f"{tools}:{os.environ['PATH']}"
     engine.submit_many([
         TaskSpec("probe", sys.executable, ["-c", PROBE], stdout="probe.out"),
@@ -565,7 +565,6 @@ def test_descriptors_the_pilot_inherited_are_not_passed_to_tasks(make_engine: An
     try:
         os.set_inheritable(write, True)
         engine = make_engine(cores=1)
-        assert not engine._local._spawner._posix  # it could not close that one
         engine.submit(TaskSpec("probe", sys.executable, ["-c", PROBE], stdout="probe.out"))
         assert finished(engine, "probe")["probe"].state is SUCCEEDED
     finally:

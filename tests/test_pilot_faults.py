@@ -22,7 +22,7 @@ import pytest
 import test_pilot_engine as engine_tests
 from process_checks import alive, live_members
 from psij import InvalidJobException, Job, JobAttributes, JobExecutor, JobSpec, JobState
-from psij.executors.pilot import _task_process
+from psij.executors.pilot._local_workers import LocalWorkers
 from psij.executors.pilot.engine import EngineConfig, PilotEngine, TaskEvent, TaskSpec
 from psij.executors.pilot.executor import PilotJobExecutor, PilotJobExecutorConfig
 from psij.executors.pilot.scheduler import TaskState
@@ -123,14 +123,14 @@ def test_lone_surrogates_fail_only_their_own_task(make_engine: Any, tmp_path: Pa
 
 def test_an_unexpected_error_fails_only_its_task(make_engine: Any, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    real_start = _task_process.TaskProcesses.start
+    real_assign = LocalWorkers.assign
 
-    def start(self: Any, launch: Any) -> int:
-        if launch.task_id == "broken":
+    def assign(self: Any, row: Any) -> None:
+        if row[0] == "broken":
             raise RuntimeError("an engine bug")
-        return real_start(self, launch)
+        real_assign(self, row)
 
-    monkeypatch.setattr(_task_process.TaskProcesses, "start", start)
+    monkeypatch.setattr(LocalWorkers, "assign", assign)
     engine = make_engine(cores=1)
     engine.submit(TaskSpec("broken", "/bin/true"))
     engine.submit(TaskSpec("after", "/bin/true"))

@@ -615,10 +615,11 @@ def test_resume_does_not_rerun_succeeded_tasks(tmp_path: Path) -> None:
     count = tmp_path / "count"
     requests = [{"request": "submit", "jobs": [
         job("first", execution={"exec": "bash", "args": ["-c", f"echo first >> {count}"]}),
-        # Kills the pilot once, as a crash would, after "first" succeeded.
+        # Kills the pilot (its worker's parent) once, as a crash would, after "first"
+        # succeeded.
         job("crash", execution={"exec": "bash", "args": [
             "-c", f"if [ ! -e {tmp_path}/crashed ]; then touch {tmp_path}/crashed; "
-                  f"kill -9 $PPID; sleep 5; fi; echo crash >> {count}"]},
+                  f"kill -9 $(ps -o ppid= -p $PPID); sleep 5; fi; echo crash >> {count}"]},
             dependencies={"after": ["first"]}),
         job("last", execution={"exec": "bash", "args": ["-c", f"echo last >> {count}"]},
             dependencies={"after": ["crash"]})]},

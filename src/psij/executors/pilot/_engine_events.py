@@ -13,7 +13,7 @@ from typing import Optional, Union
 from psij._record import Record
 
 __all__ = ["TASK_EVENTS", "AgentLauncherExited", "CloseRequested", "EngineEvent", "KillTask",
-           "StopRequested", "TaskExited", "TimeLimitReached"]
+           "StopRequested", "TaskExited", "TimeLimitReached", "WorkerExited"]
 
 
 class TaskExited(Record):
@@ -56,6 +56,16 @@ class AgentLauncherExited(Record):
     code: Optional[int]
 
 
+class WorkerExited(Record):
+    """Worker ``number`` of the engine's own node exited with wait status ``status`` (None:
+    unknown)."""
+
+    _fields = ("number", "status")
+    __slots__ = _fields
+    number: int
+    status: Optional[int]
+
+
 class CloseRequested(Record):
     """``close()`` was called: cancel what has not ended, then stop."""
 
@@ -69,6 +79,6 @@ class StopRequested(Record):
 
 
 EngineEvent = Union[TaskExited, KillTask, TimeLimitReached, AgentLauncherExited,
-                    CloseRequested, StopRequested]
+                    WorkerExited, CloseRequested, StopRequested]
 TASK_EVENTS = (TaskExited, KillTask, TimeLimitReached)
 """The kinds of event about one task: an error while acting on one fails that task only."""

@@ -69,6 +69,7 @@ class TaskBooks:
         # never starts before the end of the tasks it depends on is in the journal.
         self._journal_records: List[str] = []
         self._journal: Optional[Journal] = None
+        self._journal_urgent = False  # an end that others wait for is not written yet
         self._dirty = False  # something may have become schedulable
         self._delivered_finals = 0  # tasks whose final event listeners have had
 
@@ -201,6 +202,8 @@ class TaskBooks:
                 code = exit_code if i == 0 else None
                 self._journal_records.append(end_line(transition.task_id,
                                                       transition.state.value, code))
+                if transition.task_id in self._dependents or task.spec.group is not None:
+                    self._journal_urgent = True
         first = transitions[0] if transitions else None
         if first is not None and first.state is TaskState.SUCCEEDED:
             for dependent in self._dependents.pop(first.task_id, ()):

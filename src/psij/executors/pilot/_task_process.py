@@ -1,14 +1,15 @@
 """Starting one task's process on this node, and cleaning up after it.
 
-Shared by the pilot engine (tasks on its own node) and the agent (tasks on the other nodes), so
-that a task is started the same way wherever it runs: its own process group, its directory,
-redirections and environment given to the spawn call (through the process layer that the
-local executor uses too, ``psij.executors._process``), a fresh ``TMPDIR`` and a node file
-created before and removed after.
+Shared by the pilot's workers (tasks on the engine's own node, :mod:`._worker`) and agents
+(tasks on the other nodes), so that a task is started the same way wherever it runs: its own
+process group, its directory, redirections and environment given to the spawn call (through
+the process layer that the local executor uses too, ``psij.executors._process``), a fresh
+``TMPDIR`` and a node file created before and removed after.
 
 Exits are reported by an exit watch: the shared ``ProcessWatch`` thread (the agent), or a
-:class:`LoopWatch` whose process ids sit in the owner's own event loop (the engine), so that an
-exit reaches the owner's thread without a hop through another thread. Either way the owner
+:class:`LoopWatch` whose process ids sit in the owner's own event loop (the engine watches its
+workers so; a worker uses a variant that reaps all its children on SIGCHLD), so that an exit
+reaches the owner's thread without a hop through another thread. Either way the owner
 then calls :meth:`TaskProcesses.finish` on its own thread. An ended task's empty ``TMPDIR`` is
 renamed and given to a later task rather than removed and made again, which would cost ten
 times more on the owner's thread. The

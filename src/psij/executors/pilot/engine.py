@@ -1,22 +1,26 @@
 """The pilot engine: runs the tasks the scheduler places, on the nodes of one allocation.
 
-The engine owns a :class:`~psij.executors.pilot.scheduler.Scheduler` and the processes of the
-tasks it placed. Tasks on the node this process runs on are spawned directly; tasks on other
-nodes are sent to one agent per node (:mod:`psij.executors.pilot.agent`), started with the
-allocation's launcher and connected back over a socket (the engine's side of them is
-:mod:`~psij.executors.pilot._remote_nodes`). Its books on the tasks are
+The engine owns a :class:`~psij.executors.pilot.scheduler.Scheduler` and keeps the books of the
+tasks it placed; it starts no task itself. Tasks on the node this process runs on are sent, in
+batches, to worker processes (:mod:`~psij.executors.pilot._worker`; the
+engine's side of them, how many and when, is :mod:`~psij.executors.pilot._local_workers`);
+tasks on other nodes are sent to one agent per node (:mod:`psij.executors.pilot.agent`),
+started with the allocation's launcher and connected back over a socket (the engine's side of
+them is :mod:`~psij.executors.pilot._remote_nodes`). Its books on the tasks are
 :mod:`~psij.executors.pilot._task_books`; what other threads tell it arrives as the typed
 events of :mod:`~psij.executors.pilot._engine_events`.
 
 Threads:
 
-- One engine thread owns the started processes, the agents' connections, the journal's start
-  and end records, and listener delivery. It sleeps in one ``select`` (a
-  :class:`psij._wakeup.Wakeup`) on the agents' sockets, a pidfd per local task and its next
-  timer; it never polls tasks. Time limits, agents' connect deadlines and the journal's fsync
-  interval are measured on the engine's :class:`~psij._clock.Clock`.
-- A local task's exit is therefore seen and handled on the engine thread itself. Where pidfds
-  do not exist, exits arrive from the shared ``ProcessWatch`` thread, which only queues them.
+- One engine thread owns the workers' and agents' connections, the journal's start and end
+  records, and listener delivery. It sleeps in one ``select`` (a :class:`psij._wakeup.Wakeup`)
+  on those pipes and sockets, a pidfd per worker and its next timer; it never polls tasks.
+  Time limits, agents' connect deadlines and the journal's fsync interval are measured on the
+  engine's :class:`~psij._clock.Clock`.
+- A local task's start and end arrive in a worker's report, read on the engine thread. A
+  worker's own exit is seen through its pidfd; where pidfds do not exist, from the shared
+  ``ProcessWatch`` thread, which only queues it. A task is RUNNING once its worker reported
+  its start (a task that could not start never is).
 - ``submit``/``cancel``/``status``/... may be called from any thread; they hold one short lock
   around the scheduler's books and never run listeners or spawn processes under it.
 - Listeners get every state change, in order, on the engine thread, with no lock held; an
@@ -26,12 +30,12 @@ A scheduling pass runs once per batch of events (submissions, exits, cancels), s
 the scheduler's: it grows with the number of distinct task shapes, not with waiting tasks.
 
 Journal (:mod:`~psij.executors.pilot.journal`): one JSON line per event (submit, start, end,
-user cancel, forget), appended with one write per batch, fsync'd at most once a second and at
-close; a line that cannot be used is skipped with a warning on resume. The ends of tasks are written
-before any other task starts, so that a crash never leaves a started dependent behind an end
-the journal does not hold. ``resume`` reads it back: tasks that succeeded are not run again
-(they count as succeeded for what depends on them), tasks a user cancelled stay cancelled,
-all others are queued again in their original order.
+user cancel, forget), appended with one write per turn of the loop (never one per task), before
+that turn's events reach the listeners, and fsync'd at most once a second and at close (when
+and what, and what a crash can lose: :mod:`~psij.executors.pilot._engine_output`); a line that
+cannot be used is skipped with a warning on resume. ``resume`` reads it back: tasks that
+succeeded are not run again (they count as succeeded for what depends on them), tasks a user
+cancelled stay cancelled, all others are queued again in their original order.
 
 Faults: an unexpected error while handling one task fails that task (its process is killed)
 and the engine goes on; an error outside any task is logged and the loop goes on, unless it
@@ -66,7 +70,10 @@ from psij.executors.pilot._engine_events import (
     StopRequested,
     TaskExited,
     TimeLimitReached,
+    WorkerExited,
 )
+from psij.executors.pilot._engine_output import EngineOutput
+from psij.executors.pilot._local_workers import LocalWorkers, worker_limit
 from psij.executors.pilot._remote_nodes import RemoteNodes
 from psij.executors.pilot._run_dir import (
     make_run_dir,
@@ -74,14 +81,8 @@ from psij.executors.pilot._run_dir import (
     remove_tree,
     temporary_base,
 )
-from psij.executors.pilot._task_books import TaskBooks, TaskEntry
-from psij.executors.pilot._task_process import (
-    HAS_PIDFD,
-    Launch,
-    LaunchError,
-    LoopWatch,
-    TaskProcesses,
-)
+from psij.executors.pilot._task_books import TaskEntry
+from psij.executors.pilot._task_process import HAS_PIDFD, Launch, LaunchError, LoopWatch
 from psij.executors.pilot.allocation import Allocation
 from psij.executors.pilot.engine_config import EngineConfig
 from psij.executors.pilot.journal import (
@@ -97,7 +98,6 @@ from psij.executors.pilot.resources import ResourcePool
 from psij.executors.pilot.scheduler import TaskState
 from psij.executors.pilot.task_environment import nodefile_text, pilot_environment
 from psij.executors.pilot.tasks import (
-    Listener,
     TaskEvent,
     TaskShare,
     TaskSpec,
@@ -120,7 +120,7 @@ _MAX_ERRORS_IN_A_ROW = 20
 # -- engine internals -------------------------------------------------------------------------
 
 
-class PilotEngine(TaskBooks):
+class PilotEngine(EngineOutput):
     """Schedules and runs tasks on one allocation (see the module documentation)."""
 
     def __init__(self, allocation: Allocation, config: Optional[EngineConfig] = None,
@@ -134,13 +134,12 @@ class PilotEngine(TaskBooks):
         self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._timers = Timers(self._clock)  # the engine's own: time limits
         super().__init__(ResourcePool(list(allocation.nodes)), self.config.work_directory)
-        self._listeners: List[Listener] = []
         self._inbox: Deque[EngineEvent] = deque()
         self._wakeup: Optional[Wakeup] = None
         self._thread: Optional[threading.Thread] = None
-        self._local: Optional[TaskProcesses] = None
-        # Exits and timed actions of local tasks: in the engine's own loop where pidfds exist,
-        # else through the shared ProcessWatch thread.
+        self._workers: Optional[LocalWorkers] = None
+        # Exits of the workers: in the engine's own loop where pidfds exist, else through the
+        # shared ProcessWatch thread.
         self._loop_watch: Optional[LoopWatch] = None
         # The environment and node file of each distinct share, made once.
         self._share_files: Dict[Tuple[Any, ...], Tuple[Dict[str, str], str]] = {}
@@ -175,11 +174,16 @@ class PilotEngine(TaskBooks):
         selector = self._wakeup.selector
         if HAS_PIDFD:
             self._loop_watch = LoopWatch(selector)
-            self._local = TaskProcesses(self._run_dir / "tmp", self._on_local_exit,
-                                        self._loop_watch, config.cancel_grace_period)
-        else:
-            self._local = TaskProcesses(self._run_dir / "tmp", self._local_exit,
-                                        grace=config.cancel_grace_period)
+        local = self.allocation.local_node
+        if local is not None:
+            cores = next(n.cores for n in self.allocation.nodes if n.name == local)
+            tmp_root = self._run_dir / "tmp"
+            tmp_root.mkdir(mode=0o700)
+            self._workers = LocalWorkers(
+                tmp_root, self._run_id, selector, self._loop_watch, self._post,
+                self._on_started, self._on_exit_safe, self._workers_lost,
+                worker_limit(cores, config.workers), cores, config.cancel_grace_period,
+                dict(os.environ))
         if config.journal is not None:
             previous = read_journal(config.journal) if config.resume else []
             self._journal = Journal(config.journal, self._clock)
@@ -213,16 +217,6 @@ class PilotEngine(TaskBooks):
             self._wakeup.close()  # only now: the engine thread no longer uses it
 
     # -- public operations ------------------------------------------------------------------
-
-    def add_listener(self, listener: Listener) -> None:
-        if not callable(listener):
-            raise _check.fail_type("listener", listener, "a callable taking a TaskEvent")
-        with self._lock:
-            self._listeners = [*self._listeners, listener]
-
-    def remove_listener(self, listener: Listener) -> None:
-        with self._lock:
-            self._listeners = [x for x in self._listeners if x is not listener]
 
     def submit(self, task: TaskSpec) -> str:
         """Add a task; raises ValueError/TypeError naming the field, adding nothing."""
@@ -286,14 +280,29 @@ class PilotEngine(TaskBooks):
         self._inbox.append(event)
         self._wake()
 
-    def _local_exit(self, task_id: str, code: Optional[int]) -> None:
-        # On the ProcessWatch thread: queue only.
-        self._post(TaskExited(task_id, code))
-
-    def _on_local_exit(self, task_id: str, code: Optional[int]) -> None:
-        # On the engine thread (a pidfd of the loop): handled at once.
+    def _on_exit_safe(self, task_id: str, code: Optional[int], message: Optional[str]
+                      ) -> None:
+        # On the engine thread (a worker's report): handled at once.
         try:
-            self._on_exit(task_id, code, None)
+            self._on_exit(task_id, code, message)
+        except Exception as ex:
+            self._task_broke(task_id, ex)
+
+    def _on_started(self, task_id: str, pid: int) -> None:
+        """On the engine thread: a worker started the task's process ``pid``."""
+        try:
+            with self._lock:
+                task = self._tasks.get(task_id)
+                if task is None or task.node is None \
+                        or self._scheduler.state(task_id) is not TaskState.RUNNING:
+                    return
+                task.started = time.time()
+                self._journal_records.append(start_line(task_id, task.node, pid, self._run_id))
+                self._report(task, TaskState.RUNNING, share=task.share)
+            limit = task.spec.time_limit
+            if limit is not None:
+                self._timers.call_later(limit, partial(
+                    self._inbox.append, TimeLimitReached(task_id, task.run)))
         except Exception as ex:
             self._task_broke(task_id, ex)
 
@@ -302,13 +311,15 @@ class PilotEngine(TaskBooks):
         assert wakeup is not None
         watch = self._loop_watch
         errors = 0  # unexpected errors in a row
+        if self._workers is not None:
+            # On this thread, as every worker: a worker dies with the thread that started it.
+            self._workers.start_first()
         try:
             while True:
                 try:
                     timeout = self._timeout()
                     if timeout != 0.0:
-                        # About to sleep: what waits for the journal goes now.
-                        self._write_journal()
+                        self._flush()
                         if not self._swept:
                             self._sweep()
                     for key, mask in wakeup.select(timeout):
@@ -340,8 +351,8 @@ class PilotEngine(TaskBooks):
             task = self._tasks.get(task_id)
         if task is None:
             return
-        if self._local is not None:
-            self._local.signal(task_id, 0.0)
+        if self._workers is not None:
+            self._workers.signal(task_id, 0.0)
         self._finish(task, task.run, None, f"the pilot hit an unexpected error while "
                                            f"handling this task: {error!r}")
 
@@ -354,8 +365,8 @@ class PilotEngine(TaskBooks):
             for task in self._tasks.values():
                 if not task.history or not task.history[-1][1].final:
                     self._end_task(task, TaskState.FAILED, reason)
-        if self._local is not None:
-            self._local.signal_all(0.0)
+        if self._workers is not None:
+            self._workers.signal_all(0.0)
 
     def _sweep(self) -> None:
         """Remove what killed pilots left, on a thread of its own: a large leftover must not
@@ -373,7 +384,7 @@ class PilotEngine(TaskBooks):
             timed = self._loop_watch.next_timeout()
             if timed is not None:
                 due = timed if due is None else min(due, timed)
-        for left in (self._timers.next_timeout(),
+        for left in (self._timers.next_timeout(), self._flush_in(),
                      None if self._agents is None else self._agents.next_deadline_in()):
             if left is not None:
                 due = left if due is None else min(due, left)
@@ -391,13 +402,18 @@ class PilotEngine(TaskBooks):
         if self._agents:
             self._agents.check_deadlines()
         if self._dirty and not self._closing:
-            # Ends first: a task must not start before the end of its dependencies is
-            # written, or a crash right after its start would make a resume run them again.
-            self._write_journal()
+            # Ends that others wait for first: a task must not start before the end of its
+            # dependencies is written, or a crash right after its start would make a resume
+            # run them again.
+            if self._journal_urgent:
+                self._write_journal()
             self._schedule()
         if self._journal is not None:
             self._journal.sync()
+        if self._workers is not None:
+            self._workers.flush()
         self._deliver()
+        self._flush()
         if self._closing and self._running == 0:
             return False
         return not stop
@@ -420,6 +436,9 @@ class PilotEngine(TaskBooks):
             self._kill(event.task_id)
         elif isinstance(event, TimeLimitReached):
             self._on_time_limit(event.task_id, event.run)
+        elif isinstance(event, WorkerExited):
+            if self._workers is not None:
+                self._workers.worker_exited(event)
         elif isinstance(event, AgentLauncherExited):
             if self._agents is not None:
                 self._agents.launcher_exited(event)
@@ -428,34 +447,6 @@ class PilotEngine(TaskBooks):
         elif isinstance(event, StopRequested):
             return True
         return False
-
-    def _write_journal(self) -> None:
-        if self._journal is None or not self._journal_records:
-            return
-        with self._lock:
-            lines, self._journal_records = self._journal_records, []
-        self._journal.write(lines)
-
-    def _deliver(self) -> None:
-        with self._lock:
-            events, self._outbox = self._outbox, []
-            listeners = self._listeners
-        if not events:
-            return
-        for event in events:
-            for listener in listeners:
-                try:
-                    listener(event)
-                except Exception:
-                    logger.exception("pilot listener %r raised on %s", listener, event)
-        with self._changed:
-            for event in events:
-                task = self._tasks.get(event.task_id)
-                if task is not None and (task.reported is None or not task.reported.final):
-                    task.reported = event.state
-                    if event.state.final:
-                        self._delivered_finals += 1
-            self._changed.notify_all()
 
     def _schedule(self) -> None:
         with self._lock:
@@ -496,26 +487,28 @@ class PilotEngine(TaskBooks):
         environment[RUN_VARIABLE] = self._run_id
         if spec.environment:
             environment.update(spec.environment)
-        launch = Launch(spec.name, [spec.executable, *spec.arguments], task.directory,
-                        environment, spec.inherit_environment, spec.stdin, spec.stdout,
-                        spec.stderr, nodefile, spec.create_directories)
         node = share.nodes[0]
         task.node = node
+        argv = [spec.executable, *spec.arguments]
         if node == self.allocation.local_node:
-            assert self._local is not None
+            # RUNNING, the journal's start and the time limit once the worker reports the
+            # start (see _on_started).
+            assert self._workers is not None
             try:
-                pid = self._local.start(launch)
+                self._workers.assign([spec.name, argv, task.directory, environment,
+                                      spec.inherit_environment, spec.stdin, spec.stdout,
+                                      spec.stderr, nodefile, spec.create_directories])
             except LaunchError as ex:
-                self._finish(task, task.run, ex.exit_code, f"could not start the task: {ex}")
-                return
-            record = start_line(spec.name, node, pid, self._run_id)
-        else:
-            assert self._agents is not None
-            lost = self._agents.spawn(node, launch)
-            if lost is not None:
-                self._finish(task, task.run, None, f"node {node} is lost: {lost}")
-                return
-            record = start_line(spec.name, node)
+                self._finish(task, task.run, None, f"could not start the task: {ex}")
+            return
+        assert self._agents is not None
+        lost = self._agents.spawn(node, Launch(
+            spec.name, argv, task.directory, environment, spec.inherit_environment, spec.stdin,
+            spec.stdout, spec.stderr, nodefile, spec.create_directories))
+        if lost is not None:
+            self._finish(task, task.run, None, f"node {node} is lost: {lost}")
+            return
+        record = start_line(spec.name, node)
         task.started = time.time()
         with self._lock:
             self._journal_records.append(record)
@@ -549,10 +542,7 @@ class PilotEngine(TaskBooks):
             task = self._tasks.get(task_id)
         if task is None:
             return
-        if task.node == self.allocation.local_node:
-            assert self._local is not None
-            message = self._local.finish(task_id, code)
-        elif self._agents is not None:
+        if task.node != self.allocation.local_node and self._agents is not None:
             self._agents.task_ended(task.node, task_id)
         if task.timed_out and code != 0:
             message = (f"the task exceeded its time limit of {task.spec.time_limit:g} s and "
@@ -583,8 +573,8 @@ class PilotEngine(TaskBooks):
         if task.node is None:
             return  # placed but not started: _start_task sees user_canceled
         if task.node == self.allocation.local_node:
-            assert self._local is not None
-            self._local.signal(task_id, grace)
+            assert self._workers is not None
+            self._workers.signal(task_id, grace)
             return
         assert self._agents is not None
         if self._agents.signal(task.node, task_id, grace):
@@ -619,6 +609,9 @@ class PilotEngine(TaskBooks):
     def _shutdown(self) -> None:
         try:
             self._deliver()
+            self._flush(force=True)
+            if self._workers is not None:
+                self._workers.stop()
             if self._agents is not None:
                 self._agents.stop()
             if self._journal is not None:
@@ -629,8 +622,6 @@ class PilotEngine(TaskBooks):
                 self._journal = None
             if self._loop_watch is not None:
                 self._loop_watch.close()
-            if self._local is not None:
-                self._local.remove_tmp_root()
             if self._run_dir is not None:
                 remove_tree(self._run_dir)
         finally:
@@ -645,3 +636,11 @@ class PilotEngine(TaskBooks):
                 task = self._tasks.get(name)
             if task is not None:
                 self._finish(task, task.run, None, f"node {node} is lost: {why}")
+
+    def _workers_lost(self, task_ids: List[str], why: str) -> None:
+        """A worker of this node is gone: the tasks it had fail with ``why``."""
+        for name in task_ids:
+            with self._lock:
+                task = self._tasks.get(name)
+            if task is not None:
+                self._finish(task, task.run, None, why)

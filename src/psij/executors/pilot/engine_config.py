@@ -22,7 +22,8 @@ class EngineConfig:
                  tmp_root: Optional[Path] = None, agent_transport: str = "auto",
                  agent_host: Optional[str] = None, agent_python: str = sys.executable,
                  agent_connect_timeout: float = 60.0, prepare: Optional[Prepare] = None,
-                 slurm_variables: Optional[bool] = True) -> None:
+                 slurm_variables: Optional[bool] = True, workers: Optional[int] = None
+                 ) -> None:
         self.work_directory: Path = _check.opt_path("EngineConfig.work_directory",
                                                     work_directory) or Path(os.getcwd())
         self.journal = _check.opt_path("EngineConfig.journal", journal)
@@ -45,6 +46,9 @@ class EngineConfig:
         if slurm_variables is not None:
             _check.opt_bool("EngineConfig.slurm_variables", slurm_variables)
         self.slurm_variables = slurm_variables
+        # Worker processes for the tasks of the engine's own node, at most; None: the
+        # PSIJ_PILOT_WORKERS variable, else one per three cores (see _local_workers).
+        self.workers = _check.opt_int("EngineConfig.workers", workers, minimum=1)
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())

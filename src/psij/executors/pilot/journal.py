@@ -42,6 +42,7 @@ __all__ = [
     "cancel_line",
     "end_line",
     "forget_line",
+    "is_task_process",
     "kill_leftovers",
     "read_journal",
     "start_line",
@@ -213,14 +214,14 @@ def _pid(value: Any) -> int:
 def kill_leftovers(leftovers: Dict[str, Tuple[int, str]]) -> None:
     """KILL the process groups that a crashed run started and that still run."""
     for name, (pid, run) in leftovers.items():
-        if _is_task_process(pid, run, name):
+        if is_task_process(pid, run, name):
             try:
                 os.killpg(pid, 9)
             except OSError:
                 pass
 
 
-def _is_task_process(pid: int, run: str, task_id: str) -> bool:
+def is_task_process(pid: int, run: str, task_id: str) -> bool:
     """Whether ``pid`` is still the process a crashed run started for ``task_id``: a process
     group leader whose initial environment carries that run's marker and the task's id."""
     try:

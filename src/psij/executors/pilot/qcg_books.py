@@ -4,8 +4,9 @@ each iterative job as a whole, and ``jobs.report`` written as jobs end.
 An iterative job is kept as counters (:class:`GroupBook`), never as a list of its sub-tasks,
 so that its cost does not grow with its iterations; its sub-tasks ``name:i`` are known by
 their index. :class:`ReportFile` appends one entry per ended task, and one per iterative job
-once all its iterations have ended, flushing each, so that a pilot killed with SIGKILL keeps the
-report of every task that had ended.
+once all its iterations have ended; the runner flushes it every few milliseconds while tasks
+end (the engine's flush hook), so that a pilot killed with SIGKILL keeps the report of every
+task that had ended but those of the last few milliseconds.
 
 No process is started here and nothing is read from the engine; the runner
 (:mod:`psij.executors.pilot.qcg_run`) feeds in what happened.
@@ -103,7 +104,8 @@ class GroupBook:
 
 
 class ReportFile:
-    """``jobs.report``, appended to entry by entry from any thread, each entry flushed."""
+    """``jobs.report``, appended to entry by entry from any thread; written out by
+    :meth:`flush`, or at once with ``flush=True``."""
 
     def __init__(self, path: Path, append: bool) -> None:
         # A resumed run continues the report of the run it resumes: what is in it already is
@@ -112,13 +114,19 @@ class ReportFile:
         self._file = open_private(path, append)
         self._lock = threading.Lock()
 
-    def write(self, report: TaskReport) -> None:
+    def write(self, report: TaskReport, flush: bool = False) -> None:
         text = format_report_entry(report)
         with self._lock:
             if self._file.closed or report.name in self.earlier:
                 return
             self._file.write(text)
-            self._file.flush()
+            if flush:
+                self._file.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.flush()
 
     def close(self) -> None:
         with self._lock:

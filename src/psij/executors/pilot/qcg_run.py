@@ -131,6 +131,11 @@ class ServiceLog:
             if flush:
                 self._file.flush()
 
+    def flush(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.flush()
+
     def close(self) -> None:
         with self._lock:
             self._file.close()
@@ -269,6 +274,7 @@ class QcgFileRun:
             self._log.close()
             raise
         engine.add_listener(lambda event: self._on_event(engine, event))
+        engine.add_flush_hook(self._flush_files)
         self._log.write(f"pilot started on {self._allocation.describe()}; working directory "
                         f"{self._root_wd}" + ("; resuming from the journal"
                                               if self._resume else ""), flush=True)
@@ -322,14 +328,27 @@ class QcgFileRun:
 
     def _submit(self, engine: PilotEngine, request: PlannedSubmit) -> Dict[str, Any]:
         known: Set[str] = set(engine.task_ids()) if self._resume else set()
+        # The tasks of plain jobs go to the engine together, a chunk at a time, not one
+        # submission each; an iterative job hands over its own chunks, after what came before.
+        plain: List[TaskSpec] = []
         for job in request.jobs:
-            self._feed(engine, job, known)
+            if job.group is not None and plain:
+                self._hand_over(engine, None, plain)
+                plain = []
+            self._feed(engine, job, known, plain)
+            if len(plain) >= _CHUNK:
+                self._hand_over(engine, None, plain)
+                plain = []
+        if plain:
+            self._hand_over(engine, None, plain)
         jobs = list(request.job_names)
         return ok_response({"submitted": len(jobs), "jobs": jobs},
                            f"{len(jobs)} jobs submitted")
 
-    def _feed(self, engine: PilotEngine, job: PlannedJob, known: Set[str]) -> None:
-        """Hand the job's tasks to the engine a chunk at a time (see the module notes)."""
+    def _feed(self, engine: PilotEngine, job: PlannedJob, known: Set[str],
+              plain: List[TaskSpec]) -> None:
+        """Hand the job's tasks to the engine a chunk at a time (see the module notes); the
+        task of a plain job is added to ``plain`` instead."""
         group: Optional[GroupBook] = None
         if job.group is not None:
             group = GroupBook(job.group, job.start, job.count, time.time())
@@ -348,6 +367,9 @@ class QcgFileRun:
             why = self._why_omitted(template)
             if why is not None:
                 self._omit(group, template, why)
+                continue
+            if group is None:
+                plain.append(self._task_spec(template))
                 continue
             chunk.append(self._task_spec(template))
             if len(chunk) >= _CHUNK:
@@ -376,6 +398,13 @@ class QcgFileRun:
             if group is not None:
                 group.fed -= len(specs)
         for spec in specs:
+            # A task after one omitted just now, in this same chunk, is omitted as it would
+            # have been had they come one by one.
+            why = next((f"omitted: dependency {d!r} ended OMITTED" for d in spec.after
+                        if d in self._omitted), None)
+            if why is not None:
+                self._omit(group, spec, why)
+                continue
             with self._lock:
                 self._open.add(spec.name)
             try:
@@ -408,8 +437,8 @@ class QcgFileRun:
         report = TaskReport(name=task.name, state="OMITTED",
                             history=((now, "QUEUED"), (now, "OMITTED")), message=why)
         self._omitted[task.name] = report
-        self._report.write(report)
-        self._log.write(f"task {task.name} OMITTED: {why}")
+        self._report.write(report, flush=True)
+        self._log.write(f"task {task.name} OMITTED: {why}", flush=True)
         with self._lock:
             self._count_end("OMITTED")
         if group is not None:
@@ -606,14 +635,15 @@ class QcgFileRun:
     def _on_event(self, engine: PilotEngine, event: TaskEvent) -> None:
         """On the engine thread: books, the report and the log of one state change."""
         task = event.task_id
-        group_name = task.rpartition(":")[0]
         if not event.state.final:
-            if event.state is TaskState.RUNNING and group_name:
+            if event.state is TaskState.RUNNING and ":" in task:
+                group_name = task.rpartition(":")[0]
                 with self._lock:
                     group = self._jobs.get(group_name)
                     if group is not None:
                         group.record_start(event.time)
             return
+        group_name = task.rpartition(":")[0]
         self._report.write(self._task_report(engine.status(task)))
         succeeded = event.state is TaskState.SUCCEEDED
         with self._lock:
@@ -633,6 +663,12 @@ class QcgFileRun:
         if event.message and not succeeded:
             detail += f": {event.message}"
         self._log.write(f"task {task} {qcg_state(event.state)}{detail}")
+
+    def _flush_files(self) -> None:
+        """On the engine thread, every few milliseconds while tasks end: what the report and
+        the log hold goes to their files."""
+        self._report.flush()
+        self._log.flush()
 
     def _report_left(self, engine: PilotEngine) -> None:
         """After the engine closed: the entries of tasks whose end was never delivered."""
