@@ -190,7 +190,7 @@ def record(executor: "JobExecutor", job: "Job") -> None:
     try:
         status = job.status
         state = status.state
-        values = (job.native_id, state.name, state.order, status.exit_code, status.message,
+        values = (job._native_id, state.name, state.order, status.exit_code, status.message,
                   time.time(), state.final)
         first = _RECORDED_ATTR not in job.__dict__
         job.__dict__[_RECORDED_ATTR] = True

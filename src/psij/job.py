@@ -133,8 +133,16 @@ class Job:
 
     @property
     def native_id(self) -> Optional[str]:
-        """The identifier given to the job by the executor's backend, once submitted."""
-        return self._native_id
+        """The identifier given to the job by the executor's backend, once submitted (an
+        executor that starts jobs after ``submit`` returns, such as ``local``, has this wait
+        until the backend gave it)."""
+        native_id = self._native_id
+        if native_id is None and self.executor is not None:
+            wait = getattr(self.executor, "_wait_native_id", None)
+            if wait is not None:
+                wait(self)
+                native_id = self._native_id
+        return native_id
 
     @property
     def status(self) -> JobStatus:

@@ -20,13 +20,23 @@ __all__ = ["NotRunnable", "Prepared", "spawn_failure"]
 class Prepared:
     """Spawn inputs computed at submit time (and the job's failure, if it cannot run)."""
 
-    __slots__ = ("direct", "env", "failure", "job_dir")
+    __slots__ = ("base", "direct", "env", "failure", "job_dir")
 
     def __init__(self, direct: bool, env: Dict[str, str], job_dir: Path) -> None:
         self.direct = direct
-        self.env = env
+        self.env = env  # the job's own variables
+        # The inherited ones (``_local_env.BASE``: its number and variables), None if none.
+        self.base: Optional[Tuple[int, Dict[str, str]]] = None
         self.job_dir = job_dir
         self.failure: Optional[JobStatus] = None
+
+    def whole_env(self) -> Dict[str, str]:
+        """The job's whole environment: the inherited variables under its own."""
+        if self.base is None:
+            return dict(self.env)
+        env = dict(self.base[1])
+        env.update(self.env)
+        return env
 
     def check_streams(self, spec: JobSpec) -> None:
         """Raise SubmitException if stdin is unreadable or an output's folder unwritable."""
