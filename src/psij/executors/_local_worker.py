@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Callable, List, Optional
 
-__all__ = ["STARTS", "WORKER", "Worker", "drain_at_exit_later"]
+__all__ = ["STARTS", "WORKER", "Worker", "prepare"]
 
 logger = logging.getLogger("psij.executors.local")
 
@@ -38,13 +38,18 @@ class Worker:
 
     def put(self, task: Callable[[], None]) -> None:
         if self._thread is None:
+            self.start()
+        self._queue.put(task)
+
+    def start(self) -> None:
+        """Start the thread now (``put`` does it too)."""
+        if self._thread is None:
             with self._lock:
                 if self._thread is None:
                     t = threading.Thread(target=self._run, name=self._name,
                                          daemon=True)
                     t.start()
                     self._thread = t
-        self._queue.put(task)
 
     def _run(self) -> None:
         while True:
@@ -69,12 +74,15 @@ WORKER = Worker("psij-local-worker")
 STARTS = Worker("psij-local-starts")
 
 
-def drain_at_exit_later() -> None:
-    """Have :func:`drain_at_exit` run at exit, before the registry's own last write (exit
-    functions run last registered first: the registry registers its own on its first record,
-    so this is called after a job's first status)."""
+def prepare() -> None:
+    """Before handing the first job to a keeper: start both threads (not later, on the watch
+    thread, in the midst of the jobs), and have :func:`drain_at_exit` run at exit, before the
+    registry's own last write (exit functions run last registered first: the registry
+    registers its own on its first record, so this is called after a job's first status)."""
     if not _AT_EXIT:
         _AT_EXIT.append(True)
+        STARTS.start()
+        WORKER.start()
         atexit.register(drain_at_exit)
 
 

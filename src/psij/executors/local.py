@@ -89,7 +89,7 @@ from psij.executors._local_time_limit import TimeLimit, time_limit_message
 from psij.executors._local_transfer import local_path, stage_out_and_cleanup, transfer
 from psij.executors._local_worker import STARTS as _STARTS
 from psij.executors._local_worker import WORKER as _WORKER
-from psij.executors._local_worker import drain_at_exit_later
+from psij.executors._local_worker import prepare as _prepare_workers
 from psij.executors._process import (
     SIGTERM,
     LaunchError,
@@ -431,7 +431,7 @@ class LocalJobExecutor(JobExecutor):
 
         run.kept, run.keeper, run.starting = True, keeper, True
         self._set_job_status(job, JobStatus(JobState.QUEUED))
-        drain_at_exit_later()
+        _prepare_workers()
         try:
             keeper.start(Start(item, fds, base, started,
                                lambda pid, status: self._on_exit(run, status)))
