@@ -86,7 +86,9 @@ class JobExecutor(ABC):
             raise InvalidJobException(f"job {job.id} has no JobSpec")
         _check.env_dict("JobSpec.environment", spec.environment)
         _check.opt_str_list("JobSpec.arguments", spec.arguments)
-        check_declared(spec.attributes.custom_attributes)
+        attributes = spec.__dict__.get("_attributes")  # not made here when there are none
+        if attributes is not None:
+            check_declared(attributes.custom_attributes)
         if job.executor is not None:
             raise InvalidJobException(f"job {job.id} is already bound to executor "
                                       f"{job.executor}")

@@ -297,6 +297,7 @@ _KEEPERS: Dict[Tuple[int, int], List[Keeper]] = {}
 _KEEPERS_LOCK = threading.Lock()
 _FAILED: List[str] = []
 _TURN = [0]
+_CORES: List[int] = []  # the cores this process may run on, counted once
 
 
 def keeper_count() -> Tuple[int, bool]:
@@ -304,14 +305,17 @@ def keeper_count() -> Tuple[int, bool]:
     ``PSIJ_LOCAL_KEEPERS`` variable (a number from 1 on: that many, jobs spread over them in
     turn), else one per 2 cores this process may run on, started only when those running
     are busy."""
-    forced = os.environ.get("PSIJ_LOCAL_KEEPERS", "").strip()
-    if forced.isascii() and forced.isdigit() and 0 < int(forced) <= 1024:
-        return int(forced), True
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, cores // 2), False
+    forced = os.environ.get("PSIJ_LOCAL_KEEPERS")
+    if forced is not None:
+        forced = forced.strip()
+        if forced.isascii() and forced.isdigit() and 0 < int(forced) <= 1024:
+            return int(forced), True
+    if not _CORES:
+        try:
+            _CORES.append(len(os.sched_getaffinity(0)))
+        except (AttributeError, OSError):
+            _CORES.append(os.cpu_count() or 1)
+    return max(1, _CORES[0] // 2), False
 
 
 def keeper_for(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:

@@ -63,6 +63,7 @@ class Journal:
     def __init__(self, fd: int, path: Path, key: Tuple[str, int]) -> None:
         self._fd = fd
         self._path = path
+        self.text = str(path)  # its path as a string
         self._key = key
         self._lock = threading.Lock()  # taken after _OPEN_LOCK, never before
 

@@ -228,6 +228,7 @@ class LocalJobExecutor(JobExecutor):
         self._lock = threading.Lock()
         self._runs: Dict[int, _Run] = {}  # by job object id, while not final
         self._nodefiles = NodeFiles(self._dir)
+        self._cwd_path: Optional[Tuple[str, Path]] = None
         self._journal_file: Optional[Journal] = None
         # Reaps the jobs and times the KILL after a cancel's TERM (tests give it a manual clock).
         self._watch = WATCH
@@ -290,7 +291,7 @@ class LocalJobExecutor(JobExecutor):
         if spec.executable is None:
             raise InvalidJobException("JobSpec.executable: a job needs an executable")
         check_os_texts(spec)
-        job_dir = spec.directory if spec.directory is not None else Path(os.getcwd())
+        job_dir = spec.directory if spec.directory is not None else self._cwd()
         if spec.directory is not None and not job_dir.is_dir():
             raise SubmitException(f"JobSpec.directory: {str(job_dir)!r} is not an existing "
                                   "directory")
@@ -325,6 +326,14 @@ class LocalJobExecutor(JobExecutor):
             # With stage-in, stdin may arrive with the staged files: check it when starting.
             prepared.check_streams(spec)
         return run, prepared
+
+    def _cwd(self) -> Path:
+        """This process's working directory (a Path made again only when it changed)."""
+        text = os.getcwd()
+        cwd = self._cwd_path
+        if cwd is None or cwd[0] != text:
+            cwd = self._cwd_path = (text, Path(text))
+        return cwd[1]
 
     def _environment(self, spec: JobSpec) -> Dict[str, str]:
         """The job's own variables (the inherited ones are ``Prepared.base``)."""
@@ -411,7 +420,7 @@ class LocalJobExecutor(JobExecutor):
                                     prepared) from ex
         base = prepared.base
         item = (program, argv, str(prepared.job_dir), None if base is None else base[0], env,
-                streams, job.id, str(self._journal().path), self._registry,
+                streams, job.id, self._journal().text, self._registry,
                 run_store(self._work) is not None)
 
         def started(pid: Optional[int], start: str, failure: Optional[Failure]) -> None:
@@ -430,7 +439,8 @@ class LocalJobExecutor(JobExecutor):
             _STARTS.put(lambda: self._started(run, pid))
 
         run.kept, run.keeper, run.starting = True, keeper, True
-        self._set_job_status(job, JobStatus(JobState.QUEUED))
+        # Not recorded in the registry: its row is written with the pid, when ACTIVE.
+        job._set_status(JobStatus(JobState.QUEUED))
         _prepare_workers()
         try:
             keeper.start(Start(item, fds, base, started,
