@@ -164,7 +164,7 @@ class Job:
             chain: List[Union[JobStatus, _Restated]] = []
             prev = status.state.predecessor
             while prev is not None and prev.is_greater_than(current):
-                chain.append(JobStatus(prev, time=status.time))
+                chain.append(JobStatus._made(prev, status.time))
                 prev = prev.predecessor
             chain.reverse()
             chain.append(status)

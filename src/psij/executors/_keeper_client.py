@@ -297,6 +297,7 @@ _KEEPERS: Dict[Tuple[int, int], List[Keeper]] = {}
 _KEEPERS_LOCK = threading.Lock()
 _FAILED: List[str] = []
 _TURN = [0]
+_FORCE_KEY = os.fsencode("PSIJ_LOCAL_KEEPERS")
 _CORES: List[int] = []  # the cores this process may run on, counted once
 
 
@@ -305,11 +306,13 @@ def keeper_count() -> Tuple[int, bool]:
     ``PSIJ_LOCAL_KEEPERS`` variable (a number from 1 on: that many, jobs spread over them in
     turn), else one per 2 cores this process may run on, started only when those running
     are busy."""
-    forced = os.environ.get("PSIJ_LOCAL_KEEPERS")
+    raw = getattr(os.environ, "_data", None)  # read per job: no decoding of the names
+    forced = raw.get(_FORCE_KEY) if isinstance(raw, dict) \
+        else os.environ.get("PSIJ_LOCAL_KEEPERS")
     if forced is not None:
-        forced = forced.strip()
-        if forced.isascii() and forced.isdigit() and 0 < int(forced) <= 1024:
-            return int(forced), True
+        text = os.fsdecode(forced).strip()
+        if text.isascii() and text.isdigit() and 0 < int(text) <= 1024:
+            return int(text), True
     if not _CORES:
         try:
             _CORES.append(len(os.sched_getaffinity(0)))

@@ -440,7 +440,7 @@ class LocalJobExecutor(JobExecutor):
 
         run.kept, run.keeper, run.starting = True, keeper, True
         # Not recorded in the registry: its row is written with the pid, when ACTIVE.
-        job._set_status(JobStatus(JobState.QUEUED))
+        job._set_status(JobStatus._made(JobState.QUEUED))
         _prepare_workers()
         try:
             keeper.start(Start(item, fds, base, started,
@@ -453,7 +453,7 @@ class LocalJobExecutor(JobExecutor):
 
     def _started(self, run: _Run, pid: int) -> None:
         """On the worker: the keeper started the job."""
-        self._set_job_status(run.job, JobStatus(JobState.ACTIVE))
+        self._set_job_status(run.job, JobStatus._made(JobState.ACTIVE))
         self._arm(run, pid)
 
     def _arm(self, run: _Run, pid: int) -> None:
@@ -546,7 +546,7 @@ class LocalJobExecutor(JobExecutor):
                 run.job_dir, spec, state, lambda st: self._set_job_status(job, JobStatus(st)))
             if staging_error is not None and state is JobState.COMPLETED:
                 state, message = JobState.FAILED, staging_error
-        self._finish(run, JobStatus(state, message=message, exit_code=code))
+        self._finish(run, JobStatus._made(state, None, message, code))
 
     def _finish(self, run: _Run, status: JobStatus) -> None:
         with self._lock:
