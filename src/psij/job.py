@@ -157,10 +157,17 @@ class Job:
         """Enter ``status`` (and any skipped states first); returns False if it was ignored."""
         if not isinstance(status, JobStatus):
             raise TypeError(f"Job.status: expected psij.JobStatus, got {status!r}")
+        ex = self.executor
+        quiet = self._cb is None and (ex is None or ex._silent()) \
+            and "_watchers" not in self.__dict__
         with _LOCK:
             current = self._status.state
             if not status.state.is_greater_than(current):
                 return False
+            if quiet and self._pending is None and self._cv is None:
+                # Nobody to tell, nobody waiting: the states skipped are seen by no one.
+                self._status = self._delivered = status
+                return True
             chain: List[Union[JobStatus, _Restated]] = []
             prev = status.state.predecessor
             while prev is not None and prev.is_greater_than(current):

@@ -152,6 +152,12 @@ class JobExecutor(ABC):
         """Call ``cb`` for every status change of every job of this executor."""
         self._cb = as_callback(cb, f"{type(self).__name__}.set_job_status_callback")
 
+    def _silent(self) -> bool:
+        """Whether telling it of a status change does nothing (no callback is set, and
+        :meth:`_notify_callback` is this class's): a job then skips the telling."""
+        return getattr(self, "_cb", None) is None and \
+            type(self)._notify_callback is JobExecutor._notify_callback
+
     def _notify_callback(self, job: Job, status: JobStatus) -> None:
         cb = self._cb
         if cb is not None:

@@ -298,6 +298,7 @@ _KEEPERS_LOCK = threading.Lock()
 _FAILED: List[str] = []
 _TURN = [0]
 _FORCE_KEY = os.fsencode("PSIJ_LOCAL_KEEPERS")
+_PID = [os.getpid()]  # this process's (set again in a forked child)
 _CORES: List[int] = []  # the cores this process may run on, counted once
 
 
@@ -334,8 +335,10 @@ def keeper_for(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
 def keeper_for_job(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
     """The keeper to start the next job: the least busy one, or a new one when all are busy
     and there may be more (see :func:`keeper_count`); None if none can be started."""
-    keepers = _KEEPERS.get((os.getpid(), id(watch)), ())
+    keepers = _KEEPERS.get((_PID[0], id(watch)), ())
     count, forced = keeper_count()
+    if count == 1 and len(keepers) == 1 and keepers[0].alive and keepers[0].watch is watch:
+        return keepers[0]
     live = [k for k in keepers if k.alive and k.watch is watch]
     if forced:
         if len(live) < count:
@@ -355,7 +358,7 @@ def keeper_for_job(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]
 
 def _new_keeper(final_rank: int, watch: "WatchWithFeeds", most: int) -> Optional[Keeper]:
     """Start a keeper (unless ``most`` are live already, 0: unless one is)."""
-    key = (os.getpid(), id(watch))
+    key = (_PID[0], id(watch))
     with _KEEPERS_LOCK:
         live = [k for k in _KEEPERS.get(key, ()) if k.alive and k.watch is watch]
         if len(live) >= max(1, most):
@@ -404,6 +407,7 @@ def forget_keepers() -> None:
     lets them see the parent's end); the child starts its own."""
     global _KEEPERS_LOCK
     _KEEPERS_LOCK = threading.Lock()
+    _PID[0] = os.getpid()
     for keepers in _KEEPERS.values():
         for keeper in keepers:
             try:

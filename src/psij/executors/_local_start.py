@@ -11,6 +11,8 @@ lets ``job.native_id`` wait, briefly, for the pid of a job whose start is not an
 It must not set job states (the executor does) nor talk to the keeper itself.
 """
 
+from __future__ import annotations  # nested functions' annotations: not evaluated per call
+
 import errno
 import threading
 import time

@@ -48,6 +48,8 @@ is missing or cannot be executed is not an error of ``submit``: the job ends FAI
 code 127 or 126 and a message naming it, as it would on a batch system.
 """
 
+from __future__ import annotations  # nested functions' annotations: not evaluated per call
+
 import logging
 import os
 import subprocess
@@ -439,8 +441,7 @@ class LocalJobExecutor(JobExecutor):
             _STARTS.put(lambda: self._started(run, pid))
 
         run.kept, run.keeper, run.starting = True, keeper, True
-        # Not recorded in the registry: its row is written with the pid, when ACTIVE.
-        job._set_status(JobStatus._made(JobState.QUEUED))
+        self._set_job_status(job, JobStatus._made(JobState.QUEUED))
         _prepare_workers()
         try:
             keeper.start(Start(item, fds, base, started,
@@ -472,7 +473,7 @@ class LocalJobExecutor(JobExecutor):
         if run is not None and run.starting:
             NATIVE_IDS.wait(lambda: not run.starting)
 
-    def _note(self, run: "RunRecord", job: Optional[Job] = None) -> None:
+    def _note(self, run: RunRecord, job: Optional[Job] = None) -> None:
         """Record a job's start, end or cancel (batched; in the journal if it cannot be)."""
         note(self._work, self._journal(), run, "" if job is None else job.id)
 
