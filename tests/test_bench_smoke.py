@@ -94,3 +94,14 @@ def test_sbatch_floor_prints_cold_and_warm_and_leaves_no_job(tmp_path: Path) -> 
     left = subprocess.run(["squeue", "--noheader", "--name", name], capture_output=True,
                           text=True, timeout=60).stdout.strip()
     assert left == ""
+
+
+def test_the_local_cpu_benchmark_runs_every_job_over_two_keepers() -> None:
+    script = WORKLOADS_SCRIPT.with_name("local_cpu.py")
+    done = subprocess.run([sys.executable, str(script), "--jobs", "30", "--rounds", "1",
+                           "--keepers", "2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("local executor, 30 /bin/true jobs per round")
+    rounds = [line for line in lines if "registry on :" in line or "registry off:" in line]
+    assert len(rounds) == 4 and all(line.endswith(" 0 failed") for line in rounds[:2])
