@@ -11,7 +11,12 @@ keeper (:meth:`ProcessWatch.terminate`), which outlives the process; the watch's
 it only when no keeper can be had; reaping and signalling a group are the process
 layer's (``psij.executors._process``). What to do when a process ends is not its business: it
 hands ``(pid, wait status)`` to the callback given at registration, which must be quick (the
-executor queues the real work on its own worker).
+executor queues the real work on its own worker). It also reads the keepers' answers to the
+starts they were sent (``_keeper_client.Start``: a pid, or why the job could not start), which
+come on the same pipe as the exits, before them: it follows each job started from then on and
+calls the start's callback, then has the keeper sent what was queued meanwhile. When a keeper
+dies, the jobs it was running are killed (no one would see them end) and reported ended with no
+wait status.
 
 It must not run user code, open job files or set job states.
 """
