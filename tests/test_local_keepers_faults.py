@@ -15,6 +15,7 @@ from typing import Iterator, List
 
 import pytest
 
+import psij
 import psij.registry
 from process_checks import live_members, members_left_after
 from psij import Job, JobExecutor, JobSpec, JobState
@@ -160,3 +161,18 @@ def test_the_submitter_killed_leaves_every_keeper_recording_its_jobs(tmp_path: P
             assert (record.state, record.exit_code) == (JobState.FAILED, i + 3)
     finally:
         gate.touch()
+
+
+def test_a_callback_reading_the_native_id_on_queued_gets_the_pid(three: JobExecutor) -> None:
+    seen: List[str] = []
+
+    def note(job: Job, status: psij.JobStatus) -> None:
+        if status.state is JobState.QUEUED:
+            seen.append(str(job.native_id))  # waits for the keeper's answer
+
+    job = Job(JobSpec("/bin/true"))
+    job.set_job_status_callback(note)
+    three.submit(job)
+    status = job.wait(timeout=TIMEOUT)
+    assert status is not None and status.state is JobState.COMPLETED
+    assert seen == [job.native_id] and seen[0].isdigit()

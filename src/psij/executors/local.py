@@ -441,8 +441,6 @@ class LocalJobExecutor(JobExecutor):
             _STARTS.put(lambda: self._started(run, pid))
 
         run.kept, run.keeper, run.starting = True, keeper, True
-        self._set_job_status(job, JobStatus._made(JobState.QUEUED))
-        _prepare_workers()
         try:
             keeper.start(Start(item, fds, base, started,
                                lambda pid, status: self._on_exit(run, status)))
@@ -450,6 +448,10 @@ class LocalJobExecutor(JobExecutor):
             run.kept, run.keeper, run.starting = False, None, False
             logger.warning("local job %s: %s; starting it here", job.id, ex)
             return False
+        # After the start is queued: a callback reading job.native_id waits for its answer.
+        # (ACTIVE may be there already: then QUEUED is skipped, its callbacks came with it.)
+        self._set_job_status(job, JobStatus._made(JobState.QUEUED))
+        _prepare_workers()
         return True
 
     def _started(self, run: _Run, pid: int) -> None:
