@@ -86,6 +86,7 @@ from psij.executors._local_journal import (
 )
 from psij.executors._local_pooled import PoolDriver, check_resource_pool, pool_capacity
 from psij.executors._local_prepared import NotRunnable, Prepared, spawn_failure
+from psij.executors._local_prepared import Run as _Run
 from psij.executors._local_start import NATIVE_IDS, start_failure, stream_items
 from psij.executors._local_time_limit import TimeLimit, time_limit_message
 from psij.executors._local_transfer import local_path, stage_out_and_cleanup, transfer
@@ -152,45 +153,6 @@ class LocalJobExecutorConfig(JobExecutorConfig):
 _NO_ENVIRONMENT: Mapping[str, str] = {}
 
 
-
-
-class _Run:
-    """What the executor keeps about a job between submit and its final state."""
-
-    __slots__ = (
-        "attached",
-        "canceled",
-        "exited",
-        "grace",
-        "job",
-        "job_dir",
-        "keeper",
-        "kept",
-        "launcher",
-        "launcher_out",
-        "limit",
-        "pid",
-        "start",
-        "starting",
-        "stderr_path",
-    )
-
-    def __init__(self, job: Job, job_dir: Path) -> None:
-        self.job = job
-        self.job_dir = job_dir
-        self.pid: Optional[int] = None
-        self.start: Optional[str] = None  # kernel start time, recorded with the pid
-        self.launcher: Optional[Launcher] = None
-        self.launcher_out: Optional[str] = None
-        self.limit: Optional[TimeLimit] = None
-        self.canceled = False
-        self.grace = 0.0  # from the cancel's TERM to KILL
-        self.exited = False
-        self.kept = False  # started by the keeper
-        self.keeper: Optional[Keeper] = None  # the one asked to start it
-        self.starting = False  # sent to a keeper, which has not answered yet
-        self.attached = False  # started by another process
-        self.stderr_path: Optional[Path] = None
 
 
 def _needs_staging(spec: JobSpec) -> bool:
