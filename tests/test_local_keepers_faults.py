@@ -176,3 +176,32 @@ def test_a_callback_reading_the_native_id_on_queued_gets_the_pid(three: JobExecu
     status = job.wait(timeout=TIMEOUT)
     assert status is not None and status.state is JobState.COMPLETED
     assert seen == [job.native_id] and seen[0].isdigit()
+
+
+def test_jobs_never_sent_to_a_keeper_that_died_go_to_another(tmp_path: Path) -> None:
+    ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=tmp_path))
+    ex._watch = ProcessWatch()  # type: ignore[attr-defined]
+    first = Job(JobSpec("/bin/true"))
+    ex.submit(first)
+    assert first.wait(timeout=TIMEOUT) is not None
+    from psij.executors._keeper_client import _KEEPERS, _PID
+
+    [k] = _KEEPERS[(_PID[0], id(ex._watch))]  # type: ignore[attr-defined]
+    os.kill(k.pid, signal.SIGSTOP)  # it reads nothing more: what is sent stays unanswered
+    try:
+        sent = Job(JobSpec("/bin/true"))
+        ex.submit(sent)  # sent at once: the keeper had nothing in hand
+        later = [Job(JobSpec("/bin/true")) for _ in range(3)]
+        for job in later:
+            ex.submit(job)  # queued behind it, never sent
+    finally:
+        os.kill(k.pid, signal.SIGKILL)
+    status = sent.wait(timeout=TIMEOUT)
+    assert status is not None and status.state is JobState.FAILED
+    assert status.message == (f"could not start '/bin/true': the keeper process {k.pid} ended "
+                              "(killed by signal 9) before it answered")
+    for job in later:
+        status = job.wait(timeout=TIMEOUT)
+        assert status is not None and (status.state, status.exit_code) == \
+            (JobState.COMPLETED, 0)
+        assert job.native_id is not None

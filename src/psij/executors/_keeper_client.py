@@ -55,8 +55,9 @@ _MAX_FDS = 200  # descriptors passed with one message (the keeper takes up to 25
 _BUSY = 32  # starts not yet answered before another keeper is started, when one may be
 
 Failure = Tuple[int, str, str]
-"""Why a keeper could not start a job: (errno, what: stdin, stdout, stderr, directory, spawn or
-keeper, the system's words)."""
+"""Why a keeper could not start a job: (errno, what: stdin, stdout, stderr, directory, spawn,
+keeper, or unsent: the keeper ended before the job was sent to it, so another may start it;
+the words saying why)."""
 
 
 class KeeperGone(Exception):
@@ -151,13 +152,15 @@ class Keeper:
                 if self._queue and self.alive:
                     self._send_queue()
 
-    def take_unanswered(self) -> List[Start]:
-        """The keeper ended: the jobs it did not answer (it may have started some)."""
+    def take_unanswered(self) -> Tuple[List[Start], List[Start]]:
+        """The keeper ended: the jobs it was sent and did not answer (it may have started
+        some), and those never sent (another keeper may start them)."""
         with self._lock:
-            left = list(self._unanswered)
+            unsent = self._queue
+            sent = list(self._unanswered)[:len(self._unanswered) - len(unsent)]
             self._unanswered.clear()
             self._queue = []
-        return left
+        return sent, unsent
 
     def _send_queue(self) -> None:
         # With the lock held. A failed send leaves the jobs unanswered: they fail when the

@@ -327,7 +327,9 @@ class ProcessWatch:
                 keeper.gone()
                 failure = (0, "keeper", f"the keeper process {keeper.pid} ended "
                                         f"({keeper.ended}) before it answered")
-                starts += [(job, None, "", failure) for job in keeper.take_unanswered()]
+                sent, unsent = keeper.take_unanswered()
+                starts += [(job, None, "", failure) for job in sent]
+                starts += [(job, None, "", (0, "unsent", failure[2])) for job in unsent]
                 for pid, kept in list(self._children.items()):
                     if kept.keeper is keeper:
                         del self._children[pid]

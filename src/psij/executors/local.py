@@ -18,7 +18,9 @@ How a job runs:
   process ends (even by ``kill -9``), so that a job ending later still has its exit code and
   final state recorded in the job registry. A keeper that dies (``kill -9``) ends its
   running jobs FAILED, naming it and how it ended, after killing their process groups (no
-  one would see them end); the next jobs go to the other keepers or a new one. Without a
+  one would see them end), and the jobs it was sent but had not answered FAILED too (it may
+  have started some: those run on unwatched); the jobs queued for it and not sent yet, and
+  the next ones, go to the other keepers or a new one. Without a
   keeper (it could not be started, or ``keeper=False``) jobs are spawned here as this
   process's children.
 - With a keeper, ``submit`` does not wait for the job's process: it checks the job, queues
@@ -391,6 +393,9 @@ class LocalJobExecutor(JobExecutor):
             # On the watch thread: quick; the status and the rest are the worker's.
             if pid is None:
                 assert failure is not None
+                if failure[1] == "unsent":  # never sent to the keeper that ended: another
+                    _WORKER.put(lambda: self._start_again(run, prepared))
+                    return
                 run.starting = False
                 NATIVE_IDS.answered()
                 _WORKER.put(lambda: self._finish(run, start_failure(
@@ -415,6 +420,19 @@ class LocalJobExecutor(JobExecutor):
         self._set_job_status(job, JobStatus._made(JobState.QUEUED))
         _prepare_workers()
         return True
+
+    def _start_again(self, run: _Run, prepared: Prepared) -> None:
+        """On the worker: start a job whose keeper ended before it was sent the job."""
+        run.kept, run.keeper = False, None
+        try:
+            self._start(run, prepared)
+        except NotRunnable as ex:
+            self._finish(run, ex.status)
+        except Exception as ex:
+            self._finish(run, JobStatus(JobState.FAILED, message=f"could not start: {ex}"))
+        if not run.kept:  # started here, or failed: no keeper will answer
+            run.starting = False
+            NATIVE_IDS.answered()
 
     def _started(self, run: _Run, pid: int) -> None:
         """On the worker: the keeper started the job."""
