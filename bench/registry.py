@@ -69,15 +69,14 @@ wd, n, lat, kept = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.ar
 ex = JobExecutor.get_instance("local", config=LocalJobExecutorConfig(work_directory=wd,
                                                                       keeper=kept))
 warm = Job(JobSpec("/bin/true")); ex.submit(warm); warm.wait()
-def cpu():  # this process's CPU time, and its keeper's (not counting the jobs)
+def cpu():  # this process's CPU time, and its keepers' (not counting the jobs)
     from psij.executors._keeper_client import _KEEPERS
     from psij.executors._process_watch import WATCH
     import os
-    k = _KEEPERS.get((os.getpid(), id(WATCH)))
     kept = 0.0
-    if k is not None and kept_on:
+    for k in _KEEPERS.get((os.getpid(), id(WATCH)), []) if kept_on else []:
         f = open(f"/proc/{k.pid}/stat").read().rsplit(")", 1)[1].split()
-        kept = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        kept += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
     return time.process_time() + kept
 kept_on = kept
 jobs = [Job(JobSpec("/bin/true")) for _ in range(n)]

@@ -104,3 +104,14 @@ def test_pilot_cpu_prints_the_coordinating_process_cpu_per_task(tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     assert "coordinating process CPU per task" in done.stdout
     assert "10 tasks of /bin/true on 1 core(s)" in done.stdout
+
+
+def test_the_local_cpu_benchmark_runs_every_job_over_two_keepers() -> None:
+    script = WORKLOADS_SCRIPT.with_name("local_cpu.py")
+    done = subprocess.run([sys.executable, str(script), "--jobs", "30", "--rounds", "1",
+                           "--keepers", "2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("local executor, 30 /bin/true jobs per round")
+    rounds = [line for line in lines if "registry on :" in line or "registry off:" in line]
+    assert len(rounds) == 4 and all(line.endswith(" 0 failed") for line in rounds[:2])

@@ -85,6 +85,25 @@ def test_environment_inherited_or_not(ex: JobExecutor, tmp_path: Path,
     assert set(env) == {"A", "PSIJ_NODEFILE"}
 
 
+def test_each_change_of_the_environment_reaches_the_jobs_after_it(
+        ex: JobExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The inherited variables are decoded and sent to the keeper once per change of them.
+    jobs = []
+    for i, value in enumerate(["one", "two", "two", None, "three"]):
+        if value is None:
+            monkeypatch.delenv("PSIJ_TEST_CHANGING", raising=False)
+        else:
+            monkeypatch.setenv("PSIJ_TEST_CHANGING", value)
+        job = Job(JobSpec("/bin/sh", ["-c", 'printf %s "${PSIJ_TEST_CHANGING-unset}"'],
+                          stdout_path=tmp_path / f"out{i}"))
+        ex.submit(job)
+        jobs.append(job)
+    for job in jobs:
+        assert job.wait(timeout=TIMEOUT).state is JobState.COMPLETED  # type: ignore[union-attr]
+    assert [(tmp_path / f"out{i}").read_text() for i in range(5)] == \
+        ["one", "two", "two", "unset", "three"]
+
+
 def test_nodefile_has_one_line_per_process(ex: JobExecutor, tmp_path: Path) -> None:
     out = tmp_path / "nf"
     spec = JobSpec("/bin/sh", ["-c", 'cat "$PSIJ_NODEFILE"'], stdout_path=out,

@@ -118,6 +118,9 @@ def test_a_status_change_updates_the_one_row(tmp_path: Path) -> None:
     job = Job(JobSpec("/bin/sleep", ["30"]))
     ex.submit(job)
     psij.registry.flush(WAIT)
+    assert [r[3] for r in rows(wd)] in (["QUEUED"], ["ACTIVE"])  # ACTIVE once it started
+    job.wait(WAIT, target_states=[JobState.ACTIVE])
+    psij.registry.flush(WAIT)
     assert [r[3] for r in rows(wd)] == ["ACTIVE"]
     job.cancel()
     job.wait(WAIT)

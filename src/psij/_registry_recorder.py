@@ -190,7 +190,7 @@ def record(executor: "JobExecutor", job: "Job") -> None:
     try:
         status = job.status
         state = status.state
-        values = (job.native_id, state.name, state.order, status.exit_code, status.message,
+        values = (job._native_id, state.name, state.order, status.exit_code, status.message,
                   time.time(), state.final)
         first = _RECORDED_ATTR not in job.__dict__
         job.__dict__[_RECORDED_ATTR] = True
@@ -282,9 +282,10 @@ class _Writer:
     def _write(batch: List[_Change]) -> None:
         from psij._registry_store import prune_once
 
-        # A job whose row is new in this batch gets one insert with its latest status.
+        # A job whose row is new in this batch gets one insert with its latest status, one
+        # whose row was written before one update with its latest status.
         new: Dict[int, Dict[Job, Tuple[Identity, Tuple[Any, ...]]]] = {}
-        updates: Dict[int, List[Update]] = {}
+        updates: Dict[int, Dict[Job, Update]] = {}
         runs: Dict[int, List[Tuple[RunRecord, Callable[[RunRecord], None]]]] = {}
         stores: Dict[int, Store] = {}
         for store, job, identity, values in batch:
@@ -300,7 +301,7 @@ class _Writer:
                 elif job in rows:
                     rows[job] = (rows[job][0], values)
                 else:
-                    updates.setdefault(key, []).append(_update(job, values))
+                    updates.setdefault(key, {})[job] = _update(job, values)
             except Exception:
                 logger.exception("job %s: could not be recorded", job.id)
         for key, store in stores.items():
@@ -309,7 +310,8 @@ class _Writer:
                 prune_once(store)
                 store.write([_row(job, identity, values)
                              for job, (identity, values) in new[key].items()],
-                            updates.get(key, []), [run for run, _ in store_runs])
+                            list(updates.get(key, {}).values()),
+                            [run for run, _ in store_runs])
             except Exception as ex:
                 _warn_once(str(store.path), ex)
                 for run, fallback in store_runs:

@@ -133,8 +133,16 @@ class Job:
 
     @property
     def native_id(self) -> Optional[str]:
-        """The identifier given to the job by the executor's backend, once submitted."""
-        return self._native_id
+        """The identifier given to the job by the executor's backend, once submitted (an
+        executor that starts jobs after ``submit`` returns, such as ``local``, has this wait
+        until the backend gave it)."""
+        native_id = self._native_id
+        if native_id is None and self.executor is not None:
+            wait = getattr(self.executor, "_wait_native_id", None)
+            if wait is not None:
+                wait(self)
+                native_id = self._native_id
+        return native_id
 
     @property
     def status(self) -> JobStatus:
@@ -149,14 +157,21 @@ class Job:
         """Enter ``status`` (and any skipped states first); returns False if it was ignored."""
         if not isinstance(status, JobStatus):
             raise TypeError(f"Job.status: expected psij.JobStatus, got {status!r}")
+        ex = self.executor
+        quiet = self._cb is None and (ex is None or ex._silent()) \
+            and "_watchers" not in self.__dict__
         with _LOCK:
             current = self._status.state
             if not status.state.is_greater_than(current):
                 return False
+            if quiet and self._pending is None and self._cv is None:
+                # Nobody to tell, nobody waiting: the states skipped are seen by no one.
+                self._status = self._delivered = status
+                return True
             chain: List[Union[JobStatus, _Restated]] = []
             prev = status.state.predecessor
             while prev is not None and prev.is_greater_than(current):
-                chain.append(JobStatus(prev, time=status.time))
+                chain.append(JobStatus._made(prev, status.time))
                 prev = prev.predecessor
             chain.reverse()
             chain.append(status)

@@ -86,7 +86,9 @@ class JobExecutor(ABC):
             raise InvalidJobException(f"job {job.id} has no JobSpec")
         _check.env_dict("JobSpec.environment", spec.environment)
         _check.opt_str_list("JobSpec.arguments", spec.arguments)
-        check_declared(spec.attributes.custom_attributes)
+        attributes = spec.__dict__.get("_attributes")  # not made here when there are none
+        if attributes is not None:
+            check_declared(attributes.custom_attributes)
         if job.executor is not None:
             raise InvalidJobException(f"job {job.id} is already bound to executor "
                                       f"{job.executor}")
@@ -149,6 +151,12 @@ class JobExecutor(ABC):
     def set_job_status_callback(self, cb: Optional[CallbackLike]) -> None:
         """Call ``cb`` for every status change of every job of this executor."""
         self._cb = as_callback(cb, f"{type(self).__name__}.set_job_status_callback")
+
+    def _silent(self) -> bool:
+        """Whether telling it of a status change does nothing (no callback is set, and
+        :meth:`_notify_callback` is this class's): a job then skips the telling."""
+        return getattr(self, "_cb", None) is None and \
+            type(self)._notify_callback is JobExecutor._notify_callback
 
     def _notify_callback(self, job: Job, status: JobStatus) -> None:
         cb = self._cb

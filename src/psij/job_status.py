@@ -8,6 +8,8 @@ from psij.job_state import JobState
 
 __all__ = ["JobStatus"]
 
+_set = object.__setattr__
+
 
 class JobStatus:
     """The state of a job at a moment, with an optional message, exit code and metadata."""
@@ -43,6 +45,19 @@ class JobStatus:
         elif name == "metadata":
             _check.instance("JobStatus.metadata", value, dict, "dict")
         object.__setattr__(self, name, value)
+
+    @classmethod
+    def _made(cls, state: JobState, time: Optional[float] = None, message: Optional[str] = None,
+              exit_code: Optional[int] = None) -> "JobStatus":
+        """A status of values already checked (executors' own, on their hot paths): the
+        same as the constructor's, without checking them again."""
+        status = object.__new__(cls)
+        _set(status, "state", state)
+        _set(status, "time", _time.time() if time is None else time)
+        _set(status, "message", message)
+        _set(status, "exit_code", exit_code)
+        _set(status, "metadata", None)
+        return status
 
     @property
     def final(self) -> bool:

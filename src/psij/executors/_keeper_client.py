@@ -1,31 +1,50 @@
 """This process's side of the local jobs' keeper (``_local_keeper``, which says what it does).
 
-:func:`keeper_for` starts one keeper per process on the first local job, and gives it to every
-local executor of the process, whatever its work directory. :meth:`Keeper.spawn` asks it to
-start a program and returns its pid; the keeper's exit reports reach the process watch
-(``ProcessWatch.watch_kept``) through :attr:`Keeper.events`.
+A process starts its first keeper on its first local job (:func:`keeper_for_job`), and more
+while those running are busy, up to one per 2 cores (``PSIJ_LOCAL_KEEPERS`` forces a number:
+see :func:`keeper_count`); they serve every local executor of the process, whatever its work
+directory. :meth:`Keeper.start` queues a job and returns at once: the jobs queued while the
+keeper starts others go in one message when it has answered those, and the keeper answers each
+start (its pid, or why it failed) on its events pipe, in order and before that job's exit
+report, where the process watch reads them (``ProcessWatch._read_feed``) and hands them to
+the :class:`Start`'s callbacks. Other requests (signals, flush) wait for their answer on the
+socket. A keeper that ended (killed, say) is reaped and its end told in :attr:`Keeper.ended`;
+the next jobs go to the other keepers or to a new one.
 
-If no keeper can be started (no Python executable to run it, or its file or that of the process
-layer it loads, ``psij/_spawn.py``, is not on disk, or a keeper could not load that layer and
-ended at once), :func:`keeper_for` returns None and the executor starts its jobs itself, as
-children of this process.
+It must not run user code (callbacks run where the watch calls them) nor block the watch thread
+for long.
+
+If no keeper can be started (no Python executable to run it, or its file is not on disk),
+:func:`keeper_for` returns None and the executor starts its jobs itself, as children of this
+process.
 """
 
 import marshal
 import os
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Tuple
 
 from psij._lazylog import LazyLogger
-from psij._spawn import launch_error, popen
+from psij._spawn import popen
 
-__all__ = ["Keeper", "flush_keepers", "forget_keepers", "keeper_for"]
+__all__ = [
+    "Failure",
+    "Keeper",
+    "KeeperGone",
+    "Start",
+    "drain_keepers",
+    "flush_keepers",
+    "forget_keepers",
+    "keeper_count",
+    "keeper_for",
+    "keeper_for_job",
+]
 
 logger = LazyLogger(__name__)
 
@@ -33,17 +52,43 @@ _HEADER = struct.Struct("!I")
 _ANSWER_SECONDS = 120.0
 _PROGRAM = str(Path(__file__).with_name("_local_keeper.py"))
 _LAYER = str(Path(__file__).parent.parent / "_spawn.py")  # loaded by the keeper from its file
-_LAYER_FAILED = 3  # the keeper's exit code when it cannot (_local_keeper.LAYER_FAILED)
+_MAX_FDS = 200  # descriptors passed with one message (the keeper takes up to 253)
+_BUSY = 32  # starts not yet answered before another keeper is started, when one may be
+
+Failure = Tuple[int, str, str]
+"""Why a keeper could not start a job: (errno, what: stdin, stdout, stderr, directory, spawn,
+keeper, or unsent: the keeper ended before the job was sent to it, so another may start it;
+the words saying why)."""
 
 
 class KeeperGone(Exception):
     """The keeper ended or stopped answering; the executor starts a new one."""
 
 
+class Start:
+    """A job for a keeper to start: the item of its ``spawns`` request, the descriptors it
+    passes, and what to call on the watch thread when the keeper answers: ``on_start(pid,
+    start, failure)`` (the pid and kernel start time, or None and ``(errno, what, words)``),
+    then ``on_exit(pid, wait status or None)`` when it ends. Both must be quick."""
+
+    __slots__ = ("base", "fds", "item", "on_exit", "on_start")
+
+    def __init__(self, item: Tuple[Any, ...], fds: List[int],
+                 base: Optional[Tuple[int, Dict[str, str]]],
+                 on_start: Callable[[Optional[int], str, Optional[Failure]], None],
+                 on_exit: Callable[[int, Optional[int]], None]) -> None:
+        self.item = item
+        self.fds = fds
+        self.base = base
+        self.on_start = on_start
+        self.on_exit = on_exit
+
+
 class Keeper:
-    """One running keeper: requests go through :meth:`spawn`, :meth:`signal` and
-    :meth:`terminate` (one at a time), exit reports come on the pipe :attr:`events` (``<pid>
-    <wait status>`` lines)."""
+    """One running keeper: jobs go through :meth:`start` (queued, sent in batches, answered
+    on :attr:`events`), other requests through :meth:`signal`, :meth:`terminate`,
+    :meth:`kill_later` and :meth:`flush` (one at a time, each waiting for its answer); exit
+    reports come on the pipe :attr:`events` (``<pid> <wait status>`` lines)."""
 
     def __init__(self, final_rank: int) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -64,24 +109,104 @@ class Keeper:
         self.pid = self.process.pid
         self.events = events_r
         self._sock = ours
-        # A keeper that stops answering (stopped, swapped out) fails a submit, not hangs it.
+        # A keeper that stops answering (stopped, swapped out) fails a request, not hangs it.
         ours.settimeout(_ANSWER_SECONDS)
         self._lock = threading.Lock()
         self._devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         self.alive = True
         self.watch: Optional[WatchWithFeeds] = None  # the one its reports go to
+        self._queue: List[Start] = []  # not sent yet
+        self._unanswered: Deque[Start] = deque()  # sent or queued, in order, not answered
+        self._base = 0  # the number of the base environment the keeper has
+        self.ended: Optional[str] = None  # how it ended, in words, once it did
 
-    def _ask(self, request: Tuple[Any, ...], fds: List[int]) -> Tuple[Any, ...]:
-        data = marshal.dumps(request)
+    def load(self) -> int:
+        """Its jobs not started yet (queued, or sent and not answered)."""
+        return len(self._unanswered)
+
+    def start(self, job: Start) -> None:
+        """Queue ``job`` and send it now if the keeper has nothing in hand (else it goes with
+        the next batch, sent when the keeper answered the one it has); KeeperGone when the
+        keeper has ended (then nothing was queued)."""
         with self._lock:
             if not self.alive:
                 raise KeeperGone("the keeper has ended")
+            busy = len(self._unanswered) > len(self._queue)
+            self._unanswered.append(job)
+            self._queue.append(job)
+            if not busy:
+                self._send_queue()
+
+    def answered(self) -> Optional[Start]:
+        """The job the keeper's next start answer is for (on the watch thread)."""
+        try:
+            return self._unanswered.popleft()
+        except IndexError:
+            return None
+
+    def send_next(self) -> None:
+        """After answers: send what was queued meanwhile (on the watch thread)."""
+        if self._queue:
+            with self._lock:
+                if self._queue and self.alive:
+                    self._send_queue()
+
+    def take_unanswered(self) -> Tuple[List[Start], List[Start]]:
+        """The keeper ended: the jobs it was sent and did not answer (it may have started
+        some), and those never sent (another keeper may start them)."""
+        with self._lock:
+            unsent = self._queue
+            sent = list(self._unanswered)[:len(self._unanswered) - len(unsent)]
+            self._unanswered.clear()
+            self._queue = []
+        return sent, unsent
+
+    def _send_queue(self) -> None:
+        # With the lock held. A failed send leaves the jobs unanswered: they fail when the
+        # keeper's end is seen (its events pipe closes).
+        queue, self._queue = self._queue, []
+        parts: List[Tuple[bytes, List[int]]] = []
+        items: List[Tuple[Any, ...]] = []
+        fds: List[int] = []
+
+        def close() -> None:
+            if items:
+                parts.append((_message(("spawns", list(items))), list(fds)))
+                items.clear()
+                fds.clear()
+
+        for job in queue:
+            base = job.base
+            if base is not None and base[0] != self._base:
+                close()
+                parts.append((_message(("env", base[0], base[1])), []))
+                self._base = base[0]
+            if len(fds) + len(job.fds) > _MAX_FDS:
+                close()
+            items.append(job.item)
+            fds += job.fds
+        close()
+        try:
+            for data, passed in parts:
+                self._send(data, passed)
+        except OSError as ex:
+            self.alive = False
+            logger.warning("the local jobs' keeper %d stopped taking requests: %s", self.pid, ex)
+
+    def _send(self, message: bytes, fds: List[int]) -> None:
+        sent = socket.send_fds(self._sock, [message], fds) if fds else self._sock.send(message)
+        if sent < len(message):
+            self._sock.sendall(message[sent:])
+
+    def _ask(self, request: Tuple[Any, ...], fds: List[int]) -> Tuple[Any, ...]:
+        data = _message(request)
+        with self._lock:
+            if not self.alive:
+                raise KeeperGone("the keeper has ended")
+            if self._queue:  # the jobs queued are started first (a flush covers them)
+                self._send_queue()
             try:
-                message = _HEADER.pack(len(data)) + data
-                sent = socket.send_fds(self._sock, [message], fds) if fds \
-                    else self._sock.send(message)
-                if sent < len(message):
-                    self._sock.sendall(message[sent:])
+                self._send(data, fds)
                 return tuple(marshal.loads(self._reply()))
             except (OSError, EOFError, ValueError, struct.error) as ex:
                 self.alive = False
@@ -100,42 +225,6 @@ class Keeper:
             data += more if more else b""
             if not more:
                 raise EOFError("the keeper closed its socket")
-
-    def spawn(self, program: str, argv: List[str], directory: str, env: Dict[str, str],
-              streams: Tuple[int, int, int], job_id: str, journal: str, registry: str,
-              in_registry: bool = False) -> int:
-        """The pid of the started program (the keeper records its start and end in
-        ``registry`` if ``in_registry``, else or if it cannot, in the journal file ``journal``,
-        and records its final state in ``registry`` if this process is gone by then);
-        LaunchError as ``Spawner`` raises it when it could not start, KeeperGone when the
-        keeper could not be asked."""
-        fds = [self._devnull if fd == subprocess.DEVNULL else fd for fd in streams]
-        try:
-            reply = self._ask(("spawn", program, argv, directory, env, job_id, journal,
-                               registry, bool(in_registry)), fds)
-        except KeeperGone:
-            if self._exit_code() == _LAYER_FAILED and not _UNUSABLE:
-                _UNUSABLE.append(_LAYER)
-                logger.warning("the local jobs' keeper cannot load %s; local jobs are started "
-                               "by this process, and a job that ends after it has no "
-                               "recorded exit code", _LAYER)
-            raise
-        if reply[0] == "ok":
-            return int(reply[1])
-        raise launch_error(OSError(int(reply[1]), str(reply[2])), argv, env)
-
-    def _exit_code(self) -> Optional[int]:
-        """The keeper's exit code, once its socket closed: it is ending (waited for a moment),
-        or None."""
-        for _ in range(100):
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                return None
-            if pid:
-                return os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-            time.sleep(0.01)
-        return None
 
     def signal(self, pgid: int, signum: int) -> bool:
         """Signal the group of a job of this keeper that it has not reaped yet."""
@@ -175,33 +264,109 @@ class Keeper:
             pass
 
     def gone(self) -> None:
-        """Its exit reports ended: the keeper is dead (its jobs' codes are lost)."""
+        """Its exit reports ended: the keeper is dead (its jobs' codes are lost); reaps it
+        and says how it ended in :attr:`ended`."""
         with self._lock:
             self.alive = False
             self._sock.close()
+        self.ended = _how_it_ended(self.pid)
+
+
+def _how_it_ended(pid: int) -> str:
+    # Its events pipe closed as it exited: it is reaped at once, or in a moment.
+    deadline = time.monotonic() + 2.0
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return "ended"
+        if done:
+            if os.WIFSIGNALED(status):
+                return f"killed by signal {os.WTERMSIG(status)}"
+            return f"exited with code {os.WEXITSTATUS(status)}"
+        if time.monotonic() > deadline:
+            return "ended"
+        time.sleep(0.001)
+
+
+def _message(request: Tuple[Any, ...]) -> bytes:
+    data = marshal.dumps(request)
+    return _HEADER.pack(len(data)) + data
 
 
 # By process id (a forked child starts its own) and watch.
-_KEEPERS: Dict[Tuple[int, int], Keeper] = {}
+_KEEPERS: Dict[Tuple[int, int], List[Keeper]] = {}
 _KEEPERS_LOCK = threading.Lock()
 _FAILED: List[str] = []
-# Not empty once a keeper could not load the process layer: no other is started then.
-_UNUSABLE: List[str] = []
+_TURN = [0]
+_FORCE_KEY = os.fsencode("PSIJ_LOCAL_KEEPERS")
+_PID = [os.getpid()]  # this process's (set again in a forked child)
+_CORES: List[int] = []  # the cores this process may run on, counted once
+
+
+def keeper_count() -> Tuple[int, bool]:
+    """How many keepers a process may run, and whether that many is forced: the
+    ``PSIJ_LOCAL_KEEPERS`` variable (a number from 1 on: that many, jobs spread over them in
+    turn), else one per 2 cores this process may run on, started only when those running
+    are busy."""
+    raw = getattr(os.environ, "_data", None)  # read per job: no decoding of the names
+    forced = raw.get(_FORCE_KEY) if isinstance(raw, dict) \
+        else os.environ.get("PSIJ_LOCAL_KEEPERS")
+    if forced is not None:
+        text = os.fsdecode(forced).strip()
+        if text.isascii() and text.isdigit() and 0 < int(text) <= 1024:
+            return int(text), True
+    if not _CORES:
+        try:
+            _CORES.append(len(os.sched_getaffinity(0)))
+        except (AttributeError, OSError):
+            _CORES.append(os.cpu_count() or 1)
+    return max(1, _CORES[0] // 2), False
 
 
 def keeper_for(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
-    """This process's live keeper reporting to ``watch`` (there is one watch, but for tests),
-    started if needed; None if none can be started."""
-    key = (os.getpid(), id(watch))
-    keeper = _KEEPERS.get(key)
-    if keeper is not None and keeper.alive and keeper.watch is watch:
-        return keeper
-    with _KEEPERS_LOCK:
-        keeper = _KEEPERS.get(key)
-        if keeper is not None and keeper.alive and keeper.watch is watch:
+    """A live keeper of this process reporting to ``watch`` (there is one watch, but for
+    tests), started if there is none; None if none can be started."""
+    keepers = _KEEPERS.get((os.getpid(), id(watch)), ())
+    for keeper in keepers:
+        if keeper.alive and keeper.watch is watch:
             return keeper
+    return _new_keeper(final_rank, watch, 0)
+
+
+def keeper_for_job(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
+    """The keeper to start the next job: the least busy one, or a new one when all are busy
+    and there may be more (see :func:`keeper_count`); None if none can be started."""
+    keepers = _KEEPERS.get((_PID[0], id(watch)), ())
+    count, forced = keeper_count()
+    if count == 1 and len(keepers) == 1 and keepers[0].alive and keepers[0].watch is watch:
+        return keepers[0]
+    live = [k for k in keepers if k.alive and k.watch is watch]
+    if forced:
+        if len(live) < count:
+            return _new_keeper(final_rank, watch, count) or (live[0] if live else None)
+        _TURN[0] += 1
+        return live[_TURN[0] % len(live)]
+    best = None
+    for keeper in live:
+        if best is None or keeper.load() < best.load():
+            best = keeper
+            if not best.load():
+                break
+    if best is not None and (best.load() < _BUSY or len(live) >= count):
+        return best
+    return _new_keeper(final_rank, watch, count) or best
+
+
+def _new_keeper(final_rank: int, watch: "WatchWithFeeds", most: int) -> Optional[Keeper]:
+    """Start a keeper (unless ``most`` are live already, 0: unless one is)."""
+    key = (_PID[0], id(watch))
+    with _KEEPERS_LOCK:
+        live = [k for k in _KEEPERS.get(key, ()) if k.alive and k.watch is watch]
+        if len(live) >= max(1, most):
+            return min(live, key=Keeper.load)
         if not sys.executable or not os.path.isfile(_PROGRAM) \
-                or not os.path.isfile(_LAYER) or _UNUSABLE:  # e.g. run from a zip file
+                or not os.path.isfile(_LAYER):  # e.g. run from a zip file
             return None
         try:
             keeper = Keeper(final_rank)
@@ -214,16 +379,30 @@ def keeper_for(final_rank: int, watch: "WatchWithFeeds") -> Optional[Keeper]:
             return None
         watch.add_feed(keeper)
         keeper.watch = watch  # held: the id in the key is not given to another watch
-        _KEEPERS[key] = keeper
+        _KEEPERS[key] = [*live, keeper]  # a new list: readers take no lock
         return keeper
 
 
 def flush_keepers() -> None:
     """Let this process's keepers commit what they recorded (before reading the records)."""
     pid = os.getpid()
-    for (owner, _), keeper in list(_KEEPERS.items()):
-        if owner == pid and keeper.alive:
-            keeper.flush()
+    for (owner, _), keepers in list(_KEEPERS.items()):
+        if owner == pid:
+            for keeper in keepers:
+                if keeper.alive:
+                    keeper.flush()
+
+
+def drain_keepers(timeout: float) -> None:
+    """Send the starts this process's keepers have queued and wait (``timeout`` seconds at
+    most) until they are answered."""
+    deadline = time.monotonic() + timeout
+    pid = os.getpid()
+    for (owner, _), keepers in list(_KEEPERS.items()):
+        for keeper in keepers if owner == pid else ():
+            keeper.send_next()
+            while keeper.load() and keeper.alive and time.monotonic() < deadline:
+                time.sleep(0.002)
 
 
 def forget_keepers() -> None:
@@ -231,12 +410,14 @@ def forget_keepers() -> None:
     lets them see the parent's end); the child starts its own."""
     global _KEEPERS_LOCK
     _KEEPERS_LOCK = threading.Lock()
-    for keeper in _KEEPERS.values():
-        try:
-            keeper._sock.close()
-            os.close(keeper.events)
-        except OSError:
-            pass
+    _PID[0] = os.getpid()
+    for keepers in _KEEPERS.values():
+        for keeper in keepers:
+            try:
+                keeper._sock.close()
+                os.close(keeper.events)
+            except OSError:
+                pass
     _KEEPERS.clear()
 
 

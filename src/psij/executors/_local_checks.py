@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from psij.exceptions import InvalidJobException, SubmitException
-from psij.executors._os_texts import check_texts, spec_texts
+from psij.executors._os_texts import _PATH_FIELDS, check_texts, spec_texts
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
@@ -47,6 +47,18 @@ def check_os_texts(spec: JobSpec) -> None:
     """Refuse, naming the field, a string no process can be given (a lone surrogate; see
     :mod:`psij.executors._os_texts`), with a SubmitException as the local executor always
     has."""
+    # The common case first, without naming each field: all of it ASCII.
+    texts = [spec.executable or "", *(spec.arguments or ())]
+    environment = spec.environment
+    if environment:
+        texts += [str(k) for k in environment]
+        texts += [str(v) for v in environment.values()]
+    for field in _PATH_FIELDS:
+        value = getattr(spec, field)
+        if value is not None:
+            texts.append(str(value))
+    if all(isinstance(t, str) for t in texts) and "".join(texts).isascii():
+        return
     try:
         check_texts(spec_texts(spec))
     except InvalidJobException as ex:

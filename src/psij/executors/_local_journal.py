@@ -36,9 +36,10 @@ from psij._lazylog import LazyLogger
 
 if TYPE_CHECKING:
     from psij._registry_store import RunRecord, Store
+    from psij.job_status import JobStatus
 
-__all__ = ["Journal", "JournalEntry", "journal_line", "latest_entry", "note", "run_store", "scan",
-           "scan_all", "scan_journals", "start_time"]
+__all__ = ["Journal", "JournalEntry", "final_from_entry", "journal_line", "latest_entry", "note",
+           "run_store", "scan", "scan_all", "scan_journals", "start_time"]
 
 logger = LazyLogger(__name__)
 
@@ -62,6 +63,7 @@ class Journal:
     def __init__(self, fd: int, path: Path, key: Tuple[str, int]) -> None:
         self._fd = fd
         self._path = path
+        self.text = str(path)  # its path as a string
         self._key = key
         self._lock = threading.Lock()  # taken after _OPEN_LOCK, never before
 
@@ -314,3 +316,21 @@ def start_time(pid: int) -> Optional[str]:
     # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
     fields = data[data.rfind(b")") + 2:].split()
     return fields[19].decode() if len(fields) > 19 else None
+
+
+def final_from_entry(canceled: bool, entry: "Optional[JournalEntry]") -> "JobStatus":
+    """The final status of an attached job from its record (``canceled``: by this process)."""
+    from psij.executors._process import failure_message
+    from psij.job_state import JobState
+    from psij.job_status import JobStatus
+
+    if entry is None or not entry.ended:
+        return JobStatus(JobState.FAILED, message=(
+            "the process ended but its exit code was not recorded (the process that "
+            "started it exited first)"))
+    code = entry.code
+    state = JobState.COMPLETED if code == 0 else JobState.FAILED
+    if canceled or entry.canceled:
+        state = JobState.CANCELED
+    msg = failure_message(code, None) if state is JobState.FAILED else None
+    return JobStatus(state, exit_code=code, message=msg)

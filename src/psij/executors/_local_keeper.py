@@ -3,11 +3,11 @@ one ended, even after the process that asked for them is gone.
 
 A Python process that runs local jobs starts one keeper (on its first job; see
 ``_keeper_client``), which runs this file with the standard library only (``python -I -S
-_local_keeper.py REQUESTS EVENTS FINAL_RANK``). The process sends a request per job on the
-``REQUESTS`` socket; the keeper starts the program with ``posix_spawn`` as the leader of a new
-process group, answers with the pid, and records that the job started (pid, kernel start time,
-job id). When a job ends the keeper reaps it, writes ``<pid> <wait status>`` to the ``EVENTS``
-pipe and records the exit code.
+_local_keeper.py REQUESTS EVENTS FINAL_RANK``). The process sends its jobs in batches on the
+``REQUESTS`` socket; the keeper starts each program with ``posix_spawn`` as the leader of a new
+process group, answers with the pid on the ``EVENTS`` pipe, and records that the job started
+(pid, kernel start time, job id). When a job ends the keeper reaps it, writes ``<pid> <wait
+status>`` to the ``EVENTS`` pipe and records the exit code.
 
 Records go to the job registry the request names (table ``local_runs``, see
 ``psij._registry_store``), a batch per transaction: what gathered while the keeper was busy,
@@ -33,6 +33,18 @@ descriptors with the length):
 - ``("spawn", program, argv, directory, env, job_id, journal, registry, in_registry)`` →
   ``("ok", pid)`` or ``("err", errno, text)`` (``in_registry``: a bool, whether the job's
   records go to the registry rather than the journal);
+- ``("env", number, env)``, no answer: the base environment ``number`` (the requester sends
+  a new one when its own environment changed; the keeper keeps the latest few);
+- ``("spawns", [(program, argv, directory, base, own, streams, job_id, journal, registry,
+  in_registry), ...])``, no answer on the socket: starts each program in order, as ``spawn``
+  does, with the variables of base environment ``base`` (None: none) under ``own``. Each
+  stream is None (``/dev/null``), a path the keeper opens itself (in the job's directory:
+  stdin read-only, stdout and stderr created 0666 less the umask and truncated, one opening
+  when they are the same path) or the index of a descriptor passed with the message (the
+  job's descriptors follow those of the jobs before it). Each start is answered, in order,
+  on the ``EVENTS`` pipe, before any exit report of that job: ``s <pid> <start>`` or ``f
+  <errno> <what> <words>`` where ``what`` is ``stdin``, ``stdout``, ``stderr`` (that stream
+  could not be opened), ``directory`` (it could not be entered) or ``spawn``;
 - ``("flush",)`` → ``("ok", True)`` once the records gathered so far are committed (or kept
   for a retry if the registry is locked);
 - ``("signal", pgid, signum)`` → ``("ok", sent)``: signals the group only while its leader is
@@ -80,6 +92,10 @@ _RESTORED = tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ", *_IGNORED)
                   if hasattr(signal, n))
 _JOURNAL_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_OPEN = 32
+_MAX_FDS = 253  # descriptors one message may carry (SCM_MAX_FD)
+_BASES_KEPT = 4  # base environments kept
+_READ = os.O_RDONLY | os.O_CLOEXEC
+_WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 _BATCH_SECONDS = 0.05  # records wait at most this long for a commit
 _IDLE_SECONDS = 0.005  # or this long without anything else to do
 _RETRY_SECONDS = 0.01  # a registry locked by another writer is tried again after this long
@@ -166,6 +182,8 @@ class Keeper:
         self.buffer = b""
         self.fds: List[int] = []
         self.cwd = os.getcwd()
+        self.bases: Dict[int, Dict[str, str]] = {}  # base environments, by number
+        self.devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         self.selector = selectors.DefaultSelector()
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
@@ -244,7 +262,7 @@ class Keeper:
     def read_requests(self) -> None:
         try:
             data, anc, _flags, _addr = self.requests.recvmsg(
-                65536, socket.CMSG_SPACE(3 * 4 * 4), socket.MSG_CMSG_CLOEXEC)
+                262144, socket.CMSG_SPACE(_MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC)
         except OSError:
             data, anc = b"", []
         if not data:
@@ -279,6 +297,22 @@ class Keeper:
 
     def answer(self, request: Tuple[Any, ...]) -> None:
         started: Optional[Tuple[int, Tuple[str, str, str, bool]]] = None
+        if request[0] == "spawns" and len(request) == 2:  # answered on the events pipe
+            for item in request[1] if isinstance(request[1], list) else ():
+                try:
+                    self.start(item)
+                except Exception as ex:  # this job only: the others are started
+                    self.pending += _failure(0, "spawn", f"a bad spawn request: {ex!r}")
+            self.flush_events()
+            return
+        if request[0] == "env" and len(request) == 3:  # not answered
+            try:
+                self.bases[int(request[1])] = dict(request[2])
+            except (TypeError, ValueError) as ex:
+                self.note(f"keeper: a bad environment: {ex!r}")
+            while len(self.bases) > _BASES_KEPT:
+                del self.bases[min(self.bases)]
+            return
         if request[0] == "spawn":
             fds, self.fds = self.fds[:3], self.fds[3:]
             try:
@@ -321,6 +355,58 @@ class Keeper:
             start = start_time(pid)
             self.children[pid] = (start, job_id, journal, registry, in_registry)
             self.record(("S", pid, start, job_id, journal, job_id), registry, in_registry)
+
+    def start(self, item: Tuple[Any, ...]) -> None:
+        """Start one job of a ``spawns`` request; its answer is queued on the events pipe."""
+        program, argv, directory, base, own, streams, job_id, journal, registry, \
+            in_registry = item
+        count = 1 + max((s for s in streams if isinstance(s, int)), default=-1)
+        passed, self.fds = self.fds[:count], self.fds[count:]
+        opened: List[int] = []
+        try:
+            if base is None:
+                env = dict(own)
+            elif base in self.bases:
+                env = {**self.bases[base], **own}
+            else:
+                self.pending += _failure(0, "spawn", f"no base environment {base}")
+                return
+            if directory != self.cwd:
+                try:
+                    os.chdir(directory)
+                except OSError as ex:
+                    self.pending += _failure(ex.errno or 0, "directory", ex.strerror or "")
+                    return
+                self.cwd = directory
+            fds = []
+            for which, stream in zip(("stdin", "stdout", "stderr"), streams):
+                if stream is None:
+                    fds.append(self.devnull)
+                elif isinstance(stream, int):
+                    fds.append(passed[stream])
+                elif which == "stderr" and stream == streams[1]:
+                    fds.append(fds[1])
+                else:
+                    try:
+                        fd = os.open(stream, _READ if which == "stdin" else _WRITE, 0o666)
+                    except OSError as ex:
+                        self.pending += _failure(ex.errno or 0, which, ex.strerror or "")
+                        return
+                    opened.append(fd)
+                    fds.append(fd)
+            reply = self.spawn(("spawn", program, argv, directory, env, job_id, journal,
+                                registry, in_registry), fds)
+        finally:
+            for fd in opened + passed:
+                os.close(fd)
+        if reply[0] != "ok":
+            self.pending += _failure(reply[1], "spawn", reply[2])
+            return
+        pid = reply[1]
+        start = start_time(pid)
+        self.pending += f"s {pid} {start}\n".encode()
+        self.children[pid] = (start, job_id, journal, registry, in_registry)
+        self.record(("S", pid, start, job_id, journal, job_id), registry, in_registry)
 
     def send(self, reply: Tuple[Any, ...]) -> None:
         data = marshal.dumps(reply)
@@ -533,6 +619,12 @@ class Keeper:
             os.write(2, (text + "\n").encode("utf-8", "replace"))
         except OSError:
             pass
+
+
+def _failure(code: int, what: str, words: str) -> bytes:
+    """The events line saying a job could not be started."""
+    text = " ".join(str(words).split())
+    return f"f {code} {what} {text}\n".encode("utf-8", "replace")
 
 
 def _number(value: Any) -> float:

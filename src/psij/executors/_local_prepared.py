@@ -1,32 +1,48 @@
 """What the local executor computes for a job at submit time, before it runs: its spawn inputs
-(:class:`Prepared`), and what a failure to start means (:func:`spawn_failure`: a missing or
-unexecutable program ends the job with 127 or 126, anything else is refused)."""
+(:class:`Prepared`), what it keeps about the job until its end (:class:`Run`), and what a
+failure to start means (:func:`spawn_failure`: a missing or unexecutable program ends the job
+with 127 or 126, anything else is refused). It starts nothing and sets no job state."""
 
 import os
 import subprocess
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from psij.exceptions import SubmitException
 from psij.executors._local_checks import not_executable, not_found
 from psij.executors._process import LaunchError, StreamError, open_streams
 from psij.job import Job
+from psij.job_launcher import Launcher
 from psij.job_spec import JobSpec
 from psij.job_status import JobStatus
 
-__all__ = ["NotRunnable", "Prepared", "spawn_failure"]
+if TYPE_CHECKING:
+    from psij.executors._keeper_client import Keeper
+    from psij.executors._local_time_limit import TimeLimit
+
+__all__ = ["NotRunnable", "Prepared", "Run", "spawn_failure"]
 
 
 class Prepared:
     """Spawn inputs computed at submit time (and the job's failure, if it cannot run)."""
 
-    __slots__ = ("direct", "env", "failure", "job_dir")
+    __slots__ = ("base", "direct", "env", "failure", "job_dir")
 
     def __init__(self, direct: bool, env: Dict[str, str], job_dir: Path) -> None:
         self.direct = direct
-        self.env = env
+        self.env = env  # the job's own variables
+        # The inherited ones (``_local_env.BASE``: its number and variables), None if none.
+        self.base: Optional[Tuple[int, Dict[str, str]]] = None
         self.job_dir = job_dir
         self.failure: Optional[JobStatus] = None
+
+    def whole_env(self) -> Dict[str, str]:
+        """The job's whole environment: the inherited variables under its own."""
+        if self.base is None:
+            return dict(self.env)
+        env = dict(self.base[1])
+        env.update(self.env)
+        return env
 
     def check_streams(self, spec: JobSpec) -> None:
         """Raise SubmitException if stdin is unreadable or an output's folder unwritable."""
@@ -64,6 +80,45 @@ class Prepared:
                 raise SubmitException(f"JobSpec.{ex.which}_path: cannot open {ex.path!r}: "
                                       f"{ex.reason}") from ex
             raise
+
+
+class Run:
+    """What the executor keeps about a job between submit and its final state."""
+
+    __slots__ = (
+        "attached",
+        "canceled",
+        "exited",
+        "grace",
+        "job",
+        "job_dir",
+        "keeper",
+        "kept",
+        "launcher",
+        "launcher_out",
+        "limit",
+        "pid",
+        "start",
+        "starting",
+        "stderr_path",
+    )
+
+    def __init__(self, job: Job, job_dir: Path) -> None:
+        self.job = job
+        self.job_dir = job_dir
+        self.pid: Optional[int] = None
+        self.start: Optional[str] = None  # kernel start time, recorded with the pid
+        self.launcher: Optional[Launcher] = None
+        self.launcher_out: Optional[str] = None
+        self.limit: Optional[TimeLimit] = None
+        self.canceled = False
+        self.grace = 0.0  # from the cancel's TERM to KILL
+        self.exited = False
+        self.kept = False  # started by the keeper
+        self.keeper: Optional[Keeper] = None  # the one asked to start it
+        self.starting = False  # sent to a keeper, which has not answered yet
+        self.attached = False  # started by another process
+        self.stderr_path: Optional[Path] = None
 
 
 class NotRunnable(Exception):

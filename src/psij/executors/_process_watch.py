@@ -11,7 +11,12 @@ keeper (:meth:`ProcessWatch.terminate`), which outlives the process; the watch's
 it only when no keeper can be had; reaping and signalling a group are the process
 layer's (``psij.executors._process``). What to do when a process ends is not its business: it
 hands ``(pid, wait status)`` to the callback given at registration, which must be quick (the
-executor queues the real work on its own worker).
+executor queues the real work on its own worker). It also reads the keepers' answers to the
+starts they were sent (``_keeper_client.Start``: a pid, or why the job could not start), which
+come on the same pipe as the exits, before them: it follows each job started from then on and
+calls the start's callback, then has the keeper sent what was queued meanwhile. When a keeper
+dies, the jobs it was running are killed (no one would see them end) and reported ended with no
+wait status.
 
 It must not run user code, open job files or set job states.
 """
@@ -37,7 +42,7 @@ from psij.executors._process import (
 )
 
 if TYPE_CHECKING:  # the keeper's client (sockets, subprocess) loads only with a keeper
-    from psij.executors._keeper_client import Keeper
+    from psij.executors._keeper_client import Failure, Keeper, Start
 
 __all__ = [
     "WATCH",
@@ -60,15 +65,16 @@ _HAS_PIDFD = hasattr(os, "pidfd_open")
 
 
 class _Watched:
-    __slots__ = ("child", "fd", "keeper", "on_exit", "pid")
+    __slots__ = ("child", "fd", "keeper", "on_exit", "pid", "start")
 
     def __init__(self, pid: int, fd: Optional[int], child: bool, on_exit: ExitHandler,
-                 keeper: "Optional[Keeper]" = None) -> None:
+                 keeper: "Optional[Keeper]" = None, start: str = "") -> None:
         self.pid = pid
         self.fd = fd
         self.child = child
         self.on_exit = on_exit
         self.keeper = keeper  # the keeper whose child it is, which reaps it and reports
+        self.start = start  # its kernel start time, when the keeper said it
 
 
 class _Feed:
@@ -312,24 +318,47 @@ class ProcessWatch:
         except OSError:
             data = b""
         done: List[Tuple[_Watched, Optional[int]]] = []
+        starts: List[Tuple[Start, Optional[int], str, Optional[Failure]]] = []
         with self._lock:
             if not data:  # the keeper is dead: what it did not report will never be
                 assert self._wakeup is not None
                 self._wakeup.unregister(keeper.events)
                 os.close(keeper.events)
                 keeper.gone()
+                failure = (0, "keeper", f"the keeper process {keeper.pid} ended "
+                                        f"({keeper.ended}) before it answered")
+                sent, unsent = keeper.take_unanswered()
+                starts += [(job, None, "", failure) for job in sent]
+                starts += [(job, None, "", (0, "unsent", failure[2])) for job in unsent]
                 for pid, kept in list(self._children.items()):
                     if kept.keeper is keeper:
                         del self._children[pid]
+                        _kill_orphan(pid, kept.start)
                         done.append((kept, None))
             else:
                 lines = (feed.buffer + data).split(b"\n")
                 feed.buffer = lines.pop()
                 for line in lines:
                     try:
+                        if line[:2] == b"s ":
+                            job = keeper.answered()
+                            _, number, began = line.decode().split()
+                            if job is not None:
+                                self._children[int(number)] = _Watched(
+                                    int(number), None, True, job.on_exit, keeper, began)
+                                starts.append((job, int(number), began, None))
+                            continue
+                        if line[:2] == b"f ":
+                            job = keeper.answered()
+                            _, errno, what, words = (line.decode(errors="replace") + " "
+                                                     ).split(" ", 3)
+                            if job is not None:
+                                starts.append((job, None, "", (int(errno), what,
+                                                               words.strip())))
+                            continue
                         pid, code = (int(x) for x in line.split())
                     except ValueError:  # never written by a keeper: skipped, the rest read
-                        logger.warning("keeper %d: not an exit report: %r", keeper.pid, line)
+                        logger.warning("keeper %d: not a report: %r", keeper.pid, line)
                         continue
                     found = self._children.get(pid)
                     if found is None or found.keeper is not keeper:
@@ -337,6 +366,13 @@ class ProcessWatch:
                     else:
                         del self._children[pid]
                         done.append((found, code))
+        for entry in starts:
+            try:
+                entry[0].on_start(entry[1], entry[2], entry[3])
+            except Exception:
+                logger.exception("start handler for process %s raised", entry[1])
+        if starts:
+            keeper.send_next()
         for w, status in done:
             try:
                 w.on_exit(w.pid, status)
@@ -351,6 +387,18 @@ class ProcessWatch:
         for w in watched:
             if w.child or not _pid_alive(w.pid):
                 self._finish(w)
+
+
+def _kill_orphan(pid: int, start: str) -> None:
+    """KILL the process group of a job whose keeper died: it is nobody's child now, and
+    nothing would report its end. Its leader is signalled only while it is the process the
+    keeper started (same kernel start time), else what is left of its group."""
+    from psij.executors._local_journal import start_time
+
+    if start and start_time(pid) == start:
+        killpg(pid, SIGKILL)
+    else:
+        signal_reaped_group(pid, SIGKILL)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -11,12 +11,26 @@ How a job runs:
   are done, after its processes ended). The KILL is sent by the job's keeper, which outlives
   this process: a job that ignores TERM is killed even if this process exits right after the
   cancel.
-- Jobs are started by this process's keeper (``_local_keeper``, one per process, started with
-  the first job), which is their parent: it reaps them, reports each
-  exit to this process, and goes on after this process ends (even by ``kill -9``), so that a
-  job ending later still has its exit code and final state recorded in the job registry.
-  Without a keeper (it could not be started, or ``keeper=False``) jobs are spawned here as
-  this process's children.
+- Jobs are started by this process's keepers (``_local_keeper``: the first started with the
+  first job, another when those running are busy, up to one per 2 cores;
+  ``PSIJ_LOCAL_KEEPERS=N`` runs N and spreads the jobs over them), each the parent of the
+  jobs it started: it reaps them, reports each exit to this process, and goes on after this
+  process ends (even by ``kill -9``), so that a job ending later still has its exit code and
+  final state recorded in the job registry. A keeper that dies (``kill -9``) ends its
+  running jobs FAILED, naming it and how it ended, after killing their process groups (no
+  one would see them end), and the jobs it was sent but had not answered FAILED too (it may
+  have started some: those run on unwatched); the jobs queued for it and not sent yet, and
+  the next ones, go to the other keepers or a new one. Without a
+  keeper (it could not be started, or ``keeper=False``) jobs are spawned here as this
+  process's children.
+- With a keeper, ``submit`` does not wait for the job's process: it checks the job, queues
+  its start and returns, the job still QUEUED (psij-python has it ACTIVE on return). The
+  starts queued while a keeper is busy go to it in one message; the job is ACTIVE once its
+  keeper answered with its pid (or FAILED, with the words a synchronous start would have
+  given, if it could not start). ``job.native_id`` waits for that answer, so the pid is
+  there whenever it is read after ``submit``; cancel before it marks the job, which is
+  killed as soon as it started. A normal exit of the process waits for the starts still
+  queued; after a ``kill -9`` a job whose start was not sent yet never runs.
 - One thread per Python process (``ProcessWatch``) learns of every exit without polling, and one
   worker thread per Python process does what follows an exit (launcher output, staging, final
   status and callbacks), so a slow callback never delays reaping.
@@ -36,28 +50,36 @@ is missing or cannot be executed is not an error of ``submit``: the job ends FAI
 code 127 or 126 and a message naming it, as it would on a batch system.
 """
 
+from __future__ import annotations  # nested functions' annotations: not evaluated per call
+
 import logging
 import os
-import queue
-import shutil
-import socket
 import subprocess
 import threading
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from psij import _check, _site_config
 from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
-from psij.executors._keeper_client import Keeper, KeeperGone, flush_keepers, keeper_for
+from psij.executors._keeper_client import (
+    Failure,
+    Keeper,
+    KeeperGone,
+    Start,
+    flush_keepers,
+    keeper_for_job,
+)
 from psij.executors._local_checks import (
     check_executable,
     check_os_texts,
 )
+from psij.executors._local_env import BASE, NodeFiles, check_sizes, merged
 from psij.executors._local_journal import (
     Journal,
     JournalEntry,
+    final_from_entry,
     latest_entry,
     note,
     run_store,
@@ -71,8 +93,13 @@ from psij.executors._local_pooled import (
     pool_gpu_set,
 )
 from psij.executors._local_prepared import NotRunnable, Prepared, spawn_failure
+from psij.executors._local_prepared import Run as _Run
+from psij.executors._local_start import NATIVE_IDS, start_failure, stream_items
 from psij.executors._local_time_limit import TimeLimit, time_limit_message
-from psij.executors._local_transfer import local_path, transfer
+from psij.executors._local_transfer import local_path, stage_out_and_cleanup, transfer
+from psij.executors._local_worker import STARTS as _STARTS
+from psij.executors._local_worker import WORKER as _WORKER
+from psij.executors._local_worker import prepare as _prepare_workers
 from psij.executors._process import (
     SIGTERM,
     LaunchError,
@@ -134,69 +161,6 @@ class LocalJobExecutorConfig(JobExecutorConfig):
 _NO_ENVIRONMENT: Mapping[str, str] = {}
 
 
-class _Worker:
-    """One daemon thread per process that runs queued tasks in order."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._thread: Optional[threading.Thread] = None
-
-    def put(self, task: Callable[[], None]) -> None:
-        if self._thread is None:
-            with self._lock:
-                if self._thread is None:
-                    t = threading.Thread(target=self._run, name="psij-local-worker",
-                                         daemon=True)
-                    t.start()
-                    self._thread = t
-        self._queue.put(task)
-
-    def _run(self) -> None:
-        while True:
-            task = self._queue.get()
-            try:
-                task()
-            except Exception:
-                logger.exception("local executor task failed")
-
-
-_WORKER = _Worker()
-
-
-class _Run:
-    """What the executor keeps about a job between submit and its final state."""
-
-    __slots__ = (
-        "attached",
-        "canceled",
-        "exited",
-        "grace",
-        "job",
-        "job_dir",
-        "kept",
-        "launcher",
-        "launcher_out",
-        "limit",
-        "pid",
-        "start",
-        "stderr_path",
-    )
-
-    def __init__(self, job: Job, job_dir: Path) -> None:
-        self.job = job
-        self.job_dir = job_dir
-        self.pid: Optional[int] = None
-        self.start: Optional[str] = None  # kernel start time, recorded with the pid
-        self.launcher: Optional[Launcher] = None
-        self.launcher_out: Optional[str] = None
-        self.limit: Optional[TimeLimit] = None
-        self.canceled = False
-        self.grace = 0.0  # from the cancel's TERM to KILL
-        self.exited = False
-        self.kept = False  # started by the keeper
-        self.attached = False  # started by another process
-        self.stderr_path: Optional[Path] = None
 
 
 def _needs_staging(spec: JobSpec) -> bool:
@@ -235,8 +199,8 @@ class LocalJobExecutor(JobExecutor):
         self._dir_ready = False
         self._lock = threading.Lock()
         self._runs: Dict[int, _Run] = {}  # by job object id, while not final
-        self._nodefiles: Dict[int, str] = {}
-        self._hostname: Optional[str] = None
+        self._nodefiles = NodeFiles(self._dir)
+        self._cwd_path: Optional[Tuple[str, Path]] = None
         self._journal_file: Optional[Journal] = None
         # Reaps the jobs and times the KILL after a cancel's TERM (tests give it a manual clock).
         self._watch = WATCH
@@ -299,7 +263,7 @@ class LocalJobExecutor(JobExecutor):
         if spec.executable is None:
             raise InvalidJobException("JobSpec.executable: a job needs an executable")
         check_os_texts(spec)
-        job_dir = spec.directory if spec.directory is not None else Path(os.getcwd())
+        job_dir = spec.directory if spec.directory is not None else self._cwd()
         if spec.directory is not None and not job_dir.is_dir():
             raise SubmitException(f"JobSpec.directory: {str(job_dir)!r} is not an existing "
                                   "directory")
@@ -309,12 +273,16 @@ class LocalJobExecutor(JobExecutor):
         direct = (launcher_name == "single" and spec.pre_launch is None
                   and spec.post_launch is None)
         env = self._environment(spec)
+        base = BASE.get() if spec.inherit_environment else None
+        check_sizes(f"job {job.id}: could not start {spec.executable!r}",
+                    spec.arguments or (), env, BASE.size() if base is not None else 0)
         if not direct:
             try:
                 run.launcher = self._get_launcher(launcher_name)
             except ValueError as ex:
                 raise InvalidJobException(f"JobSpec.launcher: {ex}") from ex
-            prepared_failure = check_executable(spec, job_dir, env)
+            prepared_failure = check_executable(spec, job_dir,
+                                                merged(None if base is None else base[1], env))
         else:
             prepared_failure = None
         for field in ("pre_launch", "post_launch"):
@@ -324,33 +292,28 @@ class LocalJobExecutor(JobExecutor):
         if spec.stderr_path is not None:
             run.stderr_path = job_dir / spec.stderr_path
         prepared = Prepared(direct, env, job_dir)
+        prepared.base = base
         prepared.failure = prepared_failure
         if not _needs_staging(spec):
             # With stage-in, stdin may arrive with the staged files: check it when starting.
             prepared.check_streams(spec)
         return run, prepared
 
-    def _environment(self, spec: JobSpec) -> Dict[str, str]:
-        env: Dict[str, str] = dict(os.environ) if spec.inherit_environment else {}
-        if spec.environment:
-            env.update(spec.environment)
-        env["PSIJ_NODEFILE"] = self._nodefile(spec)
-        return env
+    def _cwd(self) -> Path:
+        """This process's working directory (a Path made again only when it changed)."""
+        text = os.getcwd()
+        cwd = self._cwd_path
+        if cwd is None or cwd[0] != text:
+            cwd = self._cwd_path = (text, Path(text))
+        return cwd[1]
 
-    def _nodefile(self, spec: JobSpec) -> str:
+    def _environment(self, spec: JobSpec) -> Dict[str, str]:
+        """The job's own variables (the inherited ones are ``Prepared.base``)."""
+        env: Dict[str, str] = dict(spec.environment) if spec.environment else {}
         res = spec.resources
-        n = res.computed_process_count if isinstance(res, ResourceSpecV1) else 1
-        path = self._nodefiles.get(n)
-        if path is None:
-            if self._hostname is None:
-                self._hostname = socket.gethostname()
-            path = str(self._dir / f"nodefile-{n}")
-            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
-            with open(tmp, "w") as f:
-                f.write((self._hostname + "\n") * n)
-            os.replace(tmp, path)
-            self._nodefiles[n] = path
-        return path
+        env["PSIJ_NODEFILE"] = self._nodefiles.path(
+            res.computed_process_count if isinstance(res, ResourceSpecV1) else 1)
+        return env
 
     def _start(self, run: _Run, prepared: Prepared) -> None:
         job = run.job
@@ -358,6 +321,9 @@ class LocalJobExecutor(JobExecutor):
         assert spec is not None
         if prepared.failure is not None:
             raise NotRunnable(prepared.failure)
+        keeper = keeper_for_job(JobState.COMPLETED.order, self._watch) if self._kept else None
+        if keeper is not None and self._hand_over(run, prepared, keeper):
+            return
         streams = prepared.open_streams(spec) if prepared.direct else None
         out_fd = -1
         try:
@@ -366,15 +332,13 @@ class LocalJobExecutor(JobExecutor):
                 argv = [spec.executable or ""] + (spec.arguments or [])
                 stdin, stdout, stderr = streams
             else:
-                assert run.launcher is not None
-                log = self.config.launcher_log_file
-                argv = run.launcher.get_launch_command(  # type: ignore[call-arg]
-                    job, str(log) if log is not None else None)
-                run.launcher_out = str(self._dir / f"{job.id}.launcher.out")
-                out_fd = os.open(run.launcher_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                argv = self._launch_command(run)
+                out_fd = os.open(run.launcher_out or "", os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                                 0o600)
                 stdin, stdout, stderr = subprocess.DEVNULL, out_fd, out_fd
             try:
-                pid, keeper = self._spawn(job, argv, prepared, (stdin, stdout, stderr))
+                pid = _SPAWNER.spawn(argv, str(prepared.job_dir), prepared.whole_env(), stdin,
+                                     stdout, stderr)
             except LaunchError as ex:
                 raise spawn_failure(ex, job, prepared) from ex
         finally:
@@ -386,44 +350,118 @@ class LocalJobExecutor(JobExecutor):
                 os.close(out_fd)
         run.pid = pid
         job._native_id = str(pid)
-        if keeper is None:
-            run.start = start_time(pid)
-            self._note(("S", pid, str(run.start), job.id))
-        else:
-            run.kept = True
+        run.start = start_time(pid)
+        self._note(("S", pid, str(run.start), job.id))
         self._set_job_status(job, JobStatus(JobState.ACTIVE))
+        self._watch.watch(pid, lambda pid, status: self._on_exit(run, status))
+        self._arm(run, pid)
+
+    def _launch_command(self, run: _Run) -> List[str]:
+        assert run.launcher is not None
+        log = self.config.launcher_log_file
+        argv = run.launcher.get_launch_command(  # type: ignore[call-arg]
+            run.job, str(log) if log is not None else None)
+        run.launcher_out = str(self._dir / f"{run.job.id}.launcher.out")
+        return argv
+
+    def _hand_over(self, run: _Run, prepared: Prepared, keeper: Keeper) -> bool:
+        """Queue the job's start with ``keeper`` (which records it and its exit even after
+        this process ends); it is ACTIVE once the keeper answers with its pid. False when
+        it must be started here (no keeper could take it)."""
+        job = run.job
+        spec = job.spec
+        assert spec is not None
+        env = prepared.env
+        if prepared.direct:
+            argv = [spec.executable or ""] + (spec.arguments or [])
+            streams, fds = stream_items(spec)
+        else:
+            argv = self._launch_command(run)
+            assert run.launcher_out is not None
+            os.close(os.open(run.launcher_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+            streams, fds = (None, run.launcher_out, run.launcher_out), []
+        program = argv[0]
+        if "/" not in program:
+            path = env.get("PATH") if "PATH" in env or prepared.base is None \
+                else prepared.base[1].get("PATH")
+            try:
+                program = _SPAWNER.on_path(program, {} if path is None else {"PATH": path})
+            except FileNotFoundError as ex:  # not on PATH
+                raise spawn_failure(LaunchError(f"executable {argv[0]!r} was not found (no "
+                                                "such file, or not on PATH)", 127), job,
+                                    prepared) from ex
+        base = prepared.base
+        item = (program, argv, str(prepared.job_dir), None if base is None else base[0], env,
+                streams, job.id, self._journal().text, self._registry,
+                run_store(self._work) is not None)
+
+        def started(pid: Optional[int], start: str, failure: Optional[Failure]) -> None:
+            # On the watch thread: quick; the status and the rest are the worker's.
+            if pid is None:
+                assert failure is not None
+                if failure[1] == "unsent":  # never sent to the keeper that ended: another
+                    _WORKER.put(lambda: self._start_again(run, prepared))
+                    return
+                run.starting = False
+                NATIVE_IDS.answered()
+                _WORKER.put(lambda: self._finish(run, start_failure(
+                    failure, spec, prepared.job_dir, argv[0])))
+                return
+            run.pid, run.start = pid, start
+            job._native_id = str(pid)
+            run.starting = False
+            NATIVE_IDS.answered()
+            _STARTS.put(lambda: self._started(run, pid))
+
+        run.kept, run.keeper, run.starting = True, keeper, True
+        try:
+            keeper.start(Start(item, fds, base, started,
+                               lambda pid, status: self._on_exit(run, status)))
+        except KeeperGone as ex:
+            run.kept, run.keeper, run.starting = False, None, False
+            logger.warning("local job %s: %s; starting it here", job.id, ex)
+            return False
+        # After the start is queued: a callback reading job.native_id waits for its answer.
+        # (ACTIVE may be there already: then QUEUED is skipped, its callbacks came with it.)
+        self._set_job_status(job, JobStatus._made(JobState.QUEUED))
+        _prepare_workers()
+        return True
+
+    def _start_again(self, run: _Run, prepared: Prepared) -> None:
+        """On the worker: start a job whose keeper ended before it was sent the job."""
+        run.kept, run.keeper = False, None
+        try:
+            self._start(run, prepared)
+        except NotRunnable as ex:
+            self._finish(run, ex.status)
+        except Exception as ex:
+            self._finish(run, JobStatus(JobState.FAILED, message=f"could not start: {ex}"))
+        if not run.kept:  # started here, or failed: no keeper will answer
+            run.starting = False
+            NATIVE_IDS.answered()
+
+    def _started(self, run: _Run, pid: int) -> None:
+        """On the worker: the keeper started the job."""
+        self._set_job_status(run.job, JobStatus._made(JobState.ACTIVE))
+        self._arm(run, pid)
+
+    def _arm(self, run: _Run, pid: int) -> None:
+        spec = run.job.spec
+        assert spec is not None
         if self._enforce_duration and spec.attributes is not None:
             run.limit = TimeLimit(self._watch, pid, spec.attributes.duration, self._grace,
                                   lambda: run.exited)
-        if keeper is None:
-            self._watch.watch(pid, lambda pid, status: self._on_exit(run, status))
-        else:
-            self._watch.watch_kept(keeper, pid, lambda pid, status: self._on_exit(run, status))
-        if run.limit is not None:
             run.limit.arm()
         if run.canceled:  # cancelled while it was being started
             self._watch.terminate(pid, run.grace, canceled=True)
 
-    def _spawn(self, job: Job, argv: List[str], prepared: Prepared,
-               streams: Tuple[int, int, int]) -> Tuple[int, Optional[Keeper]]:
-        """Start the job's process through this process's keeper (which records it and its
-        exit even after this process ends), or here if there is no keeper."""
-        keeper = keeper_for(JobState.COMPLETED.order, self._watch) if self._kept else None
-        directory, env = str(prepared.job_dir), prepared.env
-        if keeper is not None:
-            try:
-                program = argv[0] if "/" in argv[0] else _SPAWNER.on_path(argv[0], env)
-                return keeper.spawn(program, argv, directory, env, streams, job.id,
-                                    str(self._journal().path), self._registry,
-                                    run_store(self._work) is not None), keeper
-            except FileNotFoundError as ex:  # not on PATH
-                raise LaunchError(f"executable {argv[0]!r} was not found (no such file, or "
-                                  "not on PATH)", 127) from ex
-            except KeeperGone as ex:
-                logger.warning("local job %s: %s; starting it here", job.id, ex)
-        return _SPAWNER.spawn(argv, directory, env, *streams), None
+    def _wait_native_id(self, job: Job) -> None:
+        """``job.native_id`` of a job whose start the keeper has not answered yet waits."""
+        run = self._runs.get(id(job))
+        if run is not None and run.starting:
+            NATIVE_IDS.wait(lambda: not run.starting)
 
-    def _note(self, run: "RunRecord", job: Optional[Job] = None) -> None:
+    def _note(self, run: RunRecord, job: Optional[Job] = None) -> None:
         """Record a job's start, end or cancel (batched; in the journal if it cannot be)."""
         note(self._work, self._journal(), run, "" if job is None else job.id)
 
@@ -485,15 +523,19 @@ class LocalJobExecutor(JobExecutor):
             assert spec is not None and spec.attributes is not None
             state, message = JobState.FAILED, time_limit_message(spec.attributes.duration)
         elif code is None and message is None:
-            message = _NO_CODE
+            keeper = run.keeper
+            message = _NO_CODE if keeper is None or keeper.ended is None else (
+                f"the keeper process {keeper.pid} that started the job ended "
+                f"({keeper.ended}); the job's processes were killed")
         elif state is JobState.FAILED and message is None:
             message = failure_message(code, run.stderr_path)
         assert spec is not None
         if _needs_staging(spec):
-            staging_error = self._stage_out_and_cleanup(run, spec, state)
+            staging_error = stage_out_and_cleanup(
+                run.job_dir, spec, state, lambda st: self._set_job_status(job, JobStatus(st)))
             if staging_error is not None and state is JobState.COMPLETED:
                 state, message = JobState.FAILED, staging_error
-        self._finish(run, JobStatus(state, message=message, exit_code=code))
+        self._finish(run, JobStatus._made(state, None, message, code))
 
     def _finish(self, run: _Run, status: JobStatus) -> None:
         with self._lock:
@@ -586,7 +628,7 @@ class LocalJobExecutor(JobExecutor):
         entry = found[key]
         if entry.ended:
             # Already over: report the final state now, not after a first poll.
-            self._finish(run, self._final_from_journal(run, entry))
+            self._finish(run, final_from_entry(run.canceled, entry))
             return
         run.attached, run.start = True, key[1]
         if start_time(pid) == key[1]:
@@ -609,20 +651,7 @@ class LocalJobExecutor(JobExecutor):
             self._watch.call_later(0.02 * (tries + 1),
                                    lambda: self._attached_exit(run, key, tries + 1))
             return
-        self._finish(run, self._final_from_journal(run, entry))
-
-    @staticmethod
-    def _final_from_journal(run: _Run, entry: Optional[JournalEntry]) -> JobStatus:
-        if entry is None or not entry.ended:
-            return JobStatus(JobState.FAILED, message=(
-                "the process ended but its exit code was not recorded (the process that "
-                "started it exited first)"))
-        code = entry.code
-        state = JobState.COMPLETED if code == 0 else JobState.FAILED
-        if run.canceled or entry.canceled:
-            state = JobState.CANCELED
-        msg = failure_message(code, None) if state is JobState.FAILED else None
-        return JobStatus(state, exit_code=code, message=msg)
+        self._finish(run, final_from_entry(run.canceled, entry))
 
     # -- staging --------------------------------------------------------------------------------
 
@@ -653,38 +682,6 @@ class LocalJobExecutor(JobExecutor):
             # Whatever else: this job fails, the worker and the other jobs go on.
             logger.exception("local job %s could not be started", job.id)
             self._finish(run, JobStatus(JobState.FAILED, message=f"could not start: {ex!r}"))
-
-    def _stage_out_and_cleanup(self, run: _Run, spec: JobSpec, state: JobState
-                               ) -> Optional[str]:
-        outcome = {JobState.COMPLETED: StageOutFlags.ON_SUCCESS,
-                   JobState.FAILED: StageOutFlags.ON_ERROR,
-                   JobState.CANCELED: StageOutFlags.ON_CANCEL}[state]
-        error: Optional[str] = None
-        todo = [s for s in (spec.stage_out or []) if s.flags & outcome]
-        if todo:
-            self._set_job_status(run.job, JobStatus(JobState.STAGE_OUT))
-            for item in todo:
-                src = run.job_dir / item.source
-                if not os.path.lexists(src):
-                    if not item.flags & StageOutFlags.IF_PRESENT and error is None:
-                        error = f"stage-out: {str(item.source)!r} does not exist"
-                    continue
-                try:
-                    transfer(src, local_path(item.target, "StageOut.target"), item.mode)
-                except (OSError, ValueError) as ex:
-                    error = error or f"stage-out of {str(item.source)!r} failed: {ex}"
-        if spec.cleanup and normalize_flags(spec.cleanup_flags) & outcome:
-            self._set_job_status(run.job, JobStatus(JobState.CLEANUP))
-            for p in spec.cleanup:
-                target = run.job_dir / p
-                try:
-                    if target.is_dir() and not target.is_symlink():
-                        shutil.rmtree(target)
-                    elif os.path.lexists(target):
-                        target.unlink()
-                except OSError as ex:
-                    logger.warning("cleanup of %s failed: %s", target, ex)
-        return error
 
 
 _ATTACH_RETRIES = 14  # about 2 s in all

@@ -1,0 +1,103 @@
+"""The local executor's worker thread, and what it waits for when the process exits.
+
+One daemon thread per process runs, in order, what follows a local job's exit (its status,
+callbacks, staging), another what follows its start by a keeper (ACTIVE), so that the process
+watch never runs user code. Jobs handed to a
+keeper start after ``submit`` returns; at a normal exit of the process, :func:`drain_at_exit`
+has every start still queued sent and answered, and their statuses recorded in the job
+registry, so that a job submitted just before the exit is known there (a ``kill -9`` gives no
+such chance: a job whose start was not sent yet never runs).
+
+It must not start processes nor set job states itself.
+"""
+
+import atexit
+import logging
+import queue
+import sys
+import threading
+import time
+from typing import Callable, List, Optional
+
+__all__ = ["STARTS", "WORKER", "Worker", "prepare"]
+
+logger = logging.getLogger("psij.executors.local")
+
+_EXIT_WAIT_SECONDS = 30.0
+_AT_EXIT: List[bool] = []
+
+
+class Worker:
+    """One daemon thread per process that runs queued tasks in order."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: Optional[threading.Thread] = None
+
+    def put(self, task: Callable[[], None]) -> None:
+        if self._thread is None:
+            self.start()
+        self._queue.put(task)
+
+    def start(self) -> None:
+        """Start the thread now (``put`` does it too)."""
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    t = threading.Thread(target=self._run, name=self._name,
+                                         daemon=True)
+                    t.start()
+                    self._thread = t
+
+    def _run(self) -> None:
+        while True:
+            task = self._queue.get()
+            try:
+                task()
+            except Exception:
+                logger.exception("local executor task failed")
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until the tasks queued so far have run."""
+        if self._thread is None or threading.current_thread() is self._thread:
+            return True
+        done = threading.Event()
+        self._queue.put(done.set)
+        return done.wait(timeout)
+
+
+WORKER = Worker("psij-local-worker")
+# Sets the jobs ACTIVE as their keepers answer: a slow callback on ACTIVE delays neither the
+# ends of other jobs nor their stage-out (a job's callbacks still come in order, see psij.job).
+STARTS = Worker("psij-local-starts")
+
+
+def prepare() -> None:
+    """Before handing the first job to a keeper: start both threads (not later, on the watch
+    thread, in the midst of the jobs), and have :func:`drain_at_exit` run at exit, before the
+    registry's own last write (exit functions run last registered first: the registry
+    registers its own on its first record, so this is called after a job's first status)."""
+    if not _AT_EXIT:
+        _AT_EXIT.append(True)
+        STARTS.start()
+        WORKER.start()
+        atexit.register(drain_at_exit)
+
+
+def drain_at_exit() -> None:
+    """At exit: the starts still queued with keepers are sent and answered, the statuses that
+    follow set, and the job registry written."""
+    from psij.executors._keeper_client import drain_keepers
+
+    deadline = time.monotonic() + _EXIT_WAIT_SECONDS
+    try:
+        drain_keepers(_EXIT_WAIT_SECONDS)
+        STARTS.drain(max(0.0, deadline - time.monotonic()))
+        WORKER.drain(max(0.0, deadline - time.monotonic()))
+        recorder = sys.modules.get("psij._registry_recorder")
+        if recorder is not None:
+            recorder.flush(max(0.0, deadline - time.monotonic()))
+    except Exception:
+        logger.exception("local jobs: waiting for the last starts at exit failed")
