@@ -52,6 +52,9 @@ _HEADER = struct.Struct("!I")
 _ANSWER_SECONDS = 120.0
 _PROGRAM = str(Path(__file__).with_name("_local_keeper.py"))
 _LAYER = str(Path(__file__).parent.parent / "_spawn.py")  # loaded by the keeper from its file
+_LAYER_FAILED = 3  # the keeper's exit code when it cannot (_local_keeper.LAYER_FAILED)
+# Not empty once a keeper could not load the process layer: no other is started then.
+_UNUSABLE: List[str] = []
 _MAX_FDS = 200  # descriptors passed with one message (the keeper takes up to 253)
 _BUSY = 32  # starts not yet answered before another keeper is started, when one may be
 
@@ -366,7 +369,7 @@ def _new_keeper(final_rank: int, watch: "WatchWithFeeds", most: int) -> Optional
         if len(live) >= max(1, most):
             return min(live, key=Keeper.load)
         if not sys.executable or not os.path.isfile(_PROGRAM) \
-                or not os.path.isfile(_LAYER):  # e.g. run from a zip file
+                or not os.path.isfile(_LAYER) or _UNUSABLE:  # e.g. run from a zip file
             return None
         try:
             keeper = Keeper(final_rank)
@@ -377,10 +380,37 @@ def _new_keeper(final_rank: int, watch: "WatchWithFeeds", most: int) -> Optional
                                "started by this process, and a job that ends after it has "
                                "no recorded exit code", ex)
             return None
+        if not _answers(keeper):
+            return None
         watch.add_feed(keeper)
         keeper.watch = watch  # held: the id in the key is not given to another watch
         _KEEPERS[key] = [*live, keeper]  # a new list: readers take no lock
         return keeper
+
+
+def _answers(keeper: Keeper) -> bool:
+    """Whether a keeper just started answers (one round trip per keeper, not per job); one that
+    cannot load the process layer ends at once, and no other is tried."""
+    try:
+        keeper._ask(("flush",), [])
+        return True
+    except KeeperGone:
+        pass
+    keeper.alive = False
+    keeper._sock.close()
+    for fd in (keeper.events, keeper._devnull):
+        os.close(fd)
+    try:
+        _, status = os.waitpid(keeper.pid, 0)
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    except ChildProcessError:
+        code = None
+    if code == _LAYER_FAILED and not _UNUSABLE:
+        _UNUSABLE.append(_LAYER)
+        logger.warning("the local jobs' keeper cannot load %s; starting it here, as every "
+                       "later local job of this process (a job that ends after this process "
+                       "has no recorded exit code)", _LAYER)
+    return False
 
 
 def flush_keepers() -> None:
