@@ -366,6 +366,35 @@ def test_records_arriving_as_the_idle_writer_ends_are_all_written(monkeypatch: A
     assert sorted(written) == list(range(300))
 
 
+def test_changes_queued_out_of_order_never_put_a_final_job_back(tmp_path: Path,
+                                                                 monkeypatch: Any) -> None:
+    # Two threads may queue one job's changes out of order: the one that saw ACTIVE can put
+    # after the one that saw FAILED. Within one batch, as across batches, the later state
+    # (by rank) is the one written, for a new row as for an update.
+    from psij import _registry_recorder
+
+    wd = tmp_path / "work"
+    ex = SideLoaded(config=JobExecutorConfig(work_directory=wd))
+    puts: List[Any] = []
+    writer = _registry_recorder._Writer()
+    monkeypatch.setattr(_registry_recorder, "_WRITER", writer)
+    monkeypatch.setattr(writer, "put", puts.append)
+    fresh, known = Job(JobSpec("/bin/true")), Job(JobSpec("/bin/true"))
+    for job in (fresh, known):
+        job.executor = ex
+        ex._set_job_status(job, JobStatus(JobState.QUEUED))
+        ex._set_job_status(job, JobStatus(JobState.ACTIVE))
+        ex._set_job_status(job, JobStatus(JobState.FAILED, exit_code=4))
+    first_known = [c for c in puts if c[1] is known][0]
+    writer._write(_registry_recorder._resolved([first_known]))  # known's row exists
+    for job in (fresh, known):
+        mine = [c for c in puts if c[1] is job and c is not first_known]
+        # FAILED queued before ACTIVE (and QUEUED last for the fresh row)
+        writer._write(_registry_recorder._resolved(mine[::-1]))
+    recorded = {r[0]: (r[3], r[4]) for r in rows(wd)}
+    assert recorded == {fresh.id: ("FAILED", 4), known.id: ("FAILED", 4)}
+
+
 def test_an_attached_job_follows_the_recorded_settings_of_its_executor(tmp_path: Path) -> None:
     # Settings a subclass of the batch configuration passes on through **kwargs (use_nice,
     # the polling interval) come back too, and fallback does not (where new jobs go is no

@@ -283,34 +283,42 @@ class _Writer:
         from psij._registry_store import prune_once
 
         # A job whose row is new in this batch gets one insert with its latest status, one
-        # whose row was written before one update with its latest status.
-        new: Dict[int, Dict[Job, Tuple[Identity, Tuple[Any, ...]]]] = {}
-        updates: Dict[int, Dict[Job, Update]] = {}
+        # whose row was written before one update with its latest status. "Latest" is by the
+        # state's rank, not by queue order: two threads may queue a job's changes out of order
+        # (the one that saw ACTIVE may put after the one that saw FAILED), and a final state
+        # must never be overwritten by an earlier one (the store keeps the same rule).
+        latest: Dict[int, Dict[Job, Tuple[Optional[Identity], Tuple[Any, ...]]]] = {}
         runs: Dict[int, List[Tuple[RunRecord, Callable[[RunRecord], None]]]] = {}
         stores: Dict[int, Store] = {}
         for store, job, identity, values in batch:
             key = id(store)
             stores[key] = store
-            rows = new.setdefault(key, {})
             if job is None:
                 runs.setdefault(key, []).append((values[0], values[1]))
                 continue
-            try:
-                if identity is not None:
-                    rows[job] = (identity, values)
-                elif job in rows:
-                    rows[job] = (rows[job][0], values)
-                else:
-                    updates.setdefault(key, {})[job] = _update(job, values)
-            except Exception:
-                logger.exception("job %s: could not be recorded", job.id)
+            jobs = latest.setdefault(key, {})
+            seen = jobs.get(job)
+            if seen is None:
+                jobs[job] = (identity, values)
+            else:
+                keep = values if values[2] >= seen[1][2] else seen[1]
+                jobs[job] = (identity if identity is not None else seen[0], keep)
+        new: Dict[int, List[Row]] = {}
+        updates: Dict[int, List[Update]] = {}
+        for key, jobs in latest.items():
+            for job, (identity, values) in jobs.items():
+                try:
+                    if identity is not None:
+                        new.setdefault(key, []).append(_row(job, identity, values))
+                    else:
+                        updates.setdefault(key, []).append(_update(job, values))
+                except Exception:
+                    logger.exception("job %s: could not be recorded", job.id)
         for key, store in stores.items():
             store_runs = runs.get(key, [])
             try:
                 prune_once(store)
-                store.write([_row(job, identity, values)
-                             for job, (identity, values) in new[key].items()],
-                            list(updates.get(key, {}).values()),
+                store.write(new.get(key, []), updates.get(key, []),
                             [run for run, _ in store_runs])
             except Exception as ex:
                 _warn_once(str(store.path), ex)
