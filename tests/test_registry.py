@@ -385,7 +385,7 @@ def test_changes_queued_out_of_order_never_put_a_final_job_back(tmp_path: Path,
         ex._set_job_status(job, JobStatus(JobState.QUEUED))
         ex._set_job_status(job, JobStatus(JobState.ACTIVE))
         ex._set_job_status(job, JobStatus(JobState.FAILED, exit_code=4))
-    first_known = [c for c in puts if c[1] is known][0]
+    first_known = next(c for c in puts if c[1] is known)
     writer._write(_registry_recorder._resolved([first_known]))  # known's row exists
     for job in (fresh, known):
         mine = [c for c in puts if c[1] is job and c is not first_known]
