@@ -50,8 +50,6 @@ is missing or cannot be executed is not an error of ``submit``: the job ends FAI
 code 127 or 126 and a message naming it, as it would on a batch system.
 """
 
-from __future__ import annotations  # nested functions' annotations: not evaluated per call
-
 import logging
 import os
 import subprocess
@@ -461,7 +459,7 @@ class LocalJobExecutor(JobExecutor):
         if run is not None and run.starting:
             NATIVE_IDS.wait(lambda: not run.starting)
 
-    def _note(self, run: RunRecord, job: Optional[Job] = None) -> None:
+    def _note(self, run: "RunRecord", job: Optional[Job] = None) -> None:
         """Record a job's start, end or cancel (batched; in the journal if it cannot be)."""
         note(self._work, self._journal(), run, "" if job is None else job.id)
 
