@@ -33,24 +33,25 @@ wait_until() {
     done
 }
 
-# stop_started NAME PIDFILE: stop NAME if this project's start script started it (its marker is
-# in RUN_DIR): TERM, up to 20 s, then KILL. Sets STOP_FAILED=1 if it still runs.
+# stop_started NAME PIDFILE [COMMAND]: stop NAME if this project's start script started it (its
+# marker is in RUN_DIR): TERM, up to 20 s, then KILL. Sets STOP_FAILED=1 if it still runs.
+# COMMAND is the process's name when it is not NAME (several slurmd, one marker each).
 STOP_FAILED=0
 stop_started() {
-    local name=$1 pidfile=$2 i
+    local name=$1 pidfile=$2 comm=${3:-$1} i
     [ -f "$RUN_DIR/started.$name" ] || return 0
-    if alive "$pidfile" "$name"; then
+    if alive "$pidfile" "$comm"; then
         say "stopping $name (pid $(tr -dc '0-9' <"$pidfile"))"
         kill -TERM "$(tr -dc '0-9' <"$pidfile")" 2>/dev/null
         for i in $(seq 100); do
-            alive "$pidfile" "$name" || break
+            alive "$pidfile" "$comm" || break
             sleep 0.2
         done
-        if alive "$pidfile" "$name"; then
+        if alive "$pidfile" "$comm"; then
             kill -KILL "$(tr -dc '0-9' <"$pidfile")" 2>/dev/null
             sleep 0.5
         fi
-        if alive "$pidfile" "$name"; then
+        if alive "$pidfile" "$comm"; then
             say "ERROR: $name is still running"
             STOP_FAILED=1
             return 0

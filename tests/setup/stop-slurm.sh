@@ -10,7 +10,12 @@ say() { printf '[stop-slurm] %s\n' "$*"; }
 
 source "$(dirname "$0")/daemons.sh"
 
-stop_started slurmd "$RUN_DIR/slurmd.pid"
+for marker in "$RUN_DIR"/started.slurmd-*; do
+    [ -e "$marker" ] || continue
+    n=${marker##*/started.}
+    stop_started "$n" "$RUN_DIR/$n.pid" slurmd
+done
+stop_started slurmd "$RUN_DIR/slurmd.pid"  # the one slurmd of a one-node setup
 stop_started slurmctld "$RUN_DIR/slurmctld.pid"
 stop_started slurmdbd "$RUN_DIR/slurmdbd.pid"
 stop_started mariadbd /run/mysqld/mysqld.pid
