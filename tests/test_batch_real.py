@@ -313,7 +313,12 @@ class FaultyStatusRunner:
         with self.lock:
             self.calls += 1
             n = self.calls
-        fault = ["ok", "nonzero", "ok", "ok", "hang", "ok", "ok", "garbage", "ok"][n % 9]
+        # The first three calls fail, one of each kind, then a third of the others: on a
+        # cluster fast enough to end the jobs in a few polls, every fault still happens.
+        if n <= 3:
+            fault = ("nonzero", "hang", "garbage")[n - 1]
+        else:
+            fault = ["ok", "nonzero", "ok", "ok", "hang", "ok", "ok", "garbage", "ok"][n % 9]
         if fault == "nonzero":
             return self.real.run(["sh", "-c", "echo 'error: connection refused' >&2; exit 1"],
                                  timeout)
@@ -354,4 +359,4 @@ def test_fault_injection_200_jobs_on_slurm(campaign_root: Path) -> None:
             wrong.append((kind, job.native_id, st))
     ex.close()
     assert wrong == []
-    assert runner.calls >= 7  # each fault injected at least once (calls 1, 4 and 7)
+    assert runner.calls >= 4  # each fault injected at least once (calls 1, 2 and 3)
