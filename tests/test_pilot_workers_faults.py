@@ -15,8 +15,8 @@ import pytest
 import test_pilot_engine as engine_tests
 from process_checks import alive
 from psij.executors.pilot._local_workers import WORKERS_VARIABLE, worker_limit
-from psij.executors.pilot.engine_config import EngineConfig
 from psij.executors.pilot.engine import PilotEngine, TaskSpec
+from psij.executors.pilot.engine_config import EngineConfig
 from psij.executors.pilot.scheduler import TaskState
 
 make_engine = engine_tests.make_engine  # the fixture, shared
