@@ -205,3 +205,22 @@ def test_jobs_never_sent_to_a_keeper_that_died_go_to_another(tmp_path: Path) -> 
         assert status is not None and (status.state, status.exit_code) == \
             (JobState.COMPLETED, 0)
         assert job.native_id is not None
+
+
+def test_a_bad_keeper_count_is_said_once_and_the_cores_decide(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from psij.executors import _keeper_client
+
+    monkeypatch.setattr(_keeper_client, "_WARNED", set())
+    monkeypatch.delenv("PSIJ_LOCAL_KEEPERS", raising=False)
+    by_cores = _keeper_client.keeper_count()
+    assert by_cores[1] is False
+    for bad in ("0", "-2", "many", "1.5", "nan", "1025", "9" * 400, "\u0663", "2 3"):
+        monkeypatch.setenv("PSIJ_LOCAL_KEEPERS", bad)
+        caplog.clear()
+        assert _keeper_client.keeper_count() == by_cores
+        assert _keeper_client.keeper_count() == by_cores
+        said = [r.getMessage() for r in caplog.records if "PSIJ_LOCAL_KEEPERS" in r.getMessage()]
+        assert len(said) == 1 and "from 1 to 1024" in said[0], (bad, said)
+    monkeypatch.setenv("PSIJ_LOCAL_KEEPERS", " 7 ")
+    assert _keeper_client.keeper_count() == (7, True)

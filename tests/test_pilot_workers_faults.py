@@ -16,6 +16,7 @@ import test_pilot_engine as engine_tests
 from process_checks import alive
 from psij.executors.pilot._local_workers import WORKERS_VARIABLE, worker_limit
 from psij.executors.pilot.engine import PilotEngine, TaskSpec
+from psij.executors.pilot.engine_config import EngineConfig
 from psij.executors.pilot.scheduler import TaskState
 
 make_engine = engine_tests.make_engine  # the fixture, shared
@@ -146,9 +147,17 @@ def test_the_number_of_workers_follows_the_config_the_variable_then_the_cores(
     assert worker_limit(16, None, {WORKERS_VARIABLE: "2"}) == 2
     assert worker_limit(16, None, {}) == 5
     assert worker_limit(2, None, {}) == 1
-    for bad in ("0", "-1", "many", "1.5"):
+    for bad in ("0", "-1", "many", "1.5", "nan", "inf", "1025", "9" * 400, "\u0663",
+                "\ud800", "2\n3"):
         assert worker_limit(9, None, {WORKERS_VARIABLE: bad}) == 3
-    assert "PSIJ_PILOT_WORKERS" in caplog.text
+    assert "PSIJ_PILOT_WORKERS" in caplog.text and "from 1 to 1024" in caplog.text
+    assert worker_limit(9, None, {WORKERS_VARIABLE: " 1024 "}) == 1024
+    for bad_config in (0, -1, 1025, 10 ** 30):
+        with pytest.raises(ValueError, match="EngineConfig.workers"):
+            EngineConfig(workers=bad_config)
+    for wrong in (1.5, "2", True, float("nan")):
+        with pytest.raises(TypeError, match="EngineConfig.workers"):
+            EngineConfig(workers=wrong)
 
 
 def test_a_task_that_cannot_start_fails_with_the_shells_code_through_a_worker(

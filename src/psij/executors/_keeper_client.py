@@ -28,7 +28,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set, Tuple
 
 from psij._lazylog import LazyLogger
 from psij._spawn import popen
@@ -305,6 +305,7 @@ _TURN = [0]
 _FORCE_KEY = os.fsencode("PSIJ_LOCAL_KEEPERS")
 _PID = [os.getpid()]  # this process's (set again in a forked child)
 _CORES: List[int] = []  # the cores this process may run on, counted once
+_WARNED: Set[Any] = set()  # values of PSIJ_LOCAL_KEEPERS already warned about
 
 
 def keeper_count() -> Tuple[int, bool]:
@@ -319,6 +320,10 @@ def keeper_count() -> Tuple[int, bool]:
         text = os.fsdecode(forced).strip()
         if text.isascii() and text.isdigit() and 0 < int(text) <= 1024:
             return int(text), True
+        if forced not in _WARNED:
+            _WARNED.add(forced)
+            logger.warning("PSIJ_LOCAL_KEEPERS=%r: a whole number from 1 to 1024 is accepted; "
+                           "ignored (one keeper per 2 cores)", os.fsdecode(forced))
     if not _CORES:
         try:
             _CORES.append(len(os.sched_getaffinity(0)))

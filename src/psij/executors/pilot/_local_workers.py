@@ -30,7 +30,7 @@ import selectors
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set
 
 from psij._lazylog import LazyLogger
 from psij._line_framing import LineFramer, encode_line
@@ -43,6 +43,9 @@ __all__ = ["CORES_PER_WORKER", "WORKERS_VARIABLE", "LocalWorkers", "worker_limit
 logger = LazyLogger("psij.executors.pilot.engine")
 
 WORKERS_VARIABLE = "PSIJ_PILOT_WORKERS"
+MAX_WORKERS = 1024
+"""The most workers one engine may be told to start."""
+_WARNED: Set[str] = set()  # values of the variable already warned about
 """The environment variable that sets how many workers an engine may start."""
 CORES_PER_WORKER = 3
 _RECV_SIZE = 1 << 16  # below malloc's mmap threshold: a read must not map and unmap memory
@@ -70,9 +73,14 @@ def worker_limit(cores: int, configured: Optional[int] = None,
         return configured
     text = environ.get(WORKERS_VARIABLE)
     if text:
-        if text.strip().isdigit() and int(text) > 0:
-            return int(text)
-        logger.warning("%s=%r is not a positive integer; ignored", WORKERS_VARIABLE, text)
+        value = text.strip()
+        if value.isascii() and value.isdigit() and 0 < int(value) <= MAX_WORKERS:
+            return int(value)
+        if text not in _WARNED:
+            _WARNED.add(text)
+            logger.warning("%s=%r: a whole number from 1 to %d is accepted; ignored (one "
+                           "worker per %d cores)", WORKERS_VARIABLE, text, MAX_WORKERS,
+                           CORES_PER_WORKER)
     return max(1, cores // CORES_PER_WORKER)
 
 

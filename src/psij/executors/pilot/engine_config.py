@@ -49,6 +49,8 @@ class EngineConfig:
         # Worker processes for the tasks of the engine's own node, at most; None: the
         # PSIJ_PILOT_WORKERS variable, else one per three cores (see _local_workers).
         self.workers = _check.opt_int("EngineConfig.workers", workers, minimum=1)
+        if self.workers is not None and self.workers > 1024:
+            raise ValueError(f"EngineConfig.workers: at most 1024, got {self.workers}")
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
