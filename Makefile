@@ -74,4 +74,4 @@ bench-scale: $(STAMP)
 	$(PY) bench/scale.py $(BENCH_SCALE_ARGS)
 
 clean:
-	rm -rf $(VENV) build dist docs/_build .bench-venvs
+	rm -rf $(VENV) build dist docs/_build .bench-venvs .test-cache
