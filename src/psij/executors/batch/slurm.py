@@ -19,6 +19,7 @@ from psij.executors.batch._runner import CommandResult
 from psij.executors.batch._script_context import default_job_name, job_directory
 from psij.executors.batch._signals import FORWARDABLE, PASS
 from psij.executors.batch._status_table import held_status
+from psij.executors.batch._unstartable import unstartable_status
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
@@ -32,7 +33,8 @@ from psij.job_status import JobStatus
 if TYPE_CHECKING:
     from psij.executors.batch._slurm_rest_child import RestSubmitter
 
-__all__ = ["HELD_REASONS", "HELD_STATES", "SlurmExecutorConfig", "SlurmJobExecutor"]
+__all__ = ["HELD_REASONS", "HELD_STATES", "UNSTARTABLE_REASONS", "SlurmExecutorConfig",
+           "SlurmJobExecutor", "unstartable_words"]
 
 _REST_LOCK = threading.Lock()
 
@@ -88,6 +90,46 @@ STATE_MAP: Dict[str, Tuple[JobState, Optional[str]]] = {
 # state that says so.
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
 HELD_STATES = frozenset({"REQUEUE_HOLD", "RESV_DEL_HOLD"})
+
+# Reasons of a pending job that Slurm will never start as it was submitted (they go away only
+# if an administrator changes the cluster): the words said for each. Slurm keeps such a job
+# pending when EnforcePartLimits is off; with it on, sbatch refuses the job instead.
+UNSTARTABLE_REASONS = {
+    "PartitionNodeLimit": "it asks for more (or fewer) nodes than its partition allows or has; "
+                          "ask for fewer nodes (ResourceSpecV1.node_count, process counts) or "
+                          "another partition (JobAttributes.queue_name)",
+    "PartitionTimeLimit": "its time limit is above its partition's maximum; ask for a shorter "
+                          "duration (JobAttributes.duration) or another partition",
+    "PartitionConfig": "no node of its partition can give what it asks for (cores, memory, "
+                       "GPUs per node); ask for less per node or another partition",
+    "BadConstraints": "no node has the features or resources it asks for; change its "
+                      "constraints or resources",
+    "InvalidAccount": "its account does not exist or it may not use it; ask for another "
+                      "(JobAttributes.account)",
+    "InvalidQOS": "its QOS does not exist or it may not use it; ask for another",
+    "AccountNotAllowed": "its account may not use its partition",
+    "QOSNotAllowed": "its QOS may not be used in its partition",
+    "DependencyNeverSatisfied": "a job it depends on ended in a way that the dependency "
+                                "excludes",
+}
+# A QOS's or an association's limit on one job (or one node of it), or a minimum per job:
+# QOSMaxCpuPerJobLimit, AssocMaxMemPerNode, QOSMinMemory, ... (the limits per user or per
+# account, and the aggregate ones, Grp*, go away as other jobs end).
+_LIMIT_REASON = re.compile(r"(?:QOS|Assoc)Max\w*Per(?:Job|Node)\w*|QOSMin\w+")
+_LIMIT_WORDS = ("it asks for more than a limit of its QOS or account allows one job, or less "
+                "than its QOS's minimum; ask for less (or more), or another QOS or account")
+
+
+def unstartable_words(reason: Optional[str]) -> Optional[str]:
+    """What a pending job's reason means when Slurm will never start the job; None for a
+    reason that goes away by itself (Resources, Priority, Dependency, BeginTime, holds...)."""
+    if not reason:
+        return None
+    words = UNSTARTABLE_REASONS.get(reason)
+    if words is None and _LIMIT_REASON.fullmatch(reason):
+        words = _LIMIT_WORDS
+    return words
+
 
 # Messages for final states whose cause is not in STATE_MAP's second column.
 _STATE_MESSAGES = {
@@ -148,6 +190,10 @@ def slurm_status(native_state: str, reason: Optional[str],
     metadata: Dict[str, object] = {"native_state": native_state, "reason": reason}
     if state is JobState.QUEUED and (reason in HELD_REASONS or native_state in HELD_STATES):
         return held_status(metadata, reason if reason in HELD_REASONS else native_state)
+    never = unstartable_words(reason) if native_state == "PENDING" else None
+    if never is not None:
+        assert reason is not None
+        return unstartable_status(metadata, reason, never, "Slurm")
     if cause is not None:
         metadata["cause"] = cause
     message = _STATE_MESSAGES.get(native_state) if state.final else None
