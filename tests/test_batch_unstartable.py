@@ -312,6 +312,21 @@ def test_a_refused_submit_names_slurms_reason(tmp_path: Path) -> None:
     ex.close()
 
 
+# ----------------------------------------------------------------------- Grid Engine
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_sge_scripts_ask_qsub_to_verify_only_with_the_option(tmp_path: Path, fail: bool) -> None:
+    from psij.executors.batch.sge import SgeJobExecutor
+
+    ex = SgeJobExecutor(config=SgeExecutorConfig(work_directory=tmp_path,
+                                                 fail_unstartable=fail))
+    script = ex.submit_script(Job(JobSpec("/bin/true", resources=ResourceSpecV1(
+        process_count=500))))
+    assert ("#$ -w e\n" in script) is fail, script
+    assert "#$ -pe smp 500\n" in script
+
+
 # ----------------------------------------------------------------------- the option
 
 

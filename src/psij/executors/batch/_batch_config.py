@@ -65,7 +65,9 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
         ends FAILED with a message carrying the reason, and is cancelled in the scheduler.
         ``False`` (the default): it stays QUEUED, its status message saying the same.
         Reasons that go away by themselves (busy resources, priority, a dependency, a begin
-        time, a hold) never count.
+        time, a hold) never count. On Grid Engine, whose status gives no reason, ``True``
+        makes qsub check the job against an empty cluster (``-w e``): a job no queue could
+        ever run is refused at submission (SubmitException, "no suitable queues").
     """
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
