@@ -1,11 +1,13 @@
 """A job over its memory on the real Slurm started by tests/setup (start-slurm.sh), where memory
 is a consumable resource enforced through the cgroup memory controller (task/cgroup,
 ConstrainRAMSpace): the job is killed and ends FAILED, cause ``out_of_memory``, with a message
-saying so; a job within its memory completes. Without such a Slurm the tests skip, saying why.
+saying so, whether its batch script or an srun step used too much; a job within its memory
+completes. Without such a Slurm the tests skip, saying why.
 """
 
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Dict, Iterator, Optional
@@ -57,9 +59,12 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Job]]:
     ex = JobExecutor.get_instance("slurm", config=config)
     made: Dict[str, Job] = {}
     attributes = JobAttributes(duration=timedelta(minutes=5))
-    # Over: 400 MiB used with 100 asked for. Within: 40 MiB used with 200 asked for.
-    for key, asked, used in (("over", 100, 400), ("within", 200, 40)):
-        job = Job(JobSpec(sys.executable, ["-c", HOG, str(used)],
+    # Over: 400 MiB used with 100 asked for, in the batch script itself (single launcher) or
+    # in an srun step. Within: 40 MiB used with 200 asked for.
+    for key, asked, used, launcher in (("over", 100, 400, "single"),
+                                       ("over-srun", 100, 400, "srun"),
+                                       ("within", 200, 40, "single")):
+        job = Job(JobSpec(sys.executable, ["-c", HOG, str(used)], launcher=launcher,
                           stdout_path=work / f"{key}.out", stderr_path=work / f"{key}.err",
                           resources=ResourceSpecV1(memory=asked * MIB),
                           attributes=attributes))
@@ -80,12 +85,47 @@ def test_a_job_over_its_memory_fails_saying_so(jobs: Dict[str, Job]) -> None:
     assert st.metadata is not None and st.metadata["cause"] == "out_of_memory", st
     assert "ran out of memory" in str(st.message), st
     assert "ResourceSpecV1.memory" in str(st.message), st
-    # What Slurm itself recorded: the allocation, and the batch step that was killed.
-    sacct = subprocess.run(["sacct", "--noheader", "--parsable2", f"--jobs={job.native_id}",
-                            "--format=JobID,State,ExitCode,Reason"],
-                           capture_output=True, text=True, timeout=60).stdout
+    # What Slurm itself says: the controller at once; the accounting (slurmdbd) a moment
+    # later, for the allocation and the batch step that was killed.
+    squeue = subprocess.run(["squeue", "--noheader", "--states=all", f"--jobs={job.native_id}",
+                             "--format=%T|%r"], capture_output=True, text=True,
+                            timeout=60).stdout.strip()
+    assert squeue in ("OUT_OF_MEMORY|OutOfMemory", ""), squeue  # "": purged already
+    deadline = time.monotonic() + 60
+    while True:
+        sacct = subprocess.run(["sacct", "--noheader", "--parsable2",
+                                f"--jobs={job.native_id}", "--format=JobID,State,ExitCode"],
+                               capture_output=True, text=True, timeout=60).stdout
+        if sacct.count("OUT_OF_MEMORY") >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    print(squeue, sacct)
+    assert f"{job.native_id}|OUT_OF_MEMORY|0:125\n" in sacct, sacct
+    assert f"{job.native_id}.batch|OUT_OF_MEMORY|0:125\n" in sacct, sacct
+
+
+def test_a_job_whose_srun_step_is_over_its_memory_fails_saying_so(jobs: Dict[str, Job]
+                                                                  ) -> None:
+    # Slurm marks only the step OUT_OF_MEMORY; the job reads FAILED (NonZeroExitCode) with
+    # srun's exit code, and squeue's derived exit code says a step ran out of memory.
+    job = jobs["over-srun"]
+    st = job.wait(WAIT)
+    assert st is not None, f"job {job.native_id} did not end"
+    assert st.state is JobState.FAILED, st
+    assert st.metadata is not None and st.metadata["cause"] == "out_of_memory", st
+    assert st.metadata["native_state"] == "FAILED", st
+    assert "ran out of memory" in str(st.message), st
+    deadline = time.monotonic() + 60
+    while True:
+        sacct = subprocess.run(["sacct", "--noheader", "--parsable2",
+                                f"--jobs={job.native_id}", "--format=JobID,State,ExitCode"],
+                               capture_output=True, text=True, timeout=60).stdout
+        if f"{job.native_id}.0|" in sacct or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     print(sacct)
-    assert "OUT_OF_MEMORY" in sacct, sacct
+    assert f"{job.native_id}|FAILED|" in sacct, sacct
+    assert f"{job.native_id}.0|OUT_OF_MEMORY|0:125\n" in sacct, sacct
 
 
 def test_a_job_within_its_memory_completes(jobs: Dict[str, Job]) -> None:

@@ -9,7 +9,7 @@ state map, and the parsers of squeue's and sacct's output; the behaviour lives i
 import re
 import threading
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Collection, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Collection, Dict, List, Optional, Sequence, Set, Tuple
 
 from psij import _check
 from psij.exceptions import InvalidJobException
@@ -152,7 +152,11 @@ _REASON_MESSAGES = {
 
 # An array's elements are "<array id>_<index>"; its pending ones may be shown together as
 # "<array id>_[<index list>]" (with "%<limit>" at the end of the list).
-_STATUS_LINE = re.compile(r"(\d+(?:_\d+|_\[[^]]*\])?)\|([A-Z_]+)\|(.*)")
+# squeue's lines: id|state|reason|derived exit code (lines of the first three fields alone
+# parse too). The derived exit code is the worst of the job's steps' ends as a wait status:
+# Slurm's SIG_OOM (253) there means that a step ran out of memory.
+_STATUS_LINE = re.compile(r"(\d+(?:_\d+|_\[[^]]*\])?)\|([A-Z_]+)\|(.*?)(?:\|(\d+))?")
+_SIG_OOM = 253
 # JobID is "<id>" (or "<array id>_<index>") for the allocation, "<id>.<step>" for its steps
 # (batch, extern, 0, ...).
 _ACCT_LINE = re.compile(
@@ -203,6 +207,16 @@ def slurm_status(native_state: str, reason: Optional[str],
     return JobStatus(state, message=message, exit_code=exit_code, metadata=metadata)
 
 
+def _step_out_of_memory(status: JobStatus) -> JobStatus:
+    """``status``, caused by a job step that ran out of memory when it failed for no other
+    known cause (an srun step: the job reads FAILED, only the step OUT_OF_MEMORY)."""
+    meta = dict(status.metadata or {})
+    if status.state is not JobState.FAILED or "cause" in meta:
+        return status
+    meta["cause"] = "out_of_memory"
+    return JobStatus(status.state, exit_code=status.exit_code, metadata=meta)
+
+
 def _accounting_exit_code(native_state: str, code: int, sig: int,
                           batch_step: Optional[Tuple[int, int]]) -> Optional[int]:
     """The job's exit code from sacct's ``code:signal`` of the allocation and its batch step.
@@ -210,9 +224,12 @@ def _accounting_exit_code(native_state: str, code: int, sig: int,
     A signal gives 128 + its number, as a shell reports it. The allocation's line alone is not
     enough: a job stopped at its time limit reads ``TIMEOUT|0:0`` while its batch step reads
     ``CANCELLED|0:15``, so a zero allocation code of a job that did not complete defers to the
-    batch step; with nothing better the code is unknown (None), never a made-up 0.
+    batch step; with nothing better the code is unknown (None), never a made-up 0. Slurm's
+    ``0:125`` of a job or step that ran out of memory names no signal and gives no code.
     """
     for step_code, step_sig in ((code, sig), batch_step or (0, 0)):
+        if step_sig == _SIG_OOM - 128:
+            continue  # Slurm's mark of an end out of memory (0:125), not a signal received
         if step_sig:
             return 128 + step_sig
         if step_code:
@@ -294,7 +311,8 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
     def get_status_command(self, native_ids: Collection[str]) -> List[str]:
         # --array: one line per array element (pending ones too).
         return ["squeue", "--noheader", "--states=all", "--array",
-                "--jobs=" + ",".join(_queried_ids(native_ids)), "--format=%i|%T|%r"]
+                "--jobs=" + ",".join(_queried_ids(native_ids)),
+                "--Format=JobArrayID:|,State:|,Reason:|,DerivedEC:"]
 
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         check_status_exit_code("squeue", exit_code, out)
@@ -306,9 +324,11 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
             match = _STATUS_LINE.fullmatch(line)
             if match is None:
                 raise ValueError(f"unexpected squeue output line {line!r}")
-            shown, native_state, reason = match.groups()
+            shown, native_state, reason, derived = match.groups()
+            step_oom = derived is not None and int(derived) & 0xFF == _SIG_OOM
             for native_id in _element_ids(shown):
-                found[native_id] = slurm_status(native_state, reason)
+                status = slurm_status(native_state, reason)
+                found[native_id] = _step_out_of_memory(status) if step_oom else status
         return found
 
     def get_accounting_commands(self, native_ids: Sequence[str]) -> List[List[str]]:
@@ -323,6 +343,9 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
         check_status_exit_code("sacct", exit_code, out)
         allocations: Dict[str, Tuple[str, int, int, str]] = {}
         batch_steps: Dict[str, Tuple[int, int]] = {}
+        # A step that ran out of memory (an srun step: the job then reads FAILED, with the
+        # script's exit code, and only the step says OUT_OF_MEMORY) is why the job failed.
+        oom_steps: Set[str] = set()
         for line in out.splitlines():
             line = line.strip()
             if not line:
@@ -335,12 +358,17 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
                 continue  # an array's elements that have not started: nothing final yet
             if step is None:
                 allocations[native_id] = (native_state, int(code), int(sig), reason)
-            elif step == "batch":
+                continue
+            if step == "batch":
                 batch_steps[native_id] = (int(code), int(sig))
+            if native_state == "OUT_OF_MEMORY":
+                oom_steps.add(native_id)
         found: Dict[str, JobStatus] = {}
         for native_id, (native_state, code, sig, reason) in allocations.items():
-            found[native_id] = slurm_status(native_state, reason, _accounting_exit_code(
+            status = slurm_status(native_state, reason, _accounting_exit_code(
                 native_state, code, sig, batch_steps.get(native_id)))
+            found[native_id] = (_step_out_of_memory(status) if native_id in oom_steps
+                                else status)
         return found
 
     def _format_duration(self, d: timedelta) -> str:
