@@ -151,6 +151,28 @@ def test_a_job_within_the_partition_still_runs_with_the_option(slurm: Executors)
     assert st is not None and st.state is JobState.COMPLETED, st
 
 
+@pytest.mark.slurm
+@pytest.mark.parametrize("fail", [False, True])
+def test_an_unknown_account_is_refused_or_runs_as_the_site_enforces(slurm: Executors,
+                                                                    fail: bool) -> None:
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                            timeout=60).stdout
+    enforce = next((line.partition("=")[2].strip() for line in config.splitlines()
+                    if line.startswith("AccountingStorageEnforce")), "")
+    job = Job(JobSpec("/bin/true", attributes=JobAttributes(
+        account="psij-no-such-account", duration=timedelta(minutes=1))))
+    slurm.jobs.append(job)
+    ex = slurm.get(fail)
+    if "associations" in enforce:
+        with pytest.raises(SubmitException, match="Invalid account"):
+            ex.submit(job)
+        return
+    # Not enforced (the test cluster: "none"): Slurm runs it under the default account.
+    ex.submit(job)
+    st = job.wait(WAIT)
+    assert st is not None and st.state is JobState.COMPLETED, (enforce, st)
+
+
 @pytest.mark.sge
 @pytest.mark.parametrize("fail", [False, True])
 def test_sge_slots_no_queue_offers(tmp_path: Path, fail: bool) -> None:
