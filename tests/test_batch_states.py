@@ -220,6 +220,72 @@ def test_slurm_failed_job_with_unknown_code_says_slurms_reason(tmp_path) -> None
     assert "non-zero" in str(st.message) and "NonZeroExitCode" in str(st.message), st
 
 
+# As the real Slurm 22.05 of tests/setup shows jobs over their --mem (task/cgroup): one whose
+# batch script was killed (1), one whose srun step was (2: the job FAILED with srun's exit
+# code 1, only the step OUT_OF_MEMORY; squeue's DerivedEC 253 is Slurm's SIG_OOM), one whose
+# srun step exited 7 (3), and one that asks for more nodes than its partition has (4).
+SQUEUE_MEMORY = ("1|OUT_OF_MEMORY|OutOfMemory|0\n2|FAILED|NonZeroExitCode|253\n"
+                 "3|COMPLETED|None|1792\n4|PENDING|PartitionNodeLimit|0\n")
+SACCT_MEMORY = """1|OUT_OF_MEMORY|0:125|None
+1.batch|OUT_OF_MEMORY|0:125|
+2|FAILED|1:0|None
+2.batch|FAILED|1:0|
+2.0|OUT_OF_MEMORY|0:125|
+3|COMPLETED|0:0|None
+3.batch|COMPLETED|0:0|
+3.0|FAILED|7:0|
+"""
+
+
+def test_slurm_squeue_asks_for_the_steps_derived_exit_code(slurm_ex: SlurmJobExecutor) -> None:
+    argv = slurm_ex.get_status_command(["1"])
+    assert argv[-1] == "--Format=JobArrayID:|,State:|,Reason:|,DerivedEC:"
+
+
+def test_slurm_squeue_names_memory_for_the_job_or_a_step(slurm_ex: SlurmJobExecutor) -> None:
+    parsed = slurm_ex.parse_status_output(0, SQUEUE_MEMORY)
+    for nid in ("1", "2"):
+        assert parsed[nid].state is JobState.FAILED, nid
+        assert parsed[nid].metadata["cause"] == "out_of_memory", nid  # type: ignore[index]
+    assert parsed["2"].message is None  # the cause says it, not "non-zero exit code"
+    assert parsed["3"].state is JobState.COMPLETED and "cause" not in parsed["3"].metadata  # type: ignore[operator]
+    assert parsed["4"].metadata["unstartable"] == "PartitionNodeLimit"  # type: ignore[index]
+    # A step's other ends (exit 7 is 1792; a signal is its number) say nothing of memory.
+    other = slurm_ex.parse_status_output(0, "5|FAILED|NonZeroExitCode|1792\n"
+                                            "6|FAILED|NonZeroExitCode|9\n")
+    assert "cause" not in other["5"].metadata  # type: ignore[operator]
+    assert "cause" not in other["6"].metadata  # type: ignore[operator]
+
+
+def test_slurm_sacct_names_memory_for_the_job_or_a_step(slurm_ex: SlurmJobExecutor) -> None:
+    parsed = slurm_ex.parse_accounting_output(0, SACCT_MEMORY)
+    # 0:125 is Slurm's mark of an end out of memory, no signal: the code is not known.
+    assert (parsed["1"].state, parsed["1"].exit_code) == (JobState.FAILED, None)
+    assert (parsed["2"].state, parsed["2"].exit_code) == (JobState.FAILED, 1)
+    for nid in ("1", "2"):
+        assert parsed[nid].metadata["cause"] == "out_of_memory", nid  # type: ignore[index]
+    assert (parsed["3"].state, parsed["3"].exit_code) == (JobState.COMPLETED, 0)
+    assert "cause" not in parsed["3"].metadata  # type: ignore[operator]
+
+
+def test_slurm_job_whose_srun_step_ran_out_of_memory_says_so(tmp_path) -> None:  # type: ignore
+    from datetime import timedelta
+
+    from psij import Job, JobSpec
+
+    ex = _slurm_with_answers(tmp_path, (0, "4242|FAILED|NonZeroExitCode|253\n"),
+                             (0, "4242|FAILED|1:0|None\n4242.batch|FAILED|1:0|\n"
+                                 "4242.0|OUT_OF_MEMORY|0:125|\n"))
+    job = Job(JobSpec("/bin/true", launcher="srun"))
+    ex.submit(job)
+    (tmp_path / "slurm" / "4242.ec").write_text("1\n")
+    st = job.wait(timedelta(seconds=20))
+    ex.close()
+    assert st is not None and st.state is JobState.FAILED and st.exit_code == 1, st
+    assert "ran out of memory" in str(st.message), st
+    assert st.metadata is not None and st.metadata["cause"] == "out_of_memory"
+
+
 SGE_ACTIVE = ["r", "t", "Rr", "Rt", "s", "ts", "S", "tS", "T", "tT", "Rs", "Rts", "RS", "RtS",
               "RT", "RtT", "dr", "dt", "dRr", "dRt", "ds", "dS", "dT", "dRs", "dRS", "dRT"]
 SGE_QUEUED = ["qw", "hqw", "hRwq", "Rq", "dqw", "dhqw"]

@@ -11,6 +11,7 @@ from typing import Any, Optional, Union
 
 from psij import _check
 from psij.executors.batch._tracking import Settings
+from psij.executors.batch._unstartable import fail_unstartable_choice
 from psij.job_executor_config import JobExecutorConfig
 
 __all__ = ["DEFAULT_BUCKET", "DEFAULT_QUEUE_CAP", "BatchSchedulerExecutorConfig",
@@ -57,6 +58,16 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
         How many submit commands to keep started ahead of need, waiting for their script, where
         the script goes on the command's standard input (Slurm, LSF): a submission then skips
         the command's start-up. 1 by default; 0 turns this off; at most 16.
+    fail_unstartable
+        ``True``: a queued job that the scheduler says it will never start as submitted (on
+        Slurm, reasons such as ``PartitionNodeLimit``, ``PartitionTimeLimit``,
+        ``BadConstraints``, ``InvalidAccount``, ``InvalidQOS``, ``DependencyNeverSatisfied``)
+        ends FAILED with a message carrying the reason, and is cancelled in the scheduler.
+        ``False`` (the default): it stays QUEUED, its status message saying the same.
+        Reasons that go away by themselves (busy resources, priority, a dependency, a begin
+        time, a hold) never count. On Grid Engine, whose status gives no reason, ``True``
+        makes qsub check the job against an empty cluster (``-w e``): a job no queue could
+        ever run is refused at submission (SubmitException, "no suitable queues").
     """
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
@@ -68,7 +79,7 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
                  max_queued_per_shape: Union[int, bool, None] = None,
                  memory_bucket: int = DEFAULT_BUCKET, tmp_bucket: int = DEFAULT_BUCKET,
                  use_nice: bool = False, fallback: Optional[str] = None,
-                 spare_submit_commands: int = 1) -> None:
+                 spare_submit_commands: int = 1, fail_unstartable: bool = False) -> None:
         super().__init__(launcher_log_file, work_directory)
         name = type(self).__name__
         self.queue_polling_interval = _positive(f"{name}.queue_polling_interval",
@@ -92,6 +103,8 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
         self.fallback = fallback_choice(f"{name}.fallback", fallback)
         self.spare_submit_commands = spare_count(f"{name}.spare_submit_commands",
                                                  spare_submit_commands)
+        self.fail_unstartable = fail_unstartable_choice(f"{name}.fail_unstartable",
+                                                        fail_unstartable)
 
     @classmethod
     def _from_config(cls, config: JobExecutorConfig) -> "BatchSchedulerExecutorConfig":
@@ -110,7 +123,8 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
                         error_threshold=self.queue_polling_error_threshold,
                         outage_tolerance=float(self.queue_polling_outage_tolerance),
                         max_backoff=max(interval, min(4 * interval, 120.0)),
-                        cancel_poll_delay=min(1.0, interval))
+                        cancel_poll_delay=min(1.0, interval),
+                        fail_unstartable=self.fail_unstartable)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(work_directory={self.work_directory!r}, "
@@ -122,7 +136,7 @@ _BATCH_SETTINGS = ("queue_polling_interval", "initial_queue_polling_delay",
                    "queue_polling_error_threshold", "keep_files",
                    "queue_polling_outage_tolerance", "command_timeout", "max_queued_per_shape",
                    "memory_bucket", "tmp_bucket", "use_nice", "fallback",
-                   "spare_submit_commands")
+                   "spare_submit_commands", "fail_unstartable")
 
 
 def _positive(field: str, value: Any) -> float:

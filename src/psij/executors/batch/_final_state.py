@@ -15,7 +15,9 @@ The rules:
   otherwise, and for every other state, it ends FAILED;
 - a FAILED job's message says why, in this order: the cause's words (time limit, memory, ...)
   or else the scheduler's message, what the launcher said when it failed, the exit code in
-  words, the end of the job's stderr; with none of these, that the scheduler gave no reason.
+  words, the end of the job's stderr; with none of these, that the scheduler gave no reason. A
+  job failed because the scheduler would never start it (cause ``unstartable``) never ran: it
+  has no exit code, launcher output or stderr to quote, and no accounting is asked about it.
 
 The caller reads the files and runs the accounting command; this module does no I/O, so every
 rule is tested by calling :func:`final_status` with a :class:`Seen`.
@@ -28,6 +30,7 @@ from psij._record import Record
 from psij.executors._process import stderr_part
 from psij.executors.batch._job_output import _describe_duration, _describe_exit
 from psij.executors.batch._tracking import Observation
+from psij.executors.batch._unstartable import CAUSE as UNSTARTABLE_CAUSE
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
@@ -48,6 +51,8 @@ CAUSE_MESSAGES: Dict[str, str] = {
     "launch_failure": "the scheduler could not launch the job (a file system problem, a "
                       "missing directory or program, ...)",
     "held_error": "the scheduler put the job in an error state",
+    UNSTARTABLE_CAUSE: "the scheduler would never start the job as submitted; it was "
+                       "cancelled there",
 }
 
 _ENDED = (JobState.FAILED, JobState.COMPLETED)
@@ -85,7 +90,8 @@ class Seen(Record):
 def needs_accounting(observation: Observation, exit_code: Optional[int]) -> bool:
     """True when the accounting should be asked for the exit code: none is known yet and the
     job was not cancelled."""
-    return exit_code is None and observation.state is not JobState.CANCELED
+    return (exit_code is None and observation.state is not JobState.CANCELED
+            and observation.metadata.get("cause") != UNSTARTABLE_CAUSE)
 
 
 # The causes of a FAILED state that a cancel asked here explains.
@@ -132,6 +138,9 @@ def final_status(seen: Seen) -> JobStatus:
                          exit_code=0 if exit_code is None else exit_code, metadata=metadata)
     parts: List[str] = []
     cause = metadata.get("cause")
+    if cause == UNSTARTABLE_CAUSE:  # it never ran: whatever files are there are not its own
+        return JobStatus(JobState.FAILED, message=obs.message or CAUSE_MESSAGES[cause],
+                         exit_code=None, metadata=metadata)
     if isinstance(cause, str) and cause in CAUSE_MESSAGES:
         limit = seen.time_limit
         parts.append(CAUSE_MESSAGES[cause].format(

@@ -8,11 +8,15 @@ first, then the usual cancel, so that the job still ends CANCELED. A scheduler w
 (Grid Engine has its own ``kill``: see ``sge.py``; the others until one is declared) is only
 cancelled.
 
+:meth:`KillFirst._withdraw` cancels, in the scheduler only, a job the tracker has already
+finished (``fail_unstartable``: a queued job the scheduler will never start), so that nothing
+of it stays in the queue; a cancel that fails is logged.
+
 It holds no state and starts no process but through the executor's command runner.
 """
 
 import logging
-from typing import TYPE_CHECKING, Any, Tuple
+from typing import TYPE_CHECKING, Any, List, Tuple
 
 from psij import _check
 from psij.job import Job
@@ -35,6 +39,8 @@ class KillFirst:
 
         def _status_poller(self) -> Any: ...
 
+        def get_cancel_command(self, native_id: str) -> List[str]: ...
+
     def kill(self, job: Job) -> None:
         """Cancel ``job``, its processes killed at once where the scheduler can
         (``KILL_COMMAND``); see :meth:`psij.JobExecutor.kill`."""
@@ -53,3 +59,15 @@ class KillFirst:
             if not result.ok:  # not running yet, or gone: the cancel says what matters
                 logger.debug("job %s: %s", job.id, result.describe())
         self.cancel(job)
+
+    def _withdraw(self, native_id: str) -> None:
+        """Cancel the job ``native_id`` in the scheduler, leaving its status alone (the
+        tracker has ended it); a failure is logged, as the job may have gone meanwhile."""
+        try:
+            result = self._run(self.get_cancel_command(native_id))
+        except Exception as e:
+            logger.warning("job %s: could not cancel it in the scheduler: %r", native_id, e)
+            return
+        if not result.ok:
+            logger.warning("job %s: cancelling it in the scheduler failed: %s", native_id,
+                           result.describe())

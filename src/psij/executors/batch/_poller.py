@@ -38,6 +38,7 @@ from psij.executors.batch._tracking import (
     RunStatusCommand,
     Settings,
     Tick,
+    Withdraw,
 )
 from psij.job import Job
 from psij.job_state import JobState
@@ -209,6 +210,8 @@ class StatusPoller:
                     queue.extend(self._feed(event))
                 elif isinstance(action, (ReportState, Restate)):
                     self._report(action)
+                elif isinstance(action, Withdraw):
+                    executor._withdraw(action.native_id)
                 elif isinstance(action, Finish):
                     self._finish(executor, action)
             finally:

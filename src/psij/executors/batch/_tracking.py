@@ -13,7 +13,12 @@ Rules:
 - A job's state only moves forward. A final state reported by the queue finishes the job. A
   job seen again in the state it was reported in is reported again (:class:`Restate`) when the
   scheduler starts or stops holding it (``held_by: "scheduler"`` in the observation's
-  metadata, see :mod:`~psij.executors.batch._status_table`); nothing else is said twice.
+  metadata, see :mod:`~psij.executors.batch._status_table`), or starts or stops saying that it
+  can never start (``unstartable``, see :mod:`~psij.executors.batch._unstartable`), or gives
+  another such reason; nothing else is said twice.
+- A queued job the scheduler will never start ends FAILED (cause ``unstartable``) when the
+  settings say ``fail_unstartable``: the job is first withdrawn (:class:`Withdraw`: cancelled in
+  the scheduler), then finished. A job whose cancel was asked here is left to its cancel.
 - Jobs of a *hurried* group (:class:`Hurry`: the executor holds back jobs of that shape for
   ``max_queued_per_shape``, and waits for a queued one to start) that are still queued are
   polled by themselves ``initial_delay`` after each poll, so that a start is seen within about
@@ -50,13 +55,14 @@ from typing import (
 from psij._clock import Clock
 from psij._record import Record, replace
 from psij.executors.batch._status_table import is_held_by_scheduler
+from psij.executors.batch._unstartable import CAUSE, failed_message, unstartable_reason
 from psij.job_state import JobState
 
 __all__ = [
     "Action", "CancelAsked", "CancelFailed", "Event", "Finish", "Hurry", "IllegalEvent",
     "JobAdded", "JobTracker", "MissingResolved", "Observation", "Phase", "PollFailed",
     "PollSucceeded", "ReportState", "ResolveMissing", "Restate", "RunStatusCommand", "Settings",
-    "Tick", "TrackedJob", "TrackerState", "step",
+    "Tick", "TrackedJob", "TrackerState", "Withdraw", "step",
 ]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -86,10 +92,11 @@ class Observation(Record):
 
 
 class Settings(Record):
-    """Timing and tolerance of one executor's tracking (seconds, counts)."""
+    """Timing and tolerance of one executor's tracking (seconds, counts), and whether queued
+    jobs the scheduler will never start are failed (``fail_unstartable``)."""
 
     _fields = ("interval", "initial_delay", "error_threshold", "outage_tolerance",
-               "max_backoff", "missing_grace", "cancel_poll_delay")
+               "max_backoff", "missing_grace", "cancel_poll_delay", "fail_unstartable")
     __slots__ = _fields
     interval: float
     initial_delay: float
@@ -98,13 +105,17 @@ class Settings(Record):
     max_backoff: float
     missing_grace: int
     cancel_poll_delay: float
+    fail_unstartable: bool
 
     def __init__(self, interval: float = 30.0, initial_delay: float = 2.0,
                  error_threshold: int = 2, outage_tolerance: float = 300.0,
                  max_backoff: float = 120.0, missing_grace: int = 3,
-                 cancel_poll_delay: float = 1.0) -> None:
+                 cancel_poll_delay: float = 1.0, fail_unstartable: bool = False) -> None:
         self._store(interval, initial_delay, error_threshold, outage_tolerance, max_backoff,
-                    missing_grace, cancel_poll_delay)
+                    missing_grace, cancel_poll_delay, fail_unstartable)
+        if not isinstance(fail_unstartable, bool):
+            raise TypeError(f"Settings.fail_unstartable: expected bool, got "
+                            f"{fail_unstartable!r}")
         for name in ("interval", "max_backoff"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"Settings.{name}: must be positive, got {getattr(self, name)}")
@@ -119,10 +130,12 @@ class Settings(Record):
 
 
 class TrackedJob(Record):
-    """One followed job: the state last reported for it (and whether the scheduler holds it),
-    what is pending about it, and its group (see :class:`Hurry`; None: none)."""
+    """One followed job: the state last reported for it (and whether the scheduler holds it,
+    and its reason when it said the job can never start), what is pending about it, and its
+    group (see :class:`Hurry`; None: none)."""
 
-    _fields = ("native_id", "state", "cancel_requested", "misses", "held", "group")
+    _fields = ("native_id", "state", "cancel_requested", "misses", "held", "group",
+               "unstartable")
     __slots__ = _fields
     native_id: str
     state: JobState
@@ -130,10 +143,12 @@ class TrackedJob(Record):
     misses: int
     held: bool
     group: Hashable
+    unstartable: Optional[str]
 
     def __init__(self, native_id: str, state: JobState, cancel_requested: bool = False,
-                 misses: int = 0, held: bool = False, group: Hashable = None) -> None:
-        self._store(native_id, state, cancel_requested, misses, held, group)
+                 misses: int = 0, held: bool = False, group: Hashable = None,
+                 unstartable: Optional[str] = None) -> None:
+        self._store(native_id, state, cancel_requested, misses, held, group, unstartable)
 
 
 class Phase(Enum):
@@ -294,6 +309,15 @@ class Restate(Record):
     observation: Observation
 
 
+class Withdraw(Record):
+    """Cancel the job in the scheduler: the tracker failed it (``fail_unstartable``) and it is
+    followed no more. A cancel that fails is only logged."""
+
+    _fields = ("native_id",)
+    __slots__ = _fields
+    native_id: str
+
+
 class Finish(Record):
     """The job reached a final state and is no longer followed.
 
@@ -307,7 +331,7 @@ class Finish(Record):
     cancel_requested: bool
 
 
-Action = Union[RunStatusCommand, ResolveMissing, ReportState, Restate, Finish]
+Action = Union[RunStatusCommand, ResolveMissing, ReportState, Restate, Withdraw, Finish]
 
 # -------------------------------------------------------------------------------------- step
 
@@ -366,17 +390,26 @@ def _ask_poll_by(state: TrackerState, at: float) -> TrackerState:
 
 
 def _observe(job: TrackedJob, obs: Observation, jobs: Dict[str, TrackedJob],
-             actions: List[Action]) -> None:
+             actions: List[Action], settings: Settings) -> None:
     if obs.state.final:
         del jobs[job.native_id]
         actions.append(Finish(job.native_id, obs, job.cancel_requested))
         return
     held = is_held_by_scheduler(obs.metadata)
+    never = unstartable_reason(obs.metadata) if obs.state is JobState.QUEUED else None
+    if never is not None and settings.fail_unstartable and not job.cancel_requested:
+        del jobs[job.native_id]
+        actions.append(Withdraw(job.native_id))
+        actions.append(Finish(job.native_id, Observation(
+            JobState.FAILED, failed_message(obs.message, never), None,
+            {**obs.metadata, "cause": CAUSE}), False))
+        return
     if obs.state.is_greater_than(job.state):
-        jobs[job.native_id] = replace(job, misses=0, state=obs.state, held=held)
+        jobs[job.native_id] = replace(job, misses=0, state=obs.state, held=held,
+                                      unstartable=never)
         actions.append(ReportState(job.native_id, obs))
-    elif obs.state is job.state and held is not job.held:
-        jobs[job.native_id] = replace(job, misses=0, held=held)
+    elif obs.state is job.state and (held is not job.held or never != job.unstartable):
+        jobs[job.native_id] = replace(job, misses=0, held=held, unstartable=never)
         actions.append(Restate(job.native_id, obs))
     elif job.misses:
         jobs[job.native_id] = replace(job, misses=0)
@@ -445,7 +478,7 @@ def step(state: TrackerState, settings: Settings, event: Event,
             if obs is None:
                 missing.append(native_id)
             else:
-                _observe(job, obs, jobs, actions)
+                _observe(job, obs, jobs, actions, settings)
         state = replace(state, failures=0, outage_since=None)
         if missing:
             ids = tuple(missing)
@@ -488,7 +521,7 @@ def step(state: TrackerState, settings: Settings, event: Event,
                 continue
             obs = event.found.get(native_id)
             if obs is not None:
-                _observe(job, obs, jobs, actions)
+                _observe(job, obs, jobs, actions, settings)
             elif job.cancel_requested:
                 del jobs[native_id]
                 actions.append(Finish(native_id, Observation(

@@ -136,9 +136,12 @@ class SgeJobExecutor(BatchSchedulerExecutor):
         assert isinstance(config, SgeExecutorConfig)
         # A script exiting with 99 is requeued, with 100 left in an error state: a job's own
         # 99 or 100 must only fail it (its code is read from the .ec file).
+        # fail_unstartable: "-w e", qsub's check against an empty cluster, refuses a job no
+        # queue could ever run ("no suitable queues"), which would otherwise wait in qw.
         return {"sge": {"slots": slots if slots > 1 else None,
                         "parallel_environment": config.parallel_environment,
-                        "cores_per_process": cores},
+                        "cores_per_process": cores,
+                        "verify": bool(getattr(config, "fail_unstartable", False))},
                 "script_exit_reserved": "99|100"}
 
     def get_status_command(self, native_ids: Collection[str]) -> List[str]:

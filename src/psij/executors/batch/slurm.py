@@ -9,7 +9,7 @@ state map, and the parsers of squeue's and sacct's output; the behaviour lives i
 import re
 import threading
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Collection, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Collection, Dict, List, Optional, Sequence, Set, Tuple
 
 from psij import _check
 from psij.exceptions import InvalidJobException
@@ -19,6 +19,7 @@ from psij.executors.batch._runner import CommandResult
 from psij.executors.batch._script_context import default_job_name, job_directory
 from psij.executors.batch._signals import FORWARDABLE, PASS
 from psij.executors.batch._status_table import held_status
+from psij.executors.batch._unstartable import unstartable_status
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
@@ -32,7 +33,8 @@ from psij.job_status import JobStatus
 if TYPE_CHECKING:
     from psij.executors.batch._slurm_rest_child import RestSubmitter
 
-__all__ = ["HELD_REASONS", "HELD_STATES", "SlurmExecutorConfig", "SlurmJobExecutor"]
+__all__ = ["HELD_REASONS", "HELD_STATES", "UNSTARTABLE_REASONS", "SlurmExecutorConfig",
+           "SlurmJobExecutor", "unstartable_words"]
 
 _REST_LOCK = threading.Lock()
 
@@ -89,6 +91,46 @@ STATE_MAP: Dict[str, Tuple[JobState, Optional[str]]] = {
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
 HELD_STATES = frozenset({"REQUEUE_HOLD", "RESV_DEL_HOLD"})
 
+# Reasons of a pending job that Slurm will never start as it was submitted (they go away only
+# if an administrator changes the cluster): the words said for each. Slurm keeps such a job
+# pending when EnforcePartLimits is off; with it on, sbatch refuses the job instead.
+UNSTARTABLE_REASONS = {
+    "PartitionNodeLimit": "it asks for more (or fewer) nodes than its partition allows or has; "
+                          "ask for fewer nodes (ResourceSpecV1.node_count, process counts) or "
+                          "another partition (JobAttributes.queue_name)",
+    "PartitionTimeLimit": "its time limit is above its partition's maximum; ask for a shorter "
+                          "duration (JobAttributes.duration) or another partition",
+    "PartitionConfig": "no node of its partition can give what it asks for (cores, memory, "
+                       "GPUs per node); ask for less per node or another partition",
+    "BadConstraints": "no node has the features or resources it asks for; change its "
+                      "constraints or resources",
+    "InvalidAccount": "its account does not exist or it may not use it; ask for another "
+                      "(JobAttributes.account)",
+    "InvalidQOS": "its QOS does not exist or it may not use it; ask for another",
+    "AccountNotAllowed": "its account may not use its partition",
+    "QOSNotAllowed": "its QOS may not be used in its partition",
+    "DependencyNeverSatisfied": "a job it depends on ended in a way that the dependency "
+                                "excludes",
+}
+# A QOS's or an association's limit on one job (or one node of it), or a minimum per job:
+# QOSMaxCpuPerJobLimit, AssocMaxMemPerNode, QOSMinMemory, ... (the limits per user or per
+# account, and the aggregate ones, Grp*, go away as other jobs end).
+_LIMIT_REASON = re.compile(r"(?:QOS|Assoc)Max\w*Per(?:Job|Node)\w*|QOSMin\w+")
+_LIMIT_WORDS = ("it asks for more than a limit of its QOS or account allows one job, or less "
+                "than its QOS's minimum; ask for less (or more), or another QOS or account")
+
+
+def unstartable_words(reason: Optional[str]) -> Optional[str]:
+    """What a pending job's reason means when Slurm will never start the job; None for a
+    reason that goes away by itself (Resources, Priority, Dependency, BeginTime, holds...)."""
+    if not reason:
+        return None
+    words = UNSTARTABLE_REASONS.get(reason)
+    if words is None and _LIMIT_REASON.fullmatch(reason):
+        words = _LIMIT_WORDS
+    return words
+
+
 # Messages for final states whose cause is not in STATE_MAP's second column.
 _STATE_MESSAGES = {
     "REVOKED": "the job was revoked: a sibling job of a federation started on another cluster",
@@ -110,7 +152,11 @@ _REASON_MESSAGES = {
 
 # An array's elements are "<array id>_<index>"; its pending ones may be shown together as
 # "<array id>_[<index list>]" (with "%<limit>" at the end of the list).
-_STATUS_LINE = re.compile(r"(\d+(?:_\d+|_\[[^]]*\])?)\|([A-Z_]+)\|(.*)")
+# squeue's lines: id|state|reason|derived exit code (lines of the first three fields alone
+# parse too). The derived exit code is the worst of the job's steps' ends as a wait status:
+# Slurm's SIG_OOM (253) there means that a step ran out of memory.
+_STATUS_LINE = re.compile(r"(\d+(?:_\d+|_\[[^]]*\])?)\|([A-Z_]+)\|(.*?)(?:\|(\d+))?")
+_SIG_OOM = 253
 # JobID is "<id>" (or "<array id>_<index>") for the allocation, "<id>.<step>" for its steps
 # (batch, extern, 0, ...).
 _ACCT_LINE = re.compile(
@@ -148,6 +194,10 @@ def slurm_status(native_state: str, reason: Optional[str],
     metadata: Dict[str, object] = {"native_state": native_state, "reason": reason}
     if state is JobState.QUEUED and (reason in HELD_REASONS or native_state in HELD_STATES):
         return held_status(metadata, reason if reason in HELD_REASONS else native_state)
+    never = unstartable_words(reason) if native_state == "PENDING" else None
+    if never is not None:
+        assert reason is not None
+        return unstartable_status(metadata, reason, never, "Slurm")
     if cause is not None:
         metadata["cause"] = cause
     message = _STATE_MESSAGES.get(native_state) if state.final else None
@@ -157,6 +207,16 @@ def slurm_status(native_state: str, reason: Optional[str],
     return JobStatus(state, message=message, exit_code=exit_code, metadata=metadata)
 
 
+def _step_out_of_memory(status: JobStatus) -> JobStatus:
+    """``status``, caused by a job step that ran out of memory when it failed for no other
+    known cause (an srun step: the job reads FAILED, only the step OUT_OF_MEMORY)."""
+    meta = dict(status.metadata or {})
+    if status.state is not JobState.FAILED or "cause" in meta:
+        return status
+    meta["cause"] = "out_of_memory"
+    return JobStatus(status.state, exit_code=status.exit_code, metadata=meta)
+
+
 def _accounting_exit_code(native_state: str, code: int, sig: int,
                           batch_step: Optional[Tuple[int, int]]) -> Optional[int]:
     """The job's exit code from sacct's ``code:signal`` of the allocation and its batch step.
@@ -164,9 +224,12 @@ def _accounting_exit_code(native_state: str, code: int, sig: int,
     A signal gives 128 + its number, as a shell reports it. The allocation's line alone is not
     enough: a job stopped at its time limit reads ``TIMEOUT|0:0`` while its batch step reads
     ``CANCELLED|0:15``, so a zero allocation code of a job that did not complete defers to the
-    batch step; with nothing better the code is unknown (None), never a made-up 0.
+    batch step; with nothing better the code is unknown (None), never a made-up 0. Slurm's
+    ``0:125`` of a job or step that ran out of memory names no signal and gives no code.
     """
     for step_code, step_sig in ((code, sig), batch_step or (0, 0)):
+        if step_sig == _SIG_OOM - 128:
+            continue  # Slurm's mark of an end out of memory (0:125), not a signal received
         if step_sig:
             return 128 + step_sig
         if step_code:
@@ -248,7 +311,8 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
     def get_status_command(self, native_ids: Collection[str]) -> List[str]:
         # --array: one line per array element (pending ones too).
         return ["squeue", "--noheader", "--states=all", "--array",
-                "--jobs=" + ",".join(_queried_ids(native_ids)), "--format=%i|%T|%r"]
+                "--jobs=" + ",".join(_queried_ids(native_ids)),
+                "--Format=JobArrayID:|,State:|,Reason:|,DerivedEC:"]
 
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         check_status_exit_code("squeue", exit_code, out)
@@ -260,9 +324,11 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
             match = _STATUS_LINE.fullmatch(line)
             if match is None:
                 raise ValueError(f"unexpected squeue output line {line!r}")
-            shown, native_state, reason = match.groups()
+            shown, native_state, reason, derived = match.groups()
+            step_oom = derived is not None and int(derived) & 0xFF == _SIG_OOM
             for native_id in _element_ids(shown):
-                found[native_id] = slurm_status(native_state, reason)
+                status = slurm_status(native_state, reason)
+                found[native_id] = _step_out_of_memory(status) if step_oom else status
         return found
 
     def get_accounting_commands(self, native_ids: Sequence[str]) -> List[List[str]]:
@@ -277,6 +343,9 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
         check_status_exit_code("sacct", exit_code, out)
         allocations: Dict[str, Tuple[str, int, int, str]] = {}
         batch_steps: Dict[str, Tuple[int, int]] = {}
+        # A step that ran out of memory (an srun step: the job then reads FAILED, with the
+        # script's exit code, and only the step says OUT_OF_MEMORY) is why the job failed.
+        oom_steps: Set[str] = set()
         for line in out.splitlines():
             line = line.strip()
             if not line:
@@ -289,12 +358,17 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
                 continue  # an array's elements that have not started: nothing final yet
             if step is None:
                 allocations[native_id] = (native_state, int(code), int(sig), reason)
-            elif step == "batch":
+                continue
+            if step == "batch":
                 batch_steps[native_id] = (int(code), int(sig))
+            if native_state == "OUT_OF_MEMORY":
+                oom_steps.add(native_id)
         found: Dict[str, JobStatus] = {}
         for native_id, (native_state, code, sig, reason) in allocations.items():
-            found[native_id] = slurm_status(native_state, reason, _accounting_exit_code(
+            status = slurm_status(native_state, reason, _accounting_exit_code(
                 native_state, code, sig, batch_steps.get(native_id)))
+            found[native_id] = (_step_out_of_memory(status) if native_id in oom_steps
+                                else status)
         return found
 
     def _format_duration(self, d: timedelta) -> str:
