@@ -262,7 +262,8 @@ def _squeue(native_id: str) -> str:
 def test_more_nodes_than_the_partition_has_stays_queued_with_slurms_reason(
         c: Campaign) -> None:
     # With EnforcePartLimits=NO (Slurm's default), sbatch accepts the job and Slurm keeps it
-    # PENDING for reason PartitionNodeLimit; the job is QUEUED, one whole job that cancel ends.
+    # PENDING for reason PartitionNodeLimit; the job is QUEUED, its message names the reason,
+    # and it is one whole job that cancel ends (fail_unstartable, off here, would fail it).
     job = c.jobs["too-many"]
     native_id = str(job.native_id)
     asked = len(c.nodes) + 1
@@ -274,6 +275,7 @@ def test_more_nodes_than_the_partition_has_stays_queued_with_slurms_reason(
     assert seen == f"PENDING PartitionNodeLimit {asked}", seen
     time.sleep(3)  # several polls of the executor
     assert job.status.state is JobState.QUEUED, job.status
+    assert "PartitionNodeLimit" in (job.status.message or ""), job.status  # says why it waits
     job.cancel()
     st = c.final("too-many")
     assert st.state is JobState.CANCELED, st
