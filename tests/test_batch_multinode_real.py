@@ -18,9 +18,9 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
-from psij import Job, JobExecutor, JobSpec, JobState, JobStatus, ResourceSpecV1
-from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
+from psij import JobSpec, JobState, ResourceSpecV1
 from psij.staging import StageIn, StageOut
+from test_batch_real import Campaign as RealCampaign
 from test_batch_real import _scheduler_problem
 
 pytestmark = pytest.mark.slurm
@@ -99,29 +99,15 @@ def _compile_ring(work: Path) -> Tuple[Optional[Path], str]:
 WHERE = 'echo "{rank} $(hostname) ${{SLURMD_NODENAME:-?}}"'
 
 
-class Campaign:
+class Campaign(RealCampaign):
+    """The jobs of this module, on Slurm, with the partition's nodes and the MPI program."""
+
     def __init__(self, work: Path) -> None:
-        self.work = work
+        super().__init__("slurm", work)
         self.out = work / "out"
         self.out.mkdir()
         self.nodes = _partition_nodes()
-        self.ex = JobExecutor.get_instance("slurm", config=BatchSchedulerExecutorConfig(
-            work_directory=work / "psij", queue_polling_interval=1,
-            initial_queue_polling_delay=0.5))
-        self.jobs: Dict[str, Job] = {}
         self.ring, self.ring_problem = _compile_ring(work)
-
-    def submit(self, key: str, spec: JobSpec) -> Job:
-        job = Job(spec)
-        self.ex.submit(job)
-        self.jobs[key] = job
-        return job
-
-    def final(self, key: str) -> JobStatus:
-        job = self.jobs[key]
-        st = job.wait(WAIT)
-        assert st is not None, f"job {key} ({job.native_id}) not done: {job.status}"
-        return st
 
     def completed(self, key: str) -> str:
         """The job's stdout, once it has completed."""
