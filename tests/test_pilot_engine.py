@@ -450,6 +450,35 @@ def test_a_node_whose_agent_dies_fails_its_tasks_with_the_reason(tmp_path: Path)
         broken.close()
 
 
+def test_a_node_whose_agent_is_killed_gets_no_more_tasks(make_engine: Any,
+                                                         tmp_path: Path) -> None:
+    engine = make_engine(nodes=[("vnode1", 1), ("vnode2", 1)], agent_transport="unix")
+    engine.submit(sh("on1", "touch on1.started; sleep 2"))
+    engine.submit(sh("on2", "touch on2.started; sleep 2"))
+    engine.submit(sh("queued", "echo $QCG_PM_NODELIST", stdout="queued.out"))
+    engine.submit(TaskSpec("pair", "/bin/true", resources=ResourceRequest.from_qcg(
+        {"exact": 2})))
+    wait_for(lambda: (tmp_path / "on1.started").exists() and (tmp_path / "on2.started")
+             .exists(), "both tasks to start")
+    assert engine.status("on2").share.nodes == ("vnode2",)  # type: ignore[union-attr]
+    os.kill(engine._agents._agents["vnode2"].launcher.pid, 9)
+    out = finished(engine, "on1", "on2", "queued", "pair")
+    assert out["on1"].state is SUCCEEDED
+    assert out["on2"].state is FAILED
+    assert (out["on2"].message or "").startswith("node vnode2 is lost: its agent")
+    # Queued behind on1, never placed on vnode2; the two-node task can no longer fit.
+    assert out["queued"].state is SUCCEEDED
+    assert (tmp_path / "queued.out").read_text() == "vnode1\n"
+    assert out["pair"].state is FAILED and "can no longer fit" in (out["pair"].message or "")
+    assert "node vnode2 is lost" in (out["pair"].message or "")
+    later = [f"later{i}" for i in range(3)]
+    engine.submit_many([TaskSpec(n, "/bin/true") for n in later])
+    out = finished(engine, *later)
+    assert [(s.state, s.share.nodes) for s in out.values()] == \
+        [(SUCCEEDED, ("vnode1",))] * 3  # type: ignore[union-attr]
+    assert engine.usage().free_cores == 1
+
+
 def test_forget_frees_the_name_of_an_ended_task(make_engine: Any) -> None:
     engine = make_engine(cores=1)
     engine.submit(sh("a", "sleep 0.2; exit 1"))

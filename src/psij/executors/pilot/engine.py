@@ -630,7 +630,13 @@ class PilotEngine(EngineOutput):
                 self._changed.notify_all()
 
     def _node_lost(self, node: str, task_ids: List[str], why: str) -> None:
-        """A remote node's agent is gone: the tasks it had fail with ``why``."""
+        """A remote node's agent is gone: nothing more is placed there, the tasks it had fail
+        with ``why``, and so do the waiting ones that cannot fit the nodes left."""
+        with self._lock:
+            transitions = self._scheduler.lose_node(node, why)
+            if transitions:
+                self._ended(transitions)
+                self._dirty = True
         for name in task_ids:
             with self._lock:
                 task = self._tasks.get(name)

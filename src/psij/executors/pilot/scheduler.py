@@ -14,6 +14,8 @@ Rules:
   iteration group, which stands for all of its members); otherwise submission raises.
 - A task whose shape does not fit the pool even when the pool is empty ends FAILED at
   submission, with a message saying what it asked for and what the pool has.
+- A lost node (:meth:`Scheduler.lose_node`) gets no more tasks; every waiting or queued task
+  that cannot fit the nodes left ends FAILED then, its dependents OMITTED.
 - Order: higher ``priority`` first, then earlier submission. Priority is a barrier: while a
   QUEUED task of some priority does not fit, no task of lower priority starts. Within one
   priority, a task that does not fit does not hold back later ones that do (as in QCG-PilotJob
@@ -396,6 +398,36 @@ class Scheduler:
             self._dequeued(task)
         return [Transition(task.name, TaskState.CANCELED, message),
                 *self._settle_dependents(task)]
+
+    def lose_node(self, node: str, why: str) -> List[Transition]:
+        """Place nothing more on ``node`` (``why``: its agent is gone). Returns the tasks that
+        ended because of it: the waiting and queued ones whose shape can no longer fit, each
+        followed by its dependents. The caller fails the tasks that ran there."""
+        pool = self._pool
+        pool.lose_node(node, why)
+        shut = False
+        for bucket in self._buckets.values():
+            if bucket.fits_empty and not pool.could_ever_fit(bucket.shape):
+                bucket.fits_empty = False
+                shut = True
+        ended: List[Transition] = []
+        if not shut:
+            return ended
+        for task in list(self._tasks.values()):
+            bucket = task.bucket
+            if bucket is None or bucket.fits_empty \
+                    or task.state not in (TaskState.WAITING, TaskState.QUEUED):
+                continue
+            message = (f"task {task.name!r} asks for {bucket.shape.describe()}, which can no "
+                       f"longer fit: the pool has {pool.describe()}")
+            queued = task.state is TaskState.QUEUED
+            self._end(task, TaskState.FAILED, message)
+            if queued:
+                bucket.drop(task)
+                self._dequeued(task)
+            ended.append(Transition(task.name, TaskState.FAILED, message))
+            ended.extend(self._settle_dependents(task))
+        return ended
 
     def forget(self, task_id: str) -> None:
         """Drop an ended task, so that its name can be used again (QCG's ``removeJob``)."""
