@@ -117,7 +117,8 @@ def test_task_gets_its_share_in_env_nodefile_and_a_fresh_tmpdir(make_engine: Any
                 "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": host, "SLURM_JOB_NUM_NODES": "1",
                 "SLURM_STEP_NODELIST": host, "SLURM_STEP_NUM_NODES": "1",
                 "SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS_PER_NODE": "2",
-                "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_TASKS_PER_NODE": "2"}
+                "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_TASKS_PER_NODE": "2",
+                "SLURM_DISTRIBUTION": "arbitrary", "SLURM_HOSTFILE": env["PSIJ_NODEFILE"]}
     assert {k: env.get(k) for k in expected} == expected
     # Created before, removed after: neither the TMPDIR nor the node file is left.
     assert not os.path.exists(env["PSIJ_NODEFILE"])
@@ -389,6 +390,27 @@ def test_two_virtual_nodes_through_agents(make_engine: Any, tmp_path: Path,
                for n, (node, _) in zip(names, seen))
     assert not any(os.path.exists(tmp) for _, tmp in seen)
     assert (tmp_path / "both.out").read_text() == "vnode1\nvnode2\nvnode1,vnode2 2\n"
+
+
+def test_a_share_of_different_counts_per_node_is_told_as_slurm_tells_it(
+        make_engine: Any, tmp_path: Path) -> None:
+    # srun inside the task reads these: the counts in Slurm's form, no per-node count where
+    # the nodes differ (srun refuses "2,1" there), and the node file as its host file.
+    engine = make_engine(nodes=[("vnode1", 2), ("vnode2", 2), ("vnode3", 1)])
+    show = ('echo "$SLURM_TASKS_PER_NODE $SLURM_STEP_TASKS_PER_NODE '
+            '${SLURM_NTASKS_PER_NODE-unset} $SLURM_DISTRIBUTION"; '
+            'test "$SLURM_HOSTFILE" = "$PSIJ_NODEFILE" && cat "$SLURM_HOSTFILE"')
+    engine.submit(sh("uneven", show, stdout="uneven.out",
+                     resources=ResourceRequest.from_qcg({"exact": 5})))
+    engine.submit(sh("even", show, stdout="even.out",
+                     resources=ResourceRequest.from_qcg({"exact": 4})))
+    out = finished(engine)
+    assert all(s.state is SUCCEEDED for s in out.values()), out
+    assert (tmp_path / "uneven.out").read_text().split() == [
+        "2(x2),1", "2(x2),1", "unset", "arbitrary", "vnode1", "vnode1", "vnode2", "vnode2",
+        "vnode3"]
+    assert (tmp_path / "even.out").read_text().split() == [
+        "2(x2)", "2(x2)", "2", "arbitrary", "vnode1", "vnode1", "vnode2", "vnode2"]
 
 
 def test_cancel_and_failures_on_an_agent_node(make_engine: Any, tmp_path: Path) -> None:

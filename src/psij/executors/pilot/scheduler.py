@@ -406,9 +406,9 @@ class Scheduler:
         pool = self._pool
         pool.lose_node(node, why)
         shut = False
-        for bucket in self._buckets.values():
-            if bucket.fits_empty and not pool.could_ever_fit(bucket.shape):
-                bucket.fits_empty = False
+        for queue in self._buckets.values():
+            if queue.fits_empty and not pool.could_ever_fit(queue.shape):
+                queue.fits_empty = False
                 shut = True
         ended: List[Transition] = []
         if not shut:
