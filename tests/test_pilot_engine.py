@@ -501,6 +501,43 @@ def test_a_node_whose_agent_is_killed_gets_no_more_tasks(make_engine: Any,
     assert engine.usage().free_cores == 1
 
 
+class RecordingSocket:
+    """Stands for an agent's connection: keeps each write."""
+
+    def __init__(self) -> None:
+        self.writes: List[bytes] = []
+
+    def sendall(self, data: bytes) -> None:
+        self.writes.append(data)
+
+
+def test_requests_to_an_agent_go_in_one_write_per_turn_in_order(tmp_path: Path) -> None:
+    import selectors
+
+    from psij._clock import ManualClock
+    from psij.executors.pilot._remote_nodes import RemoteNodes, _Agent
+    from psij.executors.pilot._task_process import Launch
+
+    nodes = RemoteNodes(configured_allocation([("vnode1", 4)]), EngineConfig(), ManualClock(),
+                        selectors.DefaultSelector(), lambda e: None, lambda *a: None,
+                        lambda *a: None)
+    agent = _Agent("vnode1", tmp_path / "vnode1.log")
+    agent.sock = RecordingSocket()  # type: ignore[assignment]
+    nodes._agents["vnode1"] = agent
+    for i in range(3):
+        assert nodes.spawn("vnode1", Launch(f"t{i}", ["/bin/true"], str(tmp_path))) is None
+    assert nodes.signal("vnode1", "t1", 2.0) is False
+    assert agent.sock.writes == []  # type: ignore[attr-defined]
+    nodes.flush()
+    writes = agent.sock.writes  # type: ignore[attr-defined]
+    assert len(writes) == 1
+    lines = [json.loads(line) for line in writes[0].splitlines()]
+    assert [(m["op"], m.get("id") or m["launch"]["task_id"]) for m in lines] == [
+        ("spawn", "t0"), ("spawn", "t1"), ("spawn", "t2"), ("signal", "t1")]
+    nodes.flush()
+    assert len(writes) == 1  # nothing new, nothing sent
+
+
 def test_forget_frees_the_name_of_an_ended_task(make_engine: Any) -> None:
     engine = make_engine(cores=1)
     engine.submit(sh("a", "sleep 0.2; exit 1"))

@@ -42,6 +42,7 @@ from psij.executors.pilot._task_process import Launch, LaunchError, TaskProcesse
 __all__ = ["connect", "main"]
 
 _STOP_GRACE = 2.0
+_MAX_BATCH = 256  # task ends sent in one write, at most
 
 
 def connect(address: str, timeout: float = 30.0) -> socket.socket:
@@ -87,23 +88,34 @@ class _Agent:
         self._outgoing.put(message)
 
     def _send_loop(self) -> None:
+        outgoing = self._outgoing
         while True:
-            item = self._outgoing.get()
-            if item is None:
-                return
-            if isinstance(item, TaskExited):
-                task_id, code = item.task_id, item.code
-                with self._lock:
-                    message = self._processes.finish(task_id, code)
-                    self._ended.notify_all()
-                payload: Dict[str, Any] = {"op": "exited", "id": task_id, "code": code,
-                                           "message": message}
-            else:
-                payload = item
+            # What has queued up meanwhile goes in one write: many short tasks end together.
+            items = [outgoing.get()]
+            while not outgoing.empty() and len(items) < _MAX_BATCH:
+                items.append(outgoing.get())
+            lines: List[bytes] = []
+            stop = False
+            for item in items:
+                if item is None:
+                    stop = True
+                    break
+                if isinstance(item, TaskExited):
+                    task_id, code = item.task_id, item.code
+                    with self._lock:
+                        message = self._processes.finish(task_id, code)
+                        self._ended.notify_all()
+                    payload: Dict[str, Any] = {"op": "exited", "id": task_id, "code": code,
+                                               "message": message}
+                else:
+                    payload = item
+                lines.append(encode_line(payload))
             try:
-                self._sock.sendall(encode_line(payload))
+                self._sock.sendall(b"".join(lines))
             except OSError:
                 pass  # the pilot is gone; the reader sees the end of the connection
+            if stop:
+                return
 
     def handle(self, message: Dict[str, Any]) -> bool:
         """Follow one request; False when the agent should stop."""

@@ -412,6 +412,8 @@ class PilotEngine(EngineOutput):
             self._journal.sync()
         if self._workers is not None:
             self._workers.flush()
+        if self._agents:
+            self._agents.flush()
         self._deliver()
         self._flush()
         if self._closing and self._running == 0:
