@@ -66,9 +66,10 @@ def slurm_nodes(partition: Optional[str]) -> List[str]:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited with {done.returncode}: {done.stderr}")
-    usable = ("idle", "mixed", "allocated", "completing")
+    usable = ("idle", "mixed", "allocated", "completing", "planned")
     return sorted({line.split()[0] for line in done.stdout.splitlines()
-                   if len(line.split()) == 2 and line.split()[1].rstrip("*~#") in usable})
+                   if len(line.split()) == 2
+                   and line.split()[1].rstrip("*~#$!%@^-") in usable})
 
 
 def one_run(shape: Shape, requests: Path, work: Path, partition: Optional[str]

@@ -43,8 +43,8 @@ def _slurm_problem() -> Optional[str]:
     states = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True,
                             text=True).stdout.split("\n")
     usable = {line.split()[0] for line in states if len(line.split()) == 2
-              and line.split()[1].rstrip("*~#") in ("idle", "mixed", "allocated",
-                                                    "completing")}
+              and line.split()[1].rstrip("*~#$!%@^-") in ("idle", "mixed", "allocated",
+                                                          "completing", "planned")}
     if not set(NODES) <= usable:
         return f"Slurm has not the nodes {', '.join(NODES)} up: sinfo says {states} ({setup})"
     return None
@@ -178,6 +178,45 @@ def test_tasks_run_on_all_four_nodes_each_with_its_own_share(
     assert nodefile.split() == stepped.split() == [n for n in NODES for _ in range(2)]
     assert variables.split() == ["4", "n1,n2,n3,n4", "n1,n2,n3,n4", "4", "8", "2(x4)", "2",
                                  "4"]
+
+
+IN_PROCESS = """
+import sys
+from pathlib import Path
+
+import psij
+
+out = Path(sys.argv[1])
+jobs = [psij.Job(psij.JobSpec("/bin/sh", ["-c", "hostname; sleep 2"],
+                              stdout_path=out / f"{i}.txt")) for i in range(8)]
+with psij.JobExecutor.get_instance("pilot") as ex:
+    for job in jobs:
+        ex.submit(job)
+    print(" ".join(str(job.wait().state) for job in jobs))
+"""
+
+
+@pytest.mark.slurm
+def test_the_in_process_pilot_in_a_four_node_batch_script_uses_every_node(
+        shared_dir: Path) -> None:
+    # As the user guide shows: the pilot executor, in the script of an sbatch --nodes=4.
+    problem = _slurm_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    script = shared_dir / "in_process.py"
+    script.write_text(IN_PROCESS)
+    out = shared_dir / "out"
+    out.mkdir()
+    done = subprocess.run(
+        ["sbatch", "--wait", f"--nodes={len(NODES)}", f"--ntasks-per-node={CORES_PER_NODE}",
+         "--time=5", f"--output={shared_dir / 'job.out'}", f"--chdir={shared_dir}",
+         f"--wrap={sys.executable} {script} {out}"],
+        capture_output=True, text=True, timeout=WAIT.total_seconds())
+    log = _read(shared_dir / "job.out")
+    assert done.returncode == 0, done.stdout + done.stderr + log
+    assert log.split() == ["COMPLETED"] * 8, log
+    hosts = Counter(_read(out / f"{i}.txt").strip() for i in range(8))
+    assert hosts == dict.fromkeys(NODES, 2)
 
 
 def _agent_pid(job_id: str, node: str) -> int:
