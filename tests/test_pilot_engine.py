@@ -423,6 +423,10 @@ def test_cancel_and_failures_on_an_agent_node(make_engine: Any, tmp_path: Path) 
     assert out["long"].state is CANCELED and out["long"].exit_code == 143
     assert out["missing"].state is FAILED and "was not found" in (out["missing"].message or "")
     assert out["missing"].exit_code == 127  # as on the pilot's own node
+    # RUNNING once the agent reports the start, as on the pilot's own node: never for a task
+    # that could not start.
+    assert [state for _, state in out["missing"].history] == [QUEUED, FAILED]
+    assert [state for _, state in out["long"].history] == [QUEUED, RUNNING, CANCELED]
 
 
 def test_hostile_lines_on_the_agents_socket_leave_the_agents_served(
@@ -520,7 +524,7 @@ def test_requests_to_an_agent_go_in_one_write_per_turn_in_order(tmp_path: Path) 
 
     nodes = RemoteNodes(configured_allocation([("vnode1", 4)]), EngineConfig(), ManualClock(),
                         selectors.DefaultSelector(), lambda e: None, lambda *a: None,
-                        lambda *a: None)
+                        lambda *a: None, lambda *a: None)
     agent = _Agent("vnode1", tmp_path / "vnode1.log")
     agent.sock = RecordingSocket()  # type: ignore[assignment]
     nodes._agents["vnode1"] = agent

@@ -4,9 +4,9 @@ It starts each agent through the allocation's launcher, accepts their connection
 listening socket (``unix:`` or ``tcp:``), checks each agent's hello and token, sends spawn,
 signal and stop requests (held per agent and sent together once per turn of the engine's loop,
 by :meth:`RemoteNodes.flush`, so that a burst of tasks costs one write per agent rather than
-one per task), and turns what agents report into calls on the engine: a task's end
-(``on_exit``) and a node lost with the tasks it had (``on_lost``). Lines both ways are framed by
-:mod:`psij._line_framing`; the protocol is described in
+one per task), and turns what agents report into calls on the engine: a task's start
+(``on_started``), its end (``on_exit``) and a node lost with the tasks it had (``on_lost``).
+Lines both ways are framed by :mod:`psij._line_framing`; the protocol is described in
 :mod:`psij.executors.pilot.agent`.
 
 It runs on the engine thread only (its sockets are registered in the engine's selector) and
@@ -41,6 +41,7 @@ _MAX_LINE = 1024 * 1024  # an agent's lines are a hello and task ends: far less
 
 ExitHandler = Callable[[str, Optional[int], Optional[str]], None]
 LostHandler = Callable[[str, List[str], str], None]
+StartHandler = Callable[[str], None]
 
 
 class _Agent:
@@ -77,7 +78,8 @@ class RemoteNodes:
 
     def __init__(self, allocation: Allocation, config: EngineConfig, clock: Clock,
                  selector: selectors.BaseSelector, post: Callable[[EngineEvent], None],
-                 on_exit: ExitHandler, on_lost: LostHandler) -> None:
+                 on_exit: ExitHandler, on_lost: LostHandler, on_started: StartHandler
+                 ) -> None:
         self._allocation = allocation
         self._config = config
         self._clock = clock
@@ -85,6 +87,7 @@ class RemoteNodes:
         self._post = post
         self._on_exit = on_exit
         self._on_lost = on_lost
+        self._on_started = on_started
         self._agents: Dict[str, _Agent] = {}
         self._unsent: List[_Agent] = []  # agents with lines in their outbox
         self._listener: Optional[socket.socket] = None
@@ -295,6 +298,8 @@ class RemoteNodes:
             elif message.get("op") == "exited":
                 self._on_exit(str(message.get("id")), message.get("code"),
                               message.get("message"))
+            elif message.get("op") == "started":
+                self._on_started(str(message.get("id")))
         if conn.framer.too_long:  # no agent says that much: whoever it is goes
             logger.warning("pilot: a line longer than %d bytes from %s; closing that "
                            "connection", _MAX_LINE, f"node {agent.node}'s agent"
