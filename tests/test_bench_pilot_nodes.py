@@ -35,17 +35,21 @@ def test_quick_run_prints_every_figure_for_four_nodes_and_one(tmp_path: Path) ->
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "== Pilot across nodes: 60 tasks of /bin/true, median of 1 round(s)" in out
-    rows = {m.group(1): (float(m.group(2)), float(m.group(4)), int(m.group(6)))
-            for m in re.finditer(rf"^  (\d node\(s\) x \d core\(s\)) +({NUMBER}) +\d+ - \d+ "
-                                 rf"+({NUMBER}) /core +(\d+)$", out, re.M)}
+    row = (rf"^  (\d node\(s\) x \d core\(s\)) +(?P<steady>{NUMBER}) +\d+ - \d+ "
+           rf"+(?P<core>{NUMBER}) /core +(?P<whole>{NUMBER}) +(?P<ready>{NUMBER}) s "
+           rf"+(?P<nodes>\d+)$")
+    rows = {m.group(1): (float(m["steady"]), float(m["core"]), int(m["nodes"]),
+                         float(m["whole"]), float(m["ready"]))
+            for m in re.finditer(row, out, re.M)}
     assert set(rows) == {"4 node(s) x 1 core(s)", "1 node(s) x 1 core(s)",
                          "1 node(s) x 4 core(s)"}, out
-    assert all(tps > 0 and per_core > 0 for tps, per_core, _ in rows.values()), out
+    assert all(tps > 0 and per_core > 0 and whole > 0 and ready >= 0
+               for tps, per_core, _, whole, ready in rows.values()), out
     assert rows["4 node(s) x 1 core(s)"][2] == 4  # every node ran tasks
     assert re.search(rf"^  (PASS|FAIL) +per allocated core, 4 node\(s\) x 1 core\(s\) vs "
                      rf"1 node\(s\) x 1 core\(s\): {NUMBER}x \(goal >= 0.8x\)$", out, re.M), out
     assert re.search(rf"^  INFO +same machine, 4 node\(s\) x 1 core\(s\) vs 1 node\(s\) x 4 "
-                     rf"core\(s\): {NUMBER}x the tasks/s$", out, re.M), out
+                     rf"core\(s\): {NUMBER}x the steady tasks/s$", out, re.M), out
     assert re.search(rf"^Machine: \d+ core\(s\) usable here \(os.sched_getaffinity\); load "
                      rf"average {NUMBER} before the runs, {NUMBER} after$", out, re.M), out
     assert "Caveat: " in out
