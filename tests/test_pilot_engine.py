@@ -117,7 +117,8 @@ def test_task_gets_its_share_in_env_nodefile_and_a_fresh_tmpdir(make_engine: Any
                 "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": host, "SLURM_JOB_NUM_NODES": "1",
                 "SLURM_STEP_NODELIST": host, "SLURM_STEP_NUM_NODES": "1",
                 "SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS_PER_NODE": "2",
-                "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_TASKS_PER_NODE": "2"}
+                "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_TASKS_PER_NODE": "2",
+                "SLURM_DISTRIBUTION": "arbitrary", "SLURM_HOSTFILE": env["PSIJ_NODEFILE"]}
     assert {k: env.get(k) for k in expected} == expected
     # Created before, removed after: neither the TMPDIR nor the node file is left.
     assert not os.path.exists(env["PSIJ_NODEFILE"])
@@ -391,6 +392,27 @@ def test_two_virtual_nodes_through_agents(make_engine: Any, tmp_path: Path,
     assert (tmp_path / "both.out").read_text() == "vnode1\nvnode2\nvnode1,vnode2 2\n"
 
 
+def test_a_share_of_different_counts_per_node_is_told_as_slurm_tells_it(
+        make_engine: Any, tmp_path: Path) -> None:
+    # srun inside the task reads these: the counts in Slurm's form, no per-node count where
+    # the nodes differ (srun refuses "2,1" there), and the node file as its host file.
+    engine = make_engine(nodes=[("vnode1", 2), ("vnode2", 2), ("vnode3", 1)])
+    show = ('echo "$SLURM_TASKS_PER_NODE $SLURM_STEP_TASKS_PER_NODE '
+            '${SLURM_NTASKS_PER_NODE-unset} $SLURM_DISTRIBUTION"; '
+            'test "$SLURM_HOSTFILE" = "$PSIJ_NODEFILE" && cat "$SLURM_HOSTFILE"')
+    engine.submit(sh("uneven", show, stdout="uneven.out",
+                     resources=ResourceRequest.from_qcg({"exact": 5})))
+    engine.submit(sh("even", show, stdout="even.out",
+                     resources=ResourceRequest.from_qcg({"exact": 4})))
+    out = finished(engine)
+    assert all(s.state is SUCCEEDED for s in out.values()), out
+    assert (tmp_path / "uneven.out").read_text().split() == [
+        "2(x2),1", "2(x2),1", "unset", "arbitrary", "vnode1", "vnode1", "vnode2", "vnode2",
+        "vnode3"]
+    assert (tmp_path / "even.out").read_text().split() == [
+        "2(x2)", "2(x2)", "2", "arbitrary", "vnode1", "vnode1", "vnode2", "vnode2"]
+
+
 def test_cancel_and_failures_on_an_agent_node(make_engine: Any, tmp_path: Path) -> None:
     engine = make_engine(nodes=[("vnode1", 1)], cancel_grace_period=5)
     engine.submit(sh("long", "touch started; exec sleep 60"))
@@ -401,6 +423,10 @@ def test_cancel_and_failures_on_an_agent_node(make_engine: Any, tmp_path: Path) 
     assert out["long"].state is CANCELED and out["long"].exit_code == 143
     assert out["missing"].state is FAILED and "was not found" in (out["missing"].message or "")
     assert out["missing"].exit_code == 127  # as on the pilot's own node
+    # RUNNING once the agent reports the start, as on the pilot's own node: never for a task
+    # that could not start.
+    assert [state for _, state in out["missing"].history] == [QUEUED, FAILED]
+    assert [state for _, state in out["long"].history] == [QUEUED, RUNNING, CANCELED]
 
 
 def test_hostile_lines_on_the_agents_socket_leave_the_agents_served(
@@ -448,6 +474,72 @@ def test_a_node_whose_agent_dies_fails_its_tasks_with_the_reason(tmp_path: Path)
         assert "no route" in (status.message or "")
     finally:
         broken.close()
+
+
+def test_a_node_whose_agent_is_killed_gets_no_more_tasks(make_engine: Any,
+                                                         tmp_path: Path) -> None:
+    engine = make_engine(nodes=[("vnode1", 1), ("vnode2", 1)], agent_transport="unix")
+    engine.submit(sh("on1", "touch on1.started; sleep 2"))
+    engine.submit(sh("on2", "touch on2.started; sleep 2"))
+    engine.submit(sh("queued", "echo $QCG_PM_NODELIST", stdout="queued.out"))
+    engine.submit(TaskSpec("pair", "/bin/true", resources=ResourceRequest.from_qcg(
+        {"exact": 2})))
+    wait_for(lambda: (tmp_path / "on1.started").exists() and (tmp_path / "on2.started")
+             .exists(), "both tasks to start")
+    assert engine.status("on2").share.nodes == ("vnode2",)  # type: ignore[union-attr]
+    os.kill(engine._agents._agents["vnode2"].launcher.pid, 9)
+    out = finished(engine, "on1", "on2", "queued", "pair")
+    assert out["on1"].state is SUCCEEDED
+    assert out["on2"].state is FAILED
+    assert (out["on2"].message or "").startswith("node vnode2 is lost: its agent")
+    # Queued behind on1, never placed on vnode2; the two-node task can no longer fit.
+    assert out["queued"].state is SUCCEEDED
+    assert (tmp_path / "queued.out").read_text() == "vnode1\n"
+    assert out["pair"].state is FAILED and "can no longer fit" in (out["pair"].message or "")
+    assert "node vnode2 is lost" in (out["pair"].message or "")
+    later = [f"later{i}" for i in range(3)]
+    engine.submit_many([TaskSpec(n, "/bin/true") for n in later])
+    out = finished(engine, *later)
+    assert [(s.state, s.share.nodes) for s in out.values()] == \
+        [(SUCCEEDED, ("vnode1",))] * 3  # type: ignore[union-attr]
+    assert engine.usage().free_cores == 1
+
+
+class RecordingSocket:
+    """Stands for an agent's connection: keeps each write."""
+
+    def __init__(self) -> None:
+        self.writes: List[bytes] = []
+
+    def sendall(self, data: bytes) -> None:
+        self.writes.append(data)
+
+
+def test_requests_to_an_agent_go_in_one_write_per_turn_in_order(tmp_path: Path) -> None:
+    import selectors
+
+    from psij._clock import ManualClock
+    from psij.executors.pilot._remote_nodes import RemoteNodes, _Agent
+    from psij.executors.pilot._task_process import Launch
+
+    nodes = RemoteNodes(configured_allocation([("vnode1", 4)]), EngineConfig(), ManualClock(),
+                        selectors.DefaultSelector(), lambda e: None, lambda *a: None,
+                        lambda *a: None, lambda *a: None)
+    agent = _Agent("vnode1", tmp_path / "vnode1.log")
+    agent.sock = RecordingSocket()  # type: ignore[assignment]
+    nodes._agents["vnode1"] = agent
+    for i in range(3):
+        assert nodes.spawn("vnode1", Launch(f"t{i}", ["/bin/true"], str(tmp_path))) is None
+    assert nodes.signal("vnode1", "t1", 2.0) is False
+    assert agent.sock.writes == []  # type: ignore[attr-defined]
+    nodes.flush()
+    writes = agent.sock.writes  # type: ignore[attr-defined]
+    assert len(writes) == 1
+    lines = [json.loads(line) for line in writes[0].splitlines()]
+    assert [(m["op"], m.get("id") or m["launch"]["task_id"]) for m in lines] == [
+        ("spawn", "t0"), ("spawn", "t1"), ("spawn", "t2"), ("signal", "t1")]
+    nodes.flush()
+    assert len(writes) == 1  # nothing new, nothing sent
 
 
 def test_forget_frees_the_name_of_an_ended_task(make_engine: Any) -> None:

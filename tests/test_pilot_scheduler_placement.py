@@ -12,6 +12,7 @@ from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from _pilot_tasks import FAILED, GIB, QUEUED, RUNNING, WAITING, cores, spec, started, task
+from psij.executors.pilot._task_state import TaskState
 from psij.executors.pilot.resources import Amount, NodeSpec, ResourcePool, ResourceRequest
 from psij.executors.pilot.scheduler import Placement, Scheduler, TaskRequest
 
@@ -297,6 +298,71 @@ def test_a_never_fitting_task_fails_even_while_its_dependencies_run() -> None:
     scheduler.submit(task("first"))
     scheduler.submit(task("huge", cores(3), after=("first",)))
     assert scheduler.state("huge") is FAILED
+
+
+# -- lost nodes -------------------------------------------------------------------------------
+
+
+def test_a_lost_node_gets_no_more_tasks_and_keeps_what_its_tasks_held() -> None:
+    pool = ResourcePool.uniform(3, 2, gpus=1)
+    scheduler = Scheduler(pool)
+    for name in ("a", "b", "c"):
+        scheduler.submit(task(name, cores(2)))
+    assert [p.nodes for p in scheduler.schedule()] == [("node0",), ("node1",), ("node2",)]
+    assert scheduler.lose_node("node1", "its agent died") == []
+    assert pool.lost_nodes == {"node1": "its agent died"}
+    assert pool.free_totals() == (0, 2, 0)  # node1's GPU went with it
+    scheduler.finished("b", False)  # the task that ran there: its cores are not given back
+    assert pool.free_totals() == (0, 2, 0)
+    assert pool.node_usage("node1").free_cores == () and not pool.node_usage("node1").idle
+    for name in ("d", "e", "f"):
+        scheduler.submit(task(name, cores(1)))
+    scheduler.finished("a", True)
+    scheduler.finished("c", True)
+    assert pool.free_totals() == (4, 2, 2)
+    placed = scheduler.schedule()
+    assert [p.nodes for p in placed] == [("node0",), ("node0",), ("node2",)]
+    scheduler.lose_node("node1", "again")  # a second loss changes nothing
+    assert pool.lost_nodes == {"node1": "its agent died"}
+
+
+def test_tasks_that_no_longer_fit_after_a_loss_fail_saying_which_node_is_lost() -> None:
+    pool = ResourcePool.uniform(2, 2)
+    scheduler = Scheduler(pool)
+    scheduler.submit(task("busy", cores(4)))
+    scheduler.schedule()
+    scheduler.submit(task("wide", cores(4)))  # queued behind busy
+    scheduler.submit(task("after", cores(3), after=("busy",)))  # waiting
+    scheduler.submit(task("then", cores(1), after=("wide",)))
+    scheduler.submit(task("small", cores(2)))
+    ended = scheduler.lose_node("node1", "its agent's connection closed")
+    assert [(t.task_id, t.state) for t in ended] == [
+        ("wide", FAILED), ("then", TaskState.OMITTED), ("after", FAILED)]
+    message = scheduler.message("wide") or ""
+    assert message.startswith("task 'wide' asks for ") and "can no longer fit" in message
+    assert message.endswith("node node1 is lost: its agent's connection closed")
+    assert scheduler.state("small") is QUEUED and scheduler.shape_count() == 1
+    scheduler.finished("busy", True)
+    assert started(scheduler.schedule()) == ["small"]
+    assert scheduler.placement("small").nodes == ("node0",)  # type: ignore[union-attr]
+    scheduler.submit(task("late", cores(3)))  # never fits now, and says why
+    assert scheduler.state("late") is FAILED
+    assert "can never fit" in (scheduler.message("late") or "")
+    assert "node node1 is lost: its agent's connection closed" in (scheduler.message("late")
+                                                                   or "")
+    with pytest.raises(ValueError, match="node: 'node9' is not in this pool"):
+        scheduler.lose_node("node9", "why")
+
+
+def test_an_exclusive_task_never_takes_a_lost_idle_node() -> None:
+    pool = ResourcePool.uniform(2, 1)
+    scheduler = Scheduler(pool)
+    scheduler.lose_node("node0", "gone")
+    assert pool.free_totals() == (1, 0, 1)
+    scheduler.submit(task("x", spec(exclusive_node_use=True)))
+    assert [p.nodes for p in scheduler.schedule()] == [("node1",)]
+    scheduler.submit(task("y", spec(exclusive_node_use=True)))
+    assert scheduler.state("y") is QUEUED and scheduler.schedule() == []
 
 
 def test_requests_that_resolve_alike_share_one_queue() -> None:

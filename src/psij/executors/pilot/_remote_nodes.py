@@ -2,9 +2,11 @@
 
 It starts each agent through the allocation's launcher, accepts their connections on one
 listening socket (``unix:`` or ``tcp:``), checks each agent's hello and token, sends spawn,
-signal and stop requests, and turns what agents report into calls on the engine: a task's end
-(``on_exit``) and a node lost with the tasks it had (``on_lost``). Lines both ways are framed by
-:mod:`psij._line_framing`; the protocol is described in
+signal and stop requests (held per agent and sent together once per turn of the engine's loop,
+by :meth:`RemoteNodes.flush`, so that a burst of tasks costs one write per agent rather than
+one per task), and turns what agents report into calls on the engine: a task's start
+(``on_started``), its end (``on_exit``) and a node lost with the tasks it had (``on_lost``).
+Lines both ways are framed by :mod:`psij._line_framing`; the protocol is described in
 :mod:`psij.executors.pilot.agent`.
 
 It runs on the engine thread only (its sockets are registered in the engine's selector) and
@@ -39,12 +41,14 @@ _MAX_LINE = 1024 * 1024  # an agent's lines are a hello and task ends: far less
 
 ExitHandler = Callable[[str, Optional[int], Optional[str]], None]
 LostHandler = Callable[[str, List[str], str], None]
+StartHandler = Callable[[str], None]
 
 
 class _Agent:
     """What the engine knows of one node's agent."""
 
-    __slots__ = ("connected_at", "launcher", "log", "lost", "node", "pending", "sock", "tasks")
+    __slots__ = ("connected_at", "launcher", "log", "lost", "node", "outbox", "pending", "sock",
+                 "tasks")
 
     def __init__(self, node: str, log: Path) -> None:
         self.node = node
@@ -52,6 +56,7 @@ class _Agent:
         self.launcher: Optional[Any] = None
         self.sock: Optional[socket.socket] = None
         self.pending: List[Dict[str, Any]] = []  # spawn messages waiting for the connection
+        self.outbox: List[bytes] = []  # lines for the connected agent, sent by flush()
         self.tasks: Set[str] = set()  # tasks started there and not yet ended
         self.lost: Optional[str] = None
         self.connected_at: Optional[float] = None
@@ -73,7 +78,8 @@ class RemoteNodes:
 
     def __init__(self, allocation: Allocation, config: EngineConfig, clock: Clock,
                  selector: selectors.BaseSelector, post: Callable[[EngineEvent], None],
-                 on_exit: ExitHandler, on_lost: LostHandler) -> None:
+                 on_exit: ExitHandler, on_lost: LostHandler, on_started: StartHandler
+                 ) -> None:
         self._allocation = allocation
         self._config = config
         self._clock = clock
@@ -81,7 +87,9 @@ class RemoteNodes:
         self._post = post
         self._on_exit = on_exit
         self._on_lost = on_lost
+        self._on_started = on_started
         self._agents: Dict[str, _Agent] = {}
+        self._unsent: List[_Agent] = []  # agents with lines in their outbox
         self._listener: Optional[socket.socket] = None
         self._token = ""
         self.address = ""
@@ -196,12 +204,25 @@ class RemoteNodes:
     def launcher_exited(self, event: AgentLauncherExited) -> None:
         self._lose(event.node, event.code)
 
+    def flush(self) -> None:
+        """Send what each agent's outbox holds, in one write per agent."""
+        unsent, self._unsent = self._unsent, []
+        for agent in unsent:
+            lines, agent.outbox = agent.outbox, []
+            if agent.sock is None or not lines:
+                continue
+            try:
+                agent.sock.sendall(b"".join(lines))
+            except OSError as ex:
+                self._lose(agent.node, None, f"sending to its agent failed: {ex}")
+
     def stop(self) -> None:
         """Ask every connected agent to stop, and close every socket."""
+        self.flush()
         for agent in self._agents.values():
             if agent.sock is not None:
                 try:
-                    self._send(agent, {"op": "stop"})
+                    agent.sock.sendall(encode_line({"op": "stop"}))
                     agent.sock.close()
                 except OSError:
                     pass
@@ -277,6 +298,8 @@ class RemoteNodes:
             elif message.get("op") == "exited":
                 self._on_exit(str(message.get("id")), message.get("code"),
                               message.get("message"))
+            elif message.get("op") == "started":
+                self._on_started(str(message.get("id")))
         if conn.framer.too_long:  # no agent says that much: whoever it is goes
             logger.warning("pilot: a line longer than %d bytes from %s; closing that "
                            "connection", _MAX_LINE, f"node {agent.node}'s agent"
@@ -311,11 +334,12 @@ class RemoteNodes:
         sock.close()
 
     def _send(self, agent: _Agent, message: Dict[str, Any]) -> None:
+        """Queue ``message`` for the connected agent: :meth:`flush` sends it, after what was
+        queued before it (a signal never overtakes its task's spawn)."""
         assert agent.sock is not None
-        try:
-            agent.sock.sendall(encode_line(message))
-        except OSError as ex:
-            self._lose(agent.node, None, f"sending to its agent failed: {ex}")
+        if not agent.outbox:
+            self._unsent.append(agent)
+        agent.outbox.append(encode_line(message))
 
     def _lose(self, node: str, code: Optional[int], why: Optional[str] = None) -> None:
         """The node's agent is gone (``why``), or its launcher exited (``code``)."""

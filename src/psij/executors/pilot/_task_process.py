@@ -284,6 +284,11 @@ class TaskProcesses:
             env = dict(launch.environment)
         env["TMPDIR"] = tmpdir
         env["PSIJ_NODEFILE"] = nodefile
+        # The two values task_environment leaves to be finished here.
+        if env.get("SLURM_HOSTFILE") == "":
+            env["SLURM_HOSTFILE"] = nodefile
+        if env.get("SLURM_NTASKS_PER_NODE") == "":
+            del env["SLURM_NTASKS_PER_NODE"]
         opened: List[int] = []
         try:
             if spare is None:

@@ -8,8 +8,10 @@ back (``unix:PATH`` or ``tcp:HOST:PORT``), says hello, and then follows the pilo
 Protocol: one JSON object per line, both ways.
 
 - agent to pilot: ``{"op": "hello", "node", "token", "pid"}`` first, then
+  ``{"op": "started", "id", "pid"}`` when a task's process started, and
   ``{"op": "exited", "id", "code", "message"}`` when a task ends (with a message when it could
-  not be started, and ``code`` 127 or 126 for a program not found or not executable, else null).
+  not be started, and ``code`` 127 or 126 for a program not found or not executable, else null),
+  always after its ``started`` if it had one.
 - pilot to agent: ``{"op": "spawn", "launch": {...}}`` (see ``_task_process.Launch``),
   ``{"op": "signal", "id", "grace"}`` (TERM now, KILL after ``grace`` seconds),
   ``{"op": "stop"}``.
@@ -42,6 +44,7 @@ from psij.executors.pilot._task_process import Launch, LaunchError, TaskProcesse
 __all__ = ["connect", "main"]
 
 _STOP_GRACE = 2.0
+_MAX_BATCH = 256  # task ends sent in one write, at most
 
 
 def connect(address: str, timeout: float = 30.0) -> socket.socket:
@@ -69,7 +72,8 @@ class _Agent:
                  ) -> None:
         self._sock = sock
         self._clock: Clock = clock if clock is not None else MonotonicClock()
-        self._lock = threading.Lock()
+        # Reentrant: a start may report an exit at once, on this thread (see _exited).
+        self._lock = threading.RLock()
         # A task's end to settle and report, a message to send, or None: the sender stops.
         self._outgoing: queue.SimpleQueue[Union[TaskExited, Dict[str, Any], None]] = \
             queue.SimpleQueue()
@@ -80,30 +84,43 @@ class _Agent:
         self._sender.start()
 
     def _exited(self, task_id: str, code: Optional[int]) -> None:
-        # On the ProcessWatch thread: clean-up and sending happen on the sender thread.
-        self._outgoing.put(TaskExited(task_id, code))
+        # On the ProcessWatch thread: clean-up and sending happen on the sender thread. Under
+        # the lock, so that the end of a task that exits at once queues after its start.
+        with self._lock:
+            self._outgoing.put(TaskExited(task_id, code))
 
     def send(self, message: Dict[str, Any]) -> None:
         self._outgoing.put(message)
 
     def _send_loop(self) -> None:
+        outgoing = self._outgoing
         while True:
-            item = self._outgoing.get()
-            if item is None:
-                return
-            if isinstance(item, TaskExited):
-                task_id, code = item.task_id, item.code
-                with self._lock:
-                    message = self._processes.finish(task_id, code)
-                    self._ended.notify_all()
-                payload: Dict[str, Any] = {"op": "exited", "id": task_id, "code": code,
-                                           "message": message}
-            else:
-                payload = item
+            # What has queued up meanwhile goes in one write: many short tasks end together.
+            items = [outgoing.get()]
+            while not outgoing.empty() and len(items) < _MAX_BATCH:
+                items.append(outgoing.get())
+            lines: List[bytes] = []
+            stop = False
+            for item in items:
+                if item is None:
+                    stop = True
+                    break
+                if isinstance(item, TaskExited):
+                    task_id, code = item.task_id, item.code
+                    with self._lock:
+                        message = self._processes.finish(task_id, code)
+                        self._ended.notify_all()
+                    payload: Dict[str, Any] = {"op": "exited", "id": task_id, "code": code,
+                                               "message": message}
+                else:
+                    payload = item
+                lines.append(encode_line(payload))
             try:
-                self._sock.sendall(encode_line(payload))
+                self._sock.sendall(b"".join(lines))
             except OSError:
                 pass  # the pilot is gone; the reader sees the end of the connection
+            if stop:
+                return
 
     def handle(self, message: Dict[str, Any]) -> bool:
         """Follow one request; False when the agent should stop."""
@@ -112,7 +129,8 @@ class _Agent:
             launch = Launch.from_json(message["launch"])
             try:
                 with self._lock:
-                    self._processes.start(launch)
+                    pid = self._processes.start(launch)
+                    self._outgoing.put({"op": "started", "id": launch.task_id, "pid": pid})
             except LaunchError as ex:
                 self.send({"op": "exited", "id": launch.task_id, "code": ex.exit_code,
                            "message": f"could not start the task: {ex}"})

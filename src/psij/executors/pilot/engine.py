@@ -191,7 +191,8 @@ class PilotEngine(EngineOutput):
                 self._replay(previous)
         if self.allocation.remote_nodes:
             self._agents = RemoteNodes(self.allocation, config, self._clock, selector,
-                                       self._post, self._on_exit, self._node_lost)
+                                       self._post, self._on_exit, self._node_lost,
+                                       partial(self._on_started, pid=None))
             self._agents.start(self._run_dir)
         self._thread = threading.Thread(target=self._loop, name="psij-pilot-engine",
                                         daemon=True)
@@ -288,8 +289,9 @@ class PilotEngine(EngineOutput):
         except Exception as ex:
             self._task_broke(task_id, ex)
 
-    def _on_started(self, task_id: str, pid: int) -> None:
-        """On the engine thread: a worker started the task's process ``pid``."""
+    def _on_started(self, task_id: str, pid: Optional[int]) -> None:
+        """On the engine thread: a worker or an agent started the task's process (``pid``:
+        of a worker's; an agent's is on another node, where a resume cannot reach it)."""
         try:
             with self._lock:
                 task = self._tasks.get(task_id)
@@ -297,7 +299,9 @@ class PilotEngine(EngineOutput):
                         or self._scheduler.state(task_id) is not TaskState.RUNNING:
                     return
                 task.started = time.time()
-                self._journal_records.append(start_line(task_id, task.node, pid, self._run_id))
+                self._journal_records.append(
+                    start_line(task_id, task.node) if pid is None
+                    else start_line(task_id, task.node, pid, self._run_id))
                 self._report(task, TaskState.RUNNING, share=task.share)
             limit = task.spec.time_limit
             if limit is not None:
@@ -412,6 +416,8 @@ class PilotEngine(EngineOutput):
             self._journal.sync()
         if self._workers is not None:
             self._workers.flush()
+        if self._agents:
+            self._agents.flush()
         self._deliver()
         self._flush()
         if self._closing and self._running == 0:
@@ -507,15 +513,7 @@ class PilotEngine(EngineOutput):
             spec.stdout, spec.stderr, nodefile, spec.create_directories))
         if lost is not None:
             self._finish(task, task.run, None, f"node {node} is lost: {lost}")
-            return
-        record = start_line(spec.name, node)
-        task.started = time.time()
-        with self._lock:
-            self._journal_records.append(record)
-            self._report(task, TaskState.RUNNING, share=share)
-        if spec.time_limit is not None:
-            self._timers.call_later(spec.time_limit, partial(
-                self._inbox.append, TimeLimitReached(spec.name, task.run)))
+        # RUNNING, the journal's start and the time limit once the agent reports the start.
 
     def _share_environment(self, share: TaskShare, cores_per_process: int
                            ) -> Tuple[Dict[str, str], str]:
@@ -630,7 +628,13 @@ class PilotEngine(EngineOutput):
                 self._changed.notify_all()
 
     def _node_lost(self, node: str, task_ids: List[str], why: str) -> None:
-        """A remote node's agent is gone: the tasks it had fail with ``why``."""
+        """A remote node's agent is gone: nothing more is placed there, the tasks it had fail
+        with ``why``, and so do the waiting ones that cannot fit the nodes left."""
+        with self._lock:
+            transitions = self._scheduler.lose_node(node, why)
+            if transitions:
+                self._ended(transitions)
+                self._dirty = True
         for name in task_ids:
             with self._lock:
                 task = self._tasks.get(name)

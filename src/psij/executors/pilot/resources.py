@@ -32,6 +32,9 @@ Rules:
 - The planner is exact: a shape is placed whenever some choice of nodes satisfies it, and
   whether it fits only ever improves when resources are released. The scheduler relies on this
   to remember that a shape did not fit until something is released.
+- A node can be *lost* (its agent died): from then on nothing is placed on it, shapes are
+  planned as if it were not there (``could_ever_fit`` included), and what tasks held on it is
+  never given back to be used again. A lost node stays lost.
 - A bad request raises ``TypeError``/``ValueError`` naming the field; releasing what is not held
   raises ``ValueError`` and leaves the pool unchanged.
 """
@@ -68,7 +71,7 @@ class _NodeState:
     """The free/used books of one node."""
 
     __slots__ = ("free_cores", "free_custom", "free_gpus", "free_memory", "holders", "index",
-                 "name", "spec")
+                 "lost", "name", "spec")
 
     def __init__(self, spec: NodeSpec, index: int) -> None:
         self.spec = spec
@@ -79,6 +82,7 @@ class _NodeState:
         self.free_memory = spec.memory
         self.free_custom: Dict[str, int] = dict(spec.custom)
         self.holders = 0
+        self.lost: Optional[str] = None  # why, once the node is lost
 
 
 Plan = List[Tuple[int, int]]
@@ -116,6 +120,7 @@ class ResourcePool:
         # The shares handed out and not yet given back, by identity: a release is legal
         # exactly when it returns these very objects.
         self._held: Dict[int, NodeShare] = {}
+        self._lost: Dict[str, str] = {}  # lost nodes, with why
 
     @classmethod
     def uniform(cls, count: int, cores: int, memory: int = 0, gpus: int = 0,
@@ -130,6 +135,33 @@ class ResourcePool:
     @property
     def nodes(self) -> Tuple[NodeSpec, ...]:
         return self._specs
+
+    @property
+    def lost_nodes(self) -> Mapping[str, str]:
+        """The nodes lost so far, each with why."""
+        return MappingProxyType(dict(self._lost))
+
+    def lose_node(self, name: str, why: str) -> None:
+        """Place nothing on node ``name`` from now on (see the module rules); what its tasks
+        hold stays held until released, and is then dropped. Losing it again does nothing."""
+        index = self._by_name.get(name)
+        if index is None:
+            raise ValueError(f"node: {name!r} is not in this pool; nodes: "
+                             f"{', '.join(self._by_name)}")
+        st = self._states[index]
+        if st.lost is not None:
+            return
+        st.lost = why
+        self._lost[name] = why
+        self._free_cores -= self._node_free_cores[index]
+        self._free_gpus -= len(st.free_gpus)
+        if self._node_free_cores[index]:
+            del self._open_nodes[bisect_left(self._open_nodes, index)]
+        self._node_free_cores[index] = 0
+        if st.holders == 0:
+            self._idle_nodes -= 1
+        st.free_cores, st.free_gpus, st.free_memory = [], [], 0
+        st.free_custom = dict.fromkeys(st.free_custom, 0)
 
     def usage(self) -> PoolUsage:
         return PoolUsage(
@@ -151,13 +183,13 @@ class ResourcePool:
         return NodeUsage(node=name, free_cores=tuple(st.free_cores),
                          free_gpus=tuple(st.free_gpus), free_memory=st.free_memory,
                          free_custom=MappingProxyType(dict(st.free_custom)),
-                         idle=st.holders == 0)
+                         idle=st.holders == 0 and st.lost is None)
 
     def describe(self) -> str:
         """The pool's capacity in words, for messages."""
         if len(self._specs) <= 4:
             return (f"{_plural(len(self._specs), 'node')}: "
-                    + ", ".join(s.describe() for s in self._specs))
+                    + ", ".join(s.describe() for s in self._specs) + self._describe_lost())
         largest = max(self._specs, key=lambda s: (s.cores, s.gpus, s.memory))
         text = (f"{len(self._specs)} nodes, {self._total_cores} cores in total; the largest "
                 f"is {largest.describe()}")
@@ -166,7 +198,10 @@ class ResourcePool:
             text += "; custom at most " + ", ".join(
                 f"{k}={max(s.custom.get(k, 0) for s in self._specs)}" for k in names) \
                 + " per node"
-        return text
+        return text + self._describe_lost()
+
+    def _describe_lost(self) -> str:
+        return "".join(f"; node {name} is lost: {why}" for name, why in self._lost.items())
 
     def resolve(self, request: ResourceRequest) -> Shape:
         """The shape of ``request`` in this pool (``split-into`` needs the pool's totals)."""
@@ -232,6 +267,8 @@ class ResourcePool:
         """How many processes of ``shape`` this node can take (0 if fewer than its minimum).
 
         An exclusive shape is only asked about idle nodes, so it counts the whole node."""
+        if st.lost is not None:
+            return 0
         if empty or shape.exclusive:
             spec = st.spec
             cores, gpus, memory, custom = spec.cores, spec.gpus, spec.memory, spec.custom
@@ -406,6 +443,9 @@ class ResourcePool:
     def _give_back(self, share: NodeShare) -> None:
         index = share.index
         st = self._states[index]
+        if st.lost is not None:
+            st.holders -= 1  # what it held is gone with the node
+            return
         cores = share.cores
         free_cores = st.free_cores
         if len(cores) == 1:

@@ -14,6 +14,8 @@ Rules:
   iteration group, which stands for all of its members); otherwise submission raises.
 - A task whose shape does not fit the pool even when the pool is empty ends FAILED at
   submission, with a message saying what it asked for and what the pool has.
+- A lost node (:meth:`Scheduler.lose_node`) gets no more tasks; every waiting or queued task
+  that cannot fit the nodes left ends FAILED then, its dependents OMITTED.
 - Order: higher ``priority`` first, then earlier submission. Priority is a barrier: while a
   QUEUED task of some priority does not fit, no task of lower priority starts. Within one
   priority, a task that does not fit does not hold back later ones that do (as in QCG-PilotJob
@@ -34,13 +36,13 @@ Rules:
 
 import re
 from bisect import bisect_left, bisect_right
-from collections import deque
-from enum import Enum
 from heapq import heapify, heappop, heappush
-from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from psij import _check
 from psij._record import Record
+from psij.executors.pilot._shape_queue import ShapeQueue
+from psij.executors.pilot._task_state import TaskState
 from psij.executors.pilot.resources import (
     UNBOUNDED,
     NodeShare,
@@ -55,28 +57,6 @@ __all__ = [
 ]
 
 
-class TaskState(Enum):
-    """Where a task is in its life; the last four are final."""
-
-    WAITING = "WAITING"
-    QUEUED = "QUEUED"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELED = "CANCELED"
-    OMITTED = "OMITTED"
-
-    # Members are singletons, so identity hashing is exact, and it is much cheaper than
-    # Enum's name-based hash on the paths that count tasks per state.
-    __hash__ = object.__hash__
-
-    @property
-    def final(self) -> bool:
-        return self in _FINAL
-
-
-_FINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELED,
-                    TaskState.OMITTED})
 _QUEUED = TaskState.QUEUED
 _RUNNING = TaskState.RUNNING
 _SUCCEEDED = TaskState.SUCCEEDED
@@ -180,7 +160,7 @@ class _Task:
                  "pending", "placement", "priority", "seq", "state")
 
     def __init__(self, name: str, priority: int, group: Optional[str],
-                 bucket: Optional["_Bucket"], seq: int) -> None:
+                 bucket: Optional[ShapeQueue], seq: int) -> None:
         self.name = name
         self.priority = priority
         self.group = group
@@ -194,96 +174,6 @@ class _Task:
         self.cancel_requested = False
 
 
-class _Bucket:
-    """The queued tasks of one shape: a FIFO per priority, highest priority first.
-
-    While ``live`` > 0, ``top`` and ``top_seq`` are the priority and arrival number of the head,
-    and ``key`` is ``[-top, top_seq, self]``, one list kept up to date in place, so that a pass
-    orders shapes by their heads (highest priority, then earliest) without touching their
-    queues, and the scheduler's list of these keys never needs updating when a head changes.
-    Cancelled tasks are dropped lazily when they reach the front.
-    """
-
-    __slots__ = ("blocked_epoch", "fits_empty", "key", "levels", "live", "need_cores",
-                 "need_gpus", "need_idle", "order", "rank", "shape", "top", "top_seq")
-
-    def __init__(self, shape: Shape, fits_empty: bool, number: int) -> None:
-        self.shape = shape
-        self.rank = (shape.min_cores, number)
-        self.fits_empty = fits_empty
-        self.need_cores = shape.min_cores
-        self.need_gpus = shape.min_gpus
-        self.need_idle = shape.min_idle_nodes
-        self.levels: Dict[int, Deque[_Task]] = {}
-        self.order: List[int] = []  # heap of negated priorities present in ``levels``
-        self.live = 0
-        self.top = 0
-        self.top_seq = 0
-        self.key: List[Any] = [0, 0, self]
-        self.blocked_epoch = -1
-
-    def push(self, task: _Task) -> None:
-        level = self.levels.get(task.priority)
-        if level is None:
-            level = self.levels[task.priority] = deque()
-            heappush(self.order, -task.priority)
-        level.append(task)
-        if not self.live or task.priority > self.top:
-            self.top = task.priority
-            self.top_seq = task.seq
-            key = self.key
-            key[0] = -task.priority
-            key[1] = task.seq
-        self.live += 1
-
-    def head(self) -> _Task:
-        """The first queued task; only called while ``live`` > 0."""
-        order, levels = self.order, self.levels
-        while True:
-            level = levels[-order[0]]
-            while level:
-                task = level[0]
-                if task.state is TaskState.QUEUED:
-                    return task
-                level.popleft()
-            del levels[-heappop(order)]
-
-    def pop_head(self) -> _Task:
-        # ``top`` names a level whose front is the head: ``head()`` cleaned it when it was
-        # computed, and a cancel of the head recomputes it.
-        level = self.levels[self.top]
-        task = level.popleft()
-        self.live -= 1
-        if not self.live:
-            self.clear()
-        elif level and level[0].state is _QUEUED:
-            # The usual case: the next task of the same priority is the new head.
-            self.top_seq = self.key[1] = level[0].seq
-        else:
-            self._new_head()
-        return task
-
-    def drop(self, task: _Task) -> None:
-        """Forget a queued task that was just cancelled (its entry goes lazily)."""
-        self.live -= 1
-        if self.live == 0:
-            self.clear()
-        elif task.seq == self.top_seq:
-            self._new_head()
-
-    def _new_head(self) -> None:
-        head = self.head()
-        self.top = head.priority
-        self.top_seq = head.seq
-        key = self.key
-        key[0] = -head.priority
-        key[1] = head.seq
-
-    def clear(self) -> None:
-        self.levels.clear()
-        self.order.clear()
-
-
 class Scheduler:
     """Queues tasks and places them on a :class:`ResourcePool` (see the module rules)."""
 
@@ -293,10 +183,10 @@ class Scheduler:
         self._tasks: Dict[str, _Task] = {}
         self._groups: Dict[str, List[str]] = {}
         self._shapes: Dict[ResourceRequest, Shape] = {}
-        self._buckets: Dict[Shape, _Bucket] = {}
+        self._buckets: Dict[Shape, ShapeQueue] = {}
         # Buckets with queued tasks, by the cores they need at least: a pass stops reading
         # them at the first that needs more cores than are free.
-        self._ready: List[_Bucket] = []
+        self._ready: List[ShapeQueue] = []
         self._ready_ranks: List[Tuple[int, int]] = []
         self._ready_keys: List[List[Any]] = []  # their keys, in the same order
         # Queued tasks per priority, and the highest such priority (the barrier).
@@ -509,6 +399,36 @@ class Scheduler:
         return [Transition(task.name, TaskState.CANCELED, message),
                 *self._settle_dependents(task)]
 
+    def lose_node(self, node: str, why: str) -> List[Transition]:
+        """Place nothing more on ``node`` (``why``: its agent is gone). Returns the tasks that
+        ended because of it: the waiting and queued ones whose shape can no longer fit, each
+        followed by its dependents. The caller fails the tasks that ran there."""
+        pool = self._pool
+        pool.lose_node(node, why)
+        shut = False
+        for queue in self._buckets.values():
+            if queue.fits_empty and not pool.could_ever_fit(queue.shape):
+                queue.fits_empty = False
+                shut = True
+        ended: List[Transition] = []
+        if not shut:
+            return ended
+        for task in list(self._tasks.values()):
+            bucket = task.bucket
+            if bucket is None or bucket.fits_empty \
+                    or task.state not in (TaskState.WAITING, TaskState.QUEUED):
+                continue
+            message = (f"task {task.name!r} asks for {bucket.shape.describe()}, which can no "
+                       f"longer fit: the pool has {pool.describe()}")
+            queued = task.state is TaskState.QUEUED
+            self._end(task, TaskState.FAILED, message)
+            if queued:
+                bucket.drop(task)
+                self._dequeued(task)
+            ended.append(Transition(task.name, TaskState.FAILED, message))
+            ended.extend(self._settle_dependents(task))
+        return ended
+
     def forget(self, task_id: str) -> None:
         """Drop an ended task, so that its name can be used again (QCG's ``removeJob``)."""
         task = self._task(task_id)
@@ -542,14 +462,14 @@ class Scheduler:
         if group is not None and group in self._tasks:
             raise ValueError(f"TaskRequest.group: {group!r} is already the name of a task")
 
-    def _bucket(self, request: ResourceRequest) -> _Bucket:
+    def _bucket(self, request: ResourceRequest) -> ShapeQueue:
         shape = self._shapes.get(request)
         if shape is None:
             shape = self._pool.resolve(request)
             self._shapes[request] = shape
         bucket = self._buckets.get(shape)
         if bucket is None:
-            bucket = _Bucket(shape, self._pool.could_ever_fit(shape), len(self._buckets))
+            bucket = ShapeQueue(shape, self._pool.could_ever_fit(shape), len(self._buckets))
             self._buckets[shape] = bucket
         return bucket
 

@@ -2,18 +2,24 @@
 
 Pure text: nothing is written or started here (the engine writes the node file and starts
 the task). ``QCG_PM_*`` always; ``SLURM_*`` when asked, rewritten to describe the share rather
-than the whole allocation so that ``srun`` or ``mpirun`` inside the task stays within it; the GPUs
+than the whole allocation so that ``srun`` or ``mpirun`` inside the task stays within it: the
+counts in Slurm's own forms (``2(x3),1``), and ``SLURM_DISTRIBUTION=arbitrary`` with
+``SLURM_HOSTFILE`` naming the task's node file, which is how ``srun`` is told the nodes of a
+step (without it, a step takes the job's first nodes). Two values here are left for the process
+layer (:mod:`~psij.executors.pilot._task_process`) to finish, as only it knows the node file's
+path: an empty ``SLURM_HOSTFILE`` becomes that path, and an empty ``SLURM_NTASKS_PER_NODE``
+(a share with different counts per node, where Slurm sets none) is removed. The GPUs
 of the share's first node in ``CUDA_VISIBLE_DEVICES`` (``ROCR_VISIBLE_DEVICES`` and
 ``HIP_VISIBLE_DEVICES`` on AMD), by id where the node's GPUs are known by id, else by index.
 """
 
-from typing import TYPE_CHECKING, Dict, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 if TYPE_CHECKING:
     from psij.executors._gpu_detect import GpuSet
     from psij.executors.pilot.tasks import TaskShare
 
-__all__ = ["nodefile_text", "pilot_environment"]
+__all__ = ["nodefile_text", "pilot_environment", "slurm_counts"]
 
 
 def pilot_environment(task_id: str, share: "TaskShare", cores_per_process: int,
@@ -31,7 +37,7 @@ def pilot_environment(task_id: str, share: "TaskShare", cores_per_process: int,
         "QCG_PM_TASKS_PER_NODE": per_node,
     }
     if slurm:
-        env.update(_slurm_environment(nodes, count, processes, per_node, cores_per_process))
+        env.update(_slurm_environment(nodes, count, processes, share, cores_per_process))
     if gpus is not None:
         env.update(gpus.environment(gpus.ids))
     elif share.gpus and share.gpus[0]:
@@ -39,14 +45,32 @@ def pilot_environment(task_id: str, share: "TaskShare", cores_per_process: int,
     return env
 
 
-def _slurm_environment(nodes: str, count: str, processes: str, per_node: str,
+def slurm_counts(counts: Sequence[int]) -> str:
+    """Counts per node as Slurm writes them: ``2(x3),1`` for 2, 2, 2, 1."""
+    groups: List[str] = []
+    i = 0
+    while i < len(counts):
+        j = i
+        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
+            j += 1
+        groups.append(str(counts[i]) if j == i else f"{counts[i]}(x{j - i + 1})")
+        i = j + 1
+    return ",".join(groups)
+
+
+def _slurm_environment(nodes: str, count: str, processes: str, share: "TaskShare",
                        cores_per_process: int) -> Dict[str, str]:
+    counts = share.processes
+    per_node = slurm_counts(counts)
+    uniform = all(c == counts[0] for c in counts)
     env = {
         "SLURM_NNODES": count, "SLURM_NODELIST": nodes, "SLURM_NPROCS": processes,
         "SLURM_NTASKS": processes, "SLURM_JOB_NODELIST": nodes, "SLURM_JOB_NUM_NODES": count,
         "SLURM_STEP_NODELIST": nodes, "SLURM_STEP_NUM_NODES": count,
-        "SLURM_STEP_NUM_TASKS": processes, "SLURM_NTASKS_PER_NODE": per_node,
+        "SLURM_STEP_NUM_TASKS": processes,
+        "SLURM_NTASKS_PER_NODE": str(counts[0]) if uniform else "",
         "SLURM_STEP_TASKS_PER_NODE": per_node, "SLURM_TASKS_PER_NODE": per_node,
+        "SLURM_DISTRIBUTION": "arbitrary", "SLURM_HOSTFILE": "",
     }
     if cores_per_process > 1:
         env["SLURM_CPUS_PER_TASK"] = str(cores_per_process)
