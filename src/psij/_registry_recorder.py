@@ -355,10 +355,31 @@ class _Writer:
 
 
 _WRITER = _Writer()
+_BEFORE_FLUSH_SECONDS = 30.0
+
+
+# Called by flush() first, with the seconds they may take: executors whose jobs get their
+# native id after submit returns (the local executor's keepers) let those arrive, so that a
+# flush after submit records what a synchronous submit would have.
+_BEFORE_FLUSH: List[Callable[[float], None]] = []
+
+
+def before_flush(hook: Callable[[float], None]) -> None:
+    """Have ``hook(seconds)`` run at the start of every :func:`flush` (once, however often
+    it is given)."""
+    if hook not in _BEFORE_FLUSH:
+        _BEFORE_FLUSH.append(hook)
 
 
 def flush(timeout: Optional[float] = None) -> bool:
-    return _WRITER.flush(timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for hook in list(_BEFORE_FLUSH):
+        try:
+            hook(_BEFORE_FLUSH_SECONDS if deadline is None
+                 else max(0.0, deadline - time.monotonic()))
+        except Exception:
+            logger.exception("the job registry: a step before flushing failed")
+    return _WRITER.flush(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
 
 def _flush_at_exit() -> None:

@@ -375,6 +375,7 @@ def set_recording(on: bool) -> None:
 
 def flush(timeout: Optional[timedelta] = None) -> bool:
     """Wait until every status change recorded so far is written; False on timeout. (It is
-    done at exit too.)"""
+    done at exit too.) Local jobs submitted so far get their native ids first (their starts
+    are answered after ``submit`` returns), so each is recorded with its process id."""
     seconds = None if timeout is None else _seconds("flush timeout", timeout)
     return _registry_recorder.flush(seconds)

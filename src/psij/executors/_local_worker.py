@@ -6,7 +6,8 @@ watch never runs user code. Jobs handed to a
 keeper start after ``submit`` returns; at a normal exit of the process, :func:`drain_at_exit`
 has every start still queued sent and answered, and their statuses recorded in the job
 registry, so that a job submitted just before the exit is known there (a ``kill -9`` gives no
-such chance: a job whose start was not sent yet never runs).
+such chance: a job whose start was not sent yet never runs). ``psij.registry.flush`` does the
+same for the starts (:func:`settle_starts`).
 
 It must not start processes nor set job states itself.
 """
@@ -19,7 +20,7 @@ import threading
 import time
 from typing import Callable, List, Optional
 
-__all__ = ["STARTS", "WORKER", "Worker", "prepare"]
+__all__ = ["STARTS", "WORKER", "Worker", "prepare", "settle_starts"]
 
 logger = logging.getLogger("psij.executors.local")
 
@@ -84,6 +85,20 @@ def prepare() -> None:
         STARTS.start()
         WORKER.start()
         atexit.register(drain_at_exit)
+        from psij._registry_recorder import before_flush
+
+        before_flush(settle_starts)
+
+
+def settle_starts(timeout: float) -> None:
+    """Before ``psij.registry.flush``: the starts queued with keepers are sent and answered
+    and the ACTIVE statuses that follow set (``timeout`` seconds at most), so that a flush
+    after ``submit`` records each job with its native id."""
+    from psij.executors._keeper_client import drain_keepers
+
+    deadline = time.monotonic() + timeout
+    drain_keepers(timeout)
+    STARTS.drain(max(0.0, deadline - time.monotonic()))
 
 
 def drain_at_exit() -> None:
