@@ -69,8 +69,14 @@ def run_script(name: str, tmp_path: Path, spec: JobSpec,
     text = ex.submit_script(Job(spec))
     ex.work_directory.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **{ID_VARIABLE[name]: NATIVE_ID})
-    proc = subprocess.Popen(["/bin/bash", "-c", text], env=env, start_new_session=True,
-                            stdin=subprocess.DEVNULL)
+    # A scheduler starts a job with the default signal dispositions; a test run under nohup
+    # ignores HUP, which a shell started so could never trap.
+    hup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        proc = subprocess.Popen(["/bin/bash", "-c", text], env=env, start_new_session=True,
+                                stdin=subprocess.DEVNULL)
+    finally:
+        signal.signal(signal.SIGHUP, hup)
     try:
         wait_for(tmp_path / "ready")
         start = time.monotonic()
