@@ -271,11 +271,8 @@ def group_by_shape(shapes: Sequence[Tuple[Job, Optional[str]]]) -> List[List[Job
 def can_render_arrays(executor: "BatchSchedulerExecutor") -> bool:
     """True when the executor's scripts come from the template renderer (its
     ``generate_submit_script`` not overridden), which array scripts are built with."""
-    from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
-
     return (isinstance(getattr(executor, "generator", None), TemplatedScriptGenerator)
-            and type(executor).generate_submit_script
-            is BatchSchedulerExecutor.generate_submit_script)
+            and executor._stock("generate_submit_script"))
 
 
 def submit_many(executor: "BatchSchedulerExecutor", jobs: Iterable[Job]) -> None:

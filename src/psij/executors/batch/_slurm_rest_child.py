@@ -36,13 +36,13 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from psij._spawn import popen
 from psij.executors.batch import _slurm_rest as rest
-from psij.executors.batch._environ import inherited
-from psij.executors.batch._runner import (
+from psij.executors.batch._command import (
     MAY_HAVE_BEEN_SUBMITTED,
     CommandResult,
-    _kill_group,
+    kill_group,
     start_failure,
 )
+from psij.executors.batch._environ import inherited
 from psij.executors.batch._spares import _umask
 
 __all__ = ["IDLE_S", "REST_S", "RestSubmitter", "slurmrestd_beside"]
@@ -240,7 +240,7 @@ class RestSubmitter:
         try:
             proc.wait(2.0)  # ends by itself at the end of its input
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_group(proc)
             proc.wait()
 
     def _ensure_thread(self) -> None:

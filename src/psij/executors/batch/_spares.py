@@ -40,14 +40,14 @@ from collections import deque
 from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
 from psij._spawn import popen
-from psij.executors.batch._environ import inherited_bytes
-from psij.executors.batch._runner import (
+from psij.executors.batch._command import (
     CommandResult,
     InFlight,
-    _kill_group,
     finish,
+    kill_group,
     script_bytes,
 )
+from psij.executors.batch._environ import inherited_bytes
 
 __all__ = ["IDLE_S", "MAX_SPARES", "REST_S", "SpareCommands", "origin"]
 
@@ -114,7 +114,7 @@ class _Spare:
 
 def _stop(proc: "subprocess.Popen[bytes]") -> None:
     """Kill a spare that was given no script (so it submitted nothing) and reap it."""
-    _kill_group(proc)
+    kill_group(proc)
     for pipe in (proc.stdin, proc.stdout, proc.stderr):
         if pipe is not None:
             try:
@@ -151,7 +151,7 @@ class SpareCommands:
     def run(self, argv: Tuple[str, ...], timeout: float, stdin: str,
             in_flight: Optional[InFlight] = None) -> Optional[CommandResult]:
         """Run ``argv`` with ``stdin`` by a spare (followed in ``in_flight`` while it runs, see
-        :func:`~psij.executors.batch._runner.finish`); None when none fits (then the caller
+        :func:`~psij.executors.batch._command.finish`); None when none fits (then the caller
         starts the command itself; a spare of ``argv`` is on its way for the next time)."""
         if os.getpid() != self._pid:
             return None

@@ -35,11 +35,9 @@ def run_submit(executor: "BatchSchedulerExecutor", job: Job,
                text: str) -> Tuple[CommandResult, Path]:
     """Run the submit command for ``text``, the script of ``job``; the result and the path
     of the script (which exists only if it was written, see the module's docstring)."""
-    from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
-
     path = executor.work_directory / f"{job.id}.job"
     in_memory = (executor.SCRIPT_ON_STDIN and not executor.batch_config.keep_files
-                 and type(executor).get_submit_stdin is BatchSchedulerExecutor.get_submit_stdin)
+                 and executor._stock("get_submit_stdin"))
     if in_memory:
         if not executor._work_dir_checked:
             executor._ensure_work_dir()  # the job writes its files there
@@ -56,8 +54,7 @@ def run_submit(executor: "BatchSchedulerExecutor", job: Job,
         result = runner.run_spared(argv, executor.batch_config.command_timeout, text, spares)
     else:
         data = text if in_memory else executor.get_submit_stdin(job, path)
-        if isinstance(runner, SubprocessRunner) \
-                and type(executor)._run is BatchSchedulerExecutor._run:
+        if isinstance(runner, SubprocessRunner) and executor._stock("_run"):
             # As a submit command: SubprocessRunner.stop_submits stops it.
             result = runner.run(argv, executor.batch_config.command_timeout, data, submit=True)
         else:

@@ -39,6 +39,7 @@ Rules:
 from enum import Enum
 from types import MappingProxyType
 from typing import (
+    TYPE_CHECKING,
     AbstractSet,
     Any,
     Dict,
@@ -58,11 +59,14 @@ from psij.executors.batch._status_table import is_held_by_scheduler
 from psij.executors.batch._unstartable import CAUSE, failed_message, unstartable_reason
 from psij.job_state import JobState
 
+if TYPE_CHECKING:
+    from psij.job_status import JobStatus
+
 __all__ = [
     "Action", "CancelAsked", "CancelFailed", "Event", "Finish", "Hurry", "IllegalEvent",
     "JobAdded", "JobTracker", "MissingResolved", "Observation", "Phase", "PollFailed",
     "PollSucceeded", "ReportState", "ResolveMissing", "Restate", "RunStatusCommand", "Settings",
-    "Tick", "TrackedJob", "TrackerState", "Withdraw", "step",
+    "Tick", "TrackedJob", "TrackerState", "Withdraw", "observed", "step",
 ]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -89,6 +93,15 @@ class Observation(Record):
     def __init__(self, state: JobState, message: Optional[str] = None,
                  exit_code: Optional[int] = None, metadata: Mapping[str, Any] = _EMPTY) -> None:
         self._store(state, message, exit_code, metadata)
+
+
+def observed(status: "JobStatus", source: Optional[str] = None) -> Observation:
+    """What ``status`` (read from the scheduler's queue or accounting) says of a job; with
+    ``source``, its metadata says where it came from unless it says so already."""
+    meta = dict(status.metadata or {})
+    if source is not None:
+        meta.setdefault("source", source)
+    return Observation(status.state, status.message, status.exit_code, meta)
 
 
 class Settings(Record):

@@ -88,6 +88,7 @@ from psij.executors.batch._tracking import (
     Observation,
     PollFailed,
     PollSucceeded,
+    observed,
 )
 from psij.executors.batch.script_generator import TemplatedScriptGenerator
 from psij.job import Job
@@ -529,6 +530,11 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, SignalHooks, 
                 self._poller = StatusPoller(self, self.batch_config._settings(), self._clock)
             return self._poller
 
+    @classmethod
+    def _stock(cls, hook: str) -> bool:
+        """Whether the method ``hook`` is this base class's own, not a backend's override."""
+        return getattr(cls, hook) is getattr(BatchSchedulerExecutor, hook)
+
     def _direct_submit(self, argv: Sequence[str], script: str) -> Optional[CommandResult]:
         """What ``argv`` would answer for ``script``, got another way; None: run it."""
         return None
@@ -554,7 +560,7 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, SignalHooks, 
         except Exception as e:
             return PollFailed(f"{result.describe()} -- not understood: {e}")
         wanted = set(native_ids)
-        return PollSucceeded({nid: _observation(st) for nid, st in statuses.items()
+        return PollSucceeded({nid: observed(st) for nid, st in statuses.items()
                               if nid in wanted})
 
     def _resolve_missing(self, native_ids: Sequence[str]) -> MissingResolved:
@@ -589,7 +595,7 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, SignalHooks, 
                 continue
             for nid, st in statuses.items():
                 if nid in native_ids:
-                    found.setdefault(nid, _observation(st, source="accounting"))
+                    found.setdefault(nid, observed(st, source="accounting"))
         return found
 
     def _aux_path(self, native_id: str, suffix: str) -> Path:
@@ -686,12 +692,3 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, SignalHooks, 
         return f"{type(self).__name__}(work_directory={self.work_directory})"
 
     __repr__ = __str__
-
-
-def _observation(status: JobStatus, source: Optional[str] = None) -> Observation:
-    meta = dict(status.metadata or {})
-    if source is not None:
-        meta.setdefault("source", source)
-    return Observation(status.state, status.message, status.exit_code, meta)
-
-
