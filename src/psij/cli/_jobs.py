@@ -119,7 +119,7 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
 
 
 def _add_progress_options(sub: Any) -> None:
-    from psij._cli_progress import DEFAULT_INTERVAL, check_interval
+    from psij.cli._wait_progress import DEFAULT_INTERVAL, check_interval
 
     def interval(text: str) -> float:
         import argparse
@@ -322,7 +322,7 @@ def _progress_wanted(args: "argparse.Namespace") -> Optional[bool]:
 
 
 def _wait_showing(chosen: _Chosen, live: bool, every: float) -> None:
-    from psij._cli_progress import Progress
+    from psij.cli._wait_progress import Progress
 
     def states() -> List[str]:
         return [_live(r, chosen.jobs.get(r[0]))[4] for r in chosen.rows]

@@ -22,15 +22,15 @@ import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from psij._cli_config import add_config_command, config_main
-from psij._cli_flow import FLOW_VERBS, add_flow_commands, flow_main
-from psij._cli_jobs import JOB_COMMANDS, add_job_commands, jobs_main
-from psij._cli_pilot import add_pilot_commands, pilot_main, plain_pilot_run, whole_number
-from psij._cli_pipes import silence_stdout, stdout_reader_gone
-from psij._cli_streams import OutputCopies, StreamRefused, inherited_stream_path, same_open_file
-from psij._cli_supervise import add_supervise_command, supervise_main
 from psij._declared_attributes import from_text
 from psij._stop_signals import StopSignals
+from psij.cli._broken_pipe import silence_stdout, stdout_reader_gone
+from psij.cli._config import add_config_command, config_main
+from psij.cli._flow import FLOW_VERBS, add_flow_commands, flow_main
+from psij.cli._job_streams import OutputCopies, StreamRefused, inherited_stream_path, same_open_file
+from psij.cli._jobs import JOB_COMMANDS, add_job_commands, jobs_main
+from psij.cli._pilot import add_pilot_commands, pilot_main, plain_pilot_run, whole_number
+from psij.cli._supervise import add_supervise_command, supervise_main
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.job import Job
 from psij.job_attributes import JobAttributes
@@ -309,7 +309,7 @@ def build_spec(args: "argparse.Namespace", inherit_streams: bool = True,
 
     With ``inherit_streams`` the job gets this process's standard streams where no file is
     named (``run``; through ``copies`` where the executor would truncate them, see
-    :mod:`psij._cli_streams`); without, those streams are left unset (``script``: the job runs
+    :mod:`psij.cli._job_streams`); without, those streams are left unset (``script``: the job runs
     elsewhere, later). Raises UsageError, StreamRefused, or the ValueError/TypeError/
     InvalidJobException of the core classes.
     """
