@@ -220,8 +220,8 @@ OTHER_LINES = [
 def test_a_plain_pilot_run_line_is_read_as_argparse_reads_it(line: List[str]) -> None:
     # `psij pilot run` reads its plain lines without argparse; every other line goes to
     # argparse, which then says what is wrong with it.
-    from psij._cli_pilot import plain_pilot_run
     from psij.cli import _build_parser
+    from psij.cli._pilot import plain_pilot_run
 
     argv = ["pilot", "run", *line]
     plain = plain_pilot_run(argv)

@@ -17,7 +17,7 @@ HEAVY = ["psij.job", "psij.job_spec", "psij.job_executor", "psij.job_launcher", 
          "typing", "threading", "pathlib", "datetime", "re", "enum", "json", "logging", "uuid",
          "subprocess", "dataclasses", "inspect", "typeguard", "packaging", "packaging.version",
          "sqlite3", "psij.registry", "psij._registry_store", "asyncio", "psij._job_async",
-         "tqdm", "psij._cli_progress"]
+         "tqdm", "psij.cli._wait_progress"]
 
 
 def run_fresh(code: str, cwd: Path) -> Any:

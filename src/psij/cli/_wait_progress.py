@@ -4,7 +4,8 @@ the rate at which jobs end and the time left.
 On a terminal it is one live line redrawn in place (drawn by tqdm); elsewhere (a pipe, a file)
 it is a plain line now and then and one when all are final, each a whole line. It writes to
 standard error, so what ``psij wait`` prints on standard output is unchanged. tqdm is loaded
-only here, when a wait shows its progress.
+only here, when a wait shows its progress. It asks no executor and reads no registry: the
+wait hands it the states it saw. It imports no other module of :mod:`psij.cli`.
 """
 
 import math

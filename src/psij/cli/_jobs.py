@@ -13,6 +13,10 @@ process (``psij.executors._local_keeper``), which outlives ``submit``, records t
 code when it ends, and then exits. Jobs of other executors live in their scheduler.
 
 Output written to a closed pipe (``psij list | head``) ends the command quietly.
+
+Jobs are read and changed only through :mod:`psij.registry` and their executors; this module
+imports the shared modules of :mod:`psij.cli` (``_common``, ``_job_options``,
+``_wait_progress``) and no other command's.
 """
 
 import json
@@ -21,18 +25,16 @@ import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
+from psij.cli._common import EXIT_FAILED, EXIT_USAGE, UsageError, exit_status, formatters, say
+
 if TYPE_CHECKING:
     import argparse
 
     from psij.job import Job
     from psij.registry import JobRecord
 
-__all__ = ["JOB_COMMANDS", "add_job_commands", "jobs_main"]
+__all__ = ["add_job_commands", "jobs_main"]
 
-JOB_COMMANDS = ("submit", "status", "wait", "cancel", "priority", "list", "attach")
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 _STATUS_WAIT = timedelta(seconds=30)  # for a re-attached job's first status
 _CANCEL_WAIT = timedelta(seconds=120)  # a batch job's cancellation is seen at a later poll
 _MESSAGE_WIDTH = 60
@@ -45,11 +47,9 @@ _JSON_HELP = ("--json prints a JSON array with one object per job: id, executor,
 
 def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
     """The registry commands (``only`` that one when given)."""
-    from psij.cli import _formatters
-
-    plain, raw = _formatters()
+    plain, raw = formatters()
     if only in (None, "submit"):
-        from psij.cli import _ATTRIBUTE_HELP, DEFAULT_EXECUTOR, _add_job_options
+        from psij.cli._job_options import ATTRIBUTE_HELP, DEFAULT_EXECUTOR, add_job_options
 
         submit = commands.add_parser(
             "submit", help="submit one job, print its id and return at once",
@@ -59,11 +59,11 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
                         "The options are those of `psij run`; the job's standard streams are\n"
                         "/dev/null unless --stdin, --stdout and --stderr name files.",
             epilog="exit status: 0 when submitted; 1 when it could not be submitted or "
-                   "recorded; 2 for bad usage\n\n" + _ATTRIBUTE_HELP)
+                   "recorded; 2 for bad usage\n\n" + ATTRIBUTE_HELP)
         submit.add_argument("--executor", default=DEFAULT_EXECUTOR, metavar="NAME",
                             help=f"executor to submit to (default: {DEFAULT_EXECUTOR})")
         submit.add_argument("--tag", metavar="TAG", help="label to find the job by")
-        _add_job_options(submit)
+        add_job_options(submit)
     for name, text in (("status", "show the current state of recorded jobs"),
                        ("wait", "wait until recorded jobs are final"),
                        ("cancel", "cancel recorded jobs")):
@@ -119,7 +119,7 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
 
 
 def _add_progress_options(sub: Any) -> None:
-    from psij._cli_progress import DEFAULT_INTERVAL, check_interval
+    from psij.cli._wait_progress import DEFAULT_INTERVAL, check_interval
 
     def interval(text: str) -> float:
         import argparse
@@ -210,12 +210,6 @@ def _short(message: Optional[str]) -> str:
     return text if len(text) <= _MESSAGE_WIDTH else text[:_MESSAGE_WIDTH - 3] + "..."
 
 
-def _say(message: str, what: str) -> None:
-    from psij.cli import _say as say
-
-    say(message, what)
-
-
 # -- choosing and refreshing jobs ------------------------------------------------------------
 
 class _Chosen:
@@ -261,7 +255,7 @@ class _Chosen:
 
     def say_problems(self, what: str) -> None:
         for problem in self.problems:
-            _say(problem, what)
+            say(problem, what)
 
     def print(self, as_json: bool) -> None:
         if as_json:
@@ -292,7 +286,6 @@ def _list(args: "argparse.Namespace") -> int:
 
 
 def _wait(args: "argparse.Namespace") -> int:
-    from psij.cli import exit_status
     from psij.job_state import JobState
     from psij.job_status import JobStatus
 
@@ -322,7 +315,7 @@ def _progress_wanted(args: "argparse.Namespace") -> Optional[bool]:
 
 
 def _wait_showing(chosen: _Chosen, live: bool, every: float) -> None:
-    from psij._cli_progress import Progress
+    from psij.cli._wait_progress import Progress
 
     def states() -> List[str]:
         return [_live(r, chosen.jobs.get(r[0]))[4] for r in chosen.rows]
@@ -405,7 +398,7 @@ def _priority(args: "argparse.Namespace") -> int:
                             "give priorities to the scheduler (use_nice is off), so its place "
                             "there stays")
     for problem in problems:
-        _say(problem, "priority")
+        say(problem, "priority")
     return EXIT_FAILED if problems else 0
 
 
@@ -428,10 +421,10 @@ def _attach(args: "argparse.Namespace") -> int:
 def _submit(args: "argparse.Namespace") -> int:
     import psij.registry
     from psij._plugins import REGISTRY
-    from psij.cli import _check_launcher, build_spec
+    from psij.cli._job_options import build_spec, check_launcher
 
     spec = build_spec(args, inherit_streams=False)
-    _check_launcher(args.launcher)
+    check_launcher(args.launcher)
     if args.tag is not None:
         psij.registry._check_tag(args.tag)
     REGISTRY.select("executor", args.executor)  # an unknown name is refused first
@@ -462,7 +455,6 @@ _HANDLERS = {"submit": _submit, "status": _status, "wait": _wait, "cancel": _can
 
 def jobs_main(args: "argparse.Namespace") -> int:
     """Run one registry command; its exit status."""
-    from psij.cli import UsageError
     from psij.exceptions import InvalidJobException, SubmitException
     from psij.registry import RegistryError
 
@@ -479,14 +471,14 @@ def jobs_main(args: "argparse.Namespace") -> int:
         os.close(devnull)
         return EXIT_FAILED
     except RegistryError as ex:
-        _say(str(ex), command)
+        say(str(ex), command)
         return EXIT_FAILED
     except SubmitException as ex:
-        _say(f"{ex}", command)
+        say(f"{ex}", command)
         return EXIT_FAILED
     except InvalidJobException as ex:
-        _say(str(ex), f"{command}: error")
+        say(str(ex), f"{command}: error")
         return EXIT_FAILED if command == "attach" else EXIT_USAGE
     except (ValueError, TypeError, UsageError) as ex:
-        _say(str(ex), f"{command}: error")
+        say(str(ex), f"{command}: error")
         return EXIT_USAGE

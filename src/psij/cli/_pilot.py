@@ -1,32 +1,25 @@
 """The ``psij pilot`` commands' options (``serve``, ``run``) and their dispatch.
 
-Kept apart from :mod:`psij.cli` so that a plain ``psij pilot run`` line is read without
-argparse (:func:`plain_pilot_run`) and the pilot's modules are loaded only for a pilot
-command. Nothing here starts a pilot itself: ``run`` and ``serve`` are handed to
-:mod:`psij.executors.pilot.qcg_run` and :mod:`psij.executors.pilot.service`.
+A plain ``psij pilot run`` line is read here without argparse (:func:`plain_pilot_run`), and
+the pilot's modules are loaded only for a pilot command. Nothing here starts a pilot itself:
+``run`` and ``serve`` are handed to :mod:`psij.executors.pilot.qcg_run` and
+:mod:`psij.executors.pilot.service`. It imports only :mod:`psij.cli._common` of the command's
+modules, and nothing at import that a pilot's start-up would pay for.
 """
 
 from types import SimpleNamespace
 from typing import Any, Dict, Optional, Sequence
 
-__all__ = ["add_pilot_commands", "pilot_main", "plain_pilot_run", "whole_number"]
+from psij.cli._common import EXIT_USAGE, formatters, positive_int, say, whole_number
 
-
-def whole_number(text: str) -> Optional[int]:
-    """``text`` as an int of at least 1, or None."""
-    try:
-        value = int(text)
-    except ValueError:
-        return None
-    return value if value >= 1 else None
+__all__ = ["add_pilot_commands", "pilot_main", "plain_pilot_run"]
 
 
 def add_pilot_commands(commands: Any, only: Optional[str] = None) -> None:
     """The ``pilot`` group; each of its subcommands is added by one function below (``only``
     that one when given)."""
-    from psij.cli import _formatters
     pilot = commands.add_parser(
-        "pilot", formatter_class=_formatters()[0], help="run many tasks inside one allocation",
+        "pilot", formatter_class=formatters()[0], help="run many tasks inside one allocation",
         description="Pilot commands: schedule many tasks inside one allocation (this machine, "
                     "or the nodes of the Slurm, PBS, Grid Engine or LSF job this runs in).")
     pilot_commands = pilot.add_subparsers(dest="pilot_command", metavar="PILOT_COMMAND")
@@ -37,10 +30,8 @@ def add_pilot_commands(commands: Any, only: Optional[str] = None) -> None:
 
 
 def _add_pilot_serve(pilot_commands: Any) -> None:
-    from psij.cli import _formatters, _positive_int
-
     serve = pilot_commands.add_parser(
-        "serve", formatter_class=_formatters()[0],
+        "serve", formatter_class=formatters()[0],
         help="start a pilot that accepts tasks on a Unix socket",
         description="Start a pilot on this allocation and serve it on a Unix socket (mode "
                     "0600) until SIGTERM or SIGINT, which cancel the running tasks and flush "
@@ -51,15 +42,13 @@ def _add_pilot_serve(pilot_commands: Any) -> None:
                "cannot start; 2 for bad usage")
     from psij.executors.pilot._serve_options import add_serve_options
 
-    add_serve_options(serve, _positive_int)
+    add_serve_options(serve, positive_int)
 
 
 def _add_pilot_run(pilot_commands: Any) -> None:
-    from psij.cli import _formatters, _positive_int
-
     run = pilot_commands.add_parser(
         "run", help="run a QCG-PilotJob request file and exit when every request is handled",
-        formatter_class=_formatters()[1],
+        formatter_class=formatters()[1],
         description="Start a pilot on this allocation and handle the requests of a QCG-PilotJob\n"
                     "request file (a JSON list of submit, control, jobStatus, jobInfo, cancelJob,\n"
                     "removeJob, listJobs, resourcesInfo and finish requests) in file order, one\n"
@@ -81,7 +70,7 @@ def _add_pilot_run(pilot_commands: Any) -> None:
             run.add_argument(option, action="store_true", help=text)
         else:
             run.add_argument(option, metavar=metavar, help=text,
-                             type=_positive_int if kind == "count" else str)
+                             type=positive_int if kind == "count" else str)
 
 
 # ``psij pilot run``'s options: (kind, metavar, help); what argparse builds and what
@@ -166,9 +155,7 @@ def pilot_main(args: Any) -> int:
         return serve_main(socket_path=args.socket, cores=args.cores, nodes=args.nodes,
                           work_directory=args.wd, resume=args.resume,
                           max_request_bytes=args.max_request_bytes, gpus=args.gpus)
-    from psij.cli import EXIT_USAGE, _say
-
-    _say("a pilot command is required: serve or run")
+    say("a pilot command is required: serve or run")
     return EXIT_USAGE
 
 

@@ -9,7 +9,8 @@ Any other executor (or ``local`` through a launcher script) would open that path
 such a file; there the job writes into a private file of the executor's work directory instead,
 and :class:`OutputCopies` copies it to this command's stream once the job has ended.
 
-Nothing here submits a job or reads the job's status.
+Nothing here submits a job or reads the job's status, and it imports no other module of
+:mod:`psij.cli`.
 """
 
 import fcntl

@@ -3,11 +3,17 @@ of it (one request of the wire protocol, its answer printed as JSON on standard 
 
 Exit status: 0 when the service said ok; 1 when it refused (its error is printed on standard
 error as ``psij flow VERB: MESSAGE [CODE]``) or cannot be reached; 2 for bad usage.
+
+The flows themselves are :mod:`psij.flows`; this module only reads the command line, sends and
+prints. It imports the shared modules of :mod:`psij.cli` (``_common``, ``_job_options``) and no
+other command's.
 """
 
 import json
 import sys
 from typing import Any, Dict, List, Optional
+
+from psij.cli._common import UsageError, formatters
 
 __all__ = ["FLOW_VERBS", "add_flow_commands", "flow_main"]
 
@@ -49,10 +55,10 @@ def _count(text: str) -> int:
 
 def add_flow_commands(commands: Any, only: Optional[str] = None) -> None:
     """The ``flow`` group (only the subcommand ``only`` when given)."""
-    from psij.cli import _add_job_options, _formatters
+    from psij.cli._job_options import add_job_options
 
     flow = commands.add_parser(
-        "flow", formatter_class=_formatters()[0],
+        "flow", formatter_class=formatters()[0],
         help="keep N jobs running: the flow service and its client",
         description="Flows keep a number of instances of one job running on an executor, "
                     "replacing those that end. 'serve' runs the service; the other commands "
@@ -66,7 +72,7 @@ def add_flow_commands(commands: Any, only: Optional[str] = None) -> None:
         if only not in (None, name):
             return None
         parser = verbs.add_parser(name, help=text, description=text + ".",
-                                  formatter_class=_formatters()[0], **kw)
+                                  formatter_class=formatters()[0], **kw)
         if name != "serve":
             parser.add_argument("--socket", metavar="PATH",
                                 help="the service's socket (default: $PSIJ_FLOW_SOCKET, "
@@ -92,7 +98,7 @@ def add_flow_commands(commands: Any, only: Optional[str] = None) -> None:
         p.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
                        help="any other field of the create request (repeatable), e.g. "
                             "quota_bytes=1000000")
-        _add_job_options(p)
+        add_job_options(p)
     p = verb("grow", "ask for N more instances")
     if p is not None:
         p.add_argument("handle")
@@ -199,7 +205,7 @@ def _create_fields(args: Any) -> Dict[str, Any]:
     import os
     import re
 
-    from psij.cli import UsageError, build_spec
+    from psij.cli._job_options import build_spec
     from psij.serialize import JSONSerializer
 
     fields: Dict[str, Any] = {"count": args.count, "executor": args.executor}

@@ -1,7 +1,8 @@
 """What the ``psij`` command does when the reader of its output goes away (``psij ... | head``).
 
 Only the standard output is considered: a broken pipe elsewhere (a socket to a served pilot) is
-an error of its own and is not hidden. Nothing here writes output.
+an error of its own and is not hidden. Nothing here writes output, and it imports no other
+module of :mod:`psij.cli`.
 """
 
 import os

@@ -1,17 +1,18 @@
 """``psij config``: print the site defaults in effect (see :mod:`psij._site_config`) and the file
-each comes from. It reads the configuration files and nothing else."""
+each comes from. It reads the configuration files and nothing else, and imports only
+:mod:`psij.cli._common` of the command's modules."""
 
 import sys
 from typing import Any, List
+
+from psij.cli._common import EXIT_FAILED, formatters
 
 __all__ = ["add_config_command", "config_main"]
 
 
 def add_config_command(commands: Any) -> None:
-    from psij.cli import _formatters
-
     parser = commands.add_parser(
-        "config", formatter_class=_formatters()[0],
+        "config", formatter_class=formatters()[0],
         help="show the site defaults in effect and where each comes from",
         description="Print the configuration files looked at (highest precedence first) and, "
                     "per executor, each default in effect with the file it comes from. A "
@@ -23,7 +24,6 @@ def add_config_command(commands: Any) -> None:
 
 def config_main(args: Any) -> int:
     from psij import _site_config
-    from psij.cli import EXIT_FAILED
 
     lines: List[str] = ["Configuration files (highest precedence first):"]
     for role, path in _site_config.files():

@@ -1,11 +1,15 @@
 """``psij supervise CONFIG.json``: run a server job and the client jobs it asks for (see
 :mod:`psij.supervise`). The configuration is read and checked whole before anything is
-submitted; each wrong field gives one line naming it and what is accepted.
+submitted; each wrong field gives one line naming it and what is accepted. The supervision
+itself is :func:`psij.supervise.run`; this module only reads the command line and the file, and
+imports only :mod:`psij.cli._common` of the command's modules.
 """
 
 import json
 import sys
 from typing import TYPE_CHECKING, Any, Optional
+
+from psij.cli._common import EXIT_USAGE, formatters
 
 if TYPE_CHECKING:  # loaded when the command runs, not with the command line
     import logging
@@ -14,11 +18,10 @@ __all__ = ["add_supervise_command", "supervise_main"]
 
 
 def add_supervise_command(commands: Any) -> None:
-    from psij.cli import _formatters
     from psij.version import __version__
 
     parser = commands.add_parser(
-        "supervise", formatter_class=_formatters()[0],
+        "supervise", formatter_class=formatters()[0],
         help="run a server job and the client jobs it asks for, restarting it when it dies",
         description="Submit the server job of CONFIG.json, submit the client jobs it asks "
                     "for over its connection, tell it how they end, ping it, and when it dies "
@@ -70,7 +73,6 @@ def _log_to_stderr(verbose: int) -> "Optional[logging.Handler]":
 
 
 def supervise_main(args: Any) -> int:
-    from psij.cli import EXIT_USAGE
     from psij.supervise import ConfigError, read_config, run
     from psij.supervise._config import options_text
 
