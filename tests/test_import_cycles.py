@@ -31,26 +31,11 @@ modules that reach one another), followed by the line of each step.
 import ast
 from collections import deque
 from pathlib import Path
-from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set
-
-import pytest
+from typing import Dict, Iterator, List, Optional, Sequence, Set
 
 import psij
 
 SRC = Path(psij.__file__).parent
-
-# The command line's modules import one another; they are being rebuilt as a package
-# ``psij/cli/`` without that circle. Only knots made of these modules alone are let through.
-# This list is to be emptied once that package lands; a name no longer on a circle fails the
-# test until it is removed from here.
-CLI_CYCLE_ALLOWANCE: FrozenSet[str] = frozenset({
-    "psij.cli",
-    "psij._cli_config",
-    "psij._cli_flow",
-    "psij._cli_jobs",
-    "psij._cli_pilot",
-    "psij._cli_supervise",
-})
 
 Graph = Dict[str, Dict[str, int]]  # module -> {imported module: line of the first such import}
 
@@ -203,12 +188,12 @@ def describe(graph: Graph, modules: Dict[str, Path], root: Path, cycle: List[str
     return "\n".join([" -> ".join(cycle), *steps])
 
 
-def cycles_left(root: Path, package: str, allowed: FrozenSet[str] = frozenset()) -> List[str]:
-    """One described circle per knot of the package, but knots made only of ``allowed``."""
+def cycles_left(root: Path, package: str) -> List[str]:
+    """One described circle per knot of the package."""
     graph = import_graph(root, package)
     modules = module_names(root, package)
     return [describe(graph, modules, root, shortest_cycle(graph, knot))
-            for knot in knots(graph) if not set(knot) <= allowed]
+            for knot in knots(graph)]
 
 
 def test_the_graph_of_psij_has_every_module_and_the_edges_it_should() -> None:
@@ -221,15 +206,9 @@ def test_the_graph_of_psij_has_every_module_and_the_edges_it_should() -> None:
         "psij.executors.batch._submit_io"]
 
 
-def test_no_module_of_psij_outside_the_command_line_is_on_an_import_cycle() -> None:
-    left = cycles_left(SRC, "psij", CLI_CYCLE_ALLOWANCE)
+def test_no_module_of_psij_is_on_an_import_cycle() -> None:
+    left = cycles_left(SRC, "psij")
     assert not left, "import cycles:\n" + "\n".join(left)
-
-
-def test_the_command_line_allowance_names_only_modules_still_on_a_cycle() -> None:
-    on_cycles = {m for knot in knots(import_graph(SRC, "psij")) for m in knot}
-    stale = sorted(CLI_CYCLE_ALLOWANCE - on_cycles)
-    assert not stale, f"not on any import cycle now, remove from CLI_CYCLE_ALLOWANCE: {stale}"
 
 
 def _package(tmp_path: Path, files: Dict[str, str]) -> Path:
@@ -305,21 +284,3 @@ def test_a_package_init_run_on_the_way_counts_unless_it_encloses_the_importer(
         "    pkg.ex.batch -> pkg.ex.batch.bse: ex/batch/__init__.py:1\n"
         "    pkg.ex.batch.bse -> pkg.job: ex/batch/bse.py:1\n"
         "    pkg.job -> pkg.ex.batch: job.py:1"]
-
-
-def test_a_knot_of_allowed_modules_only_is_let_through(tmp_path: Path) -> None:
-    root = _package(tmp_path, {
-        "__init__.py": "",
-        "cli.py": "def main() -> None:\n    from pkg import _cli_x\n",
-        "_cli_x.py": "from pkg.cli import main\n",
-        "core.py": "def f() -> None:\n    from pkg import _cli_x\n",
-        "other.py": "from pkg import core\nimport pkg._cli_x\n",
-    })
-    assert cycles_left(root, "pkg", frozenset({"pkg.cli", "pkg._cli_x"})) == []
-    (root / "_cli_x.py").write_text("from pkg.cli import main\nfrom pkg.core import f\n")
-    assert len(cycles_left(root, "pkg", frozenset({"pkg.cli", "pkg._cli_x"}))) == 1
-
-
-@pytest.mark.parametrize("name", sorted(CLI_CYCLE_ALLOWANCE))
-def test_the_command_line_allowance_names_command_line_modules(name: str) -> None:
-    assert name == "psij.cli" or name.startswith("psij._cli_")
