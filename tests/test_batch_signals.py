@@ -69,14 +69,17 @@ def run_script(name: str, tmp_path: Path, spec: JobSpec,
     text = ex.submit_script(Job(spec))
     ex.work_directory.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **{ID_VARIABLE[name]: NATIVE_ID})
-    # A scheduler starts a job with the default signal dispositions; a test run under nohup
-    # ignores HUP, which a shell started so could never trap.
-    hup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    # A scheduler starts a job with every signal at its default action; a test run under
+    # nohup ignores HUP, one run in the background of a script INT and QUIT, and a shell
+    # started with a signal ignored can never trap it.
+    was = {sig: signal.signal(sig, signal.SIG_DFL)
+           for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)}
     try:
         proc = subprocess.Popen(["/bin/bash", "-c", text], env=env, start_new_session=True,
                                 stdin=subprocess.DEVNULL)
     finally:
-        signal.signal(signal.SIGHUP, hup)
+        for sig, action in was.items():
+            signal.signal(sig, action)
     try:
         wait_for(tmp_path / "ready")
         start = time.monotonic()

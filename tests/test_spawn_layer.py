@@ -157,21 +157,41 @@ def ignored_signals(status: bytes) -> Set[int]:
 @pytest.mark.parametrize("mode", MODES)
 def test_signals_python_ignores_have_their_default_action_in_the_program(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
-    # cat changes no signal: its status shows what it was started with.
-    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # cat changes no signal: its status shows what it was started with. USR1 is ignored here
+    # after this process started (on purpose, as a caller would), not inherited.
+    before = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     try:
         out, _ = run_in(mode, tmp_path, ["cat", "/proc/self/status"],
                         {"PATH": os.environ["PATH"]}, monkeypatch)
         out_restored, _ = run_in(mode, tmp_path, ["cat", "/proc/self/status"],
                                  {"PATH": os.environ["PATH"]}, monkeypatch,
-                                 restore=(signal.SIGHUP,))
+                                 restore=(signal.SIGUSR1,))
     finally:
-        signal.signal(signal.SIGHUP, before)
+        signal.signal(signal.SIGUSR1, before)
     assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN  # Python's own
     ignored = ignored_signals(out)
     assert signal.SIGPIPE not in ignored and signal.SIGXFSZ not in ignored
-    assert signal.SIGHUP in ignored  # kept, unless asked: ignored on purpose by the caller
-    assert signal.SIGHUP not in ignored_signals(out_restored)
+    assert signal.SIGUSR1 in ignored  # kept, unless asked: ignored on purpose by the caller
+    assert signal.SIGUSR1 not in ignored_signals(out_restored)
+
+
+@pytest.mark.parametrize("posix_spawn", [True, False])
+def test_signals_ignored_when_this_process_started_have_their_default_action_in_a_job(
+        tmp_path: Path, posix_spawn: bool) -> None:
+    # A process started in the background of a script ignores INT and QUIT, under nohup HUP:
+    # a job it starts gets them back, as a scheduler would start it.
+    code = ("import os, sys; from psij import _spawn\n"
+            "r, w = os.pipe()\n"
+            "pid = _spawn.start(['cat', '/proc/self/status'], os.getcwd(), dict(os.environ), "
+            f"(0, w, 2), posix_spawn={posix_spawn})\n"
+            "os.close(w); os.waitpid(pid, 0)\n"
+            "sys.stdout.buffer.write(os.read(r, 65536))\n")
+    done = subprocess.run(["bash", "-c", 'trap "" INT QUIT HUP; exec "$0" -c "$1"',
+                           sys.executable, code], capture_output=True, timeout=LIMIT,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    ignored = ignored_signals(done.stdout)
+    assert not ignored & {signal.SIGINT, signal.SIGQUIT, signal.SIGHUP}, ignored
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -4,8 +4,9 @@ Two ways, for two kinds of children:
 
 - :func:`start` starts a *job* (a local job, a pilot's task, a keeper's job): a program as the
   leader of a new process group (or of a new session when asked), its three standard streams
-  dup'ed from given descriptors, the signals Python ignores (SIGPIPE, SIGXFSZ, and those the
-  caller names) back to their default action, no other descriptor of this process. It uses
+  dup'ed from given descriptors, the signals Python ignores (SIGPIPE, SIGXFSZ), those this
+  process was started with ignored and those the caller names back to their default action, no
+  other descriptor of this process. It uses
   ``os.posix_spawn``, which costs markedly less than ``subprocess.Popen``, when it can: the
   program runs in this process's working directory, or the caller is single-threaded and lets
   it change directory (the keeper), and this process holds no inheritable descriptor above 2
@@ -61,6 +62,27 @@ NOT_TEXT = "it holds a lone surrogate, which no file name or program can receive
 # default actions back, as Popen gives them.
 RESTORED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ", "SIGXFZ")
                          if hasattr(signal, name))
+
+
+def _ignored_at_start() -> Tuple[int, ...]:
+    """The signals this process was started with ignored, beyond Python's own: a background
+    command of a non-interactive shell ignores SIGINT and SIGQUIT, ``nohup`` SIGHUP, and an
+    ignored signal stays ignored across exec. A job is started as a scheduler starts one, with
+    every signal at its default action, so these are restored for jobs too."""
+    found = []
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP) or sig in RESTORED_SIGNALS:
+            continue
+        try:
+            if signal.getsignal(sig) is signal.SIG_IGN:
+                found.append(int(sig))
+        except (ValueError, OSError):
+            continue
+    return tuple(found)
+
+
+IGNORED_AT_START = _ignored_at_start()
+
 # exec's limit on one argument or "NAME=value" string on Linux (MAX_ARG_STRLEN: 32 pages).
 MAX_ARG_STRING = 32 * 4096
 
@@ -241,7 +263,7 @@ def start(argv: Sequence[str], directory: str, env: Mapping[str, str],
         leader: Dict[str, Any] = ({"setsid": True} if session or not _NEW_GROUP
                                   else {"setpgroup": 0})
         return os.posix_spawn(program, list(argv), env,
-                              setsigdef=RESTORED_SIGNALS + tuple(restore),
+                              setsigdef=RESTORED_SIGNALS + IGNORED_AT_START + tuple(restore),
                               file_actions=[(os.POSIX_SPAWN_DUP2, streams[0], 0),
                                             (os.POSIX_SPAWN_DUP2, streams[1], 1),
                                             (os.POSIX_SPAWN_DUP2, streams[2], 2)],
@@ -274,8 +296,8 @@ def _popen_start(argv: Sequence[str], directory: str, env: Mapping[str, str],
 
     leader: Dict[str, Any] = ({"start_new_session": True} if session or not _NEW_GROUP
                               else {"process_group": 0})
-    if restore:  # beyond what Popen restores itself
-        extra = tuple(restore)
+    extra = IGNORED_AT_START + tuple(restore)  # beyond what Popen restores itself
+    if extra:
         leader["preexec_fn"] = lambda: [signal.signal(s, signal.SIG_DFL) for s in extra]
     child = subprocess.Popen(list(argv), executable=program, stdin=streams[0],
                              stdout=streams[1], stderr=streams[2], cwd=directory, env=env,
