@@ -103,25 +103,22 @@ class GroupBook:
                           message=message)
 
 
-class ReportFile:
-    """``jobs.report``, appended to entry by entry from any thread; written out by
-    :meth:`flush`, or at once with ``flush=True``."""
+class LockedTextFile:
+    """A private text file appended to from any thread, one lock around every use: a write
+    after :meth:`close` is dropped; written out by :meth:`flush`, or at once with
+    ``flush=True``."""
 
     def __init__(self, path: Path, append: bool) -> None:
-        # A resumed run continues the report of the run it resumes: what is in it already is
-        # not written again.
-        self.earlier: Set[str] = _entry_names(path) if append else set()
         self._file = open_private(path, append)
         self._lock = threading.Lock()
 
-    def write(self, report: TaskReport, flush: bool = False) -> None:
-        text = format_report_entry(report)
-        with self._lock:
-            if self._file.closed or report.name in self.earlier:
-                return
-            self._file.write(text)
-            if flush:
-                self._file.flush()
+    def _append(self, text: str, flush: bool) -> None:
+        """Append ``text`` (the caller holds the lock)."""
+        if self._file.closed:
+            return
+        self._file.write(text)
+        if flush:
+            self._file.flush()
 
     def flush(self) -> None:
         with self._lock:
@@ -131,6 +128,22 @@ class ReportFile:
     def close(self) -> None:
         with self._lock:
             self._file.close()
+
+
+class ReportFile(LockedTextFile):
+    """``jobs.report``, appended to entry by entry from any thread."""
+
+    def __init__(self, path: Path, append: bool) -> None:
+        # A resumed run continues the report of the run it resumes: what is in it already is
+        # not written again.
+        self.earlier: Set[str] = _entry_names(path) if append else set()
+        super().__init__(path, append)
+
+    def write(self, report: TaskReport, flush: bool = False) -> None:
+        text = format_report_entry(report)
+        with self._lock:
+            if report.name not in self.earlier:
+                self._append(text, flush)
 
 
 def _entry_names(path: Path) -> Set[str]:

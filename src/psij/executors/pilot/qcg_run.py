@@ -51,7 +51,7 @@ from psij.executors.pilot.engine import (
     TaskSpec,
     TaskStatus,
 )
-from psij.executors.pilot.qcg_books import GroupBook, ReportFile, open_private
+from psij.executors.pilot.qcg_books import GroupBook, LockedTextFile, ReportFile
 from psij.executors.pilot.qcg_plan import (
     PlannedJob,
     PlannedSubmit,
@@ -115,30 +115,13 @@ class _Stop(Exception):
         self.signum = signum
 
 
-class ServiceLog:
+class ServiceLog(LockedTextFile):
     """``service.log``: time-stamped lines, written from the main and the engine thread."""
-
-    def __init__(self, path: Path, append: bool) -> None:
-        self._file = open_private(path, append)
-        self._lock = threading.Lock()
 
     def write(self, text: str, flush: bool = False) -> None:
         line = f"{datetime.now()} {text}\n"
         with self._lock:
-            if self._file.closed:
-                return
-            self._file.write(line)
-            if flush:
-                self._file.flush()
-
-    def flush(self) -> None:
-        with self._lock:
-            if not self._file.closed:
-                self._file.flush()
-
-    def close(self) -> None:
-        with self._lock:
-            self._file.close()
+            self._append(line, flush)
 
 
 def check_request_file(path: str, cores: Optional[int] = None, nodes: Optional[str] = None,
