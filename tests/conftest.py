@@ -6,6 +6,8 @@ scheduler commands are the fakes of ``tests/fake_site_scheduler.py``
 ``argv_dump`` are for the tests of the script-based launchers (tests/test_launchers_*.py).
 """
 
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Iterator, Tuple
 
@@ -44,3 +46,13 @@ def argv_dump(tmp_path: Path) -> Path:
     path = tmp_path / "argv_dump.py"
     path.write_text(ARGV_DUMP)
     return path
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A folder with a short path (Unix socket paths are limited) that jobs of the real
+    schedulers on this machine can read."""
+    folder = Path(tempfile.mkdtemp(prefix="pjs"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

@@ -5,7 +5,8 @@ never reap orphans), so a zombie counts as gone here.
 """
 
 import os
-from typing import List
+from contextlib import contextmanager
+from typing import Iterator, List
 
 
 def live_members(pgid: int) -> List[int]:
@@ -39,3 +40,26 @@ def members_left_after(pgid: int, timeout: float) -> List[int]:
     while live_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
     return live_members(pgid)
+
+
+@contextmanager
+def without_inheritable_descriptors() -> Iterator[None]:
+    """This process without the inheritable descriptors above 2 that whoever started the
+    tests may have left it (as posix_spawn needs); made inheritable again afterwards."""
+    cleared = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if fd > 2 and os.get_inheritable(fd):
+                os.set_inheritable(fd, False)
+                cleared.append(fd)
+        except OSError:
+            pass
+    try:
+        yield
+    finally:
+        for fd in cleared:
+            try:
+                os.set_inheritable(fd, True)
+            except OSError:
+                pass

@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import pytest
 
 from hostile_lines import hostile_lines
+from process_checks import without_inheritable_descriptors
 from psij.executors.pilot.allocation import configured_allocation, local_allocation
 from psij.executors.pilot.engine import (
     EngineConfig,
@@ -587,23 +588,8 @@ SIGPIPE_BIT = 1 << 12  # SIGPIPE (13) in the SigIgn mask of /proc/<pid>/status
 
 @pytest.fixture
 def no_inherited_descriptors() -> Iterator[None]:
-    """This process without the inheritable descriptors above 2 that whoever started the
-    tests may have left it (they are made inheritable again afterwards)."""
-    cleared = []
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        try:
-            if fd > 2 and os.get_inheritable(fd):
-                os.set_inheritable(fd, False)
-                cleared.append(fd)
-        except OSError:
-            pass
-    yield
-    for fd in cleared:
-        try:
-            os.set_inheritable(fd, True)
-        except OSError:
-            pass
+    with without_inheritable_descriptors():
+        yield
 
 
 @pytest.mark.parametrize("posix_spawn", [True, False], ids=["posix_spawn", "popen"])

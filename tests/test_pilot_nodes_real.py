@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from datetime import timedelta
@@ -48,15 +47,6 @@ def _slurm_problem() -> Optional[str]:
     if not set(NODES) <= usable:
         return f"Slurm has not the nodes {', '.join(NODES)} up: sinfo says {states} ({setup})"
     return None
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    # Short (Unix socket paths are limited) and visible to the Slurm job on this machine.
-    folder = Path(tempfile.mkdtemp(prefix="pjn"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 class FourNodePilot:

@@ -6,11 +6,10 @@ not those of the pilot's allocation. Without a running Slurm the test skips, say
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import pytest
 
@@ -29,15 +28,6 @@ def _slurm_problem() -> Optional[str]:
     if "UP" not in ping.stdout:
         return f"Slurm is not running: scontrol ping says {ping.stdout.strip()!r} ({setup})"
     return None
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    # Short (Unix socket paths are limited) and visible to the Slurm job on this machine.
-    folder = Path(tempfile.mkdtemp(prefix="pjs"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.slurm

@@ -19,6 +19,7 @@ from typing import Any, Dict, Iterator, List, Set, Tuple
 import pytest
 
 import psij
+from process_checks import without_inheritable_descriptors
 from psij import Job, JobExecutor, JobSpec, JobState
 from psij._spawn import (
     LaunchError,
@@ -73,24 +74,9 @@ def leaked() -> Iterator[int]:
 
 @pytest.fixture
 def no_inheritable_descriptors() -> Iterator[None]:
-    """This process without the inheritable descriptors above 2 that whoever started the
-    tests may have left it (made inheritable again afterwards): as posix_spawn needs it."""
-    cleared = []
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        try:
-            if fd > 2 and os.get_inheritable(fd):
-                os.set_inheritable(fd, False)
-                cleared.append(fd)
-        except OSError:
-            pass
-    assert posix_spawn_is_safe()
-    yield
-    for fd in cleared:
-        try:
-            os.set_inheritable(fd, True)
-        except OSError:
-            pass
+    with without_inheritable_descriptors():
+        assert posix_spawn_is_safe()
+        yield
 
 
 def run_in(mode: str, tmp_path: Path, argv: List[str], env: Dict[str, str],
