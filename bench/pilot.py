@@ -190,14 +190,15 @@ def _exited_cpu_s(pid: int) -> Tuple[float, float]:
             (int(fields[13]) + int(fields[14])) / tick)
 
 
-def run_measured(argv: List[str], output: IO[bytes], cwd: str
-                 ) -> Tuple[int, float, float, float]:
+def run_measured(argv: List[str], output: IO[bytes], cwd: str,
+                 extra_env: Optional[Dict[str, str]] = None) -> Tuple[int, float, float, float]:
     """Run ``argv`` to its exit: exit status, wall seconds, its own CPU seconds and its reaped
     children's. The CPU is read at its exit and before it is reaped, so nothing in the
     process is changed to measure it. Raises RuntimeError after ``RUN_LIMIT_S``."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=output,
-                            stderr=subprocess.STDOUT, env=_env(), cwd=cwd)
+                            stderr=subprocess.STDOUT, env={**_env(), **(extra_env or {})},
+                            cwd=cwd)
     timed_out = threading.Event()
 
     def expire() -> None:
@@ -223,8 +224,10 @@ def run_measured(argv: List[str], output: IO[bytes], cwd: str
     return returncode, whole, cpu[0], cpu[1]
 
 
-def one_round(side: str, requests: Path, tasks: int, cores: int = CORES) -> Dict[str, float]:
-    """Run one pilot process on ``requests``; figures of that run. Raises RuntimeError."""
+def one_round(side: str, requests: Path, tasks: int, cores: int = CORES,
+              extra_env: Optional[Dict[str, str]] = None) -> Dict[str, float]:
+    """Run one pilot process on ``requests`` (with ``extra_env`` added to its environment);
+    figures of that run. Raises RuntimeError."""
     if side in (LOCAL, PILOT_EXECUTOR):
         return executor_round("local" if side == LOCAL else "pilot", tasks)
     with tempfile.TemporaryDirectory(prefix=f"psij-bench-pilot-{side}-") as tmp:
@@ -233,7 +236,8 @@ def one_round(side: str, requests: Path, tasks: int, cores: int = CORES) -> Dict
         argv = command(side, requests, wd, cores)
         with open(Path(tmp) / "output", "wb") as output:
             spawned = time.time()
-            returncode, whole, self_cpu, children_cpu = run_measured(argv, output, tmp)
+            returncode, whole, self_cpu, children_cpu = run_measured(argv, output, tmp,
+                                                                     extra_env)
         if returncode != 0:
             raise RuntimeError(f"exited with {returncode}\n"
                                + _tail((Path(tmp) / "output").read_text(errors="replace")))

@@ -1,6 +1,7 @@
 """The pilot engine running real processes: task environment, node file and TMPDIR life cycle,
 cancel, dependencies, priorities, time limits, the journal and resume, and two virtual nodes
-served by agents."""
+served by agents. Each test runs twice: with the tasks of the engine's node started by the
+engine itself (what a node of three cores or fewer does by default) and through one worker."""
 
 import json
 import os
@@ -16,6 +17,7 @@ import pytest
 
 from hostile_lines import hostile_lines
 from process_checks import without_inheritable_descriptors
+from psij.executors.pilot._local_workers import WORKERS_VARIABLE
 from psij.executors.pilot.allocation import configured_allocation, local_allocation
 from psij.executors.pilot.engine import (
     EngineConfig,
@@ -33,6 +35,16 @@ SUCCEEDED, FAILED, CANCELED = TaskState.SUCCEEDED, TaskState.FAILED, TaskState.C
 OMITTED, QUEUED, WAITING, RUNNING = (TaskState.OMITTED, TaskState.QUEUED, TaskState.WAITING,
                                      TaskState.RUNNING)
 WAIT = 20.0
+
+
+@pytest.fixture(autouse=True, params=["engine-starts-tasks", "one-worker"])
+def task_starter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which process starts the tasks of the engine's node in this module's tests."""
+    if request.param == "one-worker":
+        monkeypatch.setenv(WORKERS_VARIABLE, "1")
+    else:
+        monkeypatch.delenv(WORKERS_VARIABLE, raising=False)
+    return str(request.param)
 
 
 class Recorder:

@@ -15,14 +15,16 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Set
+from typing import Any, Dict, Iterator, List, Optional, Set
 
 import pytest
 
 import test_pilot_engine as engine_tests
 from process_checks import alive, live_members
 from psij import InvalidJobException, Job, JobAttributes, JobExecutor, JobSpec, JobState
-from psij.executors.pilot._local_workers import LocalWorkers
+from psij.executors.pilot._inline_tasks import InlineTasks
+from psij.executors.pilot._local_workers import WORKERS_VARIABLE, LocalWorkers
+from psij.executors.pilot._task_process import HAS_PIDFD
 from psij.executors.pilot.engine import EngineConfig, PilotEngine, TaskEvent, TaskSpec
 from psij.executors.pilot.executor import PilotJobExecutor, PilotJobExecutorConfig
 from psij.executors.pilot.scheduler import TaskState
@@ -121,17 +123,21 @@ def test_lone_surrogates_fail_only_their_own_task(make_engine: Any, tmp_path: Pa
     assert engine.usage().free_cores == 1
 
 
+@pytest.mark.parametrize("workers", [None, 1], ids=["started-by-the-engine", "by-a-worker"])
 def test_an_unexpected_error_fails_only_its_task(make_engine: Any, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    real_assign = LocalWorkers.assign
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 workers: Optional[int]) -> None:
+    monkeypatch.delenv(WORKERS_VARIABLE, raising=False)
+    kind: Any = LocalWorkers if workers or not HAS_PIDFD else InlineTasks
+    real_assign = kind.assign
 
     def assign(self: Any, row: Any) -> None:
         if row[0] == "broken":
             raise RuntimeError("an engine bug")
         real_assign(self, row)
 
-    monkeypatch.setattr(LocalWorkers, "assign", assign)
-    engine = make_engine(cores=1)
+    monkeypatch.setattr(kind, "assign", assign)
+    engine = make_engine(cores=1, workers=workers)
     engine.submit(TaskSpec("broken", "/bin/true"))
     engine.submit(TaskSpec("after", "/bin/true"))
     out = finished(engine, "broken", "after")

@@ -615,11 +615,15 @@ def test_resume_does_not_rerun_succeeded_tasks(tmp_path: Path) -> None:
     count = tmp_path / "count"
     requests = [{"request": "submit", "jobs": [
         job("first", execution={"exec": "bash", "args": ["-c", f"echo first >> {count}"]}),
-        # Kills the pilot (its worker's parent) once, as a crash would, after "first"
-        # succeeded.
+        # Kills the pilot once, as a crash would, after "first" succeeded: the first
+        # process above the task running `psij pilot run` (its parent on a small node, its
+        # worker's parent on a larger one).
         job("crash", execution={"exec": "bash", "args": [
-            "-c", f"if [ ! -e {tmp_path}/crashed ]; then touch {tmp_path}/crashed; "
-                  f"kill -9 $(ps -o ppid= -p $PPID); sleep 5; fi; echo crash >> {count}"]},
+            "-c", f"if [ ! -e {tmp_path}/crashed ]; then touch {tmp_path}/crashed; p=$PPID; "
+                  "until [ \"$p\" -le 1 ] || "
+                  "tr '\\0' ' ' < /proc/$p/cmdline | grep -q 'pilot run '; do "
+                  "p=$(ps -o ppid= -p $p); done; "
+                  f"kill -9 $p; sleep 5; fi; echo crash >> {count}"]},
             dependencies={"after": ["first"]}),
         job("last", execution={"exec": "bash", "args": ["-c", f"echo last >> {count}"]},
             dependencies={"after": ["crash"]})]},

@@ -162,7 +162,7 @@ def test_the_number_of_workers_follows_the_config_the_variable_then_the_cores(
 
 def test_a_task_that_cannot_start_fails_with_the_shells_code_through_a_worker(
         make_engine: Any, tmp_path: Path) -> None:
-    engine = make_engine(cores=1)
+    engine = make_engine(cores=1, workers=1)
     engine.submit_many([TaskSpec("missing", str(tmp_path / "nothing-here")),
                         TaskSpec("after", "/bin/true")])
     out = finished(engine, "missing", "after")

@@ -107,7 +107,10 @@ class LocalWorkers:
     def __init__(self, tmp_root: Path, run_id: str, selector: selectors.BaseSelector,
                  loop_watch: Any, post: Callable[[EngineEvent], None],
                  on_started: StartedHandler, on_exit: ExitHandler, on_lost: LostHandler,
-                 limit: int, cores: int, grace: float, environment: Dict[str, str]) -> None:
+                 limit: int, cores: int, grace: float, environment: Dict[str, str],
+                 guard: bool = False) -> None:
+        # ``guard``: its workers get no tasks and end every process of the run when they
+        # lose the engine (see _inline_tasks).
         self._tmp_root = tmp_root
         self._run_id = run_id
         self._selector = selector
@@ -125,6 +128,7 @@ class LocalWorkers:
         self._count = 0
         self._spawner: Any = None
         self._pending = False  # something waits for flush()
+        self._guard = guard
 
     def __len__(self) -> int:
         return len(self._workers)
@@ -228,6 +232,8 @@ class LocalWorkers:
             sys.modules["psij"].__file__ or "")))
         argv = [sys.executable, "-c", _BOOT.format(path=path), "--parent", str(os.getpid()),
                 "--tmp-root", str(self._tmp_root / f"w{number}"), "--grace", str(self._grace)]
+        if self._guard:
+            argv += ["--guard", self._run_id]
         try:
             pid = self._spawner.spawn(argv, os.getcwd(), self._environment, their_stdin,
                                       their_stdout, 2)

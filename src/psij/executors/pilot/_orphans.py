@@ -18,7 +18,7 @@ from typing import Dict, Iterable, Optional, Set
 from psij.executors._process import SIGKILL, killpg, signal_reaped_group
 from psij.executors.pilot.journal import RUN_VARIABLE, is_task_process
 
-__all__ = ["end_orphaned_tasks"]
+__all__ = ["end_orphaned_tasks", "end_run_processes"]
 
 
 def end_orphaned_tasks(run: str, tasks: Dict[str, Optional[int]]) -> None:
@@ -33,12 +33,20 @@ def end_orphaned_tasks(run: str, tasks: Dict[str, Optional[int]]) -> None:
     _kill_marked(run, tasks)
 
 
-def _kill_marked(run: str, task_ids: Iterable[str]) -> None:
+def end_run_processes(run: str) -> None:
+    """KILL every process of this user whose environment carries the marker of run ``run``,
+    with its group: the tasks of an engine that is gone."""
+    _kill_marked(run, None)
+
+
+def _kill_marked(run: str, task_ids: Optional[Iterable[str]]) -> None:
+    """KILL this user's processes marked with ``run`` and one of ``task_ids`` (None: any)."""
     marker = f"{RUN_VARIABLE}={run}".encode()
-    wanted: Set[bytes] = {f"QCG_PM_STEP_ID={t}".encode("utf-8", "surrogatepass")
-                          for t in task_ids}
-    if not wanted:
-        return
+    wanted: Optional[Set[bytes]] = None
+    if task_ids is not None:
+        wanted = {f"QCG_PM_STEP_ID={t}".encode("utf-8", "surrogatepass") for t in task_ids}
+        if not wanted:
+            return
     uid = os.getuid()
     try:
         names = os.listdir("/proc")
@@ -55,7 +63,7 @@ def _kill_marked(run: str, task_ids: Iterable[str]) -> None:
                 variables = set(f.read().split(b"\0"))
         except OSError:
             continue
-        if marker in variables and not wanted.isdisjoint(variables):
+        if marker in variables and (wanted is None or not wanted.isdisjoint(variables)):
             pid = int(name)
             try:
                 group = os.getpgid(pid)

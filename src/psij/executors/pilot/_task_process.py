@@ -1,6 +1,7 @@
 """Starting one task's process on this node, and cleaning up after it.
 
-Shared by the pilot's workers (tasks on the engine's own node, :mod:`._worker`) and agents
+Shared by the pilot's workers (tasks on the engine's own node, :mod:`._worker`; on a small
+node the engine itself, :mod:`._inline_tasks`) and agents
 (tasks on the other nodes), so that a task is started the same way wherever it runs: its own
 process group, its directory, redirections and environment given to the spawn call (through
 the process layer that the local executor uses too, ``psij.executors._process``), a fresh
@@ -20,6 +21,7 @@ It does not decide what runs, when, or where, and it never blocks on a task.
 
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
@@ -51,6 +53,7 @@ __all__ = ["HAS_PIDFD", "Launch", "LaunchError", "LoopWatch", "TaskProcesses"]
 logger = LazyLogger(__name__)
 
 _GROUP_CHECK_INTERVAL = 0.05  # while what a task's leader left behind is being ended
+_KILL_REAP_WAIT = 1.0  # seconds, for the tasks killed at the owner's end to be reaped
 _SPARE_TMPDIRS = 64  # empty TMPDIRs of ended tasks kept for later tasks, at most
 # The selectors module's EVENT_READ, without importing it for a constant.
 _EVENT_READ = 1
@@ -359,6 +362,21 @@ class TaskProcesses:
     def signal_all(self, grace: float) -> None:
         for task_id in list(self._running):
             self.signal(task_id, grace)
+
+    def running_ids(self) -> List[str]:
+        return list(self._running)
+
+    def kill_all(self) -> None:
+        """KILL what is left of every task's group now, at the owner's end (its loop no
+        longer runs the timers a :meth:`signal` would need)."""
+        for process in self._running.values():
+            if not self._watch.signal_group(process.pid, SIGKILL):
+                signal_reaped_group(process.pid, SIGKILL)
+        # Reaped here (briefly), so that no zombie is left to a process that goes on.
+        deadline = time.monotonic() + _KILL_REAP_WAIT
+        for process in self._running.values():
+            while not reap(process.pid)[0] and time.monotonic() < deadline:
+                time.sleep(0.002)
 
     def remove_tmp_root(self) -> None:
         """Remove the folder of the TMPDIRs (after the last task ended)."""

@@ -27,6 +27,10 @@ killed with SIGKILL does not leave it behind); in every case it ends every task 
 KILL after a short grace) before it exits. A worker killed with SIGKILL cannot do that: the
 engine then ends that worker's tasks itself (:mod:`~psij.executors.pilot._orphans`).
 
+A guard (``--guard RUN``, the one worker of an engine that starts its tasks itself, see
+:mod:`~psij.executors.pilot._inline_tasks`) gets no tasks; when it loses the engine without
+being told to stop, it KILLs every process of this user that carries the run's marker.
+
 It never decides what runs, where or when: that is the engine's.
 """
 
@@ -41,6 +45,7 @@ from typing import Any, Dict, List, Optional
 from psij._line_framing import LineFramer, encode_line
 from psij._wakeup import Wakeup
 from psij.executors._process_watch import ExitHandler
+from psij.executors.pilot._orphans import end_run_processes
 from psij.executors.pilot._task_process import Launch, LaunchError, LoopWatch, TaskProcesses
 
 __all__ = ["main"]
@@ -52,9 +57,9 @@ _START_REPORT_DELAY = 0.002  # seconds a start waits to go with the end that may
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(parent: int) -> None:
+def _die_with_parent(parent: int, guard: Optional[str]) -> None:
     """SIGTERM to this process when the thread that started it ends (Linux only); exit at
-    once if that already happened."""
+    once if that already happened (a guard ending its run's processes first)."""
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -64,6 +69,8 @@ def _die_with_parent(parent: int) -> None:
         except (OSError, AttributeError):
             pass  # no prctl: the end of the connection still stops the worker
     if os.getppid() != parent:
+        if guard is not None:
+            end_run_processes(guard)
         os._exit(1)
 
 
@@ -136,6 +143,7 @@ class Worker:
         self._started: List[Any] = []
         self._ended: List[Any] = []
         self._stopping = False
+        self.told_to_stop = False  # by the engine, rather than losing it
         self._deadline: Optional[float] = None
         self._report_due: Optional[float] = None  # when the starts waiting are reported
         self._wakeup.register(reading, 1, self._read)
@@ -243,6 +251,7 @@ class Worker:
                 self._processes.signal(str(task_id), float(grace))
         elif op == "stop":
             self._stopping = True
+            self.told_to_stop = True
 
     def _spawn(self, row: List[Any]) -> None:
         task_id = str(row[0])
@@ -270,10 +279,15 @@ def _complain(text: str) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """``--parent PID --tmp-root DIR --grace SECONDS``: serve the engine on fd 0 and 1."""
+    """``--parent PID --tmp-root DIR --grace SECONDS [--guard RUN]``: serve the engine on fd 0
+    and 1; with ``--guard``, end every process of run ``RUN`` when the engine is lost."""
     args = sys.argv[1:] if argv is None else argv
     options = dict(zip(args[::2], args[1::2]))
-    _die_with_parent(int(options["--parent"]))
+    guard = options.get("--guard")
+    # A TERM from here on (the engine's end) is kept until the worker can act on it.
+    early: List[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: early.append(signum))
+    _die_with_parent(int(options["--parent"]), guard)
     # The pipes move off 0 and 1, which get /dev/null: nothing printed by mistake can reach
     # the engine as a message.
     reading, writing = os.dup(0), os.dup(1)
@@ -283,9 +297,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     os.close(null)
     worker = Worker(reading, writing, Path(options["--tmp-root"]), float(options["--grace"]))
     signal.signal(signal.SIGTERM, worker.on_signal)
+    if early:
+        worker.on_signal(signal.SIGTERM, None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the engine decides; a terminal's ^C not
     try:
         worker.run()
     finally:
         worker.close()
+        if guard is not None and not worker.told_to_stop:
+            # The engine that started the tasks itself is gone: they go with it.
+            end_run_processes(guard)
     return 0

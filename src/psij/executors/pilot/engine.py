@@ -1,9 +1,10 @@
 """The pilot engine: runs the tasks the scheduler places, on the nodes of one allocation.
 
 The engine owns a :class:`~psij.executors.pilot.scheduler.Scheduler` and keeps the books of the
-tasks it placed; it starts no task itself. Tasks on the node this process runs on are sent, in
-batches, to worker processes (:mod:`~psij.executors.pilot._worker`; the
-engine's side of them, how many and when, is :mod:`~psij.executors.pilot._local_workers`);
+tasks it placed. Tasks on the node this process runs on are sent, in batches, to worker
+processes (:mod:`~psij.executors.pilot._worker`; the engine's side of them, how many and when,
+is :mod:`~psij.executors.pilot._local_workers`), except on a node of three cores or fewer, where
+the engine starts them itself (:mod:`~psij.executors.pilot._inline_tasks` says why);
 tasks on other nodes are sent to one agent per node (:mod:`psij.executors.pilot.agent`),
 started with the allocation's launcher and connected back over a socket (the engine's side of
 them is :mod:`~psij.executors.pilot._remote_nodes`). Its books on the tasks are
@@ -55,7 +56,7 @@ import time
 from collections import deque
 from functools import partial
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from psij import _check
 from psij._clock import Clock, MonotonicClock
@@ -73,6 +74,7 @@ from psij.executors.pilot._engine_events import (
     WorkerExited,
 )
 from psij.executors.pilot._engine_output import EngineOutput
+from psij.executors.pilot._inline_tasks import InlineTasks, inline_fits
 from psij.executors.pilot._local_workers import LocalWorkers, worker_limit
 from psij.executors.pilot._remote_nodes import RemoteNodes
 from psij.executors.pilot._run_dir import (
@@ -137,7 +139,7 @@ class PilotEngine(EngineOutput):
         self._inbox: Deque[EngineEvent] = deque()
         self._wakeup: Optional[Wakeup] = None
         self._thread: Optional[threading.Thread] = None
-        self._workers: Optional[LocalWorkers] = None
+        self._workers: Optional[Union[LocalWorkers, InlineTasks]] = None
         # Exits of the workers: in the engine's own loop where pidfds exist, else through the
         # shared ProcessWatch thread.
         self._loop_watch: Optional[LoopWatch] = None
@@ -179,11 +181,19 @@ class PilotEngine(EngineOutput):
             cores = next(n.cores for n in self.allocation.nodes if n.name == local)
             tmp_root = self._run_dir / "tmp"
             tmp_root.mkdir(mode=0o700)
-            self._workers = LocalWorkers(
-                tmp_root, self._run_id, selector, self._loop_watch, self._post,
-                self._on_started, self._on_exit_safe, self._workers_lost,
-                worker_limit(cores, config.workers), cores, config.cancel_grace_period,
-                dict(os.environ))
+            environment = dict(os.environ)
+            if inline_fits(cores, config.workers, environment, self._loop_watch):
+                assert self._loop_watch is not None
+                self._workers = InlineTasks(
+                    tmp_root, self._run_id, selector, self._loop_watch, self._post,
+                    self._on_started, self._on_exit_safe, self._workers_lost,
+                    config.cancel_grace_period, environment)
+            else:
+                self._workers = LocalWorkers(
+                    tmp_root, self._run_id, selector, self._loop_watch, self._post,
+                    self._on_started, self._on_exit_safe, self._workers_lost,
+                    worker_limit(cores, config.workers), cores, config.cancel_grace_period,
+                    environment)
         if config.journal is not None:
             previous = read_journal(config.journal) if config.resume else []
             self._journal = Journal(config.journal, self._clock)
