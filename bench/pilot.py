@@ -256,7 +256,7 @@ def interpreter_and_imports(rounds: int) -> Tuple[float, float]:
     # Both end at once, as the start-up measured ends at the first task: the interpreter's
     # clean-up at exit is not part of it.
     leave = "import os; os._exit(0)"
-    code = f"import psij.cli; from psij.executors.pilot import qcg_run; {leave}"
+    code = f"import psij.cli; from psij.executors.pilot.qcg import run; {leave}"
     bare: List[float] = []
     imports: List[float] = []
     for _ in range(rounds):

@@ -13,16 +13,16 @@ from typing import Any, Dict, List, Tuple, Union
 
 import pytest
 
-from psij.executors.pilot.qcg_plan import (
+from psij.executors.pilot.qcg._plan import (
     PlannedSubmit,
     StartContext,
     TaskTemplate,
     plan_requests,
     start_variables,
 )
-from psij.executors.pilot.qcg_report import TaskReport, format_report_entry, qcg_state
-from psij.executors.pilot.qcg_requests import RequestFileError, load_request_file, parse_requests
-from psij.executors.pilot.qcg_schema import (
+from psij.executors.pilot.qcg._report import TaskReport, format_report_entry, qcg_state
+from psij.executors.pilot.qcg._requests import RequestFileError, load_request_file, parse_requests
+from psij.executors.pilot.qcg._schema import (
     CURRENT,
     SEED,
     BadRequest,

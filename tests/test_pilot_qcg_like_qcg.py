@@ -15,9 +15,9 @@ from typing import Any, Dict, List
 
 import pytest
 
-from psij.executors.pilot.qcg_plan import PlannedSubmit, maximum_iters, plan_requests
-from psij.executors.pilot.qcg_requests import parse_requests
-from psij.executors.pilot.qcg_schema import BadRequest
+from psij.executors.pilot.qcg._plan import PlannedSubmit, maximum_iters, plan_requests
+from psij.executors.pilot.qcg._requests import parse_requests
+from psij.executors.pilot.qcg._schema import BadRequest
 from psij.executors.pilot.resources import ResourcePool
 from test_pilot_qcg import PSIJ_SCRIPT, pilot_run, read_report, responses
 

@@ -79,12 +79,13 @@ def test_every_pilot_value_is_a_record_stored_in_slot_order() -> None:
     from psij.executors.pilot.resources import Shape
 
     folder = Path(pilot.__file__).parent
-    for info in pkgutil.iter_modules([str(folder)]):
-        text = (folder / f"{info.name}.py").read_text()
+    for info in pkgutil.walk_packages([str(folder)], "psij.executors.pilot."):
+        path = folder.joinpath(*info.name.split(".")[3:])
+        text = (path / "__init__.py" if info.ispkg else path.with_suffix(".py")).read_text()
         assert "object.__setattr__" not in text, info.name
         assert "@dataclass" not in text, info.name
-        if info.name not in ("agent", "service", "qcg_run", "executor"):
-            importlib.import_module(f"psij.executors.pilot.{info.name}")
+        if info.name.rpartition(".")[2] not in ("agent", "service", "run", "executor"):
+            importlib.import_module(info.name)
 
     shape = Shape(2, 4, 1, 2, 1, 4, 3, 0, 0, False, ())
     assert (shape.min_cores, shape.min_node_cores, shape.cores_only) == (6, 3, True)

@@ -2,7 +2,7 @@
 
 A plain ``psij pilot run`` line is read here without argparse (:func:`plain_pilot_run`), and
 the pilot's modules are loaded only for a pilot command. Nothing here starts a pilot itself:
-``run`` and ``serve`` are handed to :mod:`psij.executors.pilot.qcg_run` and
+``run`` and ``serve`` are handed to :mod:`psij.executors.pilot.qcg.run` and
 :mod:`psij.executors.pilot.service`. It imports only :mod:`psij.cli._common` of the command's
 modules, and nothing at import that a pilot's start-up would pay for.
 """
@@ -139,7 +139,7 @@ def plain_pilot_run(argv: Sequence[str]) -> Optional[SimpleNamespace]:
 
 def pilot_main(args: Any) -> int:
     if args.pilot_command == "run":
-        from psij.executors.pilot.qcg_run import check_request_file, run_request_file
+        from psij.executors.pilot.qcg.run import check_request_file, run_request_file
 
         if args.check:
             return check_request_file(args.requests, cores=args.cores, nodes=args.nodes,

@@ -18,11 +18,11 @@ by its own keys.
 
 This module is pure: it does no I/O except :func:`load_request_file` reading the file. Each
 request is checked on its own, as QCG answers each on its own: a request that cannot be run
-becomes a :class:`~psij.executors.pilot.qcg_schema.BadRequest` whose message names the request
+becomes a :class:`~psij.executors.pilot.qcg._schema.BadRequest` whose message names the request
 (``requests[3]``, counted from 0), the field and what is accepted, and the others are kept.
 Only a file that is not JSON or not a list raises :class:`RequestFileError`. The records live
-in :mod:`psij.executors.pilot.qcg_schema`; expanding them into tasks is
-:mod:`psij.executors.pilot.qcg_plan`'s.
+in :mod:`psij.executors.pilot.qcg._schema`; expanding them into tasks is
+:mod:`psij.executors.pilot.qcg._plan`'s.
 """
 
 import json
@@ -33,7 +33,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from psij.executors.pilot.qcg_schema import (
+from psij.executors.pilot.qcg._schema import (
     CURRENT,
     SEED,
     BadRequest,

@@ -1,8 +1,8 @@
 """``psij pilot run REQUESTS.json``: a pilot that runs a QCG-PilotJob request file.
 
 Requests are handled one after the other, in file order, as QCG-PilotJob handles them: each
-is checked and planned when its turn comes (:mod:`~psij.executors.pilot.qcg_requests`,
-:mod:`~psij.executors.pilot.qcg_plan`), and one that cannot run gets an error response (code
+is checked and planned when its turn comes (:mod:`~psij.executors.pilot.qcg._requests`,
+:mod:`~psij.executors.pilot.qcg._plan`), and one that cannot run gets an error response (code
 and message in ``service.log``) while the others still run. Only a file that is not a JSON list
 stops the command before anything runs; ``--check`` checks every request instead and runs
 nothing. One :class:`PilotEngine` runs the tasks; a status request reports the moment it is
@@ -22,7 +22,7 @@ names another ``wd``, start without a change of directory. Files written there (
 - ``service.log``: what the pilot did, with every response as one line of JSON, as
   ``<time> response to requests[N] (<request>): {...}``, and every task's end;
 - ``jobs.report``: one entry per task as it ends, and one per iterative job once all its
-  iterations have ended (see :mod:`~psij.executors.pilot.qcg_books`);
+  iterations have ended (see :mod:`~psij.executors.pilot.qcg._books`);
 - ``psij-pilot.journal``: the engine's journal, which ``--resume`` reads so that tasks that
   succeeded before a crash are not run again.
 
@@ -51,8 +51,8 @@ from psij.executors.pilot.engine import (
     TaskSpec,
     TaskStatus,
 )
-from psij.executors.pilot.qcg_books import GroupBook, LockedTextFile, ReportFile
-from psij.executors.pilot.qcg_plan import (
+from psij.executors.pilot.qcg._books import GroupBook, LockedTextFile, ReportFile
+from psij.executors.pilot.qcg._plan import (
     PlannedJob,
     PlannedSubmit,
     RequestPlanner,
@@ -60,7 +60,7 @@ from psij.executors.pilot.qcg_plan import (
     TaskTemplate,
     start_variables,
 )
-from psij.executors.pilot.qcg_report import (
+from psij.executors.pilot.qcg._report import (
     TaskReport,
     error_response,
     job_info_data,
@@ -69,8 +69,8 @@ from psij.executors.pilot.qcg_report import (
     qcg_state,
     resources_data,
 )
-from psij.executors.pilot.qcg_requests import load_request_file
-from psij.executors.pilot.qcg_schema import (
+from psij.executors.pilot.qcg._requests import load_request_file
+from psij.executors.pilot.qcg._schema import (
     CURRENT,
     BadRequest,
     CancelJob,

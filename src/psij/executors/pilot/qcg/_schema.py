@@ -1,5 +1,5 @@
 """The requests of a QCG-PilotJob request file, as checked records (what
-:mod:`psij.executors.pilot.qcg_requests` reads and :mod:`psij.executors.pilot.qcg_plan`
+:mod:`psij.executors.pilot.qcg._requests` reads and :mod:`psij.executors.pilot.qcg._plan`
 expands).
 
 Pure data: no parsing, no I/O. Any text of a job may still hold ``${...}`` variables.

@@ -44,7 +44,7 @@ from typing import (
 )
 
 from psij._record import Record
-from psij.executors.pilot.qcg_schema import (
+from psij.executors.pilot.qcg._schema import (
     SEED,
     BadRequest,
     Execution,

@@ -2,7 +2,7 @@
 entries and the JSON responses written to ``service.log``.
 
 Pure formatting: no I/O, no clock, nothing started. The runner
-(:mod:`psij.executors.pilot.qcg_run`) gathers the facts into :class:`TaskReport` records and
+(:mod:`psij.executors.pilot.qcg.run`) gathers the facts into :class:`TaskReport` records and
 writes what these functions return.
 """
 
@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from psij._record import Record
-from psij.executors.pilot.qcg_schema import SEED
+from psij.executors.pilot.qcg._schema import SEED
 from psij.executors.pilot.scheduler import TaskState
 
 __all__ = ["TaskReport", "error_response", "format_report_entry", "job_info_data",

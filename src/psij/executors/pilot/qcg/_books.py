@@ -9,7 +9,7 @@ end (the engine's flush hook), so that a pilot killed with SIGKILL keeps the rep
 task that had ended but those of the last few milliseconds.
 
 No process is started here and nothing is read from the engine; the runner
-(:mod:`psij.executors.pilot.qcg_run`) feeds in what happened.
+(:mod:`psij.executors.pilot.qcg.run`) feeds in what happened.
 """
 
 import os
@@ -19,8 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Iterator, Optional, Set
 
-from psij.executors.pilot.qcg_report import TaskReport, format_report_entry
-from psij.executors.pilot.qcg_schema import iteration_index
+from psij.executors.pilot.qcg._report import TaskReport, format_report_entry
+from psij.executors.pilot.qcg._schema import iteration_index
 
 __all__ = ["GroupBook", "ReportFile", "open_private"]
 
