@@ -70,7 +70,7 @@ ex = JobExecutor.get_instance("local", config=LocalJobExecutorConfig(work_direct
                                                                       keeper=kept))
 warm = Job(JobSpec("/bin/true")); ex.submit(warm); warm.wait()
 def cpu():  # this process's CPU time, and its keepers' (not counting the jobs)
-    from psij.executors._keeper_client import _KEEPERS
+    from psij.executors.local._keeper_client import _KEEPERS
     from psij.executors._process_watch import WATCH
     import os
     kept = 0.0

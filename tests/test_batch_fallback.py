@@ -20,7 +20,9 @@ from psij import (
     ResourceSpecV1,
     SubmitException,
 )
-from psij.executors._local_pool import (
+from psij.executors.batch._fallback import SchedulerFallbackWarning
+from psij.executors.batch.slurm import SlurmExecutorConfig
+from psij.executors.local._pool_machine import (
     Amounts,
     Arrived,
     Cancel,
@@ -31,8 +33,6 @@ from psij.executors._local_pool import (
     Start,
     Wait,
 )
-from psij.executors.batch._fallback import SchedulerFallbackWarning
-from psij.executors.batch.slurm import SlurmExecutorConfig
 
 WAIT = timedelta(seconds=60)
 SLURM = {"sbatch", "squeue", "scancel", "sacct", "scontrol", "sinfo", "srun", "salloc",

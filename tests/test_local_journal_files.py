@@ -136,8 +136,8 @@ def _target(fd: Path) -> str:
 
 def test_a_cancel_noted_in_another_journal_makes_the_end_a_cancel(tmp_path: Path) -> None:
     from psij import Job, JobState
-    from psij.executors._local_journal import scan_journals
     from psij.executors.local import LocalJobExecutor, LocalJobExecutorConfig
+    from psij.executors.local._journal import scan_journals
 
     folder = tmp_path / "local"
     folder.mkdir(mode=0o700)
@@ -248,7 +248,7 @@ def test_old_journals_are_read_with_the_registry_and_never_written(tmp_path: Pat
 
 def test_a_registry_removed_while_a_job_runs_gets_its_end_in_a_journal(tmp_path: Path) -> None:
     # The keeper finds the registry gone when the job ends.
-    from psij.executors._keeper_client import flush_keepers
+    from psij.executors.local._keeper_client import flush_keepers
 
     def removed(work: Path) -> None:
         flush_keepers()

@@ -17,11 +17,11 @@ import pytest
 import psij.registry
 from process_checks import live_members, members_left_after
 from psij import Job, JobExecutor, JobSpec, JobState
-from psij.executors._keeper_client import flush_keepers
+from psij.executors.local._keeper_client import flush_keepers
 from psij.job_executor_config import JobExecutorConfig
 
 if TYPE_CHECKING:
-    from psij.executors._keeper_client import Keeper
+    from psij.executors.local._keeper_client import Keeper
 
 SUBMIT_AND_EXIT = textwrap.dedent("""
     import sys
@@ -147,7 +147,7 @@ def _spawn(keeper: "Keeper", argv: List[str], directory: Path, job_id: str,
 def test_a_keeper_answers_garbage_requests_with_an_error_and_goes_on(tmp_path: Path) -> None:
     import struct
 
-    from psij.executors._keeper_client import Keeper, _message
+    from psij.executors.local._keeper_client import Keeper, _message
 
     journal = tmp_path / "j.journal"
     journal.touch()

@@ -184,7 +184,7 @@ def test_jobs_never_sent_to_a_keeper_that_died_go_to_another(tmp_path: Path) -> 
     first = Job(JobSpec("/bin/true"))
     ex.submit(first)
     assert first.wait(timeout=TIMEOUT) is not None
-    from psij.executors._keeper_client import _KEEPERS, _PID
+    from psij.executors.local._keeper_client import _KEEPERS, _PID
 
     [k] = _KEEPERS[(_PID[0], id(ex._watch))]  # type: ignore[attr-defined]
     os.kill(k.pid, signal.SIGSTOP)  # it reads nothing more: what is sent stays unanswered
@@ -209,7 +209,7 @@ def test_jobs_never_sent_to_a_keeper_that_died_go_to_another(tmp_path: Path) -> 
 
 def test_a_bad_keeper_count_is_said_once_and_the_cores_decide(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from psij.executors import _keeper_client
+    from psij.executors.local import _keeper_client
 
     monkeypatch.setattr(_keeper_client, "_WARNED", set())
     monkeypatch.delenv("PSIJ_LOCAL_KEEPERS", raising=False)

@@ -23,8 +23,8 @@ from psij import (
     JobStatus,
     ResourceSpecV1,
 )
-from psij.executors._local_pooled import WAITING_MESSAGE, machine_capacity
 from psij.executors.local import LocalJobExecutor, LocalJobExecutorConfig
+from psij.executors.local._pool_driver import WAITING_MESSAGE, machine_capacity
 
 WAIT = timedelta(seconds=60)
 MIB = 2 ** 20
@@ -236,7 +236,7 @@ def test_a_pool_given_gpu_ids_hands_them_out_in_the_vendors_variables(
 ])
 def test_visible_gpus_are_read_as_the_drivers_read_them(
         environ: Dict[str, str], ids: Any, variable: str) -> None:
-    from psij.executors._gpus import detect_gpus
+    from psij.executors.local._pool_gpus import detect_gpus
 
     found = detect_gpus(environ)
     assert (found.ids, found.source) == (ids, variable)

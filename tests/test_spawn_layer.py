@@ -30,9 +30,8 @@ from psij._spawn import (
     spawn,
     start,
 )
-from psij.executors import _keeper_client, _local_keeper
 from psij.executors._process import LaunchError as ProcessLaunchError
-from psij.executors.local import LocalJobExecutorConfig
+from psij.executors.local import LocalJobExecutorConfig, _keeper, _keeper_client
 
 LIMIT = 60.0  # only against a hang: no result depends on it
 # What the program itself sees: its ids, its open descriptors (the one ``listdir`` used is
@@ -320,7 +319,7 @@ def test_a_keeper_started_job_is_the_keepers_child_and_runs(tmp_path: Path) -> N
     assert parent != os.getpid()
     with open(f"/proc/{parent}/cmdline", "rb") as f:
         assert f.read().split(b"\0")[:4] == [sys.executable.encode(), b"-I", b"-S",
-                                             _local_keeper.__file__.encode()]
+                                             _keeper.__file__.encode()]
     missing = tmp_path / "missing"
     bad = Job(JobSpec(str(missing)))
     ex.submit(bad)
@@ -329,15 +328,15 @@ def test_a_keeper_started_job_is_the_keepers_child_and_runs(tmp_path: Path) -> N
 
 
 def keeper_copy(tmp_path: Path, link: bool) -> Path:
-    """The keeper's file in ``tmp_path/executors``, a link to it or a copy; without
-    ``_spawn.py`` beside that folder."""
-    folder = tmp_path / "executors"
-    folder.mkdir()
-    path = folder / "_local_keeper.py"
+    """The keeper's file in ``tmp_path/executors/local``, a link to it or a copy; without
+    ``_spawn.py`` in ``tmp_path``, where the keeper looks for it."""
+    folder = tmp_path / "executors" / "local"
+    folder.mkdir(parents=True)
+    path = folder / "_keeper.py"
     if link:
-        path.symlink_to(_local_keeper.__file__)
+        path.symlink_to(_keeper.__file__)
     else:
-        shutil.copy(_local_keeper.__file__, path)
+        shutil.copy(_keeper.__file__, path)
     return path
 
 
@@ -364,14 +363,14 @@ def test_a_keeper_finds_the_layer_through_a_link_to_its_file(tmp_path: Path) -> 
 
 def test_a_keeper_that_cannot_load_the_layer_ends_at_once_saying_so(tmp_path: Path) -> None:
     done = run_keeper(keeper_copy(tmp_path, link=False))
-    assert done.returncode == _local_keeper.LAYER_FAILED
+    assert done.returncode == _keeper.LAYER_FAILED
     assert b"keeper: cannot load the process layer" in done.stderr
     assert str(tmp_path / "_spawn.py").encode() in done.stderr
 
 
 FALLBACK = """
 import os, sys
-from psij.executors import _keeper_client
+from psij.executors.local import _keeper_client
 _keeper_client._PROGRAM = sys.argv[1]  # a keeper whose process layer is not beside it
 from psij import Job, JobExecutor, JobSpec
 from psij.executors.local import LocalJobExecutorConfig
@@ -398,7 +397,7 @@ def test_jobs_run_when_the_keeper_cannot_load_the_layer(tmp_path: Path) -> None:
     # Said once, and no keeper is tried for the second job.
     assert done.stderr.count("the local jobs' keeper cannot load") == 1, done.stderr
     assert done.stderr.count("starting it here") == 1, done.stderr
-    assert _keeper_client._LAYER_FAILED == _local_keeper.LAYER_FAILED
+    assert _keeper_client._LAYER_FAILED == _keeper.LAYER_FAILED
 
 
 # -- no other way -------------------------------------------------------------------------------

@@ -169,7 +169,7 @@ def test_console_script_of_the_wheel(wheel_venv: Path, tmp_path: Path) -> None:
     psij = str(wheel_venv / "bin" / "psij")
     plugins = _run([psij, "plugins"], env=env, cwd=tmp_path).stdout
     site = _site_packages(wheel_venv)
-    assert f"class file: {site}/psij/executors/local.py" in plugins
+    assert f"class file: {site}/psij/executors/local/__init__.py" in plugins
     assert f"class file: {site}/psij/launchers/single.py" in plugins
     assert str(SOURCE_ROOT) not in plugins
     run = _run([psij, "run", "-n", "2", "--launcher", "multiple", "--", "/bin/echo", "hi"],

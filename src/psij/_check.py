@@ -1,4 +1,4 @@
-"""Argument checks shared by the core model classes.
+"""Argument checks shared by the core model classes and the executors' settings.
 
 Every check raises a ``TypeError`` or ``ValueError`` whose message names the field, shows the
 offending value and says what is accepted. The checks are plain ``isinstance`` tests so that
@@ -182,3 +182,41 @@ def os_text(field: str, value: str) -> str:
                              f"{ex.start}, which no process or file name can receive; "
                              "accepted: text that has an encoding (UTF-8)") from ex
     return value
+
+
+RESOURCE_POOL = "LocalJobExecutorConfig.resource_pool"
+"""The field a ``resource_pool`` setting is named by in its errors."""
+_POOL_KEYS = {"cores": 1, "memory": 0, "tmp": 0, "gpus": 0}  # and the least value of each
+_POOL_MOST = 2 ** 62  # more than any machine has, in cores or bytes
+
+
+def resource_pool(value: Any) -> Union[bool, Dict[str, Any]]:
+    """``value`` as the local executor's ``resource_pool`` setting (a copy), checked alike for
+    its configuration and for the site configuration files: ``False``, ``True`` or a mapping
+    of ``cores``, ``memory``, ``tmp`` (ints) and ``gpus`` (a count or GPU ids). GPU ids are
+    only checked: the machine's GPUs are not looked for."""
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, Mapping):
+        raise fail_type(RESOURCE_POOL, value, "False, True or a dict of 'cores', 'memory', "
+                                              "'tmp' (ints) and 'gpus' (an int or GPU ids)")
+    checked: Dict[str, Any] = {}
+    for key, amount in value.items():
+        if key not in _POOL_KEYS:
+            raise ValueError(f"{RESOURCE_POOL}: unknown key {key!r}; accepted keys are "
+                             "'cores', 'memory' and 'tmp' (bytes), and 'gpus'")
+        field = f"{RESOURCE_POOL}[{key!r}]"
+        if key == "gpus":
+            from psij.executors._gpu_detect import GpuSet, gpus_from_setting
+
+            gpus = gpus_from_setting(field, amount, GpuSet(()))
+            checked[key] = amount if isinstance(amount, int) else list(gpus.ids)
+            continue
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            raise fail_type(field, amount, "an int" + (" (bytes)" if key in (
+                "memory", "tmp") else ""))
+        if not _POOL_KEYS[key] <= amount <= _POOL_MOST:
+            raise ValueError(f"{field}: expected an int from {_POOL_KEYS[key]} to "
+                             f"{_POOL_MOST}, got {amount}")
+        checked[key] = amount
+    return checked

@@ -12,7 +12,7 @@ it is for the user to inspect or move away.
 
 The same file holds the local executor's record of the processes it started (table
 ``local_runs``, one row per process: pid, kernel start time, job id, exit code, whether it was
-cancelled), written by :mod:`psij.executors._local_keeper` and :mod:`psij.executors.local` and
+cancelled), written by :mod:`psij.executors.local._keeper` and :mod:`psij.executors.local` and
 read by the local executor's ``list()`` and ``attach()``.
 
 This module does no recording policy (which jobs, when): see :mod:`psij._registry_recorder`.

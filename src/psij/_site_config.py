@@ -170,10 +170,10 @@ def _value(path: Path, where: str, key: str, value: Any) -> Any:
             raise bad("true or false")
         return value
     if key == "resource_pool":
-        from psij.executors._local_pooled import check_resource_pool
+        from psij import _check
 
         try:
-            return check_resource_pool(value)
+            return _check.resource_pool(value)
         except (TypeError, ValueError) as e:
             raise bad(f"true, false or a table of cores, memory, tmp (ints) and gpus (a count "
                       f"or ids): {e}") from None

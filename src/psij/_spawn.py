@@ -21,7 +21,7 @@ Two ways, for two kinds of children:
   environment given explicitly. It returns a ``subprocess.Popen`` (whose waits with a timeout
   sleep on a pidfd rather than poll), so callers keep ``communicate``, ``poll`` and ``kill``.
 
-Standard library only, and no import of ``psij``: the keeper (``executors/_local_keeper.py``,
+Standard library only, and no import of ``psij``: the keeper (``executors/local/_keeper.py``,
 run as ``python -I -S``) loads this file by its path. ``subprocess`` is imported only when
 needed (a pilot starts faster without it).
 

@@ -307,7 +307,7 @@ def _attach_one(record: JobRecord, cb: Any,
             raise RegistryError("the job is held by the client process that submitted it "
                                 "(max_queued_per_shape) and was not given to the scheduler, "
                                 "so only that process can follow it; it has no native id yet")
-        from psij.executors._local_pooled import WAITING_MESSAGE
+        from psij.executors.local._pool_driver import WAITING_MESSAGE
 
         if record.message == WAITING_MESSAGE and not record.state.final:
             raise RegistryError("the job waits for the local resource pool (resource_pool) of "

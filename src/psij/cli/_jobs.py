@@ -9,7 +9,7 @@ the process that submitted it (``max_queued_per_shape``) exists only in that pro
 commands say so rather than guess.
 
 A ``local`` job submitted with ``psij submit`` is started by the local executor's keeper
-process (``psij.executors._local_keeper``), which outlives ``submit``, records the job's exit
+process (``psij.executors.local._keeper``), which outlives ``submit``, records the job's exit
 code when it ends, and then exits. Jobs of other executors live in their scheduler.
 
 Output written to a closed pipe (``psij list | head``) ends the command quietly.

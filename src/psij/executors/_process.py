@@ -8,7 +8,8 @@ program is started, reaped, described and ended the same way by both:
   the shell's exit code (127 not found, 126 not executable), both through :mod:`psij._spawn`,
   the package's one way to start a process; :func:`open_streams` opens the redirections it is
   given;
-- :func:`reap` collects one exited child without blocking;
+- :func:`reap` collects one exited child without blocking; :func:`start_time` tells a process
+  from a later one given the same pid;
 - :func:`exit_code_of` and :func:`exit_message` turn a wait status into a shell-style code and
   that code into words, :func:`failure_message` adds the end of the program's stderr, read by
   :func:`stderr_excerpt` and worded by :func:`stderr_part` (the batch executors use those two
@@ -22,6 +23,7 @@ watch processes (``_process_watch`` does) and never sets a job's state.
 
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Protocol, Tuple
 
@@ -53,6 +55,7 @@ __all__ = [
     "signal_name",
     "signal_reaped_group",
     "start_error_words",
+    "start_time",
     "stderr_excerpt",
     "stderr_part",
     "terminate_group",
@@ -313,3 +316,15 @@ def group_has_live_members(pgid: int) -> bool:
         if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] != b"Z":
             return True
     return False
+
+
+def start_time(pid: int) -> Optional[str]:
+    """The kernel's start time of a process (clock ticks since boot), to tell reused pids apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None if sys.platform.startswith("linux") else "None"
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = data[data.rfind(b")") + 2:].split()
+    return fields[19].decode() if len(fields) > 19 else None

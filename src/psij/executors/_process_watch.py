@@ -6,17 +6,18 @@ does not grow with the number of running processes. Elsewhere it falls back to c
 children a few times a second.
 
 The watch also keeps deadlines (a time limit's end) on a ``Clock``, and sleeps on the wake-up
-helper of ``psij._wakeup``. The KILL that follows a cancel's TERM is handed to the process's
-keeper (:meth:`ProcessWatch.terminate`), which outlives the process; the watch's timers send
-it only when no keeper can be had; reaping and signalling a group are the process
-layer's (``psij.executors._process``). What to do when a process ends is not its business: it
-hands ``(pid, wait status)`` to the callback given at registration, which must be quick (the
-executor queues the real work on its own worker). It also reads the keepers' answers to the
-starts they were sent (``_keeper_client.Start``: a pid, or why the job could not start), which
-come on the same pipe as the exits, before them: it follows each job started from then on and
-calls the start's callback, then has the keeper sent what was queued meanwhile. When a keeper
-dies, the jobs it was running are killed (no one would see them end) and reported ended with no
-wait status.
+helper of ``psij._wakeup``. The KILL that follows a cancel's TERM is handed to a keeper of the
+process (:meth:`ProcessWatch.terminate`; the caller says how to have one), which outlives the
+process; the watch's timers send it only when no keeper can be had; reaping and signalling a
+group are the process layer's (``psij.executors._process``). What to do when a process ends
+is not its business: it hands ``(pid, wait status)`` to the callback given at registration,
+which must be quick (the executor queues the real work on its own worker). It also reads the
+keepers' answers to the starts they were sent (``local._keeper_client.Start``: a pid, or why
+the job could not start), which come on the same pipe as the exits, before them: it follows
+each job started from then on and calls the start's callback, then has the keeper sent what
+was queued meanwhile. When a keeper dies, the jobs it was running are killed (no one would
+see them end) and reported ended with no wait status. It imports nothing of the local
+executor's package: what it needs of a keeper is handed to it.
 
 It must not run user code, open job files or set job states.
 """
@@ -39,14 +40,16 @@ from psij.executors._process import (
     reap,
     signal_name,
     signal_reaped_group,
+    start_time,
 )
 
 if TYPE_CHECKING:  # the keeper's client (sockets, subprocess) loads only with a keeper
-    from psij.executors._keeper_client import Failure, Keeper, Start
+    from psij.executors.local._keeper_client import Failure, Keeper, Start
 
 __all__ = [
     "WATCH",
     "ExitHandler",
+    "KeeperSource",
     "ProcessWatch",
     "exit_code_of",
     "group_has_live_members",
@@ -60,6 +63,8 @@ logger = LazyLogger(__name__)
 
 ExitHandler = Callable[[int, Optional[int]], None]
 """Called with (pid, raw wait status or None when the process was not our child)."""
+KeeperSource = Callable[[], Optional["Keeper"]]
+"""Gives a keeper to send a later KILL (None when none can be had); the local executor's."""
 
 _HAS_PIDFD = hasattr(os, "pidfd_open")
 
@@ -187,13 +192,14 @@ class ProcessWatch:
 
         self.call_later(delay, send)
 
-    def terminate(self, pgid: int, grace: float, canceled: bool = False) -> bool:
+    def terminate(self, pgid: int, grace: float, canceled: bool = False,
+                  keepers: "Optional[KeeperSource]" = None) -> bool:
         """TERM to the process group led by the watched child ``pgid`` now and KILL ``grace``
         seconds later (KILL at once when ``grace`` is 0); False when it was reaped already.
         A keeper's job gets both from its keeper, which outlives this process, so the KILL
         comes even if this process ends first; ``canceled`` has the keeper record its end as
-        a cancel. A child of this process gets its TERM from here and its KILL from the
-        keeper too (:meth:`kill_later`)."""
+        a cancel. A child of this process gets its TERM from here and its KILL from a keeper
+        ``keepers`` gives too (:meth:`kill_later`)."""
         with self._lock:
             w = self._children.get(pgid)
             keeper = None if w is None else w.keeper
@@ -203,16 +209,18 @@ class ProcessWatch:
             return self.signal_group(pgid, SIGKILL)
         if not self.signal_group(pgid, SIGTERM):
             return False
-        self.kill_later(pgid, grace)
+        self.kill_later(pgid, grace, keepers=keepers)
         return True
 
-    def kill_later(self, pgid: int, grace: float, leader: Optional[int] = None) -> None:
+    def kill_later(self, pgid: int, grace: float, leader: Optional[int] = None,
+                   keepers: "Optional[KeeperSource]" = None) -> None:
         """KILL process group ``pgid`` (led by our watched child, or by ``leader``, a process
-        of another) ``grace`` seconds from now, by this process's keeper (started if needed)
-        so that it comes even if this process ends first; on the watch's timers when no
-        keeper can be had (or without pidfds, by which the keeper would know the leader)."""
+        of another) ``grace`` seconds from now, by the keeper ``keepers`` returns (the local
+        executor's starts one if needed) so that it comes even if this process ends first;
+        on the watch's timers when no keeper can be had (or without pidfds, by which the
+        keeper would know the leader)."""
         fd: Optional[int] = None
-        if _HAS_PIDFD:
+        if _HAS_PIDFD and keepers is not None:
             with self._lock:  # a watched child's pidfd stays open while it is not reaped
                 w = self._children.get(pgid)
                 if w is not None and w.fd is not None:
@@ -223,11 +231,9 @@ class ProcessWatch:
                 except OSError:
                     fd = None
         try:
-            if fd is not None or (leader is None and pgid not in self._children):
-                from psij.executors._keeper_client import keeper_for
-                from psij.job_state import JobState
-
-                keeper = keeper_for(JobState.COMPLETED.order, self)
+            if keepers is not None and (
+                    fd is not None or (leader is None and pgid not in self._children)):
+                keeper = keepers()
                 if keeper is not None and keeper.kill_later(pgid, grace, fd):
                     return
         finally:
@@ -393,8 +399,6 @@ def _kill_orphan(pid: int, start: str) -> None:
     """KILL the process group of a job whose keeper died: it is nobody's child now, and
     nothing would report its end. Its leader is signalled only while it is the process the
     keeper started (same kernel start time), else what is left of its group."""
-    from psij.executors._local_journal import start_time
-
     if start and start_time(pid) == start:
         killpg(pid, SIGKILL)
     else:

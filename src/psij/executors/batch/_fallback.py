@@ -5,7 +5,7 @@ When the executor is made with ``fallback="local"``, :func:`scheduler_problem` c
 scheduler's commands are on ``PATH`` and that its list command answers (within
 ``command_timeout``, at most 15 s). If not, one :class:`SchedulerFallbackWarning` says why,
 and every job of that executor goes to a :class:`LocalFallback`: the ``local`` executor with a
-resource pool of this machine (``resource_pool=True``, :mod:`psij.executors._local_pooled`:
+resource pool of this machine (``resource_pool=True``, :mod:`psij.executors.local._pool_driver`:
 cores, memory, temporary disk and GPUs; a job asking for more of any of them than the machine
 has runs alone; a job asking for GPUs gets its own in ``CUDA_VISIBLE_DEVICES``; waiting jobs
 start in priority order). Every status of such a job has ``backend: "local"`` in its
@@ -22,10 +22,10 @@ import shutil
 import warnings
 from typing import TYPE_CHECKING, Optional
 
-from psij.executors._local_pooled import demand_of as demand_of
-from psij.executors._local_pooled import machine_capacity as machine_capacity
 from psij.executors.batch._runner import CommandResult
 from psij.executors.local import LocalJobExecutor, LocalJobExecutorConfig
+from psij.executors.local._pool_driver import demand_of as demand_of
+from psij.executors.local._pool_driver import machine_capacity as machine_capacity
 from psij.job import Job
 from psij.job_executor_config import JobExecutorConfig
 from psij.job_status import JobStatus

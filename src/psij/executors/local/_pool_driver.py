@@ -1,22 +1,22 @@
 """Local jobs run through a resource pool: the ``local`` executor's ``resource_pool`` setting
 (also what the batch executors' ``fallback="local"`` uses).
 
-:class:`PoolDriver` feeds the pure machine of :mod:`psij.executors._local_pool` and carries out
-its actions: a job that fits starts at once; one that does not waits in this process, reported
-QUEUED with ``waiting_for: "local resources"`` (and ``waiting``: how many jobs wait with it) in
-its status metadata, and :data:`WAITING_MESSAGE` as its message (which the registry
-recognises: only this process can follow such a job, it has no native id yet); waiting jobs
-start in priority order (the ``psij.priority`` custom attribute, higher first; then by
-arrival) as running ones end; a waiting job that is cancelled ends CANCELED without ever
-starting; a job that asks for more of any resource than the pool has runs alone. A job that
-asks for GPUs (GPUs per process times processes) is started with its own GPU ids in its
+:class:`PoolDriver` feeds the pure machine of :mod:`psij.executors.local._pool_machine` and
+carries out its actions: a job that fits starts at once; one that does not waits in this
+process, reported QUEUED with ``waiting_for: "local resources"`` (and ``waiting``: how many
+jobs wait with it) in its status metadata, and :data:`WAITING_MESSAGE` as its message (which
+the registry recognises: only this process can follow such a job, it has no native id yet);
+waiting jobs start in priority order (the ``psij.priority`` custom attribute, higher first;
+then by arrival) as running ones end; a waiting job that is cancelled ends CANCELED without
+ever starting; a job that asks for more of any resource than the pool has runs alone. A job
+that asks for GPUs (GPUs per process times processes) is started with its own GPU ids in its
 environment (``CUDA_VISIBLE_DEVICES``, or ``ROCR_VISIBLE_DEVICES`` and ``HIP_VISIBLE_DEVICES``
-on AMD; see :mod:`psij.executors._gpus`), unless its specification sets that variable
-itself. The executor says how to start a job and how to report a status; the driver does
-the rest.
+on AMD; see :mod:`psij.executors.local._pool_gpus`), unless its specification sets that
+variable itself. The executor says how to start a job and how to report a status; the driver
+does the rest.
 
-The setting (:func:`check_resource_pool`): ``False`` (no pool: every job starts at once),
-``True`` (this machine's cores, memory, free temporary disk and GPUs,
+The setting (checked by :func:`psij._check.resource_pool`): ``False`` (no pool: every job
+starts at once), ``True`` (this machine's cores, memory, free temporary disk and GPUs,
 :func:`machine_capacity`) or a dict with any of ``cores`` (int, at least 1), ``memory`` and
 ``tmp`` (ints, bytes, at least 0) and ``gpus`` (a count from 0 to 4096, or a list of distinct
 GPU ids, which the pool then hands out), a missing key meaning this machine's amount.
@@ -31,9 +31,9 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple, Union
 
 from psij import _check, _priority
-from psij.executors._gpu_detect import GpuSet, gpus_from_setting
-from psij.executors._gpus import found_gpus, pool_gpus
-from psij.executors._local_pool import (
+from psij.executors._gpu_detect import GpuSet
+from psij.executors.local._pool_gpus import found_gpus, pool_gpus
+from psij.executors.local._pool_machine import (
     Action,
     Amounts,
     Arrived,
@@ -50,7 +50,7 @@ from psij.job_state import JobState
 from psij.job_status import JobStatus
 from psij.resource_spec import ResourceSpecV1
 
-__all__ = ["WAITING_FOR", "WAITING_MESSAGE", "PoolDriver", "check_resource_pool", "demand_of",
+__all__ = ["WAITING_FOR", "WAITING_MESSAGE", "PoolDriver", "demand_of",
            "machine_capacity", "pool_capacity", "pool_gpu_set"]
 
 logger = logging.getLogger(__name__)
@@ -58,45 +58,14 @@ logger = logging.getLogger(__name__)
 WAITING_FOR = "local resources"
 WAITING_MESSAGE = ("waiting for local resources (resource_pool) in the process that "
                    "submitted it")
-FIELD = "LocalJobExecutorConfig.resource_pool"
-_KEYS = {"cores": 1, "memory": 0, "tmp": 0, "gpus": 0}  # and the least value of each
-_MOST = 2 ** 62  # more than any machine has, in cores or bytes
+FIELD = _check.RESOURCE_POOL
 
 ResourcePool = Union[bool, Dict[str, Any]]
 
 
-def check_resource_pool(value: Any) -> ResourcePool:
-    """``value`` as a ``resource_pool`` setting (a copy), or TypeError/ValueError naming the
-    setting and what it accepts."""
-    if isinstance(value, bool):
-        return value
-    if not isinstance(value, Mapping):
-        raise _check.fail_type(FIELD, value, "False, True or a dict of 'cores', 'memory', "
-                                             "'tmp' (ints) and 'gpus' (an int or GPU ids)")
-    checked: Dict[str, Any] = {}
-    for key, amount in value.items():
-        if key not in _KEYS:
-            raise ValueError(f"{FIELD}: unknown key {key!r}; accepted keys are 'cores', "
-                             "'memory' and 'tmp' (bytes), and 'gpus'")
-        field = f"{FIELD}[{key!r}]"
-        if key == "gpus":
-            # Checked only: the machine's GPUs are not looked for until a pool is made.
-            gpus = gpus_from_setting(field, amount, GpuSet(()))
-            checked[key] = amount if isinstance(amount, int) else list(gpus.ids)
-            continue
-        if isinstance(amount, bool) or not isinstance(amount, int):
-            raise _check.fail_type(field, amount, "an int" + (" (bytes)" if key in (
-                "memory", "tmp") else ""))
-        if not _KEYS[key] <= amount <= _MOST:
-            raise ValueError(f"{field}: expected an int from {_KEYS[key]} to {_MOST}, got "
-                             f"{amount}")
-        checked[key] = amount
-    return checked
-
-
 def machine_capacity() -> Amounts:
     """This machine's cores, memory, free temporary disk (None where it cannot be read) and
-    GPUs (:func:`psij.executors._gpus.found_gpus`: 0 when none is found)."""
+    GPUs (:func:`psij.executors.local._pool_gpus.found_gpus`: 0 when none is found)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

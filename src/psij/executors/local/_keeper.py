@@ -3,7 +3,7 @@ one ended, even after the process that asked for them is gone.
 
 A Python process that runs local jobs starts one keeper (on its first job; see
 ``_keeper_client``), which runs this file with the standard library only (``python -I -S
-_local_keeper.py REQUESTS EVENTS FINAL_RANK``). The process sends its jobs in batches on the
+_keeper.py REQUESTS EVENTS FINAL_RANK``). The process sends its jobs in batches on the
 ``REQUESTS`` socket; the keeper starts each program with ``posix_spawn`` as the leader of a new
 process group, answers with the pid on the ``EVENTS`` pipe, and records that the job started
 (pid, kernel start time, job id). When a job ends the keeper reaps it, writes ``<pid> <wait
@@ -17,7 +17,7 @@ at once (the requester's ``list()`` and ``attach()`` then see its own jobs). Whe
 says the registry is not to be used, or it cannot be written (damaged, removed, or still
 locked when the keeper ends), they are appended to the journal file it names instead, created
 if needed (lines ``S <pid> <start> <job id>`` and ``E <pid> <start> <exit code>``; see
-``_local_journal``).
+``_journal``).
 
 When the requesting process ends (``kill -9`` included) the socket closes: the keeper stops
 taking requests, goes on reaping, recording and sending the KILLs it was asked for until its
@@ -120,14 +120,14 @@ _SPAWN: Any = None  # psij/_spawn.py, loaded by main()
 
 
 def layer_path() -> str:
-    """Where ``psij/_spawn.py`` is: in the folder above this file's (as the file was named,
-    else once links are resolved)."""
+    """Where ``psij/_spawn.py`` is: two folders above this file's (``psij/executors/local/``),
+    as the file was named, else once links are resolved."""
     named = os.path.abspath(__file__)
     for base in (named, os.path.realpath(named)):
-        path = os.path.join(os.path.dirname(os.path.dirname(base)), "_spawn.py")
+        path = os.path.normpath(os.path.join(base, "../../../_spawn.py"))
         if os.path.isfile(path):
             return path
-    return os.path.join(os.path.dirname(os.path.dirname(named)), "_spawn.py")
+    return os.path.normpath(os.path.join(named, "../../../_spawn.py"))
 
 
 def load_layer() -> Any:

@@ -94,7 +94,7 @@ def settle_starts(timeout: float) -> None:
     """Before ``psij.registry.flush``: the starts queued with keepers are sent and answered
     and the ACTIVE statuses that follow set (``timeout`` seconds at most), so that a flush
     after ``submit`` records each job with its native id."""
-    from psij.executors._keeper_client import drain_keepers
+    from psij.executors.local._keeper_client import drain_keepers
 
     deadline = time.monotonic() + timeout
     drain_keepers(timeout)
@@ -104,7 +104,7 @@ def settle_starts(timeout: float) -> None:
 def drain_at_exit() -> None:
     """At exit: the starts still queued with keepers are sent and answered, the statuses that
     follow set, and the job registry written."""
-    from psij.executors._keeper_client import drain_keepers
+    from psij.executors.local._keeper_client import drain_keepers
 
     deadline = time.monotonic() + _EXIT_WAIT_SECONDS
     try:

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple, Union
 
-from psij.executors._keeper_client import Failure
-from psij.executors._local_checks import not_executable, not_found
 from psij.executors._process import own_descriptor, start_error_words
+from psij.executors.local._checks import not_executable, not_found
+from psij.executors.local._keeper_client import Failure
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus

@@ -1,53 +1,8 @@
-"""The local executor: runs jobs as processes on this machine.
-
-How a job runs:
-
-- With the ``single`` launcher and no pre/post-launch script the job's process is spawned
-  directly (its redirections, directory and environment given to the spawn call); otherwise the
-  launcher's bash script is run and the script does the redirections.
-- Every job gets its own process group; cancel sends TERM to the group and KILL after
-  ``cancel_grace_period`` seconds (at once when it is 0). The job is CANCELED when ``cancel``
-  returns, as in psij-python (a job with stage-out or cleanup to do on cancel only once they
-  are done, after its processes ended). The KILL is sent by the job's keeper, which outlives
-  this process: a job that ignores TERM is killed even if this process exits right after the
-  cancel.
-- Jobs are started by this process's keepers (``_local_keeper``: the first started with the
-  first job, another when those running are busy, up to one per 2 cores;
-  ``PSIJ_LOCAL_KEEPERS=N`` runs N and spreads the jobs over them), each the parent of the
-  jobs it started: it reaps them, reports each exit to this process, and goes on after this
-  process ends (even by ``kill -9``), so that a job ending later still has its exit code and
-  final state recorded in the job registry. A keeper that dies (``kill -9``) ends its
-  running jobs FAILED, naming it and how it ended, after killing their process groups (no
-  one would see them end), and the jobs it was sent but had not answered FAILED too (it may
-  have started some: those run on unwatched); the jobs queued for it and not sent yet, and
-  the next ones, go to the other keepers or a new one. Without a
-  keeper (it could not be started, or ``keeper=False``) jobs are spawned here as this
-  process's children.
-- With a keeper, ``submit`` does not wait for the job's process: it checks the job, queues
-  its start and returns, the job still QUEUED (psij-python has it ACTIVE on return). The
-  starts queued while a keeper is busy go to it in one message; the job is ACTIVE once its
-  keeper answered with its pid (or FAILED, with the words a synchronous start would have
-  given, if it could not start). ``job.native_id`` waits for that answer, so the pid is
-  there whenever it is read after ``submit``; cancel before it marks the job, which is
-  killed as soon as it started. A normal exit of the process waits for the starts still
-  queued; after a ``kill -9`` a job whose start was not sent yet never runs.
-- One thread per Python process (``ProcessWatch``) learns of every exit without polling, and one
-  worker thread per Python process does what follows an exit (launcher output, staging, final
-  status and callbacks), so a slow callback never delays reaping.
-- Every job started has a record (pid, kernel start time, job id, exit code once it ended)
-  in the job registry of the work directory, so ``list()`` and ``attach()`` work from any
-  executor instance or process: one store per user, however many processes and executors,
-  written in batches (never a commit per job) by the keeper or the registry's writer thread.
-  When the registry is off or cannot be written, the records go to a journal file of the
-  process in ``<work_directory>/local/`` (see ``_local_journal``).
-- Staging (``stage_in``/``stage_out``/``cleanup``) is done by the executor with local file
-  operations; the STAGE_IN, STAGE_OUT and CLEANUP states are entered only when there is staging.
-
-Everything a job gets is checked before anything runs: a missing directory, an unreadable
-stdin, an unwritable output directory or a string no process can receive (a lone surrogate)
-raises SubmitException naming the field and leaves the job NEW and unbound. An executable that
-is missing or cannot be executed is not an error of ``submit``: the job ends FAILED with exit
-code 127 or 126 and a message naming it, as it would on a batch system.
+"""The local executor's class and its configuration (:class:`LocalJobExecutor`,
+:class:`LocalJobExecutorConfig`, re-exported by the package): how a job runs is told in the
+package's documentation (``psij.executors.local``). It drives the package's other modules
+(checks, environment, keepers, records, worker threads, time limit, staging, resource pool)
+and is the one that sets the jobs' states: the others hand it the states they compute.
 """
 
 import logging
@@ -61,43 +16,6 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Uni
 from psij import _check, _site_config
 from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
-from psij.executors._keeper_client import (
-    Failure,
-    Keeper,
-    KeeperGone,
-    Start,
-    flush_keepers,
-    keeper_for_job,
-)
-from psij.executors._local_checks import (
-    check_executable,
-    check_os_texts,
-)
-from psij.executors._local_env import BASE, NodeFiles, check_sizes, merged
-from psij.executors._local_journal import (
-    Journal,
-    JournalEntry,
-    final_from_entry,
-    latest_entry,
-    note,
-    run_store,
-    scan_all,
-    start_time,
-)
-from psij.executors._local_pooled import (
-    PoolDriver,
-    check_resource_pool,
-    pool_capacity,
-    pool_gpu_set,
-)
-from psij.executors._local_prepared import NotRunnable, Prepared, spawn_failure
-from psij.executors._local_prepared import Run as _Run
-from psij.executors._local_start import NATIVE_IDS, start_failure, stream_items
-from psij.executors._local_time_limit import TimeLimit, time_limit_message
-from psij.executors._local_transfer import local_path, stage_out_and_cleanup, transfer
-from psij.executors._local_worker import STARTS as _STARTS
-from psij.executors._local_worker import WORKER as _WORKER
-from psij.executors._local_worker import prepare as _prepare_workers
 from psij.executors._process import (
     SIGTERM,
     LaunchError,
@@ -106,8 +24,45 @@ from psij.executors._process import (
     failure_message,
     killpg,
     signal_reaped_group,
+    start_time,
 )
 from psij.executors._process_watch import WATCH
+from psij.executors.local._checks import (
+    check_executable,
+    check_os_texts,
+)
+from psij.executors.local._env import BASE, NodeFiles, check_sizes, merged
+from psij.executors.local._journal import (
+    Journal,
+    JournalEntry,
+    final_from_entry,
+    latest_entry,
+    note,
+    run_store,
+    scan_all,
+)
+from psij.executors.local._keeper_client import (
+    Failure,
+    Keeper,
+    KeeperGone,
+    Start,
+    flush_keepers,
+    keeper_for,
+    keeper_for_job,
+)
+from psij.executors.local._pool_driver import (
+    PoolDriver,
+    pool_capacity,
+    pool_gpu_set,
+)
+from psij.executors.local._prepared import NotRunnable, Prepared, spawn_failure
+from psij.executors.local._prepared import Run as _Run
+from psij.executors.local._start import NATIVE_IDS, start_failure, stream_items
+from psij.executors.local._time_limit import TimeLimit, time_limit_message
+from psij.executors.local._transfer import local_path, stage_out_and_cleanup, transfer
+from psij.executors.local._worker import STARTS as _STARTS
+from psij.executors.local._worker import WORKER as _WORKER
+from psij.executors.local._worker import prepare as _prepare_workers
 from psij.job import Job
 from psij.job_executor import JobExecutor
 from psij.job_executor_config import JobExecutorConfig
@@ -123,7 +78,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalJobExecutor", "LocalJobExecutorConfig"]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("psij.executors.local")  # the name it had as one module
 
 
 class LocalJobExecutorConfig(JobExecutorConfig):
@@ -153,7 +108,7 @@ class LocalJobExecutorConfig(JobExecutorConfig):
         self.enforce_duration = _check.opt_bool("LocalJobExecutorConfig.enforce_duration",
                                                 enforce_duration)
         self.keeper = _check.opt_bool("LocalJobExecutorConfig.keeper", keeper)
-        self.resource_pool = check_resource_pool(resource_pool)
+        self.resource_pool = _check.resource_pool(resource_pool)
 
 
 _NO_ENVIRONMENT: Mapping[str, str] = {}
@@ -186,7 +141,7 @@ class LocalJobExecutor(JobExecutor):
             getattr(self.config, "enforce_duration", False))
         self._kept = _check.opt_bool("LocalJobExecutorConfig.keeper",
                                      getattr(self.config, "keeper", True))
-        setting = check_resource_pool(getattr(self.config, "resource_pool", False))
+        setting = _check.resource_pool(getattr(self.config, "resource_pool", False))
         capacity = pool_capacity(setting)
         self._pool = None if capacity is None else PoolDriver(
             capacity, self._launch, self._pool_report, pool_gpu_set(setting))
@@ -451,7 +406,7 @@ class LocalJobExecutor(JobExecutor):
                                   lambda: run.exited)
             run.limit.arm()
         if run.canceled:  # cancelled while it was being started
-            self._watch.terminate(pid, run.grace, canceled=True)
+            self._watch.terminate(pid, run.grace, canceled=True, keepers=self._kill_keeper)
 
     def _wait_native_id(self, job: Job) -> None:
         """``job.native_id`` of a job whose start the keeper has not answered yet waits."""
@@ -573,7 +528,7 @@ class LocalJobExecutor(JobExecutor):
         if run.pid is None:
             return  # not started yet: the worker sees the flag and never starts it
         if not run.attached:
-            self._watch.terminate(run.pid, grace, canceled=True)
+            self._watch.terminate(run.pid, grace, canceled=True, keepers=self._kill_keeper)
             return
         # Started by another process: noted for any later reader, then its group is ended
         # while its leader is the process the record names.
@@ -589,7 +544,12 @@ class LocalJobExecutor(JobExecutor):
 
         leader = pid if start_time(pid) == start else None
         end(SIGTERM)
-        self._watch.kill_later(pid, grace, leader)
+        self._watch.kill_later(pid, grace, leader, self._kill_keeper)
+
+    def _kill_keeper(self) -> Optional[Keeper]:
+        """A keeper of this process to send a KILL later, even after this process ended
+        (started if there is none; None if none can be)."""
+        return keeper_for(JobState.COMPLETED.order, self._watch)
 
     def kill(self, job: Job) -> None:
         """Cancel ``job`` with KILL at once, without the grace period (CANCELED on return)."""

@@ -5,7 +5,7 @@ every job.
 Where the records go: the job registry of the work directory (table ``local_runs`` of
 ``<work_directory>/jobs.sqlite``, see :mod:`psij._registry_store`), one store per user whatever
 the number of processes and executor instances, written in batched transactions (by the
-process's keeper, ``_local_keeper``, for the jobs it starts, and through the registry's writer
+process's keeper, ``_keeper``, for the jobs it starts, and through the registry's writer
 thread, :func:`psij._registry_recorder.record_run`, for the others). When recording in the
 registry is off or the registry cannot be written, they go to a journal file instead: one per
 process in ``<work_directory>/local/`` (created on its first record), shared by every local
@@ -25,7 +25,6 @@ It does not start, signal or watch processes.
 
 import os
 import socket
-import sys
 import threading
 import time
 from collections import OrderedDict
@@ -33,13 +32,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Set, Tuple
 
 from psij._lazylog import LazyLogger
+from psij.executors._process import start_time
 
 if TYPE_CHECKING:
     from psij._registry_store import RunRecord, Store
     from psij.job_status import JobStatus
 
 __all__ = ["Journal", "JournalEntry", "final_from_entry", "journal_line", "latest_entry", "note",
-           "run_store", "scan", "scan_all", "scan_journals", "start_time"]
+           "run_store", "scan", "scan_all", "scan_journals"]
 
 logger = LazyLogger(__name__)
 
@@ -304,18 +304,6 @@ def _prune(folder: Path) -> None:
                     os.unlink(e.path)
     except OSError:
         pass
-
-
-def start_time(pid: int) -> Optional[str]:
-    """The kernel's start time of a process (clock ticks since boot), to tell reused pids apart."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None if sys.platform.startswith("linux") else "None"
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = data[data.rfind(b")") + 2:].split()
-    return fields[19].decode() if len(fields) > 19 else None
 
 
 def final_from_entry(canceled: bool, entry: "Optional[JournalEntry]") -> "JobStatus":

@@ -1,4 +1,4 @@
-"""This process's side of the local jobs' keeper (``_local_keeper``, which says what it does).
+"""This process's side of the local jobs' keeper (``_keeper``, which says what it does).
 
 A process starts its first keeper on its first local job (:func:`keeper_for_job`), and more
 while those running are busy, up to one per 2 cores (``PSIJ_LOCAL_KEEPERS`` forces a number:
@@ -50,9 +50,9 @@ logger = LazyLogger(__name__)
 
 _HEADER = struct.Struct("!I")
 _ANSWER_SECONDS = 120.0
-_PROGRAM = str(Path(__file__).with_name("_local_keeper.py"))
-_LAYER = str(Path(__file__).parent.parent / "_spawn.py")  # loaded by the keeper from its file
-_LAYER_FAILED = 3  # the keeper's exit code when it cannot (_local_keeper.LAYER_FAILED)
+_PROGRAM = str(Path(__file__).with_name("_keeper.py"))
+_LAYER = str(Path(__file__).parents[2] / "_spawn.py")  # loaded by the keeper from its file
+_LAYER_FAILED = 3  # the keeper's exit code when it cannot (_keeper.LAYER_FAILED)
 # Not empty once a keeper could not load the process layer: no other is started then.
 _UNUSABLE: List[str] = []
 _MAX_FDS = 200  # descriptors passed with one message (the keeper takes up to 253)

@@ -9,16 +9,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from psij.exceptions import SubmitException
-from psij.executors._local_checks import not_executable, not_found
 from psij.executors._process import LaunchError, StreamError, open_streams
+from psij.executors.local._checks import not_executable, not_found
 from psij.job import Job
 from psij.job_launcher import Launcher
 from psij.job_spec import JobSpec
 from psij.job_status import JobStatus
 
 if TYPE_CHECKING:
-    from psij.executors._keeper_client import Keeper
-    from psij.executors._local_time_limit import TimeLimit
+    from psij.executors.local._keeper_client import Keeper
+    from psij.executors.local._time_limit import TimeLimit
 
 __all__ = ["NotRunnable", "Prepared", "Run", "spawn_failure"]
 
@@ -31,7 +31,7 @@ class Prepared:
     def __init__(self, direct: bool, env: Dict[str, str], job_dir: Path) -> None:
         self.direct = direct
         self.env = env  # the job's own variables
-        # The inherited ones (``_local_env.BASE``: its number and variables), None if none.
+        # The inherited ones (``_env.BASE``: its number and variables), None if none.
         self.base: Optional[Tuple[int, Dict[str, str]]] = None
         self.job_dir = job_dir
         self.failure: Optional[JobStatus] = None
