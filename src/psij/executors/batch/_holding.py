@@ -44,6 +44,7 @@ from enum import Enum
 from heapq import heappop, heappush
 from typing import AbstractSet, Dict, Hashable, List, Optional, Set, Tuple, Union
 
+from psij._machine import IllegalEvent
 from psij._record import Record
 
 __all__ = [
@@ -52,10 +53,6 @@ __all__ = [
 ]
 
 Key = Hashable
-
-
-class IllegalEvent(Exception):
-    """An event that the machine cannot accept for the job it names."""
 
 
 class Phase(Enum):

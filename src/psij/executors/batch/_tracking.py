@@ -54,6 +54,7 @@ from typing import (
 )
 
 from psij._clock import Clock
+from psij._machine import IllegalEvent
 from psij._record import Record, replace
 from psij.executors.batch._status_table import is_held_by_scheduler
 from psij.executors.batch._unstartable import CAUSE, failed_message, unstartable_reason
@@ -71,10 +72,6 @@ __all__ = [
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _NONE: FrozenSet[Hashable] = frozenset()
-
-
-class IllegalEvent(Exception):
-    """An event that the tracker cannot accept in its current state."""
 
 
 class Observation(Record):

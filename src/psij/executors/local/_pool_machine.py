@@ -29,16 +29,13 @@ Rules:
 from heapq import heappop, heappush
 from typing import Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
+from psij._machine import IllegalEvent
 from psij._record import Record
 
 __all__ = ["Amounts", "Arrived", "Cancel", "Dropped", "Ended", "IllegalEvent", "LocalPool",
            "Start", "Wait"]
 
 Key = Hashable
-
-
-class IllegalEvent(Exception):
-    """An event the pool cannot accept for the job it names."""
 
 
 class _Keyed(Record):
