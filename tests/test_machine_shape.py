@@ -8,8 +8,8 @@ import pytest
 
 import psij
 from psij._machine import IllegalEvent
-from psij.executors import _local_pool
 from psij.executors.batch import _holding, _tracking
+from psij.executors.local import _pool_machine as _local_pool
 
 SRC = Path(psij.__file__).resolve().parent
 
