@@ -14,8 +14,12 @@ The places, and the function for each:
 Templates render every ``{{value}}`` through one escape function, :func:`bash_escape`: plain
 values come out ready for the inside of double quotes, and :class:`ShellWord` values (the launch
 command) come out as complete words. Both the double-quoted and the sbatch directive contexts
-undo exactly the same backslashes, so one rendering serves both. Nothing here reads files or
-runs commands.
+undo exactly the same backslashes, so one rendering serves both.
+
+Batch executors, the staging parts of job scripts (``psij.executors._staging``) and pilot
+task scripts all quote with these functions; plugins import the same objects from
+``psij._scripts.quoting``, which re-exports them. Nothing here reads files or
+runs commands, and nothing else of psij is imported.
 """
 
 import re

@@ -1,6 +1,8 @@
 """Functions offered to submit-script templates as ``psij.lib`` (kept for plugin templates).
 
-Pure conversions; nothing here reads files or runs commands.
+Batch executors put ``ALL`` in every script context; plugins import the same objects from
+``psij._scripts.template_functions``, which re-exports them. Pure conversions;
+nothing here reads files or runs commands.
 """
 
 from datetime import timedelta

@@ -1,17 +1,19 @@
-"""Submit scripts rendered from Mustache templates.
+"""Job scripts (batch submit scripts, pilot task scripts) rendered from Mustache templates.
 
 :class:`TemplatedScriptGenerator` keeps the signature plugins written for the PSI/J Python API
 use: ``TemplatedScriptGenerator(config, template_path, escape=...)`` and
 ``generate_submit_script(job, context, out)``. Every ``{{value}}`` passes through ``escape``
-(by default :func:`~psij.executors.batch.escape_functions.bash_escape`, which suits values
-placed inside double quotes and launch-command words placed unquoted); ``{{{value}}}`` is never
-used by the shipped templates. Partials (``{{> name}}``) are looked up next to the template
+(by default :func:`~psij._scripts.quoting.bash_escape`, which suits values placed inside
+double quotes and launch-command words placed unquoted); ``{{{value}}}`` is never used by the
+shipped templates. Partials (``{{> name}}``) are looked up next to the template
 first, then among the templates shipped with psij, so plugin templates can reuse the shared
 parts. They are read and put in place once, when the generator is made (a standalone tag's
 indentation goes before each line of the partial, as Mustache renders it), so rendering a job
 reads no file and parses nothing; the parsed template is then rendered by the functions
-``psij.executors.batch._mustache`` makes of it, by pystache's rules. This module renders
-text; it never writes files other than ``out`` nor runs commands.
+``psij._scripts.mustache`` makes of it, by pystache's rules. Batch executors, the pilot's
+task scripts and plugins (through ``psij._scripts.generator``, which re-exports
+this module's names) all render with it. This module renders text; it never writes files other
+than ``out`` nor runs commands, and it imports nothing from the executors.
 """
 
 import re
@@ -21,8 +23,8 @@ from typing import IO, Callable, Dict, List, Optional, Sequence, Union
 import pystache  # type: ignore[import-untyped]
 
 from psij._data import data_dir
-from psij.executors.batch._mustache import NeedsPystache, compile_template
-from psij.executors.batch.escape_functions import bash_escape
+from psij._scripts.mustache import NeedsPystache, compile_template
+from psij._scripts.quoting import bash_escape
 from psij.job import Job
 from psij.job_executor_config import JobExecutorConfig
 
@@ -62,7 +64,7 @@ class TemplatedScriptGenerator(SubmitScriptGenerator):
         self.template = pystache.parse(inline_partials(text, search))
         self.renderer = pystache.Renderer(escape=escape, search_dirs=[str(d) for d in search],
                                           file_extension="mustache", missing_tags="ignore")
-        # The same rendering without pystache's per-tag machinery (see _mustache), for as
+        # The same rendering without pystache's per-tag machinery (see .mustache), for as
         # long as the template and the renderer are these.
         self._compiled = (self.template, self.renderer, compile_template(self.template, escape))
 
