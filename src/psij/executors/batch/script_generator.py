@@ -1,0 +1,11 @@
+"""The submit-script generators under their PSI/J path, for plugins that import them from here
+(``from psij.executors.batch.script_generator import TemplatedScriptGenerator``).
+
+They live in :mod:`psij._scripts.generator`; this module only re-exports the same objects and
+must define nothing of its own (importing it loads pystache, as the generator needs it). psij's
+own modules import from :mod:`psij._scripts.generator` directly.
+"""
+
+from psij._scripts.generator import SubmitScriptGenerator, TemplatedScriptGenerator, inline_partials
+
+__all__ = ["SubmitScriptGenerator", "TemplatedScriptGenerator", "inline_partials"]
