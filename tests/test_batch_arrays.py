@@ -136,7 +136,7 @@ def test_array_script_runs_each_element_with_its_own_environment_and_words(
                        f'export {_arrays.ENV_MARK}=""', "run() {",
                        f"    {_arrays.LAUNCH_MARK} ", "}", "run", 'echo "id=$_PSIJ_NATIVE_ID"'])
     assert _arrays.shape_is_usable(_arrays.SLURM_ARRAYS, shape)
-    from psij.executors.batch.escape_functions import bash_escape
+    from psij._scripts.quoting import bash_escape
     hostile = "$(touch PWNED) `id` \"q\" 'x' \\ é"
     words = ["printf", "%s|%s\\n", "$V", hostile]
     elements = [_arrays.element_text([("V", f"{hostile}{i}")], words, bash_escape)
@@ -158,7 +158,7 @@ def test_array_script_runs_each_element_with_its_own_environment_and_words(
 def test_array_script_exports_the_element_environment(tmp_path: Path) -> None:
     shape = "\n".join(["#!/bin/bash", "_PSIJ_NATIVE_ID=$JOB_ID", f'export {_arrays.ENV_MARK}=""',
                        f"{_arrays.LAUNCH_MARK} "])
-    from psij.executors.batch.escape_functions import bash_escape
+    from psij._scripts.quoting import bash_escape
     elements = [_arrays.element_text([("V", f"value {i} $HOME")], ["sh", "-c", 'echo "$V"'],
                                      bash_escape) for i in range(2)]
     text = _arrays.array_script(_arrays.SGE_ARRAYS, shape, elements)

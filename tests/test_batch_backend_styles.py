@@ -13,6 +13,7 @@ import pytest
 
 from psij import Job, JobSpec, JobState, SubmitException
 from psij._clock import ManualClock
+from psij._scripts.generator import TemplatedScriptGenerator
 from psij.executors.batch._poller import IDLE_LINGER
 from psij.executors.batch._runner import FakeCommandRunner
 from psij.executors.batch.batch_scheduler_executor import (
@@ -21,7 +22,6 @@ from psij.executors.batch.batch_scheduler_executor import (
     InvalidJobStateError,
     check_status_exit_code,
 )
-from psij.executors.batch.script_generator import TemplatedScriptGenerator
 from psij.job_executor_config import JobExecutorConfig
 from psij.job_status import JobStatus
 

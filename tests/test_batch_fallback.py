@@ -4,6 +4,8 @@ pool; without ``fallback`` the submit error says what is missing. Plus the pool'
 
 import os
 import stat
+import subprocess
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -252,3 +254,14 @@ def test_a_submit_command_that_is_there_gets_no_not_installed_hint(
     text = refused_submit_text(tmp_path)
     assert "could not be started: Argument list too long" in text and "128 KiB" in text
     assert "not installed" not in text and "fallback" not in text
+
+
+def test_importing_a_batch_executor_loads_the_local_executor_only_for_a_fallback() -> None:
+    # The fallback's local executor is made when a fallback is: importing the Slurm executor
+    # (and through it the fallback module) loads no module holding the local executor.
+    code = ("import sys, psij.executors.batch.slurm\n"
+            "print(sorted(name for name, m in list(sys.modules.items())\n"
+            "             if name.startswith('psij') and 'LocalJobExecutor' in vars(m)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "[]"

@@ -1,4 +1,4 @@
-"""Submit-script templates rendered by compiled functions (psij.executors.batch._mustache) give
+"""Submit-script templates rendered by compiled functions (psij._scripts.mustache) give
 exactly what pystache gives: every shipped template with the contexts of every batch executor,
 and small templates for each Mustache rule, including the values only pystache renders."""
 
@@ -20,10 +20,10 @@ from psij import (
     ResourceSpecV1,
 )
 from psij._data import data_dir
-from psij.executors.batch._mustache import NeedsPystache, compile_template
+from psij._scripts.generator import TemplatedScriptGenerator, inline_partials
+from psij._scripts.mustache import NeedsPystache, compile_template
+from psij._scripts.quoting import ShellWord, bash_escape
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
-from psij.executors.batch.escape_functions import ShellWord, bash_escape
-from psij.executors.batch.script_generator import TemplatedScriptGenerator, inline_partials
 from psij.staging import StageIn
 
 BATCH = ["slurm", "sge", "pbs", "pbs_classic", "lsf", "cobalt", "flux", "batch-test"]

@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psij.executors.batch.batch_test_tool import parse_directive_line
-from psij.executors.batch.escape_functions import (
+from psij._scripts.quoting import (
     ShellWord,
     bash_escape,
     directive_value,
@@ -15,6 +14,7 @@ from psij.executors.batch.escape_functions import (
     plain_directive_value,
     shell_word,
 )
+from psij.executors.batch.batch_test_tool import parse_directive_line
 
 HOSTILE = [
     "", " ", "a b", "it's", 'say "hi"', "$(touch pwned)", "`touch pwned`", "${HOME}", "$HOME",

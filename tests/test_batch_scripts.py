@@ -15,13 +15,13 @@ from typing import Dict, Type
 import pytest
 
 from psij import InvalidJobException, Job, JobAttributes, JobSpec, ResourceSpecV1
+from psij._scripts.quoting import double_quoted, shell_word
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
 )
 from psij.executors.batch.batch_test import BatchTestJobExecutor
 from psij.executors.batch.batch_test_tool import parse_directive_line
-from psij.executors.batch.escape_functions import double_quoted, shell_word
 from psij.executors.batch.sge import SgeJobExecutor
 from psij.executors.batch.slurm import SlurmJobExecutor
 
@@ -139,7 +139,7 @@ cd "{{psij.script_dir}}"
 def test_plugin_style_template_gets_values_exactly(tmp_path: Path) -> None:
     # How executors written for the PSI/J Python API render their own templates: values inside
     # double quotes and launch-command words unquoted, both through the default escape.
-    from psij.executors.batch.script_generator import TemplatedScriptGenerator
+    from psij._scripts.generator import TemplatedScriptGenerator
 
     template = tmp_path / "plugin.mustache"
     template.write_text(PLUGIN_TEMPLATE)

@@ -18,8 +18,8 @@ import pytest
 import psij
 from _batch_sites import EXECUTORS, full_job, make
 from psij import InvalidJobException, Job, JobAttributes, JobSpec, JobState, ResourceSpecV1
+from psij._scripts.quoting import double_quoted, shell_word
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
-from psij.executors.batch.escape_functions import double_quoted, shell_word
 
 GOLDEN = Path(__file__).parent / "golden"
 

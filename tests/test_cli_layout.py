@@ -5,6 +5,7 @@ psij.cli`` loads no command's module."""
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -170,3 +171,45 @@ def test_importing_the_command_loads_none_of_its_commands() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert json.loads(done.stdout) == ["psij.cli", "psij.cli._common", "psij.version"]
+
+
+def _run_command(argv: List[str]) -> Dict[str, object]:
+    """``psij.cli.main(argv)`` in a fresh interpreter: its status, output and the psij modules
+    and whether argparse were loaded by then."""
+    code = ("import contextlib, io, json, sys, psij.cli\n"
+            "out = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out):\n"
+            f"    status = psij.cli.main({argv!r})\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith('psij.'))\n"
+            "print(json.dumps({'status': status, 'out': out.getvalue(),\n"
+            "                  'argparse': 'argparse' in sys.modules, 'modules': loaded}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True, env={**os.environ, "COLUMNS": "100"})
+    result: Dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def test_psij_version_builds_no_parser_and_loads_no_command() -> None:
+    result = _run_command(["--version"])
+    assert result["status"] == 0
+    assert result["out"] == f"psij {psij.cli.__version__}\n"
+    assert result["argparse"] is False
+    assert result["modules"] == ["psij.cli", "psij.cli._common", "psij.version"]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h", "--version"], ["--ver"]])
+def test_a_line_naming_no_command_loads_no_command(argv: List[str]) -> None:
+    result = _run_command(argv)
+    assert result["status"] == 0
+    assert result["modules"] == ["psij.cli", "psij.cli._common", "psij.version"]
+
+
+def test_psij_help_lists_each_command_as_the_command_itself_describes_it() -> None:
+    # The full parser takes each line from the command's own module; the short one from the
+    # table: both print the same help.
+    full = psij.cli._build_parser()
+    commands = next(a for a in full._actions if a.dest == "command")
+    assert [(a.dest, a.help) for a in commands._choices_actions] == list(psij.cli._COMMAND_LINES)
+    assert {name for name, _ in psij.cli._COMMAND_LINES} == set(psij.cli._COMMANDS)
+    short = psij.cli._build_parser(["--help"])
+    assert short.format_help() == full.format_help()

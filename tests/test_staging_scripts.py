@@ -18,11 +18,11 @@ import pytest
 import _batch_sites
 import test_batch_scripts
 from psij import Job
+from psij._scripts.quoting import double_quoted, shell_word
 from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
 )
-from psij.executors.batch.escape_functions import double_quoted, shell_word
 from psij.staging import StageIn, StageOut, StageOutFlags, StagingMode
 
 GOLDEN = Path(__file__).parent / "golden"

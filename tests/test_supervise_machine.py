@@ -543,7 +543,7 @@ def test_the_journal_records_each_submission_before_it_runs_and_each_end() -> No
 
 
 def test_job_names_are_plain_unique_and_at_most_64_characters() -> None:
-    from psij.executors.batch.escape_functions import plain_job_name
+    from psij._scripts.quoting import plain_job_name
     from psij.supervise._messages import marked_name
 
     for given in ("c17", "my/job", "9lives", "a b,c;d\u00e9", "x" * 300, "-"):

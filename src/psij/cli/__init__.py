@@ -2,8 +2,10 @@
 hand the parsed arguments to that command's module.
 
 Each command family has its own module, imported here only when its command is named (or when
-the whole parser is built, for ``psij --help``), so that a short command loads only what it
-uses: ``_plugins`` (``psij plugins``), ``_run`` (``psij run``), ``_script`` (``psij script``),
+the whole parser is built, by code that asks for it), so that a short command loads only what it
+uses; a line naming no command (``psij --help``, a mistyped command) is parsed with each command
+as one line of help from a table kept here, and ``psij --version`` builds no parser at all. The
+families: ``_plugins`` (``psij plugins``), ``_run`` (``psij run``), ``_script`` (``psij script``),
 ``_jobs`` (``submit``, ``status``, ``wait``, ``cancel``, ``priority``, ``list``, ``attach``),
 ``_config``, ``_supervise``, ``_pilot`` and ``_flow``. They share ``_common`` (exit codes,
 reporting, help formatters), ``_job_options`` (the options describing a job and the JobSpec
@@ -43,6 +45,26 @@ _JOB_COMMANDS = ("submit", "status", "wait", "cancel", "priority", "list", "atta
 _COMMANDS = ("plugins", "run", "script", "pilot", "flow", "config", *_JOB_COMMANDS, "supervise")
 _PILOT_COMMANDS = ("serve", "run")
 
+# Each command with its line in ``psij --help``, in the order listed there: the parser of a
+# line naming no command is built from this table alone, without loading any family's module.
+# The families give their commands the same help (tests/test_cli_layout.py checks).
+_COMMAND_LINES = (
+    ("plugins", "list executors and launchers with versions, files and load errors"),
+    ("run", "run one job and exit with its exit code"),
+    ("script", "print the submit script a job would get, without submitting it"),
+    ("submit", "submit one job, print its id and return at once"),
+    ("status", "show the current state of recorded jobs"),
+    ("wait", "wait until recorded jobs are final"),
+    ("cancel", "cancel recorded jobs"),
+    ("priority", "change the priority of recorded jobs"),
+    ("list", "list recorded jobs as last recorded"),
+    ("attach", "adopt a job submitted elsewhere into the registry"),
+    ("config", "show the site defaults in effect and where each comes from"),
+    ("supervise", "run a server job and the client jobs it asks for, restarting it when it dies"),
+    ("pilot", "run many tasks inside one allocation"),
+    ("flow", "keep N jobs running: the flow service and its client"),
+)
+
 
 def __getattr__(name: str) -> Any:
     """The names of ``_KEPT_ON_USE``, from the module that defines them."""
@@ -67,8 +89,10 @@ def _named(argv: Sequence[str], known: Sequence[str]) -> Optional[str]:
 
 def _build_parser(argv: Optional[Sequence[str]] = None) -> "argparse.ArgumentParser":
     """The ``psij`` parser. Given the command line, it holds only the command that line
-    names (building every parser costs a noticeable part of a short command's run); without,
-    or when no command is named, every command."""
+    names (building every parser costs a noticeable part of a short command's run), or, when
+    the line names none (``psij --help``, a mistyped command), every command as one line of
+    ``_COMMAND_LINES`` with no options of its own; without the line, every command in
+    full."""
     import argparse
 
     command = None if argv is None else _named(argv, _COMMANDS)
@@ -78,6 +102,10 @@ def _build_parser(argv: Optional[Sequence[str]] = None) -> "argparse.ArgumentPar
                     "scheduler, and inspect the installed executors and launchers.")
     parser.add_argument("--version", action="version", version=f"psij {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    if command is None and argv is not None:
+        for name, line in _COMMAND_LINES:
+            commands.add_parser(name, help=line, add_help=False)
+        return parser
     if command in (None, "plugins"):
         from psij.cli._plugins import add_plugins_command
 
@@ -144,6 +172,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _main(argv: Optional[List[str]]) -> int:
     if argv is None:
         argv = sys.argv[1:]
+    if argv[:1] == ["--version"]:  # what argparse would print, without building a parser
+        print(f"psij {__version__}")
+        return 0
     if argv[:1] == ["pilot"]:
         from psij.cli._pilot import pilot_main, plain_pilot_run
 

@@ -27,8 +27,8 @@ from typing import Any, Dict, List, Optional
 
 from psij._data import data_dir
 from psij._record import Record
+from psij._scripts.quoting import ShellWord
 from psij.exceptions import InvalidJobException
-from psij.executors.batch.escape_functions import ShellWord
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus

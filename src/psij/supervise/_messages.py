@@ -44,7 +44,7 @@ _KEYS = {
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
 _NOT_PLAIN = re.compile(r"[^A-Za-z0-9_.-]")
-_NAME_LIMIT = 64  # what every scheduler accepts (psij.executors.batch.escape_functions)
+_NAME_LIMIT = 64  # what every scheduler accepts (psij._scripts.quoting)
 
 
 class RequestError(ValueError):

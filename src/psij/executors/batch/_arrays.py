@@ -37,11 +37,11 @@ import os
 import re
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from psij._scripts.generator import TemplatedScriptGenerator
+from psij._scripts.quoting import ShellWord
 from psij.exceptions import SubmitException, SubmitManyException
 from psij.executors.batch._script_context import default_job_name
 from psij.executors.batch._submit_io import is_transient, run_submit
-from psij.executors.batch.escape_functions import ShellWord
-from psij.executors.batch.script_generator import TemplatedScriptGenerator
 from psij.job import Job
 from psij.job_executor import job_list
 from psij.job_state import JobState

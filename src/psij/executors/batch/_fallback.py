@@ -18,23 +18,22 @@ Without ``fallback`` nothing is checked in advance; :func:`not_found_hint` makes
 error of a missing command say what to do.
 """
 
+import functools
 import shutil
 import warnings
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from psij.executors.batch._runner import CommandResult
-from psij.executors.local import LocalJobExecutor, LocalJobExecutorConfig
-from psij.executors.local._pool_driver import demand_of as demand_of
-from psij.executors.local._pool_driver import machine_capacity as machine_capacity
 from psij.job import Job
 from psij.job_executor_config import JobExecutorConfig
 from psij.job_status import JobStatus
 
 if TYPE_CHECKING:
     from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
+    from psij.executors.local import LocalJobExecutor
 
-__all__ = ["LocalFallback", "SchedulerFallbackWarning", "demand_of", "local_fallback",
-           "machine_capacity", "not_found_hint", "scheduler_problem"]
+__all__ = ["LocalFallback", "SchedulerFallbackWarning", "local_fallback", "not_found_hint",
+           "scheduler_problem"]
 
 _PROBE_TIMEOUT = 15.0
 
@@ -74,26 +73,34 @@ def not_found_hint(executor: "BatchSchedulerExecutor", result: CommandResult) ->
             "instead)")
 
 
-class _Local(LocalJobExecutor):
-    """The local executor of a fallback, with a pool of this machine: statuses say
-    ``backend: local`` and callbacks go to the batch executor's as well."""
+@functools.cache
+def _local_class() -> Callable[["LocalFallback", JobExecutorConfig], "LocalJobExecutor"]:
+    """The executor class of fallbacks, made when the first one is (importing a batch
+    executor does not load the local executor)."""
+    from psij.executors.local import LocalJobExecutor
 
-    _NAME_ = "local"
+    class _Local(LocalJobExecutor):
+        """The local executor of a fallback, with a pool of this machine: statuses say
+        ``backend: local`` and callbacks go to the batch executor's as well."""
 
-    def __init__(self, owner: "LocalFallback", config: JobExecutorConfig) -> None:
-        super().__init__(config=config)
-        self._owner = owner
+        _NAME_ = "local"
 
-    def _set_job_status(self, job: Job, status: JobStatus) -> None:
-        meta = dict(status.metadata or {})
-        meta["backend"] = "local"
-        super()._set_job_status(job, JobStatus(status.state, time=status.time,
-                                               message=status.message,
-                                               exit_code=status.exit_code, metadata=meta))
+        def __init__(self, owner: "LocalFallback", config: JobExecutorConfig) -> None:
+            super().__init__(config=config)
+            self._owner = owner
 
-    def _notify_callback(self, job: Job, status: JobStatus) -> None:
-        super()._notify_callback(job, status)
-        self._owner.batch._notify_callback(job, status)
+        def _set_job_status(self, job: Job, status: JobStatus) -> None:
+            meta = dict(status.metadata or {})
+            meta["backend"] = "local"
+            super()._set_job_status(job, JobStatus(status.state, time=status.time,
+                                                   message=status.message,
+                                                   exit_code=status.exit_code, metadata=meta))
+
+        def _notify_callback(self, job: Job, status: JobStatus) -> None:
+            super()._notify_callback(job, status)
+            self._owner.batch._notify_callback(job, status)
+
+    return _Local
 
 
 class LocalFallback:
@@ -103,8 +110,10 @@ class LocalFallback:
     def __init__(self, batch: "BatchSchedulerExecutor", why: str) -> None:
         self.batch = batch
         self.why = why
+        from psij.executors.local import LocalJobExecutorConfig
+
         config = batch.config
-        self.local = _Local(self, LocalJobExecutorConfig(
+        self.local = _local_class()(self, LocalJobExecutorConfig(
             launcher_log_file=config.launcher_log_file, work_directory=config.work_directory,
             resource_pool=True))
 

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Tuple, Union
 
 from psij._declared_attributes import check_declared
+from psij._scripts.quoting import ShellWord
+from psij._scripts.template_functions import ALL as FUNCTION_LIBRARY
 from psij.exceptions import InvalidJobException
 from psij.executors._os_texts import check_texts, spec_texts
 from psij.executors._staging import check_staging
@@ -25,8 +27,6 @@ from psij.executors._staging import script_context as staging_context
 from psij.executors.batch._nice import scheduler_priority
 from psij.executors.batch._shapes import job_tmp
 from psij.executors.batch._signals import script_signals
-from psij.executors.batch.escape_functions import ShellWord
-from psij.executors.batch.template_function_library import ALL as FUNCTION_LIBRARY
 from psij.job import Job
 from psij.job_spec import JobSpec
 from psij.resource_spec import ResourceSpecV1

@@ -8,7 +8,7 @@ and an executor renders only the keys ``<prefix>.<option>`` whose prefix is one 
 
 PBS, LSF, Cobalt and Flux read their directive lines (``#PBS``, ``#BSUB``, ``#COBALT``, ``# flux:``)
 with rules that have no reliable escape mechanism, so values are either plain or refused (see
-:func:`~psij.executors.batch.escape_functions.plain_directive_value`), and job names, which are
+:func:`~psij._scripts.quoting.plain_directive_value`), and job names, which are
 only labels, are made plain instead of refused. This module also spells custom attributes as
 options (``-k value``, ``--key=value``). Pure string work: no files, no commands.
 """
@@ -17,7 +17,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from psij._record import Record
-from psij.executors.batch.escape_functions import (
+from psij._scripts.quoting import (
     directive_value,
     plain_directive_value,
     plain_job_name,

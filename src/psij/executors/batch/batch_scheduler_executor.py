@@ -49,6 +49,7 @@ from psij import _check, _site_config
 from psij._clock import Clock, MonotonicClock
 from psij._data import data_dir
 from psij._private_dirs import ensure_private_dir
+from psij._scripts.generator import TemplatedScriptGenerator
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._staging import REPORT_SUFFIX
 from psij.executors.batch import _arrays
@@ -90,7 +91,6 @@ from psij.executors.batch._tracking import (
     PollSucceeded,
     observed,
 )
-from psij.executors.batch.script_generator import TemplatedScriptGenerator
 from psij.job import Job
 from psij.job_executor import JobExecutor
 from psij.job_executor_config import JobExecutorConfig

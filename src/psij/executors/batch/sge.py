@@ -11,6 +11,7 @@ import signal
 import xml.etree.ElementTree as ET
 from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
+from psij._scripts.quoting import plain_directive_value
 from psij.executors.batch._arrays import SGE_ARRAYS, expand_index_list
 from psij.executors.batch._nice import SGE_NICE
 from psij.executors.batch._script_context import v1_resources
@@ -22,7 +23,6 @@ from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutorConfig,
     check_status_exit_code,
 )
-from psij.executors.batch.escape_functions import plain_directive_value
 from psij.job import Job
 from psij.job_spec import JobSpec
 from psij.job_state import JobState

@@ -1,29 +1,11 @@
-"""Functions offered to submit-script templates as ``psij.lib`` (kept for plugin templates).
+"""The functions submit-script templates get as ``psij.lib``, under their PSI/J path, for
+plugins that import them from here.
 
-Pure conversions; nothing here reads files or runs commands.
+They live in :mod:`psij._scripts.template_functions`; this module only re-exports the same
+objects and must define nothing of its own. psij's own modules import from
+:mod:`psij._scripts.template_functions` directly.
 """
 
-from datetime import timedelta
-from typing import Any, Callable, Dict, Union
-
-from psij.job_attributes import JobAttributes
+from psij._scripts.template_functions import ALL, walltime_to_minutes
 
 __all__ = ["ALL", "walltime_to_minutes"]
-
-
-def walltime_to_minutes(walltime: Union[timedelta, int, str]) -> int:
-    """Whole minutes (rounded up) of a timedelta, a number of minutes, or a walltime string
-    accepted by :meth:`psij.JobAttributes.parse_walltime`."""
-    if isinstance(walltime, bool):
-        raise TypeError(f"walltime: expected timedelta, int or str, got {walltime!r}")
-    if isinstance(walltime, int):
-        return walltime
-    if isinstance(walltime, str):
-        walltime = JobAttributes.parse_walltime(walltime)
-    if isinstance(walltime, timedelta):
-        return -(-int(walltime.total_seconds()) // 60)
-    raise TypeError(f"walltime: expected timedelta, int or str, got {walltime!r} "
-                    f"({type(walltime).__name__})")
-
-
-ALL: Dict[str, Callable[..., Any]] = {"walltime_to_minutes": walltime_to_minutes}

@@ -17,6 +17,7 @@ from typing import Dict
 
 from psij._private_dirs import ensure_private_dir
 from psij._record import replace
+from psij._scripts.quoting import ShellWord
 from psij.executors._staging import (
     REPORT_SUFFIX,
     needs_staging,
@@ -25,7 +26,6 @@ from psij.executors._staging import (
     staged_status,
     valid_text,
 )
-from psij.executors.batch.escape_functions import ShellWord
 from psij.executors.pilot.tasks import TaskSpec
 from psij.job_spec import JobSpec
 from psij.job_status import JobStatus
@@ -47,7 +47,7 @@ def with_staging(task: TaskSpec, spec: JobSpec, work_directory: Path) -> TaskSpe
     if not needs_staging(spec):
         return task
     from psij._data import data_dir
-    from psij.executors.batch.script_generator import TemplatedScriptGenerator
+    from psij._scripts.generator import TemplatedScriptGenerator
     from psij.job_executor_config import JobExecutorConfig
 
     folder = _folder(work_directory)

@@ -20,7 +20,8 @@ A value that pystache would treat as a Mustache lambda (a value that can be call
 under a name) or a byte string makes the whole render go through pystache itself, so that
 templates relying on them behave exactly as before. Templates whose parse tree has nodes
 not known here (another pystache version) are not compiled: :func:`compile_template` gives
-None and the caller keeps pystache.
+None and the caller keeps pystache. Only :mod:`psij._scripts.generator` uses this module;
+it turns text into text, reads no file and imports nothing else of psij.
 """
 
 from typing import Any, Callable, Dict, List, Optional
