@@ -107,7 +107,7 @@ def _reads_peers(module: str) -> Optional[str]:
 
 
 @pytest.mark.parametrize("module", [
-    "_controller_loop.py", "flows/client.py", "supervise/client.py",
+    "controller/_loop.py", "flows/client.py", "supervise/client.py",
     "executors/pilot/service.py", "executors/pilot/_remote_nodes.py",
     "executors/pilot/agent.py", "executors/batch/_slurm_rest.py",
 ])

@@ -7,7 +7,7 @@ name and cancelled, and its end journaled. Part of the pure machine
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
-from psij._controller_values import Action, Call, Log
+from psij.controller import Action, Call, Log
 from psij.supervise._entries import _LOOKUP, Journal
 
 __all__ = ["NameLookUps"]

@@ -21,7 +21,8 @@ import logging
 import secrets
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
-from psij._controller_values import (
+from psij._record import replace
+from psij.controller import (
     Action,
     ActionDone,
     ActionFailed,
@@ -47,7 +48,6 @@ from psij._controller_values import (
     TimerFired,
     exit_code_for_signal,
 )
-from psij._record import replace
 from psij.supervise._entries import (
     _STOP_TIMER,
     _SUBMITTING,

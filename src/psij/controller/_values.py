@@ -1,5 +1,8 @@
 """The events and actions of :mod:`psij.controller` (imported from there; the rules are
 stated there).
+
+Values only: nothing here does I/O, starts a thread, reads a clock or imports the loop
+(``psij.controller._loop``, ``psij.controller._io``).
 """
 
 

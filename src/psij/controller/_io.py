@@ -1,5 +1,6 @@
-"""Pieces of the controller loop that hold no state of the loop: the worker pool that runs
-blocking executor calls, and who is at the other end of a connection."""
+"""Pieces of the controller loop (:mod:`psij.controller`) that hold no state of the loop: the
+worker pool that runs blocking executor calls, and who is at the other end of a connection.
+Nothing here calls the machine or touches the loop's connections and timers."""
 
 import errno
 import queue
@@ -8,7 +9,7 @@ import struct
 import threading
 from typing import Any, Callable, List, Optional, Tuple
 
-from psij._controller_values import Peer
+from psij.controller._values import Peer
 
 __all__ = ["WorkerPool", "describe_error", "peer_of"]
 

@@ -45,12 +45,15 @@ Rules of the loop:
   handlers nowhere else); the previous handlers and wake-up file are put back when
   :meth:`~ControllerLoop.run` returns.
 
-Everything here is public: users write their own machines against it.
+Everything here is public: users write their own machines against it. The package's modules
+are private and hold what this one re-exports: ``_values`` the events, actions and
+:class:`Machine`, ``_loop`` the :class:`ControllerLoop`, ``_io`` its worker pool and peers.
+Import from ``psij.controller`` only; this module defines nothing of its own.
 """
 
 from psij._clock import Clock, ManualClock, MonotonicClock
-from psij._controller_loop import ControllerLoop
-from psij._controller_values import (
+from psij.controller._loop import ControllerLoop
+from psij.controller._values import (
     Action,
     ActionDone,
     ActionFailed,

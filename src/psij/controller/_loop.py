@@ -30,11 +30,11 @@ from typing import (
     Union,
 )
 
-from psij import _controller_values as v
 from psij._clock import Clock, MonotonicClock
-from psij._controller_io import WorkerPool, describe_error, peer_of
 from psij._line_framing import BadLine, LineFramer, decode_line, encode_line
 from psij._wakeup import Wakeup, timer_delay
+from psij.controller import _values as v
+from psij.controller._io import WorkerPool, describe_error, peer_of
 
 __all__ = ["ControllerLoop"]
 

@@ -1,0 +1,102 @@
+"""How the controller and the registry are laid out: ``psij.controller`` is one package whose
+public names are the objects its private modules define; ``psij.registry`` keeps its public
+names, and its recorder stays outside it (the recorder is imported by every executor's first
+status change, and the registry's public functions need the executors: one package holding both
+would import itself in a circle). No module of psij is past 700 lines."""
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+import psij
+import psij.controller
+import psij.registry
+
+SRC = Path(psij.__file__).parent
+
+CONTROLLER_NAMES = [
+    "Action", "ActionDone", "ActionFailed", "Attach", "BadMessage", "Call", "Cancel",
+    "CancelTimer", "Clock", "Close", "Connected", "ControllerLoop", "Disconnected", "Event",
+    "Forget", "JobStatusChanged", "Log", "Machine", "ManualClock", "MessageReceived",
+    "MonotonicClock", "Peer", "Send", "SetTimer", "SignalReceived", "Started", "Stop", "Submit",
+    "Tick", "TimerFired", "exit_code_for_signal",
+]
+
+REGISTRY_NAMES = ["AttachError", "JobRecord", "RegistryError", "attach", "find", "flush", "prune",
+                  "reattach", "registry_file", "set_prune_age", "set_recording", "set_tag"]
+
+# What other modules of psij (the ``psij`` commands) read from psij.registry besides __all__.
+REGISTRY_USED = ["MAX_TAG_LENGTH", "_check_tag", "_iso", "_recorded_config", "_select"]
+
+
+def run_fresh(code: str, cwd: Path) -> Any:
+    """Run ``code`` in a new interpreter and return the JSON it prints last."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=cwd, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_controller_keeps_every_public_name() -> None:
+    assert sorted(psij.controller.__all__) == sorted(CONTROLLER_NAMES)
+
+
+@pytest.mark.parametrize("name", CONTROLLER_NAMES)
+def test_a_controller_name_is_the_object_its_package_defines(name: str) -> None:
+    from psij import _clock
+    from psij.controller import _loop, _values
+
+    value = getattr(psij.controller, name)
+    homes = [m for m in (_values, _loop, _clock) if getattr(m, name, None) is value]
+    assert homes, f"psij.controller.{name} is defined by none of its modules"
+    namespace: Dict[str, Any] = {}
+    exec(f"from psij.controller import {name} as imported", namespace)
+    assert namespace["imported"] is value
+
+
+def test_the_controller_is_one_package_and_no_controller_module_is_left_at_the_top() -> None:
+    assert Path(psij.controller.__file__).name == "__init__.py"
+    assert sorted(p.name for p in (SRC / "controller").glob("*.py")) == [
+        "__init__.py", "_io.py", "_loop.py", "_values.py"]
+    assert sorted(p.name for p in SRC.glob("*controller*.py")) == []
+
+
+def test_the_controller_s_modules_say_what_they_are_for() -> None:
+    for path in sorted((SRC / "controller").glob("*.py")):
+        assert ast.get_docstring(ast.parse(path.read_text())), path.name
+
+
+def test_the_registry_keeps_every_public_name() -> None:
+    assert sorted(psij.registry.__all__) == sorted(REGISTRY_NAMES)
+
+
+@pytest.mark.parametrize("name", REGISTRY_NAMES + REGISTRY_USED)
+def test_a_registry_name_is_the_object_its_defining_module_holds(name: str) -> None:
+    value = getattr(psij.registry, name)
+    module = getattr(value, "__module__", "psij.registry")
+    assert getattr(sys.modules[module], name) is value
+    namespace: Dict[str, Any] = {}
+    exec(f"from psij.registry import {name} as imported", namespace)
+    assert namespace["imported"] is value
+
+
+def test_a_job_s_first_status_loads_the_recorder_but_neither_the_registry_nor_sqlite(
+        tmp_path: Path) -> None:
+    loaded = run_fresh(
+        "import json, sys\n"
+        "import psij.job_executor, psij.executors.local\n"
+        "import psij._registry_recorder\n"
+        "print(json.dumps([m in sys.modules for m in ('psij.registry', 'sqlite3')]))\n",
+        tmp_path)
+    assert loaded == [False, False]
+
+
+def test_no_module_of_psij_is_past_700_lines() -> None:
+    long: List[str] = [str(path.relative_to(SRC)) for path in sorted(SRC.rglob("*.py"))
+                       if len(path.read_text().splitlines()) > 700]
+    assert long == []
