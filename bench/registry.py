@@ -104,7 +104,7 @@ import json, sys, time
 from pathlib import Path
 from psij import Job, JobExecutorConfig, JobSpec, JobState, JobStatus
 from psij.executors.local import LocalJobExecutor
-from psij._registry_recorder import record, flush
+from psij._registry.recorder import record, flush
 wd, n = Path(sys.argv[1]), int(sys.argv[2])
 ex = LocalJobExecutor(config=JobExecutorConfig(work_directory=wd))
 jobs = []
@@ -132,7 +132,7 @@ print(json.dumps({"first_us": first * 1e6, "later_us": later * 1e6}))
 _FILL = r"""
 import sys, time, uuid
 from pathlib import Path
-from psij._registry_store import open_store
+from psij._registry.store import open_store
 wd, n = Path(sys.argv[1]), int(sys.argv[2])
 store = open_store(wd)
 now = time.time()

@@ -129,7 +129,7 @@ def test_list_filters_by_executor_and_state(home: Path) -> None:
 
 
 def test_piping_into_head_ends_quietly(home: Path) -> None:
-    from psij._registry_store import open_store
+    from psij._registry.store import open_store
 
     wd = home / ".psij" / "work"
     store = open_store(wd)

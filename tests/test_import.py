@@ -16,7 +16,7 @@ HEAVY = ["psij.job", "psij.job_spec", "psij.job_executor", "psij.job_launcher", 
          "psij._plugins", "psij.descriptor", "psij.serialize", "psij.staging", "psij.executors",
          "typing", "threading", "pathlib", "datetime", "re", "enum", "json", "logging", "uuid",
          "subprocess", "dataclasses", "inspect", "typeguard", "packaging", "packaging.version",
-         "sqlite3", "psij.registry", "psij._registry_store", "asyncio", "psij._job_async",
+         "sqlite3", "psij.registry", "psij._registry.store", "asyncio", "psij._job_async",
          "tqdm", "psij.cli._wait_progress"]
 
 

@@ -262,7 +262,7 @@ def test_a_registry_removed_while_a_job_runs_gets_its_end_in_a_journal(tmp_path:
 def test_a_registry_write_failing_sends_the_end_to_a_journal(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Without a keeper, this process's registry writer fails to commit the job's end.
-    from psij._registry_store import RegistryError, Store
+    from psij._registry.store import RegistryError, Store
     from psij.registry import flush
 
     def failing(work: Path) -> None:
@@ -308,7 +308,7 @@ def _end_in_a_journal(tmp_path: Path, keeper: bool, break_registry: Callable[[Pa
 def test_local_run_records_are_pruned_with_the_registry(tmp_path: Path) -> None:
     import time
 
-    from psij._registry_store import open_store
+    from psij._registry.store import open_store
 
     store = open_store(tmp_path)
     store.write([], [], [("S", 4242, "1000", "job-a"), ("E", 4242, "1000", "0"),

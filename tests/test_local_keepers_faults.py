@@ -131,8 +131,8 @@ SUBMIT_AND_DIE = textwrap.dedent("""
     for job in jobs:
         assert job.native_id is not None
         job.wait(target_states=[job.status.state.ACTIVE])
-    import psij._registry_recorder
-    psij._registry_recorder.flush()  # the jobs' rows (a kill -9 loses the last 50 ms of them)
+    import psij._registry.recorder
+    psij._registry.recorder.flush()  # the jobs' rows (a kill -9 loses the last 50 ms of them)
     print(" ".join(f"{job.id}:{job.native_id}" for job in jobs), flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
 """)

@@ -1,8 +1,10 @@
 """How the controller and the registry are laid out: ``psij.controller`` is one package whose
 public names are the objects its private modules define; ``psij.registry`` keeps its public
-names, and its recorder stays outside it (the recorder is imported by every executor's first
-status change, and the registry's public functions need the executors: one package holding both
-would import itself in a circle). No module of psij is past 700 lines."""
+names, and its private parts (the recorder and the store) are the private package
+``psij._registry``, outside it (the recorder is imported by every executor's first status
+change, and the registry's public functions need the executors: one package holding both would
+import itself in a circle), whose ``__init__`` imports nothing. No module of psij is past 700
+lines."""
 
 import ast
 import json
@@ -85,12 +87,24 @@ def test_a_registry_name_is_the_object_its_defining_module_holds(name: str) -> N
     assert namespace["imported"] is value
 
 
+def test_the_registry_s_private_parts_are_one_package_that_imports_nothing_at_its_top() -> None:
+    package = SRC / "_registry"
+    assert sorted(p.name for p in package.glob("*.py")) == [
+        "__init__.py", "recorder.py", "store.py"]
+    assert sorted(p.name for p in SRC.glob("*registry*.py")) == ["registry.py"]
+    init = ast.parse((package / "__init__.py").read_text())
+    assert ast.get_docstring(init)
+    assert [node for node in ast.walk(init) if isinstance(node, (ast.Import, ast.ImportFrom))] == []
+    for path in sorted(package.glob("*.py")):
+        assert ast.get_docstring(ast.parse(path.read_text())), path.name
+
+
 def test_a_job_s_first_status_loads_the_recorder_but_neither_the_registry_nor_sqlite(
         tmp_path: Path) -> None:
     loaded = run_fresh(
         "import json, sys\n"
         "import psij.job_executor, psij.executors.local\n"
-        "import psij._registry_recorder\n"
+        "import psij._registry.recorder\n"
         "print(json.dumps([m in sys.modules for m in ('psij.registry', 'sqlite3')]))\n",
         tmp_path)
     assert loaded == [False, False]

@@ -165,7 +165,7 @@ def test_many_processes_submit_at_once(tmp_path: Path) -> None:
 
 
 def _fill(wd: Path, ages: List[Any]) -> None:
-    from psij._registry_store import open_store
+    from psij._registry.store import open_store
 
     now = time.time()
     store = open_store(wd)
@@ -336,9 +336,9 @@ def _until(check: Any, seconds: float = 30.0) -> bool:
 
 def test_the_writer_thread_ends_when_idle_and_starts_again(tmp_path: Path,
                                                            monkeypatch: Any) -> None:
-    from psij import _registry_recorder
+    from psij._registry import recorder
 
-    monkeypatch.setattr(_registry_recorder._WRITER, "idle_seconds", 0.2)
+    monkeypatch.setattr(recorder._WRITER, "idle_seconds", 0.2)
     wd = tmp_path / "work"
     side = SideLoaded(config=JobExecutorConfig(work_directory=wd))
     first, second = Job(JobSpec("/bin/true")), Job(JobSpec("/bin/true"))
@@ -352,11 +352,11 @@ def test_the_writer_thread_ends_when_idle_and_starts_again(tmp_path: Path,
 
 
 def test_records_arriving_as_the_idle_writer_ends_are_all_written(monkeypatch: Any) -> None:
-    from psij import _registry_recorder
+    from psij._registry import recorder
 
     written: List[Any] = []
-    monkeypatch.setattr(_registry_recorder, "_resolved", lambda queued: queued)
-    writer = _registry_recorder._Writer(idle_seconds=0.0005)
+    monkeypatch.setattr(recorder, "_resolved", lambda queued: queued)
+    writer = recorder._Writer(idle_seconds=0.0005)
     monkeypatch.setattr(writer, "_write", written.extend)
     for n in range(300):
         writer.put(n)  # type: ignore[arg-type]
@@ -370,13 +370,13 @@ def test_changes_queued_out_of_order_never_put_a_final_job_back(tmp_path: Path,
     # Two threads may queue one job's changes out of order: the one that saw ACTIVE can put
     # after the one that saw FAILED. Within one batch, as across batches, the later state
     # (by rank) is the one written, for a new row as for an update.
-    from psij import _registry_recorder
+    from psij._registry import recorder
 
     wd = tmp_path / "work"
     ex = SideLoaded(config=JobExecutorConfig(work_directory=wd))
     puts: List[Any] = []
-    writer = _registry_recorder._Writer()
-    monkeypatch.setattr(_registry_recorder, "_WRITER", writer)
+    writer = recorder._Writer()
+    monkeypatch.setattr(recorder, "_WRITER", writer)
     monkeypatch.setattr(writer, "put", puts.append)
     fresh, known = Job(JobSpec("/bin/true")), Job(JobSpec("/bin/true"))
     for job in (fresh, known):
@@ -385,11 +385,11 @@ def test_changes_queued_out_of_order_never_put_a_final_job_back(tmp_path: Path,
         ex._set_job_status(job, JobStatus(JobState.ACTIVE))
         ex._set_job_status(job, JobStatus(JobState.FAILED, exit_code=4))
     first_known = next(c for c in puts if c[1] is known)
-    writer._write(_registry_recorder._resolved([first_known]))  # known's row exists
+    writer._write(recorder._resolved([first_known]))  # known's row exists
     for job in (fresh, known):
         mine = [c for c in puts if c[1] is job and c is not first_known]
         # FAILED queued before ACTIVE (and QUEUED last for the fresh row)
-        writer._write(_registry_recorder._resolved(mine[::-1]))
+        writer._write(recorder._resolved(mine[::-1]))
     recorded = {r[0]: (r[3], r[4]) for r in rows(wd)}
     assert recorded == {fresh.id: ("FAILED", 4), known.id: ("FAILED", 4)}
 

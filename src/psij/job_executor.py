@@ -175,7 +175,7 @@ class JobExecutor(ABC):
             logger.warning("could not set status of job %s: %s", job.id, ex)
             return
         if entered:
-            from psij._registry_recorder import record
+            from psij._registry.recorder import record
 
             record(self, job)
 
@@ -183,7 +183,7 @@ class JobExecutor(ABC):
         """Replace the status of ``job`` by ``status`` of the state it is in, when more is known
         about it (see ``Job._restate``), and record it in the job registry."""
         if job._restate(status):
-            from psij._registry_recorder import record
+            from psij._registry.recorder import record
 
             record(self, job)
 

@@ -18,9 +18,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
-from psij import _check, _registry_recorder, _registry_store
+from psij import _check
 from psij._record import Record
-from psij._registry_store import RegistryError, Row
+from psij._registry import recorder as _recorder
+from psij._registry import store as _store
+from psij._registry.store import RegistryError, Row
 from psij.exceptions import InvalidJobException
 from psij.job import CallbackLike, Job, as_callback
 from psij.job_executor import JobExecutor
@@ -109,7 +111,7 @@ def _work_directory(work_directory: PathLike) -> Path:
 
 def registry_file(work_directory: PathLike = None) -> Path:
     """The registry file of ``work_directory`` (default: the default executor work directory)."""
-    return _registry_store.registry_path(_work_directory(work_directory))
+    return _store.registry_path(_work_directory(work_directory))
 
 
 def _record(row: Row, path: Path) -> JobRecord:
@@ -167,8 +169,8 @@ def find(ids: Union[str, Iterable[str], None] = None, *, tag: Optional[str] = No
 
 def _select(ids: Union[str, Iterable[str], None], tag: Optional[str], executor: Optional[str],
             state: StateFilter, work_directory: PathLike,
-            columns: Sequence[str] = _registry_store.COLUMNS
-            ) -> Tuple[_registry_store.Store, List[Row]]:
+            columns: Sequence[str] = _store.COLUMNS
+            ) -> Tuple[_store.Store, List[Row]]:
     """:func:`find`'s checks and query, returning plain rows of ``columns``."""
     id_list = None
     if ids is not None:
@@ -178,7 +180,7 @@ def _select(ids: Union[str, Iterable[str], None], tag: Optional[str], executor: 
     if executor is not None:
         _text("executor", executor)
     states = _states(state)
-    store = _registry_store.open_store(_work_directory(work_directory))
+    store = _store.open_store(_work_directory(work_directory))
     return store, store.select(id_list, tag=tag, executor=executor, states=states,
                                columns=columns)
 
@@ -192,7 +194,7 @@ def set_tag(job: Job, tag: Optional[str]) -> None:
                                   "given before the job is submitted")
     if tag is not None:
         _check_tag(tag)
-    job.__dict__[_registry_recorder.TAG_ATTR] = tag
+    job.__dict__[_recorder.TAG_ATTR] = tag
 
 
 def _check_tag(tag: str) -> None:
@@ -322,7 +324,7 @@ def _attach_one(record: JobRecord, cb: Any,
     executor = _executor_for(record, executors)
     job = Job(spec)
     job._id = record.id
-    job.__dict__[_registry_recorder.TAG_ATTR] = record.tag
+    job.__dict__[_recorder.TAG_ATTR] = record.tag
     if cb is not None:
         job.set_job_status_callback(cb)
     if record.state.final:
@@ -357,20 +359,20 @@ def prune(older_than: timedelta, work_directory: PathLike = None) -> int:
     """Delete the final jobs last updated more than ``older_than`` ago; returns their count.
     Jobs not final are never pruned."""
     seconds = _seconds("prune older_than", older_than)
-    return _registry_store.open_store(_work_directory(work_directory)).prune(seconds)
+    return _store.open_store(_work_directory(work_directory)).prune(seconds)
 
 
 def set_prune_age(age: timedelta) -> None:
     """How old a final job must be to be pruned when a registry is first opened in this
     process (default 30 days)."""
-    _registry_store.set_prune_age(_seconds("set_prune_age age", age))
+    _store.set_prune_age(_seconds("set_prune_age age", age))
 
 
 def set_recording(on: bool) -> None:
     """Turn recording of submitted jobs on (the default) or off, in this process."""
     if not isinstance(on, bool):
         raise _check.fail_type("set_recording on", on, "bool")
-    _registry_recorder.set_enabled(on)
+    _recorder.set_enabled(on)
 
 
 def flush(timeout: Optional[timedelta] = None) -> bool:
@@ -378,4 +380,4 @@ def flush(timeout: Optional[timedelta] = None) -> bool:
     done at exit too.) Local jobs submitted so far get their native ids first (their starts
     are answered after ``submit`` returns), so each is recorded with its process id."""
     seconds = None if timeout is None else _seconds("flush timeout", timeout)
-    return _registry_recorder.flush(seconds)
+    return _recorder.flush(seconds)

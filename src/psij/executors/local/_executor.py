@@ -74,7 +74,7 @@ from psij.resource_spec import ResourceSpecV1
 from psij.staging import StageOutFlags, normalize_flags
 
 if TYPE_CHECKING:
-    from psij._registry_store import RunRecord
+    from psij._registry.store import RunRecord
 
 __all__ = ["LocalJobExecutor", "LocalJobExecutorConfig"]
 
@@ -147,7 +147,8 @@ class LocalJobExecutor(JobExecutor):
             capacity, self._launch, self._pool_report, pool_gpu_set(setting))
         self._work = Path(self.config.work_directory)
         self._dir = self._work / "local"
-        # The registry file (``_registry_store.registry_path``; not imported: it loads sqlite3).
+        # The registry file, as psij._registry.store.registry_path names it (that module is
+        # not imported here: it loads sqlite3).
         self._registry = os.path.join(os.path.abspath(self.config.work_directory), "jobs.sqlite")
         self._dir_ready = False
         self._lock = threading.Lock()

@@ -3,10 +3,10 @@ they ended, so that ``list()`` and ``attach()`` of any executor instance, in any
 every job.
 
 Where the records go: the job registry of the work directory (table ``local_runs`` of
-``<work_directory>/jobs.sqlite``, see :mod:`psij._registry_store`), one store per user whatever
+``<work_directory>/jobs.sqlite``, see :mod:`psij._registry.store`), one store per user whatever
 the number of processes and executor instances, written in batched transactions (by the
 process's keeper, ``_keeper``, for the jobs it starts, and through the registry's writer
-thread, :func:`psij._registry_recorder.record_run`, for the others). When recording in the
+thread, :func:`psij._registry.recorder.record_run`, for the others). When recording in the
 registry is off or the registry cannot be written, they go to a journal file instead: one per
 process in ``<work_directory>/local/`` (created on its first record), shared by every local
 executor instance of the process with that work directory, holding lines
@@ -35,7 +35,7 @@ from psij._lazylog import LazyLogger
 from psij.executors._process import start_time
 
 if TYPE_CHECKING:
-    from psij._registry_store import RunRecord, Store
+    from psij._registry.store import RunRecord, Store
     from psij.job_status import JobStatus
 
 __all__ = ["Journal", "JournalEntry", "final_from_entry", "journal_line", "latest_entry", "note",
@@ -239,7 +239,7 @@ def scan(folder: Path, store: Optional["Store"]) -> Dict[Tuple[int, str], Journa
 
 def run_store(work_directory: Path) -> Optional["Store"]:
     """The registry that local run records go to; None: they go to the journal files."""
-    from psij._registry_recorder import run_store as store_for
+    from psij._registry.recorder import run_store as store_for
 
     return store_for(work_directory)
 
@@ -252,7 +252,7 @@ def note(work_directory: Path, journal: Journal, run: "RunRecord", job_id: str =
     if store is None:
         journal.append_run(run)
         return
-    from psij._registry_recorder import record_run
+    from psij._registry.recorder import record_run
 
     def fallback(record: "RunRecord") -> None:
         if record[0] == "E" and job_id:
@@ -268,11 +268,11 @@ def scan_all(folder: Path, work_directory: Path) -> Dict[Tuple[int, str], Journa
     all the same, if it exists: other processes may have written to it."""
     store = run_store(work_directory)
     if store is not None:
-        from psij._registry_recorder import flush
+        from psij._registry.recorder import flush
 
         flush()
     else:
-        from psij._registry_store import open_store, registry_path
+        from psij._registry.store import open_store, registry_path
 
         if os.path.isfile(registry_path(work_directory)):
             try:

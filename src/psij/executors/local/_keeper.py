@@ -10,7 +10,7 @@ process group, answers with the pid on the ``EVENTS`` pipe, and records that the
 status>`` to the ``EVENTS`` pipe and records the exit code.
 
 Records go to the job registry the request names (table ``local_runs``, see
-``psij._registry_store``), a batch per transaction: what gathered while the keeper was busy,
+``psij._registry.store``), a batch per transaction: what gathered while the keeper was busy,
 committed when it has had nothing to do for a few milliseconds or every 50 ms at most, so a
 burst of jobs costs a commit per 50 ms, not one per job. A ``("flush",)`` request commits them
 at once (the requester's ``list()`` and ``attach()`` then see its own jobs). When the request
@@ -101,7 +101,7 @@ _IDLE_SECONDS = 0.005  # or this long without anything else to do
 _RETRY_SECONDS = 0.01  # a registry locked by another writer is tried again after this long
 _FINAL_LOCK_WAIT_MS = 60000  # when the keeper ends: then the records go to the journal
 _MAX_GRACE = 366 * 86400.0  # a longer grace waits this long (select's timeout has a limit)
-# As psij._registry_store.RUN_SQL has them (parameters pid, start, text, updated).
+# As psij._registry.store.RUN_SQL has them (parameters pid, start, text, updated).
 _RUN_SQL = {
     "S": "INSERT INTO local_runs (pid, start, job_id, updated) VALUES (?, ?, ?, ?) "
          "ON CONFLICT(pid, start) DO UPDATE SET job_id = excluded.job_id, "

@@ -85,7 +85,7 @@ def prepare() -> None:
         STARTS.start()
         WORKER.start()
         atexit.register(drain_at_exit)
-        from psij._registry_recorder import before_flush
+        from psij._registry.recorder import before_flush
 
         before_flush(settle_starts)
 
@@ -111,7 +111,7 @@ def drain_at_exit() -> None:
         drain_keepers(_EXIT_WAIT_SECONDS)
         STARTS.drain(max(0.0, deadline - time.monotonic()))
         WORKER.drain(max(0.0, deadline - time.monotonic()))
-        recorder = sys.modules.get("psij._registry_recorder")
+        recorder = sys.modules.get("psij._registry.recorder")
         if recorder is not None:
             recorder.flush(max(0.0, deadline - time.monotonic()))
     except Exception:

@@ -15,7 +15,7 @@ The same file holds the local executor's record of the processes it started (tab
 cancelled), written by :mod:`psij.executors.local._keeper` and :mod:`psij.executors.local` and
 read by the local executor's ``list()`` and ``attach()``.
 
-This module does no recording policy (which jobs, when): see :mod:`psij._registry_recorder`.
+This module does no recording policy (which jobs, when): see :mod:`psij._registry.recorder`.
 ``import psij`` does not load it (it imports :mod:`sqlite3`).
 """
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tupl
 from psij._lazylog import LazyLogger
 
 if TYPE_CHECKING:
-    from psij._registry_store import Row, RunRecord, Store, Update
+    from psij._registry.store import Row, RunRecord, Store, Update
     from psij.job import Job
     from psij.job_executor import JobExecutor
 
@@ -101,7 +101,7 @@ def _identity(executor: "JobExecutor") -> Identity:
 def _open(work_directory: Path) -> "Store":
     """The registry, or the error it gave less than :data:`_RETRY_SECONDS` ago (a damaged
     file is not opened again for every job)."""
-    from psij._registry_store import RegistryError, open_store
+    from psij._registry.store import RegistryError, open_store
 
     failed = _failures.get(work_directory)
     if failed is not None and time.monotonic() - failed[0] < _RETRY_SECONDS:
@@ -280,7 +280,7 @@ class _Writer:
 
     @staticmethod
     def _write(batch: List[_Change]) -> None:
-        from psij._registry_store import prune_once
+        from psij._registry.store import prune_once
 
         # A job whose row is new in this batch gets one insert with its latest status, one
         # whose row was written before one update with its latest status. "Latest" is by the
@@ -391,7 +391,7 @@ def _flush_at_exit() -> None:
 
 def _after_fork_in_child() -> None:
     # SQLite connections must not be used across fork; the child opens its own.
-    store_module = sys.modules.get("psij._registry_store")
+    store_module = sys.modules.get("psij._registry.store")
     if store_module is not None:
         store_module.forget_stores()
     _RUN_STORES.clear()
