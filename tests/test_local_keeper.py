@@ -40,6 +40,14 @@ def _parent(pid: int) -> int:
         return int(f.read().rsplit(b")", 1)[1].split()[1])
 
 
+def test_the_keeper_s_copy_of_the_run_statements_is_the_registry_store_s() -> None:
+    # The keeper imports nothing of psij, so it holds its own copy of the statements it uses.
+    from psij._registry.store import RUN_SQL
+    from psij.executors.local import _keeper
+
+    assert _keeper._RUN_SQL == {kind: RUN_SQL[kind] for kind in _keeper._RUN_SQL}
+
+
 def test_a_job_ending_after_its_submitter_exited_keeps_its_exit_code(tmp_path: Path) -> None:
     wd = tmp_path / "work"
     gate = tmp_path / "gate"
