@@ -1,6 +1,7 @@
 """What every ``psij`` command shares: the exit codes (defined here and nowhere else), the exit
 status of a job's final status, the one way of reporting on standard error, help formatters sized
-to the terminal, and the reading of whole numbers on the command line.
+to the terminal, the one way of adding a command's parser with its help texts, and the reading of
+whole numbers on the command line.
 
 Every other module of :mod:`psij.cli` may import this one; this one imports none of them (nor
 :mod:`psij.cli` itself), so no command's module is ever loaded through it. It loads nothing heavy
@@ -17,7 +18,8 @@ if TYPE_CHECKING:
     from psij.job_status import JobStatus
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_CANCELED", "EXIT_FAILED", "EXIT_USAGE", "UsageError",
-           "exit_status", "formatters", "one_line", "positive_int", "say", "whole_number"]
+           "add_command", "exit_status", "formatters", "one_line", "positive_int", "say",
+           "whole_number"]
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -117,3 +119,14 @@ def formatters() -> Tuple[Any, Any]:
         pass
 
     return Formatter, RawDescriptionFormatter
+
+
+def add_command(commands: Any, name: str, line: str, description: str,
+                epilog: Optional[str] = None, usage: Optional[str] = None,
+                keep_lines: bool = False) -> Any:
+    """Add the parser of command ``name`` to ``commands`` (what argparse's ``add_subparsers``
+    gave) and return it: ``line`` is the command's line in its group's list of commands, the
+    ``description`` comes before its options and the ``epilog`` after them, both wrapped to the
+    terminal, or with ``keep_lines`` printed with their own line breaks."""
+    return commands.add_parser(name, help=line, usage=usage, description=description,
+                               epilog=epilog, formatter_class=formatters()[int(keep_lines)])

@@ -5,19 +5,17 @@ each comes from. It reads the configuration files and nothing else, and imports 
 import sys
 from typing import Any, List
 
-from psij.cli._common import EXIT_FAILED, formatters
+from psij.cli._common import EXIT_FAILED, add_command
 
 __all__ = ["add_config_command", "config_main"]
 
 
 def add_config_command(commands: Any) -> None:
-    parser = commands.add_parser(
-        "config", formatter_class=formatters()[0],
-        help="show the site defaults in effect and where each comes from",
-        description="Print the configuration files looked at (highest precedence first) and, "
-                    "per executor, each default in effect with the file it comes from. A "
-                    "job's own values win over an executor configuration, which wins over "
-                    "these files.")
+    parser = add_command(
+        commands, "config", "show the site defaults in effect and where each comes from",
+        "Print the configuration files looked at (highest precedence first) and, per executor, "
+        "each default in effect with the file it comes from. A job's own values win over an "
+        "executor configuration, which wins over these files.")
     parser.add_argument("--executor", metavar="NAME",
                         help="show only this executor's defaults")
 

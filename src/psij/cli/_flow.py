@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any, Dict, List, Optional
 
-from psij.cli._common import UsageError, formatters
+from psij.cli._common import UsageError, add_command
 
 __all__ = ["FLOW_VERBS", "add_flow_commands", "flow_main"]
 
@@ -57,22 +57,20 @@ def add_flow_commands(commands: Any, only: Optional[str] = None) -> None:
     """The ``flow`` group (only the subcommand ``only`` when given)."""
     from psij.cli._job_options import add_job_options
 
-    flow = commands.add_parser(
-        "flow", formatter_class=formatters()[0],
-        help="keep N jobs running: the flow service and its client",
-        description="Flows keep a number of instances of one job running on an executor, "
-                    "replacing those that end. 'serve' runs the service; the other commands "
-                    "send it one request each and print its answer as JSON.",
+    flow = add_command(
+        commands, "flow", "keep N jobs running: the flow service and its client",
+        "Flows keep a number of instances of one job running on an executor, replacing those "
+        "that end. 'serve' runs the service; the other commands send it one request each and "
+        "print its answer as JSON.",
         epilog="exit status: 0 when the service answered ok; 1 when it refused or cannot be "
                "reached; 2 for bad usage")
     verbs = flow.add_subparsers(dest="flow_command", metavar="FLOW_COMMAND")
     parsers: Dict[str, Any] = {}
 
-    def verb(name: str, text: str, **kw: Any) -> Any:
+    def verb(name: str, text: str, usage: Optional[str] = None) -> Any:
         if only not in (None, name):
             return None
-        parser = verbs.add_parser(name, help=text, description=text + ".",
-                                  formatter_class=formatters()[0], **kw)
+        parser = add_command(verbs, name, text, text + ".", usage=usage)
         if name != "serve":
             parser.add_argument("--socket", metavar="PATH",
                                 help="the service's socket (default: $PSIJ_FLOW_SOCKET, "

@@ -25,7 +25,7 @@ import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from psij.cli._common import EXIT_FAILED, EXIT_USAGE, UsageError, exit_status, formatters, say
+from psij.cli._common import EXIT_FAILED, EXIT_USAGE, UsageError, add_command, exit_status, say
 
 if TYPE_CHECKING:
     import argparse
@@ -47,17 +47,16 @@ _JSON_HELP = ("--json prints a JSON array with one object per job: id, executor,
 
 def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
     """The registry commands (``only`` that one when given)."""
-    plain, raw = formatters()
     if only in (None, "submit"):
         from psij.cli._job_options import ATTRIBUTE_HELP, DEFAULT_EXECUTOR, add_job_options
 
-        submit = commands.add_parser(
-            "submit", help="submit one job, print its id and return at once",
+        submit = add_command(
+            commands, "submit", "submit one job, print its id and return at once",
+            "Submit one job, record it in the job registry and print its id.\n"
+            "The options are those of `psij run`; the job's standard streams are\n"
+            "/dev/null unless --stdin, --stdout and --stderr name files.",
             usage="psij submit [options] [--tag TAG] [--] EXECUTABLE [ARGUMENT ...]",
-            formatter_class=raw,
-            description="Submit one job, record it in the job registry and print its id.\n"
-                        "The options are those of `psij run`; the job's standard streams are\n"
-                        "/dev/null unless --stdin, --stdout and --stderr name files.",
+            keep_lines=True,
             epilog="exit status: 0 when submitted; 1 when it could not be submitted or "
                    "recorded; 2 for bad usage\n\n" + ATTRIBUTE_HELP)
         submit.add_argument("--executor", default=DEFAULT_EXECUTOR, metavar="NAME",
@@ -69,11 +68,11 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
                        ("cancel", "cancel recorded jobs")):
         if only not in (None, name):
             continue
-        sub = commands.add_parser(
-            name, help=text, formatter_class=plain,
-            description=f"{text[0].upper()}{text[1:]}, chosen by id or by --tag" +
-                        (" (or all of them with --all)" if name == "status" else "") +
-                        ". Jobs not final are re-attached to their executors first.",
+        sub = add_command(
+            commands, name, text,
+            f"{text[0].upper()}{text[1:]}, chosen by id or by --tag" +
+            (" (or all of them with --all)" if name == "status" else "") +
+            ". Jobs not final are re-attached to their executors first.",
             epilog=_EPILOGS[name])
         sub.add_argument("ids", nargs="*", metavar="ID", help="job ids")
         sub.add_argument("--tag", metavar="TAG", help="the jobs with this tag")
@@ -84,33 +83,31 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
         if name == "wait":
             _add_progress_options(sub)
     if only in (None, "priority"):
-        priority = commands.add_parser(
-            "priority", help="change the priority of recorded jobs", formatter_class=plain,
-            usage="psij priority [--tag TAG] [ID ...] PRIORITY",
-            description="Give recorded jobs, chosen by id or by --tag, a new priority "
-                        "(psij.priority: a number, higher goes first). A job its executor "
-                        "holds back (max_queued_per_shape) takes its new place at once; a job "
-                        "queued in the scheduler gets the scheduler's value when its executor "
-                        "uses use_nice.", epilog=_EPILOGS["priority"])
+        priority = add_command(
+            commands, "priority", "change the priority of recorded jobs",
+            "Give recorded jobs, chosen by id or by --tag, a new priority (psij.priority: a "
+            "number, higher goes first). A job its executor holds back (max_queued_per_shape) "
+            "takes its new place at once; a job queued in the scheduler gets the scheduler's "
+            "value when its executor uses use_nice.",
+            usage="psij priority [--tag TAG] [ID ...] PRIORITY", epilog=_EPILOGS["priority"])
         priority.add_argument("words", nargs="+", metavar="ID ... PRIORITY",
                               help="job ids, then the new priority")
         priority.add_argument("--tag", metavar="TAG", help="the jobs with this tag")
     if only in (None, "list"):
-        lister = commands.add_parser(
-            "list", help="list recorded jobs as last recorded", formatter_class=plain,
-            description="List the jobs recorded in the job registry, as last recorded "
-                        "(no executor is asked).", epilog=_JSON_HELP)
+        lister = add_command(
+            commands, "list", "list recorded jobs as last recorded",
+            "List the jobs recorded in the job registry, as last recorded (no executor is "
+            "asked).", epilog=_JSON_HELP)
         lister.add_argument("--executor", metavar="NAME", help="only this executor's jobs")
         lister.add_argument("--state", metavar="STATE", action="append",
                             help="only jobs in this state (repeatable)")
         lister.add_argument("--tag", metavar="TAG", help="only jobs with this tag")
         lister.add_argument("--json", action="store_true", help="print JSON (see below)")
     if only in (None, "attach"):
-        attach = commands.add_parser(
-            "attach", help="adopt a job submitted elsewhere into the registry",
-            formatter_class=plain,
-            description="Attach to a job that an executor knows by its native id (submitted "
-                        "by other means), record it and print its new job id.",
+        attach = add_command(
+            commands, "attach", "adopt a job submitted elsewhere into the registry",
+            "Attach to a job that an executor knows by its native id (submitted by other "
+            "means), record it and print its new job id.",
             epilog="exit status: 0 when attached; 1 when the executor does not know the job; "
                    "2 for bad usage")
         attach.add_argument("--executor", required=True, metavar="NAME", help="its executor")

@@ -10,7 +10,7 @@ modules, and nothing at import that a pilot's start-up would pay for.
 from types import SimpleNamespace
 from typing import Any, Dict, Optional, Sequence
 
-from psij.cli._common import EXIT_USAGE, formatters, positive_int, say, whole_number
+from psij.cli._common import EXIT_USAGE, add_command, positive_int, say, whole_number
 
 __all__ = ["add_pilot_commands", "pilot_main", "plain_pilot_run"]
 
@@ -18,10 +18,10 @@ __all__ = ["add_pilot_commands", "pilot_main", "plain_pilot_run"]
 def add_pilot_commands(commands: Any, only: Optional[str] = None) -> None:
     """The ``pilot`` group; each of its subcommands is added by one function below (``only``
     that one when given)."""
-    pilot = commands.add_parser(
-        "pilot", formatter_class=formatters()[0], help="run many tasks inside one allocation",
-        description="Pilot commands: schedule many tasks inside one allocation (this machine, "
-                    "or the nodes of the Slurm, PBS, Grid Engine or LSF job this runs in).")
+    pilot = add_command(
+        commands, "pilot", "run many tasks inside one allocation",
+        "Pilot commands: schedule many tasks inside one allocation (this machine, or the nodes "
+        "of the Slurm, PBS, Grid Engine or LSF job this runs in).")
     pilot_commands = pilot.add_subparsers(dest="pilot_command", metavar="PILOT_COMMAND")
     if only in (None, "serve"):
         _add_pilot_serve(pilot_commands)
@@ -30,14 +30,12 @@ def add_pilot_commands(commands: Any, only: Optional[str] = None) -> None:
 
 
 def _add_pilot_serve(pilot_commands: Any) -> None:
-    serve = pilot_commands.add_parser(
-        "serve", formatter_class=formatters()[0],
-        help="start a pilot that accepts tasks on a Unix socket",
-        description="Start a pilot on this allocation and serve it on a Unix socket (mode "
-                    "0600) until SIGTERM or SIGINT, which cancel the running tasks and flush "
-                    "the journal. Submit into it with the 'pilot' executor and the socket as "
-                    "its URL (unix:///PATH). Refuses to start when a pilot already answers on "
-                    "the socket; a stale socket file is replaced.",
+    serve = add_command(
+        pilot_commands, "serve", "start a pilot that accepts tasks on a Unix socket",
+        "Start a pilot on this allocation and serve it on a Unix socket (mode 0600) until "
+        "SIGTERM or SIGINT, which cancel the running tasks and flush the journal. Submit into "
+        "it with the 'pilot' executor and the socket as its URL (unix:///PATH). Refuses to "
+        "start when a pilot already answers on the socket; a stale socket file is replaced.",
         epilog="exit status: 0 after a clean stop; 1 when the pilot is already running or "
                "cannot start; 2 for bad usage")
     from psij.executors.pilot._serve_options import add_serve_options
@@ -46,18 +44,18 @@ def _add_pilot_serve(pilot_commands: Any) -> None:
 
 
 def _add_pilot_run(pilot_commands: Any) -> None:
-    run = pilot_commands.add_parser(
-        "run", help="run a QCG-PilotJob request file and exit when every request is handled",
-        formatter_class=formatters()[1],
-        description="Start a pilot on this allocation and handle the requests of a QCG-PilotJob\n"
-                    "request file (a JSON list of submit, control, jobStatus, jobInfo, cancelJob,\n"
-                    "removeJob, listJobs, resourcesInfo and finish requests) in file order, one\n"
-                    "by one as QCG-PilotJob does: a request that cannot run gets an error\n"
-                    "response and the others still run (--check checks them all instead).\n"
-                    "After the last request the pilot waits for every task to end ('finish'\n"
-                    "stops at once instead). The working directory receives service.log (with\n"
-                    "every response as JSON), jobs.report (one entry per task and iterative job,\n"
-                    "written as they end) and the journal psij-pilot.journal.",
+    run = add_command(
+        pilot_commands, "run",
+        "run a QCG-PilotJob request file and exit when every request is handled",
+        "Start a pilot on this allocation and handle the requests of a QCG-PilotJob\n"
+        "request file (a JSON list of submit, control, jobStatus, jobInfo, cancelJob,\n"
+        "removeJob, listJobs, resourcesInfo and finish requests) in file order, one\n"
+        "by one as QCG-PilotJob does: a request that cannot run gets an error\n"
+        "response and the others still run (--check checks them all instead).\n"
+        "After the last request the pilot waits for every task to end ('finish'\n"
+        "stops at once instead). The working directory receives service.log (with\n"
+        "every response as JSON), jobs.report (one entry per task and iterative job,\n"
+        "written as they end) and the journal psij-pilot.journal.", keep_lines=True,
         epilog="exit status:\n"
                "  0        every request was handled (whatever the tasks' own outcomes)\n"
                "  1        the pilot could not run\n"

@@ -7,19 +7,17 @@ It imports only :mod:`psij.cli._common` of the command's modules.
 
 from typing import Any, Iterator, List
 
-from psij.cli._common import formatters, one_line
+from psij.cli._common import add_command, one_line
 
 __all__ = ["add_plugins_command", "plugins_main"]
 
 
 def add_plugins_command(commands: Any) -> None:
-    commands.add_parser(
-        "plugins", formatter_class=formatters()[0],
-        help="list executors and launchers with versions, files and load errors",
-        description="List every executor and launcher found in psij-descriptors folders on "
-                    "sys.path: name, version, descriptor file, class and class file, whether "
-                    "it loads, and clashes between declarations. Descriptor files that could "
-                    "not be read are listed at the end.")
+    add_command(
+        commands, "plugins", "list executors and launchers with versions, files and load errors",
+        "List every executor and launcher found in psij-descriptors folders on sys.path: name, "
+        "version, descriptor file, class and class file, whether it loads, and clashes between "
+        "declarations. Descriptor files that could not be read are listed at the end.")
 
 
 def _plugin_lines(kind: str) -> Iterator[str]:

@@ -22,8 +22,8 @@ from psij.cli._common import (
     EXIT_FAILED,
     EXIT_USAGE,
     UsageError,
+    add_command,
     exit_status,
-    formatters,
     say,
 )
 from psij.cli._job_options import (
@@ -52,18 +52,17 @@ class _Stop(Exception):
 
 
 def add_run_command(commands: Any) -> None:
-    run = commands.add_parser(
-        "run", help="run one job and exit with its exit code",
-        usage="psij run [options] [--] EXECUTABLE [ARGUMENT ...]",
-        formatter_class=formatters()[1],
-        description="Submit one job, wait for it and exit with its exit code.\n\n"
-                    "The job writes to this command's standard output and error (and reads its\n"
-                    "standard input) unless --stdout, --stderr or --stdin name files. On\n"
-                    "local the job writes to these very descriptors, after what a makefile,\n"
-                    "script or nohup wrote; elsewhere output that an executor's reopening\n"
-                    "would overwrite (>> or a file already written to) is copied back when the\n"
-                    "job ends. A terminal is not given as standard input, because the job runs\n"
-                    "in its own process group.",
+    run = add_command(
+        commands, "run", "run one job and exit with its exit code",
+        "Submit one job, wait for it and exit with its exit code.\n\n"
+        "The job writes to this command's standard output and error (and reads its\n"
+        "standard input) unless --stdout, --stderr or --stdin name files. On\n"
+        "local the job writes to these very descriptors, after what a makefile,\n"
+        "script or nohup wrote; elsewhere output that an executor's reopening\n"
+        "would overwrite (>> or a file already written to) is copied back when the\n"
+        "job ends. A terminal is not given as standard input, because the job runs\n"
+        "in its own process group.",
+        usage="psij run [options] [--] EXECUTABLE [ARGUMENT ...]", keep_lines=True,
         epilog="exit status:\n"
                "  the job's exit code  when the job ran to completion or failed with one\n"
                "  1                    the job failed without an exit code (its status message\n"

@@ -9,7 +9,7 @@ including an executor that writes no submit script. It imports only the shared m
 import sys
 from typing import TYPE_CHECKING, Any, List, Optional
 
-from psij.cli._common import EXIT_USAGE, UsageError, formatters, say
+from psij.cli._common import EXIT_USAGE, UsageError, add_command, say
 from psij.cli._job_options import ATTRIBUTE_HELP, add_job_options, build_spec, check_launcher
 
 if TYPE_CHECKING:
@@ -19,14 +19,14 @@ __all__ = ["add_script_command", "script_main"]
 
 
 def add_script_command(commands: Any) -> None:
-    script = commands.add_parser(
-        "script", help="print the submit script a job would get, without submitting it",
+    script = add_command(
+        commands, "script", "print the submit script a job would get, without submitting it",
+        "Print to standard output the submit script that a batch executor (slurm,\n"
+        "sge, pbs, lsf, ...) would write for the job, without submitting it. The\n"
+        "options are those of `psij run`; without --stdin, --stdout and --stderr\n"
+        "the job has no redirections. The scheduler does not need to be installed.",
         usage="psij script --executor NAME [options] [--] EXECUTABLE [ARGUMENT ...]",
-        formatter_class=formatters()[1],
-        description="Print to standard output the submit script that a batch executor (slurm,\n"
-                    "sge, pbs, lsf, ...) would write for the job, without submitting it. The\n"
-                    "options are those of `psij run`; without --stdin, --stdout and --stderr\n"
-                    "the job has no redirections. The scheduler does not need to be installed.",
+        keep_lines=True,
         epilog="exit status:\n"
                "  0  the script was printed\n"
                "  2  bad usage: unknown executor or launcher, an executor without submit\n"

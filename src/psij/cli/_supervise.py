@@ -9,7 +9,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, Optional
 
-from psij.cli._common import EXIT_USAGE, formatters
+from psij.cli._common import EXIT_USAGE, add_command
 
 if TYPE_CHECKING:  # loaded when the command runs, not with the command line
     import logging
@@ -20,14 +20,14 @@ __all__ = ["add_supervise_command", "supervise_main"]
 def add_supervise_command(commands: Any) -> None:
     from psij.version import __version__
 
-    parser = commands.add_parser(
-        "supervise", formatter_class=formatters()[0],
-        help="run a server job and the client jobs it asks for, restarting it when it dies",
-        description="Submit the server job of CONFIG.json, submit the client jobs it asks "
-                    "for over its connection, tell it how they end, ping it, and when it dies "
-                    "cancel every job and submit a new server (fault_tolerance). Ctrl+C or "
-                    "SIGTERM cancel every job submitted. With --cleanup, only cancel the jobs "
-                    "that an earlier run in the same output_dir left behind.",
+    parser = add_command(
+        commands, "supervise",
+        "run a server job and the client jobs it asks for, restarting it when it dies",
+        "Submit the server job of CONFIG.json, submit the client jobs it asks for over its "
+        "connection, tell it how they end, ping it, and when it dies cancel every job and "
+        "submit a new server (fault_tolerance). Ctrl+C or SIGTERM cancel every job submitted. "
+        "With --cleanup, only cancel the jobs that an earlier run in the same output_dir left "
+        "behind.",
         epilog="exit status: 0 when the server finished (--cleanup: when every job left was "
                "cancelled); 1 when the study failed (--cleanup: when some job could not be "
                "settled); 2 for a bad configuration or usage; 130/143 after SIGINT/SIGTERM")
