@@ -5,23 +5,31 @@ timeout, after which the command's whole process group is killed; what it did co
 :class:`CommandResult`, a command that timed out or was stopped included. The failure words of
 a result (:data:`MAY_HAVE_BEEN_SUBMITTED`, ...) are read back with :func:`outcome_unknown`.
 :class:`InFlight` follows the submit commands running, so that they can be stopped together.
+:func:`keep_children` takes an object that keeps child processes from one command to the next
+(the spares, a ``slurmrestd`` child): it is closed when the interpreter exits, and in a child
+made by ``fork`` it is told to forget its parent's processes (:func:`close_pipes` closes its
+copies of their pipes).
 
-Shared by the runner (:mod:`psij.executors.batch._runner`) and the submit commands started ahead
-of need (:mod:`psij.executors.batch._spares`), which start the processes. This module starts
-none, and imports neither of them.
+Shared by the runner (:mod:`psij.executors.batch._runner`), the submit commands started ahead
+of need (:mod:`psij.executors.batch._spares`) and the ``slurmrestd`` child
+(:mod:`psij.executors.batch._slurm_rest_child`), which start the processes. This module starts
+none, and imports none of them.
 """
 
+import atexit
 import os
 import signal
 import subprocess
 import threading
-from typing import Dict, Optional, Set, Tuple
+import weakref
+from typing import Dict, Optional, Protocol, Set, Tuple
 
 from psij._record import Record
 from psij._spawn import start_error_words
 
-__all__ = ["MAY_HAVE_BEEN_SUBMITTED", "SUBMITS_STOPPED", "CommandResult", "InFlight", "finish",
-           "kill_group", "outcome_unknown", "script_bytes", "start_failure"]
+__all__ = ["MAY_HAVE_BEEN_SUBMITTED", "SUBMITS_STOPPED", "ChildKeeper", "CommandResult",
+           "InFlight", "close_pipes", "finish", "keep_children", "kill_group", "outcome_unknown",
+           "script_bytes", "start_failure"]
 
 
 # In a failure: the command (or what stood for it) may have done its work, so it is not tried
@@ -190,6 +198,52 @@ def kill_group(proc: "subprocess.Popen[bytes]") -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         pass
+
+
+def close_pipes(proc: "subprocess.Popen[bytes]") -> None:
+    """Close this process's ends of ``proc``'s pipes; one already closed or failing to close
+    is passed over (the child sees the end of its input either way)."""
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except (OSError, ValueError):
+                pass
+
+
+class ChildKeeper(Protocol):
+    """An object that keeps child processes from one command to the next."""
+
+    def close(self) -> None:
+        """Stop its children (in a forked child: drop them, they are the parent's)."""
+
+    def forget_after_fork(self) -> None:
+        """In a child made by ``fork``: close the copies of the parent's children's pipes
+        and never use them."""
+
+
+_KEEPERS: "weakref.WeakSet[ChildKeeper]" = weakref.WeakSet()
+
+
+def keep_children(keeper: ChildKeeper) -> None:
+    """Close ``keeper`` when the interpreter exits, and have it forget its children in a child
+    made by ``fork``; it is held weakly, so this does not keep it alive."""
+    _KEEPERS.add(keeper)
+
+
+def _close_keepers() -> None:
+    for keeper in list(_KEEPERS):
+        keeper.close()
+
+
+def _forget_in_forked_child() -> None:
+    for keeper in list(_KEEPERS):
+        keeper.forget_after_fork()
+
+
+atexit.register(_close_keepers)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_forked_child)
 
 
 def _text(data: Optional[bytes]) -> str:

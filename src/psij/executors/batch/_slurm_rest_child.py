@@ -23,14 +23,12 @@ submission, by :meth:`RestSubmitter.close` (the executor's ``close``), and at ex
 process dies, its end of the pipe closes and the child ends too.
 """
 
-import atexit
 import logging
 import os
 import select
 import subprocess
 import threading
 import time
-import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
@@ -39,6 +37,8 @@ from psij.executors.batch import _slurm_rest as rest
 from psij.executors.batch._command import (
     MAY_HAVE_BEEN_SUBMITTED,
     CommandResult,
+    close_pipes,
+    keep_children,
     kill_group,
     start_failure,
 )
@@ -100,7 +100,7 @@ class RestSubmitter:
         self._thread: Optional[threading.Thread] = None
         self._closed = False
         self._pid = os.getpid()
-        _live.add(self)
+        keep_children(self)
 
     @property
     def child_pid(self) -> Optional[int]:
@@ -231,12 +231,7 @@ class RestSubmitter:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe is not None:
-                try:
-                    pipe.close()
-                except OSError:
-                    pass
+        close_pipes(proc)
         try:
             proc.wait(2.0)  # ends by itself at the end of its input
         except subprocess.TimeoutExpired:
@@ -263,7 +258,7 @@ class RestSubmitter:
             if self._thread is threading.current_thread():
                 self._thread = None
 
-    def _forget_after_fork(self) -> None:
+    def forget_after_fork(self) -> None:
         """In a forked child: close this process's copies of the child's pipes, use none."""
         self._closed = True
         self._lock = threading.Lock()
@@ -271,12 +266,7 @@ class RestSubmitter:
         self._thread = None
         proc, self._proc = self._proc, None
         if proc is not None:
-            for pipe in (proc.stdin, proc.stdout):
-                if pipe is not None:
-                    try:
-                        pipe.close()
-                    except (OSError, ValueError):
-                        pass
+            close_pipes(proc)
 
 
 def _exchange(proc: "subprocess.Popen[bytes]", request: bytes,
@@ -335,21 +325,3 @@ def _read(fd: int, deadline: float, timeout: float) -> bytes:
     if not chunk:
         raise _Failed("ended", sent=True)
     return chunk
-
-
-_live: "weakref.WeakSet[RestSubmitter]" = weakref.WeakSet()
-
-
-def _close_all() -> None:
-    for submitter in list(_live):
-        submitter.close()
-
-
-def _after_fork_in_child() -> None:
-    for submitter in list(_live):
-        submitter._forget_after_fork()
-
-
-atexit.register(_close_all)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -28,14 +28,12 @@ in a row (a program that changes its environment between submissions), none are 
 ``REST_S`` seconds.
 """
 
-import atexit
 import logging
 import os
 import resource
 import subprocess
 import threading
 import time
-import weakref
 from collections import deque
 from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
@@ -43,7 +41,9 @@ from psij._spawn import popen
 from psij.executors.batch._command import (
     CommandResult,
     InFlight,
+    close_pipes,
     finish,
+    keep_children,
     kill_group,
     script_bytes,
 )
@@ -115,12 +115,7 @@ class _Spare:
 def _stop(proc: "subprocess.Popen[bytes]") -> None:
     """Kill a spare that was given no script (so it submitted nothing) and reap it."""
     kill_group(proc)
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            try:
-                pipe.close()
-            except OSError:
-                pass
+    close_pipes(proc)
     proc.wait()
 
 
@@ -146,7 +141,7 @@ class SpareCommands:
         self._thread: Optional[threading.Thread] = None
         self._closed = False
         self._pid = os.getpid()
-        _live.add(self)
+        keep_children(self)
 
     def run(self, argv: Tuple[str, ...], timeout: float, stdin: str,
             in_flight: Optional[InFlight] = None) -> Optional[CommandResult]:
@@ -277,34 +272,11 @@ class SpareCommands:
                 return
         _stop(proc)
 
-    def _forget_after_fork(self) -> None:
+    def forget_after_fork(self) -> None:
         """In a forked child: close this process's copies of the spares' pipes, use none."""
         self._closed = True
         self._cond = threading.Condition()
         self._thread = None
         for spare in list(self._ready):
-            for pipe in (spare.proc.stdin, spare.proc.stdout, spare.proc.stderr):
-                if pipe is not None:
-                    try:
-                        pipe.close()
-                    except (OSError, ValueError):
-                        pass
+            close_pipes(spare.proc)
         self._ready = deque()
-
-
-_live: "weakref.WeakSet[SpareCommands]" = weakref.WeakSet()
-
-
-def _close_all() -> None:
-    for spares in list(_live):
-        spares.close()
-
-
-def _after_fork_in_child() -> None:
-    for spares in list(_live):
-        spares._forget_after_fork()
-
-
-atexit.register(_close_all)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
