@@ -213,3 +213,23 @@ def test_a_guard_told_to_stop_kills_nothing_and_one_that_lost_its_engine_kills_o
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+@needs_pidfd
+def test_a_guard_that_cannot_start_is_said_once_and_the_tasks_still_run(
+        make_engine: Any, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from psij.executors._process import LaunchError
+
+    def refuse(self: Any) -> None:
+        raise LaunchError("no interpreter for the guard")
+
+    monkeypatch.delenv(WORKERS_VARIABLE, raising=False)
+    monkeypatch.setattr(LocalWorkers, "_start_worker", refuse)
+    caplog.set_level("WARNING")
+    engine = make_engine(cores=2)
+    names = [f"t{i}" for i in range(6)]
+    for name in names:  # one flush each: a retry on every flush would say it every time
+        engine.submit(TaskSpec(name, "/bin/true"))
+        assert finished(engine, name)[name].state is SUCCEEDED
+    assert caplog.text.count("no interpreter for the guard") == 1

@@ -67,6 +67,9 @@ class InlineTasks:
         self._guard = LocalWorkers(tmp_root, run_id, selector, loop_watch, post, on_started,
                                    on_exit, on_lost, 1, 1, grace, environment, guard=True)
         self._spawns: List[List[Any]] = []  # to start at the next flush
+        # Whether a guard that is gone is started again: not after a start that failed (it
+        # said why once; trying on every flush would only repeat it).
+        self._restart_guard = False
         self._signals: List[List[Any]] = []  # [task id, grace], after the spawns
 
     def __len__(self) -> int:
@@ -89,8 +92,8 @@ class InlineTasks:
     def flush(self) -> None:
         """Start the tasks assigned since the last flush, then send the signals asked."""
         if self._spawns:
-            if not len(self._guard):
-                self._guard.start_first()  # the last one died: its successor
+            if self._restart_guard and not len(self._guard):
+                self.start_first()  # the last one died: its successor
             spawns, self._spawns = self._spawns, []
             for row in spawns:
                 self._start(row)
@@ -118,6 +121,7 @@ class InlineTasks:
 
     def start_first(self) -> None:
         self._guard.start_first()
+        self._restart_guard = bool(len(self._guard))
 
     def worker_exited(self, event: WorkerExited) -> None:
         self._guard.worker_exited(event)
