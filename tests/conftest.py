@@ -14,9 +14,9 @@ from typing import Iterator, Tuple
 import pytest
 
 import psij
-from _batch_sites import EXECUTORS, fake_site
-from _launchers import ARGV_DUMP
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
+from support.batch_sites import EXECUTORS, fake_site
+from support.launchers import ARGV_DUMP
 
 
 @pytest.fixture(params=sorted(EXECUTORS))

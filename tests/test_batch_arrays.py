@@ -11,7 +11,6 @@ from typing import List, Optional, Sequence, Tuple
 
 import pytest
 
-from _batch_sites import WAIT, fake_site
 from psij import Job, JobExecutor, JobSpec, JobState
 from psij.exceptions import SubmitManyException
 from psij.executors.batch import _arrays
@@ -19,6 +18,7 @@ from psij.executors.batch._runner import CommandResult, CommandRunner
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
 from psij.executors.batch.sge import SgeJobExecutor
 from psij.executors.batch.slurm import SlurmJobExecutor
+from support.batch_sites import WAIT, fake_site
 
 
 class Recording:

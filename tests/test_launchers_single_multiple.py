@@ -19,7 +19,6 @@ from typing import List, Optional
 import pytest
 
 import psij
-from _launchers import HOSTILE, MARKER, bash_job, launched_ok, nul_joined, run, write_script
 from psij.exceptions import InvalidJobException
 from psij.launchers.aprun import AprunLauncher
 from psij.launchers.jsrun import JsrunLauncher
@@ -27,6 +26,7 @@ from psij.launchers.mpirun import MPILauncher
 from psij.launchers.multiple import MultipleLauncher
 from psij.launchers.single import SingleLauncher
 from psij.launchers.srun import SrunLauncher
+from support.launchers import HOSTILE, MARKER, bash_job, launched_ok, nul_joined, run, write_script
 
 # --- the launch command --------------------------------------------------------------------
 

@@ -15,8 +15,8 @@ from typing import Any, Dict, List
 
 import pytest
 
-import fake_slurm
-from supervise_study import ROOT, wait_for
+from support import fake_slurm
+from support.supervise_study import ROOT, wait_for
 
 GRACE = 1.0
 SLOW = 5.0
