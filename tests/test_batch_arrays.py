@@ -1,7 +1,7 @@
 """Job arrays and ``submit_many`` without a real scheduler: the pure parts of
 ``psij.executors.batch._arrays`` (array scripts, index lists, grouping), the parsers of array
 elements in each scheduler's status output, and PBS Pro and LSF arrays end to end through the
-fake commands of ``tests/fake_site_scheduler.py``, which run each element's script for real.
+fake commands of ``tests/support/fake_site_scheduler.py``, which run each element's script for real.
 """
 
 import subprocess

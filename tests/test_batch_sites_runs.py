@@ -1,5 +1,5 @@
 """The PBS Pro, Torque, LSF, Cobalt and Flux executors end to end through fake scheduler
-commands (``tests/fake_site_scheduler.py``) that run the submitted scripts for real: submit,
+commands (``tests/support/fake_site_scheduler.py``) that run the submitted scripts for real: submit,
 wait, cancel, attach and submit errors, for every executor.
 """
 

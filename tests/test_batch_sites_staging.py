@@ -1,5 +1,5 @@
 """Staging end to end on PBS Pro, Torque, LSF, Cobalt and Flux, through the fake scheduler
-commands of tests/fake_site_scheduler.py, which run each submitted script for real: each
+commands of tests/support/fake_site_scheduler.py, which run each submitted script for real: each
 template's script stages in, runs, stages out, and its report is read back under the native id
 of that scheduler."""
 

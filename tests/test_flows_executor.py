@@ -12,7 +12,7 @@ import pytest
 
 from psij import Job, JobExecutor, JobSpec, JobState
 from psij.flows.executor import FlowJobExecutorConfig
-from support.flow_service import Service, processes_with, wait_for
+from support.flow_helpers import Service, processes_with, wait_for
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterator, List
 import pytest
 
 from psij.flows.client import FlowClient, FlowError, FlowUnavailable
-from support.flow_service import Service, processes_with, wait_for
+from support.flow_helpers import Service, processes_with, wait_for
 from support.hostile_lines import Prober, exchange, hostile_lines
 
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Iterator
 import pytest
 
 from psij.flows.client import FlowClient, FlowError
-from support.flow_service import Service, wait_for
+from support.flow_helpers import Service, wait_for
 from support.local_users import User, make_user
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,

@@ -4,7 +4,7 @@ Each test builds the launch command with a launcher class, runs it in a job dire
 what the job saw (arguments, environment, streams) and what the launcher reported (exit status,
 completion marker, failure message, log). The launchers that wrap a scheduler's or an MPI
 tool are in tests/test_launchers_parallel_tools.py, the deployment of the launcher scripts in
-tests/test_launchers_deploy.py.
+tests/test_launchers_script_based_launcher.py.
 """
 
 import os

@@ -15,7 +15,7 @@ import pytest
 
 from psij import Job, JobAttributes, JobExecutor, JobSpec, JobState
 from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
-from support.flow_service import Service, wait_for
+from support.flow_helpers import Service, wait_for
 
 WAIT = timedelta(seconds=120)
 SCHEDULERS = [pytest.param("slurm", marks=pytest.mark.slurm),

@@ -17,7 +17,7 @@ from typing import Dict, Iterator, List
 
 import pytest
 
-from support.flow_service import Service, processes_with, wait_for
+from support.flow_helpers import Service, processes_with, wait_for
 
 POLL = 2.0
 SCHEDULERS = [pytest.param("slurm", marks=pytest.mark.slurm),

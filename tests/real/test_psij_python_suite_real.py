@@ -7,7 +7,7 @@ hosts), with the launchers its executor supports on Slurm: ``srun`` and ``mpirun
 distribution is fetched at test time with pip into a cache folder (``.test-cache/`` at the top of
 the repository, or ``$PSIJ_TEST_CACHE``) and unpacked there; its tests run with pytest in a child
 interpreter that imports this repository's ``psij`` from ``src`` (psij-python is not installed)
-with ``tests/psij_python_harness`` on the path: the test support those tests import, which the
+with ``tests/real/psij_python_harness`` on the path: the test support those tests import, which the
 distribution does not ship. Without a package index the test skips, saying so; without a
 Slurm of two or more nodes it skips, saying why.
 """

@@ -1,6 +1,6 @@
 """What the tests of the PBS Pro, Torque, LSF, Cobalt and Flux executors share: the executors
 by name, the full hostile job of the golden scripts, and executors whose scheduler commands
-are the fakes of ``tests/fake_site_scheduler.py`` (``fake_site``; the ``site`` fixture of
+are the fakes of ``tests/support/fake_site_scheduler.py`` (``fake_site``; the ``site`` fixture of
 ``tests/conftest.py`` gives one per executor)."""
 
 import os

@@ -11,7 +11,7 @@ HELPERS: Dict[str, str] = {
     "_pilot_tasks.py": "support/pilot_tasks.py",
     "fake_site_scheduler.py": "support/fake_site_scheduler.py",
     "fake_slurm.py": "support/fake_slurm.py",
-    "flow_helpers.py": "support/flow_service.py",
+    "flow_helpers.py": "support/flow_helpers.py",
     "flow_sim.py": "support/flow_sim.py",
     "hostile_lines.py": "support/hostile_lines.py",
     "local_users.py": "support/local_users.py",
