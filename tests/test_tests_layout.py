@@ -43,8 +43,9 @@ COVERED_THROUGH: Dict[str, str] = {
     "psij.cli._script": "psij script (test_cli.py)",
     "psij.cli._supervise": "psij supervise (test_supervise_run.py)",
     "psij.controller._io": "the controller loop's workers (test_controller_loop.py)",
-    "psij.executors.batch._cancel_output": "cancels of jobs gone from the queue "
-                                           "(test_batch_scheduler_executor.py)",
+    "psij.executors.batch._cancel_output": "failed cancel commands "
+                                           "(test_batch_scheduler_executor.py, "
+                                           "test_batch_sites_outputs.py)",
     "psij.executors.batch._command": "the command runner (test_batch_runner.py)",
     "psij.executors.batch._environ": "spare submit commands and slurmrestd "
                                      "(test_batch_spares.py, test_batch_slurm_rest.py)",
