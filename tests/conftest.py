@@ -1,22 +1,41 @@
 """Fixtures that more than one test module uses.
 
 ``site`` gives, for each of the PBS Pro, Torque, LSF, Cobalt and Flux executors, one whose
-scheduler commands are the fakes of ``tests/fake_site_scheduler.py``
-(tests/test_batch_sites_runs.py, tests/test_staging_sites.py). ``config``, ``job_dir`` and
+scheduler commands are the fakes of ``tests/support/fake_site_scheduler.py``
+(tests/test_batch_sites_runs.py, tests/test_batch_sites_staging.py). ``config``, ``job_dir`` and
 ``argv_dump`` are for the tests of the script-based launchers (tests/test_launchers_*.py).
+
+A run over the whole tests folder fails when a test module under it gave no test (a module
+moved where pytest does not look, or a folder pytest cannot import), naming the module.
 """
 
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator, Tuple
+from typing import Iterator, List, Tuple
 
 import pytest
 
 import psij
-from _batch_sites import EXECUTORS, fake_site
-from _launchers import ARGV_DUMP
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
+from support.batch_sites import EXECUTORS, fake_site
+from support.launchers import ARGV_DUMP
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: List[pytest.Item]) -> None:
+    """Every test module of the tree gives at least one test when the whole tree is run."""
+    started = [(config.invocation_params.dir / arg).resolve() for arg in config.args]
+    if started != [TESTS] or session.testsfailed:
+        return  # a part of the tree, or collection errors that pytest reports itself
+    given = {Path(item.path) for item in items}
+    silent = sorted(str(path.relative_to(TESTS)) for path in TESTS.rglob("test_*.py")
+                    if path not in given and "psij_python_harness" not in path.parts)
+    if silent:
+        raise pytest.UsageError(f"test modules under tests/ that gave no test: {silent}")
 
 
 @pytest.fixture(params=sorted(EXECUTORS))

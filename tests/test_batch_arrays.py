@@ -1,7 +1,7 @@
 """Job arrays and ``submit_many`` without a real scheduler: the pure parts of
 ``psij.executors.batch._arrays`` (array scripts, index lists, grouping), the parsers of array
 elements in each scheduler's status output, and PBS Pro and LSF arrays end to end through the
-fake commands of ``tests/fake_site_scheduler.py``, which run each element's script for real.
+fake commands of ``tests/support/fake_site_scheduler.py``, which run each element's script for real.
 """
 
 import subprocess
@@ -11,7 +11,6 @@ from typing import List, Optional, Sequence, Tuple
 
 import pytest
 
-from _batch_sites import WAIT, fake_site
 from psij import Job, JobExecutor, JobSpec, JobState
 from psij.exceptions import SubmitManyException
 from psij.executors.batch import _arrays
@@ -19,6 +18,7 @@ from psij.executors.batch._runner import CommandResult, CommandRunner
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
 from psij.executors.batch.sge import SgeJobExecutor
 from psij.executors.batch.slurm import SlurmJobExecutor
+from support.batch_sites import WAIT, fake_site
 
 
 class Recording:

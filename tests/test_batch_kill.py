@@ -12,11 +12,11 @@ from typing import Any, List
 
 import pytest
 
-from process_checks import live_members
 from psij import Job, JobExecutor, JobSpec, JobState
 from psij.executors.batch._kill import KillFirst
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
-from test_batch_executor import FakeExecutor, make, wait_state
+from support.process_checks import live_members
+from test_batch_scheduler_executor import FakeExecutor, make, wait_state
 
 WAIT = timedelta(seconds=240)
 

@@ -1,8 +1,8 @@
 """``set_priority`` of a job a batch executor has taken: a queued job gets the scheduler's
 value with ``use_nice`` through the scheduler's own command (each backend's, run through a fake
 runner), nothing otherwise; hostile values and jobs in the wrong place are refused by name
-before anything changes. The held-job order is in tests/test_batch_held.py, the real Slurm
-and Grid Engine in tests/test_batch_priority_real.py."""
+before anything changes. The held-job order is in tests/test_batch_held_jobs.py, the real Slurm
+and Grid Engine in tests/real/test_batch_priority_real.py."""
 
 import math
 from pathlib import Path

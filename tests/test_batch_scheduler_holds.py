@@ -14,11 +14,11 @@ from typing import Any, Callable, List, Tuple
 import pytest
 
 import psij.registry
-from flow_helpers import Service, wait_for
 from psij import Job, JobAttributes, JobExecutor, JobSpec, JobState
 from psij.executors.batch import batch_test_tool
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
 from psij.executors.batch.batch_test import BatchTestExecutorConfig
+from support.flow_helpers import Service, wait_for
 
 WAIT = timedelta(seconds=60)
 

@@ -5,7 +5,7 @@ Each template's script is run here by bash, in a process group of its own as a s
 it, and sent the signal the way its scheduler sends it: to the script alone (Slurm, batch-test),
 to the whole group (PBS, LSF), or as Grid Engine's USR2 warning after ``qdel`` (with the signal
 asked for in ``<native id>.signal``). Then ``signal`` and a graceful cancel run end to end on the
-batch-test scheduler; ``tests/test_batch_signals_real.py`` does the same on the real Slurm and
+batch-test scheduler; ``tests/real/test_batch_signals_real.py`` does the same on the real Slurm and
 Grid Engine.
 """
 

@@ -10,7 +10,6 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from _batch_sites import make
 from psij import Job, JobSpec, JobState, JobStatus, SubmitException
 from psij.executors.batch import cobalt, flux, lsf, pbs, pbs_classic
 from psij.executors.batch.batch_scheduler_executor import InvalidJobStateError
@@ -19,6 +18,7 @@ from psij.executors.batch.flux import FluxJobExecutor, jobid_to_decimal
 from psij.executors.batch.lsf import LsfJobExecutor
 from psij.executors.batch.pbs import PBSJobExecutor
 from psij.executors.batch.pbs_classic import PBSClassicJobExecutor
+from support.batch_sites import make
 
 
 def meta(status: JobStatus) -> Dict[str, object]:

@@ -1,5 +1,5 @@
 """The PBS Pro, Torque, LSF, Cobalt and Flux executors end to end through fake scheduler
-commands (``tests/fake_site_scheduler.py``) that run the submitted scripts for real: submit,
+commands (``tests/support/fake_site_scheduler.py``) that run the submitted scripts for real: submit,
 wait, cancel, attach and submit errors, for every executor.
 """
 
@@ -10,7 +10,6 @@ from typing import Optional, Sequence, Tuple
 
 import pytest
 
-from _batch_sites import WAIT, fake_site
 from psij import Job, JobAttributes, JobExecutor, JobSpec, JobState, ResourceSpecV1, SubmitException
 from psij.executors.batch._runner import CommandResult
 from psij.executors.batch._tracking import PollSucceeded
@@ -19,6 +18,7 @@ from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutorConfig,
     InvalidJobStateError,
 )
+from support.batch_sites import WAIT, fake_site
 
 SUBMIT_ERRORS = {"pbs": "qsub: Unknown queue", "pbs_classic": "Unknown queue MSG=cannot locate",
                  "lsf": "No such queue. Job not submitted",

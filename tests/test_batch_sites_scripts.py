@@ -16,10 +16,10 @@ from typing import List
 import pytest
 
 import psij
-from _batch_sites import EXECUTORS, full_job, make
 from psij import InvalidJobException, Job, JobAttributes, JobSpec, JobState, ResourceSpecV1
 from psij._scripts.quoting import double_quoted, shell_word
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
+from support.batch_sites import EXECUTORS, full_job, make
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -17,11 +17,11 @@ from typing import Dict, Iterator, List
 
 import pytest
 
-from process_checks import alive
 from psij import Job, JobAttributes, JobExecutor, JobSpec, SubmitException
 from psij.executors.batch import _slurm_rest as rest
 from psij.executors.batch._slurm_rest_child import RestSubmitter, slurmrestd_beside
 from psij.executors.batch.slurm import SlurmExecutorConfig
+from support.process_checks import alive
 
 RENDERED = """#!/bin/bash
 #SBATCH --job-name="a b"

@@ -19,11 +19,11 @@ from typing import Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
-from process_checks import alive
 from psij import Job, JobAttributes, JobExecutor, JobSpec, JobState
 from psij.executors.batch._runner import SubprocessRunner
 from psij.executors.batch._spares import SpareCommands
 from psij.executors.batch.slurm import SlurmExecutorConfig
+from support.process_checks import alive
 
 LIMIT = 20.0
 SCRIPT = "#!/bin/bash\n#FAKE --opt\necho job\n"

@@ -15,7 +15,7 @@ import pytest
 
 import psij.registry
 from psij import Job, JobExecutor, JobExecutorConfig, JobSpec, JobState
-from test_batch_real import _scheduler_problem
+from real.test_batch_real import _scheduler_problem
 
 PSIJ = str(Path(sys.executable).parent / "psij")
 WAIT = timedelta(seconds=120)

@@ -1,7 +1,7 @@
 """``psij priority [--tag TAG] ID ... PRIORITY``, run as users run it, on the registry of a
 private HOME: it finds jobs as ``psij cancel`` does (re-attached to their executors, from any
 process), says plainly when a job's place cannot change and why, and refuses bad usage. The
-real Slurm and Grid Engine cases are in tests/test_batch_priority_real.py."""
+real Slurm and Grid Engine cases are in tests/real/test_batch_priority_real.py."""
 
 import os
 import subprocess

@@ -14,11 +14,11 @@ from typing import Dict, List, Optional
 import pytest
 
 import psij
-from _launchers import HOSTILE, bash_job, launched_ok, nul_joined, run, write_script
 from psij.launchers.aprun import AprunLauncher
 from psij.launchers.jsrun import JsrunLauncher
 from psij.launchers.mpirun import MPILauncher
 from psij.launchers.srun import SrunLauncher
+from support.launchers import HOSTILE, bash_job, launched_ok, nul_joined, run, write_script
 
 # --- mpirun --------------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ Each test builds the launch command with a launcher class, runs it in a job dire
 what the job saw (arguments, environment, streams) and what the launcher reported (exit status,
 completion marker, failure message, log). The launchers that wrap a scheduler's or an MPI
 tool are in tests/test_launchers_parallel_tools.py, the deployment of the launcher scripts in
-tests/test_launchers_deploy.py.
+tests/test_launchers_script_based_launcher.py.
 """
 
 import os
@@ -19,7 +19,6 @@ from typing import List, Optional
 import pytest
 
 import psij
-from _launchers import HOSTILE, MARKER, bash_job, launched_ok, nul_joined, run, write_script
 from psij.exceptions import InvalidJobException
 from psij.launchers.aprun import AprunLauncher
 from psij.launchers.jsrun import JsrunLauncher
@@ -27,6 +26,7 @@ from psij.launchers.mpirun import MPILauncher
 from psij.launchers.multiple import MultipleLauncher
 from psij.launchers.single import SingleLauncher
 from psij.launchers.srun import SrunLauncher
+from support.launchers import HOSTILE, MARKER, bash_job, launched_ok, nul_joined, run, write_script
 
 # --- the launch command --------------------------------------------------------------------
 

@@ -11,8 +11,8 @@ from typing import Any, Optional
 import pytest
 
 import psij
-from hostile_lines import hostile_lines
 from psij._line_framing import MAX_DEPTH, BadLine, decode_line, encode_line, path_of
+from support.hostile_lines import hostile_lines
 
 SRC = Path(psij.__file__).parent
 

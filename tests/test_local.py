@@ -12,10 +12,10 @@ from typing import List
 import pytest
 
 import psij
-from process_checks import live_members, members_left_after
 from psij import InvalidJobException, Job, JobExecutor, JobSpec, JobState, JobStatus
 from psij.executors.local import _WORKER, LocalJobExecutorConfig
 from psij.staging import StageIn, StageOut, StageOutFlags, StagingMode
+from support.process_checks import live_members, members_left_after
 
 TIMEOUT = timedelta(seconds=30)
 

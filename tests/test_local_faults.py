@@ -11,10 +11,10 @@ from typing import List
 
 import pytest
 
-from process_checks import members_left_after
 from psij import Job, JobExecutor, JobSpec, JobState, SubmitException
 from psij.executors._process_watch import WATCH
 from psij.executors.local import LocalJobExecutorConfig
+from support.process_checks import members_left_after
 
 TIMEOUT = timedelta(seconds=30)
 

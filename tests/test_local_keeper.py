@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, List
 import pytest
 
 import psij.registry
-from process_checks import live_members, members_left_after
 from psij import Job, JobExecutor, JobSpec, JobState
 from psij.executors.local._keeper_client import flush_keepers
 from psij.job_executor_config import JobExecutorConfig
+from support.process_checks import live_members, members_left_after
 
 if TYPE_CHECKING:
     from psij.executors.local._keeper_client import Keeper

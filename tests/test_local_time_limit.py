@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from process_checks import alive
 from psij import Job, JobAttributes, JobExecutor, JobSpec, JobState
 from psij._clock import ManualClock
 from psij.executors._process_watch import ProcessWatch
 from psij.executors.local import LocalJobExecutorConfig
-from test_process_layer import HOUR, IGNORE_TERM, LIMIT, wait_until
+from support.process_checks import alive
+from test_executors_process import HOUR, IGNORE_TERM, LIMIT, wait_until
 
 DAY = 86400.0
 

@@ -15,8 +15,6 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import pytest
 
-from hostile_lines import hostile_lines
-from process_checks import without_inheritable_descriptors
 from psij.executors.pilot._local_workers import WORKERS_VARIABLE
 from psij.executors.pilot.allocation import configured_allocation, local_allocation
 from psij.executors.pilot.engine import (
@@ -30,6 +28,8 @@ from psij.executors.pilot.engine import (
 )
 from psij.executors.pilot.resources import NodeSpec, ResourceRequest
 from psij.executors.pilot.scheduler import TaskState
+from support.hostile_lines import hostile_lines
+from support.process_checks import without_inheritable_descriptors
 
 SUCCEEDED, FAILED, CANCELED = TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELED
 OMITTED, QUEUED, WAITING, RUNNING = (TaskState.OMITTED, TaskState.QUEUED, TaskState.WAITING,

@@ -20,7 +20,6 @@ from typing import Any, Dict, Iterator, List, Optional, Set
 import pytest
 
 import test_pilot_engine as engine_tests
-from process_checks import alive, live_members
 from psij import InvalidJobException, Job, JobAttributes, JobExecutor, JobSpec, JobState
 from psij.executors.pilot._inline_tasks import InlineTasks
 from psij.executors.pilot._local_workers import WORKERS_VARIABLE, LocalWorkers
@@ -29,6 +28,7 @@ from psij.executors.pilot.engine import EngineConfig, PilotEngine, TaskEvent, Ta
 from psij.executors.pilot.executor import PilotJobExecutor, PilotJobExecutorConfig
 from psij.executors.pilot.scheduler import TaskState
 from psij.executors.pilot.service import JOURNAL_NAME, PilotClient, answering, serve_main
+from support.process_checks import alive, live_members
 
 make_engine = engine_tests.make_engine  # the fixture, shared
 finished = engine_tests.finished

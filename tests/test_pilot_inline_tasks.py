@@ -13,13 +13,13 @@ from typing import Any, Dict, Set
 import pytest
 
 import test_pilot_engine as engine_tests
-from process_checks import alive
 from psij.executors.pilot._inline_tasks import INLINE_MAX_CORES, InlineTasks, inline_fits
 from psij.executors.pilot._local_workers import WORKERS_VARIABLE, LocalWorkers
 from psij.executors.pilot._task_process import HAS_PIDFD
 from psij.executors.pilot.engine import PilotEngine, TaskSpec
 from psij.executors.pilot.scheduler import TaskState
-from test_pilot_workers_faults import SLEEPER, pids_of, sleeper, wait_until
+from support.process_checks import alive
+from test_pilot_local_workers_faults import SLEEPER, pids_of, sleeper, wait_until
 
 make_engine = engine_tests.make_engine  # the fixture, shared
 finished = engine_tests.finished

@@ -11,7 +11,9 @@ from typing import List, Tuple
 
 import pytest
 
-from _pilot_tasks import (
+from psij.executors.pilot.resources import NodeShare, ResourcePool, ResourceRequest
+from psij.executors.pilot.scheduler import Scheduler, TaskRequest, Transition, expand_iterations
+from support.pilot_tasks import (
     CANCELED,
     FAILED,
     OMITTED,
@@ -24,8 +26,6 @@ from _pilot_tasks import (
     started,
     task,
 )
-from psij.executors.pilot.resources import NodeShare, ResourcePool, ResourceRequest
-from psij.executors.pilot.scheduler import Scheduler, TaskRequest, Transition, expand_iterations
 
 # -- order ------------------------------------------------------------------------------------
 

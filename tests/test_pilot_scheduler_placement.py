@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
-from _pilot_tasks import FAILED, GIB, QUEUED, RUNNING, WAITING, cores, spec, started, task
 from psij.executors.pilot._task_state import TaskState
 from psij.executors.pilot.resources import Amount, NodeSpec, ResourcePool, ResourceRequest
 from psij.executors.pilot.scheduler import Placement, Scheduler, TaskRequest
+from support.pilot_tasks import FAILED, GIB, QUEUED, RUNNING, WAITING, cores, spec, started, task
 
 
 def core_ids(placement: Optional[Placement]) -> Dict[str, Tuple[int, ...]]:

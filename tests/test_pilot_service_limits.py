@@ -20,9 +20,9 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
-from hostile_lines import Prober, exchange, hostile_lines
 from psij._line_framing import DEFAULT_MAX_LINE_BYTES, LineFramer
 from psij.executors.pilot.service import PilotClient, PilotUnavailable, answering
+from support.hostile_lines import Prober, exchange, hostile_lines
 
 # -- the framing alone ------------------------------------------------------------------------
 

@@ -17,7 +17,6 @@ from typing import Iterator, List
 
 import pytest
 
-from local_users import User, make_user
 from psij import Job, JobExecutorConfig, JobSpec
 from psij._private_dirs import (
     UnsafePathError,
@@ -31,6 +30,7 @@ from psij.executors.local import LocalJobExecutor
 from psij.launchers import script_based_launcher
 from psij.launchers.multiple import MultipleLauncher
 from psij.launchers.script_based_launcher import deploy_files
+from support.local_users import User, make_user
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
                                 reason="needs root and useradd to make the test users")

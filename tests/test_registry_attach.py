@@ -16,7 +16,7 @@ import pytest
 
 import psij.registry
 from psij import Job, JobState, JobStatus
-from test_batch_real import _scheduler_problem
+from real.test_batch_real import _scheduler_problem
 
 WAIT = timedelta(seconds=240)
 

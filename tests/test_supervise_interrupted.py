@@ -1,8 +1,8 @@
 """``psij supervise`` stopped (Ctrl+C) while a slow submit command runs, on a fake Slurm whose
-``sbatch`` takes seconds (tests/fake_slurm.py): the supervisor exits after ``stop_grace``, the
+``sbatch`` takes seconds (support/fake_slurm.py): the supervisor exits after ``stop_grace``, the
 submit command does not outlive it, and a job it may have queued is journaled by name, so that
 ``psij supervise --cleanup`` (or the next run) cancels it. On the real Slurm:
-tests/test_supervise_slurm.py."""
+tests/real/test_supervise_slurm.py."""
 
 import json
 import os
@@ -15,8 +15,8 @@ from typing import Any, Dict, List
 
 import pytest
 
-import fake_slurm
-from supervise_study import ROOT, wait_for
+from support import fake_slurm
+from support.supervise_study import ROOT, wait_for
 
 GRACE = 1.0
 SLOW = 5.0

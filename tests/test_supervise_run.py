@@ -15,8 +15,8 @@ from typing import Iterator, Optional
 
 import pytest
 
-from hostile_lines import hostile_lines
-from supervise_study import ROOT, Study, sleeping, wait_for
+from support.hostile_lines import hostile_lines
+from support.supervise_study import ROOT, Study, sleeping, wait_for
 
 
 def psij(*words: str, cwd: Path = ROOT) -> "subprocess.CompletedProcess[str]":
@@ -189,7 +189,7 @@ def test_hostile_server_messages_are_refused_and_never_crash_the_supervisor(
 FUZZING_SERVER = textwrap.dedent("""
     import json, os, socket, sys, threading, time
     sys.path.insert(0, sys.argv[1])
-    from hostile_lines import exchange, hostile_lines
+    from support.hostile_lines import exchange, hostile_lines
 
     path = os.environ["PSIJ_SUPERVISOR"][len("unix:"):]
     sock = socket.socket(socket.AF_UNIX)

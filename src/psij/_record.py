@@ -18,7 +18,7 @@ import (0.5 to 1 ms per class: some 20 ms for the pilot's classes on every start
 some 10 ms for the batch layer's), importing :mod:`dataclasses` itself 5 ms more, and building
 one costs 1.2 (with ``slots``, Python 3.10+) to 1.6 times a ``Record`` (measured with
 ``timeit`` and ``python -X importtime``). One base means one set of rules for equality,
-hashing, copying, pickling and ``replace`` everywhere; ``tests/test_values.py`` checks that no
+hashing, copying, pickling and ``replace`` everywhere; ``tests/test_record.py`` checks that no
 module of psij defines a frozen dataclass and that every class with ``_fields`` is a ``Record``
 (but the pilot's ``Launch``, a mutable message to its agents).
 

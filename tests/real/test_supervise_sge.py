@@ -1,0 +1,22 @@
+"""``psij supervise`` on the real Grid Engine (run under the schedulers' lock): the example
+study to the end, nothing left in the queue."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from real.test_batch_real import _need
+from support.supervise_study import Study
+
+pytestmark = pytest.mark.sge
+
+
+def test_example_study_runs_to_completion_on_grid_engine(tmp_path: Path) -> None:
+    _need("sge")
+    study = Study(tmp_path / "r", executor="sge", clients=10, wave=5, timer_delay=1.0).start()
+    assert study.wait(180) == 0, study.errors()
+    study.check_finished()
+    queue = subprocess.run(["qstat", "-u", "*"], capture_output=True, text=True).stdout
+    for native_id in study.native_ids():
+        assert f" {native_id} " not in f" {queue} ", queue
