@@ -21,11 +21,11 @@ It does not decide what runs, when, or where, and it never blocks on a task.
 
 import os
 import stat
-import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from psij._clock import Clock
+from psij._clock import Clock, MonotonicClock
 from psij._lazylog import LazyLogger
 from psij._private_dirs import ensure_private_dir
 from psij._wakeup import Timers
@@ -373,10 +373,11 @@ class TaskProcesses:
             if not self._watch.signal_group(process.pid, SIGKILL):
                 signal_reaped_group(process.pid, SIGKILL)
         # Reaped here (briefly), so that no zombie is left to a process that goes on.
-        deadline = time.monotonic() + _KILL_REAP_WAIT
+        # Real processes end in real time: a ManualClock could not make them.
+        clock = MonotonicClock()
+        deadline = clock.now() + _KILL_REAP_WAIT
         for process in self._running.values():
-            while not reap(process.pid)[0] and time.monotonic() < deadline:
-                time.sleep(0.002)
+            clock.poll(partial(_reaped, process.pid), deadline - clock.now(), 0.002)
 
     def remove_tmp_root(self) -> None:
         """Remove the folder of the TMPDIRs (after the last task ended)."""
@@ -446,6 +447,10 @@ class TaskProcesses:
             raise LaunchError(f"cannot create the task's directories: {ex}") from ex
         except UnicodeEncodeError as ex:
             raise LaunchError(f"cannot create the task's directories: {NOT_TEXT}") from ex
+
+
+def _reaped(pid: int) -> bool:
+    return reap(pid)[0]
 
 
 def _remove(tmpdir: str, nodefile: str) -> None:
