@@ -28,14 +28,12 @@ import json
 import os
 import selectors
 import sys
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set
 
-from psij._clock import MonotonicClock
 from psij._lazylog import LazyLogger
 from psij._line_framing import LineFramer, encode_line
-from psij.executors._process import LaunchError, exit_code_of, reap, signal_name
+from psij.executors._process import LaunchError, exit_code_of, reap_within, signal_name
 from psij.executors.pilot._engine_events import EngineEvent, WorkerExited
 from psij.executors.pilot._orphans import end_orphaned_tasks
 
@@ -188,11 +186,7 @@ class LocalWorkers:
             self._drop(worker)
         # Each ends at once once its tasks have (the engine waited for them): reaped here, so
         # that none is left a zombie, and its CPU time counts as this process's children's.
-        # Real processes end in real time: a ManualClock could not make them.
-        clock = MonotonicClock()
-        deadline = clock.now() + _STOP_WAIT
-        for worker in list(self._workers.values()):
-            clock.poll(partial(_reaped, worker.pid), deadline - clock.now(), 0.005)
+        reap_within([w.pid for w in self._workers.values()], _STOP_WAIT, 0.005)
         self._workers.clear()
 
     def start_first(self) -> None:
@@ -358,7 +352,3 @@ class LocalWorkers:
             self._where.pop(task_id, None)
         end_orphaned_tasks(self._run_id, lost)
         self._on_lost(list(lost), why)
-
-
-def _reaped(pid: int) -> bool:
-    return reap(pid)[0]

@@ -21,11 +21,10 @@ It does not decide what runs, when, or where, and it never blocks on a task.
 
 import os
 import stat
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from psij._clock import Clock, MonotonicClock
+from psij._clock import Clock
 from psij._lazylog import LazyLogger
 from psij._private_dirs import ensure_private_dir
 from psij._wakeup import Timers
@@ -43,6 +42,7 @@ from psij.executors._process import (
     killpg,
     open_streams,
     reap,
+    reap_within,
     signal_reaped_group,
     terminate_group,
 )
@@ -373,11 +373,7 @@ class TaskProcesses:
             if not self._watch.signal_group(process.pid, SIGKILL):
                 signal_reaped_group(process.pid, SIGKILL)
         # Reaped here (briefly), so that no zombie is left to a process that goes on.
-        # Real processes end in real time: a ManualClock could not make them.
-        clock = MonotonicClock()
-        deadline = clock.now() + _KILL_REAP_WAIT
-        for process in self._running.values():
-            clock.poll(partial(_reaped, process.pid), deadline - clock.now(), 0.002)
+        reap_within([p.pid for p in self._running.values()], _KILL_REAP_WAIT, 0.002)
 
     def remove_tmp_root(self) -> None:
         """Remove the folder of the TMPDIRs (after the last task ended)."""
@@ -447,10 +443,6 @@ class TaskProcesses:
             raise LaunchError(f"cannot create the task's directories: {ex}") from ex
         except UnicodeEncodeError as ex:
             raise LaunchError(f"cannot create the task's directories: {NOT_TEXT}") from ex
-
-
-def _reaped(pid: int) -> bool:
-    return reap(pid)[0]
 
 
 def _remove(tmpdir: str, nodefile: str) -> None:
