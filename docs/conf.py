@@ -40,4 +40,7 @@ nitpick_ignore = [
     ("py:class", "ValueError"),
     ("py:class", "PermissionError"),
     ("py:class", "psij._record.Record"),
+    ("py:class", "threading.Event"),
+    ("py:class", "threading.Condition"),
+    ("py:class", "psij._clock.T"),
 ]

@@ -6,7 +6,7 @@ import selectors
 import threading
 
 from psij._clock import ManualClock
-from psij._wakeup import Timers, Wakeup, timer_delay
+from psij._wakeup import TimerHeap, Timers, Wakeup, timer_delay
 
 
 def test_wake_from_another_thread_ends_select_without_events() -> None:
@@ -85,3 +85,29 @@ def test_timers_follow_a_manual_clock() -> None:
         action()
     assert ran == ["now", "a", "b"]
     assert timers.next_timeout() is None and len(timers) == 0
+
+
+def test_timer_heap_gives_what_is_due_earliest_first_ties_in_order() -> None:
+    heap: TimerHeap[str] = TimerHeap()
+    heap.push(5.0, "b")
+    heap.push(1.0, "a")
+    heap.push(5.0, "c")
+    assert heap.next_due() == 1.0
+    assert heap.pop_due(0.5) is None
+    assert [heap.pop_due(5.0), heap.pop_due(5.0), heap.pop_due(5.0), heap.pop_due(5.0)] \
+        == [(1.0, "a"), (5.0, "b"), (5.0, "c"), None]
+    assert heap.next_due() is None
+
+
+def test_timer_heap_keys_replace_and_cancel() -> None:
+    heap: TimerHeap[str] = TimerHeap()
+    heap.set("t", 1.0, "first")
+    heap.set("t", 3.0, "second")  # replaces the first, even though it is later
+    heap.set("u", 2.0, "u")
+    heap.cancel("u")
+    heap.cancel("never set")
+    assert heap.next_due() == 3.0
+    assert heap.pop_due(10.0) == (3.0, "second")
+    assert heap.pop_due(10.0) is None
+    heap.set("t", 4.0, "again")  # a key is free again once its item was given
+    assert heap.pop_due(4.0) == (4.0, "again")

@@ -1,25 +1,32 @@
-"""The one shape of a loop that sleeps in ``select`` and can be woken by other threads.
+"""The one shape of a loop that sleeps in ``select`` and can be woken by other threads, and the
+one timer heap.
 
 A :class:`Wakeup` is a selector with a non-blocking self-pipe registered in it: any thread calls
 :meth:`Wakeup.wake` to end the loop's current ``select`` at once, and :meth:`Wakeup.select`
-drains the pipe and returns only the loop's own events. :class:`Timers` keeps the loop's timed
-actions on a :class:`~psij._clock.Clock`, so that tests can move time with a ``ManualClock``
-instead of sleeping; the loop sleeps at most :meth:`Timers.next_timeout` and then runs what
+drains the pipe and returns only the loop's own events. :class:`TimerHeap` orders what is due
+by its due time (the times are the caller's: a machine's ``now``, or a clock's); every timer of
+the package is kept in one. :class:`Timers` keeps a loop's timed actions in one on a
+:class:`~psij._clock.Clock`, so that tests can move time with a ``ManualClock`` instead of
+sleeping; the loop sleeps at most :meth:`Timers.next_timeout` and then runs what
 :meth:`Timers.pop_due` returns.
 
-Used by the process watch, the pilot's engine and its service. It owns no thread and runs no
-action itself: the loop that uses it decides what an event or a due action does.
+Used by the process watch, the pilot's engine and its service, the controller's loop and the
+flow machine. It owns no thread and runs no action itself: the loop that uses it decides what
+an event or a due action does. Queues ordered by anything but a due time (job priorities,
+turns) are not timers and do not belong here.
 """
 
 import heapq
 import os
 import selectors
 import threading
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Generic, Hashable, List, Optional, Tuple, TypeVar
 
 from psij._clock import Clock, MonotonicClock
 
-__all__ = ["Timers", "Wakeup", "timer_delay"]
+__all__ = ["TimerHeap", "Timers", "Wakeup", "timer_delay"]
+
+T = TypeVar("T")
 
 _LONGEST_WAIT = 86400.0  # a timer further away wakes the loop once a day, harmlessly
 
@@ -111,6 +118,71 @@ class _WakeMarker:
 _WAKE = _WakeMarker()
 
 
+_UNKEYED = object()  # the key of an entry that nothing replaces or cancels
+
+
+class TimerHeap(Generic[T]):
+    """Items due at given times, earliest first (ties: in the order they were added).
+
+    An item added under a key (:meth:`set`) replaces the one added before under that key, and
+    :meth:`cancel` drops it; replaced and cancelled entries leave the heap lazily. Not locked:
+    one thread owns it (:class:`Timers` adds the lock where several threads share one).
+    """
+
+    __slots__ = ("_heap", "_keys", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: List[Tuple[float, int, Any, T]] = []
+        self._keys: Dict[Hashable, int] = {}
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, when: float, item: T) -> None:
+        """``item`` is due at ``when``."""
+        self._seq += 1
+        heapq.heappush(self._heap, (when, self._seq, _UNKEYED, item))
+
+    def set(self, key: Hashable, when: float, item: T) -> None:
+        """``item`` is due at ``when``, instead of what was set under ``key`` before."""
+        self._seq += 1
+        self._keys[key] = self._seq
+        heapq.heappush(self._heap, (when, self._seq, key, item))
+
+    def cancel(self, key: Hashable) -> None:
+        """Drop what was set under ``key`` (nothing happens when nothing is)."""
+        self._keys.pop(key, None)
+
+    def _drop_stale(self) -> None:
+        heap, keys = self._heap, self._keys
+        while heap:
+            _, seq, key, _ = heap[0]
+            if key is _UNKEYED or keys.get(key) == seq:
+                return
+            heapq.heappop(heap)
+
+    def next_due(self) -> Optional[float]:
+        """When the earliest item is due; None when there is none."""
+        heap = self._heap
+        if heap and heap[0][2] is not _UNKEYED:
+            self._drop_stale()
+        return heap[0][0] if heap else None
+
+    def pop_due(self, now: float) -> Optional[Tuple[float, T]]:
+        """Remove and return the earliest item due at ``now`` (or before) with its due time;
+        None when none is due."""
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            when, seq, key, item = heapq.heappop(heap)
+            if key is not _UNKEYED:
+                if self._keys.get(key) != seq:
+                    continue  # replaced or cancelled
+                del self._keys[key]
+            return when, item
+        return None
+
+
 class Timers:
     """Timed actions of one loop, due at times of a :class:`~psij._clock.Clock`.
 
@@ -121,8 +193,7 @@ class Timers:
     def __init__(self, clock: Optional[Clock] = None) -> None:
         self.clock: Clock = clock if clock is not None else MonotonicClock()
         self._lock = threading.Lock()
-        self._heap: List[Tuple[float, int, Callable[[], object]]] = []
-        self._seq = 0
+        self._heap: TimerHeap[Callable[[], object]] = TimerHeap()
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -132,25 +203,24 @@ class Timers:
         (NaN or negative: at once; more than a day: a day)."""
         when = self.clock.now() + timer_delay(delay)
         with self._lock:
-            self._seq += 1
-            heapq.heappush(self._heap, (when, self._seq, action))
+            self._heap.push(when, action)
 
     def next_timeout(self) -> Optional[float]:
         """Seconds until the next action is due (0 when one is due); None when there is none."""
         with self._lock:
-            if not self._heap:
-                return None
-            first = self._heap[0][0]
-        return timer_delay(first - self.clock.now())
+            first = self._heap.next_due()
+        return None if first is None else timer_delay(first - self.clock.now())
 
     def pop_due(self) -> List[Callable[[], object]]:
         """Remove and return the actions that are due, earliest first."""
         heap = self._heap
-        if not heap:
+        if not len(heap):
             return []
         now = self.clock.now()
         due: List[Callable[[], object]] = []
         with self._lock:
-            while heap and heap[0][0] <= now:
-                due.append(heapq.heappop(heap)[2])
-        return due
+            while True:
+                entry = heap.pop_due(now)
+                if entry is None:
+                    return due
+                due.append(entry[1])

@@ -16,11 +16,11 @@ such as the controllers' event loop) are told, in order with the other changes.
 
 import os
 import threading
-import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from psij import _check
+from psij._clock import Clock, MonotonicClock
 from psij._lazylog import LazyLogger
 from psij.exceptions import SubmitException
 from psij.job_spec import JobSpec
@@ -36,6 +36,7 @@ __all__ = ["FunctionJobStatusCallback", "Job", "JobStatusCallback"]
 logger = LazyLogger(__name__)
 
 _LOCK = threading.Lock()
+_CLOCK: Clock = MonotonicClock()  # what Job.wait's timeout is measured on
 
 
 def _new_id() -> str:
@@ -279,7 +280,7 @@ class Job:
         """
         limit = _check.timeout("Job.wait timeout", timeout)
         targets = _targets("Job.wait", target_states)
-        deadline = None if limit is None else time.monotonic() + limit
+        deadline = None if limit is None else _CLOCK.now() + limit
         me = threading.get_ident()
         with _LOCK:
             while True:
@@ -287,14 +288,12 @@ class Job:
                 if st.state.final or any(st.state is t or st.state.is_greater_than(t)
                                          for t in targets):
                     return st
-                remaining = None if deadline is None else deadline - time.monotonic()
+                remaining = None if deadline is None else deadline - _CLOCK.now()
                 if remaining is not None and remaining <= 0:
                     return None
                 if self._cv is None:
                     self._cv = threading.Condition(_LOCK)
-                # A very long limit is waited for in pieces the condition variable accepts.
-                self._cv.wait(None if remaining is None
-                              else min(remaining, threading.TIMEOUT_MAX))
+                _CLOCK.wait(self._cv, remaining)
 
     async def wait_async(self, timeout: Union[timedelta, float, None] = None,
                          target_states: Optional[Union[JobState, Sequence[JobState]]] = None

@@ -1,9 +1,9 @@
 """A snapshot of a job's state: when it was entered, why, and with which exit code."""
 
-import time as _time
 from typing import Any, Dict, Optional
 
 from psij import _check
+from psij._clock import wall_time
 from psij.job_state import JobState
 
 __all__ = ["JobStatus"]
@@ -25,7 +25,7 @@ class JobStatus:
         metadata: Optional[Dict[str, Any]] = None,
     ) -> None:
         self.state = state
-        self.time: float = _time.time() if time is None else time
+        self.time: float = wall_time() if time is None else time
         self.message = message
         self.exit_code = exit_code
         self.metadata = metadata
@@ -53,7 +53,7 @@ class JobStatus:
         same as the constructor's, without checking them again."""
         status = object.__new__(cls)
         _set(status, "state", state)
-        _set(status, "time", _time.time() if time is None else time)
+        _set(status, "time", wall_time() if time is None else time)
         _set(status, "message", message)
         _set(status, "exit_code", exit_code)
         _set(status, "metadata", None)

@@ -29,10 +29,10 @@ import atexit
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
+from psij._clock import Clock, MonotonicClock, wall_time
 from psij._lazylog import LazyLogger
 
 if TYPE_CHECKING:
@@ -55,6 +55,7 @@ _state = {"enabled": True}
 _warned: Set[Tuple[str, str]] = set()
 _failures: Dict[Path, Tuple[float, str]] = {}
 _RETRY_SECONDS = 30.0
+_CLOCK: Clock = MonotonicClock()  # retries and flush timeouts are measured on it
 
 # (pid, store, executor name, version, url, config as JSON); remade in a forked child.
 Identity = Tuple[int, "Store", str, Optional[str], Optional[str], Optional[str]]
@@ -104,12 +105,12 @@ def _open(work_directory: Path) -> "Store":
     from psij._registry.store import RegistryError, open_store
 
     failed = _failures.get(work_directory)
-    if failed is not None and time.monotonic() - failed[0] < _RETRY_SECONDS:
+    if failed is not None and _CLOCK.now() - failed[0] < _RETRY_SECONDS:
         raise RegistryError(failed[1])
     try:
         return open_store(work_directory)
     except Exception as ex:
-        _failures[work_directory] = (time.monotonic(), str(ex))
+        _failures[work_directory] = (_CLOCK.now(), str(ex))
         raise
 
 
@@ -191,7 +192,7 @@ def record(executor: "JobExecutor", job: "Job") -> None:
         status = job.status
         state = status.state
         values = (job._native_id, state.name, state.order, status.exit_code, status.message,
-                  time.time(), state.final)
+                  wall_time(), state.final)
         first = _RECORDED_ATTR not in job.__dict__
         job.__dict__[_RECORDED_ATTR] = True
         _WRITER.put((executor, job, first, values))
@@ -330,7 +331,7 @@ class _Writer:
 
     def flush(self, timeout: Optional[float] = None) -> bool:
         """Wait until every queued change is committed; False if ``timeout`` passed first."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else _CLOCK.now() + timeout
         with self._cv:
             self._flushing += 1
             self._cv.notify_all()
@@ -338,10 +339,10 @@ class _Writer:
                 while self._queue or self._busy:
                     if self._thread is None or not self._thread.is_alive():
                         return not self._queue
-                    remaining = None if deadline is None else deadline - time.monotonic()
+                    remaining = None if deadline is None else deadline - _CLOCK.now()
                     if remaining is not None and remaining <= 0:
                         return False
-                    self._cv.wait(remaining)
+                    _CLOCK.wait(self._cv, remaining)
             finally:
                 self._flushing -= 1
         return True
@@ -372,14 +373,14 @@ def before_flush(hook: Callable[[float], None]) -> None:
 
 
 def flush(timeout: Optional[float] = None) -> bool:
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = None if timeout is None else _CLOCK.now() + timeout
     for hook in list(_BEFORE_FLUSH):
         try:
             hook(_BEFORE_FLUSH_SECONDS if deadline is None
-                 else max(0.0, deadline - time.monotonic()))
+                 else max(0.0, deadline - _CLOCK.now()))
         except Exception:
             logger.exception("the job registry: a step before flushing failed")
-    return _WRITER.flush(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    return _WRITER.flush(None if deadline is None else max(0.0, deadline - _CLOCK.now()))
 
 
 def _flush_at_exit() -> None:

@@ -22,10 +22,10 @@ This module does no recording policy (which jobs, when): see :mod:`psij._registr
 import os
 import sqlite3
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
+from psij._clock import Clock, MonotonicClock, wall_time
 from psij._lazylog import LazyLogger
 from psij._private_dirs import check_private_file, ensure_private_dir
 
@@ -37,6 +37,7 @@ logger = LazyLogger("psij.registry")
 
 FILE_NAME = "jobs.sqlite"
 LOCK_WAIT_SECONDS = 600.0
+_CLOCK: Clock = MonotonicClock()  # what the wait for another process's write lock is measured on
 # SQLite's own busy wait between our checks; each expiry lets us say that we are waiting.
 _BUSY_SLICE_SECONDS = 1.0
 DEFAULT_PRUNE_AGE_SECONDS = 30 * 24 * 3600.0
@@ -146,7 +147,7 @@ class Store:
               wait: float = LOCK_WAIT_SECONDS) -> _T:
         """``fn(conn)`` under the lock, waiting up to ``wait`` seconds more than SQLite's own
         busy wait while another process holds the write lock."""
-        deadline = time.monotonic() + wait
+        deadline = _CLOCK.now() + wait
         said = False
         with self._lock:
             while True:
@@ -157,7 +158,7 @@ class Store:
                         self._conn.rollback()
                     if not _is_busy(ex):
                         raise _damaged(self.path, what, ex) from ex
-                    if time.monotonic() >= deadline:
+                    if _CLOCK.now() >= deadline:
                         raise RegistryLockedError(
                             f"job registry {self.path}: still locked by another process after "
                             f"{wait:.0f} s while trying to {what}") from ex
@@ -183,7 +184,7 @@ class Store:
                     conn.executemany(_UPSERT, rows)
                 if updates:
                     conn.executemany(_UPDATE, updates)
-                now = time.time()
+                now = wall_time()
                 for kind, pid, start, text in runs:
                     conn.execute(RUN_SQL[kind], (pid, start, text, now))
         self._call("record jobs", run)
@@ -198,7 +199,7 @@ class Store:
     def prune(self, older_than_seconds: float, now: Optional[float] = None,
               wait: float = LOCK_WAIT_SECONDS) -> int:
         """Delete final jobs last updated more than ``older_than_seconds`` ago; their count."""
-        limit = (time.time() if now is None else now) - older_than_seconds
+        limit = (wall_time() if now is None else now) - older_than_seconds
 
         def run(conn: sqlite3.Connection) -> int:
             with conn:

@@ -9,8 +9,9 @@ wait hands it the states it saw. It imports no other module of :mod:`psij.cli`.
 """
 
 import math
-import time
 from typing import IO, Any, Dict, Iterable, Optional
+
+from psij._clock import Clock, MonotonicClock
 
 __all__ = ["Progress", "check_interval", "counts_text"]
 
@@ -44,7 +45,7 @@ class Progress:
     """Shows how a wait over ``total`` jobs goes, ``initial`` of them final from the start."""
 
     def __init__(self, total: int, initial: int, stream: IO[str], live: bool,
-                 interval: float = DEFAULT_INTERVAL) -> None:
+                 interval: float = DEFAULT_INTERVAL, clock: Optional[Clock] = None) -> None:
         from tqdm import tqdm  # type: ignore[import-untyped]
 
         self._tqdm: Any = tqdm
@@ -52,7 +53,8 @@ class Progress:
         self._initial = initial
         self._stream = stream
         self._interval = interval
-        self._start = time.monotonic()
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
+        self._start = self._clock.now()
         self._last_line: Optional[float] = None
         self._done = initial
         self._counts = ""
@@ -72,7 +74,7 @@ class Progress:
             else:
                 self._bar.refresh()
         else:
-            now = time.monotonic()
+            now = self._clock.now()
             if self._last_line is None or now - self._last_line >= self._interval:
                 self._counts = counts
                 self._done = done
@@ -90,7 +92,7 @@ class Progress:
             self._bar.set_postfix_str(self._counts, refresh=False)
             self._bar.close()
         else:
-            self._line(time.monotonic())
+            self._line(self._clock.now())
 
     def _line(self, now: float) -> None:
         self._last_line = now

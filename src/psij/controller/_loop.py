@@ -6,7 +6,6 @@ other thread only posts events (:meth:`ControllerLoop.post`).
 """
 
 import collections
-import heapq
 import logging
 import os
 import selectors
@@ -32,7 +31,7 @@ from typing import (
 
 from psij._clock import Clock, MonotonicClock
 from psij._line_framing import BadLine, LineFramer, decode_line, encode_line
-from psij._wakeup import Wakeup, timer_delay
+from psij._wakeup import TimerHeap, Wakeup, timer_delay
 from psij.controller import _values as v
 from psij.controller._io import WorkerPool, describe_error, peer_of
 
@@ -141,9 +140,7 @@ class ControllerLoop:
         self._in_flight = 0
         self._jobs: Dict[Hashable, Any] = {}
         self._job_executor: Dict[Hashable, Any] = {}
-        self._timers: Dict[Hashable, float] = {}
-        self._timer_heap: List[Tuple[float, int, Hashable]] = []
-        self._timer_seq = 0
+        self._timers: TimerHeap[Hashable] = TimerHeap()
         self._listeners: List[_Listener] = []
         self._connections: Dict[int, _Connection] = {}
         self._next_conn = 0
@@ -265,10 +262,7 @@ class ControllerLoop:
         if self._posted:
             return 0.0
         now = self.clock.now()
-        heap = self._timer_heap
-        while heap and self._timers.get(heap[0][2]) != heap[0][0]:
-            heapq.heappop(heap)  # replaced or cancelled
-        when = heap[0][0] if heap else None
+        when = self._timers.next_due()
         if self._stop is not None:
             when = self._stop[1] if when is None else min(when, self._stop[1])
         return None if when is None else timer_delay(when - now)
@@ -300,7 +294,7 @@ class ControllerLoop:
         elif kind is v.SetTimer:
             self._set_timer(action.name, action.delay)  # type: ignore[attr-defined]
         elif kind is v.CancelTimer:
-            self._timers.pop(action.name, None)  # type: ignore[attr-defined]
+            self._timers.cancel(action.name)  # type: ignore[attr-defined]
         elif kind is v.Log:
             logger.log(action.level, "%s", action.message)  # type: ignore[attr-defined]
         elif kind is v.Forget:
@@ -421,19 +415,16 @@ class ControllerLoop:
 
     def _set_timer(self, name: Hashable, delay: float) -> None:
         when = self.clock.now() + timer_delay(float(delay))
-        self._timers[name] = when
-        self._timer_seq += 1
-        heapq.heappush(self._timer_heap, (when, self._timer_seq, name))
+        self._timers.set(name, when, name)
 
     def _fire_timers(self) -> None:
-        heap = self._timer_heap
         timers = self._timers
         now = self.clock.now()
-        while heap and heap[0][0] <= now:
-            when, _, name = heapq.heappop(heap)
-            if timers.get(name) != when:
-                continue  # replaced or cancelled
-            del timers[name]
+        while True:
+            due = timers.pop_due(now)
+            if due is None:
+                return
+            name = due[1]
             if name is _TICK:
                 assert self._tick is not None
                 self._set_timer(_TICK, self._tick)

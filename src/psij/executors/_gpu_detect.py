@@ -39,9 +39,9 @@ measured in milliseconds).
 import functools
 import os
 import re
-import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from psij._clock import Clock, MonotonicClock
 from psij._lazylog import LazyLogger
 from psij._record import Record
 
@@ -50,6 +50,7 @@ __all__ = ["AMD", "MAX_GPUS", "MAX_OUTPUT", "NVIDIA", "PROBE_TIMEOUT", "PROC_GPU
            "parse_rocm_smi", "run_probe", "visible_ids"]
 
 logger = LazyLogger(__name__)
+_CLOCK: Clock = MonotonicClock()  # the probes are real processes: they run in real time
 
 NVIDIA = "nvidia"
 AMD = "amd"
@@ -228,13 +229,13 @@ def run_probe(argv: Sequence[str], timeout: float = PROBE_TIMEOUT, limit: int = 
     chunks: List[bytes] = []
     size = 0
     why = ""
-    deadline = time.monotonic() + timeout
+    deadline = _CLOCK.now() + timeout
     try:
         # poll, not select: select refuses descriptors numbered 1024 and above.
         readable = select.poll()
         readable.register(read_end, select.POLLIN)
         while True:
-            left = deadline - time.monotonic()
+            left = deadline - _CLOCK.now()
             if left <= 0:
                 why = f"did not finish within {timeout:g} s"
                 break
@@ -275,19 +276,21 @@ def _wait(pid: int, deadline: float) -> Optional[int]:
     not ended by ``deadline`` (its process group is then killed)."""
     from psij.executors._process import SIGKILL, exit_code_of, killpg, reap
 
-    while True:
+    def ended() -> Optional[Tuple[Optional[int]]]:
         done, status = reap(pid)
-        if done:
-            return exit_code_of(status) if status is not None else 0
-        left = deadline - time.monotonic()
-        if left <= 0:
-            killpg(pid, SIGKILL)
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
+        if not done:
             return None
-        time.sleep(min(0.005, left))
+        return (exit_code_of(status) if status is not None else 0,)
+
+    result = _CLOCK.poll(ended, deadline - _CLOCK.now(), 0.005)
+    if result is not None:
+        return result[0]
+    killpg(pid, SIGKILL)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    return None
 
 
 def _proc_gpus(path: str) -> Tuple[str, ...]:

@@ -8,8 +8,9 @@ program is started, reaped, described and ended the same way by both:
   the shell's exit code (127 not found, 126 not executable), both through :mod:`psij._spawn`,
   the package's one way to start a process; :func:`open_streams` opens the redirections it is
   given;
-- :func:`reap` collects one exited child without blocking; :func:`start_time` tells a process
-  from a later one given the same pid;
+- :func:`reap` collects one exited child without blocking, :func:`reap_within` waits a
+  little for a few to end; :func:`start_time` tells a process from a later one given the same
+  pid;
 - :func:`exit_code_of` and :func:`exit_message` turn a wait status into a shell-style code and
   that code into words, :func:`failure_message` adds the end of the program's stderr, read by
   :func:`stderr_excerpt` and worded by :func:`stderr_part` (the batch executors use those two
@@ -24,10 +25,12 @@ watch processes (``_process_watch`` does) and never sets a job's state.
 import os
 import signal
 import sys
+from functools import partial
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Protocol, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Protocol, Tuple
 
 from psij import _spawn
+from psij._clock import MonotonicClock
 from psij._spawn import (
     MAX_ARG_STRING,
     NOT_TEXT,
@@ -52,6 +55,7 @@ __all__ = [
     "killpg",
     "open_streams",
     "reap",
+    "reap_within",
     "signal_name",
     "signal_reaped_group",
     "start_error_words",
@@ -173,6 +177,20 @@ def reap(pid: int) -> Tuple[bool, Optional[int]]:
     if reaped == 0:
         return False, None
     return True, status
+
+
+def reap_within(pids: Iterable[int], seconds: float, interval: float) -> None:
+    """Reap our children ``pids``, looking every ``interval`` seconds, for ``seconds`` at most
+    in all (their wait statuses are dropped). Measured on the monotonic clock whatever clock
+    the caller's rules use: real processes end in real time."""
+    clock = MonotonicClock()
+    deadline = clock.now() + seconds
+    for pid in pids:
+        clock.poll(partial(_reaped, pid), deadline - clock.now(), interval)
+
+
+def _reaped(pid: int) -> bool:
+    return reap(pid)[0]
 
 
 def exit_code_of(status: Optional[int]) -> Optional[int]:

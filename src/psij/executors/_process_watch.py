@@ -25,10 +25,9 @@ It must not run user code, open job files or set job states.
 import os
 import selectors
 import threading
-import time
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
-from psij._clock import Clock
+from psij._clock import Clock, MonotonicClock
 from psij._lazylog import LazyLogger
 from psij._wakeup import Timers, Wakeup, timer_delay
 from psij.executors._process import (
@@ -60,6 +59,7 @@ __all__ = [
 ]
 
 logger = LazyLogger(__name__)
+_SPIN_CLOCK = MonotonicClock()  # the pause after an error guards the CPU, not a rule: never manual
 
 ExitHandler = Callable[[int, Optional[int]], None]
 """Called with (pid, raw wait status or None when the process was not our child)."""
@@ -268,7 +268,7 @@ class ProcessWatch:
                 self._turn()
             except Exception:
                 logger.exception("the process watch hit an unexpected error; going on")
-                time.sleep(0.01)  # never spin if the error repeats
+                _SPIN_CLOCK.sleep(0.01)  # never spin if the error repeats
 
     def _turn(self) -> None:
         assert self._wakeup is not None

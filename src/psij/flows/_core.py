@@ -3,12 +3,12 @@ killing, leases, quotas and the one timer. The requests are in :mod:`psij.flows.
 the dispatch and restore in :mod:`psij.flows.machine`."""
 
 import copy
-import heapq
 import logging
 import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from psij._wakeup import TimerHeap
 from psij.controller import Cancel, CancelTimer, Forget, Log, SetTimer, Submit
 from psij.executors.batch._status_table import is_held_by_scheduler
 from psij.flows._flow_config import FlowConfig
@@ -55,8 +55,7 @@ class Core:
         self.conn_uid: Dict[int, int] = {}
         self.payloads: Dict[Tuple[int, str], Payload] = {}
         self.by_key: Dict[str, Instance] = {}
-        self.due: List[Tuple[float, int, str, Any]] = []
-        self.seq = 0
+        self.due: TimerHeap[Tuple[str, Any]] = TimerHeap()
         self.armed: Optional[float] = None
         self.submit_bucket = Bucket(config.max_submit_rate, config.max_submit_rate,
                                     float("-inf"))
@@ -70,8 +69,7 @@ class Core:
     # -- the one timer ------------------------------------------------------------------------
 
     def schedule(self, when: float, kind: str, ref: Any) -> None:
-        self.seq += 1
-        heapq.heappush(self.due, (when, self.seq, kind, ref))
+        self.due.push(when, (kind, ref))
 
     def wake(self, h: Handle, when: float) -> None:
         """Try to start instances of ``h`` at ``when`` (or earlier if already planned)."""
@@ -82,9 +80,10 @@ class Core:
     def run_due(self, now: float) -> None:
         due = self.due
         for _ in range(1000000):
-            if not due or due[0][0] > now:
+            entry = due.pop_due(now)
+            if entry is None:
                 return
-            when, _, kind, ref = heapq.heappop(due)
+            when, (kind, ref) = entry
             if kind == "handle":
                 h = self.handles.get(ref)
                 if h is not None and h.wake_at == when:
@@ -109,13 +108,12 @@ class Core:
                 self.collect_payload(ref, now)
 
     def arm(self, now: float) -> None:
-        due = self.due
-        if not due:
+        when = self.due.next_due()
+        if when is None:
             if self.armed is not None:
                 self.out.append(CancelTimer(WAKE))
                 self.armed = None
             return
-        when = due[0][0]
         if when != self.armed:
             self.armed = when
             self.out.append(SetTimer(WAKE, max(0.0, when - now)))

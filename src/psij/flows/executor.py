@@ -30,6 +30,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from psij._clock import Clock, MonotonicClock
 from psij._lazylog import LazyLogger
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.flows.client import FlowClient, FlowError
@@ -112,6 +113,7 @@ class FlowJobExecutor(JobExecutor):
         self._of_job: Dict[str, _Handle] = {}
         self._count = 0
         self._closed = threading.Event()
+        self._clock: Clock = MonotonicClock()
         self._poller: Optional[threading.Thread] = None
 
     # -- submitting -------------------------------------------------------------------------
@@ -216,7 +218,7 @@ class FlowJobExecutor(JobExecutor):
                 logger.warning("flow: destroying %s: %s", entry.handle, ex)
 
     def _poll_loop(self) -> None:
-        while not self._closed.wait(self._config.poll_interval):
+        while not self._clock.wait(self._closed, self._config.poll_interval):
             with self._lock:
                 entries = list(self._by_shape.values())
             for entry in entries:
@@ -230,8 +232,6 @@ class FlowJobExecutor(JobExecutor):
                     logger.warning("flow: following handle %s: %s", entry.handle, ex)
 
     def _poll(self, entry: _Handle) -> None:
-        import time
-
         client = self._client
         status = client.status(entry.handle)
         with self._lock:
@@ -251,7 +251,7 @@ class FlowJobExecutor(JobExecutor):
         ended = [i for i in client.instances(entry.handle) if i.get("ended") is not None]
         for record in ended:
             self._hand_over(entry, record)
-        now = time.monotonic()
+        now = self._clock.now()
         if now - entry.renewed >= self._config.provisioning_lease / 3:
             client.renew(entry.handle, self._config.lease, self._config.provisioning_lease)
             entry.renewed = now

@@ -31,10 +31,10 @@ import copy
 import json
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, Hashable, List, Optional, Tuple
 
+from psij._clock import MonotonicClock, wall_time
 from psij._private_dirs import ensure_private_dir
 from psij.controller import ActionDone, ActionFailed, Call, ControllerLoop, Send, Submit
 from psij.flows import _flow_values as fv
@@ -50,11 +50,12 @@ ROOT_STATE_DIR = "/var/lib/psij-flow"
 _SIGNAL_KEY = "flow-signal"
 
 
-class WallClock:
-    """Unix epoch seconds: the flow machine keeps leases and records across restarts."""
+class WallClock(MonotonicClock):
+    """Unix epoch seconds: the flow machine keeps leases and records across restarts (waits
+    are measured as on the monotonic clock)."""
 
     def now(self) -> float:
-        return time.time()
+        return wall_time()
 
 
 def default_state_dir() -> Path:
@@ -301,12 +302,13 @@ class FlowService:
         self.machine = FlowMachine(self.config)
         self._service = _ServiceMachine(self.machine, self.journal, self.areas)
         self._executors: Dict[str, Any] = {}
-        self.loop = ControllerLoop(self._service, clock=WallClock(), workers=workers,
+        clock = WallClock()
+        self.loop = ControllerLoop(self._service, clock=clock, workers=workers,
                                    executor_factory=self._executor_for,
                                    max_line_bytes=max(1 << 20,
                                                       self.config.max_payload_bytes * 2))
         self._service.loop = self.loop
-        self.machine.restore(self.journal.records(), time.time())
+        self.machine.restore(self.journal.records(), clock.now())
         if socket_path is None:
             socket_path = ROOT_SOCKET if self.multi_user else str(self.state_dir / "flow.sock")
         self.socket_path = socket_path

@@ -12,8 +12,8 @@
 
 A reader thread answers the supervisor's pings at once (so a server busy computing stays
 alive), hands the answers to requests back to the calls that wait for them, and queues the
-status updates for :meth:`Connection.updates`. Only the standard library is used, so a
-server starts fast.
+status updates for :meth:`Connection.updates`. Only the standard library and psij's line
+framing and clock are used, so a server starts fast.
 
 A server learns whether fault tolerance is on (:func:`fault_tolerance`, or
 :attr:`Connection.fault_tolerance`): when it is off, a dead server ends the study rather than
@@ -26,9 +26,9 @@ import os
 import queue
 import socket
 import threading
-import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
+from psij._clock import Clock, MonotonicClock
 from psij._line_framing import BadLine, decode_line, encode_line
 
 __all__ = ["Connection", "Refused", "SupervisorGone", "Update", "connect", "fault_tolerance"]
@@ -298,22 +298,25 @@ class Connection:
 
 
 def connect(address: Optional[str] = None, token: Optional[str] = None,
-            timeout: float = 30.0, retry_for: float = 10.0) -> Connection:
+            timeout: float = 30.0, retry_for: float = 10.0,
+            clock: Optional[Clock] = None) -> Connection:
     """Connect to the supervisor at ``address`` (default ``$PSIJ_SUPERVISOR``) with ``token``
-    (default ``$PSIJ_SUPERVISOR_TOKEN``), retrying for ``retry_for`` seconds while it cannot
-    be reached; raises :class:`Refused` when the supervisor does not accept this server."""
+    (default ``$PSIJ_SUPERVISOR_TOKEN``), retrying for ``retry_for`` seconds of ``clock``
+    (default: the monotonic clock) while it cannot be reached; raises :class:`Refused` when the
+    supervisor does not accept this server."""
     address = address if address is not None else os.environ.get("PSIJ_SUPERVISOR")
     token = token if token is not None else os.environ.get("PSIJ_SUPERVISOR_TOKEN")
     if not address or not token:
         raise RuntimeError("connect: PSIJ_SUPERVISOR and PSIJ_SUPERVISOR_TOKEN are not set "
                            "(is this job run by psij supervise?)")
-    deadline = time.monotonic() + retry_for
+    clock = clock if clock is not None else MonotonicClock()
+    deadline = clock.now() + retry_for
     while True:
         try:
             sock = _open(address, timeout)
             break
         except (ConnectionRefusedError, FileNotFoundError):
-            if time.monotonic() >= deadline:
+            if clock.now() >= deadline:
                 raise
-            time.sleep(0.2)
+            clock.sleep(0.2)
     return Connection(sock, token, timeout)

@@ -214,7 +214,7 @@ class HeldJobs:
         while True:
             with self._cond:
                 while not self._todo and not self._stopped:
-                    if not self._cond.wait(30.0) and not self._todo:
+                    if not self._executor._clock.wait(self._cond, 30.0) and not self._todo:
                         self._thread = None
                         return
                 if self._stopped:
@@ -246,7 +246,7 @@ class HeldJobs:
                 transient = isinstance(e, SubmitException) and e.transient
                 if transient and attempt < RETRIES and not self._stopped:
                     with self._cond:
-                        self._cond.wait(delay)
+                        self._executor._clock.wait(self._cond, delay)
                     delay *= 2
                     continue
                 with self._cond:

@@ -177,11 +177,12 @@ class StatusPoller:
                     elif now - idle_since >= IDLE_LINGER:
                         self._thread = None
                         return None
-                    self._cond.wait(IDLE_LINGER)
+                    self._clock.wait(self._cond, IDLE_LINGER)
                     continue
                 idle_since = None
                 deadline = self._tracker.next_deadline()
-                self._cond.wait(None if deadline is None else max(0.0, deadline - now))
+                self._clock.wait(self._cond,
+                                 None if deadline is None else max(0.0, deadline - now))
 
     def _perform(self, first: List[Action]) -> None:
         queue: Deque[Action] = deque(first)

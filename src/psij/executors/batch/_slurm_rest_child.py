@@ -28,10 +28,10 @@ import os
 import select
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
+from psij._clock import Clock, MonotonicClock
 from psij._spawn import popen
 from psij.executors.batch import _slurm_rest as rest
 from psij.executors.batch._command import (
@@ -84,8 +84,10 @@ class RestSubmitter:
     """One ``slurmrestd`` child and the submissions sent to it (see the module)."""
 
     def __init__(self, run: Callable[[Sequence[str]], CommandResult],
-                 env: Optional[Mapping[str, str]] = None, idle: float = IDLE_S) -> None:
+                 env: Optional[Mapping[str, str]] = None, idle: float = IDLE_S,
+                 clock: Optional[Clock] = None) -> None:
         self._run = run  # runs scontrol (the executor's runner)
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._env = dict(env) if env is not None else None
         self._idle = idle
         self._lock = threading.Lock()  # one request at a time on the child's pipes
@@ -120,14 +122,14 @@ class RestSubmitter:
         env = self._env if self._env is not None else inherited()
         with self._lock:
             self._calls += 1
-            self._last_use = time.monotonic()
+            self._last_use = self._clock.now()
             if self._calls < 2 or self._last_use < self._off_until or self._closed:
                 return None
             try:
                 return self._submit_locked(argv[0], script, fields, env, timeout)
             except _Failed as e:
                 self._stop_locked()
-                self._off_until = time.monotonic() + REST_S
+                self._off_until = self._clock.now() + REST_S
                 if not e.sent:
                     logger.debug("slurmrestd not used for %s s: %s", REST_S, e)
                     return None
@@ -137,7 +139,7 @@ class RestSubmitter:
                     f"{MAY_HAVE_BEEN_SUBMITTED} (see squeue)"))
             except Exception as e:  # a defect here: the child goes, its pipes closed
                 self._stop_locked()
-                self._off_until = time.monotonic() + REST_S
+                self._off_until = self._clock.now() + REST_S
                 logger.warning("slurmrestd submission failed: %r", e, exc_info=True)
                 return CommandResult(("slurmrestd", "POST", rest.API), None, failure=(
                     f"slurmrestd submission failed ({e!r}): the job "
@@ -247,14 +249,14 @@ class RestSubmitter:
     def _idle_loop(self) -> None:
         with self._cond:
             while not self._closed and self._proc is not None:
-                left = self._last_use + self._idle - time.monotonic()
+                left = self._last_use + self._idle - self._clock.now()
                 if left <= 0:
                     try:
                         self._stop_locked()
                     except Exception:  # the child is forgotten; submissions start another
                         logger.exception("stopping the idle slurmrestd child failed")
                     break
-                self._cond.wait(left)
+                self._clock.wait(self._cond, left)
             if self._thread is threading.current_thread():
                 self._thread = None
 
@@ -276,10 +278,10 @@ def _exchange(proc: "subprocess.Popen[bytes]", request: bytes,
     out_fd, in_fd = proc.stdin.fileno(), proc.stdout.fileno()
     if _ready(in_fd, select.POLLIN, 0):
         raise _Failed("wrote or closed its output unasked", sent=False)
-    deadline = time.monotonic() + timeout
+    deadline = _PIPE_CLOCK.now() + timeout
     view = memoryview(request)
     while view:
-        if not _ready(out_fd, select.POLLOUT, deadline - time.monotonic()):
+        if not _ready(out_fd, select.POLLOUT, deadline - _PIPE_CLOCK.now()):
             raise _Failed(f"did not read its input within {timeout} s", sent=False)
         try:
             view = view[os.write(out_fd, view):]
@@ -319,9 +321,12 @@ def _ready(fd: int, event: int, timeout: float) -> bool:
 
 
 def _read(fd: int, deadline: float, timeout: float) -> bytes:
-    if not _ready(fd, select.POLLIN, deadline - time.monotonic()):
+    if not _ready(fd, select.POLLIN, deadline - _PIPE_CLOCK.now()):
         raise _Failed(f"did not answer within {timeout} s", sent=True)
     chunk = os.read(fd, 65536)
     if not chunk:
         raise _Failed("ended", sent=True)
     return chunk
+
+
+_PIPE_CLOCK = MonotonicClock()  # the child answers through its pipes in real time

@@ -33,10 +33,10 @@ import os
 import resource
 import subprocess
 import threading
-import time
 from collections import deque
 from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
+from psij._clock import Clock, MonotonicClock
 from psij._spawn import popen
 from psij.executors.batch._command import (
     CommandResult,
@@ -123,7 +123,7 @@ class SpareCommands:
     """Keeps up to ``count`` spares of the last command line asked for (see the module)."""
 
     def __init__(self, count: int, env: Optional[Mapping[str, str]] = None,
-                 idle: float = IDLE_S) -> None:
+                 idle: float = IDLE_S, clock: Optional[Clock] = None) -> None:
         if isinstance(count, bool) or not isinstance(count, int) \
                 or not 1 <= count <= MAX_SPARES:
             raise ValueError(f"SpareCommands.count: expected a whole number from 1 to "
@@ -131,10 +131,11 @@ class SpareCommands:
         self.count = count
         self._env: Optional[Dict[str, str]] = dict(env) if env is not None else None
         self._idle = idle
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._cond = threading.Condition()
         self._ready: Deque[_Spare] = deque()
         self._argv: Optional[Tuple[str, ...]] = None  # what spares are made of
-        self._last_use = time.monotonic()
+        self._last_use = self._clock.now()
         self._misfits = 0
         self._rest_until = 0.0
         self._calls = 0
@@ -193,7 +194,7 @@ class SpareCommands:
                 self._ready.clear()
                 self._argv = argv
             spare = self._ready.popleft() if self._ready else None
-            self._last_use = time.monotonic()
+            self._last_use = self._clock.now()
             self._calls += 1
             if self._calls < 2:
                 return None  # a program that submits one job needs no spare
@@ -211,7 +212,7 @@ class SpareCommands:
             self._misfits += 1
             if self._misfits >= _MISFITS_BEFORE_REST:
                 self._misfits = 0
-                self._rest_until = time.monotonic() + REST_S
+                self._rest_until = self._clock.now() + REST_S
                 stale = list(self._ready)
                 self._ready.clear()
             else:
@@ -224,7 +225,7 @@ class SpareCommands:
         (None; the spares left are then killed)."""
         with self._cond:
             while True:
-                now = time.monotonic()
+                now = self._clock.now()
                 if self._closed or now - self._last_use >= self._idle:
                     if self._thread is threading.current_thread():
                         self._thread = None
@@ -237,7 +238,7 @@ class SpareCommands:
                 wake = self._last_use + self._idle
                 if now < self._rest_until:
                     wake = min(wake, self._rest_until)
-                self._cond.wait(max(0.001, wake - now))
+                self._clock.wait(self._cond, max(0.001, wake - now))
         for spare in stale:
             _stop(spare.proc)
         return None
@@ -252,7 +253,7 @@ class SpareCommands:
             except Exception:  # fails only this spare; submissions start their own commands
                 logger.exception("starting a spare of %s failed", argv[0])
                 with self._cond:
-                    self._rest_until = time.monotonic() + REST_S
+                    self._rest_until = self._clock.now() + REST_S
 
     def _start(self, argv: Tuple[str, ...]) -> None:
         taken = origin(self._env)
@@ -265,9 +266,9 @@ class SpareCommands:
                 logger.debug("no spare of %s: %s", argv[0], e)
         with self._cond:
             if taken is None or proc is None:
-                self._rest_until = time.monotonic() + REST_S
+                self._rest_until = self._clock.now() + REST_S
                 return
-            if not self._closed and argv == self._argv and time.monotonic() >= self._rest_until:
+            if not self._closed and argv == self._argv and self._clock.now() >= self._rest_until:
                 self._ready.append(_Spare(proc, argv, taken))
                 return
         _stop(proc)

@@ -31,6 +31,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Set, Tuple
 
+from psij._clock import wall_time
 from psij._lazylog import LazyLogger
 from psij.executors._process import start_time
 
@@ -296,7 +297,7 @@ def latest_entry(found: Dict[Tuple[int, str], JournalEntry], pid: int
 
 
 def _prune(folder: Path) -> None:
-    cutoff = time.time() - _MAX_AGE
+    cutoff = wall_time() - _MAX_AGE
     try:
         with os.scandir(folder) as it:
             for e in it:

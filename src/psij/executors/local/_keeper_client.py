@@ -25,11 +25,12 @@ import socket
 import struct
 import sys
 import threading
-import time
 from collections import deque
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Set, Tuple
 
+from psij._clock import Clock, MonotonicClock
 from psij._lazylog import LazyLogger
 from psij._spawn import popen
 
@@ -50,6 +51,7 @@ logger = LazyLogger(__name__)
 
 _HEADER = struct.Struct("!I")
 _ANSWER_SECONDS = 120.0
+_CLOCK: Clock = MonotonicClock()  # keepers are real processes: they answer in real time
 _PROGRAM = str(Path(__file__).with_name("_keeper.py"))
 _LAYER = str(Path(__file__).parents[2] / "_spawn.py")  # loaded by the keeper from its file
 _LAYER_FAILED = 3  # the keeper's exit code when it cannot (_keeper.LAYER_FAILED)
@@ -277,19 +279,20 @@ class Keeper:
 
 def _how_it_ended(pid: int) -> str:
     # Its events pipe closed as it exited: it is reaped at once, or in a moment.
-    deadline = time.monotonic() + 2.0
-    while True:
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return "ended"
-        if done:
-            if os.WIFSIGNALED(status):
-                return f"killed by signal {os.WTERMSIG(status)}"
-            return f"exited with code {os.WEXITSTATUS(status)}"
-        if time.monotonic() > deadline:
-            return "ended"
-        time.sleep(0.001)
+    return _CLOCK.poll(partial(_exit_of, pid), 2.0, 0.001) or "ended"
+
+
+def _exit_of(pid: int) -> Optional[str]:
+    """How ``pid`` ended, once reaped; None while it has not."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return "ended"
+    if not done:
+        return None
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exited with code {os.WEXITSTATUS(status)}"
 
 
 def _message(request: Tuple[Any, ...]) -> bytes:
@@ -431,13 +434,16 @@ def flush_keepers() -> None:
 def drain_keepers(timeout: float) -> None:
     """Send the starts this process's keepers have queued and wait (``timeout`` seconds at
     most) until they are answered."""
-    deadline = time.monotonic() + timeout
+    deadline = _CLOCK.now() + timeout
     pid = os.getpid()
     for (owner, _), keepers in list(_KEEPERS.items()):
         for keeper in keepers if owner == pid else ():
             keeper.send_next()
-            while keeper.load() and keeper.alive and time.monotonic() < deadline:
-                time.sleep(0.002)
+            _CLOCK.poll(partial(_answered, keeper), deadline - _CLOCK.now(), 0.002)
+
+
+def _answered(keeper: "Keeper") -> bool:
+    return not keeper.load() or not keeper.alive
 
 
 def forget_keepers() -> None:

@@ -15,10 +15,10 @@ from __future__ import annotations  # nested functions' annotations: not evaluat
 
 import errno
 import threading
-import time
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple, Union
 
+from psij._clock import Clock, MonotonicClock
 from psij.executors._process import own_descriptor, start_error_words
 from psij.executors.local._checks import not_executable, not_found
 from psij.executors.local._keeper_client import Failure
@@ -32,6 +32,7 @@ StreamItem = Union[None, str, int]
 _NOT_FOUND = (errno.ENOENT, errno.ENOTDIR)
 _NOT_EXECUTABLE = (errno.EACCES, errno.EPERM, errno.EISDIR)
 _WAIT_SECONDS = 120.0  # a keeper that does not answer by then leaves native_id None
+_CLOCK: Clock = MonotonicClock()  # what that wait is measured on
 
 
 def stream_items(spec: JobSpec) -> Tuple[Tuple[StreamItem, StreamItem, StreamItem], List[int]]:
@@ -85,15 +86,15 @@ class NativeIds:
 
     def wait(self, known: Callable[[], bool]) -> None:
         """Return once ``known()`` (checked again at each answer), or after a long while."""
-        deadline = time.monotonic() + _WAIT_SECONDS
+        deadline = _CLOCK.now() + _WAIT_SECONDS
         with self._cv:
             self._waiting += 1
             try:
                 while not known():
-                    left = deadline - time.monotonic()
+                    left = deadline - _CLOCK.now()
                     if left <= 0:
                         return
-                    self._cv.wait(min(left, 1.0))
+                    _CLOCK.wait(self._cv, min(left, 1.0))
             finally:
                 self._waiting -= 1
 

@@ -17,8 +17,9 @@ import logging
 import queue
 import sys
 import threading
-import time
 from typing import Callable, List, Optional
+
+from psij._clock import Clock, MonotonicClock
 
 __all__ = ["STARTS", "WORKER", "Worker", "prepare", "settle_starts"]
 
@@ -26,6 +27,7 @@ logger = logging.getLogger("psij.executors.local")
 
 _EXIT_WAIT_SECONDS = 30.0
 _AT_EXIT: List[bool] = []
+_CLOCK: Clock = MonotonicClock()  # what the waits at exit and before a flush are measured on
 
 
 class Worker:
@@ -66,7 +68,7 @@ class Worker:
             return True
         done = threading.Event()
         self._queue.put(done.set)
-        return done.wait(timeout)
+        return _CLOCK.wait(done, timeout)
 
 
 WORKER = Worker("psij-local-worker")
@@ -96,9 +98,9 @@ def settle_starts(timeout: float) -> None:
     after ``submit`` records each job with its native id."""
     from psij.executors.local._keeper_client import drain_keepers
 
-    deadline = time.monotonic() + timeout
+    deadline = _CLOCK.now() + timeout
     drain_keepers(timeout)
-    STARTS.drain(max(0.0, deadline - time.monotonic()))
+    STARTS.drain(max(0.0, deadline - _CLOCK.now()))
 
 
 def drain_at_exit() -> None:
@@ -106,13 +108,13 @@ def drain_at_exit() -> None:
     follow set, and the job registry written."""
     from psij.executors.local._keeper_client import drain_keepers
 
-    deadline = time.monotonic() + _EXIT_WAIT_SECONDS
+    deadline = _CLOCK.now() + _EXIT_WAIT_SECONDS
     try:
         drain_keepers(_EXIT_WAIT_SECONDS)
-        STARTS.drain(max(0.0, deadline - time.monotonic()))
-        WORKER.drain(max(0.0, deadline - time.monotonic()))
+        STARTS.drain(max(0.0, deadline - _CLOCK.now()))
+        WORKER.drain(max(0.0, deadline - _CLOCK.now()))
         recorder = sys.modules.get("psij._registry.recorder")
         if recorder is not None:
-            recorder.flush(max(0.0, deadline - time.monotonic()))
+            recorder.flush(max(0.0, deadline - _CLOCK.now()))
     except Exception:
         logger.exception("local jobs: waiting for the last starts at exit failed")

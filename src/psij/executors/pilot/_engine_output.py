@@ -16,18 +16,18 @@ What a crash of the pilot can lose: the entries that listeners wrote in the last
 :data:`OUTPUT_INTERVAL` seconds (``jobs.report``, ``service.log``), never a journal line of an
 event that was delivered; a crash of the machine, what the journal had not fsync'd (at most a
 second, see ``journal``). The interval batches writes and decides nothing about tasks, so it is
-measured on the monotonic clock whatever the engine's clock is.
+measured on a monotonic clock of its own (``_FLUSH_CLOCK``) whatever the engine's clock
+is.
 
 This class is the base of :class:`~psij.executors.pilot.engine.PilotEngine` and runs on its
 thread; it decides nothing about tasks and starts nothing.
 """
 
-import time
 from pathlib import Path
 from typing import Callable, List, Optional
 
 from psij import _check
-from psij._clock import Clock
+from psij._clock import Clock, MonotonicClock
 from psij.executors.pilot._task_books import TaskBooks, logger
 from psij.executors.pilot.resources import ResourcePool
 from psij.executors.pilot.tasks import Listener
@@ -36,6 +36,8 @@ __all__ = ["OUTPUT_INTERVAL", "EngineOutput"]
 
 OUTPUT_INTERVAL = 0.005
 """Seconds, at most, between the delivery of an event and the flush of the listeners' files."""
+
+_FLUSH_CLOCK = MonotonicClock()  # not the engine's: a ManualClock must not hold files back
 
 
 class EngineOutput(TaskBooks):
@@ -47,7 +49,7 @@ class EngineOutput(TaskBooks):
         super().__init__(pool, work_directory)
         self._listeners: List[Listener] = []
         self._flush_hooks: List[Callable[[], object]] = []
-        self._flush_due: Optional[float] = None  # monotonic; None: nothing to flush
+        self._flush_due: Optional[float] = None  # on _FLUSH_CLOCK; None: nothing to flush
 
     def add_listener(self, listener: Listener) -> None:
         if not callable(listener):
@@ -71,12 +73,12 @@ class EngineOutput(TaskBooks):
     def _flush_in(self) -> Optional[float]:
         """Seconds until the flush hooks are due (None: nothing waits for them)."""
         due = self._flush_due
-        return None if due is None else max(0.0, due - time.monotonic())
+        return None if due is None else max(0.0, due - _FLUSH_CLOCK.now())
 
     def _flush(self, force: bool = False) -> None:
         """Have the hooks flush, if they are due (or ``force``)."""
         due = self._flush_due
-        if due is None or (not force and time.monotonic() < due):
+        if due is None or (not force and _FLUSH_CLOCK.now() < due):
             return
         self._flush_due = None
         for hook in self._flush_hooks:
@@ -102,7 +104,7 @@ class EngineOutput(TaskBooks):
         if not events:
             return
         if self._flush_due is None and self._flush_hooks:
-            self._flush_due = time.monotonic() + OUTPUT_INTERVAL
+            self._flush_due = _FLUSH_CLOCK.now() + OUTPUT_INTERVAL
         for event in events:
             for listener in listeners:
                 try:

@@ -28,13 +28,12 @@ import json
 import os
 import selectors
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set
 
 from psij._lazylog import LazyLogger
 from psij._line_framing import LineFramer, encode_line
-from psij.executors._process import LaunchError, exit_code_of, reap, signal_name
+from psij.executors._process import LaunchError, exit_code_of, reap_within, signal_name
 from psij.executors.pilot._engine_events import EngineEvent, WorkerExited
 from psij.executors.pilot._orphans import end_orphaned_tasks
 
@@ -187,10 +186,7 @@ class LocalWorkers:
             self._drop(worker)
         # Each ends at once once its tasks have (the engine waited for them): reaped here, so
         # that none is left a zombie, and its CPU time counts as this process's children's.
-        deadline = time.monotonic() + _STOP_WAIT
-        for worker in list(self._workers.values()):
-            while not reap(worker.pid)[0] and time.monotonic() < deadline:
-                time.sleep(0.005)
+        reap_within([w.pid for w in self._workers.values()], _STOP_WAIT, 0.005)
         self._workers.clear()
 
     def start_first(self) -> None:

@@ -11,10 +11,10 @@ run on resume (``journal.kill_leftovers``); the journal lines it makes (a task's
 
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
+from psij._clock import Clock, wall_time
 from psij._lazylog import LazyLogger
 from psij._record import replace
 from psij.executors.pilot.journal import Journal, ReplayPlan, end_line, kill_leftovers
@@ -56,6 +56,8 @@ class TaskEntry:
 class TaskBooks:
     """The tasks of one engine as it knows them (see the module documentation)."""
 
+    _clock: Clock  # the engine's
+
     def __init__(self, pool: ResourcePool, work_directory: Path) -> None:
         self._pool = pool
         self._scheduler = Scheduler(pool)
@@ -95,19 +97,14 @@ class TaskBooks:
              timeout: Optional[float] = None) -> bool:
         """Wait until the given tasks (default: every known task) have ended; False on
         timeout. Ended means that their final event has been delivered to listeners."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        def ended() -> bool:
+            if task_ids is None:
+                # A count, not a scan: waiting for every task costs the same with 100 000.
+                return self._delivered_finals >= len(self._tasks)
+            return all(self._delivered_final(n) for n in task_ids)
+
         with self._changed:
-            while True:
-                if task_ids is None:
-                    # A count, not a scan: waiting for every task costs the same with 100 000.
-                    if self._delivered_finals >= len(self._tasks):
-                        return True
-                elif all(self._delivered_final(n) for n in task_ids):
-                    return True
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._changed.wait(left)
+            return self._clock.wait_for(self._changed, ended, timeout)
 
     # -- submission books (under the lock) --------------------------------------------------
 
@@ -175,7 +172,7 @@ class TaskBooks:
 
     def _report(self, task: TaskEntry, state: TaskState, exit_code: Optional[int] = None,
                 share: Optional[TaskShare] = None) -> None:
-        now = time.time()
+        now = wall_time()
         task.history.append((now, state))
         self._outbox.append(TaskEvent(task.spec.name, state, now, task.message, exit_code,
                                       share))
@@ -184,7 +181,7 @@ class TaskBooks:
                   exit_code: Optional[int] = None) -> None:
         task.message = message
         task.exit_code = exit_code
-        task.ended = time.time()
+        task.ended = wall_time()
         self._report(task, state, exit_code, task.share)
 
     def _ended(self, transitions: List[Transition], exit_code: Optional[int] = None,

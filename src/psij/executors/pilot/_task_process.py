@@ -21,7 +21,6 @@ It does not decide what runs, when, or where, and it never blocks on a task.
 
 import os
 import stat
-import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
@@ -43,6 +42,7 @@ from psij.executors._process import (
     killpg,
     open_streams,
     reap,
+    reap_within,
     signal_reaped_group,
     terminate_group,
 )
@@ -373,10 +373,7 @@ class TaskProcesses:
             if not self._watch.signal_group(process.pid, SIGKILL):
                 signal_reaped_group(process.pid, SIGKILL)
         # Reaped here (briefly), so that no zombie is left to a process that goes on.
-        deadline = time.monotonic() + _KILL_REAP_WAIT
-        for process in self._running.values():
-            while not reap(process.pid)[0] and time.monotonic() < deadline:
-                time.sleep(0.002)
+        reap_within([p.pid for p in self._running.values()], _KILL_REAP_WAIT, 0.002)
 
     def remove_tmp_root(self) -> None:
         """Remove the folder of the TMPDIRs (after the last task ended)."""

@@ -38,10 +38,10 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from psij._clock import Clock, MonotonicClock
 from psij._line_framing import LineFramer, encode_line
 from psij._wakeup import Wakeup
 from psij.executors._process_watch import ExitHandler
@@ -84,8 +84,8 @@ class ChildWatch(LoopWatch):
     any other waiter). The rest (signals, timed actions) is :class:`LoopWatch`'s.
     """
 
-    def __init__(self, selector: Any) -> None:
-        super().__init__(selector)
+    def __init__(self, selector: Any, clock: Optional[Clock] = None) -> None:
+        super().__init__(selector, clock)
         self._handlers: Dict[int, ExitHandler] = {}
         self._signals, write = os.pipe()
         for fd in (self._signals, write):
@@ -138,7 +138,8 @@ class Worker:
         self._framer = LineFramer(_MAX_LINE)
         self._wakeup = Wakeup()
         self._grace = grace
-        self._watch = ChildWatch(self._wakeup.selector)
+        self._clock: Clock = MonotonicClock()
+        self._watch = ChildWatch(self._wakeup.selector, self._clock)
         self._processes = TaskProcesses(tmp_root, self._exited, self._watch, grace)
         self._started: List[Any] = []
         self._ended: List[Any] = []
@@ -158,7 +159,7 @@ class Worker:
 
     def run(self) -> None:
         watch = self._watch
-        monotonic = time.monotonic
+        monotonic = self._clock.now
         while True:
             timeout = watch.next_timeout()
             if self._stopping:
@@ -181,7 +182,7 @@ class Worker:
             elif self._started and self._report_due is None:
                 self._report_due = monotonic() + _START_REPORT_DELAY
             if self._stopping and (not self._processes.running()
-                                   or time.monotonic() >= self._begin_stop()):
+                                   or monotonic() >= self._begin_stop()):
                 return
 
     def _begin_stop(self) -> float:
@@ -190,7 +191,7 @@ class Worker:
             # What still runs now may have nobody to report to: ended within a short
             # grace, whatever the engine's own.
             grace = min(self._grace, _STOP_GRACE)
-            self._deadline = time.monotonic() + grace + 1.0
+            self._deadline = self._clock.now() + grace + 1.0
             self._processes.signal_all(grace)
         return self._deadline
 

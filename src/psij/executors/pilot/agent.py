@@ -148,7 +148,7 @@ class _Agent:
         with self._lock:
             self._processes.signal_all(_STOP_GRACE)
             while self._processes.running() and clock.now() < deadline:
-                self._ended.wait(deadline - clock.now())
+                clock.wait(self._ended, deadline - clock.now())
         self._outgoing.put(None)
         self._sender.join(2.0)
         self._processes.remove_tmp_root()

@@ -52,14 +52,13 @@ The engine never reads or changes the tasks' output, and never blocks on a task.
 
 import os
 import threading
-import time
 from collections import deque
 from functools import partial
 from pathlib import Path
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from psij import _check
-from psij._clock import Clock, MonotonicClock
+from psij._clock import Clock, MonotonicClock, wall_time
 from psij._lazylog import LazyLogger
 from psij._wakeup import Timers, Wakeup, timer_delay
 from psij.executors.pilot._engine_events import (
@@ -117,6 +116,7 @@ logger = LazyLogger(__name__)
 
 _SHARE_CACHE_SIZE = 4096
 _MAX_ERRORS_IN_A_ROW = 20
+_SPIN_CLOCK = MonotonicClock()  # the pause after an error guards the CPU, not a rule: never manual
 
 
 # -- engine internals -------------------------------------------------------------------------
@@ -220,7 +220,7 @@ class PilotEngine(EngineOutput):
         if threading.current_thread() is self._thread:
             return  # from a listener (a collected executor): the engine thread stops itself
         limit = self.config.cancel_grace_period + (5.0 if timeout is None else timeout)
-        self._closed.wait(limit)
+        self._clock.wait(self._closed, limit)
         if self._thread.is_alive():
             self._post(StopRequested())
         self._thread.join(5.0)
@@ -308,7 +308,7 @@ class PilotEngine(EngineOutput):
                 if task is None or task.node is None \
                         or self._scheduler.state(task_id) is not TaskState.RUNNING:
                     return
-                task.started = time.time()
+                task.started = wall_time()
                 self._journal_records.append(
                     start_line(task_id, task.node) if pid is None
                     else start_line(task_id, task.node, pid, self._run_id))
@@ -352,7 +352,7 @@ class PilotEngine(EngineOutput):
                         self._give_up(f"the pilot engine stopped after {errors} unexpected "
                                       f"errors in a row, the last one: {ex!r}")
                         break
-                    time.sleep(0.01 * errors)  # never spin on an error that repeats
+                    _SPIN_CLOCK.sleep(0.01 * errors)  # never spin on an error that repeats
         finally:
             self._shutdown()
 

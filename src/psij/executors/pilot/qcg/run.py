@@ -34,11 +34,11 @@ import json
 import os
 import sys
 import threading
-import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
+from psij._clock import wall_time
 from psij._private_dirs import ensure_private_dir
 from psij._record import replace
 from psij._stop_signals import StopSignals
@@ -334,7 +334,7 @@ class QcgFileRun:
         task of a plain job is added to ``plain`` instead."""
         group: Optional[GroupBook] = None
         if job.group is not None:
-            group = GroupBook(job.group, job.start, job.count, time.time())
+            group = GroupBook(job.group, job.start, job.count, wall_time())
         with self._lock:
             if group is not None:
                 self._jobs[job.group or ""] = group
@@ -427,7 +427,7 @@ class QcgFileRun:
         if group is not None:
             with self._lock:
                 group.fed += 1
-                if group.record_end(False, time.time()):
+                if group.record_end(False, wall_time()):
                     self._report.write(group.report())
 
     def _count_restored(self, engine: PilotEngine, group: Optional[GroupBook],
@@ -438,7 +438,7 @@ class QcgFileRun:
         with self._lock:
             group.fed += 1
             if name in self._early_ends:
-                if group.record_end(self._early_ends.pop(name), time.time()):
+                if group.record_end(self._early_ends.pop(name), wall_time()):
                     self._report.write(group.report())
 
     # -- requests -----------------------------------------------------------------------------
