@@ -23,7 +23,7 @@ FOLDERS = ("integration", "real", "benchmarks")
 
 # Tests of the psij package as a whole, named after what they check of it.
 WHOLE_PACKAGE = {"test_import.py", "test_import_cycles.py", "test_package_layout.py",
-                 "test_tests_layout.py"}
+                 "test_tests_layout.py", "test_time_rules.py"}
 
 # Private modules that no test module is named after or imports, and the tests that reach them
 # through the module that uses them.
