@@ -3,9 +3,10 @@ of its fields named once, in its annotation.
 
 Checks the rule over the whole package tree (with ``ast``: no Record writes ``_fields``,
 ``__slots__`` or, but the allowed conversions, ``__init__``), the base's behaviour (defaults,
-field order with inheritance, ClassVar, derived slots, ``_validate``, pickling, ``replace``), then the batch layer's values (once frozen
-dataclasses): construction by position and by keyword, equality, hashing, immutability,
-``replace``, copies, and the validation of :class:`Settings`.
+field order with inheritance, ClassVar, derived slots, ``_validate``, pickling, ``replace``),
+then the batch layer's values (once frozen dataclasses): construction by position and by
+keyword, equality, hashing, immutability, ``replace``, copies, and the validation of
+:class:`Settings`.
 """
 
 import ast
