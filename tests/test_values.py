@@ -12,6 +12,7 @@ keyword, equality, hashing, immutability, ``replace``, copies, and the validatio
 import ast
 import copy
 import importlib
+import inspect
 import json
 import pickle
 import pkgutil
@@ -273,6 +274,14 @@ def test_a_record_without_init_takes_its_fields_by_position_or_name() -> None:
     with pytest.raises(AttributeError, match="immutable"):
         Pair(1, "a").left = 2  # type: ignore[misc]
     assert "__dict__" not in dir(Pair)
+    # Documentation tools read the fields from the signature, before any value is built.
+
+    class Later(Record):
+        first: int
+        second: str = "b"
+
+    assert str(inspect.signature(Later)) == "(first: int, second: str = 'b') -> None"
+    assert Later(1).second == "b"
 
 
 def test_defaults_are_given_in_the_body_and_shared() -> None:

@@ -105,6 +105,15 @@ def _own_annotations(namespace: Mapping[str, Any]) -> Mapping[str, Any]:
     return {}
 
 
+def _class_annotations(cls: type) -> Mapping[str, Any]:
+    """The annotations of a made class's own body (read for its ``__init__``'s signature)."""
+    if sys.version_info >= (3, 14):
+        import annotationlib
+        return annotationlib.get_annotations(cls, format=annotationlib.Format.FORWARDREF)
+    # Not ``cls.__annotations__``: on Python 3.9 a class without any gives its base's.
+    return vars(cls).get("__annotations__", {})  # type: ignore[no-any-return]
+
+
 class _RecordType(type):
     """The metaclass of :class:`Record`: reads a class body's fields from its annotations
     before the class exists, since its ``__slots__`` must be in the body."""
@@ -153,8 +162,16 @@ class _RecordType(type):
         namespace["_values"] = attrgetter(*fields) if len(fields) > 1 \
             else attrgetter(fields[0], fields[0]) if fields else staticmethod(_no_values)
         # Each class makes its own on first use (a subclass may have more fields).
-        namespace.setdefault("__init__", Record.__init__)
+        namespace.setdefault("__init__", Record._init_placeholder)
         return super().__new__(mcls, name, bases, namespace, **kwargs)
+
+    @property
+    def __signature__(cls) -> None:
+        """None, once the class's own ``__init__`` is made: :func:`inspect.signature` (and the
+        documentation) then reads the fields from it."""
+        if vars(cls).get("__init__") is Record._init_placeholder:
+            type.__setattr__(cls, "__init__", _compile_init(cls))
+        return None
 
 
 _NO_DEFAULT: Any = object()
@@ -187,6 +204,9 @@ class Record(metaclass=_RecordType):
         init = _compile_init(cls)
         cls.__init__ = init  # type: ignore[method-assign]
         init(self, *values, **named)
+
+    # The placeholder each class starts with (the metaclass's ``__signature__`` knows it).
+    _init_placeholder = __init__
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable: cannot set {name!r}")
@@ -249,6 +269,10 @@ def _compile_init(cls: Any) -> Callable[..., None]:
         arguments += [getattr(cls, name).__set__, defaults.get(name)]
     init: Callable[..., None] = namespace["make"](*arguments, check)
     init.__qualname__ = f"{cls.__name__}.__init__"
+    init.__annotations__ = {name: annotation for klass in reversed(cls.__mro__)
+                            for name, annotation in _class_annotations(klass).items()
+                            if name in fields}
+    init.__annotations__["return"] = None
     return init
 
 

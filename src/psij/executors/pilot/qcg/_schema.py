@@ -175,15 +175,15 @@ class JobStatusRequest(_NamedJobs):
 
 
 class JobInfo(_NamedJobs):
-    pass
+    """``jobInfo``."""
 
 
 class CancelJob(_NamedJobs):
-    pass
+    """``cancelJob``."""
 
 
 class RemoveJob(_NamedJobs):
-    pass
+    """``removeJob``."""
 
 
 class _Bare(Record):
@@ -191,11 +191,11 @@ class _Bare(Record):
 
 
 class ListJobs(_Bare):
-    pass
+    """``listJobs``."""
 
 
 class ResourcesInfo(_Bare):
-    pass
+    """``resourcesInfo``."""
 
 
 class FinishRequest(_Bare):
