@@ -131,14 +131,16 @@ class TaskSpec(Record):
         if self.time_limit is not None:
             self._set("time_limit", _check.seconds("TaskSpec.time_limit", self.time_limit,
                                                    positive=True))
-        for field in ("arguments", "after"):
-            value = getattr(self, field)
-            if value:
-                checked = _str_tuple(f"TaskSpec.{field}", value)
-                if checked is not value:
-                    self._set(field, checked)
-            elif value != ():
-                self._set(field, ())
+        # The default, the empty tuple, needs no check.
+        arguments, after = self.arguments, self.after
+        if arguments != ():
+            checked = _str_tuple("TaskSpec.arguments", arguments)
+            if checked is not arguments:
+                self._set("arguments", checked)
+        if after != ():
+            checked = _str_tuple("TaskSpec.after", after)
+            if checked is not after:
+                self._set("after", checked)
 
     def __hash__(self) -> int:
         return hash((self.name, self.executable, self.arguments, self.directory))
