@@ -8,13 +8,13 @@ construction.
 
 A subclass names each field once, by annotating it in its body, in positional order; the
 fields of its bases come first. ``name: int = 0`` gives a default (a field without one may not
-follow one with one: refused when the class is made). Annotations marked ``ClassVar`` and
-names starting with ``_`` are no fields. The metaclass reads the body's annotations before the
-class exists (``__annotations__``, or on Python 3.14 the lazy ``__annotate__`` read as source
-text through :mod:`annotationlib`, so nothing is evaluated), takes the defaults out of the body
-(each field is a slot, whose descriptor takes the name) and sets ``_fields`` and
-``__slots__``: a subclass writes neither. Type checkers see the constructor through
-``dataclass_transform``.
+follow one with one: refused when the class is made, as is a field named again in a
+subclass). Annotations marked ``ClassVar`` and names starting with ``_`` are no fields. The
+metaclass reads the body's annotations before the class exists (``__annotations__``, or on
+Python 3.14 the lazy ``__annotate__`` read as source text through :mod:`annotationlib`, so
+nothing is evaluated), takes the defaults out of the body (each field is a slot, whose
+descriptor takes the name) and sets ``_fields`` and ``__slots__``: a subclass writes neither.
+Type checkers see the constructor through ``dataclass_transform``.
 
 A class that checks or converts its values defines ``_validate(self)``: called after every
 field is stored, it raises on a bad value (the messages name the field) and may store a
@@ -72,6 +72,7 @@ class _Derived:
 
 
 _DERIVED = _Derived()
+_NO_DEFAULT: Any = object()
 
 
 def derived(*, init: "Literal[False]") -> Any:
@@ -174,9 +175,6 @@ class _RecordType(type):
         return None
 
 
-_NO_DEFAULT: Any = object()
-
-
 @dataclass_transform(eq_default=True, frozen_default=True, field_specifiers=(derived,))
 class Record(metaclass=_RecordType):
     """An immutable value: equal to another of the same class with equal ``_fields``."""
@@ -191,7 +189,6 @@ class Record(metaclass=_RecordType):
         def _validate(self) -> None:
             """Check or convert the stored fields, set the derived slots (optional)."""
 
-    if TYPE_CHECKING:
         def _set(self, name: str, value: Any) -> None:
             """Store a slot past ``__setattr__`` (which refuses): for ``_validate`` only."""
     else:
