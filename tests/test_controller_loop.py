@@ -539,8 +539,6 @@ def test_executor_factory_and_the_machine_s_own_actions() -> None:
     from psij._record import Record
 
     class Note(Record):
-        _fields = ("text",)
-        __slots__ = _fields
         text: str
 
     made: List[str] = []

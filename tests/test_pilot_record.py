@@ -93,8 +93,8 @@ def test_every_pilot_value_is_a_record_stored_in_slot_order() -> None:
     assert issubclass(Shape, Record)
 
 
-def test_store_refuses_a_wrong_number_of_values() -> None:
-    with pytest.raises(TypeError, match=r"_store\(\) missing 1 required positional argument"):
-        Transition("a", TaskState.FAILED)._store("a", TaskState.FAILED)
-    with pytest.raises(TypeError, match=r"_store\(\) takes 4 positional arguments but 5"):
-        Transition("a", TaskState.FAILED)._store("a", TaskState.FAILED, None, None)
+def test_the_constructor_refuses_a_wrong_number_of_values() -> None:
+    with pytest.raises(TypeError, match=r"__init__\(\) missing 1 required positional argument"):
+        Transition("a")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"__init__\(\) takes from 3 to 4 positional arguments"):
+        Transition("a", TaskState.FAILED, None, None)  # type: ignore[call-arg]

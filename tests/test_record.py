@@ -1,13 +1,18 @@
-"""One value idiom across psij: every immutable value is a :class:`psij._record.Record`.
+"""One value idiom across psij: every immutable value is a :class:`psij._record.Record`, each
+of its fields named once, in its annotation.
 
-Checks the rule over the whole package tree, then the batch layer's values (once frozen
-dataclasses): construction by position and by keyword, equality, hashing, immutability,
-``replace``, copies, and the validation of :class:`Settings`.
+Checks the rule over the whole package tree (with ``ast``: no Record writes ``_fields``,
+``__slots__`` or, but the allowed conversions, ``__init__``), the base's behaviour (defaults,
+field order with inheritance, ClassVar, derived slots, ``_validate``, pickling, ``replace``),
+then the batch layer's values (once frozen dataclasses): construction by position and by
+keyword, equality, hashing, immutability, ``replace``, copies, and the validation of
+:class:`Settings`.
 """
 
 import ast
 import copy
 import importlib
+import inspect
 import json
 import pickle
 import pkgutil
@@ -16,13 +21,13 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, List, Tuple
+from typing import Any, ClassVar, Dict, List, Tuple
 
 import pytest
 
 import psij
 import psij.executors.batch._tracking as tr
-from psij._record import Record, replace
+from psij._record import Record, derived, replace
 from psij.executors._staging import StagingReport
 from psij.executors.batch._final_state import Seen
 from psij.executors.batch._runner import CommandResult
@@ -255,14 +260,11 @@ def test_settings_accept_their_limits() -> None:
 
 
 def test_a_record_without_init_takes_its_fields_by_position_or_name() -> None:
-    from psij._record import Record
-
     class Pair(Record):
-        _fields = ("left", "right")
-        __slots__ = _fields
         left: int
         right: str
 
+    assert Pair._fields == ("left", "right") and Pair.__slots__ == ("left", "right")
     assert Pair(1, "a") == Pair(right="a", left=1)
     assert (Pair(1, "a").left, Pair(1, "a").right) == (1, "a")
     with pytest.raises(TypeError, match="right"):
@@ -271,34 +273,213 @@ def test_a_record_without_init_takes_its_fields_by_position_or_name() -> None:
         Pair(1, "a", 2)  # type: ignore[call-arg]
     with pytest.raises(AttributeError, match="immutable"):
         Pair(1, "a").left = 2  # type: ignore[misc]
+    assert "__dict__" not in dir(Pair)
+    # Documentation tools read the fields from the signature, before any value is built.
+
+    class Later(Record):
+        first: int
+        second: str = "b"
+
+    assert str(inspect.signature(Later)) == "(first: int, second: str = 'b') -> None"
+    assert Later(1).second == "b"
 
 
-def test_each_subclass_gets_an_init_of_its_own_fields() -> None:
-    from psij._record import Record
+def test_defaults_are_given_in_the_body_and_shared() -> None:
+    empty: Tuple[str, ...] = ()
 
+    class Job(Record):
+        name: str
+        tags: Tuple[str, ...] = empty
+        tries: int = 3
+
+    assert Job("j") == Job("j", (), 3) == Job(name="j", tries=3)
+    assert Job("j").tags is empty and Job("k", tries=1).tries == 1
+    # The default left the body: the name is the slot's descriptor.
+    assert Job._fields == ("name", "tags", "tries")
+    assert type(Job.__dict__["tries"]).__name__ == "member_descriptor"
+    assert repr(Job("j")) == "Job(name='j', tags=(), tries=3)"
+
+
+def test_default_objects_reach_init_as_objects_not_as_source() -> None:
+    marker = object()
+
+    class Odd(Record):
+        value: Any = marker  # no repr that could be written back as source
+
+    assert Odd().value is marker
+
+
+def test_each_subclass_gets_an_init_of_its_own_fields_after_its_bases() -> None:
     class One(Record):
-        _fields = ("a",)
-        __slots__ = _fields
         a: int
 
     class Two(One):
-        _fields = ("a", "b")
-        __slots__ = ("b",)
         b: int
+        c: str = "c"
 
     assert One(1).a == 1  # One's __init__ is made first; Two must not inherit it
     two = Two(1, 2)
-    assert (two.a, two.b) == (1, 2)
+    assert Two._fields == ("a", "b", "c") and Two.__slots__ == ("b", "c")
+    assert (two.a, two.b, two.c) == (1, 2, "c")
     assert One(a=3) != Two(3, 0)
 
 
-def test_a_record_with_derived_slots_must_write_its_init() -> None:
-    from psij._record import Record
+def test_class_vars_and_private_names_are_no_fields() -> None:
+    class Counted(Record):
+        kinds: ClassVar[Tuple[str, ...]] = ("x", "y")
+        _cache: ClassVar[Dict[str, int]] = {}
+        n: int
 
-    class Derived(Record):
-        _fields = ("a",)
-        __slots__ = ("_double", "a")
-        a: int
+    assert Counted._fields == ("n",) and Counted.__slots__ == ("n",)
+    assert Counted.kinds == ("x", "y") and Counted(1).kinds == ("x", "y")
 
-    with pytest.raises(TypeError, match="must define __init__"):
-        Derived(1)
+
+def test_string_annotations_as_postponed_evaluation_writes_them() -> None:
+    namespace: Dict[str, Any] = {}
+    exec("from __future__ import annotations\n"
+         "from typing import ClassVar\n"
+         "from psij._record import Record\n"
+         "class Later(Record):\n"
+         "    shared: ClassVar[int] = 1\n"
+         "    first: Undefined\n"
+         "    second: int = 2\n", namespace)
+    later = namespace["Later"]
+    assert later._fields == ("first", "second")
+    assert later(1) == later(1, 2) and later.shared == 1
+
+
+def test_a_field_without_default_after_one_with_is_refused_when_the_class_is_made() -> None:
+    with pytest.raises(TypeError, match="Late: field 'b' has no default but follows 'a', "
+                                        "which has one"):
+        class Late(Record):
+            a: int = 0
+            b: int
+
+    class Base(Record):
+        a: int = 0
+
+    with pytest.raises(TypeError, match="Sub: field 'b' has no default but follows 'a'"):
+        class Sub(Base):
+            b: int
+
+
+def test_fields_and_slots_written_by_hand_are_refused() -> None:
+    with pytest.raises(TypeError, match="by annotation only, not in _fields"):
+        class Old(Record):
+            _fields = ("a",)
+            a: int
+    with pytest.raises(TypeError, match="by annotation only, not in __slots__"):
+        class Slotted(Record):
+            __slots__ = ("a",)
+            a: int
+    with pytest.raises(TypeError, match="'a' is already a field"):
+        class Base(Record):
+            a: int
+
+        class Again(Base):
+            a: int
+
+
+class _Span(Record):
+    """A checked value with a converted field and a derived slot (module level: pickled)."""
+
+    low: int
+    high: int
+    labels: Tuple[str, ...] = ()
+    width: int = derived(init=False)
+
+    def _validate(self) -> None:
+        if self.high < self.low:
+            raise ValueError(f"_Span: high ({self.high}) is less than low ({self.low})")
+        if type(self.labels) is not tuple:
+            self._set("labels", tuple(self.labels))
+        self._set("width", self.high - self.low)
+
+
+def test_validate_checks_converts_and_sets_derived_slots() -> None:
+    span = _Span(1, 4, ["a"])  # type: ignore[arg-type]
+    assert span.labels == ("a",) and span.width == 3
+    assert _Span._fields == ("low", "high", "labels")
+    assert _Span.__slots__ == ("low", "high", "labels", "width")
+    with pytest.raises(ValueError, match=r"^_Span: high \(0\) is less than low \(1\)$"):
+        _Span(1, 0)
+    # Derived: no parameter, not compared, hashed or shown.
+    with pytest.raises(TypeError):
+        _Span(1, 4, (), 3)  # type: ignore[call-arg]
+    assert repr(span) == "_Span(low=1, high=4, labels=('a',))"
+    assert hash(span) == hash((1, 4, ("a",)))
+    with pytest.raises(AttributeError, match="_Span is immutable: cannot set 'width'"):
+        span.width = 0  # type: ignore[misc]
+
+
+def test_pickle_copy_and_replace_go_through_the_checks() -> None:
+    span = _Span(1, 4, ("a",))
+    for made in (pickle.loads(pickle.dumps(span)), copy.copy(span), copy.deepcopy(span)):
+        assert made == span and made.width == 3
+    wider = replace(span, high=9)
+    assert (wider.high, wider.width, span.width) == (9, 8, 3)
+    with pytest.raises(ValueError, match="is less than low"):
+        replace(span, high=0)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 14), reason="lazy annotations: Python 3.14")
+def test_lazy_annotations_are_read_without_evaluating_them() -> None:
+    namespace: Dict[str, Any] = {}
+    exec("from psij._record import Record\n"
+         "class Lazy(Record):\n"
+         "    first: Undefined\n"
+         "    second: int = 2\n", namespace)
+    assert namespace["Lazy"]._fields == ("first", "second")
+
+
+# --------------------------------------------------------------- the rule, over src/psij
+
+# Record subclasses allowed to write their own ``__init__``: a constructor whose parameters
+# are not its fields (a conversion API), with the reason. None today: every conversion fits in
+# ``_validate``.
+CONVERSION_INITS: Dict[str, str] = {}
+
+
+def _record_classes() -> List[Tuple[Path, ast.ClassDef]]:
+    """Every class of src/psij deriving from Record, directly or through another one."""
+    classes = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                classes.append((path, node))
+    records = {"Record"}
+    found: List[Tuple[Path, ast.ClassDef]] = []
+    grown = True
+    while grown:
+        grown = False
+        for path, node in classes:
+            if (path, node) in found:
+                continue
+            if any(ast.unparse(b).rpartition(".")[2] in records for b in node.bases):
+                found.append((path, node))
+                records.add(node.name)
+                grown = True
+    return found
+
+
+def test_every_record_names_each_field_once_in_its_annotation() -> None:
+    records = _record_classes()
+    assert len(records) > 100
+    written = []
+    inits = []
+    for path, node in records:
+        where = f"{path.relative_to(SRC)}: {node.name}"
+        for statement in node.body:
+            targets: List[ast.expr] = []
+            if isinstance(statement, ast.Assign):
+                targets = statement.targets
+            elif isinstance(statement, ast.AnnAssign):
+                targets = [statement.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in ("_fields", "__slots__"):
+                    written.append(f"{where}.{target.id}")
+            if isinstance(statement, ast.FunctionDef) and statement.name == "__init__":
+                inits.append(node.name)
+        assert "self._store(" not in ast.unparse(node), where
+    assert written == []
+    assert sorted(inits) == sorted(CONVERSION_INITS)

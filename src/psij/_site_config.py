@@ -69,8 +69,6 @@ class SiteConfigError(ValueError):
 class Setting(Record):
     """One configured value and the file it came from."""
 
-    _fields = ("value", "source")
-    __slots__ = _fields
     value: Any
     source: str
 

@@ -54,9 +54,6 @@ class AttachError(RegistryError):
 class JobRecord(Record):
     """One recorded job, as last written to the registry."""
 
-    _fields = ("id", "executor", "executor_version", "url", "config", "native_id", "spec_json",
-               "tag", "submitted", "state", "exit_code", "message", "updated", "registry")
-    __slots__ = _fields
 
     id: str
     executor: str

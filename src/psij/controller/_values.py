@@ -24,28 +24,20 @@ __all__ = [
 class Started(Record):
     """The loop started: the first event a machine gets."""
 
-    __slots__ = _fields = ()
-
 
 class Tick(Record):
     """The loop's periodic tick (every ``tick`` seconds when the loop was given one)."""
-
-    __slots__ = _fields = ()
 
 
 class TimerFired(Record):
     """The timer ``name`` set by :class:`SetTimer` came due."""
 
-    _fields = ("name",)
-    __slots__ = _fields
     name: Hashable
 
 
 class SignalReceived(Record):
     """The process received the stop signal ``signum`` (SIGINT, SIGTERM)."""
 
-    _fields = ("signum",)
-    __slots__ = _fields
     signum: int
 
 
@@ -54,8 +46,6 @@ class Peer(Record):
     group id the kernel vouches for (``SO_PEERCRED``; -1 where unknown); for TCP ``address``
     is ``host:port`` and the ids are -1."""
 
-    _fields = ("pid", "uid", "gid", "address")
-    __slots__ = _fields
     pid: int
     uid: int
     gid: int
@@ -66,8 +56,6 @@ class Connected(Record):
     """A connection was accepted on one of the loop's listeners; ``conn`` names it from now
     on (a number never used again by this loop)."""
 
-    _fields = ("conn", "peer", "listener")
-    __slots__ = _fields
     conn: int
     peer: Peer
     listener: str
@@ -76,8 +64,6 @@ class Connected(Record):
 class MessageReceived(Record):
     """One JSON value arrived on connection ``conn``."""
 
-    _fields = ("conn", "message")
-    __slots__ = _fields
     conn: int
     message: Any
 
@@ -89,24 +75,16 @@ class BadMessage(Record):
     the line as a whole is refused), and ``message`` is the JSON value read when only such a
     value was refused (None otherwise), so that the answer can carry the request's id."""
 
-    _fields = ("conn", "reason", "field", "message")
-    __slots__ = _fields
     conn: int
     reason: str
-    field: str
-    message: Any
-
-    def __init__(self, conn: int, reason: str, field: str = "line", message: Any = None
-                 ) -> None:
-        self._store(conn, reason, field, message)
+    field: str = "line"
+    message: Any = None
 
 
 class Disconnected(Record):
     """Connection ``conn`` is closed: by its peer, by :class:`Close`, or after an error
     (``reason`` says which)."""
 
-    _fields = ("conn", "reason")
-    __slots__ = _fields
     conn: int
     reason: str
 
@@ -115,8 +93,6 @@ class JobStatusChanged(Record):
     """The job submitted or attached under ``key`` entered a new state (a
     :class:`~psij.JobStatus`)."""
 
-    _fields = ("key", "status")
-    __slots__ = _fields
     key: Hashable
     status: Any
 
@@ -126,8 +102,6 @@ class ActionDone(Record):
     ``result`` is the job's native id, for :class:`Cancel` None, for :class:`Call` what the
     function returned."""
 
-    _fields = ("key", "action", "result")
-    __slots__ = _fields
     key: Hashable
     action: str
     result: Any
@@ -137,8 +111,6 @@ class ActionFailed(Record):
     """The executor call for ``key`` raised (or could not be made); ``message`` says why and
     ``error`` is the exception (None when the loop refused the action itself)."""
 
-    _fields = ("key", "action", "message", "error")
-    __slots__ = _fields
     key: Hashable
     action: str
     message: str
@@ -151,28 +123,18 @@ class Submit(Record):
     """Submit a job made from ``spec`` (a :class:`~psij.JobSpec`) to the executor named
     ``executor`` ("" for the loop's default), known as ``key`` from now on."""
 
-    _fields = ("key", "spec", "executor")
-    __slots__ = _fields
     key: Hashable
     spec: Any
-    executor: str
-
-    def __init__(self, key: Hashable, spec: Any, executor: str = "") -> None:
-        self._store(key, spec, executor)
+    executor: str = ""
 
 
 class Attach(Record):
     """Attach a job known to the executor by ``native_id`` (submitted earlier, perhaps by
     another process), known as ``key`` from now on."""
 
-    _fields = ("key", "native_id", "executor")
-    __slots__ = _fields
     key: Hashable
     native_id: str
-    executor: str
-
-    def __init__(self, key: Hashable, native_id: str, executor: str = "") -> None:
-        self._store(key, native_id, executor)
+    executor: str = ""
 
 
 class Cancel(Record):
@@ -180,21 +142,18 @@ class Cancel(Record):
     ``kill``, at once, without the executor's grace period (:meth:`psij.JobExecutor.kill`),
     for a job that had its grace from the machine already."""
 
-    _fields = ("key", "kill")
-    __slots__ = _fields
     key: Hashable
-    kill: bool
+    kill: bool = False
 
-    def __init__(self, key: Hashable, kill: bool = False) -> None:
-        self._store(key, bool(kill))
+    def _validate(self) -> None:
+        if self.kill is not True and self.kill is not False:
+            self._set("kill", bool(self.kill))
 
 
 class Forget(Record):
     """Drop the loop's :class:`~psij.Job` for ``key`` (after its final state): a controller
     that runs for weeks must not keep every job it ever submitted."""
 
-    _fields = ("key",)
-    __slots__ = _fields
     key: Hashable
 
 
@@ -202,8 +161,6 @@ class Call(Record):
     """Run ``function()`` on a worker thread; its result or exception comes back for
     ``key``. The way for a machine to ask for any other blocking work."""
 
-    _fields = ("key", "function")
-    __slots__ = _fields
     key: Hashable
     function: Callable[[], Any]
 
@@ -211,8 +168,6 @@ class Call(Record):
 class Send(Record):
     """Send ``message`` (anything ``json.dumps`` writes) as one line on connection ``conn``."""
 
-    _fields = ("conn", "message")
-    __slots__ = _fields
     conn: int
     message: Any
 
@@ -220,8 +175,6 @@ class Send(Record):
 class Close(Record):
     """Close connection ``conn`` once what was sent on it is written."""
 
-    _fields = ("conn",)
-    __slots__ = _fields
     conn: int
 
 
@@ -229,8 +182,6 @@ class SetTimer(Record):
     """Deliver :class:`TimerFired` for ``name`` in ``delay`` seconds (replacing a timer of the
     same name)."""
 
-    _fields = ("name", "delay")
-    __slots__ = _fields
     name: Hashable
     delay: float
 
@@ -238,35 +189,23 @@ class SetTimer(Record):
 class CancelTimer(Record):
     """Forget the timer ``name`` (nothing happens when there is none)."""
 
-    _fields = ("name",)
-    __slots__ = _fields
     name: Hashable
 
 
 class Log(Record):
     """Write ``message`` to the controller's log at ``level``."""
 
-    _fields = ("message", "level")
-    __slots__ = _fields
     message: str
-    level: int
-
-    def __init__(self, message: str, level: int = logging.INFO) -> None:
-        self._store(message, level)
+    level: int = logging.INFO
 
 
 class Stop(Record):
     """End the loop with ``exit_code`` once no executor call is in flight, or after ``grace``
     seconds (see the module notes); ``reason`` is logged."""
 
-    _fields = ("exit_code", "reason", "grace")
-    __slots__ = _fields
     exit_code: int
-    reason: str
-    grace: float
-
-    def __init__(self, exit_code: int, reason: str = "", grace: float = 30.0) -> None:
-        self._store(exit_code, reason, grace)
+    reason: str = ""
+    grace: float = 30.0
 
 
 Event = Record

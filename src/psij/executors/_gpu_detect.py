@@ -71,16 +71,15 @@ _ROCM_LINE = r"^card([0-9]{1,9}),"
 class GpuSet(Record):
     """The GPUs of a node: their ids (in order), their vendor, and where they were found."""
 
-    _fields = ("ids", "vendor", "source")
-    __slots__ = _fields
     ids: Tuple[str, ...]
-    vendor: str
-    source: str
+    vendor: str = NVIDIA
+    source: str = "none"
 
-    def __init__(self, ids: Sequence[str], vendor: str = NVIDIA, source: str = "none") -> None:
-        if vendor not in (NVIDIA, AMD):
-            raise ValueError(f"GpuSet.vendor: {vendor!r}; accepted: {NVIDIA}, {AMD}")
-        self._store(tuple(ids), vendor, source)
+    def _validate(self) -> None:
+        if self.vendor not in (NVIDIA, AMD):
+            raise ValueError(f"GpuSet.vendor: {self.vendor!r}; accepted: {NVIDIA}, {AMD}")
+        if type(self.ids) is not tuple:
+            self._set("ids", tuple(self.ids))
 
     @property
     def variables(self) -> Tuple[str, ...]:

@@ -160,8 +160,6 @@ def staging_lib(work_directory: Path) -> Path:
 class StagingReport(Record):
     """What a job's script reported about its staging."""
 
-    _fields = ("stage_in_error", "stage_out_error", "cleanup_errors", "job_exit")
-    __slots__ = _fields
     stage_in_error: Optional[str]
     stage_out_error: Optional[str]
     cleanup_errors: List[str]

@@ -2,7 +2,7 @@
 
 import math
 from types import MappingProxyType
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from psij._record import Record
 
@@ -49,6 +49,22 @@ def _intervals(name: str, value: Any) -> Mapping[str, float]:
     return MappingProxyType(out)
 
 
+# How each number of the configuration is checked: the function, then its limits.
+_CHECKS: Dict[str, Tuple[Any, ...]] = {
+    "max_per_handle": (_count,), "max_per_user": (_count,), "max_total": (_count,),
+    "max_handles_per_user": (_count,), "default_lease": (_seconds, 1.0),
+    "max_lease": (_seconds, 1.0), "default_provisioning_lease": (_seconds, 1.0),
+    "max_provisioning_lease": (_seconds, 1.0), "default_rate": (_seconds, 1e-6, 1e6),
+    "max_rate": (_seconds, 1e-6, 1e6), "max_submit_rate": (_seconds, 1e-6, 1e6),
+    "aggregate_problem_interval": (_seconds,), "default_intervals": (_intervals,),
+    "min_intervals": (_intervals,), "recent_window": (_seconds, 1.0),
+    "fast_runtime": (_seconds,), "fast_samples": (_count, 1), "failing_after": (_count, 1),
+    "default_quota": (_count, 1, 2**62), "max_quota": (_count, 1, 2**62),
+    "max_payload_bytes": (_count, 1), "keep_ended": (_seconds,),
+    "keep_unused_payload": (_seconds,),
+}
+
+
 class FlowConfig(Record):
     """What the service allows and what it gives when a client asks for nothing.
 
@@ -87,85 +103,46 @@ class FlowConfig(Record):
     :param keep_unused_payload: how long a payload no valid handle uses is kept.
     """
 
-    _fields = ("sandbox_root", "multi_user", "executors", "max_per_handle", "max_per_user",
-               "max_total", "max_handles_per_user", "default_lease", "max_lease",
-               "default_provisioning_lease", "max_provisioning_lease", "default_rate",
-               "max_rate", "max_submit_rate", "aggregate_problem_interval",
-               "default_intervals", "min_intervals", "recent_window", "fast_runtime",
-               "fast_samples", "failing_after", "default_quota", "max_quota",
-               "max_payload_bytes", "keep_ended", "keep_unused_payload")
-    __slots__ = _fields
     sandbox_root: str
-    multi_user: bool
-    executors: Optional[Tuple[str, ...]]
-    max_per_handle: int
-    max_per_user: int
-    max_total: int
-    max_handles_per_user: int
-    default_lease: float
-    max_lease: float
-    default_provisioning_lease: float
-    max_provisioning_lease: float
-    default_rate: float
-    max_rate: float
-    max_submit_rate: float
-    aggregate_problem_interval: float
-    default_intervals: Mapping[str, float]
-    min_intervals: Mapping[str, float]
-    recent_window: float
-    fast_runtime: float
-    fast_samples: int
-    failing_after: int
-    default_quota: int
-    max_quota: int
-    max_payload_bytes: int
-    keep_ended: float
-    keep_unused_payload: float
+    multi_user: bool = False
+    executors: Optional[Tuple[str, ...]] = None
+    max_per_handle: int = 10000
+    max_per_user: int = 100000
+    max_total: int = 200000
+    max_handles_per_user: int = 1000
+    default_lease: float = 86400.0
+    max_lease: float = 7 * 86400.0
+    default_provisioning_lease: float = 3600.0
+    max_provisioning_lease: float = 86400.0
+    default_rate: float = 10.0
+    max_rate: float = 100.0
+    max_submit_rate: float = 100.0
+    aggregate_problem_interval: float = 1.0
+    default_intervals: Mapping[str, float] = DEFAULT_INTERVALS
+    min_intervals: Mapping[str, float] = MappingProxyType({})
+    recent_window: float = 600.0
+    fast_runtime: float = 60.0
+    fast_samples: int = 5
+    failing_after: int = 3
+    default_quota: int = 100 * 2**20
+    max_quota: int = 2**30
+    max_payload_bytes: int = 700 * 1024
+    keep_ended: float = 86400.0
+    keep_unused_payload: float = 86400.0
 
-    def __init__(self, sandbox_root: str, multi_user: bool = False,
-                 executors: Optional[Tuple[str, ...]] = None,
-                 max_per_handle: int = 10000, max_per_user: int = 100000,
-                 max_total: int = 200000, max_handles_per_user: int = 1000,
-                 default_lease: float = 86400.0, max_lease: float = 7 * 86400.0,
-                 default_provisioning_lease: float = 3600.0,
-                 max_provisioning_lease: float = 86400.0,
-                 default_rate: float = 10.0, max_rate: float = 100.0,
-                 max_submit_rate: float = 100.0, aggregate_problem_interval: float = 1.0,
-                 default_intervals: Mapping[str, float] = DEFAULT_INTERVALS,
-                 min_intervals: Mapping[str, float] = MappingProxyType({}),
-                 recent_window: float = 600.0, fast_runtime: float = 60.0,
-                 fast_samples: int = 5, failing_after: int = 3,
-                 default_quota: int = 100 * 2**20, max_quota: int = 2**30,
-                 max_payload_bytes: int = 700 * 1024, keep_ended: float = 86400.0,
-                 keep_unused_payload: float = 86400.0) -> None:
+    def _validate(self) -> None:
+        sandbox_root, executors = self.sandbox_root, self.executors
         if not isinstance(sandbox_root, str) or not sandbox_root.startswith("/"):
             raise ValueError(f"FlowConfig.sandbox_root: expected an absolute path, "
                              f"got {sandbox_root!r}")
+        self._set("sandbox_root", sandbox_root.rstrip("/") or "/")
+        self._set("multi_user", bool(self.multi_user))
         if executors is not None:
             if isinstance(executors, str) or not all(isinstance(e, str) and e
                                                       for e in executors):
                 raise ValueError(f"FlowConfig.executors: expected executor names or None, "
                                  f"got {executors!r}")
-            executors = tuple(executors)
-        self._store(
-            sandbox_root.rstrip("/") or "/", bool(multi_user), executors,
-            _count("max_per_handle", max_per_handle), _count("max_per_user", max_per_user),
-            _count("max_total", max_total), _count("max_handles_per_user", max_handles_per_user),
-            _seconds("default_lease", default_lease, 1.0),
-            _seconds("max_lease", max_lease, 1.0),
-            _seconds("default_provisioning_lease", default_provisioning_lease, 1.0),
-            _seconds("max_provisioning_lease", max_provisioning_lease, 1.0),
-            _seconds("default_rate", default_rate, 1e-6, 1e6),
-            _seconds("max_rate", max_rate, 1e-6, 1e6),
-            _seconds("max_submit_rate", max_submit_rate, 1e-6, 1e6),
-            _seconds("aggregate_problem_interval", aggregate_problem_interval),
-            _intervals("default_intervals", default_intervals),
-            _intervals("min_intervals", min_intervals),
-            _seconds("recent_window", recent_window, 1.0),
-            _seconds("fast_runtime", fast_runtime),
-            _count("fast_samples", fast_samples, 1), _count("failing_after", failing_after, 1),
-            _count("default_quota", default_quota, 1, 2**62),
-            _count("max_quota", max_quota, 1, 2**62),
-            _count("max_payload_bytes", max_payload_bytes, 1),
-            _seconds("keep_ended", keep_ended), _seconds("keep_unused_payload",
-                                                         keep_unused_payload))
+            self._set("executors", tuple(executors))
+        for name in self._fields[3:]:
+            check, *limits = _CHECKS[name]
+            self._set(name, check(name, getattr(self, name), *limits))

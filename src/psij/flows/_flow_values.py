@@ -27,8 +27,6 @@ class JournalPut(Record):
     order with the actions around it, before the next one (a record written before a
     :class:`~psij.controller.Submit` is on disk when the submission starts)."""
 
-    _fields = ("kind", "key", "value")
-    __slots__ = _fields
     kind: str
     key: str
     value: Mapping[str, Any]
@@ -37,8 +35,6 @@ class JournalPut(Record):
 class JournalDelete(Record):
     """Remove the record ``key`` of ``kind`` (nothing happens when there is none)."""
 
-    _fields = ("kind", "key")
-    __slots__ = _fields
     kind: str
     key: str
 
@@ -49,8 +45,6 @@ class SignalJob(Record):
     :class:`~psij.controller.ActionDone` or :class:`~psij.controller.ActionFailed` for ``key``
     with action ``"signal"``; on failure the machine cancels the job at once."""
 
-    _fields = ("key", "signum")
-    __slots__ = _fields
     key: str
     signum: int
 
@@ -59,8 +53,6 @@ class MakeSandbox(Record):
     """Create the handle's sandbox directory ``path`` for user ``uid`` (the instances' output
     goes there; 0700, owned by ``uid`` when the service runs as root)."""
 
-    _fields = ("path", "uid")
-    __slots__ = _fields
     path: str
     uid: int
 
@@ -69,8 +61,6 @@ class MeasureSandbox(Record):
     """Measure the files ``paths`` of instance ``instance`` of ``handle`` (missing ones count
     0) and post :class:`SandboxMeasured` with their total size in bytes."""
 
-    _fields = ("handle", "instance", "paths")
-    __slots__ = _fields
     handle: str
     instance: str
     paths: Tuple[str, ...]
@@ -80,13 +70,14 @@ class DeleteFiles(Record):
     """Remove the files ``paths`` (an instance's output), and the directories ``dirs`` with
     everything in them (a forgotten handle's sandbox). Missing ones are no error."""
 
-    _fields = ("paths", "dirs")
-    __slots__ = _fields
     paths: Tuple[str, ...]
-    dirs: Tuple[str, ...]
+    dirs: Tuple[str, ...] = ()
 
-    def __init__(self, paths: Tuple[str, ...], dirs: Tuple[str, ...] = ()) -> None:
-        self._store(tuple(paths), tuple(dirs))
+    def _validate(self) -> None:
+        if type(self.paths) is not tuple:
+            self._set("paths", tuple(self.paths))
+        if type(self.dirs) is not tuple:
+            self._set("dirs", tuple(self.dirs))
 
 
 class StorePayload(Record):
@@ -95,8 +86,6 @@ class StorePayload(Record):
     ``{"id": request_id, "ok": true, "sha256": ...}`` on ``conn`` (or an error answer with code
     ``"store_failed"``) and post :class:`PayloadStored`."""
 
-    _fields = ("conn", "request_id", "uid", "sha256", "data")
-    __slots__ = _fields
     conn: int
     request_id: Any
     uid: int
@@ -108,8 +97,6 @@ class VerifyPayload(Record):
     """Check that user ``uid``'s payload ``sha256`` is there and still has that sha256, and
     post :class:`PayloadVerified` for ``key`` (the instance about to start)."""
 
-    _fields = ("key", "uid", "sha256")
-    __slots__ = _fields
     key: str
     uid: int
     sha256: str
@@ -122,8 +109,6 @@ class ReadOutput(Record):
     with code ``"output_unavailable"`` when the file cannot be read. ``uid`` is the owner the
     file must belong to."""
 
-    _fields = ("conn", "request_id", "uid", "path", "max_bytes")
-    __slots__ = _fields
     conn: int
     request_id: Any
     uid: int
@@ -134,8 +119,6 @@ class ReadOutput(Record):
 class DeletePayload(Record):
     """Remove user ``uid``'s payload ``sha256``: no valid handle uses it any more."""
 
-    _fields = ("uid", "sha256")
-    __slots__ = _fields
     uid: int
     sha256: str
 
@@ -146,8 +129,6 @@ class PayloadStored(Record):
     """The outcome of :class:`StorePayload` (``ok`` False: ``message`` says why, and the
     payload is not kept)."""
 
-    _fields = ("uid", "sha256", "ok", "message")
-    __slots__ = _fields
     uid: int
     sha256: str
     ok: bool
@@ -158,8 +139,6 @@ class PayloadVerified(Record):
     """The outcome of :class:`VerifyPayload` for ``key``: ``ok`` with ``path`` the file to run,
     or not ok with ``message`` saying what is wrong (missing, changed)."""
 
-    _fields = ("key", "ok", "path", "message")
-    __slots__ = _fields
     key: str
     ok: bool
     path: Optional[str]
@@ -169,8 +148,6 @@ class PayloadVerified(Record):
 class SandboxMeasured(Record):
     """The outcome of :class:`MeasureSandbox`: the instance's files take ``size`` bytes."""
 
-    _fields = ("handle", "instance", "size")
-    __slots__ = _fields
     handle: str
     instance: str
     size: int

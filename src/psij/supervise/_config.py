@@ -29,11 +29,6 @@ class ConfigError(ValueError):
 class SuperviseConfig(Record):
     """A checked configuration (``OPTIONS`` gives the meaning and default of each field)."""
 
-    _fields = ("executor", "executor_url", "executor_config", "server", "client_template",
-               "output_dir", "job_limit", "timer_delay", "job_update_interval",
-               "fault_tolerance", "max_server_restarts", "protocol", "bind", "std_output",
-               "verbose", "connect_timeout", "stop_grace", "workers")
-    __slots__ = _fields
     executor: str
     executor_url: Optional[str]
     executor_config: Dict[str, Any]
@@ -55,8 +50,6 @@ class SuperviseConfig(Record):
 
 
 class _Option(Record):
-    _fields = ("name", "default", "meaning", "read")
-    __slots__ = _fields
     name: str
     default: Any
     meaning: str

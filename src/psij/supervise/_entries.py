@@ -30,10 +30,6 @@ def outcome_unknown(message: str) -> bool:
 class Settings(Record):
     """What the machine is told once: see :mod:`psij.supervise` for the meaning of each."""
 
-    _fields = ("server", "client_template", "output_dir", "address", "job_limit", "tick",
-               "fault_tolerance", "max_server_restarts", "std_output", "connect_timeout",
-               "stop_grace")
-    __slots__ = _fields
     server: Dict[str, Any]
     client_template: Optional[Dict[str, Any]]
     output_dir: str
@@ -51,8 +47,6 @@ class JobEntry(Record):
     """One job submitted and not final: the server of a generation or a client (``name``:
     its job name, by which it is found if its submission is interrupted)."""
 
-    _fields = ("uid", "kind", "client", "generation", "state", "native_id", "cancel", "name")
-    __slots__ = _fields
     uid: int
     kind: str
     client: Optional[str]
@@ -60,28 +54,19 @@ class JobEntry(Record):
     state: str
     native_id: Optional[str]
     cancel: bool
-    name: Optional[str]
-
-    def __init__(self, uid: int, kind: str, client: Optional[str], generation: int,
-                 state: str, native_id: Optional[str], cancel: bool,
-                 name: Optional[str] = None) -> None:
-        self._store(uid, kind, client, generation, state, native_id, cancel, name)
+    name: Optional[str] = None
 
 
 class Journal(Record):
     """An action of this machine: append ``entry`` (a JSON object) to the output directory's
     journal, from which a later supervisor learns which jobs this one left behind."""
 
-    _fields = ("entry",)
-    __slots__ = _fields
     entry: Dict[str, Any]
 
 
 class _Pending(Record):
     """A client request accepted and waiting for a free place under ``job_limit``."""
 
-    _fields = ("uid", "client", "spec")
-    __slots__ = _fields
     uid: int
     client: str
     spec: Any

@@ -54,8 +54,6 @@ class RequestError(ValueError):
 class Request(Record):
     """One request of a server, checked."""
 
-    _fields = ("kind", "ref", "client", "spec", "arguments", "group_size")
-    __slots__ = _fields
     kind: str
     ref: Any
     client: Optional[str]

@@ -55,17 +55,11 @@ class CommandResult(Record):
     (not found, timed out, ...).
     """
 
-    _fields = ("argv", "exit_code", "stdout", "stderr", "failure")
-    __slots__ = _fields
     argv: Tuple[str, ...]
     exit_code: Optional[int]
-    stdout: str
-    stderr: str
-    failure: Optional[str]
-
-    def __init__(self, argv: Tuple[str, ...], exit_code: Optional[int], stdout: str = "",
-                 stderr: str = "", failure: Optional[str] = None) -> None:
-        self._store(argv, exit_code, stdout, stderr, failure)
+    stdout: str = ""
+    stderr: str = ""
+    failure: Optional[str] = None
 
     @property
     def ok(self) -> bool:

@@ -68,23 +68,13 @@ class Seen(Record):
     of the job's stderr; ``time_limit`` the job's requested duration.
     """
 
-    _fields = ("native_id", "observation", "cancel_requested", "exit_code", "time_limit",
-               "launcher_failure", "stderr_tail")
-    __slots__ = _fields
     native_id: str
     observation: Observation
     cancel_requested: bool
-    exit_code: Optional[int]
-    time_limit: Optional[timedelta]
-    launcher_failure: Optional[str]
-    stderr_tail: Optional[str]
-
-    def __init__(self, native_id: str, observation: Observation, cancel_requested: bool,
-                 exit_code: Optional[int] = None, time_limit: Optional[timedelta] = None,
-                 launcher_failure: Optional[str] = None, stderr_tail: Optional[str] = None
-                 ) -> None:
-        self._store(native_id, observation, cancel_requested, exit_code, time_limit,
-                    launcher_failure, stderr_tail)
+    exit_code: Optional[int] = None
+    time_limit: Optional[timedelta] = None
+    launcher_failure: Optional[str] = None
+    stderr_tail: Optional[str] = None
 
 
 def needs_accounting(observation: Observation, exit_code: Optional[int]) -> bool:

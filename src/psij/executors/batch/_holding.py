@@ -69,16 +69,12 @@ class Phase(Enum):
 class _Keyed(Record):
     """An event or action about one job."""
 
-    _fields = ("key",)
-    __slots__ = _fields
     key: Key
 
 
 class Arrived(Record):
     """A job is to be submitted; ``shape`` groups it, higher ``priority`` goes first."""
 
-    _fields = ("key", "shape", "priority")
-    __slots__ = _fields
     key: Key
     shape: Hashable
     priority: Union[int, float]
@@ -87,32 +83,22 @@ class Arrived(Record):
 class Submitted(_Keyed):
     """The scheduler accepted the job: it is queued there."""
 
-    __slots__ = ()
-
 
 class SubmitFailed(_Keyed):
     """The job's submission failed; the job is no longer the machine's."""
-
-    __slots__ = ()
 
 
 class LeftQueue(_Keyed):
     """A submitted job is no longer waiting in the scheduler's queue (it started or ended)."""
 
-    __slots__ = ()
-
 
 class Cancel(_Keyed):
     """Cancel a held job, or a job whose submission is under way."""
-
-    __slots__ = ()
 
 
 class Reprioritize(Record):
     """A held job's priority is now ``priority``."""
 
-    _fields = ("key", "priority")
-    __slots__ = _fields
     key: Key
     priority: Union[int, float]
 
@@ -125,14 +111,10 @@ Event = Union[Arrived, Submitted, SubmitFailed, LeftQueue, Cancel, Reprioritize]
 class Submit(_Keyed):
     """Submit this job now, then feed Submitted or SubmitFailed."""
 
-    __slots__ = ()
-
 
 class Hold(Record):
     """The job is held by the client (``held`` jobs of its shape are held now)."""
 
-    _fields = ("key", "held")
-    __slots__ = _fields
     key: Key
     held: int
 
@@ -140,13 +122,9 @@ class Hold(Record):
 class Dropped(_Keyed):
     """A held job was cancelled before it was submitted."""
 
-    __slots__ = ()
-
 
 class CancelSubmitted(_Keyed):
     """The job was cancelled while it was being submitted: cancel it in the scheduler."""
-
-    __slots__ = ()
 
 
 Action = Union[Submit, Hold, Dropped, CancelSubmitted]

@@ -49,8 +49,6 @@ class NiceMapping(Record):
     changes a queued job's value (``{id}`` and ``{value}`` stand for the native id and the
     value)."""
 
-    _fields = ("origin", "direction", "low", "high", "update")
-    __slots__ = _fields
     origin: int
     direction: int
     low: int

@@ -34,10 +34,6 @@ _NOT_SHAPE = frozenset({ATTRIBUTE, LEGACY_ATTRIBUTE, TMP_ATTRIBUTE})
 class Shape(Record):
     """The resource shape of a job (see the module's documentation)."""
 
-    _fields = ("nodes", "processes", "processes_per_node", "cores_per_process",
-               "gpus_per_process", "exclusive", "memory", "tmp", "queue", "account",
-               "reservation", "custom")
-    __slots__ = _fields
     nodes: int
     processes: int
     processes_per_node: int

@@ -43,13 +43,8 @@ class DirectiveRules(Record):
     way ``sbatch`` reads them and job names are written as given.
     """
 
-    _fields = ("plain", "extra")
-    __slots__ = _fields
     plain: bool
-    extra: Optional[str]
-
-    def __init__(self, plain: bool, extra: Optional[str] = None) -> None:
-        self._store(plain, extra)
+    extra: Optional[str] = None
 
     def value(self, field: str, value: str) -> str:
         """``value`` as written in a directive, or ValueError naming ``field``."""

@@ -80,16 +80,10 @@ class Observation(Record):
     ``metadata`` carries the scheduler's own words (``native_state``, ``reason``, ...).
     """
 
-    _fields = ("state", "message", "exit_code", "metadata")
-    __slots__ = _fields
     state: JobState
-    message: Optional[str]
-    exit_code: Optional[int]
-    metadata: Mapping[str, Any]
-
-    def __init__(self, state: JobState, message: Optional[str] = None,
-                 exit_code: Optional[int] = None, metadata: Mapping[str, Any] = _EMPTY) -> None:
-        self._store(state, message, exit_code, metadata)
+    message: Optional[str] = None
+    exit_code: Optional[int] = None
+    metadata: Mapping[str, Any] = _EMPTY
 
 
 def observed(status: "JobStatus", source: Optional[str] = None) -> Observation:
@@ -105,27 +99,19 @@ class Settings(Record):
     """Timing and tolerance of one executor's tracking (seconds, counts), and whether queued
     jobs the scheduler will never start are failed (``fail_unstartable``)."""
 
-    _fields = ("interval", "initial_delay", "error_threshold", "outage_tolerance",
-               "max_backoff", "missing_grace", "cancel_poll_delay", "fail_unstartable")
-    __slots__ = _fields
-    interval: float
-    initial_delay: float
-    error_threshold: int
-    outage_tolerance: float
-    max_backoff: float
-    missing_grace: int
-    cancel_poll_delay: float
-    fail_unstartable: bool
+    interval: float = 30.0
+    initial_delay: float = 2.0
+    error_threshold: int = 2
+    outage_tolerance: float = 300.0
+    max_backoff: float = 120.0
+    missing_grace: int = 3
+    cancel_poll_delay: float = 1.0
+    fail_unstartable: bool = False
 
-    def __init__(self, interval: float = 30.0, initial_delay: float = 2.0,
-                 error_threshold: int = 2, outage_tolerance: float = 300.0,
-                 max_backoff: float = 120.0, missing_grace: int = 3,
-                 cancel_poll_delay: float = 1.0, fail_unstartable: bool = False) -> None:
-        self._store(interval, initial_delay, error_threshold, outage_tolerance, max_backoff,
-                    missing_grace, cancel_poll_delay, fail_unstartable)
-        if not isinstance(fail_unstartable, bool):
+    def _validate(self) -> None:
+        if not isinstance(self.fail_unstartable, bool):
             raise TypeError(f"Settings.fail_unstartable: expected bool, got "
-                            f"{fail_unstartable!r}")
+                            f"{self.fail_unstartable!r}")
         for name in ("interval", "max_backoff"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"Settings.{name}: must be positive, got {getattr(self, name)}")
@@ -144,21 +130,13 @@ class TrackedJob(Record):
     and its reason when it said the job can never start), what is pending about it, and its
     group (see :class:`Hurry`; None: none)."""
 
-    _fields = ("native_id", "state", "cancel_requested", "misses", "held", "group",
-               "unstartable")
-    __slots__ = _fields
     native_id: str
     state: JobState
-    cancel_requested: bool
-    misses: int
-    held: bool
-    group: Hashable
-    unstartable: Optional[str]
-
-    def __init__(self, native_id: str, state: JobState, cancel_requested: bool = False,
-                 misses: int = 0, held: bool = False, group: Hashable = None,
-                 unstartable: Optional[str] = None) -> None:
-        self._store(native_id, state, cancel_requested, misses, held, group, unstartable)
+    cancel_requested: bool = False
+    misses: int = 0
+    held: bool = False
+    group: Hashable = None
+    unstartable: Optional[str] = None
 
 
 class Phase(Enum):
@@ -174,29 +152,18 @@ class Phase(Enum):
 class TrackerState(Record):
     """Everything the tracker knows; a new value after every event."""
 
-    _fields = ("jobs", "phase", "next_poll_at", "in_flight", "requested_poll_at", "failures",
-               "outage_since", "hurried", "next_hurry_at")
-    __slots__ = _fields
-    jobs: Mapping[str, TrackedJob]
-    phase: Phase
+    jobs: Mapping[str, TrackedJob] = _EMPTY
+    phase: Phase = Phase.IDLE
     # When all jobs are polled next (while a round of the hurried jobs only is under way too).
-    next_poll_at: Optional[float]
-    in_flight: Tuple[str, ...]
+    next_poll_at: Optional[float] = None
+    in_flight: Tuple[str, ...] = ()
     # The earliest poll asked for while a poll round was under way (by a new job or a cancel).
-    requested_poll_at: Optional[float]
-    failures: int
-    outage_since: Optional[float]
-    hurried: FrozenSet[Hashable]
+    requested_poll_at: Optional[float] = None
+    failures: int = 0
+    outage_since: Optional[float] = None
+    hurried: FrozenSet[Hashable] = _NONE
     # When the queued jobs of the hurried groups are polled next (None: no such job).
-    next_hurry_at: Optional[float]
-
-    def __init__(self, jobs: Mapping[str, TrackedJob] = _EMPTY, phase: Phase = Phase.IDLE,
-                 next_poll_at: Optional[float] = None, in_flight: Tuple[str, ...] = (),
-                 requested_poll_at: Optional[float] = None, failures: int = 0,
-                 outage_since: Optional[float] = None, hurried: FrozenSet[Hashable] = _NONE,
-                 next_hurry_at: Optional[float] = None) -> None:
-        self._store(jobs, phase, next_poll_at, in_flight, requested_poll_at, failures,
-                    outage_since, hurried, next_hurry_at)
+    next_hurry_at: Optional[float] = None
 
 
 # ------------------------------------------------------------------------------------- events
@@ -209,63 +176,44 @@ class JobAdded(Record):
     what :class:`Hurry` names (None: no group).
     """
 
-    _fields = ("native_id", "state", "poll_soon", "group")
-    __slots__ = _fields
     native_id: str
-    state: JobState
-    poll_soon: bool
-    group: Hashable
-
-    def __init__(self, native_id: str, state: JobState = JobState.QUEUED,
-                 poll_soon: bool = False, group: Hashable = None) -> None:
-        self._store(native_id, state, poll_soon, group)
+    state: JobState = JobState.QUEUED
+    poll_soon: bool = False
+    group: Hashable = None
 
 
 class Hurry(Record):
     """From now on the queued jobs of these groups are polled ``initial_delay`` after each
     poll (an empty set: none is)."""
 
-    _fields = ("groups",)
-    __slots__ = _fields
     groups: AbstractSet[Hashable]
 
 
 class Tick(Record):
     """Time has passed; a poll may be due."""
 
-    _fields = ()
-    __slots__ = _fields
-
 
 class PollSucceeded(Record):
     """The status command ran and its output parsed into one observation per job it showed."""
 
-    _fields = ("observations",)
-    __slots__ = _fields
     observations: Mapping[str, Observation]
 
 
 class PollFailed(Record):
     """The status command failed, timed out, or printed something that could not be parsed."""
 
-    _fields = ("error",)
-    __slots__ = _fields
     error: str
 
 
 class MissingResolved(Record):
     """The lookup of missing jobs is done; ``found`` has what was learned, by native id."""
 
-    _fields = ("found",)
-    __slots__ = _fields
     found: Mapping[str, Observation]
 
 
 class CancelAsked(Record):
     """A cancel of the job is being sent to the scheduler."""
 
-    _fields = ("native_id",)
-    __slots__ = _fields
     native_id: str
 
 
@@ -273,8 +221,6 @@ class CancelFailed(Record):
     """The scheduler refused the cancel, or had no such job left: the job goes on, or ended by
     itself."""
 
-    _fields = ("native_id",)
-    __slots__ = _fields
     native_id: str
 
 
@@ -287,24 +233,18 @@ Event = Union[JobAdded, Tick, PollSucceeded, PollFailed, MissingResolved, Cancel
 class RunStatusCommand(Record):
     """Run the status command for these jobs, then feed PollSucceeded or PollFailed."""
 
-    _fields = ("native_ids",)
-    __slots__ = _fields
     native_ids: Tuple[str, ...]
 
 
 class ResolveMissing(Record):
     """Look these jobs up (exit-code file, accounting), then feed MissingResolved."""
 
-    _fields = ("native_ids",)
-    __slots__ = _fields
     native_ids: Tuple[str, ...]
 
 
 class ReportState(Record):
     """The job entered a new, non-final state."""
 
-    _fields = ("native_id", "observation")
-    __slots__ = _fields
     native_id: str
     observation: Observation
 
@@ -313,8 +253,6 @@ class Restate(Record):
     """The job is still in the state it was reported in, and the scheduler started or stopped
     holding it: report it again."""
 
-    _fields = ("native_id", "observation")
-    __slots__ = _fields
     native_id: str
     observation: Observation
 
@@ -323,8 +261,6 @@ class Withdraw(Record):
     """Cancel the job in the scheduler: the tracker failed it (``fail_unstartable``) and it is
     followed no more. A cancel that fails is only logged."""
 
-    _fields = ("native_id",)
-    __slots__ = _fields
     native_id: str
 
 
@@ -334,8 +270,6 @@ class Finish(Record):
     ``cancel_requested`` tells whether a cancel was asked through this executor.
     """
 
-    _fields = ("native_id", "observation", "cancel_requested")
-    __slots__ = _fields
     native_id: str
     observation: Observation
     cancel_requested: bool

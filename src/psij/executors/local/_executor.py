@@ -11,7 +11,7 @@ import subprocess
 import threading
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from psij import _check, _site_config
 from psij._private_dirs import ensure_private_dir
@@ -35,6 +35,10 @@ from psij.executors.local._env import BASE, NodeFiles, check_sizes, merged
 from psij.executors.local._journal import (
     Journal,
     JournalEntry,
+    RunCanceled,
+    RunEnded,
+    RunNote,
+    RunStarted,
     final_from_entry,
     latest_entry,
     note,
@@ -72,9 +76,6 @@ from psij.job_state import JobState
 from psij.job_status import JobStatus
 from psij.resource_spec import ResourceSpecV1
 from psij.staging import StageOutFlags, normalize_flags
-
-if TYPE_CHECKING:
-    from psij._registry.store import RunRecord
 
 __all__ = ["LocalJobExecutor", "LocalJobExecutorConfig"]
 
@@ -305,7 +306,7 @@ class LocalJobExecutor(JobExecutor):
         run.pid = pid
         job._native_id = str(pid)
         run.start = start_time(pid)
-        self._note(("S", pid, str(run.start), job.id))
+        self._note(RunStarted(pid, str(run.start), job.id))
         self._set_job_status(job, JobStatus(JobState.ACTIVE))
         self._watch.watch(pid, lambda pid, status: self._on_exit(run, status))
         self._arm(run, pid)
@@ -415,7 +416,7 @@ class LocalJobExecutor(JobExecutor):
         if run is not None and run.starting:
             NATIVE_IDS.wait(lambda: not run.starting)
 
-    def _note(self, run: "RunRecord", job: Optional[Job] = None) -> None:
+    def _note(self, run: RunNote, job: Optional[Job] = None) -> None:
         """Record a job's start, end or cancel (batched; in the journal if it cannot be)."""
         note(self._work, self._journal(), run, "" if job is None else job.id)
 
@@ -456,8 +457,7 @@ class LocalJobExecutor(JobExecutor):
         job = run.job
         spec = job.spec
         if run.start is not None and run.pid is not None and not run.kept:  # else the keeper's
-            note = " canceled" if run.canceled else ""
-            self._note(("E", run.pid, run.start, f"{'' if code is None else code}{note}"), job)
+            self._note(RunEnded(run.pid, run.start, code, run.canceled), job)
         message = None
         state = JobState.COMPLETED if code == 0 else JobState.FAILED
         if run.launcher is not None and run.launcher_out is not None:
@@ -535,7 +535,7 @@ class LocalJobExecutor(JobExecutor):
         # while its leader is the process the record names.
         assert run.start is not None
         pid, start = run.pid, run.start
-        self._note(("C", pid, start, "canceled"))
+        self._note(RunCanceled(pid, start))
 
         def end(signum: int) -> None:
             if start_time(pid) == start:

@@ -29,18 +29,20 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Optional, Set, Tuple
+from typing import TYPE_CHECKING, ClassVar, Dict, Optional, Set, Tuple, Union
 
 from psij._clock import wall_time
 from psij._lazylog import LazyLogger
+from psij._record import Record
 from psij.executors._process import start_time
 
 if TYPE_CHECKING:
     from psij._registry.store import RunRecord, Store
     from psij.job_status import JobStatus
 
-__all__ = ["Journal", "JournalEntry", "final_from_entry", "journal_line", "latest_entry", "note",
-           "run_store", "scan", "scan_all", "scan_journals"]
+__all__ = ["Journal", "JournalEntry", "RunCanceled", "RunEnded", "RunNote", "RunStarted",
+           "final_from_entry", "journal_line", "latest_entry", "note", "run_store", "scan",
+           "scan_all", "scan_journals"]
 
 logger = LazyLogger(__name__)
 
@@ -51,10 +53,56 @@ _MAX_OPEN = 32
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 
 
-def journal_line(run: "RunRecord") -> str:
-    """A run record as a journal line."""
-    kind, pid, start, text = run
-    return f"{kind} {pid} {start} {text}"
+class RunStarted(Record):
+    """Job ``job_id`` started as process ``pid``, whose kernel start time is ``start``."""
+
+    pid: int
+    start: str
+    job_id: str
+    kind: ClassVar[str] = "S"
+
+    @property
+    def text(self) -> str:
+        return self.job_id
+
+
+class RunEnded(Record):
+    """Process ``pid`` (started at ``start``) ended with ``exit_code`` (None: unknown), after
+    a cancel or not."""
+
+    pid: int
+    start: str
+    exit_code: Optional[int]
+    canceled: bool = False
+    kind: ClassVar[str] = "E"
+
+    @property
+    def text(self) -> str:
+        code = "" if self.exit_code is None else str(self.exit_code)
+        return f"{code} canceled" if self.canceled else code
+
+
+class RunCanceled(Record):
+    """This process cancelled the job of process ``pid`` (started at ``start``), which another
+    process started."""
+
+    pid: int
+    start: str
+    kind: ClassVar[str] = "C"
+    text: ClassVar[str] = "canceled"
+
+
+RunNote = Union[RunStarted, RunEnded, RunCanceled]
+
+
+def run_record(run: RunNote) -> "RunRecord":
+    """A run note as the registry stores it: (kind, pid, start, text)."""
+    return (run.kind, run.pid, run.start, run.text)
+
+
+def journal_line(run: RunNote) -> str:
+    """A run note as a journal line."""
+    return f"{run.kind} {run.pid} {run.start} {run.text}"
 
 
 class Journal:
@@ -118,7 +166,7 @@ class Journal:
         except (OSError, UnicodeEncodeError) as ex:
             logger.warning("could not write the local job journal: %s", ex)
 
-    def append_run(self, run: "RunRecord") -> None:
+    def append_run(self, run: RunNote) -> None:
         self.append(journal_line(run))
 
     def _close(self) -> None:
@@ -245,7 +293,7 @@ def run_store(work_directory: Path) -> Optional["Store"]:
     return store_for(work_directory)
 
 
-def note(work_directory: Path, journal: Journal, run: "RunRecord", job_id: str = "") -> None:
+def note(work_directory: Path, journal: Journal, run: RunNote, job_id: str = "") -> None:
     """Record a run's start, end or cancel: in the registry (batched), else, or if it cannot be
     written, in ``journal`` (an end with its start again, ``job_id``'s: the start may be in
     the registry that could not be written)."""
@@ -255,12 +303,12 @@ def note(work_directory: Path, journal: Journal, run: "RunRecord", job_id: str =
         return
     from psij._registry.recorder import record_run
 
-    def fallback(record: "RunRecord") -> None:
-        if record[0] == "E" and job_id:
-            journal.append_run(("S", record[1], record[2], job_id))
-        journal.append_run(record)
+    def fallback(_: "RunRecord") -> None:
+        if isinstance(run, RunEnded) and job_id:
+            journal.append_run(RunStarted(run.pid, run.start, job_id))
+        journal.append_run(run)
 
-    record_run(store, run, fallback)
+    record_run(store, run_record(run), fallback)
 
 
 def scan_all(folder: Path, work_directory: Path) -> Dict[Tuple[int, str], JournalEntry]:

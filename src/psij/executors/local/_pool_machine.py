@@ -41,31 +41,21 @@ Key = Hashable
 class _Keyed(Record):
     """An event or action about one job."""
 
-    _fields = ("key",)
-    __slots__ = _fields
     key: Key
 
 
 class Amounts(Record):
     """Cores, memory and temporary disk (bytes), GPUs; None: not known / not asked for."""
 
-    _fields = ("cores", "memory", "tmp", "gpus")
-    __slots__ = _fields
     cores: int
     memory: Optional[int]
     tmp: Optional[int]
-    gpus: Optional[int]
-
-    def __init__(self, cores: int, memory: Optional[int], tmp: Optional[int],
-                 gpus: Optional[int] = None) -> None:
-        self._store(cores, memory, tmp, gpus)
+    gpus: Optional[int] = None
 
 
 class Arrived(Record):
     """A job wants ``demand``; higher ``priority`` first."""
 
-    _fields = ("key", "demand", "priority")
-    __slots__ = _fields
     key: Key
     demand: Amounts
     priority: Union[int, float]
@@ -74,8 +64,6 @@ class Arrived(Record):
 class Wait(Record):
     """The job waits for resources (``ahead`` jobs wait with it)."""
 
-    _fields = ("key", "ahead")
-    __slots__ = _fields
     key: Key
     ahead: int
 
@@ -83,31 +71,24 @@ class Wait(Record):
 class Ended(_Keyed):
     """A running job ended (or could not be started)."""
 
-    __slots__ = ()
-
 
 class Cancel(_Keyed):
     """Cancel a waiting job."""
-
-    __slots__ = ()
 
 
 class Start(Record):
     """Start this job now; its resources are taken, and ``gpus`` (ids) are its own."""
 
-    _fields = ("key", "gpus")
-    __slots__ = _fields
     key: Key
-    gpus: Tuple[str, ...]
+    gpus: Tuple[str, ...] = ()
 
-    def __init__(self, key: Key, gpus: Tuple[str, ...] = ()) -> None:
-        self._store(key, tuple(gpus))
+    def _validate(self) -> None:
+        if type(self.gpus) is not tuple:
+            self._set("gpus", tuple(self.gpus))
 
 
 class Dropped(_Keyed):
     """A waiting job was cancelled."""
-
-    __slots__ = ()
 
 
 Event = Union[Arrived, Ended, Cancel]

@@ -19,30 +19,20 @@ __all__ = ["TASK_EVENTS", "AgentLauncherExited", "CloseRequested", "EngineEvent"
 class TaskExited(Record):
     """A task's process (group) ended with ``code`` (None: unknown), or could not start."""
 
-    _fields = ("task_id", "code", "message")
-    __slots__ = _fields
     task_id: str
     code: Optional[int]
-    message: Optional[str]
-
-    def __init__(self, task_id: str, code: Optional[int], message: Optional[str] = None
-                 ) -> None:
-        self._store(task_id, code, message)
+    message: Optional[str] = None
 
 
 class KillTask(Record):
     """Stop a running task: TERM, then KILL after the grace period."""
 
-    _fields = ("task_id",)
-    __slots__ = _fields
     task_id: str
 
 
 class TimeLimitReached(Record):
     """The ``run``-th start of a task reached its time limit."""
 
-    _fields = ("task_id", "run")
-    __slots__ = _fields
     task_id: str
     run: int
 
@@ -50,8 +40,6 @@ class TimeLimitReached(Record):
 class AgentLauncherExited(Record):
     """The launcher of a node's agent exited with ``code`` (None: unknown)."""
 
-    _fields = ("node", "code")
-    __slots__ = _fields
     node: str
     code: Optional[int]
 
@@ -60,8 +48,6 @@ class WorkerExited(Record):
     """Worker ``number`` of the engine's own node exited with wait status ``status`` (None:
     unknown)."""
 
-    _fields = ("number", "status")
-    __slots__ = _fields
     number: int
     status: Optional[int]
 
@@ -69,13 +55,9 @@ class WorkerExited(Record):
 class CloseRequested(Record):
     """``close()`` was called: cancel what has not ended, then stop."""
 
-    __slots__ = ()
-
 
 class StopRequested(Record):
     """Stop the loop now, whatever still runs."""
-
-    __slots__ = ()
 
 
 EngineEvent = Union[TaskExited, KillTask, TimeLimitReached, AgentLauncherExited,

@@ -51,17 +51,15 @@ class Allocation(Record):
     ``local_gpus``, when given, names the GPUs of the local node (as many as its ``gpus``).
     """
 
-    _fields = ("nodes", "local_node", "kind", "agent_launcher", "local_gpus")
-    __slots__ = _fields
     nodes: Tuple[NodeSpec, ...]
     local_node: Optional[str]
-    kind: str
-    agent_launcher: Tuple[str, ...]
-    local_gpus: Optional[GpuSet]
+    kind: str = "config"
+    agent_launcher: Tuple[str, ...] = ()
+    local_gpus: Optional[GpuSet] = None
 
-    def __init__(self, nodes: Sequence[NodeSpec], local_node: Optional[str],
-                 kind: str = "config", agent_launcher: Sequence[str] = (),
-                 local_gpus: Optional[GpuSet] = None) -> None:
+    def _validate(self) -> None:
+        nodes, local_node, kind = self.nodes, self.local_node, self.kind
+        agent_launcher, local_gpus = self.agent_launcher, self.local_gpus
         checked = tuple(nodes) if isinstance(nodes, (list, tuple)) else nodes
         if not isinstance(checked, tuple) or not checked:
             raise _check.fail_type("Allocation.nodes", nodes, "a non-empty list of NodeSpec")
@@ -84,7 +82,8 @@ class Allocation(Record):
                 raise ValueError(f"Allocation.local_gpus: {len(local_gpus.ids)} GPU ids for "
                                  f"the local node {local_node!r}, which has "
                                  f"{0 if local is None else local.gpus} GPUs")
-        self._store(checked, local_node, kind, tuple(launcher or ()), local_gpus)
+        self._set("nodes", checked)
+        self._set("agent_launcher", tuple(launcher or ()))
 
     @property
     def remote_nodes(self) -> Tuple[str, ...]:

@@ -394,13 +394,13 @@ class PilotJobExecutor(JobExecutor):
             except (TypeError, ValueError) as ex:
                 raise InvalidJobException(str(ex)) from ex
         return with_staging(TaskSpec(
-            name=job.id, executable=spec.executable, arguments=list(spec.arguments or ()),
+            name=job.id, executable=spec.executable, arguments=tuple(spec.arguments or ()),
             directory=directory, environment=spec.environment or {},
             inherit_environment=spec.inherit_environment,
             stdin=None if spec.stdin_path is None else str(spec.stdin_path),
             stdout=None if spec.stdout_path is None else str(spec.stdout_path),
             stderr=None if spec.stderr_path is None else str(spec.stderr_path),
-            resources=request, priority=priority, after=after,
+            resources=request, priority=priority, after=tuple(after),
             time_limit=limit),
             spec, Path(self.config.work_directory))
 

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from psij import _check
-from psij._record import Record
+from psij._record import Record, derived
 from psij.resource_spec import ResourceSpecV1
 
 __all__ = [
@@ -66,27 +66,23 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-
-
 class NodeSpec(Record):
     """One node of a pool: its host name and what it has."""
 
-    _fields = ("name", "cores", "memory", "gpus", "custom")
-    __slots__ = _fields
     name: str
     cores: int
-    memory: int
-    gpus: int
-    custom: Mapping[str, int]
+    memory: int = 0
+    gpus: int = 0
+    custom: Mapping[str, int] = _NO_COUNTS
 
-    def __init__(self, name: str, cores: int, memory: int = 0, gpus: int = 0,
-                 custom: Optional[Mapping[str, int]] = None) -> None:
-        _check.req_str("NodeSpec.name", name)
-        if name == "":
+    def _validate(self) -> None:
+        _check.req_str("NodeSpec.name", self.name)
+        if self.name == "":
             raise ValueError("NodeSpec.name: a node needs a non-empty host name")
-        self._store(
-            name, _count("NodeSpec.cores", cores, 1), _count("NodeSpec.memory", memory, 0),
-            _count("NodeSpec.gpus", gpus, 0), _counts("NodeSpec.custom", custom))
+        self._set("cores", _count("NodeSpec.cores", self.cores, 1))
+        self._set("memory", _count("NodeSpec.memory", self.memory, 0))
+        self._set("gpus", _count("NodeSpec.gpus", self.gpus, 0))
+        self._set("custom", _counts("NodeSpec.custom", self.custom))
 
     def __hash__(self) -> int:
         return hash((self.name, self.cores, self.memory, self.gpus,
@@ -109,21 +105,18 @@ class Amount(Record):
     maximum at the pool's total divided by k (see the module rules).
     """
 
-    _fields = ("minimum", "maximum", "split_into")
-    __slots__ = _fields
     minimum: int
     maximum: Optional[int]
-    split_into: Optional[int]
+    split_into: Optional[int] = None
 
-    def __init__(self, minimum: int, maximum: Optional[int],
-                 split_into: Optional[int] = None) -> None:
+    def _validate(self) -> None:
+        minimum, maximum = self.minimum, self.maximum
         _count("Amount.minimum", minimum, 1)
         _check.opt_int("Amount.maximum", maximum, minimum=1)
-        _check.opt_int("Amount.split_into", split_into, minimum=1)
+        _check.opt_int("Amount.split_into", self.split_into, minimum=1)
         if maximum is not None and maximum < minimum:
             raise ValueError(f"Amount: maximum ({maximum}) is less than minimum "
                              f"({minimum})")
-        self._store(minimum, maximum, split_into)
 
     @classmethod
     def exact(cls, n: int) -> "Amount":
@@ -188,24 +181,21 @@ class ResourceRequest(Record):
     Build one from PSI/J with :meth:`from_resource_spec` or from QCG with :meth:`from_qcg`.
     """
 
-    _fields = ("processes", "nodes", "processes_per_node", "cores_per_process",
-               "gpus_per_process", "memory_per_process", "exclusive", "custom")
+    processes: Amount = _ONE
+    nodes: Optional[Amount] = None
+    processes_per_node: Amount = _ANY
+    cores_per_process: int = 1
+    gpus_per_process: int = 0
+    memory_per_process: int = 0
+    exclusive: bool = False
+    custom: Mapping[str, int] = _NO_COUNTS
     # Requests key the scheduler's table of shapes: hashed once, not on every lookup.
-    __slots__ = (*_fields, "_hash")
-    processes: Amount
-    nodes: Optional[Amount]
-    processes_per_node: Amount
-    cores_per_process: int
-    gpus_per_process: int
-    memory_per_process: int
-    exclusive: bool
-    custom: Mapping[str, int]
-    _hash: int
+    _hash: int = derived(init=False)
 
-    def __init__(self, processes: Amount = _ONE, nodes: Optional[Amount] = None,
-                 processes_per_node: Amount = _ANY, cores_per_process: int = 1,
-                 gpus_per_process: int = 0, memory_per_process: int = 0,
-                 exclusive: bool = False, custom: Optional[Mapping[str, int]] = None) -> None:
+    def _validate(self) -> None:
+        processes, nodes, processes_per_node = self.processes, self.nodes, self.processes_per_node
+        cores_per_process, gpus_per_process = self.cores_per_process, self.gpus_per_process
+        memory_per_process, exclusive = self.memory_per_process, self.exclusive
         _check.instance("ResourceRequest.processes", processes, Amount, "Amount", False)
         _check.instance("ResourceRequest.nodes", nodes, Amount, "Amount")
         _check.instance("ResourceRequest.processes_per_node", processes_per_node, Amount,
@@ -214,18 +204,17 @@ class ResourceRequest(Record):
         _count("ResourceRequest.gpus_per_process", gpus_per_process, 0)
         _count("ResourceRequest.memory_per_process", memory_per_process, 0)
         _check.opt_bool("ResourceRequest.exclusive", exclusive)
-        counts = _counts("ResourceRequest.custom", custom)
+        counts = _counts("ResourceRequest.custom", self.custom)
         if processes.split_into is None and processes_per_node.split_into is None \
                 and (nodes is None or nodes.split_into is None):
             # Without split-into the ranges do not depend on the pool: check them now.
             _check_ranges(processes.bounds(0),
                           (1, UNBOUNDED) if nodes is None else nodes.bounds(0),
                           processes_per_node.bounds(0))
-        self._store(processes, nodes, processes_per_node, cores_per_process, gpus_per_process,
-                    memory_per_process, exclusive, counts,
-                    hash((processes, nodes, processes_per_node, cores_per_process,
-                          gpus_per_process, memory_per_process, exclusive,
-                          tuple(counts.items()))))
+        self._set("custom", counts)
+        self._set("_hash", hash((processes, nodes, processes_per_node, cores_per_process,
+                                 gpus_per_process, memory_per_process, exclusive,
+                                 tuple(counts.items()))))
 
     def __hash__(self) -> int:
         return self._hash
@@ -341,13 +330,6 @@ class Shape(Record):
     queue them together. Built by :meth:`ResourcePool.resolve` from checked values.
     """
 
-    _fields = ("processes_min", "processes_max", "nodes_min", "nodes_max", "per_node_min",
-               "per_node_max", "cores_per_process", "gpus_per_process", "memory_per_process",
-               "exclusive", "custom")
-    # The fields, then lower bounds of what any placement holds, for tests that cost one
-    # comparison (derived, so neither compared nor shown).
-    __slots__ = (*_fields, "min_cores", "min_gpus", "min_node_cores", "min_idle_nodes",
-                 "cores_only", "in_pool_order", "_hash")
     processes_min: int
     processes_max: int
     nodes_min: int
@@ -359,31 +341,36 @@ class Shape(Record):
     memory_per_process: int
     exclusive: bool
     custom: Tuple[Tuple[str, int], ...]
-    min_cores: int
-    min_gpus: int
-    min_node_cores: int
-    min_idle_nodes: int
-    cores_only: bool  # asks for cores alone: no GPU, memory or custom count
-    in_pool_order: bool  # placed on the first nodes with room (see ResourcePool._plan)
-    _hash: int
+    # Lower bounds of what any placement holds, for tests that cost one comparison (derived,
+    # so neither compared nor shown).
+    min_cores: int = derived(init=False)
+    min_gpus: int = derived(init=False)
+    min_node_cores: int = derived(init=False)
+    min_idle_nodes: int = derived(init=False)
+    # Asks for cores alone: no GPU, memory or custom count.
+    cores_only: bool = derived(init=False)
+    # Placed on the first nodes with room (see ResourcePool._plan).
+    in_pool_order: bool = derived(init=False)
+    # Shapes key the scheduler's buckets: hashed once, not on every lookup.
+    _hash: int = derived(init=False)
 
-    def __init__(self, processes_min: int, processes_max: int, nodes_min: int, nodes_max: int,
-                 per_node_min: int, per_node_max: int, cores_per_process: int,
-                 gpus_per_process: int, memory_per_process: int, exclusive: bool,
-                 custom: Tuple[Tuple[str, int], ...]) -> None:
-        custom = tuple(custom)
-        # Shapes key the scheduler's buckets: hashed once, not on every lookup.
-        self._store(processes_min, processes_max, nodes_min, nodes_max, per_node_min,
-                    per_node_max, cores_per_process, gpus_per_process, memory_per_process,
-                    exclusive, custom, processes_min * cores_per_process,
-                    processes_min * gpus_per_process, per_node_min * cores_per_process,
-                    nodes_min if exclusive else 0,
-                    not gpus_per_process and not memory_per_process and not custom,
-                    not (per_node_min < per_node_max
-                         and (nodes_max < UNBOUNDED or per_node_min > 1)),
-                    hash((processes_min, processes_max, nodes_min, nodes_max, per_node_min,
-                          per_node_max, cores_per_process, gpus_per_process,
-                          memory_per_process, exclusive, custom)))
+    def _validate(self) -> None:
+        custom = self.custom
+        if type(custom) is not tuple:
+            custom = tuple(custom)
+            self._set("custom", custom)
+        cores, gpus, memory = self.cores_per_process, self.gpus_per_process, \
+            self.memory_per_process
+        per_node_min, per_node_max = self.per_node_min, self.per_node_max
+        set_ = self._set
+        set_("min_cores", self.processes_min * cores)
+        set_("min_gpus", self.processes_min * gpus)
+        set_("min_node_cores", per_node_min * cores)
+        set_("min_idle_nodes", self.nodes_min if self.exclusive else 0)
+        set_("cores_only", not gpus and not memory and not custom)
+        set_("in_pool_order", not (per_node_min < per_node_max
+                                   and (self.nodes_max < UNBOUNDED or per_node_min > 1)))
+        set_("_hash", hash(self._values(self)))
 
     def __hash__(self) -> int:
         return self._hash
@@ -400,20 +387,13 @@ class Shape(Record):
 class NodeShare(Record):
     """The part of one node given to one task: ``processes`` run on ``cores`` and ``gpus``."""
 
-    _fields = ("node", "index", "processes", "cores", "gpus", "memory", "custom")
-    __slots__ = _fields
     node: str
     index: int
     processes: int
     cores: Tuple[int, ...]
-    gpus: Tuple[int, ...]
-    memory: int
-    custom: Mapping[str, int]
-
-    def __init__(self, node: str, index: int, processes: int, cores: Tuple[int, ...],
-                 gpus: Tuple[int, ...] = (), memory: int = 0,
-                 custom: Mapping[str, int] = _NO_COUNTS) -> None:
-        self._store(node, index, processes, cores, gpus, memory, custom)
+    gpus: Tuple[int, ...] = ()
+    memory: int = 0
+    custom: Mapping[str, int] = _NO_COUNTS
 
     def __hash__(self) -> int:
         return hash((self.node, self.index, self.processes, self.cores, self.gpus, self.memory,
@@ -423,8 +403,6 @@ class NodeShare(Record):
 class NodeUsage(Record):
     """What is free on one node at one moment."""
 
-    _fields = ("node", "free_cores", "free_gpus", "free_memory", "free_custom", "idle")
-    __slots__ = _fields
     node: str
     free_cores: Tuple[int, ...]
     free_gpus: Tuple[int, ...]
@@ -440,9 +418,6 @@ class NodeUsage(Record):
 class PoolUsage(Record):
     """Totals of a pool at one moment (QCG's ``resourcesInfo``)."""
 
-    _fields = ("total_nodes", "idle_nodes", "total_cores", "free_cores", "total_gpus",
-               "free_gpus")
-    __slots__ = _fields
     total_nodes: int
     idle_nodes: int
     total_cores: int

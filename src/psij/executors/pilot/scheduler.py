@@ -72,17 +72,15 @@ class TaskRequest(Record):
     iteration group the task belongs to (see :func:`expand_iterations`).
     """
 
-    _fields = ("name", "resources", "priority", "after", "group")
-    __slots__ = _fields
     name: str
-    resources: ResourceRequest
-    priority: int
-    after: Tuple[str, ...]
-    group: Optional[str]
+    resources: ResourceRequest = _DEFAULT_REQUEST
+    priority: int = 0
+    after: Tuple[str, ...] = ()
+    group: Optional[str] = None
 
-    def __init__(self, name: str, resources: ResourceRequest = _DEFAULT_REQUEST,
-                 priority: int = 0, after: Sequence[str] = (),
-                 group: Optional[str] = None) -> None:
+    def _validate(self) -> None:
+        name, resources, priority = self.name, self.resources, self.priority
+        after, group = self.after, self.group
         # The common valid case passes a test or two; the full checks give the messages.
         if type(name) is not str or not name or "\x00" in name:
             _check.req_str("TaskRequest.name", name)
@@ -93,21 +91,17 @@ class TaskRequest(Record):
         if type(priority) is not int \
                 and _check.opt_int("TaskRequest.priority", priority) is None:
             raise _check.fail_type("TaskRequest.priority", None, "int")
-        if type(after) is tuple and all(type(a) is str and "\x00" not in a for a in after):
-            checked = after
-        else:
-            checked = tuple(_check.opt_str_list("TaskRequest.after", after) or ())
+        if type(after) is not tuple or not all(type(a) is str and "\x00" not in a
+                                               for a in after):
+            self._set("after", tuple(_check.opt_str_list("TaskRequest.after", after) or ()))
         if group is not None and (type(group) is not str or not group or "\x00" in group) \
                 and _check.opt_str("TaskRequest.group", group) == "":
             raise ValueError("TaskRequest.group: an empty group name is not accepted; use None")
-        self._store(name, resources, priority, checked, group)
 
 
 class Placement(Record):
     """Where a started task runs: one share per node, in pool order."""
 
-    _fields = ("task_id", "shares")
-    __slots__ = _fields
     task_id: str
     shares: Tuple[NodeShare, ...]
 
@@ -127,15 +121,9 @@ class Placement(Record):
 class Transition(Record):
     """A task reaching a final state, and why."""
 
-    _fields = ("task_id", "state", "message")
-    __slots__ = _fields
     task_id: str
     state: "TaskState"
-    message: Optional[str]
-
-    def __init__(self, task_id: str, state: "TaskState", message: Optional[str] = None
-                 ) -> None:
-        self._store(task_id, state, message)
+    message: Optional[str] = None
 
 
 class SchedulerStats:

@@ -80,34 +80,26 @@ class TaskSpec(Record):
     iteration groups that must all succeed first.
     """
 
-    _fields = ("name", "executable", "arguments", "directory", "environment",
-               "inherit_environment", "stdin", "stdout", "stderr", "resources", "priority",
-               "after", "group", "create_directories", "time_limit")
-    __slots__ = _fields
     name: str
     executable: str
-    arguments: Tuple[str, ...]
-    directory: Optional[str]
-    environment: Mapping[str, str]
-    inherit_environment: bool
-    stdin: Optional[str]
-    stdout: Optional[str]
-    stderr: Optional[str]
-    resources: ResourceRequest
-    priority: int
-    after: Tuple[str, ...]
-    group: Optional[str]
-    create_directories: bool
-    time_limit: Optional[float]
+    arguments: Tuple[str, ...] = ()
+    directory: Optional[str] = None
+    environment: Mapping[str, str] = _NO_ENV
+    inherit_environment: bool = True
+    stdin: Optional[str] = None
+    stdout: Optional[str] = None
+    stderr: Optional[str] = None
+    resources: ResourceRequest = _DEFAULT_REQUEST
+    priority: int = 0
+    after: Tuple[str, ...] = ()
+    group: Optional[str] = None
+    create_directories: bool = False
+    time_limit: Optional[float] = None
 
-    def __init__(self, name: str, executable: str, arguments: Sequence[str] = (),
-                 directory: Optional[str] = None,
-                 environment: Optional[Mapping[str, str]] = None,
-                 inherit_environment: bool = True, stdin: Optional[str] = None,
-                 stdout: Optional[str] = None, stderr: Optional[str] = None,
-                 resources: ResourceRequest = _DEFAULT_REQUEST, priority: int = 0,
-                 after: Sequence[str] = (), group: Optional[str] = None,
-                 create_directories: bool = False, time_limit: Optional[float] = None) -> None:
+    def _validate(self) -> None:
+        name, executable = self.name, self.executable
+        directory, stdin, stdout, stderr, group = \
+            self.directory, self.stdin, self.stdout, self.stderr, self.group
         # Each check first tries the common valid case in a test or two; the full checks
         # (with their messages) run only for what that does not settle.
         if type(name) is not str or not name or "\x00" in name:
@@ -119,25 +111,36 @@ class TaskSpec(Record):
         for value in (directory, stdin, stdout, stderr, group):
             if value is not None and (type(value) is not str or not value or "\x00" in value):
                 _check_optional_texts(directory, stdin, stdout, stderr, group)
-        if not environment:
-            env: Mapping[str, str] = _NO_ENV
-        else:
-            env = MappingProxyType(_check.env_dict("TaskSpec.environment", environment) or {})
-        if inherit_environment is not True and inherit_environment is not False:
-            _check.opt_bool("TaskSpec.inherit_environment", inherit_environment)
-        if create_directories is not True and create_directories is not False:
-            _check.opt_bool("TaskSpec.create_directories", create_directories)
-        if type(resources) is not ResourceRequest:
-            _check.instance("TaskSpec.resources", resources, ResourceRequest,
+        environment = self.environment
+        if environment is not _NO_ENV:
+            self._set("environment", MappingProxyType(
+                _check.env_dict("TaskSpec.environment", environment) or {})
+                if environment else _NO_ENV)
+        inherit = self.inherit_environment
+        if inherit is not True and inherit is not False:
+            _check.opt_bool("TaskSpec.inherit_environment", inherit)
+        create = self.create_directories
+        if create is not True and create is not False:
+            _check.opt_bool("TaskSpec.create_directories", create)
+        if type(self.resources) is not ResourceRequest:
+            _check.instance("TaskSpec.resources", self.resources, ResourceRequest,
                             "ResourceRequest", False)
+        priority = self.priority
         if type(priority) is not int and _check.opt_int("TaskSpec.priority", priority) is None:
             raise _check.fail_type("TaskSpec.priority", None, "int")
-        if time_limit is not None:
-            time_limit = _check.seconds("TaskSpec.time_limit", time_limit, positive=True)
-        self._store(
-            name, executable, _str_tuple("TaskSpec.arguments", arguments), directory, env,
-            inherit_environment, stdin, stdout, stderr, resources, priority,
-            _str_tuple("TaskSpec.after", after), group, create_directories, time_limit)
+        if self.time_limit is not None:
+            self._set("time_limit", _check.seconds("TaskSpec.time_limit", self.time_limit,
+                                                   positive=True))
+        # The default, the empty tuple, needs no check.
+        arguments, after = self.arguments, self.after
+        if arguments != ():
+            checked = _str_tuple("TaskSpec.arguments", arguments)
+            if checked is not arguments:
+                self._set("arguments", checked)
+        if after != ():
+            checked = _str_tuple("TaskSpec.after", after)
+            if checked is not after:
+                self._set("after", checked)
 
     def __hash__(self) -> int:
         return hash((self.name, self.executable, self.arguments, self.directory))
@@ -205,17 +208,10 @@ def _str_tuple(field_name: str, value: Sequence[str]) -> Tuple[str, ...]:
 class TaskShare(Record):
     """What a started task got: per node (in pool order) its processes, core and GPU ids."""
 
-    _fields = ("nodes", "processes", "cores", "gpus")
-    __slots__ = _fields
     nodes: Tuple[str, ...]
     processes: Tuple[int, ...]
     cores: Tuple[Tuple[int, ...], ...]
-    gpus: Tuple[Tuple[int, ...], ...]
-
-    def __init__(self, nodes: Tuple[str, ...], processes: Tuple[int, ...],
-                 cores: Tuple[Tuple[int, ...], ...], gpus: Tuple[Tuple[int, ...], ...] = ()
-                 ) -> None:
-        self._store(nodes, processes, cores, gpus)
+    gpus: Tuple[Tuple[int, ...], ...] = ()
 
     @classmethod
     def of(cls, placement: Placement) -> "TaskShare":
@@ -253,19 +249,12 @@ class TaskShare(Record):
 class TaskEvent(Record):
     """A task's state changed (given to listeners, in order)."""
 
-    _fields = ("task_id", "state", "time", "message", "exit_code", "share")
-    __slots__ = _fields
     task_id: str
     state: TaskState
     time: float
-    message: Optional[str]
-    exit_code: Optional[int]
-    share: Optional[TaskShare]
-
-    def __init__(self, task_id: str, state: TaskState, time: float,
-                 message: Optional[str] = None, exit_code: Optional[int] = None,
-                 share: Optional[TaskShare] = None) -> None:
-        self._store(task_id, state, time, message, exit_code, share)
+    message: Optional[str] = None
+    exit_code: Optional[int] = None
+    share: Optional[TaskShare] = None
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"task_id": self.task_id, "state": self.state.value,
@@ -288,9 +277,6 @@ class TaskEvent(Record):
 class TaskStatus(Record):
     """A snapshot of one task: its state, why, where it ran and when each state began."""
 
-    _fields = ("task_id", "state", "message", "exit_code", "share", "history", "directory",
-               "started", "ended")
-    __slots__ = _fields
     task_id: str
     state: TaskState
     message: Optional[str]

@@ -71,37 +71,25 @@ _VARIABLE = r"\$\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}"
 _SPLIT_ZERO = "Wrong submit request - split-into resolved to zero"
 
 
-
 class TaskTemplate(Record):
     """One task to submit: final name, scheduling data, and its execution with the variables
     known at start still to expand (see :func:`start_variables`). ``missing`` names a
     dependency that is no job: the task is not run and ends OMITTED."""
 
-    _fields = ("name", "job", "resources", "execution", "after", "group", "iteration",
-               "walltime", "missing")
-    __slots__ = _fields
     name: str
     job: str
     resources: ResourceRequest
     execution: Execution
-    after: Tuple[str, ...]
-    group: Optional[str]
-    iteration: Optional[int]
-    walltime: Optional[timedelta]
-    missing: Optional[str]
-
-    def __init__(self, name: str, job: str, resources: ResourceRequest, execution: Execution,
-                 after: Tuple[str, ...] = (), group: Optional[str] = None,
-                 iteration: Optional[int] = None, walltime: Optional[timedelta] = None,
-                 missing: Optional[str] = None) -> None:
-        self._store(name, job, resources, execution, after, group, iteration, walltime, missing)
+    after: Tuple[str, ...] = ()
+    group: Optional[str] = None
+    iteration: Optional[int] = None
+    walltime: Optional[timedelta] = None
+    missing: Optional[str] = None
 
 
 class StartContext(Record):
     """What is known of a task when it is placed."""
 
-    _fields = ("root_wd", "ncores", "nnodes", "nodes")
-    __slots__ = _fields
     root_wd: str
     ncores: int
     nnodes: int
@@ -155,8 +143,6 @@ class PlannedJob:
 class PlannedSubmit(Record):
     """A ``submit`` request with its jobs planned, dependencies first."""
 
-    _fields = ("position", "jobs", "job_names")
-    __slots__ = _fields
     position: int
     jobs: Tuple[PlannedJob, ...]
     # The job names as QCG reports them in the submit response (a group counts once).

@@ -17,9 +17,6 @@ __all__ = ["TaskReport", "error_response", "format_report_entry", "job_info_data
            "job_status_data", "ok_response", "qcg_state", "resources_data"]
 
 
-
-
-
 _QCG_STATES = {
     TaskState.WAITING: "QUEUED",
     TaskState.QUEUED: "QUEUED",
@@ -39,22 +36,14 @@ def qcg_state(state: TaskState) -> str:
 class TaskReport(Record):
     """What the responses and ``jobs.report`` say about one task."""
 
-    _fields = ("name", "state", "history", "allocation", "wd", "runtime", "exit_code", "message")
-    __slots__ = _fields
     name: str
     state: str
-    history: Tuple[Tuple[datetime, str], ...]
-    allocation: Optional[str]
-    wd: Optional[str]
-    runtime: Optional[timedelta]
-    exit_code: Optional[int]
-    message: Optional[str]
-
-    def __init__(self, name: str, state: str, history: Tuple[Tuple[datetime, str], ...] = (),
-                 allocation: Optional[str] = None, wd: Optional[str] = None,
-                 runtime: Optional[timedelta] = None, exit_code: Optional[int] = None,
-                 message: Optional[str] = None) -> None:
-        self._store(name, state, history, allocation, wd, runtime, exit_code, message)
+    history: Tuple[Tuple[datetime, str], ...] = ()
+    allocation: Optional[str] = None
+    wd: Optional[str] = None
+    runtime: Optional[timedelta] = None
+    exit_code: Optional[int] = None
+    message: Optional[str] = None
 
     def runtime_fields(self) -> Dict[str, str]:
         fields: Dict[str, str] = {}

@@ -51,28 +51,17 @@ def expand_variables(text: str, values: Mapping[str, str]) -> str:
 class Execution(Record):
     """What a task runs; any string may still hold ``${...}`` variables."""
 
-    _fields = ("exec", "args", "script", "env", "wd", "stdin", "stdout", "stderr", "modules",
-               "venv", "model")
-    __slots__ = _fields
-    exec: Optional[str]
-    args: Tuple[str, ...]
-    script: Optional[str]
-    env: Mapping[str, str]
-    wd: Optional[str]
-    stdin: Optional[str]
-    stdout: Optional[str]
-    stderr: Optional[str]
-    modules: Tuple[str, ...]
-    venv: Optional[str]
-    model: str
-
-    def __init__(self, exec: Optional[str] = None, args: Tuple[str, ...] = (),
-                 script: Optional[str] = None, env: Mapping[str, str] = _NO_ENV,
-                 wd: Optional[str] = None, stdin: Optional[str] = None,
-                 stdout: Optional[str] = None, stderr: Optional[str] = None,
-                 modules: Tuple[str, ...] = (), venv: Optional[str] = None,
-                 model: str = "default") -> None:
-        self._store(exec, args, script, env, wd, stdin, stdout, stderr, modules, venv, model)
+    exec: Optional[str] = None
+    args: Tuple[str, ...] = ()
+    script: Optional[str] = None
+    env: Mapping[str, str] = _NO_ENV
+    wd: Optional[str] = None
+    stdin: Optional[str] = None
+    stdout: Optional[str] = None
+    stderr: Optional[str] = None
+    modules: Tuple[str, ...] = ()
+    venv: Optional[str] = None
+    model: str = "default"
 
     def command(self) -> List[str]:
         """The program and its arguments (``script``, ``modules`` and ``venv`` go through
@@ -122,14 +111,9 @@ class Execution(Record):
 class Iteration(Record):
     """The indices ``start`` .. ``stop - 1``; with ``values``, index i stands for values[i]."""
 
-    _fields = ("start", "stop", "values")
-    __slots__ = _fields
     start: int
     stop: int
-    values: Optional[Tuple[str, ...]]
-
-    def __init__(self, start: int, stop: int, values: Optional[Tuple[str, ...]] = None) -> None:
-        self._store(start, stop, values)
+    values: Optional[Tuple[str, ...]] = None
 
     @property
     def size(self) -> int:
@@ -139,24 +123,16 @@ class Iteration(Record):
 class JobDescription(Record):
     """One job of a ``submit`` request, checked, with its variables not yet expanded."""
 
-    _fields = ("where", "name", "execution", "resources", "iteration", "after", "walltime",
-               "form", "spread")
-    __slots__ = _fields
     where: str
     name: str
     execution: Execution
     resources: ResourceRequest
-    iteration: Optional[Iteration]
-    after: Tuple[str, ...]
-    walltime: Optional[timedelta]
-    form: str  # how the job was written: the seed's ``iterate`` or the current ``iteration``
-    spread: Optional["Spread"]  # maximum-iters: each iteration's own share of the pool
-
-    def __init__(self, where: str, name: str, execution: Execution, resources: ResourceRequest,
-                 iteration: Optional[Iteration] = None, after: Tuple[str, ...] = (),
-                 walltime: Optional[timedelta] = None, form: str = CURRENT,
-                 spread: Optional["Spread"] = None) -> None:
-        self._store(where, name, execution, resources, iteration, after, walltime, form, spread)
+    iteration: Optional[Iteration] = None
+    after: Tuple[str, ...] = ()
+    walltime: Optional[timedelta] = None
+    # How the job was written: the seed's ``iterate`` or the current ``iteration``.
+    form: str = CURRENT
+    spread: Optional["Spread"] = None  # maximum-iters: each iteration's own share of the pool
 
 
 class Spread(Record):
@@ -164,8 +140,6 @@ class Spread(Record):
     are shared out among the iterations, each getting at least ``minimum``; ``other`` is the
     element of the other key, if any, as written."""
 
-    _fields = ("key", "minimum", "other")
-    __slots__ = _fields
     key: str
     minimum: int
     other: Optional[Mapping[str, Any]]
@@ -179,15 +153,11 @@ class Spread(Record):
 
 
 class Submit(Record):
-    _fields = ("position", "jobs")
-    __slots__ = _fields
     position: int
     jobs: Tuple[JobDescription, ...]
 
 
 class Control(Record):
-    _fields = ("position", "command")
-    __slots__ = _fields
     position: int
     command: str
 
@@ -195,59 +165,46 @@ class Control(Record):
 class _NamedJobs(Record):
     """A request about named jobs; ``listed`` when the names came as ``jobNames``."""
 
-    _fields = ("position", "names", "listed")
-    __slots__ = _fields
     position: int
     names: Tuple[str, ...]
-    listed: bool
-
-    def __init__(self, position: int, names: Tuple[str, ...], listed: bool = True) -> None:
-        self._store(position, names, listed)
+    listed: bool = True
 
 
 class JobStatusRequest(_NamedJobs):
     """``jobStatus`` (named so as not to be taken for :class:`psij.JobStatus`)."""
 
-    __slots__ = ()
-
 
 class JobInfo(_NamedJobs):
-    __slots__ = ()
+    """``jobInfo``."""
 
 
 class CancelJob(_NamedJobs):
-    __slots__ = ()
+    """``cancelJob``."""
 
 
 class RemoveJob(_NamedJobs):
-    __slots__ = ()
+    """``removeJob``."""
 
 
 class _Bare(Record):
-    _fields = ("position",)
-    __slots__ = _fields
     position: int
 
 
 class ListJobs(_Bare):
-    __slots__ = ()
+    """``listJobs``."""
 
 
 class ResourcesInfo(_Bare):
-    __slots__ = ()
+    """``resourcesInfo``."""
 
 
 class FinishRequest(_Bare):
     """``finish``: stop at once (named apart from the batch layer's ``Finish``)."""
 
-    __slots__ = ()
-
 
 class BadRequest(Record):
     """A request that cannot be run: answered with an error response, the others still run."""
 
-    _fields = ("position", "kind", "message")
-    __slots__ = _fields
     position: int
     kind: str
     message: str
@@ -274,13 +231,8 @@ _KIND_OF: Dict[type, str] = {
 class RequestFile(Record):
     """All requests of a file, in file order, and the form its responses take."""
 
-    _fields = ("requests", "dialect")
-    __slots__ = _fields
     requests: Tuple[Request, ...]
-    dialect: str
-
-    def __init__(self, requests: Tuple[Request, ...], dialect: str = SEED) -> None:
-        self._store(requests, dialect)
+    dialect: str = SEED
 
     def errors(self) -> List[BadRequest]:
         return [r for r in self.requests if isinstance(r, BadRequest)]
