@@ -21,6 +21,7 @@ import logging
 import secrets
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
+from psij._machine import StateMachine, handles
 from psij._record import replace
 from psij.controller import (
     Action,
@@ -81,7 +82,7 @@ from psij.supervise._messages import (
 
 __all__ = ["JobEntry", "Journal", "Settings", "Supervisor"]
 
-class Supervisor(NameLookUps):
+class Supervisor(NameLookUps, StateMachine):
     """The supervisor's rules: ``step(event, now) -> actions`` (the state table is in
     :doc:`/supervise`).
 
@@ -139,22 +140,15 @@ class Supervisor(NameLookUps):
         self.queue: Deque[_Pending] = collections.deque()
         self.running_clients = 0  # client jobs submitted and not final (all generations)
         self.strangers: Dict[int, float] = {}  # connections that have not said hello yet
-        self._handlers: Dict[type, Callable[[Any, float, List[Action]], None]] = {
-            JobStatusChanged: self._on_status, MessageReceived: self._on_message,
-            Tick: self._on_tick, ActionDone: self._on_done, ActionFailed: self._on_failed,
-            Connected: self._on_connected, Disconnected: self._on_disconnected,
-            BadMessage: self._on_bad_message, SignalReceived: self._on_signal,
-            Started: self._on_started, TimerFired: self._on_timer,
-        }
 
     # -- the machine ------------------------------------------------------------------------
 
     def step(self, event: Event, now: float) -> List[Action]:
-        """Take one event at time ``now``; return the actions."""
+        """Take one event at time ``now``; return the actions. An event of a class no rule
+        takes raises ``psij._machine.IllegalEvent`` and changes nothing."""
+        handler = self.event_handlers[type(event)]
         actions: List[Action] = []
-        handler = self._handlers.get(type(event))
-        if handler is not None:
-            handler(event, now, actions)
+        handler(self, event, now, actions)
         if self.stopped and not self.stop_sent:
             self._settle_stop(now, actions)
         return actions
@@ -166,6 +160,7 @@ class Supervisor(NameLookUps):
 
     # -- the server -------------------------------------------------------------------------
 
+    @handles(Started)
     def _on_started(self, event: Started, now: float, out: List[Action]) -> None:
         if self.cleanup:
             out.append(Log(f"supervisor: cleaning up {self.settings.output_dir}"))
@@ -313,6 +308,7 @@ class Supervisor(NameLookUps):
                            f"them", logging.WARNING))
         self._send_stop(0.0, out)
 
+    @handles(TimerFired)
     def _on_timer(self, event: TimerFired, now: float, out: List[Action]) -> None:
         if event.name != _STOP_TIMER or not self.stopped or self.stop_sent:
             return
@@ -321,6 +317,7 @@ class Supervisor(NameLookUps):
 
     # -- jobs -------------------------------------------------------------------------------
 
+    @handles(ActionDone)
     def _on_done(self, event: ActionDone, now: float, out: List[Action]) -> None:
         if event.action == "call":
             self._looked_up(event.key, event.result, None, out)
@@ -345,6 +342,7 @@ class Supervisor(NameLookUps):
         if entry.cancel or self.stopped:  # stopped: no job may outlive the supervisor
             out.append(Cancel(entry.uid))
 
+    @handles(ActionFailed)
     def _on_failed(self, event: ActionFailed, now: float, out: List[Action]) -> None:
         if event.action == "call":
             self._looked_up(event.key, None, event.message, out)
@@ -375,6 +373,7 @@ class Supervisor(NameLookUps):
 
     # -- submissions whose outcome is unknown -------------------------------------------------
 
+    @handles(JobStatusChanged)
     def _on_status(self, event: JobStatusChanged, now: float, out: List[Action]) -> None:
         entry = self.jobs.get(event.key)  # type: ignore[call-overload]
         if entry is None:
@@ -561,6 +560,7 @@ class Supervisor(NameLookUps):
 
     # -- connections ------------------------------------------------------------------------
 
+    @handles(Connected)
     def _on_connected(self, event: Connected, now: float, out: List[Action]) -> None:
         if self.stopped:
             out.append(Close(event.conn))
@@ -569,6 +569,7 @@ class Supervisor(NameLookUps):
         out.append(Log(f"supervisor: connection {event.conn} from {_peer(event.peer)}",
                        logging.DEBUG))
 
+    @handles(MessageReceived)
     def _on_message(self, event: MessageReceived, now: float, out: List[Action]) -> None:
         conn = event.conn
         if conn == self.server_conn:
@@ -605,6 +606,7 @@ class Supervisor(NameLookUps):
                                "fault_tolerance": self.settings.fault_tolerance}))
         out.append(Log(f"supervisor: server generation {self.generation} connected"))
 
+    @handles(BadMessage)
     def _on_bad_message(self, event: BadMessage, now: float, out: List[Action]) -> None:
         conn = event.conn
         if conn == self.server_conn:
@@ -616,6 +618,7 @@ class Supervisor(NameLookUps):
         out.append(Log(f"supervisor: bad message on connection {conn}: {event.reason}",
                        logging.WARNING))
 
+    @handles(Disconnected)
     def _on_disconnected(self, event: Disconnected, now: float, out: List[Action]) -> None:
         conn = event.conn
         self.strangers.pop(conn, None)
@@ -628,6 +631,7 @@ class Supervisor(NameLookUps):
 
     # -- time and signals -------------------------------------------------------------------
 
+    @handles(Tick)
     def _on_tick(self, event: Tick, now: float, out: List[Action]) -> None:
         if self.stopped:
             return
@@ -653,6 +657,7 @@ class Supervisor(NameLookUps):
                               f"(connect_timeout {self.settings.connect_timeout:g} s)",
                               now, out)
 
+    @handles(SignalReceived)
     def _on_signal(self, event: SignalReceived, now: float, out: List[Action]) -> None:
         if self.stopped:
             if not self.stop_sent:  # a second signal: stop without waiting any more

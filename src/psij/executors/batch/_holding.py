@@ -44,7 +44,7 @@ from enum import Enum
 from heapq import heappop, heappush
 from typing import AbstractSet, Dict, Hashable, List, Optional, Set, Tuple, Union
 
-from psij._machine import IllegalEvent
+from psij._machine import IllegalEvent, StateMachine, handles
 from psij._record import Record
 
 __all__ = [
@@ -157,7 +157,7 @@ class _Job:
         self.cancel = False
 
 
-class Holding:
+class Holding(StateMachine):
     """The machine: ``step(event, now)`` gives the actions (see the module's rules)."""
 
     def __init__(self, cap: int) -> None:
@@ -201,26 +201,26 @@ class Holding:
 
     def step(self, event: Event, now: float = 0.0) -> List[Action]:
         """Apply ``event`` (``now`` is not needed by these rules); the actions to carry out."""
-        cls = type(event)
-        if cls is Arrived:
-            return self._arrived(event)  # type: ignore[arg-type]
-        if cls is LeftQueue:
-            job = self._job(event, Phase.QUEUED)
-            del self._jobs[event.key]
-            return self._free(job.shape)
-        if cls is Submitted:
-            job = self._job(event, Phase.SUBMITTING)
-            job.phase = Phase.QUEUED
-            return [CancelSubmitted(event.key)] if job.cancel else []
-        if cls is SubmitFailed:
-            job = self._job(event, Phase.SUBMITTING)
-            del self._jobs[event.key]
-            return self._free(job.shape)
-        if cls is Cancel:
-            return self._cancel(event)  # type: ignore[arg-type]
-        if cls is Reprioritize:
-            return self._reprioritize(event)  # type: ignore[arg-type]
-        raise IllegalEvent(f"unknown event {event!r}")
+        actions: List[Action] = self.event_handlers[type(event)](self, event)
+        return actions
+
+    @handles(LeftQueue)
+    def _left_queue(self, event: LeftQueue) -> List[Action]:
+        job = self._job(event, Phase.QUEUED)
+        del self._jobs[event.key]
+        return self._free(job.shape)
+
+    @handles(Submitted)
+    def _submitted(self, event: Submitted) -> List[Action]:
+        job = self._job(event, Phase.SUBMITTING)
+        job.phase = Phase.QUEUED
+        return [CancelSubmitted(event.key)] if job.cancel else []
+
+    @handles(SubmitFailed)
+    def _submit_failed(self, event: SubmitFailed) -> List[Action]:
+        job = self._job(event, Phase.SUBMITTING)
+        del self._jobs[event.key]
+        return self._free(job.shape)
 
     def _job(self, event: Event, phase: Phase) -> _Job:
         job = self._jobs.get(event.key)
@@ -231,6 +231,7 @@ class Holding:
                                f"{job.phase.value}, not {phase.value}")
         return job
 
+    @handles(Arrived)
     def _arrived(self, event: Arrived) -> List[Action]:
         if event.key in self._jobs:
             raise IllegalEvent(f"Arrived: job {event.key!r} is already known")
@@ -271,6 +272,7 @@ class Holding:
         shape.queued -= 1
         return []
 
+    @handles(Reprioritize)
     def _reprioritize(self, event: Reprioritize) -> List[Action]:
         job = self._job(event, Phase.HELD)
         priority = _priority(event)
@@ -279,6 +281,7 @@ class Holding:
             heappush(job.shape.heap, (-priority, job.arrival, event.key))
         return []
 
+    @handles(Cancel)
     def _cancel(self, event: Cancel) -> List[Action]:
         job = self._jobs.get(event.key)
         if job is None or job.phase is Phase.QUEUED:
