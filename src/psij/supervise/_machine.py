@@ -50,11 +50,12 @@ from psij.controller import (
     exit_code_for_signal,
 )
 from psij.supervise._entries import (
+    _REPORTED,
     _STOP_TIMER,
-    _SUBMITTING,
     CLIENT,
     LEFTOVER,
     SERVER,
+    EntryState,
     JobEntry,
     Journal,
     Settings,
@@ -80,7 +81,7 @@ from psij.supervise._messages import (
     read_request,
 )
 
-__all__ = ["JobEntry", "Journal", "Settings", "Supervisor"]
+__all__ = ["EntryState", "JobEntry", "Journal", "Settings", "Supervisor"]
 
 class Supervisor(NameLookUps, StateMachine):
     """The supervisor's rules: ``step(event, now) -> actions`` (the state table is in
@@ -172,7 +173,7 @@ class Supervisor(NameLookUps, StateMachine):
                            f"supervisor left: {', '.join(n for _, n in self._leftovers)}",
                            logging.WARNING))
         for uid, native in self._leftovers:
-            self.jobs[uid] = JobEntry(uid, LEFTOVER, None, 0, _SUBMITTING, native, True)
+            self.jobs[uid] = JobEntry(uid, LEFTOVER, None, 0, EntryState.SUBMITTING, native, True)
             out.append(Attach(uid, native))
         if self._unsure:
             out.append(Log(f"supervisor: looking for {len(self._unsure)} job(s) whose "
@@ -209,8 +210,8 @@ class Supervisor(NameLookUps, StateMachine):
         self.server_active_since = None
         out.append(Log(f"supervisor: submitting server generation {self.generation} "
                        f"(uid {uid})"))
-        self._submit(JobEntry(uid, SERVER, None, self.generation, _SUBMITTING, None, False,
-                              spec.name), spec, out)
+        self._submit(JobEntry(uid, SERVER, None, self.generation, EntryState.SUBMITTING,
+                              None, False, spec.name), spec, out)
 
     def _submit(self, entry: JobEntry, spec: Any, out: List[Action]) -> None:
         """Journal the submission (so that a supervisor that exits before it returns leaves
@@ -254,7 +255,7 @@ class Supervisor(NameLookUps, StateMachine):
             if entry.cancel:
                 continue
             jobs[uid] = replace(entry, cancel=True)
-            if entry.state != _SUBMITTING:  # the rest once their submission returns
+            if entry.state is not EntryState.SUBMITTING:  # the rest once their submission returns
                 out.append(Cancel(uid))
 
     def _stop(self, code: int, reason: str, now: float, out: List[Action]) -> None:
@@ -328,7 +329,8 @@ class Supervisor(NameLookUps, StateMachine):
         if entry is None:
             return
         native = None if event.result is None else str(event.result)
-        state = "SUBMITTED" if entry.state == _SUBMITTING else entry.state
+        state = (EntryState.SUBMITTED if entry.state is EntryState.SUBMITTING
+                 else entry.state)
         self.jobs[entry.uid] = replace(entry, native_id=native, state=state)
         if entry.kind == LEFTOVER:
             out.append(Cancel(entry.uid))
@@ -379,18 +381,19 @@ class Supervisor(NameLookUps, StateMachine):
         if entry is None:
             return
         status = event.status
-        state = _state_name(status)
-        if state == entry.state or state == "NEW":
-            return
+        name = _state_name(status)
         if status.state.final:
-            self._finished(entry, state, status.exit_code, status.message, now, out)
+            self._finished(entry, name, status.exit_code, status.message, now, out)
+            return
+        state = _REPORTED.get(name)  # None for NEW
+        if state is None or state is entry.state:
             return
         self.jobs[entry.uid] = replace(entry, state=state)
         if entry.kind == SERVER:
-            if entry.uid == self.server_uid and state == "ACTIVE":
+            if entry.uid == self.server_uid and state is EntryState.ACTIVE:
                 self.server_active_since = now
             return
-        self._tell(entry, state, None, status.message, out)
+        self._tell(entry, name, None, status.message, out)
 
     def _finished(self, entry: JobEntry, state: str, exit_code: Optional[int],
                   message: Optional[str], now: float, out: List[Action],
@@ -441,7 +444,8 @@ class Supervisor(NameLookUps, StateMachine):
     def _submit_client(self, pending: _Pending, out: List[Action]) -> None:
         self.running_clients += 1
         self._submit(JobEntry(pending.uid, CLIENT, pending.client, self.generation,
-                              _SUBMITTING, None, False, pending.spec.name), pending.spec, out)
+                              EntryState.SUBMITTING, None, False, pending.spec.name),
+                     pending.spec, out)
 
     def _submit_queued(self, out: List[Action]) -> None:
         queue, limit = self.queue, self.settings.job_limit
@@ -549,7 +553,7 @@ class Supervisor(NameLookUps, StateMachine):
         if entry.cancel:
             return
         self.jobs[entry.uid] = replace(entry, cancel=True)
-        if entry.state != _SUBMITTING:
+        if entry.state is not EntryState.SUBMITTING:
             out.append(Cancel(entry.uid))
 
     def _cancel_clients(self, out: List[Action]) -> None:
