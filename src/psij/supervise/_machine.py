@@ -3,6 +3,22 @@ the server dies. Pure: it does no I/O, reads no clock and starts no thread (its 
 is in the guide, :doc:`/supervise`; the loop that runs it is
 :class:`psij.controller.ControllerLoop`).
 
+Events (:mod:`psij.controller`): :class:`~psij.controller.Started`,
+:class:`~psij.controller.Tick`, :class:`~psij.controller.TimerFired`,
+:class:`~psij.controller.SignalReceived`, :class:`~psij.controller.Connected`,
+:class:`~psij.controller.MessageReceived`, :class:`~psij.controller.BadMessage`,
+:class:`~psij.controller.Disconnected`, :class:`~psij.controller.JobStatusChanged`,
+:class:`~psij.controller.ActionDone`, :class:`~psij.controller.ActionFailed`. Actions:
+:class:`~psij.controller.Submit`, :class:`~psij.controller.Attach`,
+:class:`~psij.controller.Cancel`, :class:`~psij.controller.Forget`,
+:class:`~psij.controller.Call` (a look-up by name), :class:`~psij.controller.Send`,
+:class:`~psij.controller.Close`, :class:`~psij.controller.SetTimer`,
+:class:`~psij.controller.CancelTimer`, :class:`~psij.controller.Log`,
+:class:`~psij.controller.Stop`, and :class:`Journal`. An event of another class raises
+``psij._machine.IllegalEvent`` and changes nothing. An event of a known class that no longer
+applies (the status of a job already final, a message on a connection closed since, a late
+timer) is the normal course of an asynchronous world: it is dropped and changes nothing.
+
 Its state is a handful of counters and maps of :class:`JobEntry` values (replaced, never
 changed), kept on the machine object so that one event costs a few dictionary operations
 whatever the number of jobs.

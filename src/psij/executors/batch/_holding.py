@@ -5,6 +5,10 @@ The machine decides which jobs a batch executor gives to the scheduler and which
 starts no threads and reads no clock. The executor's submit path and its status poller feed it
 and carry out what it asks for (:mod:`psij.executors.batch._held_jobs`).
 
+Events (:meth:`Holding.step`): :class:`Arrived`, :class:`Submitted`, :class:`SubmitFailed`,
+:class:`LeftQueue`, :class:`Cancel`, :class:`Reprioritize`. Actions: :class:`Submit`,
+:class:`Hold`, :class:`Dropped`, :class:`CancelSubmitted`.
+
 Rules:
 
 - Jobs are grouped by resource shape (:mod:`psij.executors.batch._shapes`). Per shape, at most
@@ -32,8 +36,9 @@ Rules:
   number of held jobs; a cancelled held job, or the old place of a reprioritized one, is removed
   lazily when it reaches the head.
 - An event that is not legal for the job's phase (unknown job, a job arriving twice, a
-  submission outcome for a job not being submitted, ...) raises :class:`IllegalEvent` and
-  changes nothing: every check is made before the state is touched.
+  submission outcome for a job not being submitted, ...), or of a class the machine does not
+  take, raises :class:`IllegalEvent` and changes nothing: every check is made before the
+  state is touched.
 
 The state is the machine's own (a heap per shape, a dict per job): with a million held jobs,
 copying immutable values at each step would cost far more than the decision itself. Events

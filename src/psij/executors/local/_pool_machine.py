@@ -5,6 +5,9 @@ It decides when a job may start: it knows the machine's capacity (cores, memory,
 disk, GPUs) and what each running job holds; it is driven by events and answers with actions,
 and runs, reads and starts nothing itself.
 
+Events (:meth:`LocalPool.step`): :class:`Arrived`, :class:`Ended`, :class:`Cancel`. Actions:
+:class:`Start`, :class:`Wait`, :class:`Dropped`.
+
 Rules:
 
 - A job's demand is its cores (processes times cores per process), memory, temporary disk and
@@ -22,8 +25,8 @@ Rules:
   starved by narrow ones. Choosing costs one look at the head of one heap.
 - ``Ended`` gives back what a running job held and starts what now fits; ``Cancel`` of a
   waiting job drops it (:class:`Dropped`); an illegal event (unknown job, a job arriving twice,
-  ``Ended`` of a job that is not running, ``Cancel`` of a running one) raises
-  :class:`IllegalEvent` and changes nothing.
+  ``Ended`` of a job that is not running, ``Cancel`` of a running one, an event of a class the
+  pool does not take) raises :class:`IllegalEvent` and changes nothing.
 """
 
 from heapq import heappop, heappush
