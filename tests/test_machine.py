@@ -5,6 +5,7 @@ from the methods marked ``@handles``)."""
 
 import ast
 import collections
+import logging
 from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, List, Tuple
@@ -17,6 +18,7 @@ from psij._machine import EventTable, IllegalEvent, StateMachine, handles
 from psij.controller import (
     ActionDone,
     JobStatusChanged,
+    Log,
     Peer,
     Started,
 )
@@ -25,6 +27,7 @@ from psij.controller import (
 )
 from psij.executors.batch import _holding, _tracking
 from psij.executors.local import _pool_machine as _local_pool
+from psij.flows.machine import FlowConfig, FlowMachine
 from psij.supervise import Settings, Supervisor
 
 SRC = Path(psij.__file__).resolve().parent
@@ -224,3 +227,19 @@ def test_an_unknown_event_raises_and_leaves_each_machine_unchanged(
 def test_the_batch_machines_events_are_exactly_their_tables() -> None:
     for module, cls in ((_holding, _holding.Holding), (_local_pool, _local_pool.LocalPool)):
         assert set(cls.event_handlers) == set(module.Event.__args__)  # type: ignore[attr-defined]
+
+
+def test_the_flow_machine_dispatches_through_the_table_and_drops_an_unknown_event() -> None:
+    # Its step never raises (a rule's bug must not stop the service): an event of a class it
+    # does not take is logged and dropped, and changes nothing.
+    assert issubclass(FlowMachine, StateMachine)
+    assert isinstance(FlowMachine.__dict__["event_handlers"], EventTable)
+    assert "event_handlers" in FlowMachine._dispatch.__code__.co_names
+    machine = FlowMachine(FlowConfig("/sb"))
+    machine.step(Started(), 0.0)
+    before = {k: _snapshot(v) for k, v in vars(machine).items() if k not in ("events", "out")}
+    event = _Ping()
+    actions = machine.step(event, 1.0)
+    assert Log(f"flow machine: ignoring {event!r}", logging.DEBUG) in actions
+    after = {k: _snapshot(v) for k, v in vars(machine).items() if k not in ("events", "out")}
+    assert after == before
