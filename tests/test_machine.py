@@ -27,6 +27,8 @@ from psij.controller import (
 )
 from psij.executors.batch import _holding, _tracking
 from psij.executors.local import _pool_machine as _local_pool
+from psij.executors.pilot import scheduler as _scheduler
+from psij.executors.pilot.resources import ResourcePool
 from psij.flows.machine import FlowConfig, FlowMachine
 from psij.supervise import Settings, Supervisor
 
@@ -52,11 +54,14 @@ def test_the_machine_helper_imports_nothing_of_psij() -> None:
 
 
 def test_every_machine_raises_the_one_class() -> None:
-    for module in (_local_pool, _holding, _tracking):
+    for module in (_local_pool, _holding, _tracking, _scheduler):
         assert module.IllegalEvent is IllegalEvent
     pool = _local_pool.LocalPool(_local_pool.Amounts(1, None, None))
     with pytest.raises(IllegalEvent):
         pool.step(_local_pool.Ended("never-arrived"))
+    tasks = _scheduler.Scheduler(ResourcePool.uniform(1, 1))
+    with pytest.raises(IllegalEvent, match="'ghost' is not a task"):
+        tasks.finished("ghost", True)
 
 
 # -- the helper ------------------------------------------------------------------------------
@@ -243,3 +248,26 @@ def test_the_flow_machine_dispatches_through_the_table_and_drops_an_unknown_even
     assert Log(f"flow machine: ignoring {event!r}", logging.DEBUG) in actions
     after = {k: _snapshot(v) for k, v in vars(machine).items() if k not in ("events", "out")}
     assert after == before
+
+
+# Classes with a ``step`` that are no machine of their own, each with its reason.
+NOT_MACHINES = {
+    "controller/_values.py:Machine": "the protocol the controller loop runs",
+    "supervise/_run.py:_Placeholder": "the loop's machine until the address is known",
+    "flows/service.py:_ServiceMachine": "runs the flow machine and carries out its file actions",
+}
+
+
+def test_every_class_with_a_step_is_a_machine_in_the_list_or_said_not_to_be() -> None:
+    found = set()
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(item, ast.FunctionDef) and item.name == "step"
+                    for item in node.body):
+                found.add(f"{path.relative_to(SRC)}:{node.name}")
+    machines = {f"{Path(cls.__module__.replace('.', '/')).relative_to('psij')}.py:"
+                f"{cls.__name__}" for cls, _, _ in MACHINES}
+    machines.add("flows/machine.py:FlowMachine")
+    assert found == machines | set(NOT_MACHINES)
