@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import pytest
 
+from psij._machine import IllegalEvent
 from psij.executors.pilot._local_workers import WORKERS_VARIABLE
 from psij.executors.pilot.allocation import configured_allocation, local_allocation
 from psij.executors.pilot.engine import (
@@ -558,7 +559,7 @@ def test_requests_to_an_agent_go_in_one_write_per_turn_in_order(tmp_path: Path) 
 def test_forget_frees_the_name_of_an_ended_task(make_engine: Any) -> None:
     engine = make_engine(cores=1)
     engine.submit(sh("a", "sleep 0.2; exit 1"))
-    with pytest.raises(ValueError, match="forget: task 'a' is"):
+    with pytest.raises(IllegalEvent, match="forget: task 'a' is"):
         engine.forget("a")
     finished(engine, "a")
     engine.forget("a")

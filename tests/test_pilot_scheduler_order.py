@@ -11,6 +11,7 @@ from typing import List, Tuple
 
 import pytest
 
+from psij._machine import IllegalEvent
 from psij.executors.pilot.resources import NodeShare, ResourcePool, ResourceRequest
 from psij.executors.pilot.scheduler import Scheduler, TaskRequest, Transition, expand_iterations
 from support.pilot_tasks import (
@@ -140,7 +141,7 @@ def test_depending_on_an_already_succeeded_task_is_eligible_at_once() -> None:
 
 def test_an_unknown_dependency_is_refused_and_nothing_is_added() -> None:
     scheduler = Scheduler(ResourcePool.uniform(1, 4))
-    with pytest.raises(ValueError, match="TaskRequest.after: 'ghost' is neither a task nor"):
+    with pytest.raises(IllegalEvent, match="TaskRequest.after: 'ghost' is neither a task nor"):
         scheduler.submit(task("b", after=("ghost",)))
     assert scheduler.task_ids() == [] and sum(scheduler.counts().values()) == 0
     scheduler.submit(task("b"))  # the name is still free
@@ -223,10 +224,10 @@ def test_group_and_task_names_do_not_collide() -> None:
     scheduler = Scheduler(ResourcePool.uniform(1, 8))
     for member in expand_iterations(TaskRequest("it"), 0, 2):
         scheduler.submit(member)
-    with pytest.raises(ValueError, match="'it' is already the name of an iteration group"):
+    with pytest.raises(IllegalEvent, match="'it' is already the name of an iteration group"):
         scheduler.submit(TaskRequest("it"))
     scheduler.submit(TaskRequest("plain"))
-    with pytest.raises(ValueError, match="TaskRequest.group: 'plain' is already the name"):
+    with pytest.raises(IllegalEvent, match="TaskRequest.group: 'plain' is already the name"):
         scheduler.submit(expand_iterations(TaskRequest("plain"), 0, 1)[0])
 
 
@@ -270,14 +271,18 @@ def test_cancel_of_a_running_task_ends_it_canceled_when_it_stops() -> None:
 def test_illegal_calls_raise_and_change_nothing() -> None:
     scheduler = Scheduler(ResourcePool.uniform(1, 2))
     scheduler.submit(task("a"))
-    with pytest.raises(ValueError, match="finished: task 'a' is QUEUED, not RUNNING"):
+    with pytest.raises(IllegalEvent, match="finished: task 'a' is QUEUED, not RUNNING"):
         scheduler.finished("a", True)
-    with pytest.raises(ValueError, match="'a' is already a task of this scheduler"):
+    with pytest.raises(IllegalEvent, match="'a' is already a task of this scheduler"):
         scheduler.submit(task("a", cores(2)))
     with pytest.raises(ValueError, match="task_id: 'nope' is not a task"):
         scheduler.state("nope")
-    with pytest.raises(ValueError, match="forget: task 'a' is QUEUED"):
+    with pytest.raises(IllegalEvent, match="forget: task 'a' is QUEUED"):
         scheduler.forget("a")
+    for event in (lambda: scheduler.finished("nope", True), lambda: scheduler.cancel("nope"),
+                  lambda: scheduler.forget("nope")):
+        with pytest.raises(IllegalEvent, match="task_id: 'nope' is not a task"):
+            event()
     assert scheduler.state("a") is QUEUED and scheduler.counts()[QUEUED] == 1
     scheduler.schedule()
     with pytest.raises(TypeError, match="succeeded: expected bool"):
@@ -310,14 +315,15 @@ def test_a_task_recorded_as_succeeded_elsewhere_satisfies_dependencies_without_r
     assert started(scheduler.schedule()) == ["after"]
     # It is ended like any other task: nothing to cancel, and it can be forgotten.
     assert scheduler.cancel("done") == []
-    with pytest.raises(ValueError, match="not RUNNING"):
+    with pytest.raises(IllegalEvent, match="not RUNNING"):
         scheduler.finished("done", True)
     scheduler.forget("done")
     assert "done" not in scheduler.task_ids()
-    for name, group, error in (("after", None, "already a task"), ("it", None, "group"),
-                               ("x", "after", "already the name of a task"),
-                               ("", None, "non-empty"), ("y", "", "empty group")):
-        with pytest.raises(ValueError, match=error):
+    for name, group, error, kind in (
+            ("after", None, "already a task", IllegalEvent), ("it", None, "group", IllegalEvent),
+            ("x", "after", "already the name of a task", IllegalEvent),
+            ("", None, "non-empty", ValueError), ("y", "", "empty group", ValueError)):
+        with pytest.raises(kind, match=error):
             scheduler.record_succeeded(name, group)
     with pytest.raises(TypeError, match="task_id"):
         scheduler.record_succeeded(3)  # type: ignore[arg-type]

@@ -33,7 +33,7 @@ from psij.controller import (
     Tick,
     TimerFired,
 )
-from psij.supervise import Settings, Supervisor
+from psij.supervise import EntryState, Settings, Supervisor
 from psij.supervise._machine import Journal
 
 T = 1.0
@@ -128,6 +128,23 @@ def test_start_submits_the_server_with_address_token_generation_and_uid_named_ou
     assert str(submit.spec.stdout_path) == "/out/job.0.server.out"
     assert str(submit.spec.stderr_path) == "/out/job.0.server.err"
     assert submit.spec.executable == "/bin/server"
+
+
+def test_a_jobs_state_is_an_entry_state_from_submission_to_its_last_reported_state() -> None:
+    rig = Rig()
+    rig.start()
+    assert rig.machine.jobs[0].state is EntryState.SUBMITTING
+    rig.step(ActionDone(0, "submit", "1000"))
+    assert rig.machine.jobs[0].state is EntryState.SUBMITTED
+    assert rig.status(0, JobState.NEW) == [] and rig.machine.jobs[0].state is EntryState.SUBMITTED
+    rig.status(0, JobState.QUEUED)
+    assert rig.machine.jobs[0].state is EntryState.QUEUED
+    rig.status(0, JobState.ACTIVE)
+    assert rig.machine.jobs[0].state is EntryState.ACTIVE
+    assert rig.machine.server_active_since == rig.clock.now()
+    # Every non-final PSI/J state but NEW is one, by the same name (what the server is told).
+    assert {s.value for s in EntryState} - {"SUBMITTING", "SUBMITTED"} == \
+        {s.name for s in JobState if not s.final and s is not JobState.NEW}
 
 
 def test_std_output_false_gives_no_job_output_files() -> None:

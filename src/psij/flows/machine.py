@@ -19,13 +19,32 @@ notes here are the interface with the service that runs the machine.
   ``action_handlers``, and answered with the events below (:class:`PayloadVerified`, ...).
 - :meth:`FlowMachine.restore` takes the journal back after a restart.
 
-:meth:`FlowMachine.step` never raises: an event it cannot use is logged and dropped, a request
-it cannot accept is answered with an error naming the field.
+Events (each taken by the method marked for its class, ``psij._machine``): the
+controller's :class:`~psij.controller.Started`, :class:`~psij.controller.Tick` (nothing to do),
+:class:`~psij.controller.TimerFired`, :class:`~psij.controller.SignalReceived`,
+:class:`~psij.controller.Connected`, :class:`~psij.controller.MessageReceived`,
+:class:`~psij.controller.BadMessage`, :class:`~psij.controller.Disconnected`,
+:class:`~psij.controller.JobStatusChanged`, :class:`~psij.controller.ActionDone`,
+:class:`~psij.controller.ActionFailed`, and :class:`PayloadVerified`,
+:class:`SandboxMeasured`, :class:`PayloadStored`. Actions: the controller's
+:class:`~psij.controller.Submit`, :class:`~psij.controller.Attach`,
+:class:`~psij.controller.Cancel`, :class:`~psij.controller.Forget`,
+:class:`~psij.controller.Send`, :class:`~psij.controller.SetTimer`,
+:class:`~psij.controller.CancelTimer`, :class:`~psij.controller.Log`,
+:class:`~psij.controller.Stop`, and :class:`JournalPut`, :class:`JournalDelete`,
+:class:`SignalJob`, :class:`MakeSandbox`, :class:`MeasureSandbox`, :class:`DeleteFiles`,
+:class:`StorePayload`, :class:`VerifyPayload`, :class:`ReadOutput`, :class:`DeletePayload`.
+
+:meth:`FlowMachine.step`, unlike the other machines, never raises (a rule's bug must not stop
+the service): an event of a class it does not take (``IllegalEvent`` from its table) is logged
+and dropped and changes nothing, a request it cannot accept is answered with an error naming
+the field.
 """
 
 import logging
 from typing import Any, Callable, Dict, Iterable, List, Tuple
 
+from psij._machine import IllegalEvent, StateMachine, handles
 from psij.controller import (
     ActionDone,
     ActionFailed,
@@ -73,7 +92,7 @@ __all__ = [
 ]
 
 
-class FlowMachine(Verbs):
+class FlowMachine(Verbs, StateMachine):
     """The flows of one service (see the module notes and the flows guide).
 
     :param config: the service's limits and defaults.
@@ -104,45 +123,59 @@ class FlowMachine(Verbs):
         return out
 
     def _dispatch(self, event: Any, now: float) -> None:
-        kind = type(event)
-        if kind is JobStatusChanged:
-            inst = self.by_key.get(event.key)
-            if inst is not None:
-                self.status_changed(inst, event.status, now)
-        elif kind is TimerFired:
-            if event.name == WAKE:
-                self.armed = None
-        elif kind is MessageReceived:
-            self.request(event.conn, event.message, now)
-        elif kind is ActionDone:
-            self._done(event, now)
-        elif kind is ActionFailed:
-            self._failed(event, now)
-        elif kind is Connected:
-            uid = getattr(event.peer, "uid", -1)
-            self.conn_uid[event.conn] = uid if isinstance(uid, int) else -1
-        elif kind is Disconnected:
-            self.conn_uid.pop(event.conn, None)
-        elif kind is BadMessage:
-            error = {"code": "bad_request", "field": event.field,
-                     "message": f"{event.reason}; expected one JSON object per line"}
-            self.out.append(Send(event.conn, {"id": request_id(event.message), "ok": False,
-                                              "error": error}))
-        elif kind is PayloadVerified:
-            self._verified(event, now)
-        elif kind is SandboxMeasured:
-            self._measured(event, now)
-        elif kind is PayloadStored:
-            self._stored(event)
-        elif kind is Started:
-            self.out.extend(self._on_start)
-            self._on_start = []
-        elif kind is SignalReceived:
-            self.out.append(Stop(0, f"signal {event.signum}: stopping; the instances keep "
-                                    "running and are attached again at the next start", 10.0))
-        elif kind is not Tick:
+        try:
+            handler = self.event_handlers[type(event)]
+        except IllegalEvent:  # never raised out of step: dropped, as its docstring says
             self.out.append(Log(f"flow machine: ignoring {event!r}", logging.DEBUG))
+            return
+        handler(self, event, now)
 
+    @handles(JobStatusChanged)
+    def _status_changed(self, event: JobStatusChanged, now: float) -> None:
+        inst = self.by_key.get(event.key)  # type: ignore[call-overload]
+        if inst is not None:
+            self.status_changed(inst, event.status, now)
+
+    @handles(TimerFired)
+    def _timer(self, event: TimerFired, now: float) -> None:
+        if event.name == WAKE:
+            self.armed = None
+
+    @handles(MessageReceived)
+    def _message(self, event: MessageReceived, now: float) -> None:
+        self.request(event.conn, event.message, now)
+
+    @handles(Connected)
+    def _connected(self, event: Connected, now: float) -> None:
+        uid = getattr(event.peer, "uid", -1)
+        self.conn_uid[event.conn] = uid if isinstance(uid, int) else -1
+
+    @handles(Disconnected)
+    def _disconnected(self, event: Disconnected, now: float) -> None:
+        self.conn_uid.pop(event.conn, None)
+
+    @handles(BadMessage)
+    def _bad_message(self, event: BadMessage, now: float) -> None:
+        error = {"code": "bad_request", "field": event.field,
+                 "message": f"{event.reason}; expected one JSON object per line"}
+        self.out.append(Send(event.conn, {"id": request_id(event.message), "ok": False,
+                                          "error": error}))
+
+    @handles(Started)
+    def _started(self, event: Started, now: float) -> None:
+        self.out.extend(self._on_start)
+        self._on_start = []
+
+    @handles(SignalReceived)
+    def _signal(self, event: SignalReceived, now: float) -> None:
+        self.out.append(Stop(0, f"signal {event.signum}: stopping; the instances keep "
+                                "running and are attached again at the next start", 10.0))
+
+    @handles(Tick)
+    def _tick(self, event: Tick, now: float) -> None:
+        """Nothing: the machine keeps its own timer (``WAKE``)."""
+
+    @handles(ActionDone)
     def _done(self, event: ActionDone, now: float) -> None:
         inst = self.by_key.get(str(event.key))
         if inst is None:
@@ -152,6 +185,7 @@ class FlowMachine(Verbs):
         elif event.action == "attach" and inst.cancelled:
             self.out.append(Cancel(inst.key, kill=True))
 
+    @handles(ActionFailed)
     def _failed(self, event: ActionFailed, now: float) -> None:
         inst = self.by_key.get(str(event.key))
         if inst is None:
@@ -171,6 +205,7 @@ class FlowMachine(Verbs):
             self.out.append(Log(f"flow {h.hid}: {event.action} of {inst.key} failed: "
                                 f"{event.message}", logging.WARNING))
 
+    @handles(PayloadVerified)
     def _verified(self, event: PayloadVerified, now: float) -> None:
         inst = self.by_key.get(event.key)
         if inst is None or inst.state != VERIFYING:
@@ -185,6 +220,7 @@ class FlowMachine(Verbs):
             h.payload_error = str(event.message)
             self.submission_failed(h, inst, f"payload {h.payload}: {event.message}", now)
 
+    @handles(SandboxMeasured)
     def _measured(self, event: SandboxMeasured, now: float) -> None:
         h = self.handles.get(event.handle)
         if h is None:
@@ -195,7 +231,8 @@ class FlowMachine(Verbs):
                 and 0 <= size < 2**62:
             self.measured(h, inst, size, now)
 
-    def _stored(self, event: PayloadStored) -> None:
+    @handles(PayloadStored)
+    def _stored(self, event: PayloadStored, now: float) -> None:
         ref = (event.uid, event.sha256)
         p = self.payloads.get(ref)
         if event.ok or p is None:

@@ -3,17 +3,18 @@ request, and the small readings of events the machine makes. Pure data, no I/O; 
 that uses them is :mod:`psij.supervise._machine`.
 """
 
+from enum import Enum
 from typing import Any, Dict, Optional
 
 from psij._record import Record
 
-__all__ = ["CLIENT", "LEFTOVER", "SERVER", "JobEntry", "Journal", "Settings", "outcome_unknown"]
+__all__ = ["CLIENT", "LEFTOVER", "SERVER", "EntryState", "JobEntry", "Journal", "Settings",
+           "outcome_unknown"]
 
 SERVER = "server"
 CLIENT = "client"
 LEFTOVER = "leftover"  # a job an earlier supervisor of this output directory left behind
 
-_SUBMITTING = "SUBMITTING"
 _STOP_TIMER = ("psij.supervise", "stop")  # stop_grace, while cancelled jobs are ending
 _LOOKUP = "lookup"  # the key of a look-up by name is (_LOOKUP, uid)
 
@@ -25,6 +26,27 @@ _UNKNOWN_OUTCOME = ("may have been submitted", "did not finish within")
 def outcome_unknown(message: str) -> bool:
     """Whether a failed submission may have submitted its job all the same."""
     return any(words in message for words in _UNKNOWN_OUTCOME)
+
+
+class EntryState(Enum):
+    """Where a job of the supervisor is while it is not final: its submission under way, or
+    submitted, or the last state its executor reported (the PSI/J names, which are also what
+    the server is told). Never journaled: the journal says a job was submitted and how it
+    ended (``"final"``: a PSI/J final state, ``UNKNOWN`` or ``NOT_SUBMITTED``)."""
+
+    SUBMITTING = "SUBMITTING"
+    SUBMITTED = "SUBMITTED"
+    QUEUED = "QUEUED"
+    STAGE_IN = "STAGE_IN"
+    ACTIVE = "ACTIVE"
+    STAGE_OUT = "STAGE_OUT"
+    CLEANUP = "CLEANUP"
+
+
+# The non-final PSI/J states an executor reports, by name (NEW, the state before submission,
+# is not taken: a job of the supervisor is submitted already).
+_REPORTED = {state.value: state for state in EntryState
+             if state not in (EntryState.SUBMITTING, EntryState.SUBMITTED)}
 
 
 class Settings(Record):
@@ -51,7 +73,7 @@ class JobEntry(Record):
     kind: str
     client: Optional[str]
     generation: int
-    state: str
+    state: EntryState
     native_id: Optional[str]
     cancel: bool
     name: Optional[str] = None

@@ -3,6 +3,22 @@ the server dies. Pure: it does no I/O, reads no clock and starts no thread (its 
 is in the guide, :doc:`/supervise`; the loop that runs it is
 :class:`psij.controller.ControllerLoop`).
 
+Events (:mod:`psij.controller`): :class:`~psij.controller.Started`,
+:class:`~psij.controller.Tick`, :class:`~psij.controller.TimerFired`,
+:class:`~psij.controller.SignalReceived`, :class:`~psij.controller.Connected`,
+:class:`~psij.controller.MessageReceived`, :class:`~psij.controller.BadMessage`,
+:class:`~psij.controller.Disconnected`, :class:`~psij.controller.JobStatusChanged`,
+:class:`~psij.controller.ActionDone`, :class:`~psij.controller.ActionFailed`. Actions:
+:class:`~psij.controller.Submit`, :class:`~psij.controller.Attach`,
+:class:`~psij.controller.Cancel`, :class:`~psij.controller.Forget`,
+:class:`~psij.controller.Call` (a look-up by name), :class:`~psij.controller.Send`,
+:class:`~psij.controller.Close`, :class:`~psij.controller.SetTimer`,
+:class:`~psij.controller.CancelTimer`, :class:`~psij.controller.Log`,
+:class:`~psij.controller.Stop`, and :class:`Journal`. An event of another class raises
+``psij._machine.IllegalEvent`` and changes nothing. An event of a known class that no longer
+applies (the status of a job already final, a message on a connection closed since, a late
+timer) is the normal course of an asynchronous world: it is dropped and changes nothing.
+
 Its state is a handful of counters and maps of :class:`JobEntry` values (replaced, never
 changed), kept on the machine object so that one event costs a few dictionary operations
 whatever the number of jobs.
@@ -21,6 +37,7 @@ import logging
 import secrets
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
+from psij._machine import StateMachine, handles
 from psij._record import replace
 from psij.controller import (
     Action,
@@ -49,11 +66,12 @@ from psij.controller import (
     exit_code_for_signal,
 )
 from psij.supervise._entries import (
+    _REPORTED,
     _STOP_TIMER,
-    _SUBMITTING,
     CLIENT,
     LEFTOVER,
     SERVER,
+    EntryState,
     JobEntry,
     Journal,
     Settings,
@@ -79,9 +97,9 @@ from psij.supervise._messages import (
     read_request,
 )
 
-__all__ = ["JobEntry", "Journal", "Settings", "Supervisor"]
+__all__ = ["EntryState", "JobEntry", "Journal", "Settings", "Supervisor"]
 
-class Supervisor(NameLookUps):
+class Supervisor(NameLookUps, StateMachine):
     """The supervisor's rules: ``step(event, now) -> actions`` (the state table is in
     :doc:`/supervise`).
 
@@ -139,22 +157,15 @@ class Supervisor(NameLookUps):
         self.queue: Deque[_Pending] = collections.deque()
         self.running_clients = 0  # client jobs submitted and not final (all generations)
         self.strangers: Dict[int, float] = {}  # connections that have not said hello yet
-        self._handlers: Dict[type, Callable[[Any, float, List[Action]], None]] = {
-            JobStatusChanged: self._on_status, MessageReceived: self._on_message,
-            Tick: self._on_tick, ActionDone: self._on_done, ActionFailed: self._on_failed,
-            Connected: self._on_connected, Disconnected: self._on_disconnected,
-            BadMessage: self._on_bad_message, SignalReceived: self._on_signal,
-            Started: self._on_started, TimerFired: self._on_timer,
-        }
 
     # -- the machine ------------------------------------------------------------------------
 
     def step(self, event: Event, now: float) -> List[Action]:
-        """Take one event at time ``now``; return the actions."""
+        """Take one event at time ``now``; return the actions. An event of a class no rule
+        takes raises ``psij._machine.IllegalEvent`` and changes nothing."""
+        handler = self.event_handlers[type(event)]
         actions: List[Action] = []
-        handler = self._handlers.get(type(event))
-        if handler is not None:
-            handler(event, now, actions)
+        handler(self, event, now, actions)
         if self.stopped and not self.stop_sent:
             self._settle_stop(now, actions)
         return actions
@@ -166,6 +177,7 @@ class Supervisor(NameLookUps):
 
     # -- the server -------------------------------------------------------------------------
 
+    @handles(Started)
     def _on_started(self, event: Started, now: float, out: List[Action]) -> None:
         if self.cleanup:
             out.append(Log(f"supervisor: cleaning up {self.settings.output_dir}"))
@@ -177,7 +189,7 @@ class Supervisor(NameLookUps):
                            f"supervisor left: {', '.join(n for _, n in self._leftovers)}",
                            logging.WARNING))
         for uid, native in self._leftovers:
-            self.jobs[uid] = JobEntry(uid, LEFTOVER, None, 0, _SUBMITTING, native, True)
+            self.jobs[uid] = JobEntry(uid, LEFTOVER, None, 0, EntryState.SUBMITTING, native, True)
             out.append(Attach(uid, native))
         if self._unsure:
             out.append(Log(f"supervisor: looking for {len(self._unsure)} job(s) whose "
@@ -214,8 +226,8 @@ class Supervisor(NameLookUps):
         self.server_active_since = None
         out.append(Log(f"supervisor: submitting server generation {self.generation} "
                        f"(uid {uid})"))
-        self._submit(JobEntry(uid, SERVER, None, self.generation, _SUBMITTING, None, False,
-                              spec.name), spec, out)
+        self._submit(JobEntry(uid, SERVER, None, self.generation, EntryState.SUBMITTING,
+                              None, False, spec.name), spec, out)
 
     def _submit(self, entry: JobEntry, spec: Any, out: List[Action]) -> None:
         """Journal the submission (so that a supervisor that exits before it returns leaves
@@ -259,7 +271,7 @@ class Supervisor(NameLookUps):
             if entry.cancel:
                 continue
             jobs[uid] = replace(entry, cancel=True)
-            if entry.state != _SUBMITTING:  # the rest once their submission returns
+            if entry.state is not EntryState.SUBMITTING:  # the rest once their submission returns
                 out.append(Cancel(uid))
 
     def _stop(self, code: int, reason: str, now: float, out: List[Action]) -> None:
@@ -313,6 +325,7 @@ class Supervisor(NameLookUps):
                            f"them", logging.WARNING))
         self._send_stop(0.0, out)
 
+    @handles(TimerFired)
     def _on_timer(self, event: TimerFired, now: float, out: List[Action]) -> None:
         if event.name != _STOP_TIMER or not self.stopped or self.stop_sent:
             return
@@ -321,6 +334,7 @@ class Supervisor(NameLookUps):
 
     # -- jobs -------------------------------------------------------------------------------
 
+    @handles(ActionDone)
     def _on_done(self, event: ActionDone, now: float, out: List[Action]) -> None:
         if event.action == "call":
             self._looked_up(event.key, event.result, None, out)
@@ -331,7 +345,8 @@ class Supervisor(NameLookUps):
         if entry is None:
             return
         native = None if event.result is None else str(event.result)
-        state = "SUBMITTED" if entry.state == _SUBMITTING else entry.state
+        state = (EntryState.SUBMITTED if entry.state is EntryState.SUBMITTING
+                 else entry.state)
         self.jobs[entry.uid] = replace(entry, native_id=native, state=state)
         if entry.kind == LEFTOVER:
             out.append(Cancel(entry.uid))
@@ -345,6 +360,7 @@ class Supervisor(NameLookUps):
         if entry.cancel or self.stopped:  # stopped: no job may outlive the supervisor
             out.append(Cancel(entry.uid))
 
+    @handles(ActionFailed)
     def _on_failed(self, event: ActionFailed, now: float, out: List[Action]) -> None:
         if event.action == "call":
             self._looked_up(event.key, None, event.message, out)
@@ -375,23 +391,25 @@ class Supervisor(NameLookUps):
 
     # -- submissions whose outcome is unknown -------------------------------------------------
 
+    @handles(JobStatusChanged)
     def _on_status(self, event: JobStatusChanged, now: float, out: List[Action]) -> None:
         entry = self.jobs.get(event.key)  # type: ignore[call-overload]
         if entry is None:
             return
         status = event.status
-        state = _state_name(status)
-        if state == entry.state or state == "NEW":
-            return
+        name = _state_name(status)
         if status.state.final:
-            self._finished(entry, state, status.exit_code, status.message, now, out)
+            self._finished(entry, name, status.exit_code, status.message, now, out)
+            return
+        state = _REPORTED.get(name)  # None for NEW
+        if state is None or state is entry.state:
             return
         self.jobs[entry.uid] = replace(entry, state=state)
         if entry.kind == SERVER:
-            if entry.uid == self.server_uid and state == "ACTIVE":
+            if entry.uid == self.server_uid and state is EntryState.ACTIVE:
                 self.server_active_since = now
             return
-        self._tell(entry, state, None, status.message, out)
+        self._tell(entry, name, None, status.message, out)
 
     def _finished(self, entry: JobEntry, state: str, exit_code: Optional[int],
                   message: Optional[str], now: float, out: List[Action],
@@ -442,7 +460,8 @@ class Supervisor(NameLookUps):
     def _submit_client(self, pending: _Pending, out: List[Action]) -> None:
         self.running_clients += 1
         self._submit(JobEntry(pending.uid, CLIENT, pending.client, self.generation,
-                              _SUBMITTING, None, False, pending.spec.name), pending.spec, out)
+                              EntryState.SUBMITTING, None, False, pending.spec.name),
+                     pending.spec, out)
 
     def _submit_queued(self, out: List[Action]) -> None:
         queue, limit = self.queue, self.settings.job_limit
@@ -550,7 +569,7 @@ class Supervisor(NameLookUps):
         if entry.cancel:
             return
         self.jobs[entry.uid] = replace(entry, cancel=True)
-        if entry.state != _SUBMITTING:
+        if entry.state is not EntryState.SUBMITTING:
             out.append(Cancel(entry.uid))
 
     def _cancel_clients(self, out: List[Action]) -> None:
@@ -561,6 +580,7 @@ class Supervisor(NameLookUps):
 
     # -- connections ------------------------------------------------------------------------
 
+    @handles(Connected)
     def _on_connected(self, event: Connected, now: float, out: List[Action]) -> None:
         if self.stopped:
             out.append(Close(event.conn))
@@ -569,6 +589,7 @@ class Supervisor(NameLookUps):
         out.append(Log(f"supervisor: connection {event.conn} from {_peer(event.peer)}",
                        logging.DEBUG))
 
+    @handles(MessageReceived)
     def _on_message(self, event: MessageReceived, now: float, out: List[Action]) -> None:
         conn = event.conn
         if conn == self.server_conn:
@@ -605,6 +626,7 @@ class Supervisor(NameLookUps):
                                "fault_tolerance": self.settings.fault_tolerance}))
         out.append(Log(f"supervisor: server generation {self.generation} connected"))
 
+    @handles(BadMessage)
     def _on_bad_message(self, event: BadMessage, now: float, out: List[Action]) -> None:
         conn = event.conn
         if conn == self.server_conn:
@@ -616,6 +638,7 @@ class Supervisor(NameLookUps):
         out.append(Log(f"supervisor: bad message on connection {conn}: {event.reason}",
                        logging.WARNING))
 
+    @handles(Disconnected)
     def _on_disconnected(self, event: Disconnected, now: float, out: List[Action]) -> None:
         conn = event.conn
         self.strangers.pop(conn, None)
@@ -628,6 +651,7 @@ class Supervisor(NameLookUps):
 
     # -- time and signals -------------------------------------------------------------------
 
+    @handles(Tick)
     def _on_tick(self, event: Tick, now: float, out: List[Action]) -> None:
         if self.stopped:
             return
@@ -653,6 +677,7 @@ class Supervisor(NameLookUps):
                               f"(connect_timeout {self.settings.connect_timeout:g} s)",
                               now, out)
 
+    @handles(SignalReceived)
     def _on_signal(self, event: SignalReceived, now: float, out: List[Action]) -> None:
         if self.stopped:
             if not self.stop_sent:  # a second signal: stop without waiting any more

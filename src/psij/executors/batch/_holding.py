@@ -5,6 +5,10 @@ The machine decides which jobs a batch executor gives to the scheduler and which
 starts no threads and reads no clock. The executor's submit path and its status poller feed it
 and carry out what it asks for (:mod:`psij.executors.batch._held_jobs`).
 
+Events (:meth:`Holding.step`): :class:`Arrived`, :class:`Submitted`, :class:`SubmitFailed`,
+:class:`LeftQueue`, :class:`Cancel`, :class:`Reprioritize`. Actions: :class:`Submit`,
+:class:`Hold`, :class:`Dropped`, :class:`CancelSubmitted`.
+
 Rules:
 
 - Jobs are grouped by resource shape (:mod:`psij.executors.batch._shapes`). Per shape, at most
@@ -32,8 +36,9 @@ Rules:
   number of held jobs; a cancelled held job, or the old place of a reprioritized one, is removed
   lazily when it reaches the head.
 - An event that is not legal for the job's phase (unknown job, a job arriving twice, a
-  submission outcome for a job not being submitted, ...) raises :class:`IllegalEvent` and
-  changes nothing: every check is made before the state is touched.
+  submission outcome for a job not being submitted, ...), or of a class the machine does not
+  take, raises :class:`IllegalEvent` and changes nothing: every check is made before the
+  state is touched.
 
 The state is the machine's own (a heap per shape, a dict per job): with a million held jobs,
 copying immutable values at each step would cost far more than the decision itself. Events
@@ -44,7 +49,7 @@ from enum import Enum
 from heapq import heappop, heappush
 from typing import AbstractSet, Dict, Hashable, List, Optional, Set, Tuple, Union
 
-from psij._machine import IllegalEvent
+from psij._machine import IllegalEvent, StateMachine, handles
 from psij._record import Record
 
 __all__ = [
@@ -157,7 +162,7 @@ class _Job:
         self.cancel = False
 
 
-class Holding:
+class Holding(StateMachine):
     """The machine: ``step(event, now)`` gives the actions (see the module's rules)."""
 
     def __init__(self, cap: int) -> None:
@@ -201,26 +206,26 @@ class Holding:
 
     def step(self, event: Event, now: float = 0.0) -> List[Action]:
         """Apply ``event`` (``now`` is not needed by these rules); the actions to carry out."""
-        cls = type(event)
-        if cls is Arrived:
-            return self._arrived(event)  # type: ignore[arg-type]
-        if cls is LeftQueue:
-            job = self._job(event, Phase.QUEUED)
-            del self._jobs[event.key]
-            return self._free(job.shape)
-        if cls is Submitted:
-            job = self._job(event, Phase.SUBMITTING)
-            job.phase = Phase.QUEUED
-            return [CancelSubmitted(event.key)] if job.cancel else []
-        if cls is SubmitFailed:
-            job = self._job(event, Phase.SUBMITTING)
-            del self._jobs[event.key]
-            return self._free(job.shape)
-        if cls is Cancel:
-            return self._cancel(event)  # type: ignore[arg-type]
-        if cls is Reprioritize:
-            return self._reprioritize(event)  # type: ignore[arg-type]
-        raise IllegalEvent(f"unknown event {event!r}")
+        actions: List[Action] = self.event_handlers[type(event)](self, event)
+        return actions
+
+    @handles(LeftQueue)
+    def _left_queue(self, event: LeftQueue) -> List[Action]:
+        job = self._job(event, Phase.QUEUED)
+        del self._jobs[event.key]
+        return self._free(job.shape)
+
+    @handles(Submitted)
+    def _submitted(self, event: Submitted) -> List[Action]:
+        job = self._job(event, Phase.SUBMITTING)
+        job.phase = Phase.QUEUED
+        return [CancelSubmitted(event.key)] if job.cancel else []
+
+    @handles(SubmitFailed)
+    def _submit_failed(self, event: SubmitFailed) -> List[Action]:
+        job = self._job(event, Phase.SUBMITTING)
+        del self._jobs[event.key]
+        return self._free(job.shape)
 
     def _job(self, event: Event, phase: Phase) -> _Job:
         job = self._jobs.get(event.key)
@@ -231,6 +236,7 @@ class Holding:
                                f"{job.phase.value}, not {phase.value}")
         return job
 
+    @handles(Arrived)
     def _arrived(self, event: Arrived) -> List[Action]:
         if event.key in self._jobs:
             raise IllegalEvent(f"Arrived: job {event.key!r} is already known")
@@ -271,6 +277,7 @@ class Holding:
         shape.queued -= 1
         return []
 
+    @handles(Reprioritize)
     def _reprioritize(self, event: Reprioritize) -> List[Action]:
         job = self._job(event, Phase.HELD)
         priority = _priority(event)
@@ -279,6 +286,7 @@ class Holding:
             heappush(job.shape.heap, (-priority, job.arrival, event.key))
         return []
 
+    @handles(Cancel)
     def _cancel(self, event: Cancel) -> List[Action]:
         job = self._jobs.get(event.key)
         if job is None or job.phase is Phase.QUEUED:

@@ -6,6 +6,11 @@ with actions; it does no I/O, starts no threads and reads the time only from the
 given. The executor's polling loop runs the commands and reads the files the actions ask for,
 and feeds back what it learned as further events.
 
+Events (:func:`step`): :class:`JobAdded`, :class:`Tick`, :class:`PollSucceeded`,
+:class:`PollFailed`, :class:`MissingResolved`, :class:`CancelAsked`, :class:`CancelFailed`,
+:class:`Hurry`. Actions: :class:`RunStatusCommand`, :class:`ResolveMissing`,
+:class:`ReportState`, :class:`Restate`, :class:`Withdraw`, :class:`Finish`.
+
 Rules:
 
 - One status command covers every tracked job. The first poll comes ``initial_delay`` after the
@@ -32,8 +37,9 @@ Rules:
   The next attempt comes after a backoff that doubles up to ``max_backoff``. Only when more than
   ``error_threshold`` attempts in a row have failed *and* the failures have lasted at least
   ``outage_tolerance`` seconds are the tracked jobs failed, with the last error in the message.
-- An event that is not legal in the current phase raises :class:`IllegalEvent` and leaves the
-  state unchanged (the step function never mutates its input).
+- An event that is not legal in the current phase, or of another class, raises
+  :class:`IllegalEvent` and leaves the state unchanged (the step function never mutates its
+  input).
 """
 
 from enum import Enum

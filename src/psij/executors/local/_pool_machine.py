@@ -5,6 +5,9 @@ It decides when a job may start: it knows the machine's capacity (cores, memory,
 disk, GPUs) and what each running job holds; it is driven by events and answers with actions,
 and runs, reads and starts nothing itself.
 
+Events (:meth:`LocalPool.step`): :class:`Arrived`, :class:`Ended`, :class:`Cancel`. Actions:
+:class:`Start`, :class:`Wait`, :class:`Dropped`.
+
 Rules:
 
 - A job's demand is its cores (processes times cores per process), memory, temporary disk and
@@ -22,14 +25,14 @@ Rules:
   starved by narrow ones. Choosing costs one look at the head of one heap.
 - ``Ended`` gives back what a running job held and starts what now fits; ``Cancel`` of a
   waiting job drops it (:class:`Dropped`); an illegal event (unknown job, a job arriving twice,
-  ``Ended`` of a job that is not running, ``Cancel`` of a running one) raises
-  :class:`IllegalEvent` and changes nothing.
+  ``Ended`` of a job that is not running, ``Cancel`` of a running one, an event of a class the
+  pool does not take) raises :class:`IllegalEvent` and changes nothing.
 """
 
 from heapq import heappop, heappush
 from typing import Dict, Hashable, List, Optional, Sequence, Tuple, Union
 
-from psij._machine import IllegalEvent
+from psij._machine import IllegalEvent, StateMachine, handles
 from psij._record import Record
 
 __all__ = ["Amounts", "Arrived", "Cancel", "Dropped", "Ended", "IllegalEvent", "LocalPool",
@@ -95,7 +98,7 @@ Event = Union[Arrived, Ended, Cancel]
 Action = Union[Start, Wait, Dropped]
 
 
-class LocalPool:
+class LocalPool(StateMachine):
     """The pool: ``step(event, now)`` gives the actions (see the module's rules).
 
     ``gpu_ids`` names the ``capacity.gpus`` GPUs (``"0"``, ``"1"``, ... by default)."""
@@ -121,38 +124,45 @@ class LocalPool:
 
     def step(self, event: Event, now: float = 0.0) -> List[Action]:
         """Apply ``event``; the actions to carry out."""
-        if isinstance(event, Arrived):
-            if event.key in self._waiting or event.key in self._running:
-                raise IllegalEvent(f"Arrived: job {event.key!r} is already known")
-            self._arrivals += 1
-            demand, alone = self._clamped(event.demand)
-            self._waiting[event.key] = (self._arrivals, demand, alone)
-            heappush(self._heap, (-event.priority, self._arrivals, event.key))
-            actions = self._start_what_fits()
-            if not any(isinstance(a, Start) and a.key == event.key for a in actions):
-                actions.append(Wait(event.key, len(self._waiting)))
-            return actions
-        if isinstance(event, Ended):
-            entry = self._running.get(event.key)
-            if entry is None:
-                raise IllegalEvent(f"Ended: job {event.key!r} is not running")
-            del self._running[event.key]
-            held, gpus = entry
-            for i, amount in enumerate(held):
-                if amount is not None and self._free[i] is not None:
-                    self._free[i] += amount  # type: ignore[operator]
-            if gpus:
-                self._free_gpus.extend(gpus)
-                self._free_gpus.sort()
-            if self._alone == event.key:
-                self._alone = None
-            return self._start_what_fits()
-        if isinstance(event, Cancel):
-            if event.key not in self._waiting:
-                raise IllegalEvent(f"Cancel: job {event.key!r} is not waiting")
-            del self._waiting[event.key]  # its heap entry is skipped when it comes up
-            return [Dropped(event.key), *self._start_what_fits()]
-        raise IllegalEvent(f"unknown event {event!r}")
+        actions: List[Action] = self.event_handlers[type(event)](self, event)
+        return actions
+
+    @handles(Arrived)
+    def _arrived(self, event: Arrived) -> List[Action]:
+        if event.key in self._waiting or event.key in self._running:
+            raise IllegalEvent(f"Arrived: job {event.key!r} is already known")
+        self._arrivals += 1
+        demand, alone = self._clamped(event.demand)
+        self._waiting[event.key] = (self._arrivals, demand, alone)
+        heappush(self._heap, (-event.priority, self._arrivals, event.key))
+        actions = self._start_what_fits()
+        if not any(isinstance(a, Start) and a.key == event.key for a in actions):
+            actions.append(Wait(event.key, len(self._waiting)))
+        return actions
+
+    @handles(Ended)
+    def _ended(self, event: Ended) -> List[Action]:
+        entry = self._running.get(event.key)
+        if entry is None:
+            raise IllegalEvent(f"Ended: job {event.key!r} is not running")
+        del self._running[event.key]
+        held, gpus = entry
+        for i, amount in enumerate(held):
+            if amount is not None and self._free[i] is not None:
+                self._free[i] += amount  # type: ignore[operator]
+        if gpus:
+            self._free_gpus.extend(gpus)
+            self._free_gpus.sort()
+        if self._alone == event.key:
+            self._alone = None
+        return self._start_what_fits()
+
+    @handles(Cancel)
+    def _cancel(self, event: Cancel) -> List[Action]:
+        if event.key not in self._waiting:
+            raise IllegalEvent(f"Cancel: job {event.key!r} is not waiting")
+        del self._waiting[event.key]  # its heap entry is skipped when it comes up
+        return [Dropped(event.key), *self._start_what_fits()]
 
     def _clamped(self, demand: Amounts) -> Tuple[Amounts, bool]:
         """The demand clamped to the pool, and whether it exceeds the pool anywhere (the job

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from psij._clock import Clock, wall_time
 from psij._lazylog import LazyLogger
+from psij._machine import IllegalEvent
 from psij._record import replace
 from psij.executors.pilot.journal import Journal, ReplayPlan, end_line, kill_leftovers
 from psij.executors.pilot.resources import PoolUsage, ResourcePool, ResourceRequest
@@ -245,7 +246,7 @@ class TaskBooks:
                 known = tuple(a for a in spec.after if a in self._tasks or self._is_group(a))
                 try:
                     self._add(replace(spec, after=known) if known != spec.after else spec)
-                except (KeyError, TypeError, ValueError) as ex:
+                except (KeyError, TypeError, ValueError, IllegalEvent) as ex:
                     logger.warning("pilot journal: task %r cannot be resumed: %s", name, ex)
                     continue
                 if name in canceled:

@@ -270,7 +270,8 @@ class PilotEngine(EngineOutput):
         self._wake()
 
     def forget(self, task_id: str) -> None:
-        """Drop an ended task so its name can be used again."""
+        """Drop an ended task so its name can be used again (``IllegalEvent`` for a task that
+        has not ended, or that the pilot does not know)."""
         with self._lock:
             self._scheduler.forget(task_id)
             task = self._tasks.pop(task_id)

@@ -30,8 +30,17 @@ Rules:
   ends CANCELED unless it reports success. Cancelling a WAITING or QUEUED task ends it at once;
   cancelling a RUNNING one only records the request (the caller stops the process and then
   calls ``finished``); cancelling an ended task does nothing.
-- An illegal call (unknown task, duplicate name, ``finished`` on a task that is not running,
-  ``forget`` on a task that has not ended) raises ``ValueError`` and changes nothing.
+- The calls that change the books are the machine's events: :meth:`Scheduler.submit` and
+  :meth:`Scheduler.record_succeeded` (a task arrives), :meth:`Scheduler.schedule` (place what
+  fits), :meth:`Scheduler.finished`, :meth:`Scheduler.cancel`, :meth:`Scheduler.lose_node`
+  and :meth:`Scheduler.forget`; the actions are their answers (:class:`Placement` for each
+  task started, :class:`Transition` for each task ended).
+- An event the scheduler cannot accept in its state (a name or group already used, a
+  dependency it does not know, ``finished``, ``cancel`` or ``forget`` of a task it does not
+  know, ``finished`` on a task that is not running, ``forget`` on a task that has not ended)
+  raises ``psij._machine.IllegalEvent`` and changes nothing. A value that is wrong
+  whatever the state (an empty name, a flag that is not a bool) raises ``ValueError`` or
+  ``TypeError``, as does a query (:meth:`Scheduler.state`, ...) about an unknown task.
 """
 
 import re
@@ -40,6 +49,7 @@ from heapq import heapify, heappop, heappush
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from psij import _check
+from psij._machine import IllegalEvent
 from psij._record import Record
 from psij.executors.pilot._shape_queue import ShapeQueue
 from psij.executors.pilot._task_state import TaskState
@@ -233,8 +243,8 @@ class Scheduler:
         _check.instance("request", request, TaskRequest, "TaskRequest", False)
         name = request.name
         self._check_new(name, request.group)
+        dependencies = self._dependencies(request.after)  # before a shape queue is made
         bucket = self._bucket(request.resources)
-        dependencies = self._dependencies(request.after)
 
         task = _Task(name, request.priority, request.group, bucket, self._seq)
         self._seq += 1
@@ -266,7 +276,7 @@ class Scheduler:
     def record_succeeded(self, task_id: str, group: Optional[str] = None) -> None:
         """Register a task that already SUCCEEDED elsewhere (in an earlier run of the pilot),
         as a member of ``group`` if given, so that tasks submitted after it may depend on it or
-        on its group. It takes no resources and is never placed. Raises ``ValueError`` as
+        on its group. It takes no resources and is never placed. Raises ``IllegalEvent`` as
         :meth:`submit` does for a name or group already used otherwise."""
         _check.req_str("task_id", task_id)
         if task_id == "":
@@ -343,13 +353,12 @@ class Scheduler:
         Returns the tasks that reached a final state: this one first, then the dependents
         that became OMITTED.
         """
-        task = self._tasks.get(task_id)
-        if task is None:
-            raise ValueError(f"task_id: {task_id!r} is not a task of this scheduler")
+        task = self._known(task_id)
         if succeeded is not True and succeeded is not False:
             raise _check.fail_type("succeeded", succeeded, "bool")
         if task.state is not _RUNNING:
-            raise ValueError(f"finished: task {task_id!r} is {task.state.value}, not RUNNING")
+            raise IllegalEvent(f"finished: task {task_id!r} is {task.state.value}, "
+                               f"not RUNNING")
         assert task.placement is not None
         self._pool.release(task.placement.shares)
         self._release_epoch += 1
@@ -371,7 +380,7 @@ class Scheduler:
 
     def cancel(self, task_id: str) -> List[Transition]:
         """Cancel a task (see the module rules); returns the tasks that reached a final state."""
-        task = self._task(task_id)
+        task = self._known(task_id)
         if task.state.final:
             return []
         if task.state is TaskState.RUNNING:
@@ -419,10 +428,10 @@ class Scheduler:
 
     def forget(self, task_id: str) -> None:
         """Drop an ended task, so that its name can be used again (QCG's ``removeJob``)."""
-        task = self._task(task_id)
+        task = self._known(task_id)
         if not task.state.final:
-            raise ValueError(f"forget: task {task_id!r} is {task.state.value}; only ended "
-                             f"tasks can be forgotten")
+            raise IllegalEvent(f"forget: task {task_id!r} is {task.state.value}; only ended "
+                               f"tasks can be forgotten")
         del self._tasks[task_id]
         self._counts[task.state] -= 1
         if task.group is not None:
@@ -434,21 +443,29 @@ class Scheduler:
     # -- internals --------------------------------------------------------------------------
 
     def _task(self, task_id: str) -> _Task:
+        """The task a query names (ValueError: a bad argument)."""
         task = self._tasks.get(task_id)
         if task is None:
             raise ValueError(f"task_id: {task_id!r} is not a task of this scheduler")
         return task
 
+    def _known(self, task_id: str) -> _Task:
+        """The task an event names (IllegalEvent: not one of this scheduler's)."""
+        task = self._tasks.get(task_id)
+        if task is None:
+            raise IllegalEvent(f"task_id: {task_id!r} is not a task of this scheduler")
+        return task
+
     def _check_new(self, name: str, group: Optional[str]) -> None:
         """Raise unless ``name`` may name a new task of ``group``."""
         if name in self._tasks:
-            raise ValueError(f"TaskRequest.name: {name!r} is already a task of this scheduler; "
-                             f"task names must be unique")
+            raise IllegalEvent(f"TaskRequest.name: {name!r} is already a task of this "
+                               f"scheduler; task names must be unique")
         if name in self._groups:
-            raise ValueError(f"TaskRequest.name: {name!r} is already the name of an iteration "
-                             f"group")
+            raise IllegalEvent(f"TaskRequest.name: {name!r} is already the name of an "
+                               f"iteration group")
         if group is not None and group in self._tasks:
-            raise ValueError(f"TaskRequest.group: {group!r} is already the name of a task")
+            raise IllegalEvent(f"TaskRequest.group: {group!r} is already the name of a task")
 
     def _bucket(self, request: ResourceRequest) -> ShapeQueue:
         shape = self._shapes.get(request)
@@ -470,8 +487,8 @@ class Scheduler:
             elif name in self._groups:
                 names = self._groups[name]
             else:
-                raise ValueError(f"TaskRequest.after: {name!r} is neither a task nor an "
-                                 f"iteration group known to this scheduler")
+                raise IllegalEvent(f"TaskRequest.after: {name!r} is neither a task nor an "
+                                   f"iteration group known to this scheduler")
             for member in names:
                 if member not in seen:
                     seen.add(member)
