@@ -26,7 +26,13 @@ from psij.executors.pilot.resources import (
     ResourceRequest,
     Shape,
 )
-from psij.executors.pilot.scheduler import Scheduler, TaskRequest
+from psij.executors.pilot.scheduler import (
+    SCHEDULE,
+    Scheduler,
+    TaskFinished,
+    TaskRequest,
+    TaskSubmitted,
+)
 
 GIB = 1 << 30
 
@@ -68,11 +74,11 @@ def run_ours(requests: List[TaskRequest], cycles: int, chunks: int) -> Dict[str,
     gc.collect()
     start = time.perf_counter()
     for request in requests:
-        scheduler.submit(request)
+        scheduler.step(TaskSubmitted(request))
     submit_s = time.perf_counter() - start
 
     start = time.perf_counter()
-    running: Deque[str] = deque(p.task_id for p in scheduler.schedule())
+    running: Deque[str] = deque(p.task_id for p in scheduler.step(SCHEDULE))
     fill_s = time.perf_counter() - start
     filled = len(running)
 
@@ -90,9 +96,9 @@ def run_ours(requests: List[TaskRequest], cycles: int, chunks: int) -> Dict[str,
         placed_in_chunk = 0
         for _ in range(cycles // chunks):
             t0 = clock()
-            scheduler.finished(running.popleft(), True)
+            scheduler.step(TaskFinished(running.popleft(), True))
             t1 = clock()
-            placed = scheduler.schedule()
+            placed = scheduler.step(SCHEDULE)
             t2 = clock()
             finish_s += t1 - t0
             schedule_s += t2 - t1
@@ -108,9 +114,9 @@ def run_ours(requests: List[TaskRequest], cycles: int, chunks: int) -> Dict[str,
     print(f"  submit:           {submit_s / len(requests) * 1e6:7.2f} us per task")
     print(f"  initial fill:     {fill_s / max(filled, 1) * 1e6:7.2f} us per decision "
           f"({filled} tasks started on the empty pool)")
-    print(f"  schedule():       {statistics.median(per_decision):7.2f} us per decision "
+    print(f"  Schedule:         {statistics.median(per_decision):7.2f} us per decision "
           f"(median of {chunks} chunks; best {min(per_decision):.2f})")
-    print(f"  finished()+schedule(): {statistics.median(per_cycle):7.2f} us per task "
+    print(f"  TaskFinished+Schedule: {statistics.median(per_cycle):7.2f} us per task "
           f"(best {min(per_cycle):.2f}; {decisions} decisions, {waiting} still queued)")
     print(f"  work per pass:    {(stats.heads_examined - heads_before) / calls:7.2f} shape heads, "
           f"{(stats.fit_checks - checks_before) / calls:.2f} fit checks")

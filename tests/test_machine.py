@@ -8,7 +8,7 @@ import collections
 import logging
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -28,7 +28,7 @@ from psij.controller import (
 from psij.executors.batch import _holding, _tracking
 from psij.executors.local import _pool_machine as _local_pool
 from psij.executors.pilot import scheduler as _scheduler
-from psij.executors.pilot.resources import ResourcePool
+from psij.executors.pilot.resources import ResourcePool, ResourceRequest
 from psij.flows.machine import FlowConfig, FlowMachine
 from psij.supervise import Settings, Supervisor
 
@@ -61,7 +61,7 @@ def test_every_machine_raises_the_one_class() -> None:
         pool.step(_local_pool.Ended("never-arrived"))
     tasks = _scheduler.Scheduler(ResourcePool.uniform(1, 1))
     with pytest.raises(IllegalEvent, match="'ghost' is not a task"):
-        tasks.finished("ghost", True)
+        tasks.step(_scheduler.TaskFinished("ghost", True))
 
 
 # -- the helper ------------------------------------------------------------------------------
@@ -175,33 +175,54 @@ def _supervisor() -> Supervisor:
     return machine
 
 
+def _task_scheduler() -> _scheduler.Scheduler:
+    machine = _scheduler.Scheduler(ResourcePool.uniform(2, 2))
+    for name, cores, after in (("a", 2, ()), ("b", 2, ()), ("c", 1, ("a",)), ("d", 4, ())):
+        request = ResourceRequest.from_qcg({"exact": cores})
+        machine.step(_scheduler.TaskSubmitted(_scheduler.TaskRequest(name, request,
+                                                                     after=after)))
+    machine.step(_scheduler.SucceededBefore("done", "it"))
+    machine.step(_scheduler.SCHEDULE)
+    return machine
+
+
 # (machine class, a machine with some state, its step as a function of one event)
 MACHINES: List[Tuple[type, Callable[[], Any], Callable[[Any, Any], Any]]] = [
     (_holding.Holding, _holding_machine, lambda m, e: m.step(e)),
     (_local_pool.LocalPool, _pool_machine, lambda m, e: m.step(e)),
     (Supervisor, _supervisor, lambda m, e: m.step(e, 2.0)),
+    (_scheduler.Scheduler, _task_scheduler, lambda m, e: m.step(e)),
 ]
 
 
-def _snapshot(value: Any, depth: int = 0) -> Any:
-    """A machine's state as plain values, to compare before and after a step."""
+def _snapshot(value: Any, depth: int = 0, seen: Optional[Dict[int, int]] = None) -> Any:
+    """A machine's state as plain values, to compare before and after a step; an object met
+    again (the pilot scheduler's queues and tasks point at each other) is shown by the
+    order in which it was first met."""
     assert depth < 12
+    if seen is None:
+        seen = {}
+    if type(value).__module__.startswith("psij.") and not isinstance(value, Enum) \
+            and not hasattr(value, "_fields"):
+        if id(value) in seen:
+            return ("seen", seen[id(value)])
+        seen[id(value)] = len(seen)
     if isinstance(value, Enum):
         return value
     if isinstance(value, dict):
-        return {k: _snapshot(v, depth + 1) for k, v in value.items()}
+        return {k: _snapshot(v, depth + 1, seen) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset, collections.deque)):
-        items = [_snapshot(v, depth + 1) for v in value]
+        items = [_snapshot(v, depth + 1, seen) for v in value]
         return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
     if callable(value):
         return "callable"
     slots = getattr(type(value), "__slots__", None)
     if slots is not None and not hasattr(value, "__dict__"):
         return (type(value).__name__,
-                {s: _snapshot(getattr(value, s), depth + 1) for s in slots})
+                {s: _snapshot(getattr(value, s), depth + 1, seen) for s in slots})
     if hasattr(value, "__dict__") and type(value).__module__.startswith("psij.") \
             and not hasattr(value, "_fields"):
-        return (type(value).__name__, _snapshot(vars(value), depth + 1))
+        return (type(value).__name__, _snapshot(vars(value), depth + 1, seen))
     return value
 
 
@@ -271,3 +292,14 @@ def test_every_class_with_a_step_is_a_machine_in_the_list_or_said_not_to_be() ->
                 f"{cls.__name__}" for cls, _, _ in MACHINES}
     machines.add("flows/machine.py:FlowMachine")
     assert found == machines | set(NOT_MACHINES)
+
+
+def test_the_pilot_schedulers_events_are_exactly_its_table() -> None:
+    events = set(_scheduler.Event.__args__)  # type: ignore[attr-defined]
+    assert set(_scheduler.Scheduler.event_handlers) == events
+    # Every event but Schedule answers with transitions, Schedule with placements.
+    machine = _task_scheduler()
+    assert machine.step(_scheduler.SCHEDULE) == []  # the pool is full
+    assert machine.step(_scheduler.TaskFinished("a", True)) == [
+        _scheduler.Transition("a", _scheduler.TaskState.SUCCEEDED)]
+    assert [p.task_id for p in machine.step(_scheduler.SCHEDULE)] == ["c"]

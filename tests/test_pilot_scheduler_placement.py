@@ -13,7 +13,16 @@ from hypothesis import strategies as st
 
 from psij.executors.pilot._task_state import TaskState
 from psij.executors.pilot.resources import Amount, NodeSpec, ResourcePool, ResourceRequest
-from psij.executors.pilot.scheduler import Placement, Scheduler, TaskRequest
+from psij.executors.pilot.scheduler import (
+    SCHEDULE,
+    CancelAsked,
+    NodeLost,
+    Placement,
+    Scheduler,
+    TaskFinished,
+    TaskRequest,
+    TaskSubmitted,
+)
 from support.pilot_tasks import FAILED, GIB, QUEUED, RUNNING, WAITING, cores, spec, started, task
 
 
@@ -83,9 +92,9 @@ def test_impossible_ranges_are_refused_when_built() -> None:
 
 def test_exact_cores_spread_over_nodes_and_take_the_lowest_free_ids() -> None:
     scheduler = Scheduler(ResourcePool.uniform(2, 4))
-    scheduler.submit(task("a", cores(3)))
-    scheduler.submit(task("b", cores(3)))
-    assert started(scheduler.schedule()) == ["a", "b"]
+    scheduler.step(TaskSubmitted(task("a", cores(3))))
+    scheduler.step(TaskSubmitted(task("b", cores(3))))
+    assert started(scheduler.step(SCHEDULE)) == ["a", "b"]
     assert core_ids(scheduler.placement("a")) == {"node0": (0, 1, 2)}
     assert core_ids(scheduler.placement("b")) == {"node0": (3,), "node1": (0, 1)}
     placement = scheduler.placement("b")
@@ -96,63 +105,64 @@ def test_exact_cores_spread_over_nodes_and_take_the_lowest_free_ids() -> None:
 
 def test_min_max_takes_the_most_that_is_free_now() -> None:
     scheduler = Scheduler(ResourcePool.uniform(2, 4))
-    scheduler.submit(task("three", cores(3)))
-    scheduler.schedule()
-    scheduler.submit(task("range", ResourceRequest.from_qcg({"min": 2, "max": 8})))
-    (placement,) = scheduler.schedule()
+    scheduler.step(TaskSubmitted(task("three", cores(3))))
+    scheduler.step(SCHEDULE)
+    scheduler.step(TaskSubmitted(task("range", ResourceRequest.from_qcg({"min": 2, "max": 8}))))
+    (placement,) = scheduler.step(SCHEDULE)
     assert placement.task_id == "range" and placement.core_count == 5
     # The maximum caps what is taken even on an empty pool.
     fresh = Scheduler(ResourcePool.uniform(2, 4))
-    fresh.submit(task("capped", ResourceRequest.from_qcg({"min": 1, "max": 3})))
-    assert fresh.schedule()[0].core_count == 3
+    fresh.step(TaskSubmitted(task("capped", ResourceRequest.from_qcg({"min": 1, "max": 3}))))
+    assert fresh.step(SCHEDULE)[0].core_count == 3
 
 
 def test_min_max_waits_below_its_minimum_and_starts_when_enough_is_released() -> None:
     scheduler = Scheduler(ResourcePool.uniform(1, 4))
-    scheduler.submit(task("hog", cores(3)))
-    scheduler.submit(task("range", ResourceRequest.from_qcg({"min": 2, "max": 4})))
-    assert started(scheduler.schedule()) == ["hog"]
+    scheduler.step(TaskSubmitted(task("hog", cores(3))))
+    scheduler.step(TaskSubmitted(task("range", ResourceRequest.from_qcg({"min": 2, "max": 4}))))
+    assert started(scheduler.step(SCHEDULE)) == ["hog"]
     assert scheduler.state("range") is QUEUED
-    scheduler.finished("hog", True)
-    assert [p.core_count for p in scheduler.schedule()] == [4]
+    scheduler.step(TaskFinished("hog", True))
+    assert [p.core_count for p in scheduler.step(SCHEDULE)] == [4]
 
 
 def test_split_into_caps_each_task_at_the_total_divided() -> None:
     scheduler = Scheduler(ResourcePool.uniform(2, 8))  # 16 cores: chunks of 4
     request = ResourceRequest.from_qcg({"min": 2, "split-into": 4})
     for i in range(5):
-        scheduler.submit(task(f"chunk{i}", request))
-    placements = scheduler.schedule()
+        scheduler.step(TaskSubmitted(task(f"chunk{i}", request)))
+    placements = scheduler.step(SCHEDULE)
     assert [p.core_count for p in placements] == [4, 4, 4, 4]
     assert scheduler.state("chunk4") is QUEUED
     # With fewer cores free than a chunk but at least the minimum, the chunk shrinks.
-    scheduler.finished("chunk0", True)
+    scheduler.step(TaskFinished("chunk0", True))
     hog = Scheduler(ResourcePool.uniform(1, 16))
-    hog.submit(task("hog", cores(13)))
-    hog.submit(task("chunk", request))
-    assert [p.core_count for p in hog.schedule()] == [13, 3]
+    hog.step(TaskSubmitted(task("hog", cores(13))))
+    hog.step(TaskSubmitted(task("chunk", request)))
+    assert [p.core_count for p in hog.step(SCHEDULE)] == [13, 3]
 
 
 def test_split_into_never_goes_below_the_minimum() -> None:
     scheduler = Scheduler(ResourcePool.uniform(1, 4))  # 4 / 8 = 0 < min 2
-    scheduler.submit(task("t", ResourceRequest.from_qcg({"min": 2, "split-into": 8})))
-    assert scheduler.schedule()[0].core_count == 2
+    scheduler.step(TaskSubmitted(task("t", ResourceRequest.from_qcg({"min": 2, "split-into": 8}))))
+    assert scheduler.step(SCHEDULE)[0].core_count == 2
 
 
 def test_split_into_on_nodes_divides_the_node_count() -> None:
     scheduler = Scheduler(ResourcePool.uniform(4, 2))
     request = ResourceRequest.from_qcg(None, {"min": 1, "split-into": 2})
-    scheduler.submit(task("a", request))
-    scheduler.submit(task("b", request))
-    placements = scheduler.schedule()
+    scheduler.step(TaskSubmitted(task("a", request)))
+    scheduler.step(TaskSubmitted(task("b", request)))
+    placements = scheduler.step(SCHEDULE)
     assert [p.nodes for p in placements] == [("node0", "node1"), ("node2", "node3")]
 
 
 def test_qcg_num_nodes_alone_takes_whole_idle_nodes() -> None:
     scheduler = Scheduler(ResourcePool.uniform(3, 4))
-    scheduler.submit(task("small", cores(1)))
-    scheduler.submit(task("nodes", ResourceRequest.from_qcg(None, {"min": 1, "max": 3})))
-    small, nodes = scheduler.schedule()
+    scheduler.step(TaskSubmitted(task("small", cores(1))))
+    scheduler.step(TaskSubmitted(task("nodes",
+                                      ResourceRequest.from_qcg(None, {"min": 1, "max": 3}))))
+    small, nodes = scheduler.step(SCHEDULE)
     assert small.nodes == ("node0",)
     assert nodes.nodes == ("node1", "node2")  # node0 is not idle
     assert all(len(share.cores) == 4 and share.processes == 4 for share in nodes.shares)
@@ -160,19 +170,20 @@ def test_qcg_num_nodes_alone_takes_whole_idle_nodes() -> None:
 
 def test_qcg_cores_per_node_with_node_range_prefers_the_nodes_with_most_room() -> None:
     scheduler = Scheduler(ResourcePool.uniform(3, 4))
-    scheduler.submit(task("filler", cores(3)))  # node0 keeps 1 free core
-    scheduler.schedule()
-    scheduler.submit(task("t", ResourceRequest.from_qcg({"min": 1, "max": 4},
-                                                        {"min": 1, "max": 2})))
-    (placement,) = scheduler.schedule()
+    scheduler.step(TaskSubmitted(task("filler", cores(3))))  # node0 keeps 1 free core
+    scheduler.step(SCHEDULE)
+    scheduler.step(TaskSubmitted(task("t", ResourceRequest.from_qcg({"min": 1, "max": 4},
+                                                                    {"min": 1, "max": 2}))))
+    (placement,) = scheduler.step(SCHEDULE)
     assert placement.nodes == ("node1", "node2")
     assert [share.processes for share in placement.shares] == [4, 4]
 
 
 def test_node_count_and_processes_per_node_are_exact_and_memory_is_split_per_node() -> None:
     scheduler = Scheduler(ResourcePool.uniform(3, 4, memory=8 * GIB))
-    scheduler.submit(task("mpi", spec(node_count=2, processes_per_node=3, memory=6 * GIB)))
-    (placement,) = scheduler.schedule()
+    scheduler.step(TaskSubmitted(task("mpi", spec(node_count=2, processes_per_node=3,
+                                                  memory=6 * GIB))))
+    (placement,) = scheduler.step(SCHEDULE)
     assert [(s.node, s.processes, len(s.cores), s.memory) for s in placement.shares] == [
         ("node0", 3, 3, 3 * GIB), ("node1", 3, 3, 3 * GIB)]
     # A total that does not divide evenly is rounded up per process.
@@ -181,67 +192,68 @@ def test_node_count_and_processes_per_node_are_exact_and_memory_is_split_per_nod
 
 def test_a_node_leaves_enough_processes_for_the_nodes_still_needed() -> None:
     scheduler = Scheduler(ResourcePool.uniform(2, 4))
-    scheduler.submit(task("t", ResourceRequest(processes=Amount.exact(3),
-                                               nodes=Amount.exact(2))))
-    (placement,) = scheduler.schedule()
+    scheduler.step(TaskSubmitted(task("t", ResourceRequest(processes=Amount.exact(3),
+                                                           nodes=Amount.exact(2)))))
+    (placement,) = scheduler.step(SCHEDULE)
     assert [(s.node, s.processes) for s in placement.shares] == [("node0", 2), ("node1", 1)]
 
 
 def test_processes_per_node_alone_fills_nodes_up_to_that_count() -> None:
     scheduler = Scheduler(ResourcePool.uniform(3, 4))
     # ResourceSpecV1 refuses 5 processes at 2 per node; a request can still ask for it.
-    scheduler.submit(task("t", ResourceRequest(processes=Amount.exact(5), nodes=Amount.exact(3),
-                                               processes_per_node=Amount(1, 2))))
-    (placement,) = scheduler.schedule()
+    scheduler.step(TaskSubmitted(task("t", ResourceRequest(processes=Amount.exact(5),
+                                                           nodes=Amount.exact(3),
+                                                           processes_per_node=Amount(1, 2)))))
+    (placement,) = scheduler.step(SCHEDULE)
     assert [s.processes for s in placement.shares] == [2, 2, 1]
 
 
 def test_exclusive_nodes_wait_for_an_idle_node_and_hold_all_of_it() -> None:
     pool = ResourcePool.uniform(2, 4, memory=4 * GIB, gpus=2, custom={"lic": 1})
     scheduler = Scheduler(pool)
-    scheduler.submit(task("a", cores(1)))
-    scheduler.submit(task("b", spec(process_count=1, node_count=1)))
-    scheduler.submit(task("c", cores(1)))
+    scheduler.step(TaskSubmitted(task("a", cores(1))))
+    scheduler.step(TaskSubmitted(task("b", spec(process_count=1, node_count=1))))
+    scheduler.step(TaskSubmitted(task("c", cores(1))))
     # a on node0, b needs 1 core per node and node0 has room: it goes there too.
-    scheduler.schedule()
-    scheduler.finished("c", True)
-    scheduler.finished("b", True)
-    scheduler.submit(task("x", spec(process_count=1, exclusive_node_use=True)))
-    (placement,) = scheduler.schedule()
+    scheduler.step(SCHEDULE)
+    scheduler.step(TaskFinished("c", True))
+    scheduler.step(TaskFinished("b", True))
+    scheduler.step(TaskSubmitted(task("x", spec(process_count=1, exclusive_node_use=True))))
+    (placement,) = scheduler.step(SCHEDULE)
     assert placement.nodes == ("node1",)
     (share,) = placement.shares
     assert share.cores == (0, 1, 2, 3) and share.gpus == (0, 1)
     assert share.memory == 4 * GIB and dict(share.custom) == {"lic": 1}
     assert share.processes == 1
-    scheduler.submit(task("y", spec(process_count=1, exclusive_node_use=True)))
-    assert scheduler.schedule() == []  # node0 still runs a
-    scheduler.finished("a", True)
-    assert started(scheduler.schedule()) == ["y"]
+    scheduler.step(TaskSubmitted(task("y", spec(process_count=1, exclusive_node_use=True))))
+    assert scheduler.step(SCHEDULE) == []  # node0 still runs a
+    scheduler.step(TaskFinished("a", True))
+    assert started(scheduler.step(SCHEDULE)) == ["y"]
 
 
 def test_memory_limits_what_shares_a_node() -> None:
     scheduler = Scheduler(ResourcePool.uniform(2, 8, memory=8 * GIB))
     for name in "abc":
-        scheduler.submit(task(name, spec(process_count=1, memory=6 * GIB)))
-    placements = scheduler.schedule()
+        scheduler.step(TaskSubmitted(task(name, spec(process_count=1, memory=6 * GIB))))
+    placements = scheduler.step(SCHEDULE)
     assert [(p.task_id, p.nodes) for p in placements] == [("a", ("node0",)),
                                                           ("b", ("node1",))]
     assert scheduler.state("c") is QUEUED and scheduler.pool.usage().free_cores == 14
-    scheduler.finished("a", True)
-    assert started(scheduler.schedule()) == ["c"]
+    scheduler.step(TaskFinished("a", True))
+    assert started(scheduler.step(SCHEDULE)) == ["c"]
 
 
 def test_gpus_are_given_by_id_and_limit_placement() -> None:
     scheduler = Scheduler(ResourcePool.uniform(1, 8, gpus=3))
-    scheduler.submit(task("two", spec(process_count=1, gpu_cores_per_process=2)))
-    scheduler.submit(task("one", spec(process_count=1, gpu_cores_per_process=1)))
-    scheduler.submit(task("more", spec(process_count=1, gpu_cores_per_process=1)))
-    placements = scheduler.schedule()
+    scheduler.step(TaskSubmitted(task("two", spec(process_count=1, gpu_cores_per_process=2))))
+    scheduler.step(TaskSubmitted(task("one", spec(process_count=1, gpu_cores_per_process=1))))
+    scheduler.step(TaskSubmitted(task("more", spec(process_count=1, gpu_cores_per_process=1))))
+    placements = scheduler.step(SCHEDULE)
     assert [(p.task_id, p.shares[0].gpus) for p in placements] == [("two", (0, 1)),
                                                                    ("one", (2,))]
     assert scheduler.state("more") is QUEUED
-    scheduler.finished("two", True)
-    assert [p.shares[0].gpus for p in scheduler.schedule()] == [(0,)]
+    scheduler.step(TaskFinished("two", True))
+    assert [p.shares[0].gpus for p in scheduler.step(SCHEDULE)] == [(0,)]
 
 
 def test_custom_resources_are_counted_per_node_used() -> None:
@@ -249,14 +261,14 @@ def test_custom_resources_are_counted_per_node_used() -> None:
                                         NodeSpec("b", 4, custom={"lic": 1})]))
     licensed = ResourceRequest(custom={"lic": 1})
     for name in ("x", "y", "z"):
-        scheduler.submit(task(name, licensed))
-    placements = scheduler.schedule()
+        scheduler.step(TaskSubmitted(task(name, licensed)))
+    placements = scheduler.step(SCHEDULE)
     assert [(p.task_id, p.nodes, dict(p.shares[0].custom)) for p in placements] == [
         ("x", ("a",), {"lic": 1}), ("y", ("b",), {"lic": 1})]
     assert scheduler.state("z") is QUEUED
     assert dict(scheduler.pool.node_usage("a").free_custom) == {"lic": 0}
-    scheduler.finished("x", True)
-    assert started(scheduler.schedule()) == ["z"]
+    scheduler.step(TaskFinished("x", True))
+    assert started(scheduler.step(SCHEDULE)) == ["z"]
 
 
 # -- never fitting ----------------------------------------------------------------------------
@@ -273,20 +285,20 @@ def test_custom_resources_are_counted_per_node_used() -> None:
 def test_a_task_that_can_never_fit_fails_at_once_saying_why(resources: ResourceRequest,
                                                             asked: str) -> None:
     scheduler = Scheduler(ResourcePool.uniform(2, 4, memory=8 * GIB))
-    scheduler.submit(task("big", resources))
+    scheduler.step(TaskSubmitted(task("big", resources)))
     assert scheduler.state("big") is FAILED
     message = scheduler.message("big")
     assert message is not None
     assert "'big'" in message and asked in message and "never fit" in message
     assert "2 nodes: node0 (4 cores, 8 GiB), node1 (4 cores, 8 GiB)" in message
-    assert scheduler.schedule() == []
+    assert scheduler.step(SCHEDULE) == []
     assert scheduler.counts()[FAILED] == 1 and scheduler.counts()[QUEUED] == 0
 
 
 def test_a_large_pool_is_summarised_in_the_message() -> None:
     scheduler = Scheduler(ResourcePool([NodeSpec(f"n{i}", 4 + i, custom={"lic": i})
                                         for i in range(6)]))
-    scheduler.submit(task("big", cores(100)))
+    scheduler.step(TaskSubmitted(task("big", cores(100))))
     assert scheduler.message("big") == (
         "task 'big' asks for 100 processes of 1 core on any number of nodes, which can never "
         "fit: the pool has 6 nodes, 39 cores in total; the largest is n5 (9 cores, lic=5); "
@@ -295,8 +307,8 @@ def test_a_large_pool_is_summarised_in_the_message() -> None:
 
 def test_a_never_fitting_task_fails_even_while_its_dependencies_run() -> None:
     scheduler = Scheduler(ResourcePool.uniform(1, 2))
-    scheduler.submit(task("first"))
-    scheduler.submit(task("huge", cores(3), after=("first",)))
+    scheduler.step(TaskSubmitted(task("first")))
+    scheduler.step(TaskSubmitted(task("huge", cores(3), after=("first",))))
     assert scheduler.state("huge") is FAILED
 
 
@@ -307,73 +319,77 @@ def test_a_lost_node_gets_no_more_tasks_and_keeps_what_its_tasks_held() -> None:
     pool = ResourcePool.uniform(3, 2, gpus=1)
     scheduler = Scheduler(pool)
     for name in ("a", "b", "c"):
-        scheduler.submit(task(name, cores(2)))
-    assert [p.nodes for p in scheduler.schedule()] == [("node0",), ("node1",), ("node2",)]
-    assert scheduler.lose_node("node1", "its agent died") == []
+        scheduler.step(TaskSubmitted(task(name, cores(2))))
+    assert [p.nodes for p in scheduler.step(SCHEDULE)] == [("node0",), ("node1",), ("node2",)]
+    assert scheduler.step(NodeLost("node1", "its agent died")) == []
     assert pool.lost_nodes == {"node1": "its agent died"}
     assert pool.free_totals() == (0, 2, 0)  # node1's GPU went with it
-    scheduler.finished("b", False)  # the task that ran there: its cores are not given back
+    # The task that ran there: its cores are not given back.
+    scheduler.step(TaskFinished("b", False))
     assert pool.free_totals() == (0, 2, 0)
     assert pool.node_usage("node1").free_cores == () and not pool.node_usage("node1").idle
     for name in ("d", "e", "f"):
-        scheduler.submit(task(name, cores(1)))
-    scheduler.finished("a", True)
-    scheduler.finished("c", True)
+        scheduler.step(TaskSubmitted(task(name, cores(1))))
+    scheduler.step(TaskFinished("a", True))
+    scheduler.step(TaskFinished("c", True))
     assert pool.free_totals() == (4, 2, 2)
-    placed = scheduler.schedule()
+    placed = scheduler.step(SCHEDULE)
     assert [p.nodes for p in placed] == [("node0",), ("node0",), ("node2",)]
-    scheduler.lose_node("node1", "again")  # a second loss changes nothing
+    scheduler.step(NodeLost("node1", "again"))  # a second loss changes nothing
     assert pool.lost_nodes == {"node1": "its agent died"}
 
 
 def test_tasks_that_no_longer_fit_after_a_loss_fail_saying_which_node_is_lost() -> None:
     pool = ResourcePool.uniform(2, 2)
     scheduler = Scheduler(pool)
-    scheduler.submit(task("busy", cores(4)))
-    scheduler.schedule()
-    scheduler.submit(task("wide", cores(4)))  # queued behind busy
-    scheduler.submit(task("after", cores(3), after=("busy",)))  # waiting
-    scheduler.submit(task("then", cores(1), after=("wide",)))
-    scheduler.submit(task("small", cores(2)))
-    ended = scheduler.lose_node("node1", "its agent's connection closed")
+    scheduler.step(TaskSubmitted(task("busy", cores(4))))
+    scheduler.step(SCHEDULE)
+    scheduler.step(TaskSubmitted(task("wide", cores(4))))  # queued behind busy
+    scheduler.step(TaskSubmitted(task("after", cores(3), after=("busy",))))  # waiting
+    scheduler.step(TaskSubmitted(task("then", cores(1), after=("wide",))))
+    scheduler.step(TaskSubmitted(task("small", cores(2))))
+    ended = scheduler.step(NodeLost("node1", "its agent's connection closed"))
     assert [(t.task_id, t.state) for t in ended] == [
         ("wide", FAILED), ("then", TaskState.OMITTED), ("after", FAILED)]
     message = scheduler.message("wide") or ""
     assert message.startswith("task 'wide' asks for ") and "can no longer fit" in message
     assert message.endswith("node node1 is lost: its agent's connection closed")
     assert scheduler.state("small") is QUEUED and scheduler.shape_count() == 1
-    scheduler.finished("busy", True)
-    assert started(scheduler.schedule()) == ["small"]
+    scheduler.step(TaskFinished("busy", True))
+    assert started(scheduler.step(SCHEDULE)) == ["small"]
     assert scheduler.placement("small").nodes == ("node0",)  # type: ignore[union-attr]
-    scheduler.submit(task("late", cores(3)))  # never fits now, and says why
-    assert scheduler.state("late") is FAILED
+    # It never fits now, and says why: the submission's action.
+    (ended,) = scheduler.step(TaskSubmitted(task("late", cores(3))))
+    assert (ended.task_id, ended.state) == ("late", FAILED)
+    assert scheduler.state("late") is FAILED and scheduler.message("late") == ended.message
     assert "can never fit" in (scheduler.message("late") or "")
     assert "node node1 is lost: its agent's connection closed" in (scheduler.message("late")
                                                                    or "")
     with pytest.raises(ValueError, match="node: 'node9' is not in this pool"):
-        scheduler.lose_node("node9", "why")
+        scheduler.step(NodeLost("node9", "why"))
 
 
 def test_an_exclusive_task_never_takes_a_lost_idle_node() -> None:
     pool = ResourcePool.uniform(2, 1)
     scheduler = Scheduler(pool)
-    scheduler.lose_node("node0", "gone")
+    scheduler.step(NodeLost("node0", "gone"))
     assert pool.free_totals() == (1, 0, 1)
-    scheduler.submit(task("x", spec(exclusive_node_use=True)))
-    assert [p.nodes for p in scheduler.schedule()] == [("node1",)]
-    scheduler.submit(task("y", spec(exclusive_node_use=True)))
-    assert scheduler.state("y") is QUEUED and scheduler.schedule() == []
+    scheduler.step(TaskSubmitted(task("x", spec(exclusive_node_use=True))))
+    assert [p.nodes for p in scheduler.step(SCHEDULE)] == [("node1",)]
+    scheduler.step(TaskSubmitted(task("y", spec(exclusive_node_use=True))))
+    assert scheduler.state("y") is QUEUED and scheduler.step(SCHEDULE) == []
 
 
 def test_requests_that_resolve_alike_share_one_queue() -> None:
     scheduler = Scheduler(ResourcePool.uniform(1, 2))
-    scheduler.submit(task("blocker", cores(2)))
-    scheduler.schedule()
-    scheduler.submit(task("qcg", ResourceRequest.from_qcg({"exact": 2})))
-    scheduler.submit(task("psij", spec(process_count=2)))
-    scheduler.submit(task("split", ResourceRequest.from_qcg({"min": 2, "split-into": 1})))
+    scheduler.step(TaskSubmitted(task("blocker", cores(2))))
+    scheduler.step(SCHEDULE)
+    scheduler.step(TaskSubmitted(task("qcg", ResourceRequest.from_qcg({"exact": 2}))))
+    scheduler.step(TaskSubmitted(task("psij", spec(process_count=2))))
+    split = ResourceRequest.from_qcg({"min": 2, "split-into": 1})
+    scheduler.step(TaskSubmitted(task("split", split)))
     assert scheduler.shape_count() == 1
-    scheduler.submit(task("other", cores(1)))
+    scheduler.step(TaskSubmitted(task("other", cores(1))))
     assert scheduler.shape_count() == 2
 
 
@@ -450,7 +466,7 @@ def test_random_work_never_oversubscribes_and_an_empty_pool_never_idles(
     names: List[str] = []
 
     def settle() -> None:
-        scheduler.schedule()
+        scheduler.step(SCHEDULE)
         check_books(scheduler, pool)
         counts = scheduler.counts()
         if counts[RUNNING] == 0:
@@ -462,19 +478,20 @@ def test_random_work_never_oversubscribes_and_an_empty_pool_never_idles(
             _, request, priority, deps = operation
             after = tuple(sorted({names[d % len(names)] for d in deps})) if names else ()
             name = f"t{len(names)}"
-            scheduler.submit(TaskRequest(name, request, priority=priority, after=after))
+            scheduler.step(TaskSubmitted(TaskRequest(name, request, priority=priority,
+                                                     after=after)))
             names.append(name)
         elif names and operation[0] == "finish":
             running = [n for n in names if scheduler.state(n) is RUNNING]
             if running:
-                scheduler.finished(running[operation[1] % len(running)], operation[2])
+                scheduler.step(TaskFinished(running[operation[1] % len(running)], operation[2]))
         elif names:
-            scheduler.cancel(names[operation[1] % len(names)])
+            scheduler.step(CancelAsked(names[operation[1] % len(names)]))
         settle()
     for _ in range(len(names) + 1):
         running = [n for n in names if scheduler.state(n) is RUNNING]
         for name in running:
-            scheduler.finished(name, True)
+            scheduler.step(TaskFinished(name, True))
         settle()
     assert all(scheduler.state(n).final for n in names)
     assert pool.usage().free_cores == pool.usage().total_cores

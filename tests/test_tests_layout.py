@@ -68,6 +68,9 @@ COVERED_THROUGH: Dict[str, str] = {
                                      "(test_pilot_local_workers_faults.py)",
     "psij.executors.pilot._run_dir": "the pilot's run folders (test_pilot_engine.py, "
                                      "integration/test_lifecycle.py)",
+    "psij.executors.pilot._scheduler_values": "the pilot scheduler's events and actions "
+                                              "(test_pilot_scheduler_order.py, "
+                                              "test_machine.py)",
     "psij.executors.pilot._serve_options": "psij pilot serve (test_pilot_executor.py)",
     "psij.executors.pilot._shape_queue": "the pilot's scheduler (test_pilot_scheduler_order.py)",
     "psij.executors.pilot._staging": "pilot staging (test_staging.py)",

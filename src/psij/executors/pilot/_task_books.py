@@ -20,7 +20,15 @@ from psij._machine import IllegalEvent
 from psij._record import replace
 from psij.executors.pilot.journal import Journal, ReplayPlan, end_line, kill_leftovers
 from psij.executors.pilot.resources import PoolUsage, ResourcePool, ResourceRequest
-from psij.executors.pilot.scheduler import Scheduler, TaskRequest, TaskState, Transition
+from psij.executors.pilot.scheduler import (
+    CancelAsked,
+    Scheduler,
+    SucceededBefore,
+    TaskRequest,
+    TaskState,
+    TaskSubmitted,
+    Transition,
+)
 from psij.executors.pilot.tasks import TaskEvent, TaskShare, TaskSpec, TaskStatus
 
 __all__ = ["TaskBooks", "TaskEntry"]
@@ -148,17 +156,16 @@ class TaskBooks:
         task = TaskEntry(spec, self._directory(spec))
         self._tasks[spec.name] = task
         request = TaskRequest(spec.name, spec.resources, spec.priority, spec.after, spec.group)
-        self._scheduler.submit(request)
+        ended = self._scheduler.step(TaskSubmitted(request))
         for dependency in request.after:
             members = (dependency,) if dependency in self._tasks \
                 else self._scheduler.group_members(dependency)
             for member in members:
                 self._dependents.setdefault(member, []).append(spec.name)
-        state = self._scheduler.state(spec.name)
-        if state.final:
-            self._end_task(task, state, self._scheduler.message(spec.name))
+        if ended:  # it can never fit, or a dependency already failed
+            self._end_task(task, ended[0].state, ended[0].message)
         else:
-            self._report(task, state)
+            self._report(task, self._scheduler.state(spec.name))
         return spec.name
 
     def _get(self, task_id: str) -> TaskEntry:
@@ -237,7 +244,7 @@ class TaskBooks:
                 if final.get(name) == "SUCCEEDED":
                     task = TaskEntry(spec, self._directory(spec))
                     self._tasks[name] = task
-                    self._scheduler.record_succeeded(name, spec.group)
+                    self._scheduler.step(SucceededBefore(name, spec.group))
                     self._end_task(task, TaskState.SUCCEEDED,
                                    "succeeded in an earlier run of the pilot", 0)
             for name, spec in specs.items():
@@ -251,7 +258,7 @@ class TaskBooks:
                     continue
                 if name in canceled:
                     self._tasks[name].user_canceled = True
-                    transitions = self._scheduler.cancel(name)
+                    transitions = self._scheduler.step(CancelAsked(name))
                     if transitions:
                         self._ended(transitions)
             self._journal_records.clear()  # those ends are in the journal already

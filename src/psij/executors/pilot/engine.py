@@ -1,13 +1,14 @@
 """The pilot engine: runs the tasks the scheduler places, on the nodes of one allocation.
 
-The engine owns a :class:`~psij.executors.pilot.scheduler.Scheduler` and keeps the books of the
-tasks it placed. Tasks on the node this process runs on are sent, in batches, to worker
-processes (:mod:`~psij.executors.pilot._worker`; the engine's side of them, how many and when,
-is :mod:`~psij.executors.pilot._local_workers`), except on a node of three cores or fewer, where
-the engine starts them itself (:mod:`~psij.executors.pilot._inline_tasks` says why);
-tasks on other nodes are sent to one agent per node (:mod:`psij.executors.pilot.agent`),
-started with the allocation's launcher and connected back over a socket (the engine's side of
-them is :mod:`~psij.executors.pilot._remote_nodes`). Its books on the tasks are
+The engine owns a :class:`~psij.executors.pilot.scheduler.Scheduler`, a pure machine it feeds
+the tasks' events, and keeps the books of the tasks it placed. Tasks on the node this process
+runs on are sent, in batches, to worker processes (:mod:`~psij.executors.pilot._worker`; the
+engine's side of them, how many and when, is :mod:`~psij.executors.pilot._local_workers`),
+except on a node of three cores or fewer, where the engine starts them itself
+(:mod:`~psij.executors.pilot._inline_tasks` says why); tasks on other nodes are sent to one
+agent per node (:mod:`psij.executors.pilot.agent`), started with the allocation's launcher and
+connected back over a socket (the engine's side of them is
+:mod:`~psij.executors.pilot._remote_nodes`). Its books on the tasks are
 :mod:`~psij.executors.pilot._task_books`; what other threads tell it arrives as the typed
 events of :mod:`~psij.executors.pilot._engine_events`.
 
@@ -27,8 +28,9 @@ Threads:
 - Listeners get every state change, in order, on the engine thread, with no lock held; an
   exception in a listener is logged and does not affect the engine or other listeners.
 
-A scheduling pass runs once per batch of events (submissions, exits, cancels), so its cost is
-the scheduler's: it grows with the number of distinct task shapes, not with waiting tasks.
+A scheduling pass (the scheduler's ``Schedule`` event) runs once per batch of events
+(submissions, exits, cancels), so its cost is the scheduler's: it grows with the number of
+distinct task shapes, not with waiting tasks.
 
 Journal (:mod:`~psij.executors.pilot.journal`): one JSON line per event (submit, start, end,
 user cancel, forget), appended with one write per turn of the loop (never one per task), before
@@ -96,7 +98,14 @@ from psij.executors.pilot.journal import (
     submit_lines,
 )
 from psij.executors.pilot.resources import ResourcePool
-from psij.executors.pilot.scheduler import TaskState
+from psij.executors.pilot.scheduler import (
+    SCHEDULE,
+    CancelAsked,
+    Forgotten,
+    NodeLost,
+    TaskFinished,
+    TaskState,
+)
 from psij.executors.pilot.task_environment import nodefile_text, pilot_environment
 from psij.executors.pilot.tasks import (
     TaskEvent,
@@ -261,7 +270,7 @@ class PilotEngine(EngineOutput):
             task.user_canceled = True
             if self._journal is not None:
                 self._journal.write([cancel_line(task_id)])
-            transitions = self._scheduler.cancel(task_id)
+            transitions = self._scheduler.step(CancelAsked(task_id))
             if transitions:
                 self._ended(transitions)
                 self._dirty = True
@@ -273,7 +282,7 @@ class PilotEngine(EngineOutput):
         """Drop an ended task so its name can be used again (``IllegalEvent`` for a task that
         has not ended, or that the pilot does not know)."""
         with self._lock:
-            self._scheduler.forget(task_id)
+            self._scheduler.step(Forgotten(task_id))
             task = self._tasks.pop(task_id)
             if task.reported is not None and task.reported.final:
                 self._delivered_finals -= 1
@@ -468,7 +477,7 @@ class PilotEngine(EngineOutput):
     def _schedule(self) -> None:
         with self._lock:
             self._dirty = False
-            placements = self._scheduler.schedule()
+            placements = self._scheduler.step(SCHEDULE)
             starts = []
             for placement in placements:
                 task = self._tasks[placement.task_id]
@@ -567,7 +576,7 @@ class PilotEngine(EngineOutput):
             if self._scheduler.state(task.spec.name) is not TaskState.RUNNING:
                 return
             self._running -= 1
-            transitions = self._scheduler.finished(task.spec.name, code == 0)
+            transitions = self._scheduler.step(TaskFinished(task.spec.name, code == 0))
             if transitions[0].state is TaskState.FAILED and message is None:
                 message = f"the task ended with exit code {code}"
             self._ended(transitions, code, message)
@@ -607,7 +616,7 @@ class PilotEngine(EngineOutput):
                 state = self._scheduler.state(name)
                 if not state.final:
                     # A running task then ends CANCELED, not FAILED, when its process exits.
-                    transitions = self._scheduler.cancel(name)
+                    transitions = self._scheduler.step(CancelAsked(name))
                     if transitions:
                         self._ended(transitions)
             running = [n for n in self._tasks
@@ -642,7 +651,7 @@ class PilotEngine(EngineOutput):
         """A remote node's agent is gone: nothing more is placed there, the tasks it had fail
         with ``why``, and so do the waiting ones that cannot fit the nodes left."""
         with self._lock:
-            transitions = self._scheduler.lose_node(node, why)
+            transitions = self._scheduler.step(NodeLost(node, why))
             if transitions:
                 self._ended(transitions)
                 self._dirty = True

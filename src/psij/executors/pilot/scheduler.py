@@ -1,9 +1,20 @@
 """The pilot's task scheduler: which waiting task starts next, on which resources.
 
-Pure bookkeeping: no I/O, no threads, no subprocesses, no clock. The executor calls
-:meth:`Scheduler.submit`, :meth:`Scheduler.schedule`, :meth:`Scheduler.finished` and
-:meth:`Scheduler.cancel`, starts the processes that :meth:`Scheduler.schedule` placed, and
-reports how they ended. Resource arithmetic lives in :mod:`psij.executors.pilot.resources`.
+A pure machine: no I/O, no threads, no subprocesses, no clock. The engine feeds
+:meth:`Scheduler.step` events and carries out its actions: it starts the tasks that the
+:class:`Placement` actions name and reports how they ended. Resource arithmetic lives in
+:mod:`psij.executors.pilot.resources`.
+
+Events (:meth:`Scheduler.step`): :class:`TaskSubmitted` and :class:`SucceededBefore` (a task
+arrives; the second for one that SUCCEEDED in an earlier run of the pilot, which takes no
+resources and is never placed), :class:`Schedule` (place what fits now),
+:class:`TaskFinished`, :class:`CancelAsked`, :class:`NodeLost` and :class:`Forgotten`.
+Actions: a :class:`Placement` for each task a ``Schedule`` starts, a :class:`Transition` for
+each task another event ends (the task it names first, then its dependents). Scheduling is an
+event of its own, not a pass run after every event: a caller feeds a batch of events, then one
+``Schedule`` (:data:`SCHEDULE`), so a pass is paid once per batch, whatever its length.
+Queries (:meth:`Scheduler.state`, :meth:`Scheduler.message`, ...) are methods: they change
+nothing.
 
 Rules:
 
@@ -11,11 +22,14 @@ Rules:
   of them SUCCEEDED, RUNNING once placed, and then SUCCEEDED, FAILED or CANCELED. A task whose
   dependency ends FAILED, CANCELED or OMITTED becomes OMITTED, and so do, in turn, the tasks
   that depend on it. A dependency named at submission must already be known (a task name or an
-  iteration group, which stands for all of its members); otherwise submission raises.
+  iteration group, which stands for all of its members).
 - A task whose shape does not fit the pool even when the pool is empty ends FAILED at
-  submission, with a message saying what it asked for and what the pool has.
-- A lost node (:meth:`Scheduler.lose_node`) gets no more tasks; every waiting or queued task
-  that cannot fit the nodes left ends FAILED then, its dependents OMITTED.
+  submission, with a message saying what it asked for and what the pool has; a task whose
+  dependency already failed ends OMITTED at submission. Either is the submission's
+  :class:`Transition`.
+- A lost node (:class:`NodeLost`) gets no more tasks; every waiting or queued task that cannot
+  fit the nodes left ends FAILED then, its dependents OMITTED. The caller fails the tasks that
+  ran there.
 - Order: higher ``priority`` first, then earlier submission. Priority is a barrier: while a
   QUEUED task of some priority does not fit, no task of lower priority starts. Within one
   priority, a task that does not fit does not hold back later ones that do (as in QCG-PilotJob
@@ -26,44 +40,52 @@ Rules:
   once per task it starts, and a shape that did not fit is not tried again until resources are
   released. So the cost of a decision grows with the number of distinct shapes (and nodes),
   never with the number of waiting tasks. :class:`SchedulerStats` counts that work.
-- ``finished`` releases a RUNNING task's resources. A task whose cancel was asked while it ran
-  ends CANCELED unless it reports success. Cancelling a WAITING or QUEUED task ends it at once;
-  cancelling a RUNNING one only records the request (the caller stops the process and then
-  calls ``finished``); cancelling an ended task does nothing.
-- The calls that change the books are the machine's events: :meth:`Scheduler.submit` and
-  :meth:`Scheduler.record_succeeded` (a task arrives), :meth:`Scheduler.schedule` (place what
-  fits), :meth:`Scheduler.finished`, :meth:`Scheduler.cancel`, :meth:`Scheduler.lose_node`
-  and :meth:`Scheduler.forget`; the actions are their answers (:class:`Placement` for each
-  task started, :class:`Transition` for each task ended).
+- :class:`TaskFinished` releases a RUNNING task's resources. A task whose cancel was asked
+  while it ran ends CANCELED unless it reports success. Cancelling a WAITING or QUEUED task
+  ends it at once; cancelling a RUNNING one only records the request (the caller stops the
+  process and then feeds ``TaskFinished``); cancelling an ended task does nothing.
+  :class:`Forgotten` drops an ended task, so that its name can be used again (QCG's
+  ``removeJob``).
 - An event the scheduler cannot accept in its state (a name or group already used, a
-  dependency it does not know, ``finished``, ``cancel`` or ``forget`` of a task it does not
-  know, ``finished`` on a task that is not running, ``forget`` on a task that has not ended)
-  raises ``psij._machine.IllegalEvent`` and changes nothing. A value that is wrong
-  whatever the state (an empty name, a flag that is not a bool) raises ``ValueError`` or
-  ``TypeError``, as does a query (:meth:`Scheduler.state`, ...) about an unknown task.
+  dependency it does not know, ``TaskFinished``, ``CancelAsked`` or ``Forgotten`` of a task it
+  does not know, ``TaskFinished`` of a task that is not running, ``Forgotten`` of a task that
+  has not ended), or of a class it does not take, raises ``psij._machine.IllegalEvent`` and
+  changes nothing: every check is made before the books are touched. A value that is wrong
+  whatever the state (an empty name, a flag that is not a bool) is refused when the event is
+  made (``ValueError`` or ``TypeError``), and a query about an unknown task raises
+  ``ValueError``.
 """
 
 import re
 from bisect import bisect_left, bisect_right
 from heapq import heapify, heappop, heappush
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union, overload
 
 from psij import _check
-from psij._machine import IllegalEvent
-from psij._record import Record
+from psij._machine import IllegalEvent, StateMachine, handles
+from psij.executors.pilot._scheduler_values import (
+    SCHEDULE,
+    Action,
+    CancelAsked,
+    Event,
+    Forgotten,
+    NodeLost,
+    Placement,
+    Schedule,
+    SucceededBefore,
+    TaskFinished,
+    TaskRequest,
+    TaskSubmitted,
+    Transition,
+)
 from psij.executors.pilot._shape_queue import ShapeQueue
 from psij.executors.pilot._task_state import TaskState
-from psij.executors.pilot.resources import (
-    UNBOUNDED,
-    NodeShare,
-    ResourcePool,
-    ResourceRequest,
-    Shape,
-)
+from psij.executors.pilot.resources import UNBOUNDED, ResourcePool, ResourceRequest, Shape
 
 __all__ = [
-    "Placement", "Scheduler", "SchedulerStats", "TaskRequest", "TaskState", "Transition",
-    "expand_iterations",
+    "SCHEDULE", "Action", "CancelAsked", "Event", "Forgotten", "IllegalEvent", "NodeLost",
+    "Placement", "Schedule", "Scheduler", "SchedulerStats", "SucceededBefore", "TaskFinished",
+    "TaskRequest", "TaskState", "TaskSubmitted", "Transition", "expand_iterations",
 ]
 
 
@@ -72,68 +94,7 @@ _RUNNING = TaskState.RUNNING
 _SUCCEEDED = TaskState.SUCCEEDED
 
 
-_DEFAULT_REQUEST = ResourceRequest()
-
-
-class TaskRequest(Record):
-    """One task to schedule: a unique name, its resources, priority and dependencies.
-
-    ``after`` names tasks or iteration groups that must all succeed first. ``group`` names the
-    iteration group the task belongs to (see :func:`expand_iterations`).
-    """
-
-    name: str
-    resources: ResourceRequest = _DEFAULT_REQUEST
-    priority: int = 0
-    after: Tuple[str, ...] = ()
-    group: Optional[str] = None
-
-    def _validate(self) -> None:
-        name, resources, priority = self.name, self.resources, self.priority
-        after, group = self.after, self.group
-        # The common valid case passes a test or two; the full checks give the messages.
-        if type(name) is not str or not name or "\x00" in name:
-            _check.req_str("TaskRequest.name", name)
-            raise ValueError("TaskRequest.name: a task needs a non-empty name")
-        if type(resources) is not ResourceRequest:
-            _check.instance("TaskRequest.resources", resources, ResourceRequest,
-                            "ResourceRequest", False)
-        if type(priority) is not int \
-                and _check.opt_int("TaskRequest.priority", priority) is None:
-            raise _check.fail_type("TaskRequest.priority", None, "int")
-        if type(after) is not tuple or not all(type(a) is str and "\x00" not in a
-                                               for a in after):
-            self._set("after", tuple(_check.opt_str_list("TaskRequest.after", after) or ()))
-        if group is not None and (type(group) is not str or not group or "\x00" in group) \
-                and _check.opt_str("TaskRequest.group", group) == "":
-            raise ValueError("TaskRequest.group: an empty group name is not accepted; use None")
-
-
-class Placement(Record):
-    """Where a started task runs: one share per node, in pool order."""
-
-    task_id: str
-    shares: Tuple[NodeShare, ...]
-
-    @property
-    def nodes(self) -> Tuple[str, ...]:
-        return tuple(share.node for share in self.shares)
-
-    @property
-    def process_count(self) -> int:
-        return sum(share.processes for share in self.shares)
-
-    @property
-    def core_count(self) -> int:
-        return sum(len(share.cores) for share in self.shares)
-
-
-class Transition(Record):
-    """A task reaching a final state, and why."""
-
-    task_id: str
-    state: "TaskState"
-    message: Optional[str] = None
+# -------------------------------------------------------------------------------------- state
 
 
 class SchedulerStats:
@@ -172,8 +133,13 @@ class _Task:
         self.cancel_requested = False
 
 
-class Scheduler:
-    """Queues tasks and places them on a :class:`ResourcePool` (see the module rules)."""
+# The events whose actions are transitions (all but Schedule).
+_Ending = Union[TaskSubmitted, SucceededBefore, TaskFinished, CancelAsked, NodeLost, Forgotten]
+
+
+class Scheduler(StateMachine):
+    """Queues tasks and places them on a :class:`ResourcePool`: ``step(event, now)`` gives
+    the actions (see the module's rules)."""
 
     def __init__(self, pool: ResourcePool) -> None:
         _check.instance("pool", pool, ResourcePool, "ResourcePool", False)
@@ -235,12 +201,23 @@ class Scheduler:
         """How many distinct shapes have queued tasks now."""
         return len(self._ready)
 
-    # -- commands ---------------------------------------------------------------------------
+    # -- step -------------------------------------------------------------------------------
 
-    def submit(self, request: TaskRequest) -> str:
-        """Add a task; returns its id (its name). It may already be FAILED (it can never fit)
-        or OMITTED (a dependency already failed); see :meth:`state`."""
-        _check.instance("request", request, TaskRequest, "TaskRequest", False)
+    @overload
+    def step(self, event: Schedule, now: float = 0.0) -> List[Placement]: ...
+
+    @overload
+    def step(self, event: _Ending, now: float = 0.0) -> List[Transition]: ...
+
+    def step(self, event: Event, now: float = 0.0) -> Union[List[Placement], List[Transition]]:
+        """Apply ``event`` (``now`` is not needed by these rules); the actions to carry out."""
+        actions: Union[List[Placement], List[Transition]] = \
+            self.event_handlers[type(event)](self, event)
+        return actions
+
+    @handles(TaskSubmitted)
+    def _submitted(self, event: TaskSubmitted) -> List[Transition]:
+        request = event.request
         name = request.name
         self._check_new(name, request.group)
         dependencies = self._dependencies(request.after)  # before a shape queue is made
@@ -254,15 +231,16 @@ class Scheduler:
             self._groups.setdefault(task.group, []).append(name)
 
         if not bucket.fits_empty:
-            self._end(task, TaskState.FAILED,
-                      f"task {name!r} asks for {bucket.shape.describe()}, which can never fit: "
-                      f"the pool has {self._pool.describe()}")
-            return name
+            message = (f"task {name!r} asks for {bucket.shape.describe()}, which can never "
+                       f"fit: the pool has {self._pool.describe()}")
+            self._end(task, TaskState.FAILED, message)
+            return [Transition(name, TaskState.FAILED, message)]
         failed = next((d for d in dependencies if d.state.final
                        and d.state is not TaskState.SUCCEEDED), None)
         if failed is not None:
-            self._end(task, TaskState.OMITTED, _omitted_message(failed))
-            return name
+            message = _omitted_message(failed)
+            self._end(task, TaskState.OMITTED, message)
+            return [Transition(name, TaskState.OMITTED, message)]
         for dependency in dependencies:
             if dependency.state is not TaskState.SUCCEEDED:
                 task.pending += 1
@@ -271,18 +249,11 @@ class Scheduler:
                 dependency.dependents.append(task)
         if task.pending == 0:
             self._enqueue(task)
-        return name
+        return []
 
-    def record_succeeded(self, task_id: str, group: Optional[str] = None) -> None:
-        """Register a task that already SUCCEEDED elsewhere (in an earlier run of the pilot),
-        as a member of ``group`` if given, so that tasks submitted after it may depend on it or
-        on its group. It takes no resources and is never placed. Raises ``IllegalEvent`` as
-        :meth:`submit` does for a name or group already used otherwise."""
-        _check.req_str("task_id", task_id)
-        if task_id == "":
-            raise ValueError("task_id: a task needs a non-empty name")
-        if _check.opt_str("group", group) == "":
-            raise ValueError("group: an empty group name is not accepted; use None")
+    @handles(SucceededBefore)
+    def _succeeded_before(self, event: SucceededBefore) -> List[Transition]:
+        task_id, group = event.task_id, event.group
         self._check_new(task_id, group)
         task = _Task(task_id, 0, group, None, self._seq)
         self._seq += 1
@@ -291,10 +262,10 @@ class Scheduler:
         self._counts[TaskState.SUCCEEDED] += 1
         if group is not None:
             self._groups.setdefault(group, []).append(task_id)
+        return []
 
-    def schedule(self) -> List[Placement]:
-        """Start every queued task that may start now (see the ordering rule); the caller
-        runs each placed task and later calls :meth:`finished` for it."""
+    @handles(Schedule)
+    def _schedule(self, event: Schedule) -> List[Placement]:
         stats = self.stats
         stats.schedule_calls += 1
         placements: List[Placement] = []
@@ -347,22 +318,17 @@ class Scheduler:
         stats.placements += len(placements)
         return placements
 
-    def finished(self, task_id: str, succeeded: bool) -> List[Transition]:
-        """Record that a RUNNING task ended, free its resources and settle its dependents.
-
-        Returns the tasks that reached a final state: this one first, then the dependents
-        that became OMITTED.
-        """
+    @handles(TaskFinished)
+    def _finished(self, event: TaskFinished) -> List[Transition]:
+        task_id = event.task_id
         task = self._known(task_id)
-        if succeeded is not True and succeeded is not False:
-            raise _check.fail_type("succeeded", succeeded, "bool")
         if task.state is not _RUNNING:
             raise IllegalEvent(f"finished: task {task_id!r} is {task.state.value}, "
                                f"not RUNNING")
         assert task.placement is not None
         self._pool.release(task.placement.shares)
         self._release_epoch += 1
-        if succeeded:
+        if event.succeeded:
             state, message = _SUCCEEDED, None
         elif task.cancel_requested:
             state, message = TaskState.CANCELED, "canceled while running"
@@ -378,9 +344,9 @@ class Scheduler:
             return [transition]
         return [transition, *self._settle_dependents(task)]
 
-    def cancel(self, task_id: str) -> List[Transition]:
-        """Cancel a task (see the module rules); returns the tasks that reached a final state."""
-        task = self._known(task_id)
+    @handles(CancelAsked)
+    def _cancel(self, event: CancelAsked) -> List[Transition]:
+        task = self._known(event.task_id)
         if task.state.final:
             return []
         if task.state is TaskState.RUNNING:
@@ -396,12 +362,10 @@ class Scheduler:
         return [Transition(task.name, TaskState.CANCELED, message),
                 *self._settle_dependents(task)]
 
-    def lose_node(self, node: str, why: str) -> List[Transition]:
-        """Place nothing more on ``node`` (``why``: its agent is gone). Returns the tasks that
-        ended because of it: the waiting and queued ones whose shape can no longer fit, each
-        followed by its dependents. The caller fails the tasks that ran there."""
+    @handles(NodeLost)
+    def _node_lost(self, event: NodeLost) -> List[Transition]:
         pool = self._pool
-        pool.lose_node(node, why)
+        pool.lose_node(event.node, event.why)
         shut = False
         for queue in self._buckets.values():
             if queue.fits_empty and not pool.could_ever_fit(queue.shape):
@@ -426,8 +390,9 @@ class Scheduler:
             ended.extend(self._settle_dependents(task))
         return ended
 
-    def forget(self, task_id: str) -> None:
-        """Drop an ended task, so that its name can be used again (QCG's ``removeJob``)."""
+    @handles(Forgotten)
+    def _forgotten(self, event: Forgotten) -> List[Transition]:
+        task_id = event.task_id
         task = self._known(task_id)
         if not task.state.final:
             raise IllegalEvent(f"forget: task {task_id!r} is {task.state.value}; only ended "
@@ -439,6 +404,7 @@ class Scheduler:
             members.remove(task_id)
             if not members:
                 del self._groups[task.group]
+        return []
 
     # -- internals --------------------------------------------------------------------------
 
