@@ -1,7 +1,7 @@
 """The pilot's pure scheduler: the order in which tasks start (priorities, dependencies,
 iteration groups), cancel, finish and forget, the pool's books, and the work per
-scheduling decision. Where tasks are placed is in
-tests/test_pilot_scheduler_placement.py."""
+scheduling decision, each test feeding the machine events through ``step``. Where tasks are
+placed is in tests/test_pilot_scheduler_placement.py."""
 
 import json
 import subprocess

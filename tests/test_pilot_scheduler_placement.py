@@ -1,7 +1,8 @@
 """The pilot's pure scheduler and resource pool: how requests are read, where tasks are
 placed (cores, nodes, memory, GPUs, custom resources), tasks that can never fit, and the
 properties that no placement oversubscribes a node and that a placement is found whenever
-one exists. The order in which tasks start is in tests/test_pilot_scheduler_order.py."""
+one exists, each test feeding the scheduler events through ``step``. The order in which tasks
+start is in tests/test_pilot_scheduler_order.py."""
 
 import itertools
 from collections import Counter
