@@ -2,14 +2,22 @@
 and grace), destroy, the two leases, status, ownership and restore after a restart."""
 
 import signal
-from typing import List
+from typing import Any, List
 
 import pytest
 
 from psij import JobState
-from psij.controller import Attach, Submit
+from psij.controller import Attach, Cancel, Log, Send, SetTimer, Submit
 from psij.flows._verbs import FIELDS
-from psij.flows.machine import FlowConfig, JournalPut, MakeSandbox, MeasureSandbox, SignalJob
+from psij.flows.machine import (
+    FlowConfig,
+    FlowMachine,
+    JournalDelete,
+    JournalPut,
+    MakeSandbox,
+    MeasureSandbox,
+    SignalJob,
+)
 from support.flow_sim import SPEC, Sim
 
 
@@ -450,3 +458,69 @@ def test_a_signal_that_cannot_be_sent_falls_back_to_the_executors_cancel() -> No
     sim.call("shrink", handle=h, n=1, victims="longest", signal="SIGUSR1", grace=30)
     sim.step(ActionFailed(key, "signal", "qsig: no such verb", None))
     assert _kills(sim) == [(key, False)]
+
+
+def _held_by(machine: FlowMachine) -> List[Any]:
+    """What the machine's attributes hold: each value, and each item of a list, tuple, set or
+    dict among them."""
+    held: List[Any] = []
+    for value in vars(machine).values():
+        held.append(value)
+        if isinstance(value, dict):
+            held.extend(value.values())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            held.extend(value)
+    return held
+
+
+def test_a_steps_actions_are_exactly_what_it_returns_and_the_machine_keeps_none() -> None:
+    # The same events go to two machines; the caller of the second empties each list once
+    # its step is over and fills it with junk. The actions agree, so no step writes into or
+    # reads from the list of another, and nothing on the machine holds a step's list or any
+    # action in it.
+    def scenario(sim: Sim) -> None:
+        h = sim.create(3)
+        sim.run()
+        sim.finish(f"{h}/0", 1)
+        sim.advance(120)
+        sim.run()
+        sim.call("shrink", handle=h, n=1, victims="longest", signal=int(signal.SIGTERM),
+                 grace=5)
+        sim.advance(10)
+        sim.call("status", handle=h)
+        sim.call("destroy", handle=h)
+        for key in sim.live(h):
+            sim.status(key, JobState.CANCELED)
+        sim.advance(86400 * 8)
+
+    plain, spoiled = Sim(), Sim()
+    machine = spoiled.machine
+    step = machine.step
+    lists: List[List[Any]] = []
+
+    def step_then_spoil(event: Any, now: float) -> List[Any]:
+        actions = step(event, now)
+        assert all(actions is not before for before in lists)
+        assert "out" not in vars(machine)
+        held = _held_by(machine)
+        assert not any(thing is actions or any(thing is a for a in actions) for thing in held)
+        lists.append(actions)
+        kept = list(actions)
+        actions.clear()
+        actions.append(Log("junk"))
+        return kept
+
+    machine.step = step_then_spoil  # type: ignore[method-assign]
+    scenario(plain)
+    scenario(spoiled)
+    assert len(lists) > 10
+    assert spoiled.actions == plain.actions
+    assert Log("junk") not in plain.actions
+    kinds = {type(a) for a in plain.actions}
+    assert {Submit, Cancel, SignalJob, JournalPut, JournalDelete, SetTimer, Send} <= kinds
+    before = Sim()
+    before.create(2)
+    before.run()
+    fresh = before.restart()  # restore, then Started, which gives what restore gave again
+    assert any(type(a) is Attach for a in fresh.restored) and not any(
+        thing is a for thing in _held_by(fresh.machine) for a in fresh.restored)

@@ -78,7 +78,6 @@ COVERED_THROUGH: Dict[str, str] = {
     "psij.executors.pilot._worker": "the pilot's workers (test_pilot_local_workers_faults.py)",
     "psij.executors.pilot.qcg._books": "request files run end to end (test_pilot_qcg.py, "
                                        "test_pilot_qcg_like_qcg.py)",
-    "psij.flows._core": "the flow machine's rules (test_flows_machine_rules.py)",
     "psij.flows._flow_config": "the flow machine's limits (test_flows_machine.py)",
     "psij.flows._flow_values": "the flow machine's events and actions (test_flows_machine.py)",
     "psij.flows._handle": "handles and instances (test_flows_machine.py)",

@@ -39,12 +39,20 @@ controller's :class:`~psij.controller.Started`, :class:`~psij.controller.Tick` (
 the service): an event of a class it does not take (``IllegalEvent`` from its table) is logged
 and dropped and changes nothing, a request it cannot accept is answered with an error naming
 the field.
+
+Where the rules live: :class:`FlowMachine` owns the state (declared in its ``__init__``), the
+table of events and the restore, here; the rules for instances (starting, following, ending,
+leases, payloads, quotas, the timer) are plain functions over that state in
+``psij.flows._core``, and the requests' in ``psij.flows._verbs``. ``step`` makes a new
+list of actions for each event, hands it down to every rule it runs (``out``) and returns it:
+a step's actions are exactly what it returns, and none is kept on the machine after it.
 """
 
 import logging
-from typing import Any, Callable, Dict, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from psij._machine import IllegalEvent, StateMachine, handles
+from psij._wakeup import TimerHeap
 from psij.controller import (
     ActionDone,
     ActionFailed,
@@ -63,6 +71,7 @@ from psij.controller import (
     Tick,
     TimerFired,
 )
+from psij.flows import _core, _verbs
 from psij.flows._core import WAKE, Payload
 from psij.flows._flow_config import FlowConfig
 from psij.flows._flow_values import (
@@ -82,7 +91,7 @@ from psij.flows._flow_values import (
 )
 from psij.flows._handle import ENDED, SUBMITTING, VERIFYING, Handle, Instance
 from psij.flows._requests import request_id
-from psij.flows._verbs import Verbs
+from psij.flows._throttle import Bucket, Spacing, TurnLine
 from psij.serialize import _spec_from_json
 
 __all__ = [
@@ -92,15 +101,32 @@ __all__ = [
 ]
 
 
-class FlowMachine(Verbs, StateMachine):
+class FlowMachine(StateMachine):
     """The flows of one service (see the module notes and the flows guide).
 
     :param config: the service's limits and defaults.
     """
 
     def __init__(self, config: FlowConfig) -> None:
-        super().__init__(config)
-        self._on_start: List[Any] = []
+        if not isinstance(config, FlowConfig):
+            raise TypeError(f"FlowMachine: config: expected a FlowConfig, got {config!r}")
+        self.config = config
+        self.handles: Dict[str, Handle] = {}
+        self.next_handle = 1
+        self.conn_uid: Dict[int, int] = {}
+        self.payloads: Dict[Tuple[int, str], Payload] = {}
+        self.by_key: Dict[str, Instance] = {}
+        self.due: TimerHeap[Tuple[str, Any]] = TimerHeap()
+        self.armed: Optional[float] = None
+        self.submit_bucket = Bucket(config.max_submit_rate, config.max_submit_rate,
+                                    float("-inf"))
+        self.problem_spacing = Spacing(config.aggregate_problem_interval)
+        # The handles whose restart only the aggregate limit holds (see "turns" in _core).
+        self.turns = TurnLine()
+        self.turn_at: Optional[float] = None  # when the next turn is planned, if it is
+        self.turns_taken = 0  # how many restarts the aggregate limit let through
+        # What restore gave, given again as the answer to Started (then emptied).
+        self._on_start: Tuple[Any, ...] = ()
         self.events = 0
         """How many events the machine has been given."""
 
@@ -108,105 +134,107 @@ class FlowMachine(Verbs, StateMachine):
         """The actions for ``event`` at time ``now``; never raises on any input."""
         self.events += 1
         out: List[Any] = []
-        self.out = out
         # Each part on its own, so that the timer is set again whatever failed before it.
-        parts: Tuple[Callable[[], None], ...] = (
-            lambda: self._dispatch(event, now), lambda: self.run_due(now),
-            lambda: self.arm(now))
-        for part in parts:
-            try:
-                part()
-            except Exception as error:  # a rule's bug must not stop the service
-                logging.getLogger("psij.flows").exception("flow machine failed on %r", event)
-                out.append(Log(f"flow machine: failed on {type(event).__name__}: {error!r}",
-                               logging.ERROR))
+        try:
+            self._dispatch(event, now, out)
+        except Exception as error:  # a rule's bug must not stop the service
+            _log_failure(event, error, out)
+        try:
+            _core.run_due(self, now, out)
+        except Exception as error:
+            _log_failure(event, error, out)
+        try:
+            _core.arm(self, now, out)
+        except Exception as error:
+            _log_failure(event, error, out)
         return out
 
-    def _dispatch(self, event: Any, now: float) -> None:
+    def _dispatch(self, event: Any, now: float, out: List[Any]) -> None:
         try:
             handler = self.event_handlers[type(event)]
         except IllegalEvent:  # never raised out of step: dropped, as its docstring says
-            self.out.append(Log(f"flow machine: ignoring {event!r}", logging.DEBUG))
+            out.append(Log(f"flow machine: ignoring {event!r}", logging.DEBUG))
             return
-        handler(self, event, now)
+        handler(self, event, now, out)
 
     @handles(JobStatusChanged)
-    def _status_changed(self, event: JobStatusChanged, now: float) -> None:
+    def _status_changed(self, event: JobStatusChanged, now: float, out: List[Any]) -> None:
         inst = self.by_key.get(event.key)  # type: ignore[call-overload]
         if inst is not None:
-            self.status_changed(inst, event.status, now)
+            _core.status_changed(self, inst, event.status, now, out)
 
     @handles(TimerFired)
-    def _timer(self, event: TimerFired, now: float) -> None:
+    def _timer(self, event: TimerFired, now: float, out: List[Any]) -> None:
         if event.name == WAKE:
             self.armed = None
 
     @handles(MessageReceived)
-    def _message(self, event: MessageReceived, now: float) -> None:
-        self.request(event.conn, event.message, now)
+    def _message(self, event: MessageReceived, now: float, out: List[Any]) -> None:
+        _verbs.request(self, event.conn, event.message, now, out)
 
     @handles(Connected)
-    def _connected(self, event: Connected, now: float) -> None:
+    def _connected(self, event: Connected, now: float, out: List[Any]) -> None:
         uid = getattr(event.peer, "uid", -1)
         self.conn_uid[event.conn] = uid if isinstance(uid, int) else -1
 
     @handles(Disconnected)
-    def _disconnected(self, event: Disconnected, now: float) -> None:
+    def _disconnected(self, event: Disconnected, now: float, out: List[Any]) -> None:
         self.conn_uid.pop(event.conn, None)
 
     @handles(BadMessage)
-    def _bad_message(self, event: BadMessage, now: float) -> None:
+    def _bad_message(self, event: BadMessage, now: float, out: List[Any]) -> None:
         error = {"code": "bad_request", "field": event.field,
                  "message": f"{event.reason}; expected one JSON object per line"}
-        self.out.append(Send(event.conn, {"id": request_id(event.message), "ok": False,
-                                          "error": error}))
+        out.append(Send(event.conn, {"id": request_id(event.message), "ok": False,
+                                     "error": error}))
 
     @handles(Started)
-    def _started(self, event: Started, now: float) -> None:
-        self.out.extend(self._on_start)
-        self._on_start = []
+    def _started(self, event: Started, now: float, out: List[Any]) -> None:
+        out.extend(self._on_start)
+        self._on_start = ()
 
     @handles(SignalReceived)
-    def _signal(self, event: SignalReceived, now: float) -> None:
-        self.out.append(Stop(0, f"signal {event.signum}: stopping; the instances keep "
-                                "running and are attached again at the next start", 10.0))
+    def _signal(self, event: SignalReceived, now: float, out: List[Any]) -> None:
+        out.append(Stop(0, f"signal {event.signum}: stopping; the instances keep running and "
+                           "are attached again at the next start", 10.0))
 
     @handles(Tick)
-    def _tick(self, event: Tick, now: float) -> None:
+    def _tick(self, event: Tick, now: float, out: List[Any]) -> None:
         """Nothing: the machine keeps its own timer (``WAKE``)."""
 
     @handles(ActionDone)
-    def _done(self, event: ActionDone, now: float) -> None:
+    def _done(self, event: ActionDone, now: float, out: List[Any]) -> None:
         inst = self.by_key.get(str(event.key))
         if inst is None:
             return
         if event.action == "submit":
-            self.submitted(inst, event.result)
+            _core.submitted(self, inst, event.result, out)
         elif event.action == "attach" and inst.cancelled:
-            self.out.append(Cancel(inst.key, kill=True))
+            out.append(Cancel(inst.key, kill=True))
 
     @handles(ActionFailed)
-    def _failed(self, event: ActionFailed, now: float) -> None:
+    def _failed(self, event: ActionFailed, now: float, out: List[Any]) -> None:
         inst = self.by_key.get(str(event.key))
         if inst is None:
             return
         h = self.handles[inst.handle]
         if event.action == "submit":
-            self.submission_failed(h, inst, str(event.message), now)
+            _core.submission_failed(self, h, inst, str(event.message), now, out)
         elif event.action == "attach":
-            self.out.append(Log(f"flow {h.hid}: {inst.key} (native id {inst.native_id}) cannot "
-                                f"be attached again: {event.message}", logging.WARNING))
-            self.ended(h, inst, None, now, "unreachable")
+            out.append(Log(f"flow {h.hid}: {inst.key} (native id {inst.native_id}) cannot be "
+                           f"attached again: {event.message}", logging.WARNING))
+            _core.ended(self, h, inst, None, now, "unreachable", out)
         elif event.action == "signal":
-            self.out.append(Log(f"flow {h.hid}: cannot signal {inst.key} ({event.message}); "
-                                "cancelling it", logging.WARNING))
-            self.kill(inst, now, hard=False)  # the executor's cancel stands for the signal
+            out.append(Log(f"flow {h.hid}: cannot signal {inst.key} ({event.message}); "
+                           "cancelling it", logging.WARNING))
+            # The executor's cancel stands for the signal.
+            _core.kill(self, inst, now, out, hard=False)
         else:
-            self.out.append(Log(f"flow {h.hid}: {event.action} of {inst.key} failed: "
-                                f"{event.message}", logging.WARNING))
+            out.append(Log(f"flow {h.hid}: {event.action} of {inst.key} failed: "
+                           f"{event.message}", logging.WARNING))
 
     @handles(PayloadVerified)
-    def _verified(self, event: PayloadVerified, now: float) -> None:
+    def _verified(self, event: PayloadVerified, now: float, out: List[Any]) -> None:
         inst = self.by_key.get(event.key)
         if inst is None or inst.state != VERIFYING:
             return
@@ -214,14 +242,15 @@ class FlowMachine(Verbs, StateMachine):
         if event.ok and isinstance(event.path, str) and event.path:
             h.payload_error = None
             inst.state = SUBMITTING
-            self.put_instance(inst)
-            self.submit(h, inst, event.path, now)
+            _core.put_instance(inst, out)
+            _core.submit(self, h, inst, event.path, now, out)
         else:
             h.payload_error = str(event.message)
-            self.submission_failed(h, inst, f"payload {h.payload}: {event.message}", now)
+            _core.submission_failed(self, h, inst, f"payload {h.payload}: {event.message}",
+                                    now, out)
 
     @handles(SandboxMeasured)
-    def _measured(self, event: SandboxMeasured, now: float) -> None:
+    def _measured(self, event: SandboxMeasured, now: float, out: List[Any]) -> None:
         h = self.handles.get(event.handle)
         if h is None:
             return
@@ -229,19 +258,19 @@ class FlowMachine(Verbs, StateMachine):
         size = event.size
         if inst is not None and isinstance(size, int) and not isinstance(size, bool) \
                 and 0 <= size < 2**62:
-            self.measured(h, inst, size, now)
+            _core.measured(self, h, inst, size, now, out)
 
     @handles(PayloadStored)
-    def _stored(self, event: PayloadStored, now: float) -> None:
+    def _stored(self, event: PayloadStored, now: float, out: List[Any]) -> None:
         ref = (event.uid, event.sha256)
         p = self.payloads.get(ref)
         if event.ok or p is None:
             return
-        self.out.append(Log(f"payload {event.sha256} of uid {event.uid} was not stored: "
-                            f"{event.message}", logging.WARNING))
+        out.append(Log(f"payload {event.sha256} of uid {event.uid} was not stored: "
+                       f"{event.message}", logging.WARNING))
         if not p.refs:
             del self.payloads[ref]
-            self.out.append(JournalDelete("payload", f"{event.uid}/{event.sha256}"))
+            out.append(JournalDelete("payload", f"{event.uid}/{event.sha256}"))
 
     # -- restart ------------------------------------------------------------------------------
 
@@ -254,7 +283,6 @@ class FlowMachine(Verbs, StateMachine):
         whose submission was under way (no native id) is counted as a lost submission and
         replaced; no instance is ever submitted twice otherwise."""
         out: List[Any] = []
-        self.out = out
         by_kind: Dict[str, List[Tuple[str, Any]]] = {}
         for record in records:
             try:
@@ -272,7 +300,7 @@ class FlowMachine(Verbs, StateMachine):
             except (TypeError, ValueError, KeyError) as error:
                 out.append(Log(f"flow journal: payload {key}: {error!r}", logging.ERROR))
         for key, value in by_kind.get("handle", []):
-            self._restore_handle(key, value, now)
+            self._restore_handle(key, value, now, out)
         instances: List[Instance] = []
         for key, value in by_kind.get("instance", []):
             try:
@@ -281,33 +309,34 @@ class FlowMachine(Verbs, StateMachine):
                 out.append(Log(f"flow journal: instance {key}: {error!r}", logging.ERROR))
         instances.sort(key=lambda i: (i.ended or 0.0, i.handle, i.n))
         for inst in instances:
-            self._restore_instance(inst, now)
+            self._restore_instance(inst, now, out)
         for hid, h in self.handles.items():
             if h.valid:
-                self.out.append(MakeSandbox(h.sandbox, h.uid))
+                out.append(MakeSandbox(h.sandbox, h.uid))
                 h.lease_check_at = now
-                self.schedule(now, "lease", hid)
-                self.wake(h, now)
+                _core.schedule(self, now, "lease", hid)
+                _core.wake(self, h, now)
             else:
-                self.schedule((h.ended_at or now) + self.config.keep_ended, "forget_handle",
-                              hid)
+                _core.schedule(self, (h.ended_at or now) + self.config.keep_ended,
+                               "forget_handle", hid)
         for ref, p in self.payloads.items():
             if not p.refs:
                 if p.unused_since is None:
                     p.unused_since = now
-                self.schedule(p.unused_since + self.config.keep_unused_payload, "payload", ref)
-        self._on_start = list(out)
-        return list(out)
+                _core.schedule(self, p.unused_since + self.config.keep_unused_payload,
+                               "payload", ref)
+        self._on_start = tuple(out)
+        return out
 
-    def _restore_handle(self, hid: str, value: Any, now: float) -> None:
+    def _restore_handle(self, hid: str, value: Any, now: float, out: List[Any]) -> None:
         try:
             number = int(hid[1:])
             h = Handle(hid, int(value["uid"]), value["spec"], _spec_from_json(value["spec"]),
                        str(value["executor"]), int(value["count"]), now)
             h.restore_fields(value, now)
         except (TypeError, ValueError, KeyError, AttributeError) as error:
-            self.out.append(Log(f"flow journal: handle {hid} cannot be restored: {error!r}",
-                                logging.ERROR))
+            out.append(Log(f"flow journal: handle {hid} cannot be restored: {error!r}",
+                           logging.ERROR))
             return
         self.next_handle = max(self.next_handle, number + 1)
         self.handles[hid] = h
@@ -316,10 +345,10 @@ class FlowMachine(Verbs, StateMachine):
             p.refs += 1
             p.unused_since = None
 
-    def _restore_instance(self, inst: Instance, now: float) -> None:
+    def _restore_instance(self, inst: Instance, now: float, out: List[Any]) -> None:
         h = self.handles.get(inst.handle)
         if h is None:
-            self.out.append(JournalDelete("instance", inst.key))
+            out.append(JournalDelete("instance", inst.key))
             return
         h.next_n = max(h.next_n, inst.n + 1)
         if inst.state == ENDED:
@@ -332,9 +361,9 @@ class FlowMachine(Verbs, StateMachine):
             # Its submission was under way: whether it reached the scheduler is unknown.
             h.recent_errors.append(now)
             h.last_error = "the service restarted while the instance was being submitted"
-            self.out.append(JournalDelete("instance", inst.key))
-            self.out.append(Log(f"flow {h.hid}: {inst.key} was being submitted when the "
-                                "service stopped; counted as lost", logging.WARNING))
+            out.append(JournalDelete("instance", inst.key))
+            out.append(Log(f"flow {h.hid}: {inst.key} was being submitted when the service "
+                           "stopped; counted as lost", logging.WARNING))
             return
         h.live[inst.key] = inst
         self.by_key[inst.key] = inst
@@ -342,12 +371,18 @@ class FlowMachine(Verbs, StateMachine):
             inst.victim = True
         if not inst.victim:
             h.live_wanted += 1
-        self.out.append(Attach(inst.key, inst.native_id, self.executor_name(h)))
+        out.append(Attach(inst.key, inst.native_id, _core.executor_name(self, h)))
         if not h.valid and not inst.cancelled:
             inst.cancelled = True  # cancelled once attached
-            self.put_instance(inst)
+            _core.put_instance(inst, out)
         if inst.kill_at is not None and not inst.cancelled:
-            self.schedule(inst.kill_at, "kill", inst.key)
+            _core.schedule(self, inst.kill_at, "kill", inst.key)
+
+
+def _log_failure(event: Any, error: Exception, out: List[Any]) -> None:
+    """Log a rule's failure on ``event``; the step goes on with its next part."""
+    logging.getLogger("psij.flows").exception("flow machine failed on %r", event)
+    out.append(Log(f"flow machine: failed on {type(event).__name__}: {error!r}", logging.ERROR))
 
 
 # Documented and shown as this module's own.
