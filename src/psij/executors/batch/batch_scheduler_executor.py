@@ -212,7 +212,7 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
     def generate_submit_script(self, job: Job, context: Dict[str, object],
                                submit_file: IO[str]) -> None:
         """Write the submit script of ``job`` to ``submit_file`` (see
-        :meth:`_create_script_context` for ``context``); renders ``TEMPLATE`` by default."""
+        ``_create_script_context`` for ``context``); renders ``TEMPLATE`` by default."""
         if getattr(self, "generator", None) is None:
             self._declared("TEMPLATE")
         self.generator.generate_submit_script(job, context, submit_file)
