@@ -341,7 +341,8 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
             raise SubmitException(
                 f"job {job.id}: submitting failed: {result.describe()}"
                 f"{not_found_hint(self, result)}; the submit script "
-                f"is kept at {script}", transient=is_transient(self, result))
+                f"is kept at {script}",
+                transient=is_transient(result, self.TRANSIENT_SUBMIT_ERRORS))
         try:
             native_id = self.job_id_from_submit_output(result.stdout).strip()
             if not native_id:
