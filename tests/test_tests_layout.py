@@ -51,8 +51,6 @@ COVERED_THROUGH: Dict[str, str] = {
                                      "(test_batch_spares.py, test_batch_slurm_rest.py)",
     "psij.executors.batch._named_jobs": "submissions stopped for good "
                                         "(test_batch_runner.py, test_batch_scheduler_executor.py)",
-    "psij.executors.batch._script_context": "the golden submit scripts "
-                                            "(test_scripts_generator.py)",
     "psij.executors.batch._status_table": "canned status outputs (test_batch_states.py, "
                                           "test_batch_sites_outputs.py)",
     "psij.executors.batch._submit_io": "submits through the fake runner "

@@ -367,7 +367,8 @@ def _submit_array(executor: "BatchSchedulerExecutor", style: ArrayStyle, shape: 
     if not result.ok:
         error = SubmitException(
             f"submitting the array of {len(group)} jobs failed: {result.describe()}; the "
-            f"submit script is kept at {script}", transient=is_transient(executor, result))
+            f"submit script is kept at {script}",
+            transient=is_transient(result, executor.TRANSIENT_SUBMIT_ERRORS))
     else:
         try:
             array_id = executor.job_id_from_submit_output(result.stdout).strip()

@@ -38,9 +38,11 @@ __all__ = [
     "SGE_NICE",
     "SLURM_NICE",
     "NiceMapping",
+    "chosen_mapping",
+    "declared_nice",
     "nice_mapping",
     "nice_update_command",
-    "scheduler_priority",
+    "priority_value",
 ]
 
 
@@ -68,23 +70,39 @@ PBS_NICE = NiceMapping(0, 1, -1024, 1023, ("qalter", "-p", "{value}", "{id}"))
 LSF_NICE = NiceMapping(50, 1, 1, 100, ("bmod", "-sp", "{value}", "{id}"))
 
 
-def nice_mapping(executor: "BatchSchedulerExecutor") -> Optional[NiceMapping]:
-    """The executor's mapping when ``use_nice`` is on (None when it is off);
-    InvalidJobException when the scheduler has no priority option."""
-    if not getattr(executor.batch_config, "use_nice", False):
+def declared_nice(config: object, executor_class: type
+                  ) -> Tuple[bool, Optional[NiceMapping]]:
+    """Whether ``use_nice`` is on in ``config``, and the mapping the executor's class declares
+    (``NICE``) if any."""
+    mapping = getattr(executor_class, "NICE", None)
+    return (bool(getattr(config, "use_nice", False)),
+            mapping if isinstance(mapping, NiceMapping) else None)
+
+
+def chosen_mapping(use_nice: bool, mapping: Optional[NiceMapping], name: str
+                   ) -> Optional[NiceMapping]:
+    """The mapping when ``use_nice`` is on (None when it is off); InvalidJobException when the
+    scheduler (of the executor ``name``) has no priority option."""
+    if not use_nice:
         return None
-    mapping = getattr(type(executor), "NICE", None)
-    if not isinstance(mapping, NiceMapping):
-        raise InvalidJobException(f"use_nice: the {executor.name} executor has no way to give "
+    if mapping is None:
+        raise InvalidJobException(f"use_nice: the {name} executor has no way to give "
                                   "a job's priority to its scheduler; turn use_nice off")
     return mapping
 
 
-def scheduler_priority(executor: "BatchSchedulerExecutor", spec: JobSpec) -> Optional[str]:
+def nice_mapping(executor: "BatchSchedulerExecutor") -> Optional[NiceMapping]:
+    """The executor's mapping when ``use_nice`` is on (None when it is off);
+    InvalidJobException when the scheduler has no priority option."""
+    return chosen_mapping(*declared_nice(executor.batch_config, type(executor)), executor.name)
+
+
+def priority_value(use_nice: bool, mapping: Optional[NiceMapping], name: str, spec: JobSpec
+                   ) -> Optional[str]:
     """The value of the scheduler's priority option for a job, as text; None when
     ``use_nice`` is off. InvalidJobException when the scheduler has no such option."""
-    mapping = nice_mapping(executor)
-    return None if mapping is None else str(mapping.value(job_priority(spec.attributes)))
+    chosen = chosen_mapping(use_nice, mapping, name)
+    return None if chosen is None else str(chosen.value(job_priority(spec.attributes)))
 
 
 def nice_update_command(executor: "BatchSchedulerExecutor", native_id: str,

@@ -1,43 +1,42 @@
-"""What a batch executor puts into a submit script: the values checked before anything is
-written, and the context a template is rendered with.
+"""The context step of a batch submission: what a template is rendered with.
 
-:func:`check_script_values` refuses, naming the field, values that no script or directive can
-hold safely (environment names that are not identifiers, line breaks in directive values, ...),
-using the executor's directive rules, strings that no process can receive (a lone surrogate,
-:mod:`psij.executors._os_texts`) and staging entries the script cannot stage; every batch
-executor calls it before a job is held, written or submitted (and ``submit_script`` too).
-:func:`build_script_context` gives the template context documented in ``docs/batch.rst``
-(``job``, ``env``, ``custom_attributes``, ``formatted_job_duration`` and ``psij.*``), to which
-the executor adds its scheduler's own values. Nothing here writes files or runs commands.
+:class:`ScriptInputs` is everything the script steps need from a batch executor (its name,
+folders, directive rules, custom-attribute prefixes, priority mapping, signal declarations,
+template and launcher choice), made once per executor and configuration.
+:func:`build_script_context` is a function of a checked job and that value: it gives the
+template context documented in ``docs/batch.rst`` (``job``, ``env``, ``custom_attributes``,
+``formatted_job_duration`` and ``psij.*``), to which the executor adds its scheduler's own
+values. The check step before it is :mod:`psij.executors.batch._script_check`; rendering
+after it is :mod:`psij._scripts.generator`.
+
+This module never receives the executor and imports nothing of
+``batch_scheduler_executor``; it writes no files and runs no commands.
 """
 
 import os
-import re
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from psij._declared_attributes import check_declared
+from psij._record import Record
+from psij._scripts.generator import TemplatedScriptGenerator
 from psij._scripts.quoting import ShellWord
 from psij._scripts.template_functions import ALL as FUNCTION_LIBRARY
 from psij.exceptions import InvalidJobException
-from psij.executors._os_texts import check_texts, spec_texts
-from psij.executors._staging import check_staging
 from psij.executors._staging import script_context as staging_context
-from psij.executors.batch._nice import scheduler_priority
+from psij.executors.batch._nice import NiceMapping, priority_value
 from psij.executors.batch._shapes import job_tmp
-from psij.executors.batch._signals import script_signals
+from psij.executors.batch._signals import signals_context
+from psij.executors.batch._site_directives import DirectiveRules, custom_attribute_items
 from psij.job import Job
+from psij.job_launcher import Launcher
 from psij.job_spec import JobSpec
 from psij.resource_spec import ResourceSpecV1
 
-if TYPE_CHECKING:
-    from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
+__all__ = ["ScriptInputs", "build_script_context", "custom_items", "days_hours_minutes_seconds",
+           "default_job_name", "hours_minutes_seconds", "job_directory", "script_job_name",
+           "v1_resources"]
 
-__all__ = ["build_script_context", "check_script_values", "default_job_name",
-           "hours_minutes_seconds", "job_directory", "v1_resources"]
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NO_RESOURCES = ResourceSpecV1()
 
 
@@ -64,58 +63,72 @@ def job_directory(spec: JobSpec) -> str:
     return os.path.abspath(spec.directory if spec.directory is not None else os.getcwd())
 
 
+def days_hours_minutes_seconds(d: timedelta) -> str:
+    """``[days-]hh:mm:ss`` (as ``sbatch --time`` reads it), rounding seconds up."""
+    total = -(-int(d.total_seconds() * 1000) // 1000)
+    days, rest = divmod(total, 86400)
+    clock = f"{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
 def default_job_name(job: Job) -> str:
     """The name psij-python's jobs get on a scheduler that names a job after its script: the
     script's file name, ``<job id>.job``."""
     return f"{job.id}.job"
 
 
-def check_script_values(executor: "BatchSchedulerExecutor", job: Job, spec: JobSpec) -> None:
-    """Refuse, before anything is written, values the submit script cannot hold safely."""
-    if spec.executable is None:
-        raise InvalidJobException(f"job {job.id}: JobSpec.executable is not set")
-    attrs = spec.attributes
-    check_declared(attrs.custom_attributes)  # as submit does (submit_script too)
-    try:
-        custom = executor._custom_attribute_items(job)
-    except (ValueError, TypeError) as e:
-        raise InvalidJobException(str(e)) from e
-    texts: List[Tuple[str, Union[str, Path, None]]] = spec_texts(spec)
-    texts += [("JobSpec.name", spec.name)]
-    texts += [(f"JobAttributes.{field}", getattr(attrs, field))
-              for field in ("queue_name", "account", "reservation_id")]
-    texts += [(f"JobAttributes.custom_attributes[{prefix + '.' + item['key']!r}]", item["value"])
-              for prefix, items in custom.items() for item in items]
-    check_texts(texts)
-    check_staging(spec, job_directory(spec), executor.name)
-    for name in (spec.environment or {}):
-        if not _ENV_NAME.fullmatch(name):
-            raise InvalidJobException(
-                f"JobSpec.environment: {name!r} cannot be exported by a submit script; "
-                "accepted names: letters, digits and '_', not starting with a digit")
-    try:
-        job_name = executor._job_name(job)
-        if job_name is not None:
-            executor._directive_value("JobSpec.name", job_name)
-        for field in ("queue_name", "account", "reservation_id"):
-            value = getattr(attrs, field)
-            if value is not None:
-                executor._directive_value(f"JobAttributes.{field}", value)
-        for prefix, items in custom.items():
-            for item in items:
-                if item["value"] is not None:
-                    executor._directive_value(
-                        f"JobAttributes.custom_attributes[{prefix + '.' + item['key']!r}]",
-                        str(item["value"]))
-    except (ValueError, TypeError) as e:
-        raise InvalidJobException(str(e)) from e
+class ScriptInputs(Record):
+    """What the script steps take from a batch executor, made once per executor and
+    configuration (see the module's documentation).
+
+    ``custom_prefixes``: the prefixes of the custom attributes rendered (None: all, by
+    prefix); ``name_after_script``: an unnamed job is named ``<job id>.job``;
+    ``directory_directive``: the job's directory is written in a directive too (checked as a
+    directive value); ``use_nice`` and ``nice``: the priority option (see
+    :mod:`psij.executors.batch._nice`); ``owner``, ``script_signals`` and ``ignored_signals``:
+    the signal declarations (see :mod:`psij.executors.batch._signals`); ``generator``: the
+    template's generator (None: the executor renders by its own hooks); ``launcher``: the
+    launcher of a name.
+    """
+
+    name: str
+    script_dir: str
+    work_root: Path
+    directives: DirectiveRules
+    custom_prefixes: Optional[Tuple[str, ...]]
+    format_duration: Callable[[timedelta], str]
+    launcher: Callable[[str], Launcher]
+    generator: Optional[TemplatedScriptGenerator] = None
+    name_after_script: bool = False
+    directory_directive: bool = False
+    use_nice: bool = False
+    nice: Optional[NiceMapping] = None
+    owner: str = ""
+    script_signals: Tuple[Tuple[str, str], ...] = ()
+    ignored_signals: Tuple[str, ...] = ()
 
 
-def build_script_context(executor: "BatchSchedulerExecutor", job: Job) -> Dict[str, object]:
-    """The values every template sees (see the module's docstring)."""
+def custom_items(spec: JobSpec, inputs: ScriptInputs) -> Dict[str, List[Dict[str, Any]]]:
+    """The executor's custom attributes of ``spec`` (see :func:`custom_attribute_items`): under
+    its first prefix those named after any of its prefixes; all of them, by prefix, for an
+    executor declaring no prefix (as psij-python's do)."""
+    return custom_attribute_items(spec.attributes.custom_attributes, inputs.custom_prefixes)
+
+
+def script_job_name(job: Job, inputs: ScriptInputs) -> Optional[str]:
+    """The job name written in the script (by the directive rules)."""
     spec = job.spec
     assert spec is not None
-    launcher = executor._get_launcher_from_job(job)
+    if inputs.name_after_script and spec._explicit_name() is None:
+        return default_job_name(job)
+    return inputs.directives.job_name(spec.name)
+
+
+def build_script_context(job: Job, inputs: ScriptInputs) -> Dict[str, object]:
+    """The values every template sees (see the module's docstring), for a checked job."""
+    spec = job.spec
+    assert spec is not None
+    launcher = inputs.launcher(spec.launcher or Launcher.DEFAULT_LAUNCHER_NAME)
     words = launcher.get_launch_command(job)
     directory = job_directory(spec)
     tmp = job_tmp(spec)
@@ -124,23 +137,24 @@ def build_script_context(executor: "BatchSchedulerExecutor", job: Job) -> Dict[s
     context: Dict[str, object] = {
         "job": job,
         "env": [{"name": k, "value": v} for k, v in (spec.environment or {}).items()],
-        "custom_attributes": executor._custom_attribute_items(job),
+        "custom_attributes": custom_items(spec, inputs),
         "psij": {
             "lib": FUNCTION_LIBRARY,
             "launch_command": [ShellWord(w) for w in words],
-            "script_dir": str(executor.work_directory.absolute()),
-            "job_name": executor._job_name(job),
+            "script_dir": inputs.script_dir,
+            "job_name": script_job_name(job, inputs),
             "directory": directory,
             "process_count": resources.computed_process_count,
             "node_count": resources.computed_node_count,
-            "staging": staging_context(spec, directory, executor.config.work_directory,
-                                       executor.name),
-            "scheduler_priority": scheduler_priority(executor, spec),
+            "staging": staging_context(spec, directory, inputs.work_root, inputs.name),
+            "scheduler_priority": priority_value(inputs.use_nice, inputs.nice, inputs.name,
+                                                 spec),
             "tmp_kb": None if tmp is None else -(-tmp // 1024),
-            "signals": script_signals(executor),
+            "signals": signals_context(inputs.owner, inputs.script_signals,
+                                       inputs.ignored_signals),
         },
     }
     duration = spec.attributes.duration
     if duration is not None:
-        context["formatted_job_duration"] = executor._format_duration(duration)
+        context["formatted_job_duration"] = inputs.format_duration(duration)
     return context

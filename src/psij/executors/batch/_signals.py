@@ -31,7 +31,7 @@ scheduler starts it as the leader of its own process group, as every supported o
 
 import os
 import signal as _signal
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence, Tuple
 
 from psij import _check
 from psij.exceptions import InvalidJobException, SubmitException
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
 
 __all__ = ["FORWARDABLE", "KEEP", "PASS", "REQUEST", "SIGNAL_SUFFIX", "SignalHooks",
-           "check_signal", "script_signals", "write_signal_request"]
+           "check_signal", "signals_context", "write_signal_request"]
 
 PASS = "pass"
 KEEP = "keep"
@@ -63,23 +63,25 @@ def check_signal(signum: object) -> int:
     return int(signum)
 
 
-def script_signals(executor: "BatchSchedulerExecutor") -> Dict[str, Any]:
-    """The template context ``psij.signals``: ``traps`` (``signal``, ``send``: the signal
-    passed on, ``request`` or ``-`` for none), ``handled`` (whether there are traps) and
-    ``job_ignores`` (names, or None)."""
+def signals_context(owner: str, script_signals: Sequence[Tuple[str, str]],
+                    ignored_signals: Sequence[str]) -> Dict[str, Any]:
+    """The template context ``psij.signals`` from the declarations of the class ``owner``
+    (``SCRIPT_SIGNALS`` as pairs, ``JOB_IGNORED_SIGNALS``): ``traps`` (``signal``, ``send``:
+    the signal passed on, ``request`` or ``-`` for none), ``handled`` (whether there are traps)
+    and ``job_ignores`` (names, or None)."""
     traps: List[Dict[str, str]] = []
-    for name, action in executor.SCRIPT_SIGNALS.items():
+    for name, action in script_signals:
         send = {PASS: name, KEEP: "-", REQUEST: REQUEST}.get(action)
         if send is None or name not in FORWARDABLE:
-            raise ValueError(f"{type(executor).__name__}.SCRIPT_SIGNALS: {name!r}: {action!r} "
+            raise ValueError(f"{owner}.SCRIPT_SIGNALS: {name!r}: {action!r} "
                              f"(signals: {', '.join(FORWARDABLE)}; actions: {PASS}, {KEEP}, "
                              f"{REQUEST})")
         traps.append({"signal": name, "send": send})
-    for name in executor.JOB_IGNORED_SIGNALS:
+    for name in ignored_signals:
         if name not in FORWARDABLE:
-            raise ValueError(f"{type(executor).__name__}.JOB_IGNORED_SIGNALS: {name!r} "
+            raise ValueError(f"{owner}.JOB_IGNORED_SIGNALS: {name!r} "
                              f"(signals: {', '.join(FORWARDABLE)})")
-    ignored = " ".join(executor.JOB_IGNORED_SIGNALS)
+    ignored = " ".join(ignored_signals)
     return {"traps": traps, "handled": bool(traps), "job_ignores": ignored or None}
 
 

@@ -15,7 +15,7 @@ stops.
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Tuple
+from typing import TYPE_CHECKING, Sequence, Tuple
 
 from psij.executors.batch._runner import (
     MAY_HAVE_BEEN_SUBMITTED,
@@ -81,13 +81,13 @@ def write_script(executor: "BatchSchedulerExecutor", job: Job, text: str) -> Pat
     return path
 
 
-def is_transient(executor: "BatchSchedulerExecutor", result: CommandResult) -> bool:
+def is_transient(result: CommandResult, markers: Sequence[str]) -> bool:
     """Whether a failed submission may work when tried again: the command timed out or was
-    killed, or said one of the executor's ``TRANSIENT_SUBMIT_ERRORS``; never when the job
-    may have been submitted (trying again could submit it twice)."""
+    killed, or said one of ``markers`` (the executor's ``TRANSIENT_SUBMIT_ERRORS``); never
+    when the job may have been submitted (trying again could submit it twice)."""
     if result.failure is not None and MAY_HAVE_BEEN_SUBMITTED in result.failure:
         return False
     if result.exit_code is None and result.failure is not None \
             and "could not be started" not in result.failure:
         return True
-    return any(marker in result.output for marker in executor.TRANSIENT_SUBMIT_ERRORS)
+    return any(marker in result.output for marker in markers)

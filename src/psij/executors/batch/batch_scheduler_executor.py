@@ -25,10 +25,8 @@ Scheduler commands run only through the executor's ``CommandRunner``
 (``psij.executors.batch._runner``).
 """
 
-import io
 import logging
 import threading
-from datetime import timedelta
 from pathlib import Path
 from typing import (
     IO,
@@ -74,12 +72,10 @@ from psij.executors.batch._poller import StatusPoller
 from psij.executors.batch._priority_change import PriorityChange
 from psij.executors.batch._runner import CommandResult, CommandRunner, SubprocessRunner
 from psij.executors.batch._script_context import (
-    build_script_context,
-    check_script_values,
-    hours_minutes_seconds,
+    ScriptInputs,
 )
+from psij.executors.batch._script_steps import ScriptSteps
 from psij.executors.batch._signals import SIGNAL_SUFFIX, SignalHooks
-from psij.executors.batch._site_directives import ESCAPED, DirectiveRules, custom_attribute_items
 from psij.executors.batch._status_table import StateMap, check_status_exit_code, parse_status_lines
 from psij.executors.batch._status_table import StatusCommandError as StatusCommandError
 from psij.executors.batch._submit_io import is_transient, run_submit
@@ -94,7 +90,6 @@ from psij.executors.batch._tracking import (
 from psij.job import Job
 from psij.job_executor import JobExecutor
 from psij.job_executor_config import JobExecutorConfig
-from psij.job_launcher import Launcher
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
@@ -114,7 +109,8 @@ logger = logging.getLogger(__name__)
 _OUTPUT_LIMIT = 64 * 1024
 
 
-class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, SignalHooks, JobExecutor):
+class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, SignalHooks,
+                             JobExecutor):
     """Base class of executors that submit jobs to a batch scheduler.
 
     A subclass declares its scheduler in class attributes (below); where the scheduler's ways
@@ -131,7 +127,6 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, SignalHooks, 
     """
 
     CONFIG_CLASS: Type[BatchSchedulerExecutorConfig] = BatchSchedulerExecutorConfig
-    CUSTOM_ATTRIBUTE_PREFIXES: Tuple[str, ...] = ()
     # Substrings of a failed submit command's output that mean "try again later".
     TRANSIENT_SUBMIT_ERRORS: Tuple[str, ...] = ()
     # The submit-script template: a path, or a file name among the templates shipped with psij.
@@ -161,8 +156,6 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, SignalHooks, 
     # its output has lines and every one matches NO_JOBS_PATTERN (None: it has no output).
     NO_JOBS_EXIT_CODES: Tuple[int, ...] = ()
     NO_JOBS_PATTERN: Optional[Pattern[str]] = None
-    # How values and job names are written in directive lines.
-    DIRECTIVES: DirectiveRules = ESCAPED
     # How the scheduler writes and names job arrays (None: submit_many submits one by one).
     ARRAYS: Optional[ArrayStyle] = None
 
@@ -219,7 +212,7 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, SignalHooks, 
     def generate_submit_script(self, job: Job, context: Dict[str, object],
                                submit_file: IO[str]) -> None:
         """Write the submit script of ``job`` to ``submit_file`` (see
-        :meth:`_create_script_context` for ``context``); renders ``TEMPLATE`` by default."""
+        ``_create_script_context`` for ``context``); renders ``TEMPLATE`` by default."""
         if getattr(self, "generator", None) is None:
             self._declared("TEMPLATE")
         self.generator.generate_submit_script(job, context, submit_file)
@@ -318,26 +311,28 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, SignalHooks, 
         self._submit_checked(job, spec)
 
     def _submit_checked(self, job: Job, spec: JobSpec) -> None:
-        """Submit ``job`` (bound to this executor by ``_check_job``) to the scheduler."""
+        """Submit ``job`` (bound to this executor by ``_check_job``) to the scheduler:
+        check -> context -> render -> submit, each step taking what the one before gave."""
         try:
-            self._check_script_values(job, spec)
-            context = self._create_script_context(job)
+            inputs = self._script_inputs()
+            self._check_script_values(job, spec, inputs)
+            context = self._create_script_context(job, inputs)
         except BaseException:
             job.executor = None
             raise
-        self._submit_rendered(job, context)
+        self._submit_rendered(job, context, inputs)
 
     def submit_many(self, jobs: Iterable[Job]) -> None:
         """Submit ``jobs``, as job arrays where the scheduler has them (``ARRAYS``; see
         :mod:`psij.executors.batch._arrays`)."""
         _arrays.submit_many(self, jobs)
 
-    def _submit_rendered(self, job: Job, context: Dict[str, object]) -> None:
+    def _submit_rendered(self, job: Job, context: Dict[str, object],
+                         inputs: Optional[ScriptInputs] = None) -> None:
         """Render the script of a checked, bound ``job`` and submit it."""
         try:
-            out = io.StringIO()
-            self.generate_submit_script(job, context, out)
-            result, script = run_submit(self, job, out.getvalue())
+            text = self._render(job, context, inputs or self._script_inputs())
+            result, script = run_submit(self, job, text)
         except BaseException:
             job.executor = None
             raise
@@ -346,7 +341,8 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, SignalHooks, 
             raise SubmitException(
                 f"job {job.id}: submitting failed: {result.describe()}"
                 f"{not_found_hint(self, result)}; the submit script "
-                f"is kept at {script}", transient=is_transient(self, result))
+                f"is kept at {script}",
+                transient=is_transient(result, self.TRANSIENT_SUBMIT_ERRORS))
         try:
             native_id = self.job_id_from_submit_output(result.stdout).strip()
             if not native_id:
@@ -361,16 +357,6 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, SignalHooks, 
         logger.debug("job %s: submitted as %s", job.id, native_id)
         self._set_job_status(job, JobStatus(JobState.QUEUED, metadata={"native_id": native_id}))
         self._status_poller().add(job, native_id, attach=False)
-
-    def _check_script_values(self, job: Job, spec: JobSpec) -> None:
-        """Fill in the site defaults the job lacks (``psij._site_config``), then refuse, before
-        anything is written, values the submit script cannot hold safely."""
-        _site_config.apply_job_defaults(self.name, spec)
-        check_script_values(self, job, spec)
-
-    def _directive_value(self, field: str, value: str) -> str:
-        """``value`` as written inside a directive, or ValueError naming ``field``."""
-        return self.DIRECTIVES.value(field, value)
 
     _work_dir_checked = False
 
@@ -389,47 +375,9 @@ class BatchSchedulerExecutor(KillFirst, PriorityChange, NamedJobs, SignalHooks, 
         if spec is None:
             raise InvalidJobException(f"job {job.id} has no JobSpec")
         _check.env_dict("JobSpec.environment", spec.environment)
-        self._check_script_values(job, spec)
-        out = io.StringIO()
-        self.generate_submit_script(job, self._create_script_context(job), out)
-        return out.getvalue()
-
-    # ------------------------------------------------------------------------ script context
-
-    def _get_launcher_from_job(self, job: Job) -> Launcher:
-        assert job.spec is not None
-        return self._get_launcher(job.spec.launcher or Launcher.DEFAULT_LAUNCHER_NAME)
-
-    def _create_script_context(self, job: Job) -> Dict[str, object]:
-        """The values templates see: ``job``, ``env``, ``custom_attributes``,
-        ``formatted_job_duration`` and ``psij`` (``lib``, ``launch_command``, ``script_dir``,
-        ...), plus the scheduler's own from :meth:`_template_values`."""
-        context = build_script_context(self, job)
-        assert job.spec is not None
-        context.update(self._template_values(job, job.spec))
-        return context
-
-    def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:
-        """Entries the scheduler's template needs beyond the common ones (none by default)."""
-        return {}
-
-    def _job_name(self, job: Job) -> Optional[str]:
-        """The job name written in the script (by the directive rules)."""
-        assert job.spec is not None
-        return self.DIRECTIVES.job_name(job.spec.name)
-
-    def _custom_attribute_items(self, job: Job) -> Dict[str, List[Dict[str, Any]]]:
-        """This executor's custom attributes (see :func:`custom_attribute_items`): under its
-        first prefix those named after any of its prefixes or the name it was asked by; all of
-        them, by prefix, for an executor declaring no prefix (as psij-python's do)."""
-        assert job.spec is not None
-        prefixes = self.CUSTOM_ATTRIBUTE_PREFIXES
-        return custom_attribute_items(job.spec.attributes.custom_attributes,
-                                      (*prefixes, self.name) if prefixes else None)
-
-    def _format_duration(self, d: timedelta) -> str:
-        """``hours:mm:ss`` (hours not limited to 24), rounding seconds up."""
-        return hours_minutes_seconds(d)
+        inputs = self._script_inputs()
+        self._check_script_values(job, spec, inputs)
+        return self._render(job, self._create_script_context(job, inputs), inputs)
 
     # ---------------------------------------------------------------- cancel / attach / list
 

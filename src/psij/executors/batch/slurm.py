@@ -8,15 +8,12 @@ state map, and the parsers of squeue's and sacct's output; the behaviour lives i
 
 import re
 import threading
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Collection, Dict, List, Optional, Sequence, Set, Tuple
 
 from psij import _check
-from psij.exceptions import InvalidJobException
 from psij.executors.batch._arrays import SLURM_ARRAYS, expand_index_list
 from psij.executors.batch._nice import SLURM_NICE
 from psij.executors.batch._runner import CommandResult
-from psij.executors.batch._script_context import default_job_name, job_directory
 from psij.executors.batch._signals import FORWARDABLE, PASS
 from psij.executors.batch._status_table import held_status
 from psij.executors.batch._unstartable import unstartable_status
@@ -25,8 +22,6 @@ from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutorConfig,
     check_status_exit_code,
 )
-from psij.job import Job
-from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
@@ -262,6 +257,9 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
     SCRIPT_ON_STDIN = True
     JOB_ID_PATTERN = re.compile(r"(\d+)(?:;\S*)?\s*$")
     ARRAYS = SLURM_ARRAYS
+    NAME_AFTER_SCRIPT = True  # sbatch names a job after its script
+    DIRECTORY_DIRECTIVE = True  # --chdir
+    DURATION_DAYS = True  # --time: days-hours:minutes:seconds; seconds round up to a minute
     CANCEL_COMMAND = ("scancel",)
     # Only the batch step: KILL to the whole job is a cancel with KillWait for Slurm.
     KILL_COMMAND = ("scancel", "--batch", "--signal=KILL")
@@ -296,17 +294,6 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
         super().close()
         if self._rest is not None:
             self._rest.close()
-
-    def _job_name(self, job: Job) -> Optional[str]:
-        assert job.spec is not None
-        return default_job_name(job) if job.spec._explicit_name() is None else job.spec.name
-
-    def _check_script_values(self, job: Job, spec: JobSpec) -> None:
-        super()._check_script_values(job, spec)
-        try:  # it is written in a directive (--chdir) too
-            self._directive_value("JobSpec.directory", job_directory(spec))
-        except ValueError as e:
-            raise InvalidJobException(str(e)) from e
 
     def get_status_command(self, native_ids: Collection[str]) -> List[str]:
         # --array: one line per array element (pending ones too).
@@ -371,9 +358,3 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
                                 else status)
         return found
 
-    def _format_duration(self, d: timedelta) -> str:
-        # sbatch --time accepts days-hours:minutes:seconds; seconds round up to a minute there.
-        total = -(-int(d.total_seconds() * 1000) // 1000)
-        days, rest = divmod(total, 86400)
-        clock = f"{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}"
-        return f"{days}-{clock}" if days else clock
