@@ -155,3 +155,12 @@ def test_advance_refuses_to_go_back_and_wall_time_is_the_epoch() -> None:
     with pytest.raises(ValueError):
         ManualClock().advance(-1.0)
     assert abs(wall_time() - time.time()) < 5.0
+
+
+def test_a_manual_clock_refuses_to_move_by_an_absurd_amount() -> None:
+    clock = ManualClock(5.0)
+    for bad in (-1.0, float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(ValueError, match="ManualClock.advance"):
+            clock.advance(bad)
+    assert clock.now() == 5.0
+    assert clock.advance(0.5) == 5.5

@@ -133,8 +133,9 @@ class ManualClock(_Waits):
 
     def advance(self, seconds: float) -> float:
         """Moves the clock forward by ``seconds`` (not backwards) and returns the new time."""
-        if seconds < 0:
-            raise ValueError(f"ManualClock.advance: seconds must not be negative, got {seconds}")
+        if not 0 <= seconds < float("inf"):  # NaN too
+            raise ValueError(f"ManualClock.advance: seconds must be a finite number, not "
+                             f"negative, got {seconds}")
         with self._lock:
             self._now += seconds
             now = self._now

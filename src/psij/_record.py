@@ -22,7 +22,7 @@ converted one with ``self._set(name, value)``. A value computed from the fields 
 hash, lower bounds) is a derived slot: ``_hash: int = derived(init=False)``, a slot but no
 field (not a parameter, not compared, shown or pickled), set by ``_validate``. A class whose
 constructor took other parameters than its fields could still write ``__init__`` (storing
-with ``self._set``); none does in psij, and ``tests/test_values.py`` keeps the list of those
+with ``self._set``); none does in psij, and ``tests/test_record.py`` keeps the list of those
 allowed, each with its reason.
 
 The ``__init__`` of a class is made on its first use (classes never built cost nothing): one

@@ -23,10 +23,10 @@ tasks.
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from psij._lazylog import LazyLogger
 from psij.executors._process import LaunchError
 from psij.executors.pilot._engine_events import EngineEvent, WorkerExited
 from psij.executors.pilot._local_workers import (
+    WORKERS_VARIABLE,
     ExitHandler,
     LocalWorkers,
     LostHandler,
@@ -35,8 +35,6 @@ from psij.executors.pilot._local_workers import (
 from psij.executors.pilot._task_process import HAS_PIDFD, Launch, LoopWatch, TaskProcesses
 
 __all__ = ["INLINE_MAX_CORES", "InlineTasks", "inline_fits"]
-
-logger = LazyLogger("psij.executors.pilot.engine")
 
 INLINE_MAX_CORES = 3
 """The most cores of a node whose tasks an engine starts itself (unless told to use workers)."""
@@ -47,8 +45,6 @@ def inline_fits(cores: int, configured: Optional[int], environ: Dict[str, str],
     """Whether the engine starts its node's tasks itself: a small node, no number of workers
     asked for (``EngineConfig.workers`` or ``PSIJ_PILOT_WORKERS``), and pidfds to watch the
     tasks in the engine's own loop."""
-    from psij.executors.pilot._local_workers import WORKERS_VARIABLE
-
     return (HAS_PIDFD and loop_watch is not None and cores <= INLINE_MAX_CORES
             and configured is None and not environ.get(WORKERS_VARIABLE))
 
