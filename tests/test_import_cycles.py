@@ -1,4 +1,5 @@
-"""No two modules of psij import each other, directly or through others.
+"""No two modules of psij import each other, directly or through others; and no module imports
+one of a layer above its own (the layers of docs/architecture.rst).
 
 The import graph is read from the source with :mod:`ast`, never by importing anything, so a
 module that is slow or has side effects at import is still checked. What counts as an edge
@@ -209,6 +210,42 @@ def test_the_graph_of_psij_has_every_module_and_the_edges_it_should() -> None:
 def test_no_module_of_psij_is_on_an_import_cycle() -> None:
     left = cycles_left(SRC, "psij")
     assert not left, "import cycles:\n" + "\n".join(left)
+
+
+# The layers of docs/architecture.rst, from the bottom: a module imports modules of its own
+# layer or of one below, never above. Modules not named here are the core (the model, the
+# public API and the shared edge). The first prefix that matches a module gives its layer.
+LAYERS = (("cli", ("psij.cli", "psij.__main__")),
+          ("built on the API", ("psij.controller", "psij.flows", "psij.supervise",
+                                "psij.registry", "psij.futures", "psij.executors.pilot.qcg")),
+          ("executors", ("psij.executors", "psij.launchers")))
+LAYER_ORDER = {"core": 0, "executors": 1, "built on the API": 2, "cli": 3}
+
+
+def layer_of(module: str) -> str:
+    for name, prefixes in LAYERS:
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return name
+    return "core"
+
+
+def imports_upwards(graph: Graph) -> List[str]:
+    """Each import of a module from a layer above its own, as ``a (layer) -> b (layer): line``."""
+    return [f"{a} ({layer_of(a)}) -> {b} ({layer_of(b)}): line {line}"
+            for a, edges in sorted(graph.items()) for b, line in sorted(edges.items())
+            if LAYER_ORDER[layer_of(b)] > LAYER_ORDER[layer_of(a)]]
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    graph = import_graph(SRC, "psij")
+    assert layer_of("psij.executors.pilot.qcg.run") == "built on the API"
+    assert layer_of("psij.executors.pilot.engine") == "executors"
+    assert layer_of("psij.job") == "core" and layer_of("psij._registry.recorder") == "core"
+    upwards = imports_upwards(graph)
+    assert not upwards, "imports from a layer above:\n" + "\n".join(upwards)
+    # The check sees such an import when there is one.
+    assert imports_upwards({"psij.job": {"psij.flows.machine": 3}}) == [
+        "psij.job (core) -> psij.flows.machine (built on the API): line 3"]
 
 
 def _package(tmp_path: Path, files: Dict[str, str]) -> Path:

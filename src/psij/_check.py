@@ -207,10 +207,11 @@ def resource_pool(value: Any) -> Union[bool, Dict[str, Any]]:
                              "'cores', 'memory' and 'tmp' (bytes), and 'gpus'")
         field = f"{RESOURCE_POOL}[{key!r}]"
         if key == "gpus":
-            from psij.executors._gpu_detect import GpuSet, gpus_from_setting
+            from psij._gpu_ids import gpu_setting
 
-            gpus = gpus_from_setting(field, amount, GpuSet(()))
-            checked[key] = amount if isinstance(amount, int) else list(gpus.ids)
+            setting = gpu_setting(field, amount)
+            checked[key] = amount if isinstance(amount, int) else (
+                [str(i) for i in range(setting)] if isinstance(setting, int) else list(setting))
             continue
         if isinstance(amount, bool) or not isinstance(amount, int):
             raise fail_type(field, amount, "an int" + (" (bytes)" if key in (

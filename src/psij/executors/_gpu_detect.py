@@ -39,11 +39,11 @@ measured in milliseconds).
 import functools
 import os
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from psij._clock import Clock, MonotonicClock
+from psij._gpu_ids import AMD, ID_PATTERN, MAX_GPUS, NVIDIA, GpuSet, gpu_setting
 from psij._lazylog import LazyLogger
-from psij._record import Record
 
 __all__ = ["AMD", "MAX_GPUS", "MAX_OUTPUT", "NVIDIA", "PROBE_TIMEOUT", "PROC_GPUS", "GpuSet",
            "detect_gpus", "found_gpus", "gpus_from_setting", "parse_nvidia_smi",
@@ -52,9 +52,6 @@ __all__ = ["AMD", "MAX_GPUS", "MAX_OUTPUT", "NVIDIA", "PROBE_TIMEOUT", "PROC_GPU
 logger = LazyLogger(__name__)
 _CLOCK: Clock = MonotonicClock()  # the probes are real processes: they run in real time
 
-NVIDIA = "nvidia"
-AMD = "amd"
-MAX_GPUS = 4096
 MAX_OUTPUT = 1 << 20
 PROC_GPUS = "/proc/driver/nvidia/gpus"
 PROBE_TIMEOUT = 10.0
@@ -62,49 +59,8 @@ PROBE_TIMEOUT = 10.0
 _VISIBLE = (("CUDA_VISIBLE_DEVICES", NVIDIA), ("ROCR_VISIBLE_DEVICES", AMD),
             ("HIP_VISIBLE_DEVICES", AMD))
 _NONE = ("-1", "NoDevFiles")
-# An index, or a UUID as the drivers print them (GPU-..., MIG-...).
-_ID = r"^(?:[0-9]{1,9}|(?:GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]{0,127})$"
 _NVIDIA_LINE = r"^GPU ([0-9]{1,9}):"
 _ROCM_LINE = r"^card([0-9]{1,9}),"
-
-
-class GpuSet(Record):
-    """The GPUs of a node: their ids (in order), their vendor, and where they were found."""
-
-    ids: Tuple[str, ...]
-    vendor: str = NVIDIA
-    source: str = "none"
-
-    def _validate(self) -> None:
-        if self.vendor not in (NVIDIA, AMD):
-            raise ValueError(f"GpuSet.vendor: {self.vendor!r}; accepted: {NVIDIA}, {AMD}")
-        if type(self.ids) is not tuple:
-            self._set("ids", tuple(self.ids))
-
-    @property
-    def variables(self) -> Tuple[str, ...]:
-        """The variables that give a task its GPUs on this vendor's hardware."""
-        if self.vendor == AMD:
-            return ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
-        return ("CUDA_VISIBLE_DEVICES",)
-
-    def environment(self, ids: Sequence[str]) -> Dict[str, str]:
-        """What a task given the GPUs ``ids`` (some of :attr:`ids`) gets in its environment;
-        empty for none."""
-        if not ids:
-            return {}
-        if self.vendor == AMD:
-            return {"ROCR_VISIBLE_DEVICES": ",".join(ids),
-                    "HIP_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(ids)))}
-        return {"CUDA_VISIBLE_DEVICES": ",".join(ids)}
-
-    def describe(self) -> str:
-        """The GPUs in words, with their source: ``2 GPUs (nvidia: 0, 1) from nvidia-smi``."""
-        if not self.ids:
-            return f"no GPU (from {self.source})"
-        shown = ", ".join(self.ids[:8]) + (", ..." if len(self.ids) > 8 else "")
-        word = "GPU" if len(self.ids) == 1 else "GPUs"
-        return f"{len(self.ids)} {word} ({self.vendor}: {shown}) from {self.source}"
 
 
 # -- reading what sources say ------------------------------------------------------------------
@@ -117,7 +73,7 @@ def visible_ids(text: str, what: str) -> Tuple[str, ...]:
         part = part.strip()
         if part in _NONE or not part:
             break
-        if re.match(_ID, part) is None:
+        if re.match(ID_PATTERN, part) is None:
             logger.warning("%s: %r is not a GPU index or UUID; the list ends before it", what,
                            part[:40])
             break
@@ -378,43 +334,14 @@ def _found(inputs: Tuple[Optional[str], ...]) -> GpuSet:
 
 
 def gpus_from_setting(field: str, value: Any, found: Optional[GpuSet] = None) -> GpuSet:
-    """The GPUs an override gives: a count ``N`` (int, or text of digits: the first ``N``
-    found, else ids ``0`` to ``N - 1``) or a list of ids (``"0,2,3"``, or a list of str or of
-    int indices), from
-    0 to :data:`MAX_GPUS` of them. ``found`` (default: :func:`found_gpus`, asked only for a
-    count) gives the vendor. Raises ``ValueError``/``TypeError`` naming ``field``."""
-    accepted = (f"a count from 0 to {MAX_GPUS} or a list of distinct GPU ids (indices or "
-                f"GPU-/MIG- UUIDs), e.g. 2 or 0,2,3")
-    if isinstance(value, bool) or not isinstance(value, (int, str, list, tuple)):
-        raise TypeError(f"{field}: expected {accepted}, got {type(value).__name__} "
-                        f"{value!r:.80}")
-    if isinstance(value, str):
-        text = value.strip()
-        if text.isascii() and text.isdigit():
-            value = int(text)
-        else:
-            value = text.split(",")
+    """The GPUs an override gives (:func:`psij._gpu_ids.gpu_setting`: a count or a list of
+    ids): a count ``N`` is the first ``N`` GPUs ``found`` (default: :func:`found_gpus`, asked
+    only for a count), else ids ``0`` to ``N - 1``; ``found`` gives the vendor. Raises
+    ``ValueError``/``TypeError`` naming ``field``."""
+    setting = gpu_setting(field, value)
     base = found if found is not None else found_gpus()
-    if isinstance(value, int):
-        if not 0 <= value <= MAX_GPUS:
-            raise ValueError(f"{field}: expected {accepted}, got {value}")
-        if len(base.ids) >= value:
-            return GpuSet(base.ids[:value], base.vendor, field)
-        return GpuSet(tuple(str(i) for i in range(value)), base.vendor, field)
-    if len(value) > MAX_GPUS:
-        raise ValueError(f"{field}: {len(value)} ids; expected {accepted}")
-    ids: List[str] = []
-    for item in value:
-        if isinstance(item, int) and not isinstance(item, bool):
-            item = str(item)  # an index written as a number (a TOML list, say)
-        if not isinstance(item, str):
-            raise TypeError(f"{field}: id {item!r:.40} is not a str or an index; expected "
-                            f"{accepted}")
-        item = item.strip()
-        if re.match(_ID, item) is None:
-            raise ValueError(f"{field}: {item!r:.60} is not a GPU id; expected {accepted}")
-        item = str(int(item)) if item.isdigit() else item
-        if item in ids:
-            raise ValueError(f"{field}: GPU {item} is listed twice; expected {accepted}")
-        ids.append(item)
-    return GpuSet(tuple(ids), base.vendor, field)
+    if isinstance(setting, int):
+        if len(base.ids) >= setting:
+            return GpuSet(base.ids[:setting], base.vendor, field)
+        return GpuSet(tuple(str(i) for i in range(setting)), base.vendor, field)
+    return GpuSet(setting, base.vendor, field)

@@ -7,7 +7,7 @@ are found; a list of ids names them.
 
 A job is given its GPUs as the pilot gives a task its own (the lowest free ids first,
 :mod:`psij.executors.local._pool_machine`), in the variables of the GPUs' vendor
-(:meth:`~psij.executors._gpu_detect.GpuSet.environment`: ``CUDA_VISIBLE_DEVICES``, or on AMD
+(:meth:`~psij._gpu_ids.GpuSet.environment`: ``CUDA_VISIBLE_DEVICES``, or on AMD
 ``ROCR_VISIBLE_DEVICES`` and ``HIP_VISIBLE_DEVICES``). GPUs are never shared between jobs.
 
 Nothing here starts a process but through the detection module.
