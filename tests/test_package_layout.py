@@ -3,8 +3,8 @@ public names are the objects its private modules define; ``psij.registry`` keeps
 names, and its private parts (the recorder and the store) are the private package
 ``psij._registry``, outside it (the recorder is imported by every executor's first status
 change, and the registry's public functions need the executors: one package holding both would
-import itself in a circle), whose ``__init__`` imports nothing. No module of psij is past 700
-lines."""
+import itself in a circle), whose ``__init__`` imports nothing. No part of the local or pilot
+executor imports its executor's module. No module of psij is past 700 lines."""
 
 import ast
 import json
@@ -114,3 +114,34 @@ def test_no_module_of_psij_is_past_700_lines() -> None:
     long: List[str] = [str(path.relative_to(SRC)) for path in sorted(SRC.rglob("*.py"))
                        if len(path.read_text().splitlines()) > 700]
     assert long == []
+
+
+# The local and pilot executors' parts take what they need as arguments: none imports the
+# executor class's module (not even for type checkers), so none can call back into it.
+EXECUTOR_MODULES = {"local": ("psij.executors.local._executor", "psij.executors.local"),
+                    "pilot": ("psij.executors.pilot.executor",)}
+
+
+def _imported_names(path: Path) -> List[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    return names
+
+
+@pytest.mark.parametrize("family", sorted(EXECUTOR_MODULES))
+def test_no_part_of_the_local_or_pilot_executor_imports_its_executor(family: str) -> None:
+    executor = EXECUTOR_MODULES[family]
+    folder = SRC / "executors" / family
+    parts = [p for p in sorted(folder.rglob("*.py"))
+             if p.name != "__init__.py" and f"psij.executors.{family}.{p.stem}" not in executor]
+    assert len(parts) >= 10
+    offenders = {p.relative_to(SRC).as_posix(): names for p in parts
+                 if (names := [n for n in _imported_names(p) if n in executor])}
+    assert not offenders
+    # The check sees such an import when there is one.
+    assert _imported_names(SRC / "executors" / "local" / "__init__.py").count(
+        "psij.executors.local._executor") == 2
