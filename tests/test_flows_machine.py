@@ -435,6 +435,7 @@ _OLD_JOURNAL = [
 
 def test_a_journal_of_string_states_reads_back_and_is_written_the_same() -> None:
     import json
+
     from psij.flows._handle import InstanceState
     machine = FlowMachine(FlowConfig("/sb"))
     actions = machine.restore([(kind, key, json.loads(text)) for kind, key, text in _OLD_JOURNAL],
