@@ -116,7 +116,7 @@ class FlowMachine(StateMachine):
         self.conn_uid: Dict[int, int] = {}
         self.payloads: Dict[Tuple[int, str], Payload] = {}
         self.by_key: Dict[str, Instance] = {}
-        self.due: TimerHeap[Tuple[str, Any]] = TimerHeap()
+        self.due: TimerHeap[Tuple[_core.Due, Any]] = TimerHeap()
         self.armed: Optional[float] = None
         self.submit_bucket = Bucket(config.max_submit_rate, config.max_submit_rate,
                                     float("-inf"))
@@ -314,17 +314,17 @@ class FlowMachine(StateMachine):
             if h.valid:
                 out.append(MakeSandbox(h.sandbox, h.uid))
                 h.lease_check_at = now
-                _core.schedule(self, now, "lease", hid)
+                _core.schedule(self, now, _core.Due.LEASE, hid)
                 _core.wake(self, h, now)
             else:
                 _core.schedule(self, (h.ended_at or now) + self.config.keep_ended,
-                               "forget_handle", hid)
+                               _core.Due.FORGET_HANDLE, hid)
         for ref, p in self.payloads.items():
             if not p.refs:
                 if p.unused_since is None:
                     p.unused_since = now
                 _core.schedule(self, p.unused_since + self.config.keep_unused_payload,
-                               "payload", ref)
+                               _core.Due.PAYLOAD, ref)
         self._on_start = tuple(out)
         return out
 
@@ -376,7 +376,7 @@ class FlowMachine(StateMachine):
             inst.cancelled = True  # cancelled once attached
             _core.put_instance(inst, out)
         if inst.kill_at is not None and not inst.cancelled:
-            _core.schedule(self, inst.kill_at, "kill", inst.key)
+            _core.schedule(self, inst.kill_at, _core.Due.KILL, inst.key)
 
 
 def _log_failure(event: Any, error: Exception, out: List[Any]) -> None:
