@@ -146,3 +146,14 @@ def test_checks_of_durations_take_a_timedelta_once_datetime_is_loaded() -> None:
     assert _check.timeout("t", timedelta(seconds=-1)) == 0.0
     assert _check.seconds("s", timedelta(milliseconds=1500)) == 1.5
     assert not _check._is_timedelta(1.5)
+
+
+def test_the_local_executor_loads_logging_only_when_it_logs(tmp_path: Path) -> None:
+    loaded = run_fresh(
+        "import json, sys\n"
+        "import psij.executors.local\n"
+        "before = 'logging' in sys.modules\n"
+        "from psij.executors.local import _executor\n"
+        "_executor.logger.isEnabledFor(30)\n"
+        "print(json.dumps([before, 'logging' in sys.modules]))\n", tmp_path)
+    assert loaded == [False, True]
