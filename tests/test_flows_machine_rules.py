@@ -566,7 +566,7 @@ def test_the_machine_never_raises_on_garbage_events() -> None:
     events = [
         lambda: JobStatusChanged(rng.choice([f"{h}/0", f"{h}/1", "zz", 3]),
                                  rng.choice(junk)),
-        lambda: ActionDone(rng.choice([f"{h}/2", "q", None]), rng.choice(["submit", "x"]),
+        lambda: ActionDone(rng.choice([f"{h}/2", "q", None]), rng.choice(["submit", "call"]),
                            rng.choice(junk)),
         lambda: ActionFailed(f"{h}/1", rng.choice(["submit", "attach", "signal", "cancel"]),
                              "boom", None),

@@ -56,6 +56,7 @@ from psij._wakeup import TimerHeap
 from psij.controller import (
     ActionDone,
     ActionFailed,
+    ActionKind,
     Attach,
     BadMessage,
     Cancel,
@@ -207,9 +208,9 @@ class FlowMachine(StateMachine):
         inst = self.by_key.get(str(event.key))
         if inst is None:
             return
-        if event.action == "submit":
+        if event.action is ActionKind.SUBMIT:
             _core.submitted(self, inst, event.result, out)
-        elif event.action == "attach" and inst.cancelled:
+        elif event.action is ActionKind.ATTACH and inst.cancelled:
             out.append(Cancel(inst.key, kill=True))
 
     @handles(ActionFailed)
@@ -218,19 +219,19 @@ class FlowMachine(StateMachine):
         if inst is None:
             return
         h = self.handles[inst.handle]
-        if event.action == "submit":
+        if event.action is ActionKind.SUBMIT:
             _core.submission_failed(self, h, inst, str(event.message), now, out)
-        elif event.action == "attach":
+        elif event.action is ActionKind.ATTACH:
             out.append(Log(f"flow {h.hid}: {inst.key} (native id {inst.native_id}) cannot be "
                            f"attached again: {event.message}", logging.WARNING))
             _core.ended(self, h, inst, None, now, "unreachable", out)
-        elif event.action == "signal":
+        elif event.action is ActionKind.SIGNAL:
             out.append(Log(f"flow {h.hid}: cannot signal {inst.key} ({event.message}); "
                            "cancelling it", logging.WARNING))
             # The executor's cancel stands for the signal.
             _core.kill(self, inst, now, out, hard=False)
         else:
-            out.append(Log(f"flow {h.hid}: {event.action} of {inst.key} failed: "
+            out.append(Log(f"flow {h.hid}: {event.action.value} of {inst.key} failed: "
                            f"{event.message}", logging.WARNING))
 
     @handles(PayloadVerified)

@@ -36,7 +36,7 @@ from typing import Any, Callable, Deque, Dict, Hashable, List, Optional, Union
 
 from psij._clock import MonotonicClock, wall_time
 from psij._private_dirs import ensure_private_dir
-from psij.controller import ActionDone, ActionFailed, Call, ControllerLoop, Send, Submit
+from psij.controller import ActionDone, ActionFailed, ActionKind, Call, ControllerLoop, Send, Submit
 from psij.flows import _flow_values as fv
 from psij.flows._areas import AreaError, Areas
 from psij.flows._journal import Journal, JournalError
@@ -125,8 +125,8 @@ class _ServiceMachine:
         if type(event) in (ActionDone, ActionFailed) and isinstance(event.key, tuple) \
                 and len(event.key) == 2 and event.key[0] == _SIGNAL_KEY:
             if type(event) is ActionDone:
-                return ActionDone(event.key[1], "signal", None)
-            return ActionFailed(event.key[1], "signal", event.message, event.error)
+                return ActionDone(event.key[1], ActionKind.SIGNAL, None)
+            return ActionFailed(event.key[1], ActionKind.SIGNAL, event.message, event.error)
         return event
 
     # -- submissions ------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from psij.controller import (
     Action,
     ActionDone,
     ActionFailed,
+    ActionKind,
     Attach,
     BadMessage,
     Cancel,
@@ -336,10 +337,10 @@ class Supervisor(NameLookUps, StateMachine):
 
     @handles(ActionDone)
     def _on_done(self, event: ActionDone, now: float, out: List[Action]) -> None:
-        if event.action == "call":
+        if event.action is ActionKind.CALL:
             self._looked_up(event.key, event.result, None, out)
             return
-        if event.action not in ("submit", "attach"):
+        if event.action is not ActionKind.SUBMIT and event.action is not ActionKind.ATTACH:
             return
         entry = self.jobs.get(event.key)  # type: ignore[call-overload]
         if entry is None:
@@ -362,13 +363,13 @@ class Supervisor(NameLookUps, StateMachine):
 
     @handles(ActionFailed)
     def _on_failed(self, event: ActionFailed, now: float, out: List[Action]) -> None:
-        if event.action == "call":
+        if event.action is ActionKind.CALL:
             self._looked_up(event.key, None, event.message, out)
             return
         entry = self.jobs.get(event.key)  # type: ignore[call-overload]
         if entry is None:
             return
-        if entry.kind is EntryKind.LEFTOVER and event.action == "attach":
+        if entry.kind is EntryKind.LEFTOVER and event.action is ActionKind.ATTACH:
             del self.jobs[entry.uid]
             out.append(Forget(entry.uid))
             out.append(Journal({"uid": entry.uid, "final": "UNKNOWN"}))
@@ -376,8 +377,8 @@ class Supervisor(NameLookUps, StateMachine):
                            f"cannot be followed (gone already?): {event.message}",
                            logging.WARNING))
             return
-        if event.action != "submit":
-            out.append(Log(f"supervisor: {event.action} of uid {entry.uid} failed: "
+        if event.action is not ActionKind.SUBMIT:
+            out.append(Log(f"supervisor: {event.action.value} of uid {entry.uid} failed: "
                            f"{event.message}", logging.WARNING))
             return
         unknown = outcome_unknown(event.message) and entry.name is not None
