@@ -23,6 +23,7 @@ from _help import description
 from psij import JobState, JobStatus
 from psij.controller import (
     ActionDone,
+    ActionKind,
     Connected,
     JobStatusChanged,
     MessageReceived,
@@ -68,7 +69,7 @@ class Driver:
         keys, self.submitted = self.submitted, []
         for key in keys:
             self.native += 1
-            self.step(ActionDone(key, "submit", str(self.native)))
+            self.step(ActionDone(key, ActionKind.SUBMIT, str(self.native)))
         return keys
 
     def activate(self, keys: List[str]) -> None:

@@ -18,7 +18,15 @@ from pathlib import Path
 from _help import description
 
 from psij import Job, JobExecutor, JobSpec, JobState, JobStatus
-from psij.controller import ActionDone, Connected, JobStatusChanged, MessageReceived, Peer, Started
+from psij.controller import (
+    ActionDone,
+    ActionKind,
+    Connected,
+    JobStatusChanged,
+    MessageReceived,
+    Peer,
+    Started,
+)
 from psij.supervise import Settings, Supervisor
 
 
@@ -34,7 +42,7 @@ def machine_cost(updates: int) -> float:
     for i in range(clients):
         machine.step(MessageReceived(1, {"type": "submit", "client": f"c{i}",
                                          "arguments": []}), 0.0)
-        machine.step(ActionDone(i + 1, "submit", str(i)), 0.0)
+        machine.step(ActionDone(i + 1, ActionKind.SUBMIT, str(i)), 0.0)
     statuses = [JobStatus(JobState.QUEUED), JobStatus(JobState.ACTIVE),
                 JobStatus(JobState.COMPLETED, exit_code=0)]
     events = [JobStatusChanged(uid, status) for status in statuses

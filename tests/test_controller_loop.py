@@ -21,6 +21,7 @@ from psij._clock import ManualClock
 from psij.controller import (
     ActionDone,
     ActionFailed,
+    ActionKind,
     BadMessage,
     Call,
     Cancel,
@@ -349,7 +350,7 @@ def test_submit_status_changes_and_completion_come_back_as_events() -> None:
     assert finals()["ok"].state == JobState.COMPLETED
     assert finals()["bad"].state == JobState.FAILED and finals()["bad"].exit_code == 3
     done = {e.key: e for e in machine.of(ActionDone)}
-    assert done["ok"].action == "submit" and done["ok"].result == loop.job("ok").native_id
+    assert done["ok"].action is ActionKind.SUBMIT and done["ok"].result == loop.job("ok").native_id
     loop.close()
 
 
@@ -370,8 +371,19 @@ def test_submit_that_raises_and_unknown_keys_give_action_failed() -> None:
     failed = {e.key: e for e in machine.of(ActionFailed)}
     assert failed["j"].message == "queue is closed" and isinstance(failed["j"].error, RuntimeError)
     assert "no executor named 'nope'" in failed["k"].message and "'refusing'" in failed["k"].message
-    assert failed["never"].action == "cancel" and "no job" in failed["never"].message
+    assert failed["never"].action is ActionKind.CANCEL and "no job" in failed["never"].message
+    assert failed["j"].action is ActionKind.SUBMIT
     loop.close()
+
+
+def test_an_answer_names_its_action_as_an_action_kind_given_by_name_or_member() -> None:
+    assert ActionDone("k", "submit", "7") == ActionDone("k", ActionKind.SUBMIT, "7")
+    assert ActionDone("k", "submit", "7").action is ActionKind.SUBMIT
+    assert ActionFailed("k", "call", "m", None).action == "call"  # compared with its name
+    for bad in ("frobnicate", None, 3):
+        with pytest.raises(ValueError, match="ActionFailed.action: expected one of submit, "
+                                             "attach, cancel, call, signal"):
+            ActionFailed("k", bad, "m", None)
 
 
 def test_cancel_runs_on_a_worker_and_the_job_ends_cancelled() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from psij._private_dirs import UnsafePathError
 from psij.flows._areas import AreaError, Areas
+from psij.flows._flow_values import JournalDelete, JournalPut
 from psij.flows._journal import Journal, JournalError
 
 
@@ -20,16 +21,18 @@ def test_journal_is_private_wal_and_keeps_the_order_of_one_transaction(tmp_path:
     journal = Journal(tmp_path / "state")
     assert stat.S_IMODE(os.stat(tmp_path / "state").st_mode) == 0o700
     assert stat.S_IMODE(os.stat(journal.path).st_mode) == 0o600
-    journal.apply([("put", "handle", "f1", {"count": 3}), ("delete", "handle", "f1"),
-                   ("put", "handle", "f1", {"count": 4}), ("put", "instance", "f1/0", {}),
-                   ("delete", "instance", "f1/0"), ("put", "meta", "machine", {"n": 1})])
+    journal.apply([JournalPut("handle", "f1", {"count": 3}), JournalDelete("handle", "f1"),
+                   JournalPut("handle", "f1", {"count": 4}), JournalPut("instance", "f1/0", {}),
+                   JournalDelete("instance", "f1/0"), JournalPut("meta", "machine", {"n": 1})])
     journal.close()
     again = Journal(tmp_path / "state")
     assert again.records() == [("handle", "f1", {"count": 4}), ("meta", "machine", {"n": 1})]
     with sqlite3.connect(str(again.path)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     with pytest.raises(ValueError):
-        again.apply([("put", "handle", "f2", {"x": float("nan")})])
+        again.apply([JournalPut("handle", "f2", {"x": float("nan")})])
+    with pytest.raises(TypeError, match="expected JournalPut or JournalDelete"):
+        again.apply([JournalPut("handle", "f3", {}), ("put", "handle", "f3", {})])
     assert again.records("handle") == [("handle", "f1", {"count": 4})]  # nothing half-written
 
 

@@ -411,6 +411,59 @@ def test_journal_holds_only_json_values() -> None:
     assert SignalJob  # exported
 
 
+# A journal as the service wrote it before instance states were an enum (one JSON text per
+# record, as the journal's table keeps them).
+_OLD_JOURNAL = [
+    ("handle", "f1", '{"uid": 1000, "spec": {"executable": "/bin/sleep", "arguments": ["1000"]}, '
+     '"executor": "local", "count": 2, "created": 1700000000.0, "max_count": null, "rate": 10.0, '
+     '"intervals": {"failed_init": 60.0, "failed_after_work": 10.0, "never_claimed": 30.0, '
+     '"no_work": 60.0, "no_problem": 0.0, "unknown": 10.0}, "termination_map": {}, '
+     '"lease_expires": 1700086400.0, "provisioning_expires": 1700003600.0, '
+     '"quota_bytes": 104857600, "quota_policy": "stop", "keep_classes": [], "payload": null, '
+     '"sandbox": "/sb/1000/f1", "next_n": 2, "end_if_zero": false, "end_reason": null, '
+     '"ended_at": null}'),
+    ("meta", "machine", '{"next_handle": 2}'),
+    ("instance", "f1/0", '{"handle": "f1", "n": 0, "state": "active", "submitted": 1700000000.0, '
+     '"native_id": "5001", "started": 1700000000.0, "ended": null, "exit_code": null, '
+     '"class": null, "size": 0, "output": "kept", "victim": false, "cancelled": false, '
+     '"kill_at": null}'),
+    ("instance", "f1/1", '{"handle": "f1", "n": 1, "state": "queued", "submitted": 1700000000.0, '
+     '"native_id": "5002", "started": null, "ended": null, "exit_code": null, "class": null, '
+     '"size": 0, "output": "kept", "victim": false, "cancelled": false, "kill_at": null}'),
+]
+
+
+def test_a_journal_of_string_states_reads_back_and_is_written_the_same() -> None:
+    import json
+
+    from psij.flows._handle import InstanceState
+    machine = FlowMachine(FlowConfig("/sb"))
+    actions = machine.restore([(kind, key, json.loads(text)) for kind, key, text in _OLD_JOURNAL],
+                              1_700_000_010.0)
+    assert not [a for a in actions if type(a) is Log]
+    live = machine.handles["f1"].live
+    assert live["f1/0"].state is InstanceState.ACTIVE
+    assert live["f1/1"].state is InstanceState.QUEUED
+    for kind, key, text in _OLD_JOURNAL:
+        if kind == "instance":
+            written = live[key].journal()
+            assert type(written["state"]) is str
+            assert json.dumps(written) == text
+    assert sorted(a.key for a in actions if type(a) is Attach) == ["f1/0", "f1/1"]
+    assert [s for s in actions if type(s) is Submit] == []
+
+
+def test_an_instance_of_an_unknown_state_is_skipped_and_logged() -> None:
+    import json
+    machine = FlowMachine(FlowConfig("/sb"))
+    records = [(kind, key, json.loads(text)) for kind, key, text in _OLD_JOURNAL]
+    records[-1][2]["state"] = "dreaming"
+    actions = machine.restore(records, 1_700_000_010.0)
+    assert any(type(a) is Log and "f1/1" in a.message and "dreaming" in a.message
+               for a in actions)
+    assert "f1/1" not in machine.handles["f1"].live and "f1/0" in machine.handles["f1"].live
+
+
 def test_renewing_often_keeps_one_lease_check_per_handle() -> None:
     sim = Sim()
     h = sim.create(1, lease=600, provisioning_lease=60)

@@ -566,7 +566,7 @@ def test_the_machine_never_raises_on_garbage_events() -> None:
     events = [
         lambda: JobStatusChanged(rng.choice([f"{h}/0", f"{h}/1", "zz", 3]),
                                  rng.choice(junk)),
-        lambda: ActionDone(rng.choice([f"{h}/2", "q", None]), rng.choice(["submit", "x"]),
+        lambda: ActionDone(rng.choice([f"{h}/2", "q", None]), rng.choice(["submit", "call"]),
                            rng.choice(junk)),
         lambda: ActionFailed(f"{h}/1", rng.choice(["submit", "attach", "signal", "cancel"]),
                              "boom", None),
@@ -651,3 +651,20 @@ def test_a_failing_rule_fails_only_its_event_and_the_timer_stays_set(
     actions = sim.step(JobStatusChanged(f"{h}/0", "whatever"))
     assert any(type(a) is Log and "RuntimeError('a bug')" in a.message for a in actions)
     assert sim.timer is not None  # the lease checks still come
+
+
+def test_every_entry_of_the_one_timer_has_one_rule_and_a_due_kind() -> None:
+    from psij.flows import _core
+    assert set(_core._DUE_RULES) == set(_core.Due)
+    sim = Sim()
+    h = sim.create(2)
+    sim.run()
+    sim.call("shrink", handle=h, n=1, victims="longest", grace=300)
+    kinds = []
+    while True:
+        entry = sim.machine.due.pop_due(float("inf"))
+        if entry is None:
+            break
+        kinds.append(entry[1][0])
+    assert _core.Due.KILL in kinds and _core.Due.LEASE in kinds
+    assert all(type(kind) is _core.Due for kind in kinds)

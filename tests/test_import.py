@@ -101,3 +101,59 @@ def test_private_submodules_still_import_by_from_import(tmp_path: Path) -> None:
         "from psij import _check, job_state\n"
         "print(json.dumps([_check.__name__, job_state.__name__]))\n", tmp_path)
     assert names == ["psij._check", "psij.job_state"]
+
+
+# Modules whose import is measured (bench/ and the performance guide): none may make a
+# typing.ForwardRef (a quoted name inside a subscript, or a TypeVar bound given as text) when
+# it is imported, since the first one compiles its text and so sets up the AST types, some
+# nine million instructions, more than 5% of importing the pilot's engine.
+MEASURED = ["psij.executors.pilot.engine", "psij.executors.local", "psij.executors.batch.slurm",
+            "psij.executors.batch.sge", "psij._registry.recorder"]
+
+
+def test_importing_an_executor_makes_no_forward_reference(tmp_path: Path) -> None:
+    made = run_fresh(
+        "import json, sys, typing\n"
+        "made = []\n"
+        "init = typing.ForwardRef.__init__\n"
+        "def counting(self, arg, *more, **named):\n"
+        "    made.append(arg)\n"
+        "    init(self, arg, *more, **named)\n"
+        "typing.ForwardRef.__init__ = counting\n"
+        f"for name in {MEASURED!r}:\n"
+        "    __import__(name)\n"
+        "print(json.dumps(made))\n", tmp_path)
+    assert made == []
+
+
+def test_the_pilot_engine_loads_datetime_and_its_inline_tasks_only_when_used(
+        tmp_path: Path) -> None:
+    loaded = run_fresh(
+        "import json, sys\n"
+        "import psij.executors.pilot.engine\n"
+        "print(json.dumps([m for m in ('datetime', 'psij.executors.pilot._inline_tasks')\n"
+        "                  if m in sys.modules]))\n", tmp_path)
+    assert loaded == []
+
+
+def test_checks_of_durations_take_a_timedelta_once_datetime_is_loaded() -> None:
+    from datetime import timedelta
+
+    from psij import _check
+    assert _check._MAX_TIMEDELTA_SECONDS == timedelta.max.total_seconds()
+    assert _check.duration("d", timedelta(seconds=5)) == timedelta(seconds=5)
+    assert _check.duration("d", 5) == timedelta(seconds=5)
+    assert _check.timeout("t", timedelta(seconds=-1)) == 0.0
+    assert _check.seconds("s", timedelta(milliseconds=1500)) == 1.5
+    assert not _check._is_timedelta(1.5)
+
+
+def test_the_local_executor_loads_logging_only_when_it_logs(tmp_path: Path) -> None:
+    loaded = run_fresh(
+        "import json, sys\n"
+        "import psij.executors.local\n"
+        "before = 'logging' in sys.modules\n"
+        "from psij.executors.local import _executor\n"
+        "_executor.logger.isEnabledFor(30)\n"
+        "print(json.dumps([before, 'logging' in sys.modules]))\n", tmp_path)
+    assert loaded == [False, True]

@@ -22,7 +22,7 @@ import psij.registry
 SRC = Path(psij.__file__).parent
 
 CONTROLLER_NAMES = [
-    "Action", "ActionDone", "ActionFailed", "Attach", "BadMessage", "Call", "Cancel",
+    "Action", "ActionDone", "ActionFailed", "ActionKind", "Attach", "BadMessage", "Call", "Cancel",
     "CancelTimer", "Clock", "Close", "Connected", "ControllerLoop", "Disconnected", "Event",
     "Forget", "JobStatusChanged", "Log", "Machine", "ManualClock", "MessageReceived",
     "MonotonicClock", "Peer", "Send", "SetTimer", "SignalReceived", "Started", "Stop", "Submit",

@@ -463,6 +463,8 @@ def test_a_second_signal_while_jobs_end_stops_at_once() -> None:
     ("text", "JSON object"),
     ({"type": "frobnicate"}, "type: expected one of submit"),
     ({"no": "type"}, "type: expected one of"),
+    ({"type": ["ping"]}, "type: expected one of submit, cancel, ping, pong, done, hello"),
+    ({"type": "PING"}, "type: expected one of"),
     ({"type": "submit", "client": "a"}, "either as 'spec'"),
     ({"type": "submit", "client": "a", "arguments": [], "spec": {}}, "either as 'spec'"),
     ({"type": "submit", "client": "", "arguments": []}, "client: expected a non-empty"),
@@ -557,6 +559,37 @@ def test_the_journal_records_each_submission_before_it_runs_and_each_end() -> No
                                             "arguments": []}), 0)
     assert of(machine.step(ActionFailed(2, "submit", "no", None), 0), Journal) == [
         Journal({"uid": 2, "final": "FAILED"})]
+
+
+def test_journal_lines_are_written_as_before_kinds_were_an_enum() -> None:
+    import json
+
+    from psij.supervise import EntryKind
+    rig = Rig()
+    lines = []
+    for event in (Started(), ActionDone(0, "submit", "900")):
+        for action in rig.machine.step(event, 0):
+            if type(action) is Journal:
+                assert type(action.entry["kind"]) is str
+                lines.append(json.dumps(action.entry, separators=(",", ":")))
+    assert lines == [
+        '{"uid":0,"kind":"server","client":null,"generation":1,"name":"server.u0.m"}',
+        '{"uid":0,"kind":"server","client":null,"generation":1,"name":"server.u0.m",'
+        '"native_id":"900"}']
+    assert rig.machine.jobs[0].kind is EntryKind.SERVER
+    rig.connect()
+    rig.ask(rig.conn, {"type": "submit", "client": "a", "arguments": []})
+    assert rig.machine.jobs[1].kind is EntryKind.CLIENT
+
+
+def test_every_kind_of_request_has_one_rule() -> None:
+    from psij.supervise._messages import KINDS, RequestKind, read_request
+    assert set(Supervisor._request_rules) == set(RequestKind)
+    assert KINDS == ("submit", "cancel", "ping", "pong", "done", "hello")
+    extra = {RequestKind.SUBMIT: {"client": "a", "arguments": []},
+             RequestKind.CANCEL: {"client": "a"}}
+    for kind in RequestKind:
+        assert read_request({"type": kind.value, **extra.get(kind, {})}).kind is kind
 
 
 def test_job_names_are_plain_unique_and_at_most_64_characters() -> None:

@@ -460,6 +460,50 @@ def _alive(pid: int) -> bool:
         return False
 
 
+# A journal as supervisors wrote it before the kinds of jobs were an enum: a server that ran
+# and ended, a client left running, and a client whose submission was not seen returning.
+_OLD_JOURNAL = (
+    '{"uid":0,"kind":"server","client":null,"generation":1,"name":"server.u0.m"}\n'
+    '{"uid":0,"kind":"server","client":null,"generation":1,"name":"server.u0.m",'
+    '"native_id":"900"}\n'
+    '{"uid":1,"kind":"client","client":"a","generation":1,"name":"a.u1.m"}\n'
+    '{"uid":1,"kind":"client","client":"a","generation":1,"name":"a.u1.m",'
+    '"native_id":"901"}\n'
+    '{"uid":2,"kind":"client","client":"b","generation":2,"name":"b.u2.m"}\n'
+    '{"uid":0,"final":"COMPLETED"}\n')
+
+
+def test_a_journal_of_the_former_form_is_read_and_appended_to_alike(tmp_path: Path) -> None:
+    from psij.controller import Attach, Started
+    from psij.supervise import EntryKind, Settings, Supervisor
+    from psij.supervise._machine import Journal
+    from psij.supervise._run import JournalFile
+
+    (tmp_path / "supervise.journal").write_text(_OLD_JOURNAL)
+    journal = JournalFile(tmp_path)
+    leftovers, unsure, first_uid, generation = journal.read()
+    assert (leftovers, unsure, first_uid, generation) == ([(1, "901")], [(2, "b.u2.m")], 3, 2)
+    machine = Supervisor(Settings(
+        server={"executable": "/bin/server"}, client_template=None, output_dir=str(tmp_path),
+        address="unix:/s", job_limit=10, tick=1.0, fault_tolerance=True,
+        max_server_restarts=0, std_output=False, connect_timeout=10.0, stop_grace=5.0),
+        new_token=lambda: "t", leftovers=leftovers, first_uid=first_uid,
+        first_generation=generation, marker="m", unsure=unsure)
+    actions = machine.step(Started(), 0.0)
+    assert Attach(1, "901") in actions
+    journal.open()
+    try:
+        for action in actions:
+            if type(action) is Journal:
+                journal.write(action)
+    finally:
+        journal.close()
+    assert machine.jobs[1].kind is EntryKind.LEFTOVER and machine.jobs[3].kind is EntryKind.SERVER
+    assert (tmp_path / "supervise.journal").read_text() == _OLD_JOURNAL + (
+        '{"uid":2,"final":"UNKNOWN"}\n'  # no look-up by name without an executor
+        '{"uid":3,"kind":"server","client":null,"generation":3,"name":"server.u3.m"}\n')
+
+
 def test_with_fault_tolerance_off_the_server_knows_and_ends_the_study_when_a_client_fails(
         tmp_path: Path) -> None:
     results = tmp_path / "r"

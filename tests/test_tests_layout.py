@@ -28,7 +28,6 @@ WHOLE_PACKAGE = {"test_import.py", "test_import_cycles.py", "test_package_layout
 # Private modules that no test module is named after or imports, and the tests that reach them
 # through the module that uses them.
 COVERED_THROUGH: Dict[str, str] = {
-    "psij._check": "every model class's checks (integration/test_bad_input.py)",
     "psij._declared_attributes": "custom attributes (integration/test_custom_attributes.py)",
     "psij._priority": "use_nice and set_priority (test_batch_nice.py, "
                       "test_batch_priority_change.py, test_cli_priority.py)",
@@ -77,8 +76,6 @@ COVERED_THROUGH: Dict[str, str] = {
     "psij.executors.pilot.qcg._books": "request files run end to end (test_pilot_qcg.py, "
                                        "test_pilot_qcg_like_qcg.py)",
     "psij.flows._flow_config": "the flow machine's limits (test_flows_machine.py)",
-    "psij.flows._flow_values": "the flow machine's events and actions (test_flows_machine.py)",
-    "psij.flows._handle": "handles and instances (test_flows_machine.py)",
     "psij.flows._requests": "bad flow requests (test_flows_machine_rules.py)",
     "psij.flows._throttle": "throttled starts (test_flows_machine_rules.py)",
     "psij.supervise._config": "psij supervise's configuration (test_supervise_run.py)",

@@ -5,11 +5,23 @@ offending value and says what is accepted. The checks are plain ``isinstance`` t
 they stay cheap and also run under ``python -O``; no I/O happens here.
 """
 
-from datetime import timedelta
+import sys
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+
+if TYPE_CHECKING:
+    from datetime import timedelta
+
+    from typing_extensions import TypeGuard
 
 PathLike = Union[str, Path]
+
+
+def _is_timedelta(value: Any) -> "TypeGuard[timedelta]":
+    """Whether ``value`` is a ``datetime.timedelta``, without loading :mod:`datetime` (1 ms of
+    a pilot's start): there is none before the module is loaded."""
+    datetime = sys.modules.get("datetime")
+    return datetime is not None and isinstance(value, datetime.timedelta)
 
 
 def _describe(value: Any) -> str:
@@ -113,16 +125,17 @@ def instance(field: str, value: Any, cls: Union[Type[Any], Tuple[Type[Any], ...]
     return value
 
 
-def duration(field: str, value: Any) -> timedelta:
+def duration(field: str, value: Any) -> "timedelta":
     """A length of time at least 0: a ``datetime.timedelta`` or a finite number of seconds
     (a number is turned into a timedelta)."""
-    if isinstance(value, timedelta):
+    if _is_timedelta(value):
         if value.total_seconds() < 0:
             raise ValueError(f"{field}: must not be negative, got {value}")
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise fail_type(field, value, "datetime.timedelta or a number of seconds")
     if 0 <= value < _MAX_TIMEDELTA_SECONDS:
+        from datetime import timedelta
         try:
             return timedelta(seconds=value)
         except OverflowError:
@@ -131,7 +144,8 @@ def duration(field: str, value: Any) -> timedelta:
                      f"{_MAX_TIMEDELTA_SECONDS:.0f} (what a timedelta holds), got {value!r}")
 
 
-_MAX_TIMEDELTA_SECONDS = timedelta.max.total_seconds()
+_MAX_TIMEDELTA_SECONDS = 86400000000000.0
+"""``datetime.timedelta.max.total_seconds()`` (tests/test_import.py compares them)."""
 
 
 def timeout(field: str, value: Any) -> Optional[float]:
@@ -140,7 +154,7 @@ def timeout(field: str, value: Any) -> Optional[float]:
     at least 0 (``inf`` means no limit)."""
     if value is None:
         return None
-    if isinstance(value, timedelta):
+    if _is_timedelta(value):
         return max(0.0, value.total_seconds())
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise fail_type(field, value, "None, datetime.timedelta or a number of seconds")
@@ -160,7 +174,7 @@ def seconds(field: str, value: Any, positive: bool = False) -> float:
     """A finite number of seconds, at least 0 (above 0 if ``positive``), at most MAX_SECONDS;
     a ``datetime.timedelta`` is accepted too and turned into its seconds."""
     given = value
-    if isinstance(value, timedelta):
+    if _is_timedelta(value):
         value = value.total_seconds()
     elif isinstance(value, bool) or not isinstance(value, (int, float)):
         raise fail_type(field, value, "a number of seconds or a datetime.timedelta")

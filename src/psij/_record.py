@@ -59,9 +59,6 @@ else:
 
 __all__ = ["Record", "derived", "replace"]
 
-_R = TypeVar("_R", bound="Record")
-
-
 class _Derived:
     """What :func:`derived` returns: marks a slot set by ``_validate``, not a field."""
 
@@ -275,6 +272,9 @@ def _compile_init(cls: Any) -> Callable[..., None]:
 
 def _no_values(record: Any) -> Tuple[()]:
     return ()
+
+
+_R = TypeVar("_R", bound=Record)
 
 
 def replace(record: _R, **changes: Any) -> _R:

@@ -236,10 +236,11 @@ def apply_job_defaults(executor_name: str, spec: "JobSpec") -> None:
                 attrs.custom_attributes.update(extra)
 
 
-_Config = TypeVar("_Config", bound="JobExecutorConfig")
+if TYPE_CHECKING:  # a bound given as text would be compiled on import
+    _Config = TypeVar("_Config", bound=JobExecutorConfig)
 
 
-def config_defaults(executor_name: str, config: _Config) -> _Config:
+def config_defaults(executor_name: str, config: "_Config") -> "_Config":
     """``config`` (an executor's new default configuration) with the files' settings."""
     found = _for(executor_name)
     if "work_directory" in found:

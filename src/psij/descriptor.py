@@ -22,7 +22,7 @@ __all__ = ["Descriptor"]
 class Descriptor:
     """Declares a plugin, e.g. ``Descriptor("slurm", Version("1.0"), "pkg.mod.Cls")``."""
 
-    def __init__(self, name: str, version: Union["Version", str, object], cls: str,
+    def __init__(self, name: str, version: "Union[Version, str, object]", cls: str,
                  aliases: Optional[List[str]] = None, nice_name: Optional[str] = None) -> None:
         if not isinstance(name, str) or not name:
             raise TypeError(f"Descriptor.name: expected a non-empty str, got {name!r}")

@@ -57,7 +57,7 @@ class SubmitManyException(SubmitException):
     when every failure was.
     """
 
-    def __init__(self, failures: Sequence[Tuple["Job", BaseException]], total: int) -> None:
+    def __init__(self, failures: "Sequence[Tuple[Job, BaseException]]", total: int) -> None:
         shown = "; ".join(f"job {job.id}: {error}" for job, error in failures[:5])
         more = f"; and {len(failures) - 5} more" if len(failures) > 5 else ""
         super().__init__(f"{len(failures)} of {total} jobs could not be submitted: {shown}{more}",

@@ -81,14 +81,17 @@ class JobStatusCallback:
 class FunctionJobStatusCallback(JobStatusCallback):
     """Adapts a plain function ``fn(job, status)`` to the callback interface."""
 
-    def __init__(self, fn: Callable[["Job", JobStatus], None]) -> None:
+    def __init__(self, fn: "Callable[[Job, JobStatus], None]") -> None:
         self.fn = fn
 
     def job_status_changed(self, job: "Job", job_status: JobStatus) -> None:
         self.fn(job, job_status)
 
 
-CallbackLike = Union[JobStatusCallback, Callable[["Job", JobStatus], None]]
+if TYPE_CHECKING:
+    CallbackLike = Union[JobStatusCallback, Callable[["Job", JobStatus], None]]
+else:  # the same without the forward reference, which typing would compile on import
+    CallbackLike = Union[JobStatusCallback, Callable[..., None]]
 
 
 def as_callback(cb: Optional[CallbackLike], field: str) -> Optional[JobStatusCallback]:
@@ -246,13 +249,13 @@ class Job:
             except Exception:
                 logger.exception("a status watcher of job %s raised", self._id)
 
-    def _add_watcher(self, watch: Callable[["Job", JobStatus], None]) -> None:
+    def _add_watcher(self, watch: "Callable[[Job, JobStatus], None]") -> None:
         """Also tell ``watch`` of each status, when the callbacks are told (asyncio waits,
         the controllers' loop), and of each restatement (:meth:`_restate`)."""
         with _LOCK:
             self.__dict__["_watchers"] = (*self.__dict__.get("_watchers", ()), watch)
 
-    def _remove_watcher(self, watch: Callable[["Job", JobStatus], None]) -> None:
+    def _remove_watcher(self, watch: "Callable[[Job, JobStatus], None]") -> None:
         with _LOCK:
             left = tuple(w for w in self.__dict__.get("_watchers", ()) if w is not watch)
             self.__dict__["_watchers"] = left

@@ -11,7 +11,7 @@ __all__ = ["JobExecutorConfig"]
 class JobExecutorConfig:
     """Executor configuration; ``work_directory`` defaults to ``~/.psij/work``."""
 
-    DEFAULT: ClassVar["JobExecutorConfig"]
+    DEFAULT: "ClassVar[JobExecutorConfig]"
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
                  work_directory: Union[str, Path, None] = None) -> None:

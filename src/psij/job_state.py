@@ -53,7 +53,7 @@ class JobState(Enum):
         return self._order > other._order
 
     @property
-    def predecessor(self) -> Optional["JobState"]:
+    def predecessor(self) -> "Optional[JobState]":
         """The state a job passes through before this one when it skips ahead, if any."""
         return _PREDECESSORS.get(self)
 

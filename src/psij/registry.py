@@ -45,7 +45,7 @@ class AttachError(RegistryError):
     live and followed); ``failures`` pairs each other record with the reason."""
 
     def __init__(self, message: str, jobs: List[Job],
-                 failures: List[Tuple["JobRecord", Exception]]) -> None:
+                 failures: "List[Tuple[JobRecord, Exception]]") -> None:
         super().__init__(message)
         self.jobs = jobs
         self.failures = failures

@@ -25,6 +25,9 @@ Recording never fails a job: a registry that cannot be written is reported once 
 ``psij.registry`` logger and the job goes on. Nothing here runs user callbacks.
 """
 
+# No annotation is evaluated on import (typing compiles a quoted name inside a subscript).
+from __future__ import annotations
+
 import atexit
 import os
 import sys
@@ -57,8 +60,15 @@ _failures: Dict[Path, Tuple[float, str]] = {}
 _RETRY_SECONDS = 30.0
 _CLOCK: Clock = MonotonicClock()  # retries and flush timeouts are measured on it
 
-# (pid, store, executor name, version, url, config as JSON); remade in a forked child.
-Identity = Tuple[int, "Store", str, Optional[str], Optional[str], Optional[str]]
+if TYPE_CHECKING:  # the aliases serve type checkers only (annotations are not evaluated)
+    # (pid, store, executor name, version, url, config as JSON); remade in a forked child.
+    Identity = Tuple[int, Store, str, Optional[str], Optional[str], Optional[str]]
+    # A queued change: (executor, job, True for its first change, the status values), or
+    # (store, None, None, (local run record, its fallback)).
+    _Queued = Tuple[Union[JobExecutor, Store], Optional[Job], Optional[bool], Tuple[Any, ...]]
+    # The same with the executor's identity worked out: (store, job, identity or None for an
+    # update, the status values), or a local run record as above.
+    _Change = Tuple[Store, Optional[Job], Optional[Identity], Tuple[Any, ...]]
 
 
 def set_enabled(on: bool) -> None:
@@ -69,7 +79,7 @@ def enabled() -> bool:
     return _state["enabled"]
 
 
-def _identity(executor: "JobExecutor") -> Identity:
+def _identity(executor: JobExecutor) -> Identity:
     """The executor's registry and description (the writer thread works it out)."""
     import json
 
@@ -99,7 +109,7 @@ def _identity(executor: "JobExecutor") -> Identity:
     return identity
 
 
-def _open(work_directory: Path) -> "Store":
+def _open(work_directory: Path) -> Store:
     """The registry, or the error it gave less than :data:`_RETRY_SECONDS` ago (a damaged
     file is not opened again for every job)."""
     from psij._registry.store import RegistryError, open_store
@@ -114,7 +124,7 @@ def _open(work_directory: Path) -> "Store":
         raise
 
 
-def run_store(work_directory: Path) -> Optional["Store"]:
+def run_store(work_directory: Path) -> Optional[Store]:
     """The registry the local executor records its runs in: None when recording is off or the
     registry cannot be opened (said once per file; the executor then keeps journal files)."""
     if not _state["enabled"]:
@@ -131,11 +141,11 @@ def run_store(work_directory: Path) -> Optional["Store"]:
 
 
 # Opened registries by work directory as given (a spawn asks at every job).
-_RUN_STORES: Dict[Path, "Store"] = {}
+_RUN_STORES: Dict[Path, Store] = {}
 
 
-def record_run(store: "Store", run: "RunRecord",
-               fallback: Callable[["RunRecord"], None]) -> None:
+def record_run(store: Store, run: RunRecord,
+               fallback: Callable[[RunRecord], None]) -> None:
     """Queue a local run record; ``fallback`` gets it if it cannot be written."""
     _WRITER.put((store, None, None, (run, fallback)))
 
@@ -154,7 +164,7 @@ def _text(value: Optional[str]) -> Optional[str]:
     return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _spec_text(job: "Job") -> Optional[str]:
+def _spec_text(job: Job) -> Optional[str]:
     spec = job.spec
     if spec is None:
         return None
@@ -176,15 +186,7 @@ def _spec_text(job: "Job") -> Optional[str]:
 # One encoder for every spec (json.dumps with an option makes a new one per call).
 _ENCODER: Dict[str, Any] = {}
 
-# A queued change: (executor, job, True for its first change, the status values), or
-# (store, None, None, (local run record, its fallback)).
-_Queued = Tuple[Union["JobExecutor", "Store"], Optional["Job"], Optional[bool], Tuple[Any, ...]]
-# The same with the executor's identity worked out: (store, job, identity or None for an
-# update, the status values), or a local run record as above.
-_Change = Tuple["Store", Optional["Job"], Optional[Identity], Tuple[Any, ...]]
-
-
-def record(executor: "JobExecutor", job: "Job") -> None:
+def record(executor: JobExecutor, job: Job) -> None:
     """Queue the job's current status for the registry (see the module's rules)."""
     if not _state["enabled"]:
         return
@@ -220,7 +222,7 @@ def _resolved(queued: List[_Queued]) -> List[_Change]:
     return changes
 
 
-def _row(job: "Job", identity: Identity, values: Tuple[Any, ...]) -> "Row":
+def _row(job: Job, identity: Identity, values: Tuple[Any, ...]) -> Row:
     _, _, name, version, url, config = identity
     native_id, state, rank, exit_code, message, now, final = values
     return (job.id, name, version, _text(url), config, _text(native_id), _spec_text(job),
@@ -228,7 +230,7 @@ def _row(job: "Job", identity: Identity, values: Tuple[Any, ...]) -> "Row":
             int(final))
 
 
-def _update(job: "Job", values: Tuple[Any, ...]) -> "Update":
+def _update(job: Job, values: Tuple[Any, ...]) -> Update:
     native_id, state, rank, exit_code, message, now, final = values
     return (_text(native_id), state, rank, exit_code, _text(message), now, int(final), job.id,
             rank)

@@ -57,6 +57,7 @@ from psij.controller._values import (
     Action,
     ActionDone,
     ActionFailed,
+    ActionKind,
     Attach,
     BadMessage,
     Call,
@@ -84,7 +85,8 @@ from psij.controller._values import (
 )
 
 __all__ = [
-    "Action", "ActionDone", "ActionFailed", "Attach", "BadMessage", "Call", "Cancel",
+    "Action", "ActionDone", "ActionFailed", "ActionKind", "Attach", "BadMessage", "Call",
+    "Cancel",
     "CancelTimer", "Clock", "Close", "Connected", "ControllerLoop", "Disconnected", "Event",
     "Forget", "JobStatusChanged", "Log", "Machine", "ManualClock", "MessageReceived",
     "MonotonicClock", "Peer", "Send", "SetTimer", "SignalReceived", "Started", "Stop", "Submit",

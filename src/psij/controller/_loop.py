@@ -303,7 +303,7 @@ class ControllerLoop:
         elif kind is v.Attach:
             self._attach(action)  # type: ignore[arg-type]
         elif kind is v.Call:
-            self._call(action.key, "call", action.function)  # type: ignore[attr-defined]
+            self._call(action.key, v.ActionKind.CALL, action.function)  # type: ignore[attr-defined]
         elif kind is v.Close:
             self._close_when_sent(action.conn)  # type: ignore[attr-defined]
         elif kind is v.Stop:
@@ -314,7 +314,7 @@ class ControllerLoop:
                 raise TypeError(f"not a controller action: {action!r}")
             handler(action)
 
-    def _executor(self, key: Hashable, action: str, name: str) -> Any:
+    def _executor(self, key: Hashable, action: v.ActionKind, name: str) -> Any:
         executor = self._executors.get(name)
         if executor is None and self._executor_factory is not None:
             try:
@@ -344,16 +344,17 @@ class ControllerLoop:
     def _submit(self, action: v.Submit) -> None:
         key = action.key
         if key in self._jobs:
-            self.post(v.ActionFailed(key, "submit", f"a job is already known as {key!r}", None))
+            self.post(v.ActionFailed(key, v.ActionKind.SUBMIT,
+                                     f"a job is already known as {key!r}", None))
             return
-        executor = self._executor(key, "submit", action.executor)
+        executor = self._executor(key, v.ActionKind.SUBMIT, action.executor)
         if executor is None:
             return
         try:
             job = self._new_job(key, action.spec)
         except Exception as error:
-            self.post(v.ActionFailed(key, "submit", f"cannot make a job of the spec: {error}",
-                                   error))
+            self.post(v.ActionFailed(key, v.ActionKind.SUBMIT,
+                                     f"cannot make a job of the spec: {error}", error))
             return
         self._jobs[key] = job
         self._job_executor[key] = executor
@@ -362,14 +363,15 @@ class ControllerLoop:
             executor.submit(job)
             return job.native_id
 
-        self._call(key, "submit", submit)
+        self._call(key, v.ActionKind.SUBMIT, submit)
 
     def _attach(self, action: v.Attach) -> None:
         key = action.key
         if key in self._jobs:
-            self.post(v.ActionFailed(key, "attach", f"a job is already known as {key!r}", None))
+            self.post(v.ActionFailed(key, v.ActionKind.ATTACH,
+                                     f"a job is already known as {key!r}", None))
             return
-        executor = self._executor(key, "attach", action.executor)
+        executor = self._executor(key, v.ActionKind.ATTACH, action.executor)
         if executor is None:
             return
         job = self._new_job(key, None)
@@ -381,19 +383,19 @@ class ControllerLoop:
             executor.attach(job, native_id)
             return native_id
 
-        self._call(key, "attach", attach)
+        self._call(key, v.ActionKind.ATTACH, attach)
 
     def _cancel(self, key: Hashable, kill: bool) -> None:
         job = self._jobs.get(key)
         if job is None:
-            self.post(v.ActionFailed(key, "cancel", f"no job is known as {key!r}", None))
+            self.post(v.ActionFailed(key, v.ActionKind.CANCEL, f"no job is known as {key!r}", None))
             return
         executor = self._job_executor[key]
         how = getattr(executor, "kill", None) if kill else None  # duck-typed executors too
-        self._call(key, "cancel", (lambda: how(job)) if callable(how)
+        self._call(key, v.ActionKind.CANCEL, (lambda: how(job)) if callable(how)
                    else (lambda: executor.cancel(job)))
 
-    def _call(self, key: Hashable, action: str, function: Callable[[], Any]) -> None:
+    def _call(self, key: Hashable, action: v.ActionKind, function: Callable[[], Any]) -> None:
         self._in_flight += 1
         posted, wake = self._posted, self._wakeup.wake
 

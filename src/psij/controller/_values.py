@@ -7,12 +7,13 @@ Values only: nothing here does I/O, starts a thread, reads a clock or imports th
 
 
 import logging
+from enum import Enum
 from typing import Any, Callable, Hashable, Iterable, Optional, Protocol
 
 from psij._record import Record
 
 __all__ = [
-    "Action", "ActionDone", "ActionFailed", "Attach", "BadMessage", "Call", "Cancel",
+    "Action", "ActionDone", "ActionFailed", "ActionKind", "Attach", "BadMessage", "Call", "Cancel",
     "CancelTimer", "Close", "Connected", "Disconnected", "Event", "Forget", "JobStatusChanged",
     "Log", "Machine", "MessageReceived", "Peer", "Send", "SetTimer", "SignalReceived", "Started",
     "Stop", "Submit", "Tick", "TimerFired", "exit_code_for_signal",
@@ -97,14 +98,41 @@ class JobStatusChanged(Record):
     status: Any
 
 
+class ActionKind(str, Enum):
+    """Which action an :class:`ActionDone` or :class:`ActionFailed` answers. Its value is the
+    action's name in words (``"submit"``: compared equal to it, and given as it by older
+    callers, which the answers convert)."""
+
+    SUBMIT = "submit"
+    ATTACH = "attach"
+    CANCEL = "cancel"
+    CALL = "call"
+    SIGNAL = "signal"  # the flow service's SignalJob, carried out through a Call
+
+
+_ACTION_KINDS = {kind.value: kind for kind in ActionKind}
+
+
+def _action_kind(record: Record, value: Any) -> None:
+    if type(value) is not ActionKind:
+        kind = _ACTION_KINDS.get(value) if isinstance(value, str) else None
+        if kind is None:
+            raise ValueError(f"{type(record).__name__}.action: expected one of "
+                             f"{', '.join(_ACTION_KINDS)}, got {value!r}")
+        record._set("action", kind)
+
+
 class ActionDone(Record):
     """The executor call for ``key`` returned: for :class:`Submit` and :class:`Attach` the
     ``result`` is the job's native id, for :class:`Cancel` None, for :class:`Call` what the
     function returned."""
 
     key: Hashable
-    action: str
+    action: ActionKind
     result: Any
+
+    def _validate(self) -> None:
+        _action_kind(self, self.action)
 
 
 class ActionFailed(Record):
@@ -112,9 +140,12 @@ class ActionFailed(Record):
     ``error`` is the exception (None when the loop refused the action itself)."""
 
     key: Hashable
-    action: str
+    action: ActionKind
     message: str
     error: Optional[BaseException]
+
+    def _validate(self) -> None:
+        _action_kind(self, self.action)
 
 
 # -- actions ----------------------------------------------------------------------------------

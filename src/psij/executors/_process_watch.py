@@ -48,7 +48,6 @@ if TYPE_CHECKING:  # the keeper's client (sockets, subprocess) loads only with a
 __all__ = [
     "WATCH",
     "ExitHandler",
-    "KeeperSource",
     "ProcessWatch",
     "exit_code_of",
     "group_has_live_members",
@@ -63,8 +62,10 @@ _SPIN_CLOCK = MonotonicClock()  # the pause after an error guards the CPU, not a
 
 ExitHandler = Callable[[int, Optional[int]], None]
 """Called with (pid, raw wait status or None when the process was not our child)."""
-KeeperSource = Callable[[], Optional["Keeper"]]
-"""Gives a keeper to send a later KILL (None when none can be had); the local executor's."""
+if TYPE_CHECKING:  # only in annotations: "Keeper" in a subscript would be compiled on import
+    KeeperSource = Callable[[], Optional[Keeper]]
+    """Gives a keeper to send a later KILL (None when none can be had); the local
+    executor's."""
 
 _HAS_PIDFD = hasattr(os, "pidfd_open")
 

@@ -9,10 +9,11 @@ a clock, or does I/O. The requests are in :mod:`psij.flows._verbs`; the dispatch
 and the restore are in :mod:`psij.flows.machine`."""
 
 import copy
+import enum
 import logging
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from psij.controller import Cancel, CancelTimer, Forget, Log, SetTimer, Submit
 from psij.executors.batch._status_table import is_held_by_scheduler
@@ -28,8 +29,8 @@ from psij.flows._flow_values import (
 from psij.flows._handle import ACTIVE, ENDED, QUEUED, SUBMITTING, VERIFYING, Handle, Instance
 
 __all__ = [
-    "NO_PROBLEM", "WAKE", "Payload", "arm", "check_lease", "delete_output", "end_handle", "ended",
-    "executor_name", "kill", "make_victim", "measured", "problems", "put_handle",
+    "NO_PROBLEM", "WAKE", "Due", "Payload", "arm", "check_lease", "delete_output", "end_handle",
+    "ended", "executor_name", "kill", "make_victim", "measured", "problems", "put_handle",
     "put_instance", "put_payload", "run_due", "schedule", "status_changed", "submission_failed",
     "submit", "submitted", "wake",
 ]
@@ -57,7 +58,19 @@ class Payload:
 # -- the one timer ----------------------------------------------------------------------------
 
 
-def schedule(m: "FlowMachine", when: float, kind: str, ref: Any) -> None:
+class Due(enum.Enum):
+    """What an entry of the machine's one timer (``m.due``: ``(Due, ref)`` by due time) is
+    for; the rule of each is in ``_DUE_RULES``."""
+
+    HANDLE = "handle"                # try to start instances of the handle ``ref``
+    LEASE = "lease"                  # check the leases of the handle ``ref``
+    KILL = "kill"                    # kill the instance ``ref`` (a key) whose grace is over
+    TURN = "turn"                    # the next class's turn at the aggregate limit
+    FORGET_HANDLE = "forget_handle"  # forget the ended handle ``ref``
+    PAYLOAD = "payload"              # forget the payload ``ref`` (uid, sha256) if still unused
+
+
+def schedule(m: "FlowMachine", when: float, kind: Due, ref: Any) -> None:
     m.due.push(when, (kind, ref))
 
 
@@ -65,7 +78,7 @@ def wake(m: "FlowMachine", h: Handle, when: float) -> None:
     """Try to start instances of ``h`` at ``when`` (or earlier if already planned)."""
     if h.wake_at is None or when < h.wake_at:
         h.wake_at = when
-        schedule(m, when, "handle", h.hid)
+        schedule(m, when, Due.HANDLE, h.hid)
 
 
 def run_due(m: "FlowMachine", now: float, out: List[Any]) -> None:
@@ -75,28 +88,33 @@ def run_due(m: "FlowMachine", now: float, out: List[Any]) -> None:
         if entry is None:
             return
         when, (kind, ref) = entry
-        if kind == "handle":
-            h = m.handles.get(ref)
-            if h is not None and h.wake_at == when:
-                h.wake_at = None
-                pump(m, h, now, out)
-        elif kind == "lease":
-            h = m.handles.get(ref)
-            if h is not None and h.lease_check_at == when:
-                h.lease_check_at = None
-                check_lease(m, h, now, out)
-        elif kind == "kill":
-            inst = m.by_key.get(ref)
-            if inst is not None and inst.kill_at is not None and inst.kill_at <= now:
-                kill(m, inst, now, out)
-        elif kind == "turn":
-            if m.turn_at == when:
-                m.turn_at = None
-                give_turn(m, now, out)
-        elif kind == "forget_handle":
-            forget_handle(m, ref, now, out)
-        elif kind == "payload":
-            collect_payload(m, ref, now, out)
+        _DUE_RULES[kind](m, when, ref, now, out)
+
+
+def _due_handle(m: "FlowMachine", when: float, hid: str, now: float, out: List[Any]) -> None:
+    h = m.handles.get(hid)
+    if h is not None and h.wake_at == when:
+        h.wake_at = None
+        pump(m, h, now, out)
+
+
+def _due_lease(m: "FlowMachine", when: float, hid: str, now: float, out: List[Any]) -> None:
+    h = m.handles.get(hid)
+    if h is not None and h.lease_check_at == when:
+        h.lease_check_at = None
+        check_lease(m, h, now, out)
+
+
+def _due_kill(m: "FlowMachine", when: float, key: str, now: float, out: List[Any]) -> None:
+    inst = m.by_key.get(key)
+    if inst is not None and inst.kill_at is not None and inst.kill_at <= now:
+        kill(m, inst, now, out)
+
+
+def _due_turn(m: "FlowMachine", when: float, ref: None, now: float, out: List[Any]) -> None:
+    if m.turn_at == when:
+        m.turn_at = None
+        give_turn(m, now, out)
 
 
 def arm(m: "FlowMachine", now: float, out: List[Any]) -> None:
@@ -218,7 +236,7 @@ def plan_turn(m: "FlowMachine", now: float) -> None:
     when = m.problem_spacing.ready_at(now)
     if m.turn_at is None or when < m.turn_at:
         m.turn_at = when
-        schedule(m, when, "turn", None)
+        schedule(m, when, Due.TURN, None)
 
 
 def give_turn(m: "FlowMachine", now: float, out: List[Any]) -> None:
@@ -440,7 +458,7 @@ def make_victim(m: "FlowMachine", inst: Instance, signum: Optional[int], grace: 
         out.append(SignalJob(inst.key, signum))
     if grace is not None:
         inst.kill_at = now + grace
-        schedule(m, inst.kill_at, "kill", inst.key)
+        schedule(m, inst.kill_at, Due.KILL, inst.key)
     put_instance(inst, out)
 
 
@@ -463,7 +481,7 @@ def end_handle(m: "FlowMachine", h: Handle, reason: str, now: float, out: List[A
         release_payload(m, h.uid, h.payload, now, out)
     put_handle(h, out)
     out.append(Log(f"flow {h.hid} of uid {h.uid} ended: {reason}"))
-    schedule(m, now + m.config.keep_ended, "forget_handle", h.hid)
+    schedule(m, now + m.config.keep_ended, Due.FORGET_HANDLE, h.hid)
 
 
 def forget_handle(m: "FlowMachine", hid: str, now: float, out: List[Any]) -> None:
@@ -471,7 +489,7 @@ def forget_handle(m: "FlowMachine", hid: str, now: float, out: List[Any]) -> Non
     if h is None or h.valid or h.ended_at is None:
         return
     if h.live:
-        schedule(m, now + 60.0, "forget_handle", hid)  # its kills are not done yet
+        schedule(m, now + 60.0, Due.FORGET_HANDLE, hid)  # its kills are not done yet
         return
     for key in h.records:
         out.append(JournalDelete("instance", key))
@@ -491,7 +509,7 @@ def check_lease(m: "FlowMachine", h: Handle, now: float, out: List[Any]) -> None
         min(h.lease_expires, h.provisioning_expires)
     if at != h.lease_check_at:
         h.lease_check_at = at
-        schedule(m, at, "lease", h.hid)
+        schedule(m, at, Due.LEASE, h.hid)
 
 
 # -- payloads ---------------------------------------------------------------------------------
@@ -505,7 +523,7 @@ def release_payload(m: "FlowMachine", uid: int, sha: str, now: float, out: List[
     if not p.refs:
         p.unused_since = now
         put_payload(m, uid, sha, out)
-        schedule(m, now + m.config.keep_unused_payload, "payload", (uid, sha))
+        schedule(m, now + m.config.keep_unused_payload, Due.PAYLOAD, (uid, sha))
 
 
 def collect_payload(m: "FlowMachine", ref: Tuple[int, str], now: float, out: List[Any]
@@ -514,7 +532,7 @@ def collect_payload(m: "FlowMachine", ref: Tuple[int, str], now: float, out: Lis
     if p is None or p.refs or p.unused_since is None:
         return
     if now < p.unused_since + m.config.keep_unused_payload:
-        schedule(m, p.unused_since + m.config.keep_unused_payload, "payload", ref)
+        schedule(m, p.unused_since + m.config.keep_unused_payload, Due.PAYLOAD, ref)
         return
     del m.payloads[ref]
     out.append(DeletePayload(ref[0], ref[1]))
@@ -628,3 +646,19 @@ def throttled(m: "FlowMachine", h: Handle, now: float) -> Optional[Dict[str, Any
                 "message": f"{waiting} restart(s) wait for the restart limits; the next "
                            f"in {at - now:.0f} s ({name})"}
     return None
+
+
+def _due_forget_handle(m: "FlowMachine", when: float, hid: str, now: float,
+                       out: List[Any]) -> None:
+    forget_handle(m, hid, now, out)
+
+
+def _due_payload(m: "FlowMachine", when: float, ref: Tuple[int, str], now: float,
+                 out: List[Any]) -> None:
+    collect_payload(m, ref, now, out)
+
+
+_DUE_RULES: Dict[Due, Callable[["FlowMachine", float, Any, float, List[Any]], None]] = {
+    Due.HANDLE: _due_handle, Due.LEASE: _due_lease, Due.KILL: _due_kill, Due.TURN: _due_turn,
+    Due.FORGET_HANDLE: _due_forget_handle, Due.PAYLOAD: _due_payload,
+}

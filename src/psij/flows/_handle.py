@@ -5,19 +5,32 @@ the values that cross into the loop are the records of :mod:`psij.flows._flow_va
 """
 
 import collections
+import enum
 from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
 from psij.flows._termination import TerminationMap, parse_map
 from psij.flows._throttle import Bucket, Spacing
 
-__all__ = ["Handle", "Instance"]
+__all__ = ["Handle", "Instance", "InstanceState"]
 
-# Instance states, in order.
-VERIFYING = "verifying"    # the payload is being checked before the submission
-SUBMITTING = "submitting"  # Submit sent, no native id yet
-QUEUED = "queued"
-ACTIVE = "active"
-ENDED = "ended"
+
+class InstanceState(str, enum.Enum):
+    """Where an instance is, in the order it goes through. The values are the words the
+    journal keeps (``"state"`` of an instance's record), so a journal written before this
+    class existed reads the same."""
+
+    VERIFYING = "verifying"    # the payload is being checked before the submission
+    SUBMITTING = "submitting"  # Submit sent, no native id yet
+    QUEUED = "queued"
+    ACTIVE = "active"
+    ENDED = "ended"
+
+
+VERIFYING = InstanceState.VERIFYING
+SUBMITTING = InstanceState.SUBMITTING
+QUEUED = InstanceState.QUEUED
+ACTIVE = InstanceState.ACTIVE
+ENDED = InstanceState.ENDED
 LIVE_STATES = (VERIFYING, SUBMITTING, QUEUED, ACTIVE)
 
 
@@ -27,7 +40,7 @@ class Instance:
     __slots__ = ("cancelled", "ended", "exit_code", "handle", "held", "key", "kill_at", "klass",
                  "n", "native_id", "output", "size", "started", "state", "submitted", "victim")
 
-    def __init__(self, handle: str, n: int, submitted: float, state: str) -> None:
+    def __init__(self, handle: str, n: int, submitted: float, state: InstanceState) -> None:
         self.handle = handle
         self.n = n
         self.key = f"{handle}/{n}"
@@ -51,7 +64,7 @@ class Instance:
         return f"{self.native_id or '-'}.{self.n}"
 
     def journal(self) -> Dict[str, Any]:
-        return {"handle": self.handle, "n": self.n, "state": self.state,
+        return {"handle": self.handle, "n": self.n, "state": self.state.value,
                 "submitted": self.submitted, "native_id": self.native_id,
                 "started": self.started, "ended": self.ended, "exit_code": self.exit_code,
                 "class": self.klass, "size": self.size, "output": self.output,
@@ -60,7 +73,7 @@ class Instance:
     @classmethod
     def from_journal(cls, value: Mapping[str, Any]) -> "Instance":
         inst = cls(str(value["handle"]), int(value["n"]), float(value["submitted"]),
-                   str(value["state"]))
+                   InstanceState(value["state"]))
         inst.native_id = value.get("native_id")
         inst.started = value.get("started")
         inst.ended = value.get("ended")
@@ -183,8 +196,8 @@ class Handle:
     def owed_total(self) -> int:
         return sum(self.owed.values())
 
-    def live_by_state(self) -> Dict[str, List[Instance]]:
-        found: Dict[str, List[Instance]] = {state: [] for state in LIVE_STATES}
+    def live_by_state(self) -> Dict[InstanceState, List[Instance]]:
+        found: Dict[InstanceState, List[Instance]] = {state: [] for state in LIVE_STATES}
         for inst in self.live.values():
             found[inst.state].append(inst)
         return found

@@ -19,9 +19,10 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
 from psij._private_dirs import check_private_file, ensure_private_dir
+from psij.flows._flow_values import JournalDelete, JournalPut
 
 __all__ = ["FILE_NAME", "Journal", "JournalError"]
 
@@ -109,16 +110,18 @@ class Journal:
             except sqlite3.Error as ex:
                 raise JournalError(f"flow journal {self.path}: cannot write: {ex}") from ex
 
-    def apply(self, ops: Iterable[Tuple[Any, ...]]) -> None:
-        """``("put", kind, key, value)`` and ``("delete", kind, key)`` in order, in one
-        transaction."""
+    def apply(self, ops: Iterable[Union[JournalPut, JournalDelete]]) -> None:
+        """The flow machine's journal actions, in order, in one transaction."""
         rows = []
         for op in ops:
-            if op[0] == "put":
-                rows.append((0, str(op[1]), str(op[2]), json.dumps(op[3], allow_nan=False,
-                                                                   default=_plain)))
+            if type(op) is JournalPut:
+                rows.append((0, str(op.kind), str(op.key), json.dumps(op.value, allow_nan=False,
+                                                                      default=_plain)))
+            elif type(op) is JournalDelete:
+                rows.append((1, str(op.kind), str(op.key), ""))
             else:
-                rows.append((1, str(op[1]), str(op[2]), ""))
+                raise TypeError(f"flow journal: expected JournalPut or JournalDelete, got "
+                                f"{op!r}")
         with self._lock:
             try:
                 with self._conn:

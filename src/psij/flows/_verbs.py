@@ -483,7 +483,7 @@ def _op_upload(m: "FlowMachine", fields: Fields, uid: int, conn: int, rid: Any, 
         p = m.payloads[(uid, sha)] = Payload(0, now)
     if not p.refs:
         p.unused_since = now
-        _core.schedule(m, now + m.config.keep_unused_payload, "payload", (uid, sha))
+        _core.schedule(m, now + m.config.keep_unused_payload, _core.Due.PAYLOAD, (uid, sha))
     _core.put_payload(m, uid, sha, out)
     out.append(StorePayload(conn, rid, uid, sha, data))
     return None

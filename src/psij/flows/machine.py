@@ -56,6 +56,7 @@ from psij._wakeup import TimerHeap
 from psij.controller import (
     ActionDone,
     ActionFailed,
+    ActionKind,
     Attach,
     BadMessage,
     Cancel,
@@ -116,7 +117,7 @@ class FlowMachine(StateMachine):
         self.conn_uid: Dict[int, int] = {}
         self.payloads: Dict[Tuple[int, str], Payload] = {}
         self.by_key: Dict[str, Instance] = {}
-        self.due: TimerHeap[Tuple[str, Any]] = TimerHeap()
+        self.due: TimerHeap[Tuple[_core.Due, Any]] = TimerHeap()
         self.armed: Optional[float] = None
         self.submit_bucket = Bucket(config.max_submit_rate, config.max_submit_rate,
                                     float("-inf"))
@@ -207,9 +208,9 @@ class FlowMachine(StateMachine):
         inst = self.by_key.get(str(event.key))
         if inst is None:
             return
-        if event.action == "submit":
+        if event.action is ActionKind.SUBMIT:
             _core.submitted(self, inst, event.result, out)
-        elif event.action == "attach" and inst.cancelled:
+        elif event.action is ActionKind.ATTACH and inst.cancelled:
             out.append(Cancel(inst.key, kill=True))
 
     @handles(ActionFailed)
@@ -218,19 +219,19 @@ class FlowMachine(StateMachine):
         if inst is None:
             return
         h = self.handles[inst.handle]
-        if event.action == "submit":
+        if event.action is ActionKind.SUBMIT:
             _core.submission_failed(self, h, inst, str(event.message), now, out)
-        elif event.action == "attach":
+        elif event.action is ActionKind.ATTACH:
             out.append(Log(f"flow {h.hid}: {inst.key} (native id {inst.native_id}) cannot be "
                            f"attached again: {event.message}", logging.WARNING))
             _core.ended(self, h, inst, None, now, "unreachable", out)
-        elif event.action == "signal":
+        elif event.action is ActionKind.SIGNAL:
             out.append(Log(f"flow {h.hid}: cannot signal {inst.key} ({event.message}); "
                            "cancelling it", logging.WARNING))
             # The executor's cancel stands for the signal.
             _core.kill(self, inst, now, out, hard=False)
         else:
-            out.append(Log(f"flow {h.hid}: {event.action} of {inst.key} failed: "
+            out.append(Log(f"flow {h.hid}: {event.action.value} of {inst.key} failed: "
                            f"{event.message}", logging.WARNING))
 
     @handles(PayloadVerified)
@@ -314,17 +315,17 @@ class FlowMachine(StateMachine):
             if h.valid:
                 out.append(MakeSandbox(h.sandbox, h.uid))
                 h.lease_check_at = now
-                _core.schedule(self, now, "lease", hid)
+                _core.schedule(self, now, _core.Due.LEASE, hid)
                 _core.wake(self, h, now)
             else:
                 _core.schedule(self, (h.ended_at or now) + self.config.keep_ended,
-                               "forget_handle", hid)
+                               _core.Due.FORGET_HANDLE, hid)
         for ref, p in self.payloads.items():
             if not p.refs:
                 if p.unused_since is None:
                     p.unused_since = now
                 _core.schedule(self, p.unused_since + self.config.keep_unused_payload,
-                               "payload", ref)
+                               _core.Due.PAYLOAD, ref)
         self._on_start = tuple(out)
         return out
 
@@ -376,7 +377,7 @@ class FlowMachine(StateMachine):
             inst.cancelled = True  # cancelled once attached
             _core.put_instance(inst, out)
         if inst.kill_at is not None and not inst.cancelled:
-            _core.schedule(self, inst.kill_at, "kill", inst.key)
+            _core.schedule(self, inst.kill_at, _core.Due.KILL, inst.key)
 
 
 def _log_failure(event: Any, error: Exception, out: List[Any]) -> None:

@@ -32,11 +32,11 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, Hashable, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Hashable, List, Optional, Union
 
 from psij._clock import MonotonicClock, wall_time
 from psij._private_dirs import ensure_private_dir
-from psij.controller import ActionDone, ActionFailed, Call, ControllerLoop, Send, Submit
+from psij.controller import ActionDone, ActionFailed, ActionKind, Call, ControllerLoop, Send, Submit
 from psij.flows import _flow_values as fv
 from psij.flows._areas import AreaError, Areas
 from psij.flows._journal import Journal, JournalError
@@ -80,7 +80,7 @@ class _ServiceMachine:
             fv.VerifyPayload: self._verify_payload, fv.DeletePayload: self._delete_payload,
             fv.ReadOutput: self._read_output, fv.SignalJob: self._signal,
         }
-        self._ops: List[Tuple[Any, ...]] = []
+        self._ops: List[Union[fv.JournalPut, fv.JournalDelete]] = []
 
     def step(self, event: Any, now: float) -> List[Any]:
         queue: Deque[Any] = collections.deque([self._incoming(event)])
@@ -104,10 +104,8 @@ class _ServiceMachine:
     def _carry_out(self, action: Any, out: List[Any]) -> Any:
         """Journal ``action``, run it, or pass it on in ``out``; the event it gives back."""
         kind = type(action)
-        if kind is fv.JournalPut:
-            self._ops.append(("put", action.kind, action.key, action.value))
-        elif kind is fv.JournalDelete:
-            self._ops.append(("delete", action.kind, action.key))
+        if kind is fv.JournalPut or kind is fv.JournalDelete:
+            self._ops.append(action)
         elif kind is Submit:
             out.append(self._submit(action))
         else:
@@ -127,8 +125,8 @@ class _ServiceMachine:
         if type(event) in (ActionDone, ActionFailed) and isinstance(event.key, tuple) \
                 and len(event.key) == 2 and event.key[0] == _SIGNAL_KEY:
             if type(event) is ActionDone:
-                return ActionDone(event.key[1], "signal", None)
-            return ActionFailed(event.key[1], "signal", event.message, event.error)
+                return ActionDone(event.key[1], ActionKind.SIGNAL, None)
+            return ActionFailed(event.key[1], ActionKind.SIGNAL, event.message, event.error)
         return event
 
     # -- submissions ------------------------------------------------------------------------

@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING, Any, Dict
 
 if TYPE_CHECKING:
     from psij.supervise._config import OPTIONS, ConfigError, SuperviseConfig, read_config
-    from psij.supervise._machine import EntryState, JobEntry, Settings, Supervisor
+    from psij.supervise._machine import EntryKind, EntryState, JobEntry, Settings, Supervisor
     from psij.supervise._run import run
 
-__all__ = ["OPTIONS", "ConfigError", "EntryState", "JobEntry", "Settings", "SuperviseConfig",
-           "Supervisor", "read_config", "run"]
+__all__ = ["OPTIONS", "ConfigError", "EntryKind", "EntryState", "JobEntry", "Settings",
+           "SuperviseConfig", "Supervisor", "read_config", "run"]
 
 # Loaded on first use, so that a server importing psij.supervise.client starts fast.
 _HOMES: Dict[str, str] = {
     "OPTIONS": "_config", "ConfigError": "_config", "SuperviseConfig": "_config",
-    "read_config": "_config", "EntryState": "_machine", "JobEntry": "_machine",
-    "Settings": "_machine", "Supervisor": "_machine", "run": "_run",
+    "read_config": "_config", "EntryKind": "_machine", "EntryState": "_machine",
+    "JobEntry": "_machine", "Settings": "_machine", "Supervisor": "_machine", "run": "_run",
 }
 
 

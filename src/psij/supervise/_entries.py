@@ -8,12 +8,7 @@ from typing import Any, Dict, Optional
 
 from psij._record import Record
 
-__all__ = ["CLIENT", "LEFTOVER", "SERVER", "EntryState", "JobEntry", "Journal", "Settings",
-           "outcome_unknown"]
-
-SERVER = "server"
-CLIENT = "client"
-LEFTOVER = "leftover"  # a job an earlier supervisor of this output directory left behind
+__all__ = ["EntryKind", "EntryState", "JobEntry", "Journal", "Settings", "outcome_unknown"]
 
 _STOP_TIMER = ("psij.supervise", "stop")  # stop_grace, while cancelled jobs are ending
 _LOOKUP = "lookup"  # the key of a look-up by name is (_LOOKUP, uid)
@@ -26,6 +21,15 @@ _UNKNOWN_OUTCOME = ("may have been submitted", "did not finish within")
 def outcome_unknown(message: str) -> bool:
     """Whether a failed submission may have submitted its job all the same."""
     return any(words in message for words in _UNKNOWN_OUTCOME)
+
+
+class EntryKind(str, Enum):
+    """What a job of the supervisor is for. The values are the words of the journal's
+    ``"kind"`` (written as plain strings, so that journals read the same before and after)."""
+
+    SERVER = "server"
+    CLIENT = "client"
+    LEFTOVER = "leftover"  # a job an earlier supervisor of this output directory left behind
 
 
 class EntryState(Enum):
@@ -70,7 +74,7 @@ class JobEntry(Record):
     its job name, by which it is found if its submission is interrupted)."""
 
     uid: int
-    kind: str
+    kind: EntryKind
     client: Optional[str]
     generation: int
     state: EntryState

@@ -35,7 +35,7 @@ its final state in the journal.
 import collections
 import logging
 import secrets
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Deque, Dict, List, Optional, Sequence, Tuple
 
 from psij._machine import StateMachine, handles
 from psij._record import replace
@@ -43,6 +43,7 @@ from psij.controller import (
     Action,
     ActionDone,
     ActionFailed,
+    ActionKind,
     Attach,
     BadMessage,
     Cancel,
@@ -68,9 +69,7 @@ from psij.controller import (
 from psij.supervise._entries import (
     _REPORTED,
     _STOP_TIMER,
-    CLIENT,
-    LEFTOVER,
-    SERVER,
+    EntryKind,
     EntryState,
     JobEntry,
     Journal,
@@ -93,11 +92,12 @@ from psij.supervise._messages import (
     ENV_UID,
     Request,
     RequestError,
+    RequestKind,
     build_spec,
     read_request,
 )
 
-__all__ = ["EntryState", "JobEntry", "Journal", "Settings", "Supervisor"]
+__all__ = ["EntryKind", "EntryState", "JobEntry", "Journal", "Settings", "Supervisor"]
 
 class Supervisor(NameLookUps, StateMachine):
     """The supervisor's rules: ``step(event, now) -> actions`` (the state table is in
@@ -189,7 +189,8 @@ class Supervisor(NameLookUps, StateMachine):
                            f"supervisor left: {', '.join(n for _, n in self._leftovers)}",
                            logging.WARNING))
         for uid, native in self._leftovers:
-            self.jobs[uid] = JobEntry(uid, LEFTOVER, None, 0, EntryState.SUBMITTING, native, True)
+            self.jobs[uid] = JobEntry(uid, EntryKind.LEFTOVER, None, 0, EntryState.SUBMITTING,
+                                      native, True)
             out.append(Attach(uid, native))
         if self._unsure:
             out.append(Log(f"supervisor: looking for {len(self._unsure)} job(s) whose "
@@ -226,14 +227,14 @@ class Supervisor(NameLookUps, StateMachine):
         self.server_active_since = None
         out.append(Log(f"supervisor: submitting server generation {self.generation} "
                        f"(uid {uid})"))
-        self._submit(JobEntry(uid, SERVER, None, self.generation, EntryState.SUBMITTING,
-                              None, False, spec.name), spec, out)
+        self._submit(JobEntry(uid, EntryKind.SERVER, None, self.generation,
+                              EntryState.SUBMITTING, None, False, spec.name), spec, out)
 
     def _submit(self, entry: JobEntry, spec: Any, out: List[Action]) -> None:
         """Journal the submission (so that a supervisor that exits before it returns leaves
         its job name behind), then submit."""
         self.jobs[entry.uid] = entry
-        out.append(Journal({"uid": entry.uid, "kind": entry.kind, "client": entry.client,
+        out.append(Journal({"uid": entry.uid, "kind": entry.kind.value, "client": entry.client,
                             "generation": entry.generation, "name": entry.name}))
         out.append(Submit(entry.uid, spec))
 
@@ -336,10 +337,10 @@ class Supervisor(NameLookUps, StateMachine):
 
     @handles(ActionDone)
     def _on_done(self, event: ActionDone, now: float, out: List[Action]) -> None:
-        if event.action == "call":
+        if event.action is ActionKind.CALL:
             self._looked_up(event.key, event.result, None, out)
             return
-        if event.action not in ("submit", "attach"):
+        if event.action is not ActionKind.SUBMIT and event.action is not ActionKind.ATTACH:
             return
         entry = self.jobs.get(event.key)  # type: ignore[call-overload]
         if entry is None:
@@ -348,13 +349,13 @@ class Supervisor(NameLookUps, StateMachine):
         state = (EntryState.SUBMITTED if entry.state is EntryState.SUBMITTING
                  else entry.state)
         self.jobs[entry.uid] = replace(entry, native_id=native, state=state)
-        if entry.kind == LEFTOVER:
+        if entry.kind is EntryKind.LEFTOVER:
             out.append(Cancel(entry.uid))
             return
-        out.append(Journal({"uid": entry.uid, "kind": entry.kind, "client": entry.client,
+        out.append(Journal({"uid": entry.uid, "kind": entry.kind.value, "client": entry.client,
                             "generation": entry.generation, "name": entry.name,
                             "native_id": native}))
-        who = f"client {entry.client!r}" if entry.kind == CLIENT else "server"
+        who = f"client {entry.client!r}" if entry.kind is EntryKind.CLIENT else "server"
         out.append(Log(f"supervisor: uid {entry.uid} ({who} of generation "
                        f"{entry.generation}) is job {native}", logging.DEBUG))
         if entry.cancel or self.stopped:  # stopped: no job may outlive the supervisor
@@ -362,13 +363,13 @@ class Supervisor(NameLookUps, StateMachine):
 
     @handles(ActionFailed)
     def _on_failed(self, event: ActionFailed, now: float, out: List[Action]) -> None:
-        if event.action == "call":
+        if event.action is ActionKind.CALL:
             self._looked_up(event.key, None, event.message, out)
             return
         entry = self.jobs.get(event.key)  # type: ignore[call-overload]
         if entry is None:
             return
-        if entry.kind == LEFTOVER and event.action == "attach":
+        if entry.kind is EntryKind.LEFTOVER and event.action is ActionKind.ATTACH:
             del self.jobs[entry.uid]
             out.append(Forget(entry.uid))
             out.append(Journal({"uid": entry.uid, "final": "UNKNOWN"}))
@@ -376,8 +377,8 @@ class Supervisor(NameLookUps, StateMachine):
                            f"cannot be followed (gone already?): {event.message}",
                            logging.WARNING))
             return
-        if event.action != "submit":
-            out.append(Log(f"supervisor: {event.action} of uid {entry.uid} failed: "
+        if event.action is not ActionKind.SUBMIT:
+            out.append(Log(f"supervisor: {event.action.value} of uid {entry.uid} failed: "
                            f"{event.message}", logging.WARNING))
             return
         unknown = outcome_unknown(event.message) and entry.name is not None
@@ -405,7 +406,7 @@ class Supervisor(NameLookUps, StateMachine):
         if state is None or state is entry.state:
             return
         self.jobs[entry.uid] = replace(entry, state=state)
-        if entry.kind == SERVER:
+        if entry.kind is EntryKind.SERVER:
             if entry.uid == self.server_uid and state is EntryState.ACTIVE:
                 self.server_active_since = now
             return
@@ -418,9 +419,9 @@ class Supervisor(NameLookUps, StateMachine):
         out.append(Forget(entry.uid))
         if journal:  # every job is journaled when it is submitted: now final
             out.append(Journal({"uid": entry.uid, "final": state}))
-        if entry.kind == LEFTOVER:
+        if entry.kind is EntryKind.LEFTOVER:
             return
-        if entry.kind == SERVER:
+        if entry.kind is EntryKind.SERVER:
             if entry.uid != self.server_uid or self.stopped:
                 return
             if self.done:
@@ -459,7 +460,7 @@ class Supervisor(NameLookUps, StateMachine):
 
     def _submit_client(self, pending: _Pending, out: List[Action]) -> None:
         self.running_clients += 1
-        self._submit(JobEntry(pending.uid, CLIENT, pending.client, self.generation,
+        self._submit(JobEntry(pending.uid, EntryKind.CLIENT, pending.client, self.generation,
                               EntryState.SUBMITTING, None, False, pending.spec.name),
                      pending.spec, out)
 
@@ -478,32 +479,31 @@ class Supervisor(NameLookUps, StateMachine):
             out.append(Log(f"supervisor: refused a message from the server: {error}",
                            logging.WARNING))
             return
-        kind = request.kind
-        if kind == "pong":
-            return
-        if kind == "ping":
-            out.append(Send(conn, {"type": "pong"} if request.ref is None
-                            else {"type": "pong", "ref": _plain(request.ref)}))
-            return
-        if kind == "submit":
-            self._on_submit(conn, request, out)
-        elif kind == "cancel":
-            self._on_cancel(conn, request, out)
-        elif kind == "done":
-            self.done = True
-            out.append(Send(conn, {"type": "accepted", "ref": request.ref}))
-            out.append(Log("supervisor: the server is done; cancelling its clients left"))
-            self._cancel_clients(out)
-        elif kind == "hello":
-            self._refuse(conn, request, "already connected: hello comes once", out)
+        self._request_rules[request.kind](self, conn, request, out)
+
+    def _ask_pong(self, conn: int, request: Request, out: List[Action]) -> None:
+        """The server's answer to a ping: it is alive (seen by :meth:`_on_message`)."""
+
+    def _ask_ping(self, conn: int, request: Request, out: List[Action]) -> None:
+        out.append(Send(conn, {"type": "pong"} if request.ref is None
+                        else {"type": "pong", "ref": _plain(request.ref)}))
+
+    def _ask_done(self, conn: int, request: Request, out: List[Action]) -> None:
+        self.done = True
+        out.append(Send(conn, {"type": "accepted", "ref": request.ref}))
+        out.append(Log("supervisor: the server is done; cancelling its clients left"))
+        self._cancel_clients(out)
+
+    def _ask_hello(self, conn: int, request: Request, out: List[Action]) -> None:
+        self._refuse(conn, request, "already connected: hello comes once", out)
 
     def _refuse(self, conn: int, request: Request, reason: str, out: List[Action]) -> None:
         out.append(Send(conn, {"type": "refused", "ref": request.ref, "client": request.client,
                                "reason": reason}))
-        out.append(Log(f"supervisor: refused {request.kind} of client {request.client!r}: "
+        out.append(Log(f"supervisor: refused {request.kind.value} of client {request.client!r}: "
                        f"{reason}", logging.WARNING))
 
-    def _on_submit(self, conn: int, request: Request, out: List[Action]) -> None:
+    def _ask_submit(self, conn: int, request: Request, out: List[Action]) -> None:
         client = request.client
         assert client is not None
         if self.stopped:
@@ -546,7 +546,7 @@ class Supervisor(NameLookUps, StateMachine):
         else:
             self._submit_client(pending, out)
 
-    def _on_cancel(self, conn: int, request: Request, out: List[Action]) -> None:
+    def _ask_cancel(self, conn: int, request: Request, out: List[Action]) -> None:
         client = request.client
         uid = self.clients.get(client)  # type: ignore[arg-type]
         if uid is None:
@@ -575,7 +575,7 @@ class Supervisor(NameLookUps, StateMachine):
     def _cancel_clients(self, out: List[Action]) -> None:
         self.queue.clear()
         for entry in list(self.jobs.values()):
-            if entry.kind == CLIENT:
+            if entry.kind is EntryKind.CLIENT:
                 self._cancel(entry, out)
 
     # -- connections ------------------------------------------------------------------------
@@ -687,3 +687,10 @@ class Supervisor(NameLookUps, StateMachine):
                 self._give_up_waiting(f"signal {event.signum} while waiting", out)
             return
         self._stop(exit_code_for_signal(event.signum), f"signal {event.signum}", now, out)
+
+    # A server's requests, by kind: read_request refuses any other kind before this.
+    _request_rules: ClassVar[Dict[RequestKind, Callable[["Supervisor", int, Request,
+                                                         List[Action]], None]]] = {
+        RequestKind.SUBMIT: _ask_submit, RequestKind.CANCEL: _ask_cancel,
+        RequestKind.PING: _ask_ping, RequestKind.PONG: _ask_pong, RequestKind.DONE: _ask_done,
+        RequestKind.HELLO: _ask_hello}

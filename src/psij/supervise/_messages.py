@@ -5,6 +5,7 @@ Pure: nothing here does I/O.
 """
 
 import re
+from enum import Enum
 from typing import Any, Dict, List, Optional
 
 from psij._record import Record
@@ -12,8 +13,8 @@ from psij._record import Record
 __all__ = [
     "ENV_ADDRESS", "ENV_CLIENT", "ENV_FAULT_TOLERANCE", "ENV_GENERATION", "ENV_GROUP_SIZE",
     "ENV_MELISSA_FAULT_TOLERANCE", "ENV_TOKEN", "ENV_UID", "KINDS", "MAX_CLIENT_ID", "Request",
-    "RequestError", "build_spec", "check_strings", "check_text", "marked_name", "read_request",
-    "safe_name",
+    "RequestError", "RequestKind", "build_spec", "check_strings", "check_text", "marked_name",
+    "read_request", "safe_name",
 ]
 
 ENV_ADDRESS = "PSIJ_SUPERVISOR"
@@ -28,18 +29,32 @@ ENV_GROUP_SIZE = "PSIJ_SUPERVISE_GROUP_SIZE"
 ENV_FAULT_TOLERANCE = "PSIJ_FAULT_TOLERANCE"
 ENV_MELISSA_FAULT_TOLERANCE = "MELISSA_FAULT_TOLERANCE"
 
-KINDS = ("submit", "cancel", "ping", "pong", "done", "hello")
+
+
+class RequestKind(str, Enum):
+    """What a server's request asks (its ``"type"`` on the wire, the value)."""
+
+    SUBMIT = "submit"
+    CANCEL = "cancel"
+    PING = "ping"
+    PONG = "pong"
+    DONE = "done"
+    HELLO = "hello"
+
+
+KINDS = tuple(kind.value for kind in RequestKind)
 MAX_CLIENT_ID = 256
 MAX_GROUP_SIZE = 1_000_000
 MAX_ARGUMENTS = 100_000
 
+_BY_TYPE = {kind.value: kind for kind in RequestKind}
 _KEYS = {
-    "submit": ("type", "ref", "client", "spec", "arguments", "group_size"),
-    "cancel": ("type", "ref", "client"),
-    "ping": ("type", "ref"),
-    "pong": ("type", "ref"),
-    "done": ("type", "ref"),
-    "hello": ("type", "ref", "token"),
+    RequestKind.SUBMIT: ("type", "ref", "client", "spec", "arguments", "group_size"),
+    RequestKind.CANCEL: ("type", "ref", "client"),
+    RequestKind.PING: ("type", "ref"),
+    RequestKind.PONG: ("type", "ref"),
+    RequestKind.DONE: ("type", "ref"),
+    RequestKind.HELLO: ("type", "ref", "token"),
 }
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
@@ -54,7 +69,7 @@ class RequestError(ValueError):
 class Request(Record):
     """One request of a server, checked."""
 
-    kind: str
+    kind: RequestKind
     ref: Any
     client: Optional[str]
     spec: Optional[Dict[str, Any]]
@@ -109,19 +124,21 @@ def read_request(message: Any) -> Request:
     if not isinstance(message, dict):
         raise RequestError(f"a message must be a JSON object with a 'type', got "
                            f"{type(message).__name__}")
-    kind = message.get("type")
-    if not isinstance(kind, str) or kind not in _KEYS:
+    given = message.get("type")
+    kind = _BY_TYPE.get(given) if isinstance(given, str) else None
+    if kind is None:
         raise RequestError(f"type: expected one of {', '.join(KINDS)}, got "
-                           f"{_describe(kind)}")
+                           f"{_describe(given)}")
     extra = [k for k in message if k not in _KEYS[kind]]
     if extra:
-        raise RequestError(f"{kind}: unknown field(s) {', '.join(_describe(k) for k in extra)}"
+        raise RequestError(f"{kind.value}: unknown field(s) "
+                           f"{', '.join(_describe(k) for k in extra)}"
                            f"; accepted: {', '.join(_KEYS[kind])}")
     ref = message.get("ref")
-    if kind not in ("submit", "cancel"):
+    if kind is not RequestKind.SUBMIT and kind is not RequestKind.CANCEL:
         return Request(kind, ref, None, None, None, 1)
-    client = check_text(f"{kind}: client", message.get("client"))
-    if kind == "cancel":
+    client = check_text(f"{kind.value}: client", message.get("client"))
+    if kind is RequestKind.CANCEL:
         return Request(kind, ref, client, None, None, 1)
     spec = message.get("spec")
     arguments = message.get("arguments")

@@ -74,7 +74,7 @@ def not_found_hint(executor: "BatchSchedulerExecutor", result: CommandResult) ->
 
 
 @functools.cache
-def _local_class() -> Callable[["LocalFallback", JobExecutorConfig], "LocalJobExecutor"]:
+def _local_class() -> "Callable[[LocalFallback, JobExecutorConfig], LocalJobExecutor]":
     """The executor class of fallbacks, made when the first one is (importing a batch
     executor does not load the local executor)."""
     from psij.executors.local import LocalJobExecutor

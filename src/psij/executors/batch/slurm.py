@@ -273,7 +273,7 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
     NO_JOBS_EXIT_CODES = (1,)
     NO_JOBS_PATTERN = re.compile("Invalid job id specified")
 
-    _rest: Optional["RestSubmitter"] = None
+    _rest: "Optional[RestSubmitter]" = None
 
     def _direct_submit(self, argv: Sequence[str], script: str) -> Optional[CommandResult]:
         # rest_submit (psij.executors.batch._slurm_rest_child); off unless the config says on

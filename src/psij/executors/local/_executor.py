@@ -5,7 +5,6 @@ package's documentation (``psij.executors.local``). It drives the package's othe
 and is the one that sets the jobs' states: the others hand it the states they compute.
 """
 
-import logging
 import os
 import subprocess
 import threading
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from psij import _check, _site_config
+from psij._lazylog import LazyLogger
 from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._process import (
@@ -79,7 +79,7 @@ from psij.staging import StageOutFlags, normalize_flags
 
 __all__ = ["LocalJobExecutor", "LocalJobExecutorConfig"]
 
-logger = logging.getLogger("psij.executors.local")  # the name it had as one module
+logger = LazyLogger("psij.executors.local")  # the name it had as one module
 
 
 class LocalJobExecutorConfig(JobExecutorConfig):

@@ -262,7 +262,7 @@ def scan_journals(folder: Path) -> Dict[Tuple[int, str], JournalEntry]:
     return found
 
 
-def scan(folder: Path, store: Optional["Store"]) -> Dict[Tuple[int, str], JournalEntry]:
+def scan(folder: Path, store: "Optional[Store]") -> Dict[Tuple[int, str], JournalEntry]:
     """Every job in the journal files of ``folder`` and in the registry ``store`` (if any)."""
     found = scan_journals(folder)
     if store is None:
@@ -286,7 +286,7 @@ def scan(folder: Path, store: Optional["Store"]) -> Dict[Tuple[int, str], Journa
     return found
 
 
-def run_store(work_directory: Path) -> Optional["Store"]:
+def run_store(work_directory: Path) -> "Optional[Store]":
     """The registry that local run records go to; None: they go to the journal files."""
     from psij._registry.recorder import run_store as store_for
 

@@ -22,7 +22,6 @@ starts at once), ``True`` (this machine's cores, memory, free temporary disk and
 GPU ids, which the pool then hands out), a missing key meaning this machine's amount.
 """
 
-import logging
 import os
 import shutil
 import tempfile
@@ -31,6 +30,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple, Union
 
 from psij import _check, _priority
+from psij._lazylog import LazyLogger
 from psij.executors._gpu_detect import GpuSet
 from psij.executors.local._pool_gpus import found_gpus, pool_gpus
 from psij.executors.local._pool_machine import (
@@ -53,7 +53,7 @@ from psij.resource_spec import ResourceSpecV1
 __all__ = ["WAITING_FOR", "WAITING_MESSAGE", "PoolDriver", "demand_of",
            "machine_capacity", "pool_capacity", "pool_gpu_set"]
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 WAITING_FOR = "local resources"
 WAITING_MESSAGE = ("waiting for local resources (resource_pool) in the process that "

@@ -2,19 +2,19 @@
 and a finished job's stage-out and cleanup. It sets no job state itself (it reports the states
 it enters to the executor's callable)."""
 
-import logging
 import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from psij._lazylog import LazyLogger
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.staging import StageOutFlags, StagingMode, normalize_flags
 
 __all__ = ["local_path", "stage_out_and_cleanup", "transfer"]
 
-logger = logging.getLogger("psij.executors.local")
+logger = LazyLogger("psij.executors.local")
 
 
 def local_path(uri: Any, field: str) -> Path:

@@ -13,17 +13,17 @@ It must not start processes nor set job states itself.
 """
 
 import atexit
-import logging
 import queue
 import sys
 import threading
 from typing import Callable, List, Optional
 
 from psij._clock import Clock, MonotonicClock
+from psij._lazylog import LazyLogger
 
 __all__ = ["STARTS", "WORKER", "Worker", "prepare", "settle_starts"]
 
-logger = logging.getLogger("psij.executors.local")
+logger = LazyLogger("psij.executors.local")
 
 _EXIT_WAIT_SECONDS = 30.0
 _AT_EXIT: List[bool] = []

@@ -57,7 +57,7 @@ import threading
 from collections import deque
 from functools import partial
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from psij import _check
 from psij._clock import Clock, MonotonicClock, wall_time
@@ -75,7 +75,6 @@ from psij.executors.pilot._engine_events import (
     WorkerExited,
 )
 from psij.executors.pilot._engine_output import EngineOutput
-from psij.executors.pilot._inline_tasks import InlineTasks, inline_fits
 from psij.executors.pilot._local_workers import LocalWorkers, worker_limit
 from psij.executors.pilot._remote_nodes import RemoteNodes
 from psij.executors.pilot._run_dir import (
@@ -115,6 +114,9 @@ from psij.executors.pilot.tasks import (
     request_from_json,
     request_to_json,
 )
+
+if TYPE_CHECKING:
+    from psij.executors.pilot._inline_tasks import InlineTasks
 
 __all__ = ["EngineConfig", "PilotEngine", "TaskEvent", "TaskShare", "TaskSpec", "TaskStatus",
            "read_journal", "request_from_json", "request_to_json"]
@@ -191,6 +193,8 @@ class PilotEngine(EngineOutput):
             tmp_root = self._run_dir / "tmp"
             tmp_root.mkdir(mode=0o700)
             environment = dict(os.environ)
+            # Loaded here: an engine that runs no task on its own node does without it.
+            from psij.executors.pilot._inline_tasks import InlineTasks, inline_fits
             if inline_fits(cores, config.workers, environment, self._loop_watch):
                 assert self._loop_watch is not None
                 self._workers = InlineTasks(

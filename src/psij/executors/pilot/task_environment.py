@@ -23,7 +23,7 @@ __all__ = ["nodefile_text", "pilot_environment", "slurm_counts"]
 
 
 def pilot_environment(task_id: str, share: "TaskShare", cores_per_process: int,
-                      slurm: bool = True, gpus: Optional["GpuSet"] = None) -> Dict[str, str]:
+                      slurm: bool = True, gpus: "Optional[GpuSet]" = None) -> Dict[str, str]:
     """The QCG_PM_* and (with ``slurm``) SLURM_* variables that describe a task's own share
     (its id in QCG_PM_STEP_ID), and its GPUs: ``gpus`` (those of its first node, by id and
     vendor), else the indices of that node's GPUs."""
