@@ -78,7 +78,7 @@ class ScriptSteps:
         """What the script steps take from this executor, made again only when its folders,
         configuration or template changed."""
         generator = getattr(self, "generator", None)
-        key = (self.work_directory, self.config, self.config.work_directory,
+        key = (type(self), self.work_directory, self.config, self.config.work_directory,
                getattr(self.config, "use_nice", False), generator)
         made = self._inputs
         if made is not None and made[0] == key:

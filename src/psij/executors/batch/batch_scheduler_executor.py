@@ -46,9 +46,8 @@ from typing import (
 from psij import _check, _site_config
 from psij._clock import Clock, MonotonicClock
 from psij._data import data_dir
-from psij._private_dirs import ensure_private_dir
 from psij._scripts.generator import TemplatedScriptGenerator
-from psij.exceptions import InvalidJobException, SubmitException
+from psij.exceptions import InvalidJobException, SubmitException, SubmitManyException
 from psij.executors._staging import REPORT_SUFFIX
 from psij.executors.batch import _arrays
 from psij.executors.batch._arrays import ArrayStyle
@@ -56,7 +55,7 @@ from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
 from psij.executors.batch._cancel_output import UNKNOWN_ERROR
 from psij.executors.batch._cancel_output import InvalidJobStateError as InvalidJobStateError
 from psij.executors.batch._fallback import SchedulerFallbackWarning as SchedulerFallbackWarning
-from psij.executors.batch._fallback import local_fallback, not_found_hint
+from psij.executors.batch._fallback import local_fallback
 from psij.executors.batch._final_state import (
     Seen,
     final_state,
@@ -78,7 +77,16 @@ from psij.executors.batch._script_steps import ScriptSteps
 from psij.executors.batch._signals import SIGNAL_SUFFIX, SignalHooks
 from psij.executors.batch._status_table import StateMap, check_status_exit_code, parse_status_lines
 from psij.executors.batch._status_table import StatusCommandError as StatusCommandError
-from psij.executors.batch._submit_io import is_transient, run_submit
+from psij.executors.batch._submit_io import (
+    SubmitInputs,
+    declared_job_id,
+    ensure_script_dir,
+    job_id_of,
+    missing,
+    parse_native_id,
+    run_submit,
+    submit_argv,
+)
 from psij.executors.batch._tracking import (
     Event,
     MissingResolved,
@@ -88,7 +96,7 @@ from psij.executors.batch._tracking import (
     observed,
 )
 from psij.job import Job
-from psij.job_executor import JobExecutor
+from psij.job_executor import JobExecutor, job_list
 from psij.job_executor_config import JobExecutorConfig
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
@@ -107,6 +115,9 @@ logger = logging.getLogger(__name__)
 
 
 _OUTPUT_LIMIT = 64 * 1024
+# The hooks of the submit step a backend may override (resolved in _submit_inputs).
+_SUBMIT_HOOKS = ("get_submit_command", "get_submit_stdin", "job_id_from_submit_output",
+                 "_direct_submit", "_run")
 
 
 class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, SignalHooks,
@@ -203,8 +214,7 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
     def _declared(self, name: str) -> Any:
         value = getattr(self, name)
         if value is None or value == ():
-            raise NotImplementedError(f"{type(self).__name__}: set {name} or override the "
-                                      "hook that uses it")
+            raise missing(type(self).__name__, name)
         return value
 
     # ------------------------------------------------------------------------ hooks
@@ -219,8 +229,8 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
 
     def get_submit_command(self, job: Job, submit_file_path: Path) -> List[str]:
         """The command that submits the script at ``submit_file_path``."""
-        command = list(self._declared("SUBMIT_COMMAND"))
-        return command if self.SCRIPT_ON_STDIN else [*command, str(submit_file_path.absolute())]
+        return submit_argv(self.SUBMIT_COMMAND, self.SCRIPT_ON_STDIN, type(self).__name__,
+                           submit_file_path)
 
     def get_submit_stdin(self, job: Job, submit_file_path: Path) -> Optional[str]:
         """The standard input of the submit command: the script when ``SCRIPT_ON_STDIN``,
@@ -231,11 +241,7 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
 
     def job_id_from_submit_output(self, out: str) -> str:
         """The native id in the (successful) submit command's stdout."""
-        pattern: Pattern[str] = self._declared("JOB_ID_PATTERN")
-        match = pattern.search(out.strip())
-        if match is None:
-            raise ValueError(f"no job id (matching {pattern.pattern!r}) in {out.strip()!r}")
-        return match.group(1) if pattern.groups else match.group(0)
+        return declared_job_id(self.JOB_ID_PATTERN, type(self).__name__, out)
 
     def get_cancel_command(self, native_id: str) -> List[str]:
         """The command that cancels the job ``native_id``."""
@@ -305,63 +311,120 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
             self._fallback.submit(job)
             return
         spec = self._check_job(job)
-        if self._held is not None:
-            self._held.submit(job, spec)  # submits now (as below) or holds the job
-            return
-        self._submit_checked(job, spec)
-
-    def _submit_checked(self, job: Job, spec: JobSpec) -> None:
-        """Submit ``job`` (bound to this executor by ``_check_job``) to the scheduler:
-        check -> context -> render -> submit, each step taking what the one before gave."""
+        inputs = self._script_inputs()
         try:
-            inputs = self._script_inputs()
             self._check_script_values(job, spec, inputs)
-            context = self._create_script_context(job, inputs)
         except BaseException:
             job.executor = None
             raise
-        self._submit_rendered(job, context, inputs)
+        if self._held is not None:
+            self._held.submit(job, spec)  # submits now (as below) or holds the job
+            return
+        self._submit_checked(job, spec, inputs)
+
+    def _submit_checked(self, job: Job, spec: JobSpec,
+                        inputs: Optional[ScriptInputs] = None) -> None:
+        """Submit ``job``, checked and bound to this executor, to the scheduler: context ->
+        render -> submit -> track, each step taking what the one before gave; on failure the
+        job is unbound and the error raised."""
+        try:
+            inputs = inputs or self._script_inputs()
+            text = self._render(job, self._create_script_context(job, inputs), inputs)
+            submit = self._submit_inputs()
+            result, script = run_submit(submit, job, text)
+        except BaseException:
+            job.executor = None
+            raise
+        native_id = parse_native_id(result, submit, job, script)
+        if isinstance(native_id, SubmitException):
+            job.executor = None
+            raise native_id
+        self._track(job, native_id)
+
+    def _track(self, job: Job, native_id: str, array_id: Optional[str] = None) -> None:
+        """The track step: ``job`` is QUEUED as ``native_id`` (an element of ``array_id``)
+        and followed by the status poller."""
+        job._native_id = native_id
+        logger.debug("job %s: submitted as %s", job.id, native_id)
+        meta = {"native_id": native_id} if array_id is None \
+            else {"native_id": native_id, "array_id": array_id}
+        self._set_job_status(job, JobStatus(JobState.QUEUED, metadata=meta))
+        self._status_poller().add(job, native_id, attach=False)
 
     def submit_many(self, jobs: Iterable[Job]) -> None:
         """Submit ``jobs``, as job arrays where the scheduler has them (``ARRAYS``; see
         :mod:`psij.executors.batch._arrays`)."""
-        _arrays.submit_many(self, jobs)
+        jobs = job_list(jobs)
+        style = self.ARRAYS
+        # Jobs run locally (fallback) or held by the client (max_queued_per_shape) go one by
+        # one, as do those of a backend rendering its scripts by its own hooks.
+        inputs = None if style is None or self._fallback is not None or self._held is not None \
+            else self._script_inputs()
+        if style is None or inputs is None or inputs.generator is None:
+            self._submit_each(jobs)
+            return
+        failures: List[Tuple[Job, BaseException]] = []
+        checked: List[Tuple[Job, Dict[str, object]]] = []
+        for job in jobs:
+            try:
+                self._ensure_open()
+                spec = self._check_job(job)
+                try:
+                    self._check_script_values(job, spec, inputs)
+                    checked.append((job, self._create_script_context(job, inputs)))
+                except BaseException:
+                    job.executor = None
+                    raise
+            except Exception as e:
+                failures.append((job, e))
+        if checked:
+            failures += _arrays.submit_arrays(style, inputs.generator, checked,
+                                              self._submit_inputs(), self._track)
+        if failures:
+            raise SubmitManyException(failures, len(jobs))
 
-    def _submit_rendered(self, job: Job, context: Dict[str, object],
-                         inputs: Optional[ScriptInputs] = None) -> None:
-        """Render the script of a checked, bound ``job`` and submit it."""
-        try:
-            text = self._render(job, context, inputs or self._script_inputs())
-            result, script = run_submit(self, job, text)
-        except BaseException:
-            job.executor = None
-            raise
-        if not result.ok:
-            job.executor = None
-            raise SubmitException(
-                f"job {job.id}: submitting failed: {result.describe()}"
-                f"{not_found_hint(self, result)}; the submit script "
-                f"is kept at {script}",
-                transient=is_transient(result, self.TRANSIENT_SUBMIT_ERRORS))
-        try:
-            native_id = self.job_id_from_submit_output(result.stdout).strip()
-            if not native_id:
-                raise ValueError("no job id found")
-        except Exception as e:
-            job.executor = None
-            raise SubmitException(
-                f"job {job.id}: the submit command seemed to succeed but its output has no job "
-                f"id ({e}): {result.stdout.strip()!r}; the submit script is kept at {script}",
-                e) from e
-        job._native_id = native_id
-        logger.debug("job %s: submitted as %s", job.id, native_id)
-        self._set_job_status(job, JobStatus(JobState.QUEUED, metadata={"native_id": native_id}))
-        self._status_poller().add(job, native_id, attach=False)
+    _submit_key: Tuple[object, ...] = ()
+    _submit_made: Optional[SubmitInputs] = None
+
+    def _submit_inputs(self) -> SubmitInputs:
+        """What the submit step takes from this executor (``_submit_io.SubmitInputs``),
+        made again only when its folders, runner, ``keep_files``, ``command_timeout``,
+        ``spare_submit_commands`` or a hook set on the instance changed; the work directory
+        is checked when they are made. Not seen: class attributes and methods changed on the
+        class after the first submission."""
+        config = self.batch_config
+        own = vars(self)
+        key = (type(self), self.work_directory, config.work_directory, config.keep_files,
+               config.command_timeout, config.spare_submit_commands, self._runner,
+               *(own.get(hook) for hook in _SUBMIT_HOOKS))
+        made = self._submit_made
+        if made is not None and key == self._submit_key:
+            return made
+        if not self._work_dir_checked:
+            self._ensure_work_dir()
+        hooks = {hook: getattr(self, hook) if hook in own or not self._stock(hook) else None
+                 for hook in _SUBMIT_HOOKS}
+        made = SubmitInputs(
+            name=self.name, owner=type(self).__name__, script_dir=self.work_directory,
+            work_root=config.work_directory, script_mode=self.SCRIPT_MODE,
+            script_on_stdin=self.SCRIPT_ON_STDIN,
+            in_memory=(self.SCRIPT_ON_STDIN and not config.keep_files
+                       and hooks["get_submit_stdin"] is None),
+            submit_command=tuple(self.SUBMIT_COMMAND),
+            command_hook=hooks["get_submit_command"], stdin_hook=hooks["get_submit_stdin"],
+            direct_submit=hooks["_direct_submit"], run_hook=hooks["_run"],
+            job_id=hooks["job_id_from_submit_output"]
+            or job_id_of(self.JOB_ID_PATTERN, type(self).__name__),
+            runner=self._runner, command_timeout=config.command_timeout,
+            spares=config.spare_submit_commands,
+            transient_markers=tuple(self.TRANSIENT_SUBMIT_ERRORS))
+        self._submit_key, self._submit_made = key, made
+        return made
 
     _work_dir_checked = False
 
     def _ensure_work_dir(self) -> None:
-        ensure_private_dir(self.work_directory, "batch work directory", self.config.work_directory)
+        ensure_script_dir(self.work_directory, self.config.work_directory)
         self._work_dir_checked = True
 
     def submit_script(self, job: Job) -> str:
