@@ -27,6 +27,7 @@ Scheduler commands run only through the executor's ``CommandRunner``
 
 import logging
 import threading
+import weakref
 from pathlib import Path
 from typing import (
     IO,
@@ -67,7 +68,7 @@ from psij.executors.batch._held_jobs import HeldJobs
 from psij.executors.batch._job_output import _read_text, _stderr_tail
 from psij.executors.batch._kill import KillFirst
 from psij.executors.batch._named_jobs import NamedJobs
-from psij.executors.batch._poller import StatusPoller
+from psij.executors.batch._poller import StatusPoller, TrackInputs, weakly
 from psij.executors.batch._priority_change import PriorityChange
 from psij.executors.batch._runner import CommandResult, CommandRunner, SubprocessRunner
 from psij.executors.batch._script_context import (
@@ -78,10 +79,7 @@ from psij.executors.batch._signals import SIGNAL_SUFFIX, SignalHooks
 from psij.executors.batch._status_table import StateMap, check_status_exit_code, parse_status_lines
 from psij.executors.batch._status_table import StatusCommandError as StatusCommandError
 from psij.executors.batch._submit_io import (
-    SubmitInputs,
     declared_job_id,
-    ensure_script_dir,
-    job_id_of,
     missing,
     parse_native_id,
     run_submit,
@@ -115,9 +113,6 @@ logger = logging.getLogger(__name__)
 
 
 _OUTPUT_LIMIT = 64 * 1024
-# The hooks of the submit step a backend may override (resolved in _submit_inputs).
-_SUBMIT_HOOKS = ("get_submit_command", "get_submit_stdin", "job_id_from_submit_output",
-                 "_direct_submit", "_run")
 
 
 class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, SignalHooks,
@@ -349,7 +344,9 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
         meta = {"native_id": native_id} if array_id is None \
             else {"native_id": native_id, "array_id": array_id}
         self._set_job_status(job, JobStatus(JobState.QUEUED, metadata=meta))
-        self._status_poller().add(job, native_id, attach=False)
+        held = self._held
+        self._status_poller().add(job, native_id, attach=False,
+                                  group=None if held is None else held.shape_key(job))
 
     def submit_many(self, jobs: Iterable[Job]) -> None:
         """Submit ``jobs``, as job arrays where the scheduler has them (``ARRAYS``; see
@@ -382,50 +379,6 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
                                               self._submit_inputs(), self._track)
         if failures:
             raise SubmitManyException(failures, len(jobs))
-
-    _submit_key: Tuple[object, ...] = ()
-    _submit_made: Optional[SubmitInputs] = None
-
-    def _submit_inputs(self) -> SubmitInputs:
-        """What the submit step takes from this executor (``_submit_io.SubmitInputs``),
-        made again only when its folders, runner, ``keep_files``, ``command_timeout``,
-        ``spare_submit_commands`` or a hook set on the instance changed; the work directory
-        is checked when they are made. Not seen: class attributes and methods changed on the
-        class after the first submission."""
-        config = self.batch_config
-        own = vars(self)
-        key = (type(self), self.work_directory, config.work_directory, config.keep_files,
-               config.command_timeout, config.spare_submit_commands, self._runner,
-               *(own.get(hook) for hook in _SUBMIT_HOOKS))
-        made = self._submit_made
-        if made is not None and key == self._submit_key:
-            return made
-        if not self._work_dir_checked:
-            self._ensure_work_dir()
-        hooks = {hook: getattr(self, hook) if hook in own or not self._stock(hook) else None
-                 for hook in _SUBMIT_HOOKS}
-        made = SubmitInputs(
-            name=self.name, owner=type(self).__name__, script_dir=self.work_directory,
-            work_root=config.work_directory, script_mode=self.SCRIPT_MODE,
-            script_on_stdin=self.SCRIPT_ON_STDIN,
-            in_memory=(self.SCRIPT_ON_STDIN and not config.keep_files
-                       and hooks["get_submit_stdin"] is None),
-            submit_command=tuple(self.SUBMIT_COMMAND),
-            command_hook=hooks["get_submit_command"], stdin_hook=hooks["get_submit_stdin"],
-            direct_submit=hooks["_direct_submit"], run_hook=hooks["_run"],
-            job_id=hooks["job_id_from_submit_output"]
-            or job_id_of(self.JOB_ID_PATTERN, type(self).__name__),
-            runner=self._runner, command_timeout=config.command_timeout,
-            spares=config.spare_submit_commands,
-            transient_markers=tuple(self.TRANSIENT_SUBMIT_ERRORS))
-        self._submit_key, self._submit_made = key, made
-        return made
-
-    _work_dir_checked = False
-
-    def _ensure_work_dir(self) -> None:
-        ensure_script_dir(self.work_directory, self.config.work_directory)
-        self._work_dir_checked = True
 
     def submit_script(self, job: Job) -> str:
         """The submit script ``job`` would get, without submitting it or binding the job.
@@ -538,7 +491,15 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
     def _status_poller(self) -> StatusPoller:
         with self._poller_lock:
             if self._poller is None:
-                self._poller = StatusPoller(self, self.batch_config._settings(), self._clock)
+                self._poller = StatusPoller(TrackInputs(
+                    name=self._work_name(), poll_status=weakly(self._poll_status),
+                    resolve_missing=weakly(self._resolve_missing),
+                    withdraw=weakly(self._withdraw), final_status=weakly(self._final_status),
+                    aux_path=weakly(self._aux_path), job_ended=weakly(self._job_ended),
+                    set_status=weakly(self._set_job_status),
+                    restate=weakly(self._restate_job_status)),
+                    self.batch_config._settings(), self._clock)
+                weakref.finalize(self, self._poller.stop)
             return self._poller
 
     @classmethod
