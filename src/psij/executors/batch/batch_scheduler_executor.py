@@ -31,9 +31,11 @@ import weakref
 from pathlib import Path
 from typing import (
     IO,
+    AbstractSet,
     Any,
     Collection,
     Dict,
+    Hashable,
     Iterable,
     List,
     Optional,
@@ -64,7 +66,7 @@ from psij.executors.batch._final_state import (
     needs_accounting,
     with_accounting_cause,
 )
-from psij.executors.batch._held_jobs import HeldJobs
+from psij.executors.batch._held_jobs import HeldJobs, HoldInputs
 from psij.executors.batch._job_output import _read_text, _stderr_tail
 from psij.executors.batch._kill import KillFirst
 from psij.executors.batch._named_jobs import NamedJobs
@@ -176,7 +178,12 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
         self._poller: Optional[StatusPoller] = None
         self._closed = False
         cap = self.batch_config.max_queued_per_shape
-        self._held: Optional[HeldJobs] = HeldJobs(self, cap) if cap is not None else None
+        self._held: Optional[HeldJobs] = None if cap is None else HeldJobs(cap, HoldInputs(
+            name=self._work_name(), owner=str(self), clock=self._clock,
+            memory_bucket=self.batch_config.memory_bucket,
+            tmp_bucket=self.batch_config.tmp_bucket, submit=self._submit_checked,
+            set_status=self._set_job_status, restate=self._restate_job_status,
+            cancel=self.cancel, hurry=self._hurry))
         if self.TEMPLATE is not None:
             template = Path(self.TEMPLATE)
             if not template.is_absolute():
@@ -483,6 +490,11 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
         super()._set_job_status(job, status)
         if self._held is not None and status.state is not JobState.QUEUED:
             self._held.left_queue(job)  # a queued slot of its shape is free
+
+    def _hurry(self, shapes: AbstractSet[Hashable]) -> None:
+        """Have the status poller look at the queued jobs of ``shapes`` at its short
+        interval (those shapes hold jobs back)."""
+        self._status_poller().hurry(shapes)
 
     def _ensure_open(self) -> None:
         if self._closed:
