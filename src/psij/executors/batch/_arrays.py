@@ -47,7 +47,12 @@ from psij._scripts.generator import TemplatedScriptGenerator
 from psij._scripts.quoting import ShellWord
 from psij.exceptions import SubmitException
 from psij.executors.batch._script_context import default_job_name
-from psij.executors.batch._submit_io import SubmitInputs, parse_native_id, run_submit
+from psij.executors.batch._submit_io import (
+    SubmitInputs,
+    parse_native_id,
+    run_submit,
+    submit_text,
+)
 from psij.job import Job
 
 __all__ = ["LSF_ARRAYS", "PBS_ARRAYS", "SGE_ARRAYS", "SLURM_ARRAYS", "ArrayStyle", "array_script",
@@ -313,8 +318,7 @@ def _submit_one(generator: TemplatedScriptGenerator, inputs: SubmitInputs, track
                 job: Job, context: Dict[str, object], failures: Failures) -> None:
     """Render and submit one job, as ``submit`` does after its check and context steps."""
     try:
-        result, script = run_submit(inputs, job, generator.render(context))
-        native_id = parse_native_id(result, inputs, job, script)
+        native_id = submit_text(inputs, job, generator.render(context))
         if isinstance(native_id, SubmitException):
             raise native_id
     except Exception as e:

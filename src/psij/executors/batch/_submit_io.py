@@ -7,8 +7,9 @@ hooks resolved first: a hook the backend overrides (``get_submit_command``,
 ``get_submit_stdin``, ``job_id_from_submit_output``, ``_direct_submit``, ``_run``) is there as
 its bound method, and the stock behaviour, built from the declarations (``SUBMIT_COMMAND``,
 ``SCRIPT_ON_STDIN``, ``JOB_ID_PATTERN``), as None (or, for the job id, a function of the
-pattern). :func:`run_submit` and :func:`parse_native_id` take those inputs, the job and what
-the step before gave (the script's text; the command's result), never the executor.
+pattern). :func:`submit_text` (:func:`run_submit`, then :func:`parse_native_id`) takes those
+inputs, the job and the script's text the render step gave, never the executor, and gives the
+native id or the SubmitException to raise.
 
 A scheduler that reads the script on its standard input (``SCRIPT_ON_STDIN``: Slurm's
 ``sbatch``, LSF's ``bsub``) gets it from memory, and the file ``<job.id>.job`` is written only
@@ -42,7 +43,7 @@ from psij.executors.batch._runner import (
 from psij.job import Job
 
 __all__ = ["SubmitInputs", "declared_job_id", "is_transient", "not_found_hint",
-           "parse_native_id", "run_submit", "submit_argv", "write_script"]
+           "parse_native_id", "run_submit", "submit_argv", "submit_text", "write_script"]
 
 
 class SubmitInputs(Record):
@@ -109,6 +110,14 @@ def declared_job_id(pattern: Optional[Pattern[str]], owner: str, out: str) -> st
 def job_id_of(pattern: Optional[Pattern[str]], owner: str) -> Callable[[str], str]:
     """:func:`declared_job_id` of ``pattern`` as a function of the output alone."""
     return functools.partial(declared_job_id, pattern, owner)
+
+
+def submit_text(inputs: SubmitInputs, job: Job, text: str) -> Union[str, SubmitException]:
+    """The submit step of one job: run the submit command for ``text``, the script of
+    ``job`` (:func:`run_submit`), and read the native id from its output
+    (:func:`parse_native_id`); the id, or the SubmitException saying why there is none."""
+    result, script = run_submit(inputs, job, text)
+    return parse_native_id(result, inputs, job, script)
 
 
 def run_submit(inputs: SubmitInputs, job: Job, text: str) -> Tuple[CommandResult, Path]:

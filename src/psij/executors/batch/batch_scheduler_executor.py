@@ -8,14 +8,18 @@ the PSI/J Python API (``get_submit_command``, ``job_id_from_submit_output``, ...
 built from those declarations, so a backend written for psij-python that overrides the hooks
 works unchanged. Everything else lives here, once:
 
-- ``submit``: check the job (values that cannot be written safely into the script are refused
-  before anything is written), render the submit script into ``<work_directory>/<executor>/``
-  (folder 0700, script ``SCRIPT_MODE``, 0600 unless the scheduler needs it executable, named
-  ``<job.id>.job``), run the submit command (with the script on its standard input when
-  ``SCRIPT_ON_STDIN``), parse the native id, report QUEUED and hand the job to the executor's
-  status poller (``psij.executors.batch._poller``). A failing submit raises
-  SubmitException with the scheduler's message and the path of the kept script, and leaves the
-  job NEW and unbound.
+- ``submit``: the entry of the submission pipeline, which calls each step once, in order,
+  passing what the previous one returned: check the job (values that cannot be written safely
+  into the script are refused before anything is written), build its script context, render
+  the submit script, submit it (``psij.executors.batch._submit_io``: written into
+  ``<work_directory>/<executor>/``, folder 0700, script ``SCRIPT_MODE``, 0600 unless the
+  scheduler needs it executable, named ``<job.id>.job``, or sent on the submit command's
+  standard input when ``SCRIPT_ON_STDIN``; the native id read from its output), report
+  QUEUED and hand the job to the executor's status poller (``psij.executors.batch._poller``).
+  The steps take immutable inputs made once per executor (``ScriptInputs``,
+  ``SubmitInputs``, the poller's ``TrackInputs``) and never call back into the executor but
+  through the hooks resolved into them. A failing submit raises SubmitException with the
+  scheduler's message and the path of the kept script, and leaves the job NEW and unbound.
 - A job that leaves the queue is resolved from its exit-code file (``<native_id>.ec``, written
   by the submit script), then from the scheduler's accounting, and otherwise ends FAILED with a
   message saying so; it is never assumed to have completed. The final status is decided by the
@@ -83,9 +87,8 @@ from psij.executors.batch._status_table import StatusCommandError as StatusComma
 from psij.executors.batch._submit_io import (
     declared_job_id,
     missing,
-    parse_native_id,
-    run_submit,
     submit_argv,
+    submit_text,
 )
 from psij.executors.batch._tracking import (
     Event,
@@ -332,12 +335,10 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
         try:
             inputs = inputs or self._script_inputs()
             text = self._render(job, self._create_script_context(job, inputs), inputs)
-            submit = self._submit_inputs()
-            result, script = run_submit(submit, job, text)
+            native_id = submit_text(self._submit_inputs(), job, text)
         except BaseException:
             job.executor = None
             raise
-        native_id = parse_native_id(result, submit, job, script)
         if isinstance(native_id, SubmitException):
             job.executor = None
             raise native_id
