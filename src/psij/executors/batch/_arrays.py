@@ -31,11 +31,11 @@ A failure (a refused job, a failed array submission) fails only the jobs concern
 NEW and unbound, and :class:`~psij.exceptions.SubmitManyException` lists them once every group
 has been tried. The pure part (shapes, grouping, the array script, element ids, index ranges)
 is apart from :func:`submit_arrays`, a step of the submission pipeline: it takes the jobs the
-executor checked with their script contexts, the template's generator, the
-:class:`~psij.executors.batch._submit_io.SubmitInputs` and the track step as a callable,
+executor checked with their script contexts, the template's generator, the ``SubmitInputs``
+(``psij.executors.batch._submit_io``) and the track step as a callable,
 never the executor (it imports nothing of ``batch_scheduler_executor``), and enters the
 render and submit steps once per job or array. Nothing here starts processes but through
-:func:`~psij.executors.batch._submit_io.run_submit`.
+``_submit_io.run_submit``.
 """
 
 import logging
