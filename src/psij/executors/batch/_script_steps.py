@@ -126,8 +126,7 @@ class ScriptSteps:
         self._inputs = (key, inputs)
         return inputs
 
-    _submit_key: Tuple[object, ...] = ()
-    _submit_made: Optional[SubmitInputs] = None
+    _submit_cache: Optional[Tuple[Tuple[object, ...], SubmitInputs]] = None
 
     def _submit_inputs(self) -> SubmitInputs:
         """What the submit step takes from this executor (``_submit_io.SubmitInputs``),
@@ -140,9 +139,9 @@ class ScriptSteps:
         key = (type(self), self.work_directory, config.work_directory, config.keep_files,
                config.command_timeout, config.spare_submit_commands, self._runner,
                *(own.get(hook) for hook in _SUBMIT_HOOKS))
-        made = self._submit_made
-        if made is not None and key == self._submit_key:
-            return made
+        cached = self._submit_cache  # one tuple: no thread sees a key with other inputs
+        if cached is not None and cached[0] == key:
+            return cached[1]
         if not self._work_dir_checked:
             self._ensure_work_dir()
         hooks = {hook: getattr(self, hook) if hook in own or not self._stock(hook) else None
@@ -161,7 +160,7 @@ class ScriptSteps:
             runner=self._runner, command_timeout=config.command_timeout,
             spares=config.spare_submit_commands,
             transient_markers=tuple(self.TRANSIENT_SUBMIT_ERRORS))
-        self._submit_key, self._submit_made = key, made
+        self._submit_cache = (key, made)
         return made
 
     _work_dir_checked = False
