@@ -43,4 +43,5 @@ nitpick_ignore = [
     ("py:class", "threading.Event"),
     ("py:class", "threading.Condition"),
     ("py:class", "psij._clock.T"),
+    ("py:class", "psij.executors.batch._submit_io.SubmitInputs"),  # private, in signatures
 ]

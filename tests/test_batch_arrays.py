@@ -319,7 +319,7 @@ def test_an_executor_with_its_own_script_hook_submits_one_by_one(
             super().generate_submit_script(job, context, out)  # type: ignore[arg-type]
 
     ex.__class__ = Own
-    assert not _arrays.can_render_arrays(ex)
+    assert ex._script_inputs().generator is None
     runner = Recording(ex._runner)
     ex._runner = runner
     jobs = [Job(JobSpec("/bin/true", [str(i)])) for i in range(3)]

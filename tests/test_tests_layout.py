@@ -52,8 +52,6 @@ COVERED_THROUGH: Dict[str, str] = {
                                         "(test_batch_runner.py, test_batch_scheduler_executor.py)",
     "psij.executors.batch._status_table": "canned status outputs (test_batch_states.py, "
                                           "test_batch_sites_outputs.py)",
-    "psij.executors.batch._submit_io": "submits through the fake runner "
-                                       "(test_batch_scheduler_executor.py, test_batch_arrays.py)",
     "psij.executors.local._checks": "texts no process can receive (test_local_faults.py)",
     "psij.executors.local._env": "local jobs' environments (test_local.py)",
     "psij.executors.local._prepared": "local jobs run for real (test_local.py)",

@@ -19,9 +19,10 @@ How a batch of jobs becomes arrays:
   the first one's name. Everything the script
   writes is named after the element's native id (its ``.out``, ``.ec`` and ``.nodefile``
   files), and the job's own streams follow its launch command, so every element has its own.
-- A group bigger than the style's ``max_size`` is cut into several arrays. A single job, a
-  template without the markers exactly once, or a backend without an array style goes one by
-  one through ``submit``.
+- A group bigger than the style's ``max_size`` is cut into several arrays. A single job, or a
+  template without the markers exactly once, is rendered and submitted alone; a backend
+  without an array style, or rendering its scripts by its own hooks, submits one by one
+  through ``submit``.
 - Where the script goes to a file (see ``psij.executors.batch._submit_io``), it is written
   once under the first job's name and hard-linked under every other job's name, so that each
   element's end removes its own link as for a single job.
@@ -29,29 +30,33 @@ How a batch of jobs becomes arrays:
 A failure (a refused job, a failed array submission) fails only the jobs concerned: they stay
 NEW and unbound, and :class:`~psij.exceptions.SubmitManyException` lists them once every group
 has been tried. The pure part (shapes, grouping, the array script, element ids, index ranges)
-is apart from the functions that submit through the executor; nothing here starts processes.
+is apart from :func:`submit_arrays`, a step of the submission pipeline: it takes the jobs the
+executor checked with their script contexts, the template's generator, the ``SubmitInputs``
+(``psij.executors.batch._submit_io``) and the track step as a callable,
+never the executor (it imports nothing of ``batch_scheduler_executor``), and enters the
+render and submit steps once per job or array. Nothing here starts processes but through
+``_submit_io.run_submit``.
 """
 
 import logging
 import os
 import re
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from psij._scripts.generator import TemplatedScriptGenerator
 from psij._scripts.quoting import ShellWord
-from psij.exceptions import SubmitException, SubmitManyException
+from psij.exceptions import SubmitException
 from psij.executors.batch._script_context import default_job_name
-from psij.executors.batch._submit_io import is_transient, run_submit
+from psij.executors.batch._submit_io import (
+    SubmitInputs,
+    parse_native_id,
+    run_submit,
+    submit_text,
+)
 from psij.job import Job
-from psij.job_executor import job_list
-from psij.job_state import JobState
-from psij.job_status import JobStatus
-
-if TYPE_CHECKING:
-    from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
 
 __all__ = ["LSF_ARRAYS", "PBS_ARRAYS", "SGE_ARRAYS", "SLURM_ARRAYS", "ArrayStyle", "array_script",
-           "can_render_arrays", "expand_index_list", "shape_context", "submit_many"]
+           "expand_index_list", "shape_context", "submit_arrays"]
 
 logger = logging.getLogger(__name__)
 
@@ -268,42 +273,24 @@ def group_by_shape(shapes: Sequence[Tuple[Job, Optional[str]]]) -> List[List[Job
 # ---------------------------------------------------------------------------- submission
 
 
-def can_render_arrays(executor: "BatchSchedulerExecutor") -> bool:
-    """True when the executor's scripts come from the template renderer (its
-    ``generate_submit_script`` not overridden), which array scripts are built with."""
-    return (isinstance(getattr(executor, "generator", None), TemplatedScriptGenerator)
-            and executor._stock("generate_submit_script"))
+# The track step of a submitted job: its native id and, for an element, its array's id.
+Track = Callable[[Job, str, Optional[str]], None]
+Failures = List[Tuple[Job, BaseException]]
 
 
-def submit_many(executor: "BatchSchedulerExecutor", jobs: Iterable[Job]) -> None:
-    """Submit ``jobs`` on ``executor``, as arrays where they allow it (see the module's
-    docstring); raise :class:`~psij.exceptions.SubmitManyException` naming the jobs that failed."""
-    jobs = job_list(jobs)
-    style: Optional[ArrayStyle] = executor.ARRAYS
-    # Jobs run locally (fallback) or held by the client (max_queued_per_shape) go one by one.
-    if style is None or not can_render_arrays(executor) or executor._fallback is not None \
-            or executor._held is not None:
-        executor._submit_each(jobs)
-        return
-    failures: List[Tuple[Job, BaseException]] = []
+def submit_arrays(style: ArrayStyle, generator: TemplatedScriptGenerator,
+                  checked: Sequence[Tuple[Job, Dict[str, object]]], inputs: SubmitInputs,
+                  track: Track) -> Failures:
+    """Submit ``checked`` jobs (each bound to the executor, with its script context), as
+    arrays where they allow it (see the module's docstring), handing each submitted job to
+    ``track``; the jobs that failed, each with its exception (left NEW and unbound)."""
+    failures: Failures = []
     prepared: List[Tuple[Job, Optional[str]]] = []
     contexts: Dict[str, Dict[str, object]] = {}
-    for job in jobs:
-        try:
-            executor._ensure_open()
-            spec = executor._check_job(job)
-            try:
-                executor._check_script_values(job, spec)
-                context = executor._create_script_context(job)
-            except BaseException:
-                job.executor = None
-                raise
-        except Exception as e:
-            failures.append((job, e))
-            continue
+    for job, context in checked:
         shape: Optional[str] = None
         try:
-            shape = executor.generator.render(shape_context(context))
+            shape = generator.render(shape_context(context))
         except Exception as e:  # the template wants more than the markers: one by one
             logger.debug("job %s: no array shape: %s", job.id, e)
         if shape is not None and not shape_is_usable(style, shape):
@@ -315,81 +302,63 @@ def submit_many(executor: "BatchSchedulerExecutor", jobs: Iterable[Job]) -> None
         shape = shape_of[group[0].id]
         if shape is None or len(group) < 2:
             for job in group:
-                _submit_prepared(executor, job, contexts[job.id], failures)
+                _submit_one(generator, inputs, track, job, contexts[job.id], failures)
             continue
         for lo in range(0, len(group), style.max_size):
             chunk = group[lo:lo + style.max_size]
             if len(chunk) < 2:
-                _submit_prepared(executor, chunk[0], contexts[chunk[0].id], failures)
+                _submit_one(generator, inputs, track, chunk[0], contexts[chunk[0].id],
+                            failures)
                 continue
-            _submit_array(executor, style, shape, chunk, contexts, failures)
-    if failures:
-        raise SubmitManyException(failures, len(jobs))
+            _submit_array(style, generator, inputs, track, shape, chunk, contexts, failures)
+    return failures
 
 
-def _submit_prepared(executor: "BatchSchedulerExecutor", job: Job, context: Dict[str, object],
-                     failures: List[Tuple[Job, BaseException]]) -> None:
+def _submit_one(generator: TemplatedScriptGenerator, inputs: SubmitInputs, track: Track,
+                job: Job, context: Dict[str, object], failures: Failures) -> None:
+    """Render and submit one job, as ``submit`` does after its check and context steps."""
     try:
-        executor._submit_rendered(job, context)
+        native_id = submit_text(inputs, job, generator.render(context))
+        if isinstance(native_id, SubmitException):
+            raise native_id
     except Exception as e:
+        job.executor = None
         failures.append((job, e))
+        return
+    track(job, native_id, None)
 
 
-def _element(executor: "BatchSchedulerExecutor", context: Dict[str, object]) -> str:
+def _element(generator: TemplatedScriptGenerator, context: Dict[str, object]) -> str:
     env = [(str(e["name"]), str(e["value"])) for e in context["env"]]  # type: ignore
     words = [str(w) for w in context["psij"]["launch_command"]]  # type: ignore
-    return element_text(env, words, executor.generator.escape)
+    return element_text(env, words, generator.escape)
 
 
-def _submit_array(executor: "BatchSchedulerExecutor", style: ArrayStyle, shape: str,
-                  group: List[Job], contexts: Dict[str, Dict[str, object]],
-                  failures: List[Tuple[Job, BaseException]]) -> None:
+def _submit_array(style: ArrayStyle, generator: TemplatedScriptGenerator,
+                  inputs: SubmitInputs, track: Track, shape: str, group: List[Job],
+                  contexts: Dict[str, Dict[str, object]], failures: Failures) -> None:
     first = group[0]
+    array_id: Union[str, Exception]
     try:
-        text = array_script(style, shape, [_element(executor, contexts[j.id]) for j in group])
+        text = array_script(style, shape, [_element(generator, contexts[j.id]) for j in group])
         text = text.replace(NAME_MARK, default_job_name(first))
-        result, script = run_submit(executor, first, text)
+        result, script = run_submit(inputs, first, text)
         if script.exists():  # written (kept files, or a scheduler reading no standard input)
             for job in group[1:]:
-                link = executor.work_directory / f"{job.id}.job"
+                link = inputs.script_dir / f"{job.id}.job"
                 try:
                     os.unlink(link)
                 except FileNotFoundError:
                     pass
                 os.link(script, link)
+        array_id = parse_native_id(result, inputs, first, script, array_of=len(group))
     except Exception as e:
+        array_id = e
+    if not isinstance(array_id, str):
         for job in group:
             job.executor = None
-            failures.append((job, e))
-        return
-    error: Optional[SubmitException] = None
-    array_id = ""
-    if not result.ok:
-        error = SubmitException(
-            f"submitting the array of {len(group)} jobs failed: {result.describe()}; the "
-            f"submit script is kept at {script}",
-            transient=is_transient(result, executor.TRANSIENT_SUBMIT_ERRORS))
-    else:
-        try:
-            array_id = executor.job_id_from_submit_output(result.stdout).strip()
-            if not array_id:
-                raise ValueError("no job id found")
-        except Exception as e:
-            error = SubmitException(
-                f"the submit command of an array of {len(group)} jobs seemed to succeed but "
-                f"its output has no job id ({e}): {result.stdout.strip()!r}; the submit script "
-                f"is kept at {script}", e)
-    if error is not None:
-        for job in group:
-            job.executor = None
-            failures.append((job, error))
+            failures.append((job, array_id))
         return
     logger.debug("array of %d jobs submitted as %s", len(group), array_id)
-    poller = executor._status_poller()
     for offset, job in enumerate(group):
-        native_id = style.element_id(array_id, style.first_index + offset)
-        job._native_id = native_id
-        executor._set_job_status(job, JobStatus(JobState.QUEUED,
-                                                metadata={"native_id": native_id,
-                                                          "array_id": array_id}))
-        poller.add(job, native_id, attach=False)
+        track(job, style.element_id(array_id, style.first_index + offset), array_id)

@@ -14,8 +14,9 @@ native id is the local executor's, and it is recorded in the registry under ``lo
 is attached with the ``local`` executor; the fallback executor's own ``attach`` refuses
 scheduler ids, saying why).
 
-Without ``fallback`` nothing is checked in advance; :func:`not_found_hint` makes the submit
-error of a missing command say what to do.
+Without ``fallback`` nothing is checked in advance;
+:func:`psij.executors.batch._submit_io.not_found_hint` makes the submit error of a missing
+command say what to do.
 """
 
 import functools
@@ -23,7 +24,6 @@ import shutil
 import warnings
 from typing import TYPE_CHECKING, Callable, Optional
 
-from psij.executors.batch._runner import CommandResult
 from psij.job import Job
 from psij.job_executor_config import JobExecutorConfig
 from psij.job_status import JobStatus
@@ -32,8 +32,7 @@ if TYPE_CHECKING:
     from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
     from psij.executors.local import LocalJobExecutor
 
-__all__ = ["LocalFallback", "SchedulerFallbackWarning", "local_fallback", "not_found_hint",
-           "scheduler_problem"]
+__all__ = ["LocalFallback", "SchedulerFallbackWarning", "local_fallback", "scheduler_problem"]
 
 _PROBE_TIMEOUT = 15.0
 
@@ -59,18 +58,6 @@ def scheduler_problem(executor: "BatchSchedulerExecutor") -> Optional[str]:
                      and executor.output_means_no_jobs(result.exit_code, result.output)):
         return None
     return f"the scheduler does not answer: {result.describe()}"
-
-
-def not_found_hint(executor: "BatchSchedulerExecutor", result: CommandResult) -> str:
-    """Words to add to the error of a submit command that could not be started because it
-    is not there (not for one that is there but could not start, such as with too large an
-    environment)."""
-    if result.exit_code is not None or "could not be started" not in (result.failure or "") \
-            or shutil.which(result.argv[0]) is not None:
-        return ""
-    return (f" ({result.argv[0]!r} is not installed here or not on PATH; with the executor "
-            f"setting fallback='local' the {executor.name} executor runs jobs on this machine "
-            "instead)")
 
 
 @functools.cache

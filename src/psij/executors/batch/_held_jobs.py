@@ -23,14 +23,21 @@ poller, a submission's outcome, a cancel) and does what it asks:
 - Closing the executor ends the jobs still held FAILED, saying that they were never submitted.
 
 An error while submitting one job fails only that job: the worker logs it and goes on.
+
+The jobs come checked (the executor's check step ran before); everything it needs from the
+executor is one :class:`HoldInputs` given at construction (its name, clock and buckets, and
+the callables of the steps after the check: submit, set or restate a status, cancel, hurry
+the status poller). It never names or imports the executor's class.
 """
 
 import logging
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Callable, Deque, Dict, Hashable, List, Optional, Set, Union
+from typing import AbstractSet, Callable, Deque, Dict, Hashable, List, Optional, Set, Union
 
 from psij import _priority
+from psij._clock import Clock
+from psij._record import Record
 from psij.exceptions import SubmitException
 from psij.executors.batch._holding import (
     Action,
@@ -54,10 +61,7 @@ from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
-if TYPE_CHECKING:
-    from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
-
-__all__ = ["HELD_MESSAGE", "RETRIES", "HeldJobs"]
+__all__ = ["HELD_MESSAGE", "RETRIES", "HeldJobs", "HoldInputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,11 +70,32 @@ RETRIES = 5
 _FIRST_RETRY_DELAY = 1.0
 
 
+class HoldInputs(Record):
+    """What the holding takes from a batch executor: ``name`` (of its thread), ``owner`` (the
+    executor in words, for the error of a closed one), its ``clock``, the buckets shapes are
+    made with (``memory_bucket``, ``tmp_bucket``), and the steps after the check as
+    callables: ``submit`` (context -> render -> submit -> track for a checked, bound job; on
+    failure the job is unbound and the error raised), ``set_status`` and ``restate`` (a
+    job's status), ``cancel`` (a job in the scheduler) and ``hurry`` (the status poller, for
+    the shapes that hold jobs)."""
+
+    name: str
+    owner: str
+    clock: Clock
+    memory_bucket: int
+    tmp_bucket: int
+    submit: Callable[[Job, JobSpec], None]
+    set_status: Callable[[Job, JobStatus], None]
+    restate: Callable[[Job, JobStatus], None]
+    cancel: Callable[[Job], None]
+    hurry: Callable[[AbstractSet[Hashable]], None]
+
+
 class HeldJobs:
     """The holding of one batch executor (see the module's documentation)."""
 
-    def __init__(self, executor: "BatchSchedulerExecutor", cap: int) -> None:
-        self._executor = executor
+    def __init__(self, cap: int, hooks: HoldInputs) -> None:
+        self._hooks = hooks
         self._machine = Holding(cap)
         self._cond = threading.Condition()
         self._jobs: Dict[str, Job] = {}
@@ -86,12 +111,11 @@ class HeldJobs:
     # -- from the executor (user threads, the poller's thread)
 
     def submit(self, job: Job, spec: JobSpec) -> None:
-        """Submit ``job`` now or hold it; raises as ``submit`` does for a job submitted now."""
-        ex = self._executor
-        config = ex.batch_config
+        """Submit ``job`` (checked, bound) now or hold it; raises as ``submit`` does for a job
+        submitted now."""
+        hooks = self._hooks
         try:
-            ex._check_script_values(job, spec)
-            shape = shape_of(spec, config.memory_bucket, config.tmp_bucket)
+            shape = shape_of(spec, hooks.memory_bucket, hooks.tmp_bucket)
             priority = _priority.job_priority(spec.attributes)
         except BaseException:
             job.executor = None
@@ -99,17 +123,17 @@ class HeldJobs:
         with self._cond:
             if self._stopped:
                 job.executor = None
-                raise SubmitException(f"{ex} is closed")
+                raise SubmitException(f"{hooks.owner} is closed")
             (action,) = self._machine.step(Arrived(job.id, shape, priority))
             self._jobs[job.id] = job
             self._tell_holding()
         if isinstance(action, Hold):
-            ex._set_job_status(job, JobStatus(JobState.QUEUED, message=HELD_MESSAGE, metadata={
+            hooks.set_status(job, JobStatus(JobState.QUEUED, message=HELD_MESSAGE, metadata={
                 "held_by": "client", "shape": shape.describe(), "held": action.held,
                 "priority": priority}))
             return
         try:
-            ex._submit_checked(job, spec)
+            hooks.submit(job, spec)
         except BaseException:
             self._feed(SubmitFailed(job.id))
             raise
@@ -163,7 +187,7 @@ class HeldJobs:
                     if self._machine.phase(key) is Phase.HELD]
             self._cond.notify_all()
         for job in held:
-            self._executor._set_job_status(job, JobStatus(
+            self._hooks.set_status(job, JobStatus(
                 JobState.FAILED, message="the executor was closed while the job was held by "
                 "the client (max_queued_per_shape); it was never submitted"))
 
@@ -185,7 +209,7 @@ class HeldJobs:
         machine = self._machine
         if machine.holding_changes != self._holding_seen and not self._stopped:
             self._holding_seen = machine.holding_changes
-            self._executor._status_poller().hurry(machine.holding())
+            self._hooks.hurry(machine.holding())
 
     def _perform(self, actions: List[Action]) -> None:
         for action in actions:
@@ -194,7 +218,7 @@ class HeldJobs:
                     job = self._jobs.pop(str(action.key), None)
                     self._cancelled.discard(action.key)
                 if job is not None:
-                    self._executor._set_job_status(job, JobStatus(
+                    self._hooks.set_status(job, JobStatus(
                         JobState.CANCELED, message="cancelled while held by the client"))
             elif isinstance(action, (Submit, CancelSubmitted)):
                 with self._cond:
@@ -204,7 +228,7 @@ class HeldJobs:
                     if self._thread is None:
                         self._thread = threading.Thread(
                             target=self._run, daemon=True,
-                            name=f"psij-{self._executor._work_name()}-held")
+                            name=f"psij-{self._hooks.name}-held")
                         self._thread.start()
                     self._cond.notify_all()
 
@@ -214,7 +238,7 @@ class HeldJobs:
         while True:
             with self._cond:
                 while not self._todo and not self._stopped:
-                    if not self._executor._clock.wait(self._cond, 30.0) and not self._todo:
+                    if not self._hooks.clock.wait(self._cond, 30.0) and not self._todo:
                         self._thread = None
                         return
                 if self._stopped:
@@ -228,25 +252,26 @@ class HeldJobs:
                 if isinstance(action, Submit):
                     self._submit_held(job)
                 else:
-                    self._executor.cancel(job)
+                    self._hooks.cancel(job)
             except Exception:
                 logger.exception("job %s: internal error while submitting a held job", job.id)
 
     def _submit_held(self, job: Job) -> None:
-        ex = self._executor
+        hooks = self._hooks
         spec = job.spec
         assert spec is not None
+        bound = job.executor
         delay = _FIRST_RETRY_DELAY
         for attempt in range(RETRIES + 1):
             try:
-                ex._submit_checked(job, spec)
+                hooks.submit(job, spec)
                 break
             except Exception as e:
-                job.executor = ex  # _submit_checked unbinds a job it could not submit
+                job.executor = bound  # the submit step unbinds a job it could not submit
                 transient = isinstance(e, SubmitException) and e.transient
                 if transient and attempt < RETRIES and not self._stopped:
                     with self._cond:
-                        self._executor._clock.wait(self._cond, delay)
+                        hooks.clock.wait(self._cond, delay)
                     delay *= 2
                     continue
                 with self._cond:
@@ -256,12 +281,11 @@ class HeldJobs:
                                        "client; its submission failed too: " + str(e))
                 else:
                     status = JobStatus(JobState.FAILED, message=str(e))
-                ex._set_job_status(job, status)
+                hooks.set_status(job, status)
                 self._feed(SubmitFailed(job.id))
                 return
         # Still QUEUED (held by the client until now): now with a native id.
-        ex._restate_job_status(job, JobStatus(JobState.QUEUED,
-                                              metadata={"native_id": job.native_id}))
+        hooks.restate(job, JobStatus(JobState.QUEUED, metadata={"native_id": job.native_id}))
         self._submitted(job)
 
     def _submitted(self, job: Job) -> None:

@@ -3,22 +3,38 @@ of the executor's jobs.
 
 Its decisions come from the pure state machine in :mod:`~psij.executors.batch._tracking`; this
 module only carries them out: it waits until the tracker has something due (measured on the
-executor's :class:`~psij._clock.Clock`), asks the executor to run the status
-command or to look up jobs that left the queue, and delivers statuses to the jobs (a status of
-the state a job is already in, when the scheduler starts or stops holding it, as a
-restatement: ``JobExecutor._restate_job_status``). It holds the
-executor only weakly, and its thread ends when the executor is closed or garbage collected, or
-after a while without jobs. An error while working on one action is logged and fails only what
-that action was about. It never runs scheduler commands itself.
+executor's :class:`~psij._clock.Clock`), runs the status command or looks up jobs that left
+the queue through the hooks it was given, and delivers statuses to the jobs (a status of the
+state a job is already in, when the scheduler starts or stops holding it, as a restatement).
+Everything it needs from the executor is one :class:`TrackInputs` given at construction: the
+executor's I/O hooks as callables that hold it only weakly (:func:`weakly`), so that its
+thread ends when the executor is closed or garbage collected, or after a while without jobs.
+It never names or imports the executor's class, and never runs scheduler commands itself. An
+error while working on one action is logged and fails only what that action was about.
 """
 
 import logging
 import threading
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, AbstractSet, Deque, Dict, Hashable, List, Optional, Union
+from pathlib import Path
+from typing import (
+    AbstractSet,
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Hashable,
+    List,
+    Optional,
+    Sequence,
+    TypeVar,
+    Union,
+    cast,
+)
 
 from psij._clock import Clock
+from psij._record import Record
 from psij.exceptions import SubmitException
 from psij.executors._staging import REPORT_SUFFIX, read_report, staged_status
 from psij.executors.batch._tracking import (
@@ -31,6 +47,7 @@ from psij.executors.batch._tracking import (
     JobAdded,
     JobTracker,
     MissingResolved,
+    Observation,
     PollFailed,
     ReportState,
     ResolveMissing,
@@ -44,29 +61,65 @@ from psij.job import Job
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
-if TYPE_CHECKING:
-    from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
-
-__all__ = ["IDLE_LINGER", "StatusPoller"]
+__all__ = ["IDLE_LINGER", "StatusPoller", "TrackInputs", "weakly"]
 
 logger = logging.getLogger(__name__)
 
 # Seconds the thread stays after its last job before it ends.
 IDLE_LINGER = 30.0
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def weakly(method: _F) -> _F:
+    """The bound ``method`` called through a weak reference to its object; calling it once the
+    object is gone raises ReferenceError."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        bound = ref()
+        if bound is None:
+            raise ReferenceError("the executor of this status poller is gone")
+        return bound(*args, **kwargs)
+
+    return cast(_F, call)
+
+
+class TrackInputs(Record):
+    """What the track step takes from a batch executor: its name (for the thread's and the
+    log's words) and its hooks, each holding the executor weakly (:func:`weakly`).
+
+    ``poll_status``: the tracker event of one status command for these native ids;
+    ``resolve_missing``: what the exit-code files and the accounting say of jobs that left
+    the queue; ``withdraw``: cancel a job in the scheduler alone; ``final_status``: the final
+    status of a job from what the scheduler said and what it left behind; ``aux_path``: the
+    path of one of a job's files (``<native id><suffix>``); ``job_ended``: remove the files of
+    an ended job; ``set_status`` and ``restate``: enter or restate a job's status.
+    """
+
+    name: str
+    poll_status: Callable[[Sequence[str]], Event]
+    resolve_missing: Callable[[Sequence[str]], MissingResolved]
+    withdraw: Callable[[str], None]
+    final_status: Callable[[Sequence[Job], str, Observation, bool], JobStatus]
+    aux_path: Callable[[str, str], Path]
+    job_ended: Callable[[Sequence[Job], str], None]
+    set_status: Callable[[Job, JobStatus], None]
+    restate: Callable[[Job, JobStatus], None]
+
 
 class StatusPoller:
     """Follows the jobs of one executor: one thread, one status command per interval.
 
-    The executor is held weakly: when it is collected the thread ends. Jobs being followed hold
-    their executor, so an executor lives at least as long as it has unfinished jobs. The thread
-    also ends after a while without jobs, and starts again with the next job.
+    Its hooks hold the executor weakly: once it is collected the thread ends (the executor
+    also stops its poller when it is finalized). Jobs being followed hold their executor, so
+    an executor lives at least as long as it has unfinished jobs. The thread also ends after
+    a while without jobs, and starts again with the next job.
     """
 
-    def __init__(self, executor: "BatchSchedulerExecutor", settings: Settings,
-                 clock: Clock) -> None:
-        self._executor = weakref.ref(executor)
-        self._label = f"psij-{executor._work_name()}-status"
+    def __init__(self, hooks: TrackInputs, settings: Settings, clock: Clock) -> None:
+        self._hooks = hooks
+        self._label = f"psij-{hooks.name}-status"
         self._clock = clock
         self._cond = threading.Condition()
         self._tracker = JobTracker(settings, clock)
@@ -75,15 +128,14 @@ class StatusPoller:
         self._thread: Optional[threading.Thread] = None
         self._stopped = False
         self._failing = False  # the last status poll failed (said once, not at every retry)
-        weakref.finalize(executor, self.stop)
 
     # called from user threads
 
-    def add(self, job: Job, native_id: str, attach: bool) -> None:
-        executor = self._executor()
-        held = None if executor is None or attach else executor._held
-        # Its shape, if the executor holds jobs back (max_queued_per_shape): see hurry().
-        group = None if held is None else held.shape_key(job)
+    def add(self, job: Job, native_id: str, attach: bool,
+            group: Optional[Hashable] = None) -> None:
+        """Follow ``job`` as ``native_id``: one just submitted (QUEUED), or one attached
+        (looked up at once); ``group``: its shape, if the executor holds jobs back
+        (max_queued_per_shape; see :meth:`hurry`)."""
         with self._cond:
             if self._stopped:
                 raise SubmitException("the executor is closed")
@@ -186,16 +238,15 @@ class StatusPoller:
 
     def _perform(self, first: List[Action]) -> None:
         queue: Deque[Action] = deque(first)
+        hooks = self._hooks
         while queue:
             action = queue.popleft()
-            executor = self._executor()
-            if executor is None:
-                self.stop()
-                return
             try:
                 if isinstance(action, RunStatusCommand):
                     try:
-                        event: Event = executor._poll_status(action.native_ids)
+                        event: Event = hooks.poll_status(action.native_ids)
+                    except ReferenceError:
+                        raise
                     except Exception as e:
                         logger.exception("%s: status poll failed", self._label)
                         event = PollFailed(f"internal error while polling: {e!r}")
@@ -203,7 +254,9 @@ class StatusPoller:
                     queue.extend(self._feed(event))
                 elif isinstance(action, ResolveMissing):
                     try:
-                        event = executor._resolve_missing(action.native_ids)
+                        event = hooks.resolve_missing(action.native_ids)
+                    except ReferenceError:
+                        raise
                     except Exception:
                         logger.exception("%s: looking up jobs that left the queue failed",
                                          self._label)
@@ -212,11 +265,12 @@ class StatusPoller:
                 elif isinstance(action, (ReportState, Restate)):
                     self._report(action)
                 elif isinstance(action, Withdraw):
-                    executor._withdraw(action.native_id)
+                    hooks.withdraw(action.native_id)
                 elif isinstance(action, Finish):
-                    self._finish(executor, action)
-            finally:
-                del executor
+                    self._finish(action)
+            except ReferenceError:  # the executor is gone
+                self.stop()
+                return
 
     def _say_outage(self, event: Event) -> None:
         """Log the first failed status poll of a run of them, and the first success after."""
@@ -246,15 +300,18 @@ class StatusPoller:
         for job in jobs:
             self._deliver(job, status, restated=isinstance(action, Restate))
 
-    def _finish(self, executor: "BatchSchedulerExecutor", action: Finish) -> None:
+    def _finish(self, action: Finish) -> None:
+        hooks = self._hooks
         with self._cond:
             jobs = self._jobs.pop(action.native_id, [])
             self._last.pop(action.native_id, None)
         try:
-            status = staged_status(executor._final_status(
+            status = staged_status(hooks.final_status(
                 jobs, action.native_id, action.observation, action.cancel_requested),
-                read_report(executor._aux_path(action.native_id, REPORT_SUFFIX)),
+                read_report(hooks.aux_path(action.native_id, REPORT_SUFFIX)),
                 f"job {action.native_id}")
+        except ReferenceError:
+            raise
         except Exception as e:
             logger.exception("job %s: could not work out its final status", action.native_id)
             status = JobStatus(action.observation.state if action.observation.state.final
@@ -263,19 +320,20 @@ class StatusPoller:
                                        f"while reading the job's files: {e!r})".strip(),
                                metadata={"native_id": action.native_id})
         try:
-            executor._job_ended(jobs, action.native_id)
+            hooks.job_ended(jobs, action.native_id)
+        except ReferenceError:
+            raise
         except Exception:
             logger.exception("job %s: could not clean up its files", action.native_id)
         for job in jobs:
             self._deliver(job, status)
 
-    @staticmethod
-    def _deliver(job: Job, status: JobStatus, restated: bool = False) -> None:
-        """Enter ``status``, or restate the job's current state with it."""
-        executor = job.executor
-        if executor is None:
+    def _deliver(self, job: Job, status: JobStatus, restated: bool = False) -> None:
+        """Enter ``status``, or restate the job's current state with it (through the
+        executor's hooks while the job is bound to it)."""
+        if job.executor is None:
             (job._restate if restated else job._set_status)(status)
         elif restated:
-            executor._restate_job_status(job, status)
+            self._hooks.restate(job, status)
         else:
-            executor._set_job_status(job, status)
+            self._hooks.set_status(job, status)

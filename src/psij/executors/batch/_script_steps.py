@@ -1,25 +1,29 @@
-"""The executor's side of the script steps of a batch submission: :class:`ScriptSteps`, a base
-of :class:`~psij.executors.batch.BatchSchedulerExecutor`.
+"""The executor's side of the steps of a batch submission: :class:`ScriptSteps`, a base of
+:class:`~psij.executors.batch.BatchSchedulerExecutor`, which makes the inputs of the steps.
 
-A submission runs check -> context -> render -> submit in a straight line. The first three
-steps are functions of the job and of one immutable ``ScriptInputs``
+A submission runs check -> context -> render -> submit -> track in a straight line. The first
+three steps are functions of the job and of one immutable ``ScriptInputs``
 (:mod:`psij.executors.batch._script_context`), which :meth:`ScriptSteps._script_inputs` makes
 from the executor's declarations and configuration once (again only when the executor's
-folders, configuration or template change): ``check_script_values``
+class, folders, configuration or template change): ``check_script_values``
 (:mod:`psij.executors.batch._script_check`), ``build_script_context`` and the template's
-``render`` (:mod:`psij._scripts.generator`). None of them receives the executor. Here stay
-only the hooks a backend extends (``_template_values``, the scheduler's own context entries;
-``generate_submit_script``, a backend's own rendering) and the declarations the inputs are
-made of. It writes no files and runs no commands.
+``render`` (:mod:`psij._scripts.generator`). The submit step takes one immutable
+``SubmitInputs`` (:mod:`psij.executors.batch._submit_io`), made here too by
+:meth:`ScriptSteps._submit_inputs` with the backend's submit hooks resolved once. None of the
+steps receives the executor. Here stay only the hooks a backend extends
+(``_template_values``, the scheduler's own context entries; ``generate_submit_script``, a
+backend's own rendering) and the declarations the inputs are made of. It runs no commands;
+the only file it makes is the work directory, checked when the submit inputs are made.
 """
 
 import io
 from datetime import timedelta
-from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Optional, Pattern, Tuple
 
 from psij import _site_config
 from psij._scripts.generator import TemplatedScriptGenerator
 from psij.executors.batch._nice import declared_nice
+from psij.executors.batch._runner import CommandRunner
 from psij.executors.batch._script_check import check_script_values
 from psij.executors.batch._script_context import (
     ScriptInputs,
@@ -30,11 +34,16 @@ from psij.executors.batch._script_context import (
     script_job_name,
 )
 from psij.executors.batch._site_directives import ESCAPED, DirectiveRules
+from psij.executors.batch._submit_io import SubmitInputs, ensure_script_dir, job_id_of
 from psij.job import Job
 from psij.job_launcher import Launcher
 from psij.job_spec import JobSpec
 
 __all__ = ["ScriptSteps"]
+
+# The hooks of the submit step a backend may override (resolved in _submit_inputs).
+_SUBMIT_HOOKS = ("get_submit_command", "get_submit_stdin", "job_id_from_submit_output",
+                 "_direct_submit", "_run")
 
 
 class ScriptSteps:
@@ -59,6 +68,13 @@ class ScriptSteps:
         JOB_IGNORED_SIGNALS: Any
         _get_launcher: Callable[..., Launcher]
 
+        SCRIPT_MODE: int
+        SCRIPT_ON_STDIN: bool
+        SUBMIT_COMMAND: Tuple[str, ...]
+        JOB_ID_PATTERN: Optional[Pattern[str]]
+        TRANSIENT_SUBMIT_ERRORS: Tuple[str, ...]
+        _runner: CommandRunner
+
         def generate_submit_script(self, job: Job, context: Dict[str, object],
                                    submit_file: IO[str]) -> None: ...
 
@@ -75,10 +91,12 @@ class ScriptSteps:
     _inputs: Optional[Tuple[Tuple[object, ...], ScriptInputs]] = None
 
     def _script_inputs(self) -> ScriptInputs:
-        """What the script steps take from this executor, made again only when its folders,
-        configuration or template changed."""
+        """What the script steps take from this executor, made again only when its class,
+        folders, configuration object, ``use_nice`` or template changed. Not seen: other
+        values changed inside the configuration object (``launcher_log_file``, ...), or
+        declarations and hooks changed on the class, after the first submission."""
         generator = getattr(self, "generator", None)
-        key = (self.work_directory, self.config, self.config.work_directory,
+        key = (type(self), self.work_directory, self.config, self.config.work_directory,
                getattr(self.config, "use_nice", False), generator)
         made = self._inputs
         if made is not None and made[0] == key:
@@ -107,6 +125,49 @@ class ScriptSteps:
             ignored_signals=tuple(self.JOB_IGNORED_SIGNALS))
         self._inputs = (key, inputs)
         return inputs
+
+    _submit_cache: Optional[Tuple[Tuple[object, ...], SubmitInputs]] = None
+
+    def _submit_inputs(self) -> SubmitInputs:
+        """What the submit step takes from this executor (``_submit_io.SubmitInputs``),
+        made again only when its folders, runner, ``keep_files``, ``command_timeout``,
+        ``spare_submit_commands`` or a hook set on the instance changed; the work directory
+        is checked when they are made. Not seen: class attributes and methods changed on the
+        class after the first submission."""
+        config = self.config
+        own = vars(self)
+        key = (type(self), self.work_directory, config.work_directory, config.keep_files,
+               config.command_timeout, config.spare_submit_commands, self._runner,
+               *(own.get(hook) for hook in _SUBMIT_HOOKS))
+        cached = self._submit_cache  # one tuple: no thread sees a key with other inputs
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        if not self._work_dir_checked:
+            self._ensure_work_dir()
+        hooks = {hook: getattr(self, hook) if hook in own or not self._stock(hook) else None
+                 for hook in _SUBMIT_HOOKS}
+        made = SubmitInputs(
+            name=self.name, owner=type(self).__name__, script_dir=self.work_directory,
+            work_root=config.work_directory, script_mode=self.SCRIPT_MODE,
+            script_on_stdin=self.SCRIPT_ON_STDIN,
+            in_memory=(self.SCRIPT_ON_STDIN and not config.keep_files
+                       and hooks["get_submit_stdin"] is None),
+            submit_command=tuple(self.SUBMIT_COMMAND),
+            command_hook=hooks["get_submit_command"], stdin_hook=hooks["get_submit_stdin"],
+            direct_submit=hooks["_direct_submit"], run_hook=hooks["_run"],
+            job_id=hooks["job_id_from_submit_output"]
+            or job_id_of(self.JOB_ID_PATTERN, type(self).__name__),
+            runner=self._runner, command_timeout=config.command_timeout,
+            spares=config.spare_submit_commands,
+            transient_markers=tuple(self.TRANSIENT_SUBMIT_ERRORS))
+        self._submit_cache = (key, made)
+        return made
+
+    _work_dir_checked = False
+
+    def _ensure_work_dir(self) -> None:
+        ensure_script_dir(self.work_directory, self.config.work_directory)
+        self._work_dir_checked = True
 
     def _renders_template(self, generator: object) -> bool:
         """Whether scripts are this generator's template rendered, with no hook overridden."""

@@ -8,14 +8,18 @@ the PSI/J Python API (``get_submit_command``, ``job_id_from_submit_output``, ...
 built from those declarations, so a backend written for psij-python that overrides the hooks
 works unchanged. Everything else lives here, once:
 
-- ``submit``: check the job (values that cannot be written safely into the script are refused
-  before anything is written), render the submit script into ``<work_directory>/<executor>/``
-  (folder 0700, script ``SCRIPT_MODE``, 0600 unless the scheduler needs it executable, named
-  ``<job.id>.job``), run the submit command (with the script on its standard input when
-  ``SCRIPT_ON_STDIN``), parse the native id, report QUEUED and hand the job to the executor's
-  status poller (``psij.executors.batch._poller``). A failing submit raises
-  SubmitException with the scheduler's message and the path of the kept script, and leaves the
-  job NEW and unbound.
+- ``submit``: the entry of the submission pipeline, which calls each step once, in order,
+  passing what the previous one returned: check the job (values that cannot be written safely
+  into the script are refused before anything is written), build its script context, render
+  the submit script, submit it (``psij.executors.batch._submit_io``: written into
+  ``<work_directory>/<executor>/``, folder 0700, script ``SCRIPT_MODE``, 0600 unless the
+  scheduler needs it executable, named ``<job.id>.job``, or sent on the submit command's
+  standard input when ``SCRIPT_ON_STDIN``; the native id read from its output), report
+  QUEUED and hand the job to the executor's status poller (``psij.executors.batch._poller``).
+  The steps take immutable inputs made once per executor (``ScriptInputs``,
+  ``SubmitInputs``, the poller's ``TrackInputs``) and never call back into the executor but
+  through the hooks resolved into them. A failing submit raises SubmitException with the
+  scheduler's message and the path of the kept script, and leaves the job NEW and unbound.
 - A job that leaves the queue is resolved from its exit-code file (``<native_id>.ec``, written
   by the submit script), then from the scheduler's accounting, and otherwise ends FAILED with a
   message saying so; it is never assumed to have completed. The final status is decided by the
@@ -27,12 +31,15 @@ Scheduler commands run only through the executor's ``CommandRunner``
 
 import logging
 import threading
+import weakref
 from pathlib import Path
 from typing import (
     IO,
+    AbstractSet,
     Any,
     Collection,
     Dict,
+    Hashable,
     Iterable,
     List,
     Optional,
@@ -46,9 +53,8 @@ from typing import (
 from psij import _check, _site_config
 from psij._clock import Clock, MonotonicClock
 from psij._data import data_dir
-from psij._private_dirs import ensure_private_dir
 from psij._scripts.generator import TemplatedScriptGenerator
-from psij.exceptions import InvalidJobException, SubmitException
+from psij.exceptions import InvalidJobException, SubmitException, SubmitManyException
 from psij.executors._staging import REPORT_SUFFIX
 from psij.executors.batch import _arrays
 from psij.executors.batch._arrays import ArrayStyle
@@ -56,7 +62,7 @@ from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
 from psij.executors.batch._cancel_output import UNKNOWN_ERROR
 from psij.executors.batch._cancel_output import InvalidJobStateError as InvalidJobStateError
 from psij.executors.batch._fallback import SchedulerFallbackWarning as SchedulerFallbackWarning
-from psij.executors.batch._fallback import local_fallback, not_found_hint
+from psij.executors.batch._fallback import local_fallback
 from psij.executors.batch._final_state import (
     Seen,
     final_state,
@@ -64,11 +70,11 @@ from psij.executors.batch._final_state import (
     needs_accounting,
     with_accounting_cause,
 )
-from psij.executors.batch._held_jobs import HeldJobs
+from psij.executors.batch._held_jobs import HeldJobs, HoldInputs
 from psij.executors.batch._job_output import _read_text, _stderr_tail
 from psij.executors.batch._kill import KillFirst
 from psij.executors.batch._named_jobs import NamedJobs
-from psij.executors.batch._poller import StatusPoller
+from psij.executors.batch._poller import StatusPoller, TrackInputs, weakly
 from psij.executors.batch._priority_change import PriorityChange
 from psij.executors.batch._runner import CommandResult, CommandRunner, SubprocessRunner
 from psij.executors.batch._script_context import (
@@ -78,7 +84,12 @@ from psij.executors.batch._script_steps import ScriptSteps
 from psij.executors.batch._signals import SIGNAL_SUFFIX, SignalHooks
 from psij.executors.batch._status_table import StateMap, check_status_exit_code, parse_status_lines
 from psij.executors.batch._status_table import StatusCommandError as StatusCommandError
-from psij.executors.batch._submit_io import is_transient, run_submit
+from psij.executors.batch._submit_io import (
+    declared_job_id,
+    missing,
+    submit_argv,
+    submit_text,
+)
 from psij.executors.batch._tracking import (
     Event,
     MissingResolved,
@@ -88,7 +99,7 @@ from psij.executors.batch._tracking import (
     observed,
 )
 from psij.job import Job
-from psij.job_executor import JobExecutor
+from psij.job_executor import JobExecutor, job_list
 from psij.job_executor_config import JobExecutorConfig
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
@@ -170,7 +181,12 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
         self._poller: Optional[StatusPoller] = None
         self._closed = False
         cap = self.batch_config.max_queued_per_shape
-        self._held: Optional[HeldJobs] = HeldJobs(self, cap) if cap is not None else None
+        self._held: Optional[HeldJobs] = None if cap is None else HeldJobs(cap, HoldInputs(
+            name=self._work_name(), owner=str(self), clock=self._clock,
+            memory_bucket=self.batch_config.memory_bucket,
+            tmp_bucket=self.batch_config.tmp_bucket, submit=self._submit_checked,
+            set_status=self._set_job_status, restate=self._restate_job_status,
+            cancel=self.cancel, hurry=self._hurry))
         if self.TEMPLATE is not None:
             template = Path(self.TEMPLATE)
             if not template.is_absolute():
@@ -203,8 +219,7 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
     def _declared(self, name: str) -> Any:
         value = getattr(self, name)
         if value is None or value == ():
-            raise NotImplementedError(f"{type(self).__name__}: set {name} or override the "
-                                      "hook that uses it")
+            raise missing(type(self).__name__, name)
         return value
 
     # ------------------------------------------------------------------------ hooks
@@ -219,8 +234,8 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
 
     def get_submit_command(self, job: Job, submit_file_path: Path) -> List[str]:
         """The command that submits the script at ``submit_file_path``."""
-        command = list(self._declared("SUBMIT_COMMAND"))
-        return command if self.SCRIPT_ON_STDIN else [*command, str(submit_file_path.absolute())]
+        return submit_argv(self.SUBMIT_COMMAND, self.SCRIPT_ON_STDIN, type(self).__name__,
+                           submit_file_path)
 
     def get_submit_stdin(self, job: Job, submit_file_path: Path) -> Optional[str]:
         """The standard input of the submit command: the script when ``SCRIPT_ON_STDIN``,
@@ -231,11 +246,7 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
 
     def job_id_from_submit_output(self, out: str) -> str:
         """The native id in the (successful) submit command's stdout."""
-        pattern: Pattern[str] = self._declared("JOB_ID_PATTERN")
-        match = pattern.search(out.strip())
-        if match is None:
-            raise ValueError(f"no job id (matching {pattern.pattern!r}) in {out.strip()!r}")
-        return match.group(1) if pattern.groups else match.group(0)
+        return declared_job_id(self.JOB_ID_PATTERN, type(self).__name__, out)
 
     def get_cancel_command(self, native_id: str) -> List[str]:
         """The command that cancels the job ``native_id``."""
@@ -305,64 +316,77 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
             self._fallback.submit(job)
             return
         spec = self._check_job(job)
-        if self._held is not None:
-            self._held.submit(job, spec)  # submits now (as below) or holds the job
-            return
-        self._submit_checked(job, spec)
-
-    def _submit_checked(self, job: Job, spec: JobSpec) -> None:
-        """Submit ``job`` (bound to this executor by ``_check_job``) to the scheduler:
-        check -> context -> render -> submit, each step taking what the one before gave."""
+        inputs = self._script_inputs()
         try:
-            inputs = self._script_inputs()
             self._check_script_values(job, spec, inputs)
-            context = self._create_script_context(job, inputs)
         except BaseException:
             job.executor = None
             raise
-        self._submit_rendered(job, context, inputs)
+        if self._held is not None:
+            self._held.submit(job, spec)  # submits now (as below) or holds the job
+            return
+        self._submit_checked(job, spec, inputs)
+
+    def _submit_checked(self, job: Job, spec: JobSpec,
+                        inputs: Optional[ScriptInputs] = None) -> None:
+        """Submit ``job``, checked and bound to this executor, to the scheduler: context ->
+        render -> submit -> track, each step taking what the one before gave; on failure the
+        job is unbound and the error raised."""
+        try:
+            inputs = inputs or self._script_inputs()
+            text = self._render(job, self._create_script_context(job, inputs), inputs)
+            native_id = submit_text(self._submit_inputs(), job, text)
+        except BaseException:
+            job.executor = None
+            raise
+        if isinstance(native_id, SubmitException):
+            job.executor = None
+            raise native_id
+        self._track(job, native_id)
+
+    def _track(self, job: Job, native_id: str, array_id: Optional[str] = None) -> None:
+        """The track step: ``job`` is QUEUED as ``native_id`` (an element of ``array_id``)
+        and followed by the status poller."""
+        job._native_id = native_id
+        logger.debug("job %s: submitted as %s", job.id, native_id)
+        meta = {"native_id": native_id} if array_id is None \
+            else {"native_id": native_id, "array_id": array_id}
+        self._set_job_status(job, JobStatus(JobState.QUEUED, metadata=meta))
+        held = self._held
+        self._status_poller().add(job, native_id, attach=False,
+                                  group=None if held is None else held.shape_key(job))
 
     def submit_many(self, jobs: Iterable[Job]) -> None:
         """Submit ``jobs``, as job arrays where the scheduler has them (``ARRAYS``; see
         :mod:`psij.executors.batch._arrays`)."""
-        _arrays.submit_many(self, jobs)
-
-    def _submit_rendered(self, job: Job, context: Dict[str, object],
-                         inputs: Optional[ScriptInputs] = None) -> None:
-        """Render the script of a checked, bound ``job`` and submit it."""
-        try:
-            text = self._render(job, context, inputs or self._script_inputs())
-            result, script = run_submit(self, job, text)
-        except BaseException:
-            job.executor = None
-            raise
-        if not result.ok:
-            job.executor = None
-            raise SubmitException(
-                f"job {job.id}: submitting failed: {result.describe()}"
-                f"{not_found_hint(self, result)}; the submit script "
-                f"is kept at {script}",
-                transient=is_transient(result, self.TRANSIENT_SUBMIT_ERRORS))
-        try:
-            native_id = self.job_id_from_submit_output(result.stdout).strip()
-            if not native_id:
-                raise ValueError("no job id found")
-        except Exception as e:
-            job.executor = None
-            raise SubmitException(
-                f"job {job.id}: the submit command seemed to succeed but its output has no job "
-                f"id ({e}): {result.stdout.strip()!r}; the submit script is kept at {script}",
-                e) from e
-        job._native_id = native_id
-        logger.debug("job %s: submitted as %s", job.id, native_id)
-        self._set_job_status(job, JobStatus(JobState.QUEUED, metadata={"native_id": native_id}))
-        self._status_poller().add(job, native_id, attach=False)
-
-    _work_dir_checked = False
-
-    def _ensure_work_dir(self) -> None:
-        ensure_private_dir(self.work_directory, "batch work directory", self.config.work_directory)
-        self._work_dir_checked = True
+        jobs = job_list(jobs)
+        style = self.ARRAYS
+        # Jobs run locally (fallback) or held by the client (max_queued_per_shape) go one by
+        # one, as do those of a backend rendering its scripts by its own hooks.
+        inputs = None if style is None or self._fallback is not None or self._held is not None \
+            else self._script_inputs()
+        if style is None or inputs is None or inputs.generator is None:
+            self._submit_each(jobs)
+            return
+        failures: List[Tuple[Job, BaseException]] = []
+        checked: List[Tuple[Job, Dict[str, object]]] = []
+        for job in jobs:
+            try:
+                self._ensure_open()
+                spec = self._check_job(job)
+                try:
+                    self._check_script_values(job, spec, inputs)
+                    checked.append((job, self._create_script_context(job, inputs)))
+                except BaseException:
+                    job.executor = None
+                    raise
+            except Exception as e:
+                failures.append((job, e))
+        if checked:
+            failures += _arrays.submit_arrays(style, inputs.generator, checked,
+                                              self._submit_inputs(), self._track)
+        if failures:
+            raise SubmitManyException(failures, len(jobs))
 
     def submit_script(self, job: Job) -> str:
         """The submit script ``job`` would get, without submitting it or binding the job.
@@ -468,6 +492,11 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
         if self._held is not None and status.state is not JobState.QUEUED:
             self._held.left_queue(job)  # a queued slot of its shape is free
 
+    def _hurry(self, shapes: AbstractSet[Hashable]) -> None:
+        """Have the status poller look at the queued jobs of ``shapes`` at its short
+        interval (those shapes hold jobs back)."""
+        self._status_poller().hurry(shapes)
+
     def _ensure_open(self) -> None:
         if self._closed:
             raise SubmitException(f"{self} is closed")
@@ -475,7 +504,15 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
     def _status_poller(self) -> StatusPoller:
         with self._poller_lock:
             if self._poller is None:
-                self._poller = StatusPoller(self, self.batch_config._settings(), self._clock)
+                self._poller = StatusPoller(TrackInputs(
+                    name=self._work_name(), poll_status=weakly(self._poll_status),
+                    resolve_missing=weakly(self._resolve_missing),
+                    withdraw=weakly(self._withdraw), final_status=weakly(self._final_status),
+                    aux_path=weakly(self._aux_path), job_ended=weakly(self._job_ended),
+                    set_status=weakly(self._set_job_status),
+                    restate=weakly(self._restate_job_status)),
+                    self.batch_config._settings(), self._clock)
+                weakref.finalize(self, self._poller.stop)
             return self._poller
 
     @classmethod
