@@ -244,6 +244,9 @@ class FunctionExecutor(concurrent.futures.Executor):
                                      call.future.function_name)
                 _wire.write_signed(_wire.call_file(directory, index), self._work.key, header,
                                    call.payload)
+            for stream in ("stdout", "stderr"):  # made private before the executor opens them
+                os.close(os.open(os.path.join(directory, stream),
+                                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
         except BaseException:
             self._work.remove(directory)
             raise

@@ -81,7 +81,12 @@ class FunctionFuture(Future):  # type: ignore[type-arg]
         return owner.cancel_call(self)
 
     def _cancel_now(self) -> bool:
-        return bool(Future.cancel(self))
+        if not Future.cancel(self):
+            return False
+        # What an executor does for a cancelled future it will not run: concurrent.futures'
+        # wait() and as_completed() count it as done only then.
+        self.set_running_or_notify_cancel()
+        return True
 
     def _settle(self, ok: bool, value: Any) -> None:
         """Set the result or the exception unless the future is cancelled or done."""
