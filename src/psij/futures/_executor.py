@@ -289,6 +289,10 @@ class FunctionExecutor(concurrent.futures.Executor):
                 self._job_not_submitted(job, ex)
             if raise_errors:
                 raise
+        finally:
+            for group in groups:
+                for call in group:
+                    call.future._ready()
 
     def _job_not_submitted(self, job: Job, error: BaseException) -> None:
         calls = self._books_of(job)
@@ -310,7 +314,7 @@ class FunctionExecutor(concurrent.futures.Executor):
     def _fail_calls(self, calls: List[_Call], error: BaseException) -> None:
         for call in calls:
             call.future._settle(False, error)
-            call.future._unplaced()
+            call.future._ready()
 
     def _ended(self, calls: JobCalls) -> None:
         with self._lock:
@@ -320,7 +324,7 @@ class FunctionExecutor(concurrent.futures.Executor):
         """``cancel()`` of a call still waiting to be put into a job."""
         if self._packer.withdraw(lambda call: call.future is future):
             cancelled = future._cancel_now()
-            future._unplaced()
+            future._ready()
             return cancelled
         future._placed.wait(10.0)  # being put into a job at this moment
         owner = future._owner
@@ -338,7 +342,7 @@ class FunctionExecutor(concurrent.futures.Executor):
         if cancel_futures:
             for call in self._packer.drain():
                 call.future._cancel_now()
-                call.future._unplaced()
+                call.future._ready()
         self._packer.close()
         with self._lock:
             futures = [future for calls in self._live for future in calls.futures]

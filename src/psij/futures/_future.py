@@ -31,9 +31,10 @@ class FunctionFuture(Future):  # type: ignore[type-arg]
 
     ``job`` is the :class:`psij.Job` that runs it (several calls may share one job: see
     ``pack``) and ``job_id`` that job's id, as the job registry and ``psij status`` show it;
-    both wait until the call was put into a job (at once for ``map`` and unpacked submits,
-    within milliseconds otherwise). ``function_name`` is the function's qualified name and
-    ``index`` the call's place in its job.
+    both wait until the call's job was submitted (at once for ``map`` and unpacked submits,
+    within milliseconds otherwise), so that the job is in the job registry by then.
+    ``function_name`` is the function's qualified name and ``index`` the call's place in its
+    job.
     """
 
     def __init__(self, function_name: str) -> None:
@@ -49,10 +50,10 @@ class FunctionFuture(Future):  # type: ignore[type-arg]
         self.index = index
         if job is not None:
             self._job = job
-            self._placed.set()
 
-    def _unplaced(self) -> None:
-        """Its job could not be made or submitted (the future holds the error)."""
+    def _ready(self) -> None:
+        """Its job was given to the executor, or could not be made or submitted (the future
+        then holds the error): ``job`` stops waiting."""
         self._placed.set()
 
     @property

@@ -8,18 +8,27 @@ them from then on); nothing of the process that submitted them is needed.
 """
 
 import os
-from typing import Dict, Iterable, List, Optional, Union
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from psij import _check
+from psij._clock import MonotonicClock
 from psij.futures import _wire
 from psij.futures._executor import RUNNER_MODULE
 from psij.futures._future import FunctionFuture
 from psij.futures._job_calls import JobCalls
 from psij.futures._workdir import WorkDirectory
+from psij.futures.errors import FunctionJobError
 from psij.job import Job
 from psij.job_status import JobStatus
 
+if TYPE_CHECKING:
+    from psij import registry
+
 __all__ = ["reattach"]
+
+_CLOCK = MonotonicClock()
+_ATTACH_PATIENCE = 5.0  # seconds of retries for jobs their executor does not know yet
+_ATTACH_RETRY = 0.2
 
 
 def _call_directory(record: object) -> str:
@@ -98,12 +107,41 @@ def reattach(ids: Union[str, Iterable[str]], *, work_directory: Optional[str] = 
     def status_changed(job: Job, status: JobStatus) -> None:
         books[job.id].status_changed(job, status)
 
-    jobs = registry.attach(ordered, status_changed)
+    jobs, failures = _attach(ordered, status_changed)
+    for record, error in failures:
+        for future in books[record.id].futures:
+            future._settle(False, FunctionJobError(
+                f"job {record.id} ({record.executor} {record.native_id}) could not be "
+                f"re-attached: {error}", record.id, record.native_id))
+            future._ready()
     for job in jobs:
         books[job.id].bind(job)
+        for future in books[job.id].futures:
+            future._ready()
         if job.status.final:  # ended before the callback was set
             books[job.id].status_changed(job, job.status)
     return [future for job_id in wanted for future in books[job_id].futures]
+
+
+def _attach(records: List["registry.JobRecord"], callback: Callable[[Job, JobStatus], None]
+            ) -> Tuple[List[Job], List[Tuple["registry.JobRecord", Exception]]]:
+    """The records attached; those that could not be, with the reason, after a few tries
+    (a job recorded moments ago may not be known to its executor yet)."""
+    from psij import registry
+
+    jobs: List[Job] = []
+    left = records
+    deadline = _CLOCK.now() + _ATTACH_PATIENCE
+    while True:
+        try:
+            jobs += registry.attach(left, callback)
+            return jobs, []
+        except registry.AttachError as ex:
+            jobs += ex.jobs
+            if _CLOCK.now() >= deadline:
+                return jobs, ex.failures
+            left = [record for record, _error in ex.failures]
+            _CLOCK.sleep(_ATTACH_RETRY)
 
 
 def _forget(calls: JobCalls) -> None:
