@@ -19,8 +19,8 @@ TESTS = Path(__file__).resolve().parent
 
 
 def result(directory: str, index: int, key: bytes) -> Dict[str, Any]:
-    header, _payload = _wire.read_signed(_wire.result_file(directory, index), key,
-                                         f"{os.path.basename(directory)}/{index}")
+    header, _payload = _wire.read_file(_wire.result_file(directory, index), key,
+                                       f"{os.path.basename(directory)}/{index}")
     return header
 
 
@@ -67,14 +67,19 @@ def test_a_version_mismatch_is_reported_naming_both_versions(tmp_path: Path, fie
     assert not marker.exists()
 
 
-def test_a_changed_call_file_is_not_unpickled(tmp_path: Path) -> None:
+def flip(path: str, offset: int) -> None:
+    data = bytearray(Path(path).read_bytes())
+    data[offset] ^= 1
+    Path(path).write_bytes(bytes(data))
+
+
+def test_a_changed_call_is_not_unpickled_and_the_next_one_runs(tmp_path: Path) -> None:
     marker = tmp_path / "unpickled"
     work, directory = call_directory(tmp_path / "w", [(ff.echo, (Touch(str(marker)),), {}),
                                                       (ff.square, (5,), {})])
-    path = _wire.call_file(directory, 0)
-    data = bytearray(Path(path).read_bytes())
-    data[-2] ^= 1
-    Path(path).write_bytes(bytes(data))
+    path = _wire.calls_file(directory)
+    first_line = Path(path).read_bytes().index(b"\n")
+    flip(path, first_line + 5)  # in call 0's pickle
     _run.run_directory(directory)
     header = result(directory, 0, work.key)
     assert header["outcome"] == "error" and "signature does not match" in header["message"]
@@ -82,14 +87,31 @@ def test_a_changed_call_file_is_not_unpickled(tmp_path: Path) -> None:
     assert result(directory, 1, work.key)["outcome"] == "value"
 
 
-def test_a_call_file_moved_to_another_call_is_refused(tmp_path: Path) -> None:
+def test_a_broken_header_fails_its_call_and_leaves_the_rest_without_result(
+        tmp_path: Path) -> None:
     work, directory = call_directory(tmp_path / "w", [(ff.square, (1,), {}),
                                                       (ff.square, (2,), {})])
-    os.replace(_wire.call_file(directory, 0), _wire.call_file(directory, 1))
-    Path(_wire.call_file(directory, 0)).write_bytes(b"not a call\n")
+    flip(_wire.calls_file(directory), 0)
     _run.run_directory(directory)
     assert "header is not JSON" in result(directory, 0, work.key)["message"]
-    assert "signed for call" in result(directory, 1, work.key)["message"]
+    assert not os.path.exists(_wire.result_file(directory, 1))
+
+
+def test_a_call_signed_for_another_call_is_refused(tmp_path: Path) -> None:
+    work, first = call_directory(tmp_path / "w", [(ff.square, (1,), {})])
+    _, second = call_directory(tmp_path / "w", [(ff.square, (2,), {})])
+    os.replace(_wire.calls_file(first), _wire.calls_file(second))
+    _run.run_directory(second)
+    assert "signed for call" in result(second, 0, work.key)["message"]
+
+
+def test_a_result_cut_short_says_so(tmp_path: Path) -> None:
+    work, directory = call_directory(tmp_path / "w", [(ff.big, (1000,), {})])
+    _run.run_directory(directory)
+    path = _wire.result_file(directory, 0)
+    os.truncate(path, os.path.getsize(path) - 10)
+    with pytest.raises(_wire.WireError, match="cut short"):
+        result(directory, 0, work.key)
 
 
 def test_an_unsigned_key_or_a_public_one_stops_the_runner(tmp_path: Path) -> None:

@@ -20,10 +20,12 @@ def call_directory(work: Path, calls: Sequence[Call],
     folder = WorkDirectory(work, "test work directory")
     directory = folder.new_call_directory()
     name = os.path.basename(directory)
-    for index, (fn, args, kwargs) in enumerate(calls):
-        payload, needs = dumps_call("test", fn, args, kwargs)
-        header = call_header(f"{name}/{index}", needs, getattr(fn, "__qualname__", "?"))
-        if headers is not None and index < len(headers):
-            header.update(headers[index])
-        _wire.write_signed(_wire.call_file(directory, index), folder.key, header, payload)
+    with _wire.open_private(_wire.calls_file(directory)) as out:
+        for index, (fn, args, kwargs) in enumerate(calls):
+            payload, needs = dumps_call("test", fn, args, kwargs)
+            header = call_header(f"{name}/{index}", needs, getattr(fn, "__qualname__", "?"))
+            if headers is not None and index < len(headers):
+                header.update(headers[index])
+            out.write(_wire.signed_header(folder.key, header, payload))
+            out.write(payload)
     return folder, directory

@@ -239,14 +239,14 @@ class FunctionExecutor(concurrent.futures.Executor):
         name = os.path.basename(directory)
         futures = [call.future for call in group]
         try:
-            for index, call in enumerate(group):
-                header = call_header(f"{name}/{index}", call.needs_cloudpickle,
-                                     call.future.function_name)
-                _wire.write_signed(_wire.call_file(directory, index), self._work.key, header,
-                                   call.payload)
+            with _wire.open_private(_wire.calls_file(directory)) as out:
+                for index, call in enumerate(group):
+                    header = call_header(f"{name}/{index}", call.needs_cloudpickle,
+                                         call.future.function_name)
+                    out.write(_wire.signed_header(self._work.key, header, call.payload))
+                    out.write(call.payload)
             for stream in ("stdout", "stderr"):  # made private before the executor opens them
-                os.close(os.open(os.path.join(directory, stream),
-                                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+                _wire.open_private(os.path.join(directory, stream)).close()
         except BaseException:
             self._work.remove(directory)
             raise

@@ -40,31 +40,22 @@ def _call_directory(record: object) -> str:
     return str(arguments[2])
 
 
-def _function_names(directory: str, count: int) -> List[str]:
-    names = []
-    for index in range(count):
-        name = "?"
-        try:
-            with open(_wire.call_file(directory, index), "rb") as stream:
-                import json
-
-                header = json.loads(stream.readline(_wire.HEADER_LIMIT))
-                name = str(header.get("function", "?"))
-        except (OSError, ValueError):
-            pass
-        names.append(name)
-    return names
-
-
-def _indexes(directory: str) -> List[int]:
+def _function_names(directory: str) -> List[str]:
+    """The functions of the calls in ``directory``, from their headers (unchecked: names
+    only)."""
+    path = _wire.calls_file(directory)
+    names: List[str] = []
     try:
-        names = os.listdir(directory)
-    except OSError as ex:
-        raise FileNotFoundError(f"reattach: the call directory {directory} cannot be read "
-                                f"({ex.strerror or ex}); were its files removed?") from ex
-    found = sorted(int(n[1:-3]) for n in names
-                   if n.startswith("c") and n.endswith(".in") and n[1:-3].isdigit())
-    return found
+        with _wire.open_signed(path) as calls:
+            while True:
+                header = _wire.read_header(calls, path)
+                if header is None:
+                    return names
+                names.append(str(header.get("function", "?")))
+                calls.seek(header["size"], os.SEEK_CUR)
+    except (OSError, _wire.WireError) as ex:
+        raise FileNotFoundError(f"reattach: the calls of {directory} cannot be read ({ex}); "
+                                f"were its files removed?") from ex
 
 
 def reattach(ids: Union[str, Iterable[str]], *, work_directory: Optional[str] = None,
@@ -97,8 +88,7 @@ def reattach(ids: Union[str, Iterable[str]], *, work_directory: Optional[str] = 
         parent = os.path.dirname(directory)
         if parent not in works:
             works[parent] = WorkDirectory(parent, "reattach work directory")
-        indexes = _indexes(directory)
-        names = _function_names(directory, len(indexes))
+        names = _function_names(directory)
         futures = [FunctionFuture(name) for name in names]
         calls = JobCalls(works[parent], directory, futures, keep, _forget)
         books[job_id] = calls
