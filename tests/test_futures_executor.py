@@ -108,7 +108,7 @@ def test_keep_files_keeps_the_call_directory_private(work: Path) -> None:
         assert ex.submit(ff.square, 2).result(WAIT) == 4
     [directory] = call_directories(work)
     assert sorted(p.name for p in directory.iterdir()) == [
-        "c0.claim", "c0.in", "c0.out", "stderr", "stdout"]
+        "c0.claim", "c0.out", "calls.in", "stderr", "stdout"]
     assert (work / "functions").stat().st_mode & 0o777 == 0o700
     assert directory.stat().st_mode & 0o777 == 0o700
     assert {p.stat().st_mode & 0o777 for p in directory.iterdir()} == {0o600}
