@@ -135,6 +135,7 @@ def test_the_runner_imports_neither_cloudpickle_nor_psij_machinery(tmp_path: Pat
                           text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.replace("'", '"')) == [
-        "psij", "psij.futures", "psij.futures._run", "psij.futures._wire", "psij.version"]
+        "psij", "psij.futures", "psij.futures._run", "psij.futures._wire", "psij.futures.errors",
+        "psij.version"]
     header = result(directory, 0, work.key)
     assert header["outcome"] == "value" and header["cloudpickle"] is None

@@ -1,4 +1,4 @@
-"""``FunctionExecutor``: a :class:`concurrent.futures.Executor` whose calls run as PSI/J jobs on
+"""``FunctionExecutor``: a ``concurrent.futures.Executor`` whose calls run as PSI/J jobs on
 any executor (``local``, ``pilot``, ``slurm``, ``sge``, a side-loaded one).
 
 ``submit`` serializes the call at once (an argument that cannot be pickled is refused there,

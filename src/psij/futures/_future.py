@@ -1,4 +1,4 @@
-"""The future of one function call: a :class:`concurrent.futures.Future` that knows its job.
+"""The future of one function call: a ``concurrent.futures.Future`` that knows its job.
 
 Its result is set by the bookkeeping of its job (``_job_calls``) once the job ended; its
 ``cancel()`` asks the call's current owner (the pack being filled, then the job's bookkeeping),
@@ -72,7 +72,7 @@ class FunctionFuture(Future):  # type: ignore[type-arg]
 
     def cancel(self) -> bool:
         """Cancel the call if it has not started running (True then, as
-        :meth:`concurrent.futures.Future.cancel`); the job is cancelled when no call of it
+        ``concurrent.futures.Future.cancel``); the job is cancelled when no call of it
         is left to run. A call already running goes on (``job.cancel()`` stops it)."""
         if self.done():
             return self.cancelled()
