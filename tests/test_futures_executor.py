@@ -297,3 +297,37 @@ def test_as_completed_and_wait_see_every_future(ex: FunctionExecutor) -> None:
     assert done == {i * i for i in range(20)}
     finished, pending = concurrent.futures.wait(futures, timeout=WAIT)
     assert len(finished) == 20 and not pending
+
+
+def test_packed_calls_cancelled_at_once_are_cancelled_or_done_and_none_hangs(
+        work: Path) -> None:
+    config = LocalJobExecutorConfig(work_directory=work, cancel_grace_period=1.0)
+    with FunctionExecutor("local", config=config, pack=8) as ex:
+        futures = [ex.submit(ff.square, i) for i in range(40)]
+        answers = [future.cancel() for future in futures]
+        finished, pending = concurrent.futures.wait(futures, timeout=WAIT)
+        assert not pending and len(finished) == 40
+        for i, (future, answer) in enumerate(zip(futures, answers)):
+            assert future.cancelled() is answer
+            if not answer:
+                assert future.result(0) == i * i
+        assert any(answers)
+        assert ex.submit(ff.square, 5).result(WAIT) == 25
+
+
+def test_import_loads_no_executor_and_cloudpickle_waits_for_a_call(work: Path) -> None:
+    code = ("import sys\n"
+            "import psij, psij.futures\n"
+            "heavy = [m for m in ('cloudpickle', 'psij.job', 'psij.futures._executor') "
+            "if m in sys.modules]\n"
+            "assert heavy == [], heavy\n"
+            "from psij.futures import FunctionExecutor\n"
+            "assert 'cloudpickle' not in sys.modules\n"
+            "import subprocess\n"
+            "probe = subprocess.run([sys.executable, '-c', 'import sys, psij; "
+            "print(\"psij.futures\" in sys.modules)'], capture_output=True, text=True)\n"
+            "print(probe.stdout.strip())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=WAIT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
