@@ -3,7 +3,7 @@ while a job is being submitted go together in groups of at most ``cap``, a faile
 fails its calls only, and calls not yet handed over can be taken back."""
 
 import threading
-from typing import List
+from typing import Callable, List
 
 import pytest
 
@@ -78,3 +78,38 @@ def test_calls_not_handed_over_can_be_taken_back() -> None:
     release.set()
     packer.close()
     assert taken == [1]
+
+
+def settle(check: Callable[[], bool]) -> bool:
+    for _ in range(500):
+        if check():
+            return True
+        threading.Event().wait(0.01)
+    return False
+
+
+def test_while_the_executor_is_busy_calls_gather_until_cap_a_poke_or_the_linger_time(
+        ) -> None:
+    from psij._clock import ManualClock
+
+    clock = ManualClock()
+    busy = [True]
+    groups: List[List[int]] = []
+    packer: CallPacker[int] = CallPacker(groups.extend, lambda items, error: None, cap=3,
+                                         may_submit=lambda: not busy[0], linger=1.0,
+                                         clock=clock)
+    packer.add(1)
+    threading.Event().wait(0.1)
+    assert groups == []  # held: the executor is busy and the call is young
+    clock.advance(1.0)
+    assert settle(lambda: groups == [[1]])  # held no longer than the linger time
+    for item in (2, 3, 4):
+        packer.add(item)
+    assert settle(lambda: groups == [[1], [2, 3, 4]])  # a full job goes at once
+    packer.add(5)
+    threading.Event().wait(0.1)
+    assert groups == [[1], [2, 3, 4]]
+    busy[0] = False
+    packer.poke()  # a job ended
+    assert settle(lambda: groups == [[1], [2, 3, 4], [5]])
+    packer.close()

@@ -157,6 +157,7 @@ class FunctionExecutor(concurrent.futures.Executor):
             raise _check.fail_type("FunctionExecutor executor", executor,
                                    "an executor's name (str) or a psij.JobExecutor")
         self._fast = self._executor.name in FAST_EXECUTORS
+        self._given_pack = cap
         self._cap = cap if cap is not None else (FAST_PACK if self._fast else 1)
         try:
             base = Path(self._executor.config.work_directory)
@@ -168,8 +169,9 @@ class FunctionExecutor(concurrent.futures.Executor):
         self._lock = threading.Lock()
         self._live: Set[JobCalls] = set()
         self._shut = False
-        self._packer: CallPacker[_Call] = CallPacker(self._submit_groups, self._fail_calls,
-                                                     self._cap)
+        self._slots = _slots()
+        self._packer: CallPacker[_Call] = CallPacker(
+            self._submit_groups, self._fail_calls, self._cap, self._may_submit)
 
     @property
     def executor(self) -> JobExecutor:
@@ -217,10 +219,15 @@ class FunctionExecutor(concurrent.futures.Executor):
 
     def _automatic_chunk(self, count: int) -> int:
         if not self._fast:
-            return 1
-        slots = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-            else (os.cpu_count() or 1)
-        return max(1, min(self._cap, math.ceil(count / (slots * _JOBS_PER_SLOT))))
+            return self._cap
+        size = math.ceil(count / (self._slots * _JOBS_PER_SLOT))
+        return max(1, min(self._given_pack or MAX_PACK, size))
+
+    def _may_submit(self) -> bool:
+        """Whether a job may go now rather than wait to gather more calls: while fewer jobs
+        than a few per core are running or waiting."""
+        with self._lock:
+            return len(self._live) < self._slots * _JOBS_PER_SLOT
 
     def _check_open(self) -> None:
         if self._shut:
@@ -319,6 +326,7 @@ class FunctionExecutor(concurrent.futures.Executor):
     def _ended(self, calls: JobCalls) -> None:
         with self._lock:
             self._live.discard(calls)
+        self._packer.poke()
 
     def cancel_call(self, future: FunctionFuture) -> bool:
         """``cancel()`` of a call still waiting to be put into a job."""
@@ -356,6 +364,13 @@ class FunctionExecutor(concurrent.futures.Executor):
     def _close_executor(self) -> None:
         if getattr(self, "_owned", False):
             self._executor.close()
+
+
+def _slots() -> int:
+    """The cores this process may use (those of a pilot's allocation are not known here)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _results(futures: List[FunctionFuture], limit: Optional[float]) -> Iterator[Any]:
