@@ -79,3 +79,25 @@ def test_reattach_refuses_unknown_ids_and_other_jobs(tmp_path: Path) -> None:
     psij.registry.flush()
     with pytest.raises(ValueError, match="is not a function job"):
         reattach(job.id, work_directory=str(work))
+
+
+def test_a_finished_job_reattached_gives_its_result_and_a_public_directory_is_refused(
+        tmp_path: Path) -> None:
+    from psij.futures import FunctionExecutor
+    from support import futures_functions as ff
+
+    work = tmp_path / "work"
+    with FunctionExecutor("local", config=JobExecutorConfig(work_directory=work),
+                          keep_files=True) as ex:
+        future = ex.submit(ff.square, 11)
+        assert future.result(WAIT) == 121
+        job_id = future.job_id
+    import psij.registry
+
+    psij.registry.flush()
+    [again] = reattach(job_id, work_directory=str(work), keep_files=True)
+    assert again.result(WAIT) == 121  # read again: keep_files kept the directory
+    directory = Path(future.job.spec.arguments[-1])  # type: ignore[union-attr]
+    directory.chmod(0o777)
+    with pytest.raises(PermissionError, match="writable by group or others"):
+        reattach(job_id, work_directory=str(work))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tupl
 
 from psij import _check
 from psij._clock import MonotonicClock
+from psij._private_dirs import check_private_dir
 from psij.futures import _wire
 from psij.futures._executor import RUNNER_MODULE
 from psij.futures._future import FunctionFuture
@@ -88,6 +89,7 @@ def reattach(ids: Union[str, Iterable[str]], *, work_directory: Optional[str] = 
         parent = os.path.dirname(directory)
         if parent not in works:
             works[parent] = WorkDirectory(parent, "reattach work directory")
+        check_private_dir(directory, f"reattach: the call directory of job {job_id}")
         names = _function_names(directory)
         futures = [FunctionFuture(name) for name in names]
         calls = JobCalls(works[parent], directory, futures, keep, _forget)
