@@ -74,3 +74,13 @@ def test_a_result_file_changed_or_removed_fails_that_call_only(ex: FunctionExecu
     with pytest.raises(FunctionResultError, match=expected):
         next(results)
     assert other.result(WAIT) == 4
+
+
+def test_map_chunks_follow_the_cores_the_pilot_was_given(tmp_path: Path) -> None:
+    import psij.registry
+
+    work = tmp_path / "work"
+    with pilot(work, cores=1) as ex:
+        assert list(ex.map(ff.square, range(40))) == [i * i for i in range(40)]
+    psij.registry.flush()
+    assert len(psij.registry.find(work_directory=work)) == 4  # 1 core: 4 jobs of 10 calls

@@ -169,7 +169,7 @@ class FunctionExecutor(concurrent.futures.Executor):
         self._lock = threading.Lock()
         self._live: Set[JobCalls] = set()
         self._shut = False
-        self._slots = _slots()
+        self._slots = _slots(self._executor)
         self._packer: CallPacker[_Call] = CallPacker(
             self._submit_groups, self._fail_calls, self._cap, self._may_submit)
 
@@ -180,6 +180,7 @@ class FunctionExecutor(concurrent.futures.Executor):
 
     @property
     def work_directory(self) -> Path:
+        """Where the call directories are made (verified private)."""
         return Path(self._work.path)
 
     # -- submitting ---------------------------------------------------------------------------
@@ -366,8 +367,16 @@ class FunctionExecutor(concurrent.futures.Executor):
             self._executor.close()
 
 
-def _slots() -> int:
-    """The cores this process may use (those of a pilot's allocation are not known here)."""
+def _slots(executor: JobExecutor) -> int:
+    """The cores the jobs share: those an in-process pilot was given (``nodes`` or
+    ``cores`` of its configuration), else those this process may use."""
+    if executor.name == "pilot" and executor.url is None:
+        nodes = getattr(executor.config, "nodes", None)
+        if nodes:
+            return max(1, sum(int(getattr(node, "cores", 1)) for node in nodes))
+        cores = getattr(executor.config, "cores", None)
+        if isinstance(cores, int) and cores > 0:
+            return cores
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
