@@ -4,7 +4,9 @@ them ended: :func:`reattach`.
 A function job's recorded JobSpec runs ``python -m psij.futures._run DIR``; its call files in
 ``DIR`` say which calls it holds (one future each, in order), and the key beside ``DIR`` checks
 their results. The jobs are re-attached through :mod:`psij.registry` (their executors follow
-them from then on); nothing of the process that submitted them is needed.
+them from then on); nothing of the process that submitted them is needed. It submits and
+cancels nothing, and reads only call directories that are private (as ``_private_dirs``
+checks them).
 """
 
 import os
