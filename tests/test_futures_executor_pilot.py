@@ -38,7 +38,7 @@ def test_values_exceptions_and_map_of_500(ex: FunctionExecutor) -> None:
 def test_a_call_waiting_for_a_core_is_cancelled_with_its_job(tmp_path: Path) -> None:
     marker = tmp_path / "started"
     with pilot(tmp_path / "work", cores=1, pack=1) as ex:
-        running = ex.submit(ff.sleep_then, 2, "first", str(marker))
+        running = ex.submit(ff.sleep_then, 5, "first", str(marker))
         waiting = ex.submit(ff.square, 3)
         deadline = time.monotonic() + WAIT
         while not marker.exists():
