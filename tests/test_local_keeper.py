@@ -287,3 +287,34 @@ def test_a_cancel_reports_at_once_and_kills_after_the_grace_when_the_caller_exit
     assert members_left_after(pgid, grace + 30) == []
     [record] = psij.registry.find(job_id, work_directory=wd)
     assert record.state is JobState.CANCELED
+
+
+def test_a_registry_flush_commits_the_keeper_s_records_so_a_killed_submitter_s_jobs_attach(
+        tmp_path: Path) -> None:
+    # The submitter flushes the registry and is killed at once: its jobs' records (the keeper's,
+    # committed in batches) are already in the store, so another process attaches every job.
+    client = textwrap.dedent(f"""
+        import os, signal
+        import psij, psij.registry
+        from psij.job_executor_config import JobExecutorConfig
+        ex = psij.JobExecutor.get_instance(
+            "local", config=JobExecutorConfig(work_directory={str(tmp_path)!r}))
+        jobs = [psij.Job(psij.JobSpec("/bin/sleep", ["60"])) for _ in range(8)]
+        for job in jobs:
+            ex.submit(job)
+        psij.registry.flush()
+        with __import__("sqlite3").connect({str(tmp_path / "jobs.sqlite")!r}) as conn:
+            rows = conn.execute("SELECT job_id FROM local_runs").fetchall()
+        print(len(rows), " ".join(job.id for job in jobs), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """)
+    out = subprocess.run([sys.executable, "-c", client], capture_output=True, text=True,
+                         timeout=60).stdout.split()
+    assert out[0] == "8", out  # committed by the flush itself, not some time later
+    jobs = psij.registry.reattach(out[1:], work_directory=tmp_path)
+    try:
+        assert [job.id for job in jobs] == out[1:]
+        assert all(job.status.state is JobState.ACTIVE for job in jobs)
+    finally:
+        for job in jobs:
+            job.cancel()

@@ -93,13 +93,15 @@ def prepare() -> None:
 
 
 def settle_starts(timeout: float) -> None:
-    """Before ``psij.registry.flush``: the starts queued with keepers are sent and answered
-    and the ACTIVE statuses that follow set (``timeout`` seconds at most), so that a flush
-    after ``submit`` records each job with its native id."""
-    from psij.executors.local._keeper_client import drain_keepers
+    """Before ``psij.registry.flush``: the starts queued with keepers are sent and answered,
+    the keepers' records of their jobs committed, and the ACTIVE statuses that follow set
+    (``timeout`` seconds at most), so that a flush after ``submit`` records each job with its
+    native id, and ``attach`` finds it from any process even if this one is killed next."""
+    from psij.executors.local._keeper_client import drain_keepers, flush_keepers
 
     deadline = _CLOCK.now() + timeout
     drain_keepers(timeout)
+    flush_keepers()
     STARTS.drain(max(0.0, deadline - _CLOCK.now()))
 
 
