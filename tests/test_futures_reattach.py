@@ -31,17 +31,21 @@ CLIENT = textwrap.dedent("""
     for future in futures:
         if future.job_id not in ids:
             ids.append(future.job_id)
-    psij.registry.flush()
+    if sys.argv[2] == "flush":
+        psij.registry.flush()
     print(json.dumps(ids), flush=True)
     time.sleep(600)
 """)
 
 
-def test_futures_come_back_after_the_client_was_killed(tmp_path: Path) -> None:
+# With or without a flush of the job registry: reading job_id waits until the registry holds
+# the job, so ids printed and then a SIGKILL lose nothing.
+@pytest.mark.parametrize("flush", ["flush", "no flush"])
+def test_futures_come_back_after_the_client_was_killed(tmp_path: Path, flush: str) -> None:
     work = tmp_path / "work"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS),
                                                        os.environ.get("PYTHONPATH", "")]))
-    client = subprocess.Popen([sys.executable, "-c", CLIENT, str(work)], env=env,
+    client = subprocess.Popen([sys.executable, "-c", CLIENT, str(work), flush], env=env,
                               stdout=subprocess.PIPE, text=True)
     try:
         assert client.stdout is not None

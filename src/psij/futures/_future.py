@@ -8,7 +8,9 @@ done-callbacks run where ``concurrent.futures`` runs them, outside psij's locks.
 
 import threading
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, List, Optional, Protocol
+
+from psij._clock import MonotonicClock
 
 if TYPE_CHECKING:
     from psij.job import Job
@@ -16,6 +18,11 @@ if TYPE_CHECKING:
 __all__ = ["CallOwner", "FunctionFuture"]
 
 _PLACED_WAIT = 600.0  # seconds: a submission that takes longer has failed in its executor
+_FLUSH_WAIT = 30.0  # seconds: the longest job_id waits for the job registry's writer
+_clock = MonotonicClock()
+# When the last flush of the job registry made for job_id began: a job submitted before that
+# is recorded already, and reading its id again costs nothing.
+_flushed_from: List[float] = [-1.0]
 
 
 class CallOwner(Protocol):
@@ -32,7 +39,10 @@ class FunctionFuture(Future):  # type: ignore[type-arg]
     ``job`` is the :class:`psij.Job` that runs it (several calls may share one job: see
     ``pack``) and ``job_id`` that job's id, as the job registry and ``psij status`` show it;
     both wait until the call's job was submitted (at once for ``map`` and unpacked submits,
-    within milliseconds otherwise), so that the job is in the job registry by then.
+    within milliseconds otherwise). ``job_id`` also waits until the job registry holds the
+    job (``psij.registry.flush``, once for all the jobs submitted so far), so that an id kept
+    somewhere can be given to :func:`psij.futures.reattach` even if this process is killed
+    right after reading it.
     ``function_name`` is the function's qualified name and ``index`` the call's place in its
     job.
     """
@@ -44,6 +54,7 @@ class FunctionFuture(Future):  # type: ignore[type-arg]
         self._owner: Optional[CallOwner] = None
         self._job: Optional[Job] = None
         self._placed = threading.Event()
+        self._submitted = 0.0
 
     def _place(self, owner: CallOwner, job: Optional["Job"], index: int) -> None:
         self._owner = owner
@@ -54,6 +65,7 @@ class FunctionFuture(Future):  # type: ignore[type-arg]
     def _ready(self) -> None:
         """Its job was given to the executor, or could not be made or submitted (the future
         then holds the error): ``job`` stops waiting."""
+        self._submitted = _clock.now()
         self._placed.set()
 
     @property
@@ -67,8 +79,15 @@ class FunctionFuture(Future):  # type: ignore[type-arg]
 
     @property
     def job_id(self) -> str:
-        """The id of the job that runs this call."""
-        return self.job.id
+        """The id of the job that runs this call, once the job registry holds the job."""
+        job = self.job
+        if self._submitted >= _flushed_from[0]:
+            from psij._registry import recorder
+
+            began = _clock.now()
+            if recorder.flush(_FLUSH_WAIT):
+                _flushed_from[0] = max(_flushed_from[0], began)
+        return job.id
 
     def cancel(self) -> bool:
         """Cancel the call if it has not started running (True then, as
