@@ -1,0 +1,86 @@
+"""Calls submitted close together, put into jobs together ("group commit").
+
+:meth:`CallPacker.add` queues a call and returns. One thread, started on the first call and
+ended by :meth:`close`, takes every queued call at once (in jobs of at most ``cap`` calls) and
+hands them to the executor: while it submits one job, the calls made meanwhile gather for the
+next, so a lone call is submitted at once and a burst of calls goes in few jobs. A failure to
+submit fails those calls' futures only; the thread logs it and goes on. Nothing here sleeps:
+the thread waits on a condition until there is work.
+"""
+
+import threading
+from typing import Callable, Generic, List, Optional, TypeVar
+
+from psij._lazylog import LazyLogger
+
+__all__ = ["CallPacker"]
+
+_log = LazyLogger(__name__)
+T = TypeVar("T")
+
+
+class CallPacker(Generic[T]):
+    """Gathers items and gives them to ``submit`` in groups of at most ``cap``; ``failed``
+    is told of the items of a group whose ``submit`` raised."""
+
+    def __init__(self, submit: Callable[[List[List[T]]], None],
+                 failed: Callable[[List[T], BaseException], None], cap: int) -> None:
+        self._submit = submit
+        self._failed = failed
+        self._cap = cap
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._pending: List[T] = []
+        self._closing = False
+        self._thread: Optional[threading.Thread] = None
+
+    def add(self, item: T) -> None:
+        with self._lock:
+            if self._closing:
+                raise RuntimeError("cannot schedule new calls after shutdown")
+            self._pending.append(item)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="psij-function-packer",
+                                                daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def withdraw(self, which: Callable[[T], bool]) -> bool:
+        """Take back the first item ``which`` picks among those not yet handed to
+        ``submit``; False when there is none."""
+        with self._lock:
+            for i, pending in enumerate(self._pending):
+                if which(pending):
+                    del self._pending[i]
+                    return True
+        return False
+
+    def drain(self) -> List[T]:
+        """Take back every item not yet handed to ``submit``."""
+        with self._lock:
+            taken, self._pending = self._pending, []
+        return taken
+
+    def close(self) -> None:
+        """Submit what is queued, then end the thread (waits for it)."""
+        with self._lock:
+            self._closing = True
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending and not self._closing:
+                    self._wake.wait()
+                if not self._pending:
+                    return
+                taken, self._pending = self._pending, []
+            groups = [taken[i:i + self._cap] for i in range(0, len(taken), self._cap)]
+            try:
+                self._submit(groups)
+            except BaseException as ex:  # fails these calls, not the thread
+                _log.exception("function calls could not be submitted")
+                self._failed(taken, ex)
