@@ -133,15 +133,20 @@ def _in_order(results: Iterable[int]) -> Tuple[List[int], Optional[float]]:
     return out, first
 
 
-def ours_slurm_map(calls: int, work: Path) -> Dict[str, Any]:
-    """``map(trivial, range(calls))`` on this package's ``slurm`` executor: one array."""
+def ours_slurm_map(calls: int, work: Path, polling: Optional[float]) -> Dict[str, Any]:
+    """``map(trivial, range(calls))`` on this package's ``slurm`` executor: one array; its
+    queue polling interval ``polling`` seconds (the executor's default when None)."""
     import psij
+    from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
     from psij.futures import FunctionExecutor
 
     attributes = psij.JobAttributes(duration=timedelta(minutes=SLURM_LIMIT_MIN),
                                     custom_attributes={"slurm.nice": SLURM_NICE})
+    config = None if polling is None else BatchSchedulerExecutorConfig(
+        queue_polling_interval=polling, initial_queue_polling_delay=min(polling, 2.0))
     t0 = time.monotonic()
-    with FunctionExecutor("slurm", attributes=attributes, work_directory=work) as ex:
+    with FunctionExecutor("slurm", config=config, attributes=attributes,
+                          work_directory=work) as ex:
         results, first = _in_order(ex.map(trivial, range(calls)))
         t_end = time.monotonic()
     return {**_figures(calls, t0, t_end, first, results), "native_ids": _slurm_ids_under(work)}
@@ -186,7 +191,7 @@ def _slurm_ids_under(work: Path) -> List[str]:
 WORKLOADS: Dict[str, Callable[[argparse.Namespace], Dict[str, Any]]] = {
     "local": lambda a: (ours_local(a.executor, a.calls, a.work) if a.side == OURS
                         else submitit_local(a.calls, a.work)),
-    "slurm-map": lambda a: (ours_slurm_map(a.calls, a.work) if a.side == OURS
+    "slurm-map": lambda a: (ours_slurm_map(a.calls, a.work, a.polling) if a.side == OURS
                             else submitit_slurm_map(a.calls, a.work)),
 }
 
@@ -196,6 +201,9 @@ def worker_main(argv: Sequence[str]) -> int:
     parser.add_argument("workload", choices=sorted(WORKLOADS))
     parser.add_argument("--side", choices=[OURS, SUBMITIT], required=True)
     parser.add_argument("--executor", default="local", help="ours' executor for 'local'")
+    parser.add_argument("--polling", type=float, default=None,
+                        help="ours' queue polling interval on Slurm, seconds (default: the "
+                             "executor's)")
     parser.add_argument("--calls", type=int, required=True)
     parser.add_argument("--work", type=Path, required=True)
     args = parser.parse_args(argv)

@@ -14,7 +14,10 @@ Figures, each side in a child interpreter of its own venv (submitit's in
   array) against submitit's ``SlurmExecutor.map_array`` (one job array, its defaults), each
   job with a 30-minute limit and nice -10000 (ahead of other work on the shared test Slurm);
   calls per second from the executor's creation to the last result, and the time to the first
-  result in order. Goal: ours at least submitit's calls per second.
+  result in order. Goal: ours at least submitit's calls per second. Ours runs twice: with its
+  executor's default queue polling (every 30 s: a result is collected when a status poll sees
+  its job end) and polling every second, which shows how much of its time is that wait
+  (submitit notices each result file within a second).
 
 Usage: ``python bench/futures.py [--quick] [--no-slurm] [--ours-only]`` (``make bench-futures``).
 The Slurm figures need a running Slurm (this benchmark never starts one) and are skipped with
@@ -50,6 +53,9 @@ SUBMITIT_STAMP = SUBMITIT_VENV / ".installed"
 SCHEDULERS_LOCK = Path(os.environ.get("SCHEDULERS_LOCK", "/tmp/psij-test-schedulers.lock"))
 ROUND_LIMIT_S = 1200.0
 DRAIN_LIMIT_S = 120.0
+# ours again on Slurm with this queue polling interval (seconds), beside its default (30 s):
+# how much of its time is the wait for the status poll that sees the last jobs end.
+FAST_POLLING_S = 1.0
 LOCAL_GOAL = 10.0
 SLURM_GOAL = 1.0
 
@@ -287,6 +293,9 @@ def main(argv: Sequence[str]) -> int:
          median(local, "submitit/local", "calls_per_s"), LOCAL_GOAL),
         ("ours' Slurm map (one array) at least submitit's map_array calls/s",
          median(slurm, "ours/slurm", "calls_per_s"),
+         median(slurm, "submitit/slurm", "calls_per_s"), SLURM_GOAL),
+        (f"the same, ours polling the queue every {FAST_POLLING_S:g} s",
+         median(slurm, "ours/slurm-1s", "calls_per_s"),
          median(slurm, "submitit/slurm", "calls_per_s"), SLURM_GOAL)])
     if errors or problem is not None:
         log()
@@ -305,7 +314,9 @@ def slurm_series(calls: int, with_submitit: bool, base: Path) -> Dict[str, Serie
         log()
         return {}
     sides = [Side("ours/slurm", OURS_PYTHON, ("slurm-map", "--side", OURS,
-                                              "--calls", str(calls)))]
+                                              "--calls", str(calls))),
+             Side("ours/slurm-1s", OURS_PYTHON, ("slurm-map", "--side", OURS, "--polling",
+                                                 str(FAST_POLLING_S), "--calls", str(calls)))]
     if with_submitit:
         sides.append(Side("submitit/slurm", SUBMITIT_PYTHON,
                           ("slurm-map", "--side", SUBMITIT, "--calls", str(calls))))
