@@ -42,14 +42,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from _futures_worker import OURS, SUBMITIT, worker_main
 from _help import description
-from run import OURS_PYTHON, PIP_INSTALL_LIMIT_S, REPO, _child_env, _last_result_line, _tail, log
+from run import OURS_PYTHON, REPO, _child_env, _last_result_line, _tail, ensure_side_venv, log
 
 SCRIPT = Path(__file__).resolve()
 SUBMITIT_REQUIREMENT = "submitit==1.5.2"
 SUBMITIT_VENV = REPO / ".bench-venvs" / "submitit-1.5.2"
 SUBMITIT_PYTHON = SUBMITIT_VENV / "bin" / "python"
-# Written last, so a venv whose install was interrupted is rebuilt on the next run.
-SUBMITIT_STAMP = SUBMITIT_VENV / ".installed"
 SCHEDULERS_LOCK = Path(os.environ.get("SCHEDULERS_LOCK", "/tmp/psij-test-schedulers.lock"))
 ROUND_LIMIT_S = 1200.0
 DRAIN_LIMIT_S = 120.0
@@ -77,25 +75,7 @@ class Series:
 
 def ensure_submitit_venv() -> Optional[str]:
     """Create the side venv with submitit once; return an error text if that fails."""
-    if SUBMITIT_STAMP.exists() and SUBMITIT_PYTHON.exists():
-        return None
-    log(f"Creating {SUBMITIT_VENV.relative_to(REPO)} with {SUBMITIT_REQUIREMENT} (once; "
-        "cached) ...")
-    # The base interpreter, not this venv's, so the side venv does not chain to .venv.
-    base_python = Path(getattr(sys, "_base_executable", sys.executable))
-    for argv in ([str(base_python), "-m", "venv", "--clear", str(SUBMITIT_VENV)],
-                 [str(SUBMITIT_PYTHON), "-m", "pip", "install", "--quiet",
-                  "--disable-pip-version-check", SUBMITIT_REQUIREMENT]):
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, env=_child_env(),
-                                  timeout=PIP_INSTALL_LIMIT_S)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"{' '.join(argv)}: {exc}"
-        if done.returncode != 0:
-            return (f"{' '.join(argv)} exited with {done.returncode}\n"
-                    + _tail(done.stdout + done.stderr))
-    SUBMITIT_STAMP.touch()
-    return None
+    return ensure_side_venv(SUBMITIT_VENV, SUBMITIT_REQUIREMENT, SUBMITIT_PYTHON)
 
 
 def run_child(side: Side, work: Path, timeout: float) -> Dict[str, Any]:
