@@ -163,12 +163,8 @@ def submitit_slurm_map(calls: int, work: Path) -> Dict[str, Any]:
     ex.update_parameters(time=SLURM_LIMIT_MIN, additional_parameters={"nice": SLURM_NICE})
     jobs = ex.map_array(trivial, range(calls))
     native_ids = sorted({job.job_id.split("_")[0] for job in jobs})
-    try:
-        results, first = _in_order(job.result() for job in jobs)
-        t_end = time.monotonic()
-    except BaseException:
-        print(json.dumps({"native_ids": native_ids}), file=sys.stderr)
-        raise
+    results, first = _in_order(job.result() for job in jobs)
+    t_end = time.monotonic()
     return {**_figures(calls, t0, t_end, first, results), "native_ids": native_ids}
 
 
@@ -208,6 +204,8 @@ def worker_main(argv: Sequence[str]) -> int:
     parser.add_argument("--work", type=Path, required=True)
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
+    # Slurm jobs work where they were submitted: the driver finds a round's jobs by that.
+    os.chdir(args.work)
     # Both sides pickle with cloudpickle: by value, the jobs need not import this module.
     import cloudpickle
 

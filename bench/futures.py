@@ -30,7 +30,6 @@ import argparse
 import fcntl
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -42,7 +41,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from _futures_worker import OURS, SUBMITIT, worker_main
 from _help import description
-from run import OURS_PYTHON, REPO, _child_env, _last_result_line, _tail, ensure_side_venv, log
+from batch import run_child
+from run import OURS_PYTHON, REPO, Implementation, ensure_side_venv, log
 
 SCRIPT = Path(__file__).resolve()
 SUBMITIT_REQUIREMENT = "submitit==1.5.2"
@@ -78,30 +78,14 @@ def ensure_submitit_venv() -> Optional[str]:
     return ensure_side_venv(SUBMITIT_VENV, SUBMITIT_REQUIREMENT, SUBMITIT_PYTHON)
 
 
-def run_child(side: Side, work: Path, timeout: float) -> Dict[str, Any]:
-    """One worker run of ``side`` working under ``work``; raises RuntimeError when it gives
-    no result. It leads its own session, so that a timeout kills whatever it started too."""
-    out_path, err_path = work / "worker.out", work / "worker.err"
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen([str(side.python), str(SCRIPT), "worker", *side.args,
-                                 "--work", str(work)], stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=err, env=_child_env(), cwd=work, start_new_session=True)
-    try:
-        returncode: Optional[int] = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-        returncode = None
-    said = out_path.read_text(errors="replace") + err_path.read_text(errors="replace")
-    result = _last_result_line(out_path.read_text(errors="replace"))
-    if result is None or result.get("wrong_results"):
-        how = (f"killed after {timeout:.0f} s" if returncode is None else
-               f"exited with {returncode}" if result is None else
-               f"{result['wrong_results']} of {result['calls']} results wrong or missing")
-        raise RuntimeError(f"no result ({how})\n" + _tail(said))
+def run_side(side: Side, work: Path, timeout: float) -> Dict[str, Any]:
+    """One worker run of ``side`` working in ``work``; raises RuntimeError when it gives no
+    result, or a wrong or missing one for a call."""
+    result = run_child(Implementation(side.label, side.python),
+                       [*side.args, "--work", str(work)], timeout, script=SCRIPT)
+    if result.get("wrong_results"):
+        raise RuntimeError(f"{result['wrong_results']} of {result['calls']} results wrong or "
+                           "missing")
     return result
 
 
@@ -115,7 +99,7 @@ def alternate(title: str, sides: Sequence[Side], rounds: int, base: Path,
             work = Path(tempfile.mkdtemp(prefix="psij-bench-futures-", dir=base))
             started = time.monotonic()
             try:
-                result = run_child(side, work, ROUND_LIMIT_S)
+                result = run_side(side, work, ROUND_LIMIT_S)
             except (OSError, RuntimeError) as exc:
                 series[side.label].errors.append(str(exc))
                 log(f"   round {round_no} {side.label:14}: FAILED: {exc}")
