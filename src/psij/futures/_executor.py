@@ -1,4 +1,4 @@
-"""``FunctionExecutor``: a :class:`concurrent.futures.Executor` whose calls run as PSI/J jobs on
+"""``FunctionExecutor``: a ``concurrent.futures.Executor`` whose calls run as PSI/J jobs on
 any executor (``local``, ``pilot``, ``slurm``, ``sge``, a side-loaded one).
 
 ``submit`` serializes the call at once (an argument that cannot be pickled is refused there,
@@ -157,6 +157,7 @@ class FunctionExecutor(concurrent.futures.Executor):
             raise _check.fail_type("FunctionExecutor executor", executor,
                                    "an executor's name (str) or a psij.JobExecutor")
         self._fast = self._executor.name in FAST_EXECUTORS
+        self._given_pack = cap
         self._cap = cap if cap is not None else (FAST_PACK if self._fast else 1)
         try:
             base = Path(self._executor.config.work_directory)
@@ -168,8 +169,9 @@ class FunctionExecutor(concurrent.futures.Executor):
         self._lock = threading.Lock()
         self._live: Set[JobCalls] = set()
         self._shut = False
-        self._packer: CallPacker[_Call] = CallPacker(self._submit_groups, self._fail_calls,
-                                                     self._cap)
+        self._slots = _slots(self._executor)
+        self._packer: CallPacker[_Call] = CallPacker(
+            self._submit_groups, self._fail_calls, self._cap, self._may_submit)
 
     @property
     def executor(self) -> JobExecutor:
@@ -178,6 +180,7 @@ class FunctionExecutor(concurrent.futures.Executor):
 
     @property
     def work_directory(self) -> Path:
+        """Where the call directories are made (verified private)."""
         return Path(self._work.path)
 
     # -- submitting ---------------------------------------------------------------------------
@@ -217,10 +220,15 @@ class FunctionExecutor(concurrent.futures.Executor):
 
     def _automatic_chunk(self, count: int) -> int:
         if not self._fast:
-            return 1
-        slots = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-            else (os.cpu_count() or 1)
-        return max(1, min(self._cap, math.ceil(count / (slots * _JOBS_PER_SLOT))))
+            return self._cap
+        size = math.ceil(count / (self._slots * _JOBS_PER_SLOT))
+        return max(1, min(self._given_pack or MAX_PACK, size))
+
+    def _may_submit(self) -> bool:
+        """Whether a job may go now rather than wait to gather more calls: while fewer jobs
+        than a few per core are running or waiting."""
+        with self._lock:
+            return len(self._live) < self._slots * _JOBS_PER_SLOT
 
     def _check_open(self) -> None:
         if self._shut:
@@ -239,11 +247,14 @@ class FunctionExecutor(concurrent.futures.Executor):
         name = os.path.basename(directory)
         futures = [call.future for call in group]
         try:
-            for index, call in enumerate(group):
-                header = call_header(f"{name}/{index}", call.needs_cloudpickle,
-                                     call.future.function_name)
-                _wire.write_signed(_wire.call_file(directory, index), self._work.key, header,
-                                   call.payload)
+            with _wire.open_private(_wire.calls_file(directory)) as out:
+                for index, call in enumerate(group):
+                    header = call_header(f"{name}/{index}", call.needs_cloudpickle,
+                                         call.future.function_name)
+                    out.write(_wire.signed_header(self._work.key, header, call.payload))
+                    out.write(call.payload)
+            for stream in ("stdout", "stderr"):  # made private before the executor opens them
+                _wire.open_private(os.path.join(directory, stream)).close()
         except BaseException:
             self._work.remove(directory)
             raise
@@ -286,6 +297,10 @@ class FunctionExecutor(concurrent.futures.Executor):
                 self._job_not_submitted(job, ex)
             if raise_errors:
                 raise
+        finally:
+            for group in groups:
+                for call in group:
+                    call.future._ready()
 
     def _job_not_submitted(self, job: Job, error: BaseException) -> None:
         calls = self._books_of(job)
@@ -307,17 +322,18 @@ class FunctionExecutor(concurrent.futures.Executor):
     def _fail_calls(self, calls: List[_Call], error: BaseException) -> None:
         for call in calls:
             call.future._settle(False, error)
-            call.future._unplaced()
+            call.future._ready()
 
     def _ended(self, calls: JobCalls) -> None:
         with self._lock:
             self._live.discard(calls)
+        self._packer.poke()
 
     def cancel_call(self, future: FunctionFuture) -> bool:
         """``cancel()`` of a call still waiting to be put into a job."""
         if self._packer.withdraw(lambda call: call.future is future):
             cancelled = future._cancel_now()
-            future._unplaced()
+            future._ready()
             return cancelled
         future._placed.wait(10.0)  # being put into a job at this moment
         owner = future._owner
@@ -335,7 +351,7 @@ class FunctionExecutor(concurrent.futures.Executor):
         if cancel_futures:
             for call in self._packer.drain():
                 call.future._cancel_now()
-                call.future._unplaced()
+                call.future._ready()
         self._packer.close()
         with self._lock:
             futures = [future for calls in self._live for future in calls.futures]
@@ -349,6 +365,21 @@ class FunctionExecutor(concurrent.futures.Executor):
     def _close_executor(self) -> None:
         if getattr(self, "_owned", False):
             self._executor.close()
+
+
+def _slots(executor: JobExecutor) -> int:
+    """The cores the jobs share: those an in-process pilot was given (``nodes`` or
+    ``cores`` of its configuration), else those this process may use."""
+    if executor.name == "pilot" and executor.url is None:
+        nodes = getattr(executor.config, "nodes", None)
+        if nodes:
+            return max(1, sum(int(getattr(node, "cores", 1)) for node in nodes))
+        cores = getattr(executor.config, "cores", None)
+        if isinstance(cores, int) and cores > 0:
+            return cores
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _results(futures: List[FunctionFuture], limit: Optional[float]) -> Iterator[Any]:

@@ -1,4 +1,4 @@
-"""The future of one function call: a :class:`concurrent.futures.Future` that knows its job.
+"""The future of one function call: a ``concurrent.futures.Future`` that knows its job.
 
 Its result is set by the bookkeeping of its job (``_job_calls``) once the job ended; its
 ``cancel()`` asks the call's current owner (the pack being filled, then the job's bookkeeping),
@@ -31,9 +31,10 @@ class FunctionFuture(Future):  # type: ignore[type-arg]
 
     ``job`` is the :class:`psij.Job` that runs it (several calls may share one job: see
     ``pack``) and ``job_id`` that job's id, as the job registry and ``psij status`` show it;
-    both wait until the call was put into a job (at once for ``map`` and unpacked submits,
-    within milliseconds otherwise). ``function_name`` is the function's qualified name and
-    ``index`` the call's place in its job.
+    both wait until the call's job was submitted (at once for ``map`` and unpacked submits,
+    within milliseconds otherwise), so that the job is in the job registry by then.
+    ``function_name`` is the function's qualified name and ``index`` the call's place in its
+    job.
     """
 
     def __init__(self, function_name: str) -> None:
@@ -49,10 +50,10 @@ class FunctionFuture(Future):  # type: ignore[type-arg]
         self.index = index
         if job is not None:
             self._job = job
-            self._placed.set()
 
-    def _unplaced(self) -> None:
-        """Its job could not be made or submitted (the future holds the error)."""
+    def _ready(self) -> None:
+        """Its job was given to the executor, or could not be made or submitted (the future
+        then holds the error): ``job`` stops waiting."""
         self._placed.set()
 
     @property
@@ -71,7 +72,7 @@ class FunctionFuture(Future):  # type: ignore[type-arg]
 
     def cancel(self) -> bool:
         """Cancel the call if it has not started running (True then, as
-        :meth:`concurrent.futures.Future.cancel`); the job is cancelled when no call of it
+        ``concurrent.futures.Future.cancel``); the job is cancelled when no call of it
         is left to run. A call already running goes on (``job.cancel()`` stops it)."""
         if self.done():
             return self.cancelled()
@@ -81,7 +82,12 @@ class FunctionFuture(Future):  # type: ignore[type-arg]
         return owner.cancel_call(self)
 
     def _cancel_now(self) -> bool:
-        return bool(Future.cancel(self))
+        if not Future.cancel(self):
+            return False
+        # What an executor does for a cancelled future it will not run: concurrent.futures'
+        # wait() and as_completed() count it as done only then.
+        self.set_running_or_notify_cancel()
+        return True
 
     def _settle(self, ok: bool, value: Any) -> None:
         """Set the result or the exception unless the future is cancelled or done."""

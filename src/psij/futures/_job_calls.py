@@ -3,7 +3,8 @@ gets when the job ends, cancellation of calls not started, and the removal of th
 
 Called from the executor's status callbacks (``status_changed``) and from ``cancel()``. The
 futures are given their values after the lock is released, so that done-callbacks never run
-under it; one call whose result cannot be read fails alone.
+under it; one call whose result cannot be read fails alone. It submits nothing and never
+unpickles a result before ``_payload`` checked it; it removes only its own call directory.
 """
 
 import os

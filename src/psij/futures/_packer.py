@@ -3,14 +3,18 @@
 :meth:`CallPacker.add` queues a call and returns. One thread, started on the first call and
 ended by :meth:`close`, takes every queued call at once (in jobs of at most ``cap`` calls) and
 hands them to the executor: while it submits one job, the calls made meanwhile gather for the
-next, so a lone call is submitted at once and a burst of calls goes in few jobs. A failure to
-submit fails those calls' futures only; the thread logs it and goes on. Nothing here sleeps:
-the thread waits on a condition until there is work.
+next, so a lone call is submitted at once and a burst of calls goes in few jobs. While
+``may_submit()`` says the executor has enough jobs to run (its cores are busy), calls gather
+until there are ``cap`` of them, a job ends (:meth:`poke`) or the oldest has waited ``linger``
+seconds on the clock: fewer, fuller jobs, and no call held back for long. A failure to submit
+fails those calls' futures only; the thread logs it and goes on. Nothing here polls: the thread
+waits on a condition until there is work or the linger time is up.
 """
 
 import threading
 from typing import Callable, Generic, List, Optional, TypeVar
 
+from psij._clock import Clock, MonotonicClock
 from psij._lazylog import LazyLogger
 
 __all__ = ["CallPacker"]
@@ -24,10 +28,16 @@ class CallPacker(Generic[T]):
     is told of the items of a group whose ``submit`` raised."""
 
     def __init__(self, submit: Callable[[List[List[T]]], None],
-                 failed: Callable[[List[T], BaseException], None], cap: int) -> None:
+                 failed: Callable[[List[T], BaseException], None], cap: int,
+                 may_submit: Callable[[], bool] = lambda: True, linger: float = 0.05,
+                 clock: Optional[Clock] = None) -> None:
         self._submit = submit
         self._failed = failed
         self._cap = cap
+        self._may_submit = may_submit
+        self._linger = linger
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
+        self._since = 0.0  # when the oldest queued call was queued
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._pending: List[T] = []
@@ -38,6 +48,8 @@ class CallPacker(Generic[T]):
         with self._lock:
             if self._closing:
                 raise RuntimeError("cannot schedule new calls after shutdown")
+            if not self._pending:
+                self._since = self._clock.now()
             self._pending.append(item)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="psij-function-packer",
@@ -61,6 +73,22 @@ class CallPacker(Generic[T]):
             taken, self._pending = self._pending, []
         return taken
 
+    def poke(self) -> None:
+        """The executor may take more jobs now (one ended)."""
+        with self._lock:
+            self._wake.notify()
+
+    def _held_for(self) -> Optional[float]:
+        """With the lock held: how long to wait before the queued calls go (None: until
+        woken; 0: now)."""
+        if self._closing:
+            return 0.0
+        if not self._pending:
+            return None
+        if len(self._pending) >= self._cap or self._may_submit():
+            return 0.0
+        return max(0.0, self._since + self._linger - self._clock.now())
+
     def close(self) -> None:
         """Submit what is queued, then end the thread (waits for it)."""
         with self._lock:
@@ -73,8 +101,10 @@ class CallPacker(Generic[T]):
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._pending and not self._closing:
-                    self._wake.wait()
+                wait = self._held_for()
+                while wait != 0.0:
+                    self._clock.wait(self._wake, wait)
+                    wait = self._held_for()
                 if not self._pending:
                     return
                 taken, self._pending = self._pending, []

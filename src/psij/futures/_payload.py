@@ -80,7 +80,7 @@ def load_result(path: str, key: bytes, call: str,
     """What a future gets from the result file ``path`` of ``call``: ``ident(message)`` makes
     the error for a file that cannot be trusted or read."""
     try:
-        header, payload = _wire.read_signed(path, key, call)
+        header, payload = _wire.read_file(path, key, call)
     except _wire.WireError as ex:
         return False, ident(f"the result cannot be used: {ex}")
     here = _wire.python_version()

@@ -4,22 +4,34 @@ them ended: :func:`reattach`.
 A function job's recorded JobSpec runs ``python -m psij.futures._run DIR``; its call files in
 ``DIR`` say which calls it holds (one future each, in order), and the key beside ``DIR`` checks
 their results. The jobs are re-attached through :mod:`psij.registry` (their executors follow
-them from then on); nothing of the process that submitted them is needed.
+them from then on); nothing of the process that submitted them is needed. It submits and
+cancels nothing, and reads only call directories that are private (as ``_private_dirs``
+checks them).
 """
 
 import os
-from typing import Dict, Iterable, List, Optional, Union
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from psij import _check
+from psij._clock import MonotonicClock
+from psij._private_dirs import check_private_dir
 from psij.futures import _wire
 from psij.futures._executor import RUNNER_MODULE
 from psij.futures._future import FunctionFuture
 from psij.futures._job_calls import JobCalls
 from psij.futures._workdir import WorkDirectory
+from psij.futures.errors import FunctionJobError
 from psij.job import Job
 from psij.job_status import JobStatus
 
+if TYPE_CHECKING:
+    from psij import registry
+
 __all__ = ["reattach"]
+
+_CLOCK = MonotonicClock()
+_ATTACH_PATIENCE = 5.0  # seconds of retries for jobs their executor does not know yet
+_ATTACH_RETRY = 0.2
 
 
 def _call_directory(record: object) -> str:
@@ -31,31 +43,22 @@ def _call_directory(record: object) -> str:
     return str(arguments[2])
 
 
-def _function_names(directory: str, count: int) -> List[str]:
-    names = []
-    for index in range(count):
-        name = "?"
-        try:
-            with open(_wire.call_file(directory, index), "rb") as stream:
-                import json
-
-                header = json.loads(stream.readline(_wire.HEADER_LIMIT))
-                name = str(header.get("function", "?"))
-        except (OSError, ValueError):
-            pass
-        names.append(name)
-    return names
-
-
-def _indexes(directory: str) -> List[int]:
+def _function_names(directory: str) -> List[str]:
+    """The functions of the calls in ``directory``, from their headers (unchecked: names
+    only)."""
+    path = _wire.calls_file(directory)
+    names: List[str] = []
     try:
-        names = os.listdir(directory)
-    except OSError as ex:
-        raise FileNotFoundError(f"reattach: the call directory {directory} cannot be read "
-                                f"({ex.strerror or ex}); were its files removed?") from ex
-    found = sorted(int(n[1:-3]) for n in names
-                   if n.startswith("c") and n.endswith(".in") and n[1:-3].isdigit())
-    return found
+        with _wire.open_signed(path) as calls:
+            while True:
+                header = _wire.read_header(calls, path)
+                if header is None:
+                    return names
+                names.append(str(header.get("function", "?")))
+                calls.seek(header["size"], os.SEEK_CUR)
+    except (OSError, _wire.WireError) as ex:
+        raise FileNotFoundError(f"reattach: the calls of {directory} cannot be read ({ex}); "
+                                f"were its files removed?") from ex
 
 
 def reattach(ids: Union[str, Iterable[str]], *, work_directory: Optional[str] = None,
@@ -88,8 +91,8 @@ def reattach(ids: Union[str, Iterable[str]], *, work_directory: Optional[str] = 
         parent = os.path.dirname(directory)
         if parent not in works:
             works[parent] = WorkDirectory(parent, "reattach work directory")
-        indexes = _indexes(directory)
-        names = _function_names(directory, len(indexes))
+        check_private_dir(directory, f"reattach: the call directory of job {job_id}")
+        names = _function_names(directory)
         futures = [FunctionFuture(name) for name in names]
         calls = JobCalls(works[parent], directory, futures, keep, _forget)
         books[job_id] = calls
@@ -98,12 +101,41 @@ def reattach(ids: Union[str, Iterable[str]], *, work_directory: Optional[str] = 
     def status_changed(job: Job, status: JobStatus) -> None:
         books[job.id].status_changed(job, status)
 
-    jobs = registry.attach(ordered, status_changed)
+    jobs, failures = _attach(ordered, status_changed)
+    for record, error in failures:
+        for future in books[record.id].futures:
+            future._settle(False, FunctionJobError(
+                f"job {record.id} ({record.executor} {record.native_id}) could not be "
+                f"re-attached: {error}", record.id, record.native_id))
+            future._ready()
     for job in jobs:
         books[job.id].bind(job)
+        for future in books[job.id].futures:
+            future._ready()
         if job.status.final:  # ended before the callback was set
             books[job.id].status_changed(job, job.status)
     return [future for job_id in wanted for future in books[job_id].futures]
+
+
+def _attach(records: List["registry.JobRecord"], callback: Callable[[Job, JobStatus], None]
+            ) -> Tuple[List[Job], List[Tuple["registry.JobRecord", Exception]]]:
+    """The records attached; those that could not be, with the reason, after a few tries
+    (a job recorded moments ago may not be known to its executor yet)."""
+    from psij import registry
+
+    jobs: List[Job] = []
+    left = records
+    deadline = _CLOCK.now() + _ATTACH_PATIENCE
+    while True:
+        try:
+            jobs += registry.attach(left, callback)
+            return jobs, []
+        except registry.AttachError as ex:
+            jobs += ex.jobs
+            if _CLOCK.now() >= deadline:
+                return jobs, ex.failures
+            left = [record for record, _error in ex.failures]
+            _CLOCK.sleep(_ATTACH_RETRY)
 
 
 def _forget(calls: JobCalls) -> None:

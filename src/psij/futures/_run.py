@@ -111,12 +111,15 @@ def _raised(ex: BaseException) -> Tuple[Dict[str, Any], bytes]:
     return fields, payload
 
 
-def _call_indexes(directory: str) -> List[int]:
-    indexes = []
-    for name in os.listdir(directory):
-        if name.startswith("c") and name.endswith(".in") and name[1:-3].isdigit():
-            indexes.append(int(name[1:-3]))
-    return sorted(indexes)
+def _result(directory: str, key: bytes, index: int, fields: Dict[str, Any],
+            payload: bytes) -> None:
+    loaded = sys.modules.get("cloudpickle")
+    fields.update({"format": _wire.FORMAT, "call": f"{os.path.basename(directory)}/{index}",
+                   "python": _wire.python_version(),
+                   "cloudpickle": None if loaded is None else loaded.__version__})
+    _wire.write_signed(_wire.result_file(directory, index), key, fields, payload)
+    sys.stdout.flush()
+    sys.stderr.flush()
 
 
 def run_directory(directory: str) -> int:
@@ -124,26 +127,29 @@ def run_directory(directory: str) -> int:
     directory = os.path.abspath(directory)
     key = _wire.read_key(os.path.dirname(directory))
     name = os.path.basename(directory)
+    path = _wire.calls_file(directory)
     done = 0
-    for index in _call_indexes(directory):
-        if not _wire.claim(directory, index, _wire.CLAIM_RUN):
-            continue  # cancelled by the client before it started
-        call = f"{name}/{index}"
-        fields: Dict[str, Any]
-        try:
-            header, payload = _wire.read_signed(_wire.call_file(directory, index), key, call)
-        except _wire.WireError as ex:
-            fields, result = {"outcome": "error", "message": str(ex)}, b""
-        else:
-            fields, result = _outcome(header, payload)
-        loaded = sys.modules.get("cloudpickle")
-        fields.update({"format": _wire.FORMAT, "call": call,
-                       "python": _wire.python_version(),
-                       "cloudpickle": None if loaded is None else loaded.__version__})
-        _wire.write_signed(_wire.result_file(directory, index), key, fields, result)
-        done += 1
-        sys.stdout.flush()
-        sys.stderr.flush()
+    index = 0
+    with _wire.open_signed(path) as calls:
+        while True:
+            fields: Dict[str, Any]
+            aligned = True
+            try:
+                record = _wire.read_record(calls, path, key, f"{name}/{index}")
+                if record is None:
+                    break
+                fields, payload = {}, b""
+            except _wire.WireError as ex:
+                record, aligned = None, ex.aligned
+                fields, payload = {"outcome": "error", "message": str(ex)}, b""
+            if _wire.claim(directory, index, _wire.CLAIM_RUN):
+                if record is not None:
+                    fields, payload = _outcome(*record)
+                _result(directory, key, index, fields, payload)
+                done += 1
+            if not aligned:
+                break  # the calls after a broken header cannot be found: they get none
+            index += 1
     return done
 
 

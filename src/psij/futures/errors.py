@@ -39,7 +39,7 @@ class FunctionResultError(FunctionJobError):
 
 class RemoteTraceback(Exception):
     """The traceback of the function's exception on the compute side, as text: set as the
-    ``__cause__`` of the exception :meth:`~concurrent.futures.Future.result` raises."""
+    ``__cause__`` of the exception ``Future.result()`` raises."""
 
     def __init__(self, text: str) -> None:
         super().__init__(text)

@@ -1,0 +1,116 @@
+"""The books of one function job: what each of its futures gets when the job ends (a value,
+the function's exception, an error for a result changed, removed or never written, with the
+job's reason), cancelled calls left alone, and the call directory removed or kept."""
+
+import os
+from pathlib import Path
+from typing import List, Tuple
+
+import pytest
+
+from psij import Job, JobState, JobStatus
+from psij.futures import FunctionJobError, FunctionResultError, _run, _wire
+from psij.futures._future import FunctionFuture
+from psij.futures._job_calls import JobCalls
+from support import futures_functions as ff
+from support.futures_calls import call_directory
+
+
+def books(tmp_path: Path, count: int, keep_files: bool = False
+          ) -> Tuple[JobCalls, List[FunctionFuture], List[JobCalls]]:
+    work, directory = call_directory(tmp_path / "w", [(ff.square, (i,), {})
+                                                      for i in range(count)])
+    futures = [FunctionFuture("square") for _ in range(count)]
+    ended: List[JobCalls] = []
+    calls = JobCalls(work, directory, futures, keep_files, ended.append)
+    calls.bind(Job())
+    return calls, futures, ended
+
+
+def end(calls: JobCalls, state: JobState, **fields: object) -> None:
+    assert calls.job is not None
+    calls.status_changed(calls.job, JobStatus(state, **fields))  # type: ignore[arg-type]
+
+
+def test_a_changed_result_fails_its_call_only_and_the_files_go(tmp_path: Path) -> None:
+    calls, futures, ended = books(tmp_path, 3)
+    _run.run_directory(calls.directory)
+    path = _wire.result_file(calls.directory, 1)
+    data = bytearray(Path(path).read_bytes())
+    data[-1] ^= 0x40
+    Path(path).write_bytes(bytes(data))
+    end(calls, JobState.COMPLETED)
+    assert futures[0].result(0) == 0 and futures[2].result(0) == 4
+    with pytest.raises(FunctionResultError, match="signature does not match"):
+        futures[1].result(0)
+    assert not os.path.exists(calls.directory) and ended == [calls]
+
+
+def test_a_result_removed_or_never_written_says_how_the_job_ended(tmp_path: Path) -> None:
+    calls, futures, _ = books(tmp_path, 3, keep_files=True)
+    _run.run_directory(calls.directory)
+    os.unlink(_wire.result_file(calls.directory, 0))
+    os.unlink(_wire.result_file(calls.directory, 2))
+    os.unlink(_wire.claim_file(calls.directory, 2))  # as if the job died before it
+    with open(os.path.join(calls.directory, "stderr"), "w") as stderr:
+        stderr.write("MemoryError: the last words\n")
+    end(calls, JobState.FAILED, message="out of memory", exit_code=137,
+        metadata={"reason": "OOM"})
+    with pytest.raises(FunctionJobError) as started:
+        futures[0].result(0)
+    text = str(started.value)
+    assert "ended FAILED after the call had started" in text
+    for part in ("out of memory", "exit code 137", "'reason': 'OOM'", "the last words"):
+        assert part in text
+    assert futures[1].result(0) == 1
+    with pytest.raises(FunctionJobError, match="ended FAILED without a result"):
+        futures[2].result(0)
+    assert os.path.isdir(calls.directory)  # keep_files
+
+
+def test_a_completed_job_without_a_result_is_a_result_error(tmp_path: Path) -> None:
+    calls, futures, _ = books(tmp_path, 1)
+    end(calls, JobState.COMPLETED)
+    with pytest.raises(FunctionResultError, match="completed but left no result"):
+        futures[0].result(0)
+
+
+def test_cancel_claims_calls_not_started_and_only_those(tmp_path: Path) -> None:
+    calls, futures, _ = books(tmp_path, 3)
+    assert _wire.claim(calls.directory, 0, _wire.CLAIM_RUN)  # the runner took call 0
+    assert futures[0].cancel() is False and not futures[0].done()
+    assert futures[1].cancel() is True and futures[1].cancelled()
+    assert futures[1].cancel() is True  # again: still cancelled
+    _run.run_directory(calls.directory)  # runs call 2 only: 0 is claimed, 1 cancelled
+    assert not os.path.exists(_wire.result_file(calls.directory, 0))
+    end(calls, JobState.COMPLETED)
+    assert futures[1].cancelled() and futures[2].result(0) == 4
+    with pytest.raises(FunctionResultError):
+        futures[0].result(0)
+    assert futures[2].cancel() is False  # done
+
+
+def test_the_job_is_cancelled_once_no_call_of_it_is_left(tmp_path: Path) -> None:
+    calls, futures, _ = books(tmp_path, 2)
+    cancelled: List[str] = []
+
+    class Recorder(Job):
+        def cancel(self) -> None:
+            cancelled.append(self.id)
+
+    job = Recorder()
+    calls.bind(job)
+    assert futures[0].cancel()
+    assert cancelled == []
+    assert futures[1].cancel()
+    assert cancelled == [job.id]
+    end(calls, JobState.CANCELED)
+    assert all(f.cancelled() for f in futures)
+
+
+def test_a_second_final_status_changes_nothing(tmp_path: Path) -> None:
+    calls, futures, ended = books(tmp_path, 1)
+    _run.run_directory(calls.directory)
+    end(calls, JobState.COMPLETED)
+    end(calls, JobState.FAILED)
+    assert futures[0].result(0) == 0 and len(ended) == 1
