@@ -9,7 +9,8 @@ Figures, each side in a child interpreter of its own venv (submitit's in
   defaults); calls per second from the executor's creation to the last result in hand, and
   the time from the executor's creation to the first result (ours: the first future done;
   submitit, which has no completion callback: a thread asking its jobs ``done()`` every 10
-  ms). Goal: ours through the pilot at least 10 times submitit's calls per second;
+  ms). submitit waits 0.2 s between two submissions (its default throttling). Goal: ours
+  through the pilot at least 10 times submitit's calls per second;
 - on the real Slurm: ``map`` of 1000 calls, ours (``FunctionExecutor("slurm").map``: one job
   array) against submitit's ``SlurmExecutor.map_array`` (one job array, its defaults), each
   job with a 30-minute limit and nice -10000 (ahead of other work on the shared test Slurm);
