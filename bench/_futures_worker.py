@@ -168,18 +168,21 @@ def submitit_slurm_map(calls: int, work: Path) -> Dict[str, Any]:
     return {**_figures(calls, t0, t_end, first, results), "native_ids": native_ids}
 
 
-def _slurm_ids_under(work: Path) -> List[str]:
-    """The ids (array ids for arrays) of the Slurm jobs working under ``work``, still queued
-    or in the accounting records of today."""
-    out = subprocess.run(["sacct", "-n", "-X", "-P", "-S", "now-1days", "-o", "JobID,WorkDir"],
-                         capture_output=True, text=True, check=False).stdout
+def _slurm_ids_under(work: Path, wait_s: float = 30.0) -> List[str]:
+    """The ids (array ids for arrays) of the Slurm jobs named ``fn:trivial`` working under
+    ``work``, in the accounting records of the last hour. Slurm's accounting records a job a
+    moment after it ended: asked again for up to ``wait_s`` until it has some."""
     under = str(work) + os.sep
-    ids = set()
-    for line in out.splitlines():
-        job_id, _, workdir = line.partition("|")
-        if (workdir + os.sep).startswith(under):
-            ids.add(job_id.split("_")[0])
-    return sorted(ids)
+    deadline = time.monotonic() + wait_s
+    while True:
+        out = subprocess.run(["sacct", "-n", "-X", "-P", "-S", "now-1hours", "--name",
+                              "fn:trivial", "-o", "JobID,WorkDir"], capture_output=True,
+                             text=True, check=False).stdout
+        ids = {line.partition("|")[0].split("_")[0] for line in out.splitlines()
+               if (line.partition("|")[2] + os.sep).startswith(under)}
+        if ids or time.monotonic() > deadline:
+            return sorted(ids)
+        time.sleep(0.5)
 
 
 # -- entry ------------------------------------------------------------------------------------
