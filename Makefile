@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck docs unit bench bench-scale system-deps schedulers stop-schedulers clean \
+.PHONY: demo test check lint typecheck docs unit bench bench-scale bench-futures system-deps schedulers stop-schedulers clean \
 	compat-dist
 
 $(STAMP): pyproject.toml
@@ -76,6 +76,11 @@ bench: $(STAMP)
 # ceiling), against the goals; BENCH_SCALE_ARGS passes options (e.g. --cores 16 --rounds 5).
 bench-scale: $(STAMP)
 	$(PY) bench/scale.py $(BENCH_SCALE_ARGS)
+
+# psij.futures against submitit 1.5.2: calls/s of a trivial function on this machine (local,
+# pilot) and through Slurm arrays; BENCH_FUTURES_ARGS passes options (e.g. --quick, --no-slurm).
+bench-futures: $(STAMP)
+	$(PY) bench/futures.py $(BENCH_FUTURES_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist docs/_build .bench-venvs .test-cache

@@ -84,8 +84,10 @@ class Series:
     errors: List[str] = field(default_factory=list)
 
 
-def run_child(impl: Implementation, argv: List[str], timeout: float) -> Dict[str, Any]:
-    """One worker run in ``impl``'s interpreter; raises RuntimeError when it gives no result.
+def run_child(impl: Implementation, argv: List[str], timeout: float,
+              script: Path = SCRIPT) -> Dict[str, Any]:
+    """One worker run (``script worker ARGV``, this script's unless told) in ``impl``'s
+    interpreter; raises RuntimeError when it gives no result.
 
     Output goes to files, not pipes (a job still holding them cannot keep us waiting); the
     worker leads its own session so that a timeout kills whatever it started too.
@@ -93,7 +95,7 @@ def run_child(impl: Implementation, argv: List[str], timeout: float) -> Dict[str
     with tempfile.TemporaryDirectory(prefix="psij-bench-cwd-") as cwd:
         out_path, err_path = Path(cwd) / "stdout", Path(cwd) / "stderr"
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen([str(impl.python), str(SCRIPT), "worker", *argv],
+            proc = subprocess.Popen([str(impl.python), str(script), "worker", *argv],
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     env=_child_env(), cwd=cwd, start_new_session=True)
         try:

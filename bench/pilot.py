@@ -40,12 +40,12 @@ from typing import IO, Callable, Dict, List, Optional, Sequence, Tuple
 from _help import description
 from run import (
     OURS_PYTHON,
-    PIP_INSTALL_LIMIT_S,
     REPO,
     Implementation,
     _child_env,
     _tail,
     build_workloads,
+    ensure_side_venv,
     log,
     run_worker,
 )
@@ -54,8 +54,6 @@ OURS_PSIJ = REPO / ".venv" / "bin" / "psij"
 QCG_REQUIREMENT = "qcg-pilotjob==0.14.2"
 QCG_VENV = REPO / ".bench-venvs" / "qcg-pilotjob-0.14.2"
 QCG_SERVICE = QCG_VENV / "bin" / "qcg-pm-service"
-# Written last, so a venv whose install was interrupted is rebuilt on the next run.
-QCG_STAMP = QCG_VENV / ".installed"
 CORES = 2
 RUN_LIMIT_S = 600.0
 
@@ -67,27 +65,7 @@ PILOT_EXECUTOR = "pilot-executor"  # the ``pilot`` executor in-process, through 
 
 def ensure_qcg_venv() -> Optional[str]:
     """Create the side venv with qcg-pilotjob once; return an error text if that fails."""
-    if QCG_STAMP.exists() and QCG_SERVICE.exists():
-        return None
-    log(f"Creating {QCG_VENV.relative_to(REPO)} with {QCG_REQUIREMENT} (once; cached) ...")
-    # The base interpreter, not this venv's, so the side venv does not chain to .venv.
-    base_python = Path(getattr(sys, "_base_executable", sys.executable))
-    steps = [
-        [str(base_python), "-m", "venv", "--clear", str(QCG_VENV)],
-        [str(QCG_VENV / "bin" / "python"), "-m", "pip", "install", "--quiet",
-         "--disable-pip-version-check", QCG_REQUIREMENT],
-    ]
-    for argv in steps:
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, env=_child_env(),
-                                  timeout=PIP_INSTALL_LIMIT_S)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"{' '.join(argv)}: {exc}"
-        if done.returncode != 0:
-            return (f"{' '.join(argv)} exited with {done.returncode}\n"
-                    + _tail(done.stdout + done.stderr))
-    QCG_STAMP.touch()
-    return None
+    return ensure_side_venv(QCG_VENV, QCG_REQUIREMENT, QCG_SERVICE)
 
 
 def _env() -> Dict[str, str]:

@@ -31,8 +31,6 @@ OURS_PYTHON = REPO / ".venv" / "bin" / "python"
 REFERENCE_REQUIREMENT = "psij-python==0.9.11"
 REFERENCE_VENV = REPO / ".bench-venvs" / "psij-python-0.9.11"
 REFERENCE_PYTHON = REFERENCE_VENV / "bin" / "python"
-# Written last, so a venv whose install was interrupted is rebuilt on the next run.
-REFERENCE_STAMP = REFERENCE_VENV / ".installed"
 PIP_INSTALL_LIMIT_S = 600.0
 
 OURS = "ours"
@@ -209,18 +207,20 @@ def _child_env() -> Dict[str, str]:
     return env
 
 
-def ensure_reference_venv() -> Optional[str]:
-    """Create the side venv with psij-python once; return an error text if that fails."""
-    if REFERENCE_STAMP.exists() and REFERENCE_PYTHON.exists():
+def ensure_side_venv(venv: Path, requirement: str, program: Path) -> Optional[str]:
+    """Create the side venv ``venv`` with ``requirement`` once (cached: its ``.installed``
+    stamp is written last, so a venv whose install was interrupted is rebuilt on the next
+    run, as is one without ``program``); return an error text if that fails."""
+    stamp = venv / ".installed"
+    if stamp.exists() and program.exists():
         return None
-    log(f"Creating {REFERENCE_VENV.relative_to(REPO)} with {REFERENCE_REQUIREMENT} "
-        "(once; cached) ...")
+    log(f"Creating {venv.relative_to(REPO)} with {requirement} (once; cached) ...")
     # The base interpreter, not this venv's, so the side venv does not chain to .venv.
     base_python = Path(getattr(sys, "_base_executable", sys.executable))
     steps = [
-        [str(base_python), "-m", "venv", "--clear", str(REFERENCE_VENV)],
-        [str(REFERENCE_PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         REFERENCE_REQUIREMENT],
+        [str(base_python), "-m", "venv", "--clear", str(venv)],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+         "--disable-pip-version-check", requirement],
     ]
     for argv in steps:
         try:
@@ -231,8 +231,13 @@ def ensure_reference_venv() -> Optional[str]:
         if done.returncode != 0:
             return (f"{' '.join(argv)} exited with {done.returncode}\n"
                     + _tail(done.stdout + done.stderr))
-    REFERENCE_STAMP.touch()
+    stamp.touch()
     return None
+
+
+def ensure_reference_venv() -> Optional[str]:
+    """Create the side venv with psij-python once; return an error text if that fails."""
+    return ensure_side_venv(REFERENCE_VENV, REFERENCE_REQUIREMENT, REFERENCE_PYTHON)
 
 
 def probe_version(impl: Implementation) -> Optional[str]:
