@@ -78,6 +78,9 @@ def test_an_exception_keeps_its_type_message_and_remote_traceback(ex: FunctionEx
     assert isinstance(cause, RemoteTraceback)
     assert "in fail" in str(cause) and "futures_functions.py" in str(cause)
     assert "Oops: the message" in str(cause)
+    # The bare text, set off by quotes only when shown inside the local traceback.
+    assert cause.text.startswith("Traceback (most recent call last):")
+    assert str(cause) == f'\n"""\n{cause.text}"""'
 
 
 def test_map_of_500_items_in_order_and_few_jobs(ex: FunctionExecutor, work: Path) -> None:

@@ -63,9 +63,18 @@ def test_a_result_removed_or_never_written_says_how_the_job_ended(tmp_path: Path
     for part in ("out of memory", "exit code 137", "'reason': 'OOM'", "the last words"):
         assert part in text
     assert futures[1].result(0) == 1
-    with pytest.raises(FunctionJobError, match="ended FAILED without a result"):
+    with pytest.raises(FunctionJobError, match="ended FAILED without a result") as lost:
         futures[2].result(0)
     assert os.path.isdir(calls.directory)  # keep_files
+    assert str(lost.value).count("exit code 137") == 1
+
+
+def test_an_exit_code_the_message_gives_is_not_said_twice(tmp_path: Path) -> None:
+    calls, futures, _ = books(tmp_path, 1)
+    end(calls, JobState.FAILED, message="killed by SIGTERM (exit code 143)", exit_code=143)
+    with pytest.raises(FunctionJobError) as failed:
+        futures[0].result(0)
+    assert str(failed.value).count("exit code 143") == 1, str(failed.value)
 
 
 def test_a_completed_job_without_a_result_is_a_result_error(tmp_path: Path) -> None:

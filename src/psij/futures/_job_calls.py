@@ -154,8 +154,9 @@ def _reason(status: "JobStatus", directory: str) -> str:
     parts = []
     if status.message:
         parts.append(status.message)
-    if status.exit_code is not None:
-        parts.append(f"exit code {status.exit_code}")
+    if status.exit_code is not None and not (
+            status.message and f"exit code {status.exit_code}" in status.message):
+        parts.append(f"exit code {status.exit_code}")  # unless the message says it already
     if status.metadata:
         parts.append(f"metadata {status.metadata}")
     tail = _stderr_tail(directory)

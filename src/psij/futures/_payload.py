@@ -114,5 +114,5 @@ def _raised(header: Dict[str, Any], payload: bytes) -> BaseException:
         exception = RemoteException(str(header.get("type")), str(header.get("message")))
     text = header.get("traceback")
     if isinstance(text, str):
-        exception.__cause__ = RemoteTraceback(f'\n"""\n{text}"""')
+        exception.__cause__ = RemoteTraceback(text)
     return exception

@@ -46,7 +46,9 @@ class RemoteTraceback(Exception):
         self.text = text
 
     def __str__(self) -> str:
-        return self.text
+        # Set off by quotes, as concurrent.futures.process shows a remote traceback, so that
+        # it reads as quoted text inside the local one.
+        return f'\n"""\n{self.text}"""'
 
 
 class RemoteException(Exception):
