@@ -23,6 +23,7 @@ from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
 )
+from support.campaigns import Campaigns
 
 WAIT = timedelta(seconds=240)
 HOSTILE = ["two words", "it's", "say \"hi\"", "back\\slash", "$HOME", "$(touch PWNED)",
@@ -122,34 +123,31 @@ def _start(name: str, work: Path) -> Campaign:
     return c
 
 
-_campaigns: Dict[str, Campaign] = {}
-_lock = threading.Lock()
+_campaigns = Campaigns(lambda name, folder: _start(name, folder),
+                       lambda name: _scheduler_problem(name) is None)
+
+
+def _close(c: Campaign) -> None:
+    for job in c.jobs.values():
+        if not job.status.state.final:
+            try:
+                job.cancel()
+            except Exception:
+                pass
+    c.ex.close()
 
 
 @pytest.fixture(scope="module")
 def campaign_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield tmp_path_factory.mktemp("real")
-    for c in _campaigns.values():
-        for job in c.jobs.values():
-            if not job.status.state.final:
-                try:
-                    job.cancel()
-                except Exception:
-                    pass
-        c.ex.close()
-    _campaigns.clear()
+    _campaigns.close_all(_close)
 
 
 def campaign(name: str, root: Path) -> Campaign:
+    """The scheduler's campaign (the other scheduler's jobs are submitted too, so both run at
+    the same time)."""
     _need(name)
-    with _lock:
-        if name not in _campaigns:
-            # The other scheduler's jobs are submitted too, so both run at the same time.
-            for other in ("slurm", "sge"):
-                if other not in _campaigns and _scheduler_problem(other) is None:
-                    (root / other).mkdir()
-                    _campaigns[other] = _start(other, root / other)
-        return _campaigns[name]
+    return _campaigns.get(name, root)
 
 
 SCHEDULERS = [pytest.param("slurm", marks=pytest.mark.slurm),

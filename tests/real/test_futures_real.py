@@ -38,6 +38,7 @@ from psij.futures import (
     reattach,
 )
 from real.test_batch_real import _need, _scheduler_problem
+from support.campaigns import Campaigns
 
 # The functions below travel to the jobs whole: the jobs need not import this module (and
 # pytest with it).
@@ -170,28 +171,20 @@ class Campaign:
         self.jobs.close()
 
 
-_campaigns: Dict[str, Campaign] = {}
-_lock = threading.Lock()
+_campaigns = Campaigns(Campaign, lambda name: _scheduler_problem(name) is None)
 
 
 @pytest.fixture(scope="module")
 def campaign_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield tmp_path_factory.mktemp("futures")
-    for c in _campaigns.values():
-        c.close()
-    _campaigns.clear()
+    _campaigns.close_all(Campaign.close)
 
 
 def campaign(name: str, root: Path) -> Campaign:
+    """The scheduler's campaign (the other scheduler's calls are submitted too, so both run
+    at the same time)."""
     _need(name)
-    with _lock:
-        if name not in _campaigns:
-            # The other scheduler's calls are submitted too, so both run at the same time.
-            for other in ("slurm", "sge"):
-                if other not in _campaigns and _scheduler_problem(other) is None:
-                    (root / other).mkdir()
-                    _campaigns[other] = Campaign(other, root / other)
-        return _campaigns[name]
+    return _campaigns.get(name, root)
 
 
 def job_error(future: FunctionFuture) -> FunctionJobError:
