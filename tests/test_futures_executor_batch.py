@@ -48,3 +48,19 @@ def test_a_job_killed_by_a_signal_reports_the_schedulers_reason(ex: FunctionExec
     assert "ended FAILED after the call had started" in text and "exit code 137" in text
     assert "SIGKILL" in text
     assert raised.value.status is not None and raised.value.status.metadata
+
+
+def test_results_come_when_written_not_when_a_poll_sees_the_job_end(tmp_path: Path) -> None:
+    # Polls every 600 s: only the result watcher can settle the calls in time. The function's
+    # exception comes early as well; the job's own end is told by the poll, later.
+    config = BatchTestExecutorConfig(work_directory=tmp_path / "w", queue_polling_interval=600,
+                                     initial_queue_polling_delay=600)
+    with FunctionExecutor("batch-test", config=config) as ex:
+        futures = [ex.submit(ff.square, 7), ex.submit(ff.fail, "early")]
+        assert futures[0].result(WAIT) == 49
+        with pytest.raises(ff.Oops, match="early"):
+            futures[1].result(WAIT)
+        assert all(not f.job.status.state.final for f in futures)  # no poll has seen them end
+        assert list(ex.map(ff.square, range(4), timeout=WAIT)) == [0, 1, 4, 9]
+        ex.shutdown(wait=False)  # the jobs' ends are still to be seen by a poll
+

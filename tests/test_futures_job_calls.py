@@ -123,3 +123,38 @@ def test_a_second_final_status_changes_nothing(tmp_path: Path) -> None:
     end(calls, JobState.COMPLETED)
     end(calls, JobState.FAILED)
     assert futures[0].result(0) == 0 and len(ended) == 1
+
+
+def test_results_written_before_the_job_ends_are_collected_early_and_only_those(
+        tmp_path: Path) -> None:
+    calls, futures, ended = books(tmp_path, 4, keep_files=True)
+    calls.collect_early()  # nothing written yet
+    assert not any(f.done() for f in futures)
+    _run.run_directory(calls.directory)
+    # Call 1's result changed, call 2's still being written (under its other name), call 3's
+    # the record of a call that could not run: all three wait for the job's end.
+    path = _wire.result_file(calls.directory, 1)
+    data = bytearray(Path(path).read_bytes())
+    data[-1] ^= 0x40
+    Path(path).write_bytes(bytes(data))
+    written = _wire.result_file(calls.directory, 2)
+    os.rename(written, written + ".part")
+    os.unlink(_wire.result_file(calls.directory, 3))
+    _wire.write_signed(_wire.result_file(calls.directory, 3), calls.work.key,
+                       {"format": _wire.FORMAT, "call": f"{calls.name}/3",
+                        "python": _wire.python_version(), "outcome": "error",
+                        "message": "no such function"}, b"")
+    calls.collect_early()
+    assert futures[0].result(0) == 0 and ended == []
+    assert not any(f.done() for f in futures[1:])
+    assert not os.path.exists(written) and os.path.exists(written + ".part")
+    end(calls, JobState.FAILED, message="killed", exit_code=137)
+    with pytest.raises(FunctionResultError, match="signature does not match"):
+        futures[1].result(0)
+    with pytest.raises(FunctionJobError, match="ended FAILED after the call had started"):
+        futures[2].result(0)
+    with pytest.raises(FunctionJobError, match="could not be run: no such function"):
+        futures[3].result(0)
+    assert ended == [calls]
+    calls.collect_early()  # after the end: nothing changes
+    assert futures[0].result(0) == 0

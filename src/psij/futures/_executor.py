@@ -10,8 +10,10 @@ nothing else, so the compute side needs the call directory and the work director
 this process. Only the PSI/J API is used: ``JobExecutor.get_instance``, ``Job``, ``JobSpec``,
 status callbacks.
 
-It must not import cloudpickle at import (``_payload`` does on the first call) nor hold a lock
-while a future's done-callbacks run.
+A result watcher (one thread per executor, while it has jobs) settles each call as soon as its
+result file is written, before the executor tells that the job ended. It must not import
+cloudpickle at import (``_payload`` does on the first call) nor hold a lock while a future's
+done-callbacks run.
 """
 
 import concurrent.futures
@@ -25,6 +27,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set,
 
 from psij import _check
 from psij._clock import MonotonicClock
+from psij._lazylog import LazyLogger
 from psij._record import Record
 from psij._registry.recorder import TAG_ATTR
 from psij.exceptions import SubmitManyException
@@ -49,7 +52,9 @@ FAST_PACK = 32  # calls per job at most, by default, where jobs start in millise
 MAX_PACK = 100_000
 _JOBS_PER_SLOT = 4  # map's automatic chunks: this many jobs per core, to even out the load
 _NAME_LENGTH = 64
+RESULT_WATCH = 0.25  # seconds between looks for results written before their job ended
 _clock = MonotonicClock()
+_log = LazyLogger(__name__)
 
 
 class _Call(Record):
@@ -172,6 +177,8 @@ class FunctionExecutor(concurrent.futures.Executor):
         self._slots = _slots(self._executor)
         self._packer: CallPacker[_Call] = CallPacker(
             self._submit_groups, self._fail_calls, self._cap, self._may_submit)
+        self._watch_stop = threading.Event()
+        self._watcher: Optional[threading.Thread] = None
 
     @property
     def executor(self) -> JobExecutor:
@@ -271,7 +278,28 @@ class FunctionExecutor(concurrent.futures.Executor):
         calls.bind(job)
         with self._lock:
             self._live.add(calls)
+            if self._watcher is None:
+                self._watcher = threading.Thread(target=self._watch_results, daemon=True,
+                                                 name="psij-futures-results")
+                self._watcher.start()
         return job
+
+    def _watch_results(self) -> None:
+        """The result watcher's thread: a call whose result is written is settled then, not
+        when the executor learns that its job ended (a batch scheduler's next poll, the end
+        of the pack it is in). It ends once the executor is shut down and no job is left."""
+        while True:
+            _clock.wait(self._watch_stop, RESULT_WATCH)
+            with self._lock:
+                live = list(self._live)
+                if (self._shut and not live) or self._watch_stop.is_set():
+                    self._watcher = None
+                    return
+            for calls in live:
+                try:
+                    calls.collect_early()
+                except Exception:  # one job's books fail alone; the next look tries again
+                    _log.exception("function job %s: looking for early results", calls.name)
 
     def _submit_groups(self, groups: List[List[_Call]], raise_errors: bool = False) -> None:
         jobs: List[Job] = []
@@ -363,6 +391,9 @@ class FunctionExecutor(concurrent.futures.Executor):
             self._close_executor()
 
     def _close_executor(self) -> None:
+        stop = getattr(self, "_watch_stop", None)
+        if stop is not None:
+            stop.set()
         if getattr(self, "_owned", False):
             self._executor.close()
 

@@ -1,7 +1,8 @@
 """The books of one function job: its call directory, its calls' futures, what each future
 gets when the job ends, cancellation of calls not started, and the removal of the directory.
 
-Called from the executor's status callbacks (``status_changed``) and from ``cancel()``. The
+Called from the executor's status callbacks (``status_changed``), from ``cancel()``, and from
+the executor's result watcher (``collect_early``: results written before the job ends). The
 futures are given their values after the lock is released, so that done-callbacks never run
 under it; one call whose result cannot be read fails alone. It submits nothing and never
 unpickles a result before ``_payload`` checked it; it removes only its own call directory.
@@ -85,6 +86,31 @@ class JobCalls:
         except Exception:
             _log.exception("function job %s: ended hook", job.id)
 
+    def collect_early(self) -> None:
+        """Settle the futures of calls whose results are written while the job still runs (a
+        pack's first calls, or a batch job whose end the scheduler's next poll will tell): a
+        value, or the function's own exception. Anything else (no file yet, a file that
+        cannot be trusted, a call that could not run) waits for the job's end, which says
+        how the job ended."""
+        with self._lock:
+            if self._ended:
+                return
+            pending = [(i, f) for i, f in enumerate(self.futures) if not f.done()]
+        outcomes: List[Tuple[FunctionFuture, Outcome]] = []
+        for index, future in pending:
+            path = _wire.result_file(self.directory, index)
+            try:
+                if not os.path.exists(path):
+                    continue
+                ok, value = load_result(path, self.work.key, f"{self.name}/{index}",
+                                        _not_yet)
+            except Exception:  # _NotYet, or the directory removed at the job's end meanwhile
+                continue
+            if ok or not isinstance(value, FunctionJobError):
+                outcomes.append((future, (ok, value)))
+        for future, (ok, value) in outcomes:
+            future._settle(ok, value)
+
     def _outcome(self, index: int, job: "Job", status: "JobStatus") -> Optional[Outcome]:
         call = f"{self.name}/{index}"
         path = _wire.result_file(self.directory, index)
@@ -140,6 +166,14 @@ class JobCalls:
             except Exception:  # ended or not yet submitted: the runner skips the calls
                 _log.debug("function job %s: cancel", job.id, exc_info=True)
         return cancelled
+
+
+class _NotYet(Exception):
+    """A result file read before the job's end that cannot be used (yet): left to the end."""
+
+
+def _not_yet(message: str) -> FunctionResultError:
+    raise _NotYet(message)
 
 
 def _executor_name(job: "Job") -> str:

@@ -124,11 +124,14 @@ def open_private(path: str) -> BinaryIO:
 
 
 def write_signed(path: str, key: bytes, header: Dict[str, Any], payload: bytes) -> None:
-    """Write ``path`` (new, 0600) as one signed record: header line, then ``payload``. A
-    writer that dies half-way leaves a file that reads as cut short."""
-    with open_private(path) as out:
+    """Write ``path`` (new, 0600) as one signed record: header line, then ``payload``, under
+    another name first (``<path>.part``), renamed when whole: a reader that finds ``path``
+    finds all of it, and a writer that dies half-way leaves no ``path``."""
+    part = path + ".part"
+    with open_private(part) as out:
         out.write(signed_header(key, header, payload))
         out.write(payload)
+    os.rename(part, path)
 
 
 def open_signed(path: str) -> BinaryIO:
