@@ -4,12 +4,13 @@ job's reason), cancelled calls left alone, and the call directory removed or kep
 
 import os
 from pathlib import Path
-from typing import List, Tuple
+from typing import Any, List, Tuple
 
 import pytest
 
 from psij import Job, JobState, JobStatus
 from psij.futures import FunctionJobError, FunctionResultError, _run, _wire
+from psij.futures import _job_calls as job_calls_module
 from psij.futures._future import FunctionFuture
 from psij.futures._job_calls import JobCalls
 from support import futures_functions as ff
@@ -126,7 +127,7 @@ def test_a_second_final_status_changes_nothing(tmp_path: Path) -> None:
 
 
 def test_results_written_before_the_job_ends_are_collected_early_and_only_those(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls, futures, ended = books(tmp_path, 4, keep_files=True)
     calls.collect_early()  # nothing written yet
     assert not any(f.done() for f in futures)
@@ -144,9 +145,20 @@ def test_results_written_before_the_job_ends_are_collected_early_and_only_those(
                        {"format": _wire.FORMAT, "call": f"{calls.name}/3",
                         "python": _wire.python_version(), "outcome": "error",
                         "message": "no such function"}, b"")
+    reads = []
+    real_load = job_calls_module.load_result
+
+    def counted(*args: Any) -> Any:
+        reads.append(args[0])
+        return real_load(*args)
+
+    monkeypatch.setattr(job_calls_module, "load_result", counted)
     calls.collect_early()
     assert futures[0].result(0) == 0 and ended == []
     assert not any(f.done() for f in futures[1:])
+    assert len(reads) == 3  # calls 0, 1 and 3 (2 is not whole yet)
+    calls.collect_early()  # the unusable ones (1 and 3) are not read again before the end
+    assert len(reads) == 3
     assert not os.path.exists(written) and os.path.exists(written + ".part")
     end(calls, JobState.FAILED, message="killed", exit_code=137)
     with pytest.raises(FunctionResultError, match="signature does not match"):

@@ -43,6 +43,7 @@ class JobCalls:
         self._lock = threading.Lock()
         self._ended = False
         self._cancelled: Set[int] = set()
+        self._left_to_end: Set[int] = set()  # results read early that could not be used
         for index, future in enumerate(futures):
             future._place(self, None, index)
 
@@ -95,7 +96,8 @@ class JobCalls:
         with self._lock:
             if self._ended:
                 return
-            pending = [(i, f) for i, f in enumerate(self.futures) if not f.done()]
+            pending = [(i, f) for i, f in enumerate(self.futures)
+                       if not f.done() and i not in self._left_to_end]
         outcomes: List[Tuple[FunctionFuture, Outcome]] = []
         for index, future in pending:
             path = _wire.result_file(self.directory, index)
@@ -104,10 +106,15 @@ class JobCalls:
                     continue
                 ok, value = load_result(path, self.work.key, f"{self.name}/{index}",
                                         _not_yet)
-            except Exception:  # _NotYet, or the directory removed at the job's end meanwhile
+            except _NotYet:  # whole but not usable: read once more, at the job's end only
+                self._left_to_end.add(index)
+                continue
+            except Exception:  # the directory removed at the job's end meanwhile
                 continue
             if ok or not isinstance(value, FunctionJobError):
                 outcomes.append((future, (ok, value)))
+            else:
+                self._left_to_end.add(index)
         for future, (ok, value) in outcomes:
             future._settle(ok, value)
 
