@@ -21,8 +21,9 @@ demo: $(STAMP)
 system-deps:
 	@bash tests/setup/system-deps.sh
 
-# The scheduler tests need a real Slurm and Grid Engine: started before the tests, stopped after
-# them even when they fail (only the daemons the start scripts started are stopped). A test run
+# The scheduler tests need a real Slurm and Grid Engine, and the ssh tests an sshd on 127.0.0.1
+# (tests/setup/start-sshd.sh): started before the tests, stopped after them even when they fail
+# (only the daemons the start scripts started are stopped). A test run
 # holds a shared lock while its tests run; the schedulers are stopped only when no other run on
 # this machine holds it.
 SCHEDULERS_LOCK ?= /tmp/psij-test-schedulers.lock
@@ -32,11 +33,13 @@ test: $(STAMP) system-deps check docs schedulers
 
 schedulers:
 	@bash tests/setup/start-slurm.sh && bash tests/setup/start-sge.sh \
+		&& bash tests/setup/start-sshd.sh \
 		|| { $(MAKE) stop-schedulers; exit 1; }
 
 stop-schedulers:
 	@flock -n -E 75 -x $(SCHEDULERS_LOCK) sh -c \
-		'bash tests/setup/stop-sge.sh; rc=$$?; bash tests/setup/stop-slurm.sh || rc=1; exit $$rc' \
+		'bash tests/setup/stop-sshd.sh; rc=$$?; bash tests/setup/stop-sge.sh || rc=1; \
+		 bash tests/setup/stop-slurm.sh || rc=1; exit $$rc' \
 		|| { rc=$$?; [ $$rc = 75 ] || exit $$rc; \
 		     echo "schedulers left running: another test run is using them"; }
 
