@@ -205,6 +205,14 @@ class JobExecutor(ABC):
         Raises ValueError for an unknown name (listing the known ones), an unsatisfiable
         constraint, or a plugin that failed to load.
         """
+        if isinstance(url, str) and url[:6].lower() == "ssh://":
+            # The executor of another host (psij.remote, a layer above: loaded by name, as
+            # every executor is).
+            import importlib
+
+            remote = importlib.import_module("psij.remote._executor")
+            made: JobExecutor = remote.remote_executor(name, version_constraint, url, config)
+            return made
         from psij._plugins import REGISTRY
 
         entry = REGISTRY.select("executor", name, version_constraint, base=JobExecutor)

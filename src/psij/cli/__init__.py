@@ -42,7 +42,8 @@ _KEPT_ON_USE = ("DEFAULT_EXECUTOR", "build_attributes", "build_environment", "bu
 
 # The registry commands of ``_jobs`` (its handlers, one per name), known here without loading it.
 _JOB_COMMANDS = ("submit", "status", "wait", "cancel", "priority", "list", "attach")
-_COMMANDS = ("plugins", "run", "script", "pilot", "flow", "config", *_JOB_COMMANDS, "supervise")
+_COMMANDS = ("plugins", "run", "script", "pilot", "flow", "config", *_JOB_COMMANDS, "supervise",
+             "remote")
 _PILOT_COMMANDS = ("serve", "run")
 
 # Each command with its line in ``psij --help``, in the order listed there: the parser of a
@@ -63,6 +64,7 @@ _COMMAND_LINES = (
     ("supervise", "run a server job and the client jobs it asks for, restarting it when it dies"),
     ("pilot", "run many tasks inside one allocation"),
     ("flow", "keep N jobs running: the flow service and its client"),
+    ("remote", "serve this host's executors to psij on another machine (run through ssh)"),
 )
 
 
@@ -101,6 +103,9 @@ def _build_parser(argv: Optional[Sequence[str]] = None) -> "argparse.ArgumentPar
         description="Portable job submission (PSI/J): run jobs locally or through a batch "
                     "scheduler, and inspect the installed executors and launchers.")
     parser.add_argument("--version", action="version", version=f"psij {__version__}")
+    parser.add_argument("--host", metavar="[USER@]HOST[:PORT]",
+                        help="run the command with the psij of another host, over ssh "
+                             "(first option only)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     if command is None and argv is not None:
         for name, line in _COMMAND_LINES:
@@ -139,6 +144,10 @@ def _build_parser(argv: Optional[Sequence[str]] = None) -> "argparse.ArgumentPar
             words = list(argv)
             add_pilot_commands(commands, _named(words[words.index("pilot") + 1:],
                                                  _PILOT_COMMANDS))
+    if command in (None, "remote"):
+        from psij.cli._remote import add_remote_command
+
+        add_remote_command(commands)
     if command in (None, "flow"):
         from psij.cli._flow import FLOW_VERBS, add_flow_commands
 
@@ -175,6 +184,16 @@ def _main(argv: Optional[List[str]]) -> int:
     if argv[:1] == ["--version"]:  # what argparse would print, without building a parser
         print(f"psij {__version__}")
         return 0
+    if argv[:2] == ["remote", "serve"] and len(argv) == 2:
+        from psij.cli._remote import serve_main
+
+        return serve_main()
+    if argv[:1] == ["--host"] or (argv[:1] and argv[0].startswith("--host=")):
+        from psij.cli._remote import host_main, split_host
+
+        split = split_host(argv)
+        if split is not None:
+            return host_main(*split)
     if argv[:1] == ["pilot"]:
         from psij.cli._pilot import pilot_main, plain_pilot_run
 
@@ -223,6 +242,10 @@ def _dispatch(args: "argparse.Namespace", parser: "argparse.ArgumentParser") -> 
         from psij.cli._supervise import supervise_main
 
         return supervise_main(args)
+    if args.command == "remote":
+        from psij.cli._remote import remote_main
+
+        return remote_main(args)
     parser.print_usage(sys.stderr)
     say(f"a command is required: {', '.join(_COMMANDS)}")
     return EXIT_USAGE

@@ -1,0 +1,257 @@
+"""The executor of a job on another host: ``JobExecutor.get_instance(name, url="ssh://...")``
+gives one, whose jobs are run by that host's executor ``name`` through ``psij remote serve``
+(:mod:`psij.remote._server`).
+
+A job keeps its id on both sides. Its status changes are pushed by the server and entered
+here as they come (and recorded in this machine's registry too, with the URL, so
+:func:`psij.registry.reattach` in a later process follows it again over SSH). ``config`` is
+the remote executor's configuration: its settings (polling intervals, queue names...) are
+sent along, but not ``work_directory``, which stays this machine's (where this process
+records its jobs); on the remote host jobs go to that user's own work directory.
+"""
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+from packaging.version import InvalidVersion, Version
+
+from psij.exceptions import InvalidJobException, SubmitException
+from psij.job import Job
+from psij.job_executor import JobExecutor
+from psij.job_executor_config import JobExecutorConfig
+from psij.job_state import JobState
+from psij.job_status import JobStatus
+from psij.remote import _connection, _staging
+from psij.remote._protocol import RemoteError, raised, status_from_wire
+from psij.remote._target import parse
+from psij.serialize import _spec_to_json
+
+logger = logging.getLogger(__name__)
+
+
+def _settings(config: JobExecutorConfig) -> Optional[Dict[str, Any]]:
+    """The settings of ``config`` the remote executor is made with."""
+    settings = {}
+    for key, value in sorted(vars(config).items()):
+        if key.startswith("_") or key == "work_directory" or value is None:
+            continue
+        if isinstance(value, Path):
+            value = str(value)
+        if isinstance(value, (str, int, float, bool)):
+            settings[key] = value
+    return settings or None
+
+
+class RemoteJobExecutor(JobExecutor):
+    """Executor ``name`` of the host of an ``ssh://[user@]host[:port]`` URL (see the module
+    documentation and the remote executors guide)."""
+
+    def __init__(self, name: str, url: str, config: Optional[JobExecutorConfig] = None,
+                 version_constraint: Optional[str] = None) -> None:
+        super().__init__(url=url, config=config)
+        target = parse(url)
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"remote executor name: expected text, got {name!r}")
+        self._ex = {"name": name, "version": version_constraint,
+                    "config": _settings(self.config)}
+        self._jobs: Dict[str, Job] = {}
+        self._finishing: Dict[str, bool] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._conn = _connection.connect(target)
+        try:
+            version: Version = Version(str(self._conn.hello.get("version")))
+        except InvalidVersion:
+            version = Version("0")
+        self.__dict__["_psij_plugin"] = (name, version)
+        self._conn.on_reconnect(self._refollow)
+
+    @property
+    def connection(self) -> "_connection.Connection":
+        """The SSH connection this executor uses (shared with the process's other remote
+        executors of the same target)."""
+        return self._conn
+
+    def _call(self, op: str, fields: Dict[str, Any]) -> Any:
+        if self._closed:
+            raise RemoteError(f"{self} is closed")
+        return self._conn.call(op, fields)
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def _watch(self, job: Job) -> None:
+        with self._lock:
+            self._jobs[job.id] = job
+        self._conn.follow(job.id, self._on_event)
+
+    def _unwatch(self, job: Job) -> None:
+        with self._lock:
+            self._jobs.pop(job.id, None)
+        self._conn.unfollow(job.id)
+
+    def _on_event(self, message: Mapping[str, Any]) -> None:
+        with self._lock:
+            job = self._jobs.get(message.get("job"))  # type: ignore[arg-type]
+        if job is not None:
+            self._apply(job, message)
+
+    def _apply(self, job: Job, message: Mapping[str, Any]) -> None:
+        """Enter the status a server message describes."""
+        native_id = message.get("native_id")
+        if job._native_id is None and isinstance(native_id, str):
+            job._native_id = native_id
+        status = status_from_wire(message)
+        if not status.state.is_greater_than(job.status.state):
+            return
+        if status.state.final:
+            with self._lock:
+                if self._finishing.get(job.id):
+                    return
+                self._finishing[job.id] = True
+            status = self._finish(job, status)
+            self._unwatch(job)
+        self._set_job_status(job, status)
+
+    def _finish(self, job: Job, status: JobStatus) -> JobStatus:
+        """Bring the job's stage-out files back and drop its remote folder, before the job is
+        seen final; a stage-out that failed fails a job that had completed."""
+        spec = job.spec
+        if spec is None or not (spec.stage_in or spec.stage_out):
+            return status
+        problems = _staging.fetch_outputs(self._call, job.id, spec) \
+            if _staging.has_outputs(spec) else []
+        try:
+            self._call("drop", {"job": job.id})
+        except Exception as ex:
+            logger.warning("the remote staging folder of job %s was not removed: %s",
+                           job.id, ex)
+        if problems and status.state is JobState.COMPLETED:
+            return JobStatus(JobState.FAILED, time=status.time, exit_code=status.exit_code,
+                             message="stage out failed: " + "; ".join(problems),
+                             metadata=status.metadata)
+        return status
+
+    def submit(self, job: Job) -> None:
+        """Submit ``job`` on the remote host; on return it is QUEUED (or further) and has
+        the native id the remote executor gave it.
+
+        A dropped connection is made again and the submission sent again: the job's id makes
+        it happen once. If no answer comes in time, SubmitException (transient) says so; the
+        job may then be on the remote host, and submitting this same Job again is safe."""
+        spec = self._check_job(job)
+        try:
+            payload = {"id": job.id, "spec": _spec_to_json(spec)}
+            if spec.stage_in:
+                _staging.send_inputs(self._call, job.id, spec)
+        except RemoteError as ex:
+            job.executor = None
+            raise SubmitException(f"job {job.id}: {ex}", ex, transient=True) from ex
+        except Exception:
+            job.executor = None
+            raise
+        self._watch(job)
+        try:
+            answers = self._call("submit", {"ex": self._ex, "jobs": [payload]})
+            answer = answers[0] if isinstance(answers, list) and answers else None
+            if not isinstance(answer, dict) or answer.get("id") != job.id:
+                raise RemoteError(f"{self._conn.target.where} answered the submission of job "
+                                  f"{job.id} with {str(answers)[:200]!r}")
+        except Exception as ex:
+            self._unwatch(job)
+            job.executor = None
+            if isinstance(ex, RemoteError):
+                raise SubmitException(
+                    f"job {job.id}: {ex}; the job may have reached the remote host: submitting "
+                    f"this same Job again is safe (its id makes it run once)", ex,
+                    transient=True) from ex
+            raise
+        if answer.get("ok") is False:
+            self._unwatch(job)
+            job.executor = None
+            raise raised(answer, self._conn.target.where)
+        self._take_answer(job, answer)
+
+    def _take_answer(self, job: Job, answer: Mapping[str, Any]) -> None:
+        native_id = answer.get("native_id")
+        if isinstance(native_id, str):
+            job._native_id = native_id
+        status = answer.get("status")
+        if isinstance(status, dict):
+            self._apply(job, status)
+
+    def cancel(self, job: Job) -> None:
+        if job.status.state.final:
+            return
+        self._call("cancel", {"ex": self._ex, "job": job.id, "native_id": job._native_id})
+
+    def list(self) -> List[str]:
+        """The native ids of the remote executor's jobs of the remote user."""
+        ids = self._call("list", {"ex": self._ex})
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise RemoteError(f"{self._conn.target.where} answered a list with "
+                              f"{str(ids)[:200]!r}")
+        return ids
+
+    def attach(self, job: Job, native_id: str) -> None:
+        """Follow the remote job ``native_id`` (by its id, when the remote registry knows it)."""
+        if not isinstance(native_id, str) or not native_id:
+            raise ValueError(f"attach native_id: expected text, got {native_id!r}")
+        if job.executor is not None and job.executor is not self:
+            raise InvalidJobException(f"job {job.id} is already bound to executor "
+                                      f"{job.executor}")
+        job.executor = self
+        job._native_id = native_id
+        self._watch(job)
+        try:
+            answer = self._call("attach", {"ex": self._ex, "job": job.id,
+                                           "native_id": native_id})
+        except Exception:
+            self._unwatch(job)
+            raise
+        if isinstance(answer, dict):
+            self._take_answer(job, answer)
+
+    def _refollow(self) -> None:
+        """After a reconnection: the current status of every job still followed."""
+        with self._lock:
+            jobs = [job for job in self._jobs.values() if job._native_id is not None]
+        if not jobs:
+            return
+        answers = self._call("follow", {"ex": self._ex, "jobs": [
+            {"id": job.id, "native_id": job._native_id} for job in jobs]})
+        by_id = {job.id: job for job in jobs}
+        for answer in answers if isinstance(answers, list) else ():
+            job = by_id.get(str(answer.get("id"))) if isinstance(answer, dict) else None
+            if job is None:
+                continue
+            if answer.get("ok") is False:
+                logger.warning("job %s could not be followed again: %s", job.id,
+                               answer.get("error"))
+                continue
+            self._take_answer(job, answer)
+
+    def close(self) -> None:
+        """Stop following this executor's jobs and let go of the connection (closed when no
+        other remote executor of this process uses it). The remote jobs go on."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            ids = list(self._jobs)
+            self._jobs.clear()
+        for job_id in ids:
+            self._conn.unfollow(job_id)
+        _connection.release(self._conn)
+
+    def __str__(self) -> str:
+        return f"RemoteJobExecutor({self._ex['name']!r}, url={self.url!r})"
+
+    __repr__ = __str__
+
+
+def remote_executor(name: str, version_constraint: Optional[str], url: str,
+                    config: Optional[JobExecutorConfig]) -> JobExecutor:
+    """What ``JobExecutor.get_instance`` gives for an ``ssh://`` URL."""
+    return RemoteJobExecutor(name, url, config=config, version_constraint=version_constraint)
