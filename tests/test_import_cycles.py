@@ -217,7 +217,8 @@ def test_no_module_of_psij_is_on_an_import_cycle() -> None:
 # public API and the shared edge). The first prefix that matches a module gives its layer.
 LAYERS = (("cli", ("psij.cli", "psij.__main__")),
           ("built on the API", ("psij.controller", "psij.flows", "psij.supervise",
-                                "psij.registry", "psij.futures", "psij.executors.pilot.qcg")),
+                                "psij.registry", "psij.futures", "psij.remote",
+                                "psij.executors.pilot.qcg")),
           ("executors", ("psij.executors", "psij.launchers")))
 LAYER_ORDER = {"core": 0, "executors": 1, "built on the API": 2, "cli": 3}
 

@@ -59,6 +59,7 @@ class RemoteJobExecutor(JobExecutor):
         self._jobs: Dict[str, Job] = {}
         self._finishing: Dict[str, bool] = {}
         self._lock = threading.Lock()
+        self._native_cv = threading.Condition(threading.Lock())
         self._closed = False
         self._conn = _connection.connect(target)
         try:
@@ -97,11 +98,22 @@ class RemoteJobExecutor(JobExecutor):
         if job is not None:
             self._apply(job, message)
 
+    def _wait_native_id(self, job: Job, timeout: float = 60.0) -> None:
+        """Wait until the remote side told the job's native id (or the job ended): what
+        ``Job.native_id`` waits for when the remote executor gives it after the submission
+        (``local``)."""
+        with self._native_cv:
+            self._native_cv.wait_for(
+                lambda: job._native_id is not None or job.status.state.final
+                or job.id not in self._jobs, timeout)
+
     def _apply(self, job: Job, message: Mapping[str, Any]) -> None:
         """Enter the status a server message describes."""
         native_id = message.get("native_id")
         if job._native_id is None and isinstance(native_id, str):
-            job._native_id = native_id
+            with self._native_cv:
+                job._native_id = native_id
+                self._native_cv.notify_all()
         status = status_from_wire(message)
         if not status.state.is_greater_than(job.status.state):
             return
@@ -175,8 +187,10 @@ class RemoteJobExecutor(JobExecutor):
 
     def _take_answer(self, job: Job, answer: Mapping[str, Any]) -> None:
         native_id = answer.get("native_id")
-        if isinstance(native_id, str):
-            job._native_id = native_id
+        if isinstance(native_id, str) and job._native_id is None:
+            with self._native_cv:
+                job._native_id = native_id
+                self._native_cv.notify_all()
         status = answer.get("status")
         if isinstance(status, dict):
             self._apply(job, status)
@@ -216,7 +230,7 @@ class RemoteJobExecutor(JobExecutor):
     def _refollow(self) -> None:
         """After a reconnection: the current status of every job still followed."""
         with self._lock:
-            jobs = [job for job in self._jobs.values() if job._native_id is not None]
+            jobs = list(self._jobs.values())
         if not jobs:
             return
         answers = self._call("follow", {"ex": self._ex, "jobs": [

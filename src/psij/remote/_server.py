@@ -121,7 +121,7 @@ class Server:
                 isinstance(v, CONFIG_VALUE) for v in settings.values()):
             raise ValueError("ex.config: expected an object of plain values")
         executor = JobExecutor.get_instance(name, version_constraint=version)
-        if settings:
+        if settings or Path(executor.config.work_directory) != self.work_directory:
             executor = self._configured(executor, name, version, settings)
         executor.set_job_status_callback(self._on_status)
         self._executors[key] = executor
@@ -136,7 +136,8 @@ class Server:
         if unknown:
             raise ValueError(f"ex.config: {cls.__name__} of executor {name!r} takes no "
                              f"{unknown[0]!r}; accepted: {', '.join(sorted(accepted))}")
-        config = cls(**{k: v for k, v in settings.items() if v is not None})
+        config = cls(work_directory=self.work_directory,
+                     **{k: v for k, v in settings.items() if v is not None})
         executor.close()
         return JobExecutor.get_instance(name, version_constraint=version, config=config)
 
@@ -164,8 +165,9 @@ class Server:
         with self._submit_lock():
             ids = [_protocol.job_id(item.get("id") if isinstance(item, dict) else None)
                    for item in items]
-            known = {r.id: r for r in registry.find(ids=[i for i in ids
-                                                         if i not in self._jobs])}
+            unknown = [i for i in ids if i not in self._jobs]
+            known = {r.id: r for r in registry.find(
+                ids=unknown, work_directory=self.work_directory)} if unknown else {}
             for job_id, item in zip(ids, items):
                 try:
                     job = self._jobs.get(job_id)
@@ -211,7 +213,7 @@ class Server:
         job = self._jobs.get(job_id)
         if job is not None:
             return job
-        found = registry.find(ids=[job_id])
+        found = registry.find(ids=[job_id], work_directory=self.work_directory)
         if found:
             return self._from_record(executor, found[0])
         if native_id is None:
@@ -254,6 +256,15 @@ class Server:
             except Exception as ex:
                 answers.append({"id": job_id, **_protocol.error_answer(None, ex)})
         return answers
+
+    def close(self) -> None:
+        """Close the executors (the jobs they started go on)."""
+        for executor in self._executors.values():
+            try:
+                executor.close()
+            except Exception:
+                logger.debug("closing %s", executor, exc_info=True)
+        self._executors.clear()
 
     def finish(self) -> None:
         """The client is gone: have every status change so far in the registry."""

@@ -76,9 +76,12 @@ def _word(field: str, value: str, url: str) -> str:
     return value
 
 
-def is_remote(url: object) -> bool:
-    """True for a URL a remote executor takes (``ssh://...``)."""
-    return isinstance(url, str) and url[:6].lower() == "ssh://"
+def _path(field: str, value: str, url: str) -> str:
+    """``value`` if it is a command or file path (spaces allowed, passed on quoted)."""
+    if not value or value.startswith("-") or not value.isprintable():
+        raise ValueError(f"remote url {url!r}: the {field} {value[:80]!r} is empty, starts "
+                         f"with '-' or holds a control character")
+    return value
 
 
 def parse(url: str, environ: Optional[Mapping[str, str]] = None) -> Target:
@@ -116,10 +119,10 @@ def parse(url: str, environ: Optional[Mapping[str, str]] = None) -> Target:
         if len(values) != 1:
             raise ValueError(f"remote url {url!r}: {key} is given {len(values)} times")
     psij = query.get("psij", [env.get("PSIJ_REMOTE_PSIJ") or "psij"])[0]
-    _word("remote psij command (psij=)", psij, url)
+    _path("remote psij command (psij=)", psij, url)
     ssh_config = query.get("ssh_config", [None])[0]
     if ssh_config is not None:
-        _word("ssh_config", ssh_config, url)
+        _path("ssh_config", ssh_config, url)
     ssh_text = env.get("PSIJ_SSH_COMMAND") or "ssh"
     try:
         ssh = shlex.split(ssh_text)
