@@ -193,15 +193,20 @@ class Connection:
     def _drain(self, proc: "subprocess.Popen[bytes]", keep: Deque[bytes]) -> None:
         assert proc.stderr is not None
         fd = proc.stderr.fileno()
-        while True:
-            try:
-                data = os.read(fd, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            keep.append(data)
-            logger.debug("ssh %s: %s", self.target.where, _shown(data))
+        try:
+            while True:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                keep.append(data)
+                logger.debug("ssh %s: %s", self.target.where, _shown(data))
+        finally:
+            # Closed here, by its only reader, once ssh is gone (an unclosed pipe is a
+            # ResourceWarning when the process object goes).
+            proc.stderr.close()
 
     def _read(self, proc: "subprocess.Popen[bytes]", generation: int, rest: bytes) -> None:
         assert proc.stdout is not None
