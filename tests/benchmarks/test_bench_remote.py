@@ -1,6 +1,7 @@
 """The remote executors benchmark (bench/remote.py) in its quick form, over the test sshd with a
 user it makes: it prints every figure with a number, its goal judged, its JSON line, and takes
-its user away again; on the real Slurm, the Slurm figures too.
+its user away again; on the real Slurm, the Slurm figures too. Without the test sshd it says why
+and exits 0.
 
 Timing is never asserted: only that each figure is there, with a number (every job of the run
 completed, or the run would end with status 1).
@@ -22,7 +23,20 @@ from support.ssh_server import remote_psij_reason, sshd_reason
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "remote.py"
 NUMBER = r"-?\d+\.\d+"
 REASON = sshd_reason() or remote_psij_reason()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+needs_sshd = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+# bench/remote.py run where support.ssh_server says there is no sshd to use.
+WITHOUT_SSHD = """
+import runpy, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import support.ssh_server as ssh_server
+ssh_server.sshd_reason = lambda: "the test sshd is not running (a stand-in reason)"
+def no_user(*args, **kwargs):
+    raise AssertionError("a user was made")
+ssh_server.make_ssh_user = no_user
+sys.argv = [sys.argv[3], *sys.argv[4:]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
 LOCAL_FIGURES = [
     ("connect (get_instance with url)", "ms"),
@@ -63,6 +77,7 @@ def figure(stdout: str, name: str, unit: str) -> float:
     return float(match.group(1))
 
 
+@needs_sshd
 def test_quick_run_prints_the_figures_over_ssh_and_direct(tmp_path: Path) -> None:
     out, figures = run_bench(tmp_path, "--no-slurm")
     for name, unit in LOCAL_FIGURES:
@@ -81,6 +96,7 @@ def test_quick_run_prints_the_figures_over_ssh_and_direct(tmp_path: Path) -> Non
     assert "slurm_ssh_submit_ms" not in figures
 
 
+@needs_sshd
 @pytest.mark.slurm
 def test_quick_run_prints_the_slurm_figures(tmp_path: Path) -> None:
     problem = _scheduler_problem("slurm")
@@ -93,3 +109,18 @@ def test_quick_run_prints_the_slurm_figures(tmp_path: Path) -> None:
         figures["slurm_overhead_ms"], abs=0.01)
     assert re.search(r"^   over SSH \d+\.\d ms, direct \d+\.\d ms per submit \(medians\)$",
                      out, re.M), out
+
+
+def test_without_the_sshd_it_says_why_and_exits_0(tmp_path: Path) -> None:
+    tests = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", WITHOUT_SSHD, str(tests), str(BENCH.parent),
+                           str(BENCH), "--quick", "--json"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == ("Remote executors benchmark: not run here: the test sshd is not running "
+                        "(a stand-in reason)")
+    assert lines[1] == "NOTE: no figure taken (the benchmark needs root and the test sshd)"
+    assert json.loads(lines[-1]) == {
+        "skipped": "the test sshd is not running (a stand-in reason)"}
+    assert "== Summary" not in done.stdout
