@@ -278,7 +278,7 @@ def measure(args: argparse.Namespace, user: SshUser, rows: List[Tuple[str, Optio
 
 def print_summary(rows: List[Tuple[str, Optional[float], str]],
                   figures: Dict[str, Optional[float]]) -> None:
-    log("== Summary (medians per submit)")
+    log("== Summary (medians; the overheads are differences of means)")
     table = [("figure", "value")] + [
         (name, "-" if value is None else (f"{value:.2f} {unit}" if unit == "ms"
                                           else f"{value:.2f} s")) for name, value, unit in rows]
