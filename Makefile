@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck docs unit bench bench-scale bench-futures system-deps schedulers stop-schedulers clean \
+.PHONY: demo test check lint typecheck docs unit bench bench-scale bench-futures bench-remote system-deps schedulers stop-schedulers clean \
 	compat-dist
 
 $(STAMP): pyproject.toml
@@ -73,7 +73,7 @@ bench: $(STAMP)
 		$(PY) bench/spawn_ceiling.py || rc=$$?; $(PY) bench/sbatch_floor.py || rc=$$?; \
 		$(PY) bench/holding.py || rc=$$?; \
 		$(PY) bench/supervise.py || rc=$$?; $(PY) bench/flow_machine.py || rc=$$?; \
-		$(PY) bench/scale.py || rc=$$?; exit $$rc
+		$(PY) bench/scale.py || rc=$$?; $(PY) bench/remote.py || rc=$$?; exit $$rc
 
 # Every throughput figure of this machine in one run (local, pilot, the peers, the spawn
 # ceiling), against the goals; BENCH_SCALE_ARGS passes options (e.g. --cores 16 --rounds 5).
@@ -84,6 +84,12 @@ bench-scale: $(STAMP)
 # pilot) and through Slurm arrays; BENCH_FUTURES_ARGS passes options (e.g. --quick, --no-slurm).
 bench-futures: $(STAMP)
 	$(PY) bench/futures.py $(BENCH_FUTURES_ARGS)
+
+# Executors over SSH against the same executors used on the remote host itself: connecting, the
+# overhead per submit, submit_many, local and Slurm (a test sshd and a user made for the run; a
+# note and exit 0 without them); BENCH_REMOTE_ARGS passes options (e.g. --quick, --no-slurm).
+bench-remote: $(STAMP)
+	$(PY) bench/remote.py $(BENCH_REMOTE_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist docs/_build .bench-venvs .test-cache

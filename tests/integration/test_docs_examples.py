@@ -16,6 +16,13 @@ somewhere after the previous block. ``<what>`` is one of:
     as above, on the real scheduler started by tests/setup (pytest markers ``slurm``/``sge``),
     with the placeholders ``<SHARED DIR>``, ``<QUEUE>`` and ``<ACCOUNT>`` replaced by a
     temporary directory and the test scheduler's queue and an account name;
+``python ssh``, ``shell ssh``
+    as above, over SSH to this machine: a user made for the test logs in to the test sshd
+    (tests/setup/start-sshd.sh; skipped with the reason without it) and is removed after;
+    ``<USER>`` is replaced by its name and ``<HOST>`` by its host alias, and the environment
+    gives ``PSIJ_SSH_COMMAND`` (``ssh -F`` its client configuration) and ``PSIJ_REMOTE_PSIJ``
+    (a psij of this checkout it can run), so that the example reads as a user writes it
+    (``url="ssh://<USER>@<HOST>"``, ``psij --host <USER>@<HOST> ...``);
 ``skip <reason>``
     not run; the reason (required) says why (not an example, needs a cluster we lack, ...).
 
@@ -33,9 +40,16 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 import pytest
+
+from support.ssh_server import (
+    make_ssh_user,
+    remote_psij_command,
+    remote_psij_reason,
+    sshd_reason,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.rst"))]
@@ -47,6 +61,7 @@ _FENCE = re.compile(r"^\s*```")
 _KINDS = ("python", "shell", "doctest")
 _SCHEDULERS = {"slurm": {"<QUEUE>": "debug", "<ACCOUNT>": "psij-docs"},
                "sge": {"<QUEUE>": "all.q", "<ACCOUNT>": "psij-docs"}}
+_SSH = "ssh"
 _TIMEOUT = 120
 
 
@@ -64,14 +79,16 @@ class Block:
     def problem(self) -> Optional[str]:
         """What is wrong with the marker, or None."""
         if self.marker is None:
-            return "no marker (.. test: python|shell|doctest [slurm|sge] | skip <reason>)"
+            return "no marker (.. test: python|shell|doctest [slurm|sge|ssh] | skip <reason>)"
         words = self.marker.split()
         if words[:1] == ["skip"]:
             return None if len(words) > 1 else "'skip' needs a reason"
         if not words or words[0] not in _KINDS:
             return f"unknown marker {self.marker!r}"
-        if len(words) > 2 or (len(words) == 2 and words[1] not in _SCHEDULERS):
-            return f"unknown marker {self.marker!r} (scheduler: slurm or sge)"
+        if len(words) > 2 or (len(words) == 2 and words[1] not in (*_SCHEDULERS, _SSH)):
+            return f"unknown marker {self.marker!r} (scheduler: slurm or sge; or ssh)"
+        if words[1:] == [_SSH] and "<HOST>" not in self.code:
+            return "an ssh example names no <HOST> to reach"
         return None
 
 
@@ -147,7 +164,7 @@ def _runnable() -> List[object]:
         words = block.marker.split()
         if words[0] == "skip":
             continue
-        marks = [getattr(pytest.mark, words[1])] if len(words) == 2 else []
+        marks = [getattr(pytest.mark, words[1])] if words[1:] not in ([], [_SSH]) else []
         params.append(pytest.param(block, marks=marks, id=block.where))
     return params
 
@@ -170,19 +187,56 @@ def test_the_convention_finds_blocks_of_every_form(tmp_path: Path) -> None:
     assert [(b.code, b.marker) for b in _md_blocks(md)] == [("ls\n", "skip why")]
 
 
+@pytest.mark.parametrize("marker, code, problem", [
+    ("python ssh", "url = 'ssh://<USER>@<HOST>'\n", None),
+    ("shell ssh", "psij --host <HOST> status\n", None),
+    ("shell ssh", "psij status\n", "an ssh example names no <HOST> to reach"),
+    ("python ftp", "x\n", "unknown marker 'python ftp' (scheduler: slurm or sge; or ssh)"),
+    ("python ssh slurm", "<HOST>\n", "unknown marker 'python ssh slurm' (scheduler: slurm or "
+                                      "sge; or ssh)"),
+])
+def test_the_ssh_kind_is_known_and_must_name_a_host(marker: str, code: str,
+                                                    problem: Optional[str]) -> None:
+    assert Block(ROOT / "x.rst", 1, code, marker).problem() == problem
+
+
 @pytest.mark.parametrize("block", _runnable())
 def test_example_runs(block: Block, tmp_path: Path) -> None:
     assert block.marker is not None
     words = block.marker.split()
-    code = block.code
+    if words[1:] == [_SSH]:
+        reason = sshd_reason() or remote_psij_reason()
+        if reason is not None:
+            pytest.skip(reason)
+        user = make_ssh_user("psijdoc")
+        try:
+            _run_block(block, tmp_path, {"<USER>": user.name, "<HOST>": user.alias},
+                       {"PSIJ_SSH_COMMAND": f"ssh -F {user.config}",
+                        "PSIJ_REMOTE_PSIJ": remote_psij_command()})
+        finally:
+            user.remove()
+        return
+    values: Dict[str, str] = {}
     if len(words) == 2:
         values = dict(_SCHEDULERS[words[1]], **{"<SHARED DIR>": str(tmp_path)})
-        for placeholder, value in values.items():
-            code = code.replace(placeholder, value)
+    _run_block(block, tmp_path, values, {})
+
+
+def _run_block(block: Block, tmp_path: Path, values: Dict[str, str],
+               environ: Dict[str, str]) -> None:
+    """Run ``block`` with ``values`` put in place of their placeholders, ``environ`` added to
+    its environment."""
+    assert block.marker is not None
+    words = block.marker.split()
+    code = block.code
+    for placeholder, value in values.items():
+        code = code.replace(placeholder, value)
     code = code.replace("<PSIJ CHECKOUT>", str(ROOT))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
                HOME=str(tmp_path))
-    env.pop("PSIJ_LOG", None)
+    for name in ("PSIJ_LOG", "PSIJ_SSH_COMMAND", "PSIJ_REMOTE_PSIJ"):
+        env.pop(name, None)
+    env.update(environ)
     if words[0] == "python":
         script = tmp_path / "example.py"
         script.write_text(code)

@@ -144,10 +144,6 @@ def _build_parser(argv: Optional[Sequence[str]] = None) -> "argparse.ArgumentPar
             words = list(argv)
             add_pilot_commands(commands, _named(words[words.index("pilot") + 1:],
                                                  _PILOT_COMMANDS))
-    if command in (None, "remote"):
-        from psij.cli._remote import add_remote_command
-
-        add_remote_command(commands)
     if command in (None, "flow"):
         from psij.cli._flow import FLOW_VERBS, add_flow_commands
 
@@ -156,6 +152,10 @@ def _build_parser(argv: Optional[Sequence[str]] = None) -> "argparse.ArgumentPar
         elif argv is not None:
             words = list(argv)
             add_flow_commands(commands, _named(words[words.index("flow") + 1:], FLOW_VERBS))
+    if command in (None, "remote"):
+        from psij.cli._remote import add_remote_command
+
+        add_remote_command(commands)
     return parser
 
 

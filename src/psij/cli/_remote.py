@@ -26,7 +26,7 @@ def add_remote_command(commands: "argparse._SubParsersAction[argparse.ArgumentPa
 
 def remote_main(args: "argparse.Namespace") -> int:
     if getattr(args, "remote_command", None) != "serve":
-        say("psij remote: a verb is required: serve")
+        say("a verb is required: serve", "remote")
         return EXIT_USAGE
     return serve_main()
 
@@ -51,16 +51,16 @@ def host_main(host: str, rest: List[str]) -> int:
     from psij.remote._target import parse
 
     if not rest:
-        say("psij --host: a command to run there is required (psij --host HOST submit ...)")
+        say("a command to run there is required (psij --host HOST submit ...)", "--host")
         return EXIT_USAGE
     try:
         target = parse(host if host.lower().startswith("ssh://") else f"ssh://{host}")
     except (TypeError, ValueError) as ex:
-        say(f"psij --host: {ex}")
+        say(str(ex), "--host")
         return EXIT_USAGE
     sys.stdout.flush()
     try:
         return subprocess.call(target.argv(rest))
     except OSError as ex:
-        say(f"psij --host: cannot run {target.ssh[0]!r}: {ex.strerror or ex}")
+        say(f"cannot run {target.ssh[0]!r}: {ex.strerror or ex}", "--host")
         return EXIT_USAGE
