@@ -5,8 +5,14 @@ import math
 import pytest
 
 from psij import InvalidJobException, JobState, JobStatus, SubmitException
-from psij.remote._protocol import (RemoteError, error_answer, job_id, raised, status_from_wire,
-                                   status_to_wire)
+from psij.remote._protocol import (
+    RemoteError,
+    error_answer,
+    job_id,
+    raised,
+    status_from_wire,
+    status_to_wire,
+)
 
 
 def test_a_status_goes_over_and_comes_back_the_same() -> None:

@@ -13,22 +13,26 @@ records its jobs); on the remote host jobs go to that user's own work directory.
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
-from psij.exceptions import InvalidJobException, SubmitException
+from psij.exceptions import InvalidJobException, SubmitException, SubmitManyException
 from psij.job import Job
-from psij.job_executor import JobExecutor
+from psij.job_executor import JobExecutor, job_list
 from psij.job_executor_config import JobExecutorConfig
+from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 from psij.remote import _connection, _staging
-from psij.remote._protocol import RemoteError, raised, status_from_wire
+from psij.remote._protocol import RemoteError, RemoteProtocolError, raised, status_from_wire
 from psij.remote._target import parse
 from psij.serialize import _spec_to_json
 
 logger = logging.getLogger(__name__)
+
+SUBMIT_CHUNK = 500
+"""Jobs in one submission request of ``submit_many``."""
 
 
 def _settings(config: JobExecutorConfig) -> Optional[Dict[str, Any]]:
@@ -146,44 +150,100 @@ class RemoteJobExecutor(JobExecutor):
         return status
 
     def submit(self, job: Job) -> None:
-        """Submit ``job`` on the remote host; on return it is QUEUED (or further) and has
-        the native id the remote executor gave it.
+        """Submit ``job`` on the remote host; on return it is QUEUED (or further).
 
         A dropped connection is made again and the submission sent again: the job's id makes
         it happen once. If no answer comes in time, SubmitException (transient) says so; the
         job may then be on the remote host, and submitting this same Job again is safe."""
         spec = self._check_job(job)
+        failures = self._submit_checked([(job, spec)])
+        if failures:
+            raise failures[0][1]
+
+    def submit_many(self, jobs: Iterable[Job]) -> None:
+        """Submit every job of ``jobs`` in one request per 500 jobs (the remote executor's
+        ``submit_many`` is not used: the jobs are submitted there one by one, under one lock
+        and one registry flush); SubmitManyException lists those that failed."""
+        listed = job_list(jobs)
+        checked: List[Tuple[Job, JobSpec]] = []
+        failures: List[Tuple[Job, BaseException]] = []
+        for job in listed:
+            try:
+                checked.append((job, self._check_job(job)))
+            except Exception as ex:
+                failures.append((job, ex))
+        for start in range(0, len(checked), SUBMIT_CHUNK):
+            failures += self._submit_checked(checked[start:start + SUBMIT_CHUNK])
+        if failures:
+            raise SubmitManyException(failures, len(listed))
+
+    def _submit_checked(self, checked: List[Tuple[Job, JobSpec]]
+                        ) -> List[Tuple[Job, BaseException]]:
+        """Submit jobs bound by ``_check_job``; those that failed (unbound again), each with
+        its exception."""
+        failures: List[Tuple[Job, BaseException]] = []
+        payloads = []
+        sent: List[Job] = []
+        for job, spec in checked:
+            try:
+                payload = {"id": job.id, "spec": _spec_to_json(spec)}
+                if spec.stage_in:
+                    _staging.send_inputs(self._call, job.id, spec)
+            except Exception as ex:
+                job.executor = None
+                failures.append((job, SubmitException(f"job {job.id}: {ex}", ex,
+                                                      transient=True)
+                                 if isinstance(ex, RemoteError) else ex))
+                continue
+            payloads.append(payload)
+            sent.append(job)
+            self._watch(job)
+        if not sent:
+            return failures
         try:
-            payload = {"id": job.id, "spec": _spec_to_json(spec)}
-            if spec.stage_in:
-                _staging.send_inputs(self._call, job.id, spec)
+            answers = self._call("submit", {"ex": self._ex, "jobs": payloads})
+            if not isinstance(answers, list) or len(answers) != len(sent):
+                raise RemoteProtocolError(f"{self._conn.target.where} answered a submission "
+                                          f"of {len(sent)} jobs with {str(answers)[:200]!r}")
         except RemoteError as ex:
-            job.executor = None
-            raise SubmitException(f"job {job.id}: {ex}", ex, transient=True) from ex
-        except Exception:
-            job.executor = None
-            raise
-        self._watch(job)
-        try:
-            answers = self._call("submit", {"ex": self._ex, "jobs": [payload]})
-            answer = answers[0] if isinstance(answers, list) and answers else None
-            if not isinstance(answer, dict) or answer.get("id") != job.id:
-                raise RemoteError(f"{self._conn.target.where} answered the submission of job "
-                                  f"{job.id} with {str(answers)[:200]!r}")
-        except Exception as ex:
-            self._unwatch(job)
-            job.executor = None
-            if isinstance(ex, RemoteError):
-                raise SubmitException(
-                    f"job {job.id}: {ex}; the job may have reached the remote host: submitting "
-                    f"this same Job again is safe (its id makes it run once)", ex,
-                    transient=True) from ex
-            raise
+            for job in sent:
+                failures.append((job, self._lost(job, ex)))
+            return failures
+        for job, answer in zip(sent, answers):
+            problem = self._answer_problem(job, answer)
+            if problem is not None:
+                failures.append((job, problem))
+                continue
+            self._take_answer(job, answer)
+        return failures
+
+    def _lost(self, job: Job, ex: RemoteError) -> SubmitException:
+        """Unbind a job whose submission got no answer that can be used, saying so."""
+        self._unwatch(job)
+        job.executor = None
+        return SubmitException(f"job {job.id}: {ex}; the job may have reached the remote "
+                               f"host: submitting this same Job again is safe (its id makes "
+                               f"it run once)", ex, transient=True)
+
+    def _answer_problem(self, job: Job, answer: Any) -> Optional[BaseException]:
+        """None if ``answer`` tells the job was submitted; the exception to raise otherwise
+        (the job unbound)."""
+        where = self._conn.target.where
+        if not isinstance(answer, dict) or answer.get("id") != job.id:
+            return self._lost(job, RemoteProtocolError(
+                f"{where} answered the submission of job {job.id} with "
+                f"{str(answer)[:200]!r}"))
         if answer.get("ok") is False:
             self._unwatch(job)
             job.executor = None
-            raise raised(answer, self._conn.target.where)
-        self._take_answer(job, answer)
+            return raised(answer, where)
+        try:
+            _check_answer(answer)
+        except ValueError as ex:
+            return self._lost(job, RemoteProtocolError(
+                f"{where} answered the submission of job {job.id} with what is not a job's "
+                f"state: {ex}"))
+        return None
 
     def _take_answer(self, job: Job, answer: Mapping[str, Any]) -> None:
         native_id = answer.get("native_id")
@@ -221,11 +281,16 @@ class RemoteJobExecutor(JobExecutor):
         try:
             answer = self._call("attach", {"ex": self._ex, "job": job.id,
                                            "native_id": native_id})
+            try:
+                _check_answer(answer)
+            except ValueError as ex:
+                raise RemoteProtocolError(f"{self._conn.target.where} answered the attach of "
+                                          f"{native_id!r} with {str(answer)[:200]!r}: {ex}"
+                                          ) from None
         except Exception:
             self._unwatch(job)
             raise
-        if isinstance(answer, dict):
-            self._take_answer(job, answer)
+        self._take_answer(job, answer)
 
     def _refollow(self) -> None:
         """After a reconnection: the current status of every job still followed."""
@@ -263,6 +328,20 @@ class RemoteJobExecutor(JobExecutor):
         return f"RemoteJobExecutor({self._ex['name']!r}, url={self.url!r})"
 
     __repr__ = __str__
+
+
+def _check_answer(answer: Any) -> None:
+    """ValueError unless ``answer`` is a job's answer: an object with an optional native id
+    (text) and a status."""
+    if not isinstance(answer, dict):
+        raise ValueError("expected an object")
+    native_id = answer.get("native_id")
+    if native_id is not None and (not isinstance(native_id, str) or not native_id):
+        raise ValueError(f"native_id: expected text, got {str(native_id)[:80]!r}")
+    status = answer.get("status")
+    if not isinstance(status, dict):
+        raise ValueError("status: expected an object")
+    status_from_wire(status)
 
 
 def remote_executor(name: str, version_constraint: Optional[str], url: str,

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 from psij import registry
 from psij._line_framing import BadLine, LineFramer, decode_line, encode_line
 from psij._private_dirs import ensure_private_dir
-from psij.exceptions import InvalidJobException
+from psij.exceptions import InvalidJobException, SubmitManyException
 from psij.job import Job
 from psij.job_executor import JobExecutor
 from psij.job_executor_config import JobExecutorConfig
@@ -165,33 +165,61 @@ class Server:
         with self._submit_lock():
             ids = [_protocol.job_id(item.get("id") if isinstance(item, dict) else None)
                    for item in items]
+            if len(set(ids)) != len(ids):
+                raise ValueError("jobs: a job id appears twice")
             unknown = [i for i in ids if i not in self._jobs]
             known = {r.id: r for r in registry.find(
                 ids=unknown, work_directory=self.work_directory)} if unknown else {}
+            done: Dict[str, Any] = {}
+            fresh: List[Job] = []
             for job_id, item in zip(ids, items):
                 try:
                     job = self._jobs.get(job_id)
                     if job is None and job_id in known:
                         job = self._from_record(executor, known[job_id])
                     if job is None:
-                        job = self._submit_one(executor, job_id, item)
-                    answers.append(self._answer(job))
+                        fresh.append(self._new_job(job_id, item))
+                    else:
+                        done[job_id] = job
                 except Exception as ex:
-                    answers.append({"id": job_id, **_protocol.error_answer(None, ex)})
+                    done[job_id] = ex
+            for job, problem in self._submit_new(executor, fresh):
+                done[job.id] = job if problem is None else problem
+            for job_id in ids:
+                outcome = done[job_id]
+                answers.append(self._answer(outcome) if isinstance(outcome, Job) else
+                               {"id": job_id, **_protocol.error_answer(None, outcome)})
             registry.flush(timedelta(seconds=60))
         return answers
 
-    def _submit_one(self, executor: JobExecutor, job_id: str, item: Mapping[str, Any]) -> Job:
+    def _new_job(self, job_id: str, item: Mapping[str, Any]) -> Job:
         try:
             spec = _spec_from_json(item.get("spec"))
         except (TypeError, ValueError) as ex:
             raise InvalidJobException(f"job {job_id}: {ex}") from ex
-        spec = self.staging.rewrite(job_id, spec)
-        job = Job(spec)
+        job = Job(self.staging.rewrite(job_id, spec))
         job._id = job_id
-        executor.submit(job)
-        self._jobs[job_id] = job
         return job
+
+    def _submit_new(self, executor: JobExecutor, jobs: List[Job]
+                    ) -> List[Tuple[Job, Optional[BaseException]]]:
+        """Submit ``jobs`` (several at once with the executor's ``submit_many``: arrays on
+        batch schedulers); each with None or what its submission raised."""
+        failed: Dict[str, BaseException] = {}
+        if len(jobs) == 1:
+            try:
+                executor.submit(jobs[0])
+            except Exception as ex:
+                failed[jobs[0].id] = ex
+        elif jobs:
+            try:
+                executor.submit_many(jobs)
+            except SubmitManyException as ex:
+                failed = {job.id: problem for job, problem in ex.failures}
+        for job in jobs:
+            if job.id not in failed:
+                self._jobs[job.id] = job
+        return [(job, failed.get(job.id)) for job in jobs]
 
     def _from_record(self, executor: JobExecutor, record: registry.JobRecord) -> Job:
         """A job this user's registry knows, followed again (by the executor that ran it)."""
@@ -204,9 +232,27 @@ class Server:
             job._set_status(JobStatus(record.state, time=record.updated,
                                       exit_code=record.exit_code, message=record.message))
         else:
-            executor.attach(job, record.native_id)
+            self._recorded_executor(executor, record).attach(job, record.native_id)
         self._jobs[record.id] = job
         return job
+
+    def _recorded_executor(self, executor: JobExecutor, record: registry.JobRecord
+                           ) -> JobExecutor:
+        """The executor with the settings recorded with the job (its polling interval...),
+        when they differ from ``executor``'s."""
+        if record.executor != executor.name or record.config is None:
+            return executor
+        config = registry._recorded_config(type(executor.config), record.config,
+                                           str(self.work_directory))
+        if config is None:
+            return executor
+        key = f"recorded {record.executor} {record.config}"
+        found = self._executors.get(key)
+        if found is None:
+            found = JobExecutor.get_instance(record.executor, config=config)
+            found.set_job_status_callback(self._on_status)
+            self._executors[key] = found
+        return found
 
     def _known(self, executor: JobExecutor, job_id: str, native_id: Optional[str]) -> Job:
         """The job with this id: followed already, in the registry, or attached by native id."""

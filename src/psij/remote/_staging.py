@@ -71,7 +71,10 @@ class ServerStaging:
         data = request.get("data")
         if not isinstance(data, str):
             raise ValueError("data: expected base64 text")
-        content = base64.b64decode(data, validate=True)
+        try:
+            content = base64.b64decode(data, validate=True)
+        except ValueError as ex:
+            raise ValueError(f"data: not base64 ({ex})") from None
         mode = 0o700 if request.get("executable") else 0o600
         parent = ensure_private_dir(folder.joinpath("in", *parts[:-1]), "remote staging folder",
                                     within=folder)
@@ -127,7 +130,10 @@ class ServerStaging:
                                           "size": full.stat().st_size,
                                           "executable": os.access(full, os.X_OK)})
             return {"files": files}
-        full = base.joinpath(*_relative("path", path))
+        parts = _relative("path", path)
+        if base.is_symlink() or not base.is_dir():
+            raise ValueError(f"stage_out[{n}]: nothing was staged out")
+        full = base.joinpath(*parts)
         offset = request.get("offset")
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset: expected a byte count, got {offset!r}")
