@@ -36,8 +36,10 @@ SUBMIT_CHUNK = 500
 
 
 def _settings(config: JobExecutorConfig) -> Optional[Dict[str, Any]]:
-    """The settings of ``config`` the remote executor is made with."""
+    """The settings of ``config`` the remote executor is made with (those of plain values:
+    others are named in a warning and left to the remote executor's defaults)."""
     settings = {}
+    left = []
     for key, value in sorted(vars(config).items()):
         if key.startswith("_") or key == "work_directory" or value is None:
             continue
@@ -45,6 +47,11 @@ def _settings(config: JobExecutorConfig) -> Optional[Dict[str, Any]]:
             value = str(value)
         if isinstance(value, (str, int, float, bool)):
             settings[key] = value
+        else:
+            left.append(key)
+    if left:
+        logger.warning("config settings not sent to the remote host (only text, numbers, "
+                       "true/false and paths are): %s", ", ".join(left))
     return settings or None
 
 
@@ -67,8 +74,13 @@ class RemoteJobExecutor(JobExecutor):
         self._closed = False
         self._conn = _connection.connect(target)
         try:
-            version: Version = Version(str(self._conn.hello.get("version")))
-        except InvalidVersion:
+            opened = self._conn.call("open", {"ex": self._ex})
+        except BaseException:
+            _connection.release(self._conn)
+            raise
+        try:
+            version: Version = Version(str(opened.get("version")))
+        except (InvalidVersion, AttributeError):
             version = Version("0")
         self.__dict__["_psij_plugin"] = (name, version)
         self._conn.on_reconnect(self._refollow)
@@ -187,6 +199,7 @@ class RemoteJobExecutor(JobExecutor):
         for job, spec in checked:
             try:
                 payload = {"id": job.id, "spec": _spec_to_json(spec)}
+                _staging.check_outputs(spec)
                 if spec.stage_in:
                     _staging.send_inputs(self._call, job.id, spec)
             except Exception as ex:

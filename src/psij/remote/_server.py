@@ -72,7 +72,7 @@ class Server:
         self._lock = threading.Lock()
         self.staging = _staging.ServerStaging(self.work_directory)
         self._ops: Dict[str, Callable[[Mapping[str, Any]], Any]] = {
-            "ping": lambda request: "pong",
+            "ping": lambda request: "pong", "open": self._open,
             "submit": self._submit, "cancel": self._cancel, "list": self._list,
             "attach": self._attach, "follow": self._follow,
             "put": self.staging.put, "get": self.staging.get, "drop": self.staging.drop,
@@ -126,6 +126,12 @@ class Server:
         executor.set_job_status_callback(self._on_status)
         self._executors[key] = executor
         return executor
+
+    def _open(self, request: Mapping[str, Any]) -> Dict[str, Any]:
+        """Make the executor a client names (its errors come back now, not at the first
+        submission); its name and version."""
+        executor = self._executor(request)
+        return {"name": executor.name, "version": str(executor.version)}
 
     def _configured(self, executor: JobExecutor, name: str, version: Optional[str],
                     settings: Mapping[str, Any]) -> JobExecutor:

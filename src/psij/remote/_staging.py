@@ -196,6 +196,12 @@ def send_inputs(call: Call, job_id: str, spec: JobSpec) -> None:
                         break
 
 
+def check_outputs(spec: JobSpec) -> None:
+    """InvalidJobException unless every stage-out target is a file of this machine."""
+    for n, out in enumerate(spec.stage_out or ()):
+        _local_path(f"stage_out[{n}] target", out.target)
+
+
 def has_outputs(spec: Optional[JobSpec]) -> bool:
     return spec is not None and bool(spec.stage_out)
 
