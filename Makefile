@@ -43,12 +43,12 @@ stop-schedulers:
 		|| { rc=$$?; [ $$rc = 75 ] || exit $$rc; \
 		     echo "schedulers left running: another test run is using them"; }
 
-# The whole tests/ tree: unit tests named after their module at its top, then integration/,
-# real/ (the schedulers of tests/setup) and benchmarks/. A run that collects nothing fails
-# (pytest's status 5), and so does one where a test module under tests/ gives no test (conftest).
+# The whole tests/ tree: unit tests named after their module at its top, integration/, real/
+# (the schedulers and sshd of tests/setup) and benchmarks/, in two chains side by side (see
+# tests/setup/run-tests.sh). A run that collects nothing fails (pytest's status 5), and so does
+# one where a test module under tests/ gives no test (conftest).
 unit: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests; rc=$$?; \
-		[ $$rc != 5 ] || echo "make unit: pytest collected no test under tests/" >&2; exit $$rc
+	PY=$(PY) bash tests/setup/run-tests.sh
 
 check: lint typecheck
 

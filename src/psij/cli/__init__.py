@@ -103,7 +103,7 @@ def _build_parser(argv: Optional[Sequence[str]] = None) -> "argparse.ArgumentPar
         description="Portable job submission (PSI/J): run jobs locally or through a batch "
                     "scheduler, and inspect the installed executors and launchers.")
     parser.add_argument("--version", action="version", version=f"psij {__version__}")
-    parser.add_argument("--host", metavar="[USER@]HOST[:PORT]",
+    parser.add_argument("--host", metavar="[USER@]HOST[:PORT]", default=argparse.SUPPRESS,
                         help="run the command with the psij of another host, over ssh "
                              "(first option only)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
