@@ -29,8 +29,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                                   items: List[pytest.Item]) -> None:
     """Every test module of the tree gives at least one test when the whole tree is run."""
     started = [(config.invocation_params.dir / arg).resolve() for arg in config.args]
-    if started != [TESTS] or session.testsfailed:
-        return  # a part of the tree, or collection errors that pytest reports itself
+    if started != [TESTS] or session.testsfailed or config.getoption("ignore") \
+            or config.getoption("markexpr"):
+        # A part of the tree (by path, --ignore or -m: tests/setup/run-tests.sh runs the tree
+        # in parts after collecting it whole), or collection errors that pytest reports itself.
+        return
     given = {Path(item.path) for item in items}
     silent = sorted(str(path.relative_to(TESTS)) for path in TESTS.rglob("test_*.py")
                     if path not in given and "psij_python_harness" not in path.parts)

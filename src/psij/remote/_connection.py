@@ -299,7 +299,10 @@ class Connection:
             delay = min(delay * 2, BACKOFF[1])
         with self._lock:
             self._reconnecting = False
+            proc = self._proc if self.closed else None
         if self.closed:
+            if proc is not None:  # closed while this connection was being made
+                _stop(proc)
             return
         self._resend()
         for ref in list(self._hooks):
