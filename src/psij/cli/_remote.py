@@ -2,14 +2,16 @@
 through ssh) and ``psij --host [user@]host[:port] COMMAND ...`` (any command run by the psij of
 that host, over the same kind of SSH connection: ``psij --host me@cluster submit ...``)."""
 
-import subprocess
 import sys
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
+from psij._spawn import popen
 from psij.cli._common import EXIT_USAGE, say
 
 if TYPE_CHECKING:
     import argparse
+
+EXIT_INTERRUPTED = 130  # what a shell reports for a command ended by SIGINT
 
 HELP = "serve this host's executors to psij on another machine (run through ssh)"
 
@@ -59,8 +61,15 @@ def host_main(host: str, rest: List[str]) -> int:
         say(str(ex), "--host")
         return EXIT_USAGE
     sys.stdout.flush()
+    sys.stderr.flush()
     try:
-        return subprocess.call(target.argv(rest))
+        proc = popen(target.argv(rest), env=None, stdin=0, stdout=1, stderr=2, session=False)
     except OSError as ex:
         say(f"cannot run {target.ssh[0]!r}: {ex.strerror or ex}", "--host")
         return EXIT_USAGE
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait()
+        return EXIT_INTERRUPTED

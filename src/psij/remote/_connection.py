@@ -18,11 +18,12 @@ import queue
 import select
 import subprocess
 import threading
-import time
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
 
+from psij._clock import MonotonicClock
 from psij._line_framing import BadLine, LineFramer, decode_line, encode_line
+from psij._spawn import popen
 from psij.remote._protocol import (
     HELLO_KEY,
     MAX_LINE,
@@ -38,6 +39,7 @@ from psij.version import __version__
 
 logger = logging.getLogger(__name__)
 
+_CLOCK = MonotonicClock()
 HELLO_TIMEOUT = 60.0
 BACKOFF = (0.1, 30.0)
 Follower = Callable[[Mapping[str, Any]], None]
@@ -128,6 +130,7 @@ class Connection:
         self._generation = 0
         self._up = False
         self._reconnecting = False
+        self._closing = threading.Event()
         self._events: queue.SimpleQueue[Optional[Mapping[str, Any]]] = queue.SimpleQueue()
         self._open()
         threading.Thread(target=self._dispatch, name="psij-remote-events", daemon=True).start()
@@ -137,9 +140,8 @@ class Connection:
     def _open(self) -> None:
         argv = self.target.argv()
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, bufsize=0, start_new_session=True,
-                                    close_fds=True)
+            proc = popen(argv, env=None, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, bufsize=0)
         except OSError as ex:
             raise RemoteConnectError(f"cannot run {argv[0]!r} to reach {self.target.where}: "
                                      f"{ex.strerror or ex}") from None
@@ -172,9 +174,9 @@ class Connection:
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
         buffer = b""
-        deadline = time.monotonic() + HELLO_TIMEOUT
+        deadline = _CLOCK.now() + HELLO_TIMEOUT
         while b"\n" not in buffer:
-            left = deadline - time.monotonic()
+            left = deadline - _CLOCK.now()
             if left <= 0:
                 raise RemoteConnectError(f"ssh to {self.target.where}: no answer from the remote "
                                          f"psij in {HELLO_TIMEOUT:.0f} s")
@@ -295,7 +297,7 @@ class Connection:
             except Exception as ex:  # whatever it was, try again later
                 self.last_error = ex
                 logger.warning("reconnecting to %s", self.target.where, exc_info=True)
-            time.sleep(delay)
+            _CLOCK.wait(self._closing, delay)
             delay = min(delay * 2, BACKOFF[1])
         with self._lock:
             self._reconnecting = False
@@ -405,6 +407,7 @@ class Connection:
             if self.closed:
                 return
             self.closed = True
+            self._closing.set()
             proc = self._proc
             failed = list(self._pending.values())
             self._pending.clear()
