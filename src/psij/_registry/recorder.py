@@ -385,6 +385,13 @@ def flush(timeout: Optional[float] = None) -> bool:
     return _WRITER.flush(None if deadline is None else max(0.0, deadline - _CLOCK.now()))
 
 
+def flush_queued(timeout: Optional[float] = None) -> bool:
+    """Commit the changes queued so far, without the steps of :func:`flush` that wait for
+    native ids to come (a local job queued here may be recorded without its process id yet,
+    which a later change brings); False on timeout."""
+    return _WRITER.flush(timeout)
+
+
 def _flush_at_exit() -> None:
     if not _WRITER.flush(_EXIT_FLUSH_SECONDS):
         logger.warning("the job registry could not be written within %.0f s; the last status "

@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from psij import registry
+from psij._clock import MonotonicClock
 from psij._line_framing import BadLine, LineFramer, decode_line, encode_line
 from psij._private_dirs import ensure_private_dir
+from psij._registry import recorder
 from psij.exceptions import InvalidJobException, SubmitManyException
 from psij.job import Job
 from psij.job_executor import JobExecutor
@@ -40,6 +42,9 @@ from psij.serialize import _spec_from_json
 from psij.version import __version__
 
 logger = logging.getLogger(__name__)
+
+_CLOCK = MonotonicClock()
+NATIVE_ID_WAIT = 30.0
 
 CONFIG_VALUE = (str, int, float, bool, type(None))
 
@@ -195,7 +200,9 @@ class Server:
                 outcome = done[job_id]
                 answers.append(self._answer(outcome) if isinstance(outcome, Job) else
                                {"id": job_id, **_protocol.error_answer(None, outcome)})
-            registry.flush(timedelta(seconds=60))
+            # Every job's row is written before another server may look for it (its native
+            # id may follow: see _with_native_id).
+            recorder.flush_queued(60.0)
         return answers
 
     def _new_job(self, job_id: str, item: Mapping[str, Any]) -> Job:
@@ -227,8 +234,21 @@ class Server:
                 self._jobs[job.id] = job
         return [(job, failed.get(job.id)) for job in jobs]
 
+    def _with_native_id(self, record: registry.JobRecord) -> registry.JobRecord:
+        """``record`` again once its native id is recorded (or it ended), for at most
+        NATIVE_ID_WAIT seconds: a job submitted by another server is written before its
+        native id when its executor gives that later (``local``)."""
+        deadline = _CLOCK.now() + NATIVE_ID_WAIT
+        while record.native_id is None and not record.state.final and _CLOCK.now() < deadline:
+            _CLOCK.sleep(0.05)
+            found = registry.find(ids=[record.id], work_directory=self.work_directory)
+            if found:
+                record = found[0]
+        return record
+
     def _from_record(self, executor: JobExecutor, record: registry.JobRecord) -> Job:
         """A job this user's registry knows, followed again (by the executor that ran it)."""
+        record = self._with_native_id(record)
         job = Job(record.spec)
         job._id = record.id
         job.set_job_status_callback(None)
