@@ -6,12 +6,10 @@ import sys
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from psij._spawn import popen
-from psij.cli._common import EXIT_USAGE, say
+from psij.cli._common import EXIT_CANCELED, EXIT_USAGE, say
 
 if TYPE_CHECKING:
     import argparse
-
-EXIT_INTERRUPTED = 130  # what a shell reports for a command ended by SIGINT
 
 HELP = "serve this host's executors to psij on another machine (run through ssh)"
 
@@ -72,4 +70,4 @@ def host_main(host: str, rest: List[str]) -> int:
     except KeyboardInterrupt:
         proc.terminate()
         proc.wait()
-        return EXIT_INTERRUPTED
+        return EXIT_CANCELED  # 130, as a shell reports a command ended by SIGINT
