@@ -16,7 +16,8 @@ from typing import Any, Optional
 from psij._record import Record
 from psij.exceptions import InvalidJobException
 
-__all__ = ["ATTRIBUTE", "MAX_SECONDS", "SIGNALS", "EndSignal", "end_signal", "parse_end_signal"]
+__all__ = ["ATTRIBUTE", "MAX_SECONDS", "SIGNALS", "EndSignal", "end_signal", "fitting_end_signal",
+           "parse_end_signal"]
 
 ATTRIBUTE = "psij.signal_before_end"
 # The signals the scripts handle: those a scheduler or a user sends to ask a job to stop,
@@ -71,8 +72,12 @@ def end_signal(custom: Any, limit: Optional[timedelta], limit_field: str
     InvalidJobException when it is malformed, or when the job's time limit ``limit`` (read
     from ``limit_field``, named in the message) is unset or not longer than the lead."""
     value = custom.get(ATTRIBUTE) if custom else None
-    if value is None:
-        return None
+    return None if value is None else fitting_end_signal(value, limit, limit_field)
+
+
+def fitting_end_signal(value: Any, limit: Optional[timedelta], limit_field: str) -> EndSignal:
+    """``value`` of ``psij.signal_before_end`` read, and checked against the time limit
+    ``limit`` (see :func:`end_signal`)."""
     wanted = parse_end_signal(ATTRIBUTE, value)
     if limit is None:
         raise InvalidJobException(f"custom attribute {ATTRIBUTE}: the job has no time limit "
