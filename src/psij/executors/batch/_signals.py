@@ -22,7 +22,12 @@ in class attributes:
 ``JOB_IGNORED_SIGNALS``
     Signals the job starts with ignored: Grid Engine sends its warnings (USR1 before a
     suspension, USR2 before a kill) to the whole process group, where they would end the job
-    at once.
+    at once. A job that asks for one of them before its end starts with it handled instead.
+``END_SIGNAL_DIRECTIVE``
+    True where the template asks the scheduler for ``psij.signal_before_end``'s signal in a
+    directive (Slurm's ``--signal=B:``, LSF's ``-wa``/``-wt``); elsewhere a timer started by
+    the script sends ALRM to the script when the signal is due, and the script passes the
+    signal on to the job's processes, leaving itself out (``docs/keeping-work.rst``).
 
 Shell launchers between the script and the job (``launcher_lib.sh``'s ``launch_job``) survive
 the signals too and wait for the job, which received them itself. The script assumes that the
