@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from psij import Job, JobAttributes, JobExecutor, JobSpec, JobState
+from psij import InvalidJobException, Job, JobAttributes, JobExecutor, JobSpec, JobState
 from psij._clock import ManualClock
 from psij.executors._process_watch import ProcessWatch
 from psij.executors.local import LocalJobExecutorConfig
@@ -113,3 +113,45 @@ def test_a_job_ending_in_time_is_left_alone(tmp_path: Path) -> None:
 def test_enforce_duration_must_be_a_bool(bad) -> None:
     with pytest.raises(TypeError, match="LocalJobExecutorConfig.enforce_duration"):
         LocalJobExecutorConfig(enforce_duration=bad)
+
+
+# Writes "ready", then on USR1 a checkpoint and exits 0; without it, it would sleep on.
+CHECKPOINT_ON_USR1 = (
+    "import signal, sys, time\n"
+    "def handler(signum, frame):\n"
+    "    open('checkpoint', 'w').write(signal.Signals(signum).name)\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGUSR1, handler)\n"
+    "open('ready', 'w').close()\n"
+    "time.sleep(300)\n")
+
+
+def test_a_job_asking_for_a_signal_gets_it_before_its_end(tmp_path: Path) -> None:
+    ex, watch, clock = executor(tmp_path, enforce=True, grace=HOUR)
+    attrs = JobAttributes(duration=60, custom_attributes={"psij.signal_before_end": "USR1@20"})
+    job = started(ex, JobSpec(sys.executable, ["-c", CHECKPOINT_ON_USR1], directory=tmp_path,
+                              attributes=attrs))
+    wait_until(lambda: (tmp_path / "ready").exists(), "start of the job")
+    assert watch._timers.next_timeout() == 40.0
+    tick(clock, watch, 39.0)
+    wait_until(lambda: watch._timers.next_timeout() == 1.0, "re-armed signal timer")
+    assert not (tmp_path / "checkpoint").exists()
+    tick(clock, watch, 1.0)
+    status = job.wait(timeout=LIMIT)
+    assert status is not None and status.state is JobState.COMPLETED, status
+    assert (tmp_path / "checkpoint").read_text() == "SIGUSR1"
+
+
+def test_a_signal_before_the_end_needs_an_enforced_duration(tmp_path: Path) -> None:
+    ex, _, _ = executor(tmp_path, enforce=False)
+    attrs = JobAttributes(duration=60, custom_attributes={"psij.signal_before_end": "USR1@20"})
+    with pytest.raises(InvalidJobException, match="psij.signal_before_end.*enforce_duration"):
+        ex.submit(Job(JobSpec("/bin/true", attributes=attrs)))
+
+
+@pytest.mark.parametrize("lead", ["USR1@60", "USR1@61"])
+def test_a_signal_before_the_end_must_fit_in_the_duration(tmp_path: Path, lead: str) -> None:
+    ex, _, _ = executor(tmp_path, enforce=True)
+    attrs = JobAttributes(duration=60, custom_attributes={"psij.signal_before_end": lead})
+    with pytest.raises(InvalidJobException, match="psij.signal_before_end.*JobAttributes.dura"):
+        ex.submit(Job(JobSpec("/bin/true", attributes=attrs)))

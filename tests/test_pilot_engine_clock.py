@@ -2,6 +2,7 @@
 interval and agents' connect deadlines, with no sleeping."""
 
 import threading
+import time
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -132,3 +133,58 @@ def test_the_served_pilot_pauses_accepting_by_its_clock(tmp_path: Path) -> None:
     finally:
         listener.close()
         service._selector.close()
+
+
+# On USR1 it writes a checkpoint and exits 0; without it, it would sleep on.
+_CHECKPOINT_ON_USR1 = ("trap 'echo USR1 > checkpoint; exit 0' USR1; echo ready > ready; "
+                       "sleep 60 & wait")
+
+
+def test_the_engine_sends_the_signal_asked_for_before_the_time_limit(tmp_path: Path) -> None:
+    clock = ManualClock()
+    engine = PilotEngine(local_allocation(2),
+                         EngineConfig(work_directory=tmp_path, tmp_root=tmp_path,
+                                      cancel_grace_period=1.0), clock=clock)
+    states = _States()
+    engine.add_listener(states)
+    engine.start()
+    try:
+        engine.submit(TaskSpec("warned", "/bin/bash", ["-c", _CHECKPOINT_ON_USR1],
+                               directory=str(tmp_path), time_limit=60.0,
+                               end_signal="SIGUSR1@20"))
+        assert states.reached("warned", TaskState.RUNNING)
+        cap = time.monotonic() + WAIT
+        while not (tmp_path / "ready").exists():  # its trap is set
+            assert time.monotonic() < cap
+            time.sleep(0.02)
+        clock.advance(39.9)
+        engine.submit(TaskSpec("probe", "/bin/true"))  # the engine has looked at its timers
+        assert engine.wait(["probe"], timeout=WAIT)
+        assert engine.status("warned").state is TaskState.RUNNING
+        assert not (tmp_path / "checkpoint").exists()
+        clock.advance(0.2)
+        engine._wake()
+        assert engine.wait(["warned"], timeout=WAIT)
+        status = engine.status("warned")
+        assert status.state is TaskState.SUCCEEDED and status.exit_code == 0, status
+        assert (tmp_path / "checkpoint").read_text() == "USR1\n"
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("value,limit,words", [
+    ("USR1@60", 60.0, "TaskSpec.end_signal: 60 s before the end is not within"),
+    ("USR1@5", None, "TaskSpec.end_signal: the job has no time limit (TaskSpec.time_limit"),
+    ("KILL@5", 60.0, "TaskSpec.end_signal: 'KILL' is not a signal"),
+    (float("nan"), 60.0, "TaskSpec.end_signal: expected SIGNAL@SECONDS")])
+def test_a_task_signal_that_cannot_be_sent_is_refused(value: Any, limit: Any,
+                                                      words: str) -> None:
+    with pytest.raises(ValueError) as info:
+        TaskSpec("t", "/bin/true", time_limit=limit, end_signal=value)
+    assert words in str(info.value)
+
+
+def test_a_task_signal_goes_through_json() -> None:
+    spec = TaskSpec("t", "/bin/true", time_limit=60.0, end_signal="usr2@ 10")
+    assert spec.end_signal == "USR2@10"
+    assert TaskSpec.from_json(spec.to_json()) == spec

@@ -10,6 +10,7 @@ from psij.executors.pilot._engine_events import (
     TASK_EVENTS,
     AgentLauncherExited,
     CloseRequested,
+    EndSignalDue,
     KillTask,
     StopRequested,
     TaskExited,
@@ -29,8 +30,10 @@ def test_events_are_values() -> None:
     assert repr(AgentLauncherExited("n1", 1)) == "AgentLauncherExited(node='n1', code=1)"
     with pytest.raises(AttributeError, match="immutable"):
         KillTask("a").task_id = "b"  # type: ignore[misc]
-    assert all(hasattr(kind("a", 1), "task_id") for kind in (TaskExited, TimeLimitReached))
-    assert set(TASK_EVENTS) == {TaskExited, KillTask, TimeLimitReached}
+    assert all(hasattr(kind("a", 1), "task_id")
+               for kind in (TaskExited, TimeLimitReached, EndSignalDue))
+    # The signal before a time limit is about one task: an error sending it fails that task.
+    assert set(TASK_EVENTS) == {TaskExited, KillTask, TimeLimitReached, EndSignalDue}
 
 
 @pytest.fixture

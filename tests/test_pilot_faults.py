@@ -434,3 +434,21 @@ def test_resume_skips_garbage_journal_records_with_a_warning(
     assert out["ok"].state is SUCCEEDED and out["second"].state is SUCCEEDED
     assert "also" not in engine.task_ids()
     assert "skipped" in caplog.text
+
+
+@pytest.mark.parametrize("custom,words", [
+    ({"psij.signal_before_end": "USR1@30"}, "no time limit (custom attribute pilot.time_limit"),
+    ({"psij.signal_before_end": "USR1@30", "pilot.time_limit": 30},
+     "30 s before the end is not within"),
+    ({"psij.signal_before_end": "BOGUS@3", "pilot.time_limit": 30}, "'BOGUS' is not a signal")])
+def test_a_signal_before_the_end_without_room_is_refused_at_submit(custom: Dict[str, Any],
+                                                                   words: str) -> None:
+    ex = PilotJobExecutor(config=PilotJobExecutorConfig(cores=1))
+    try:
+        job = Job(JobSpec("/bin/true", attributes=JobAttributes(custom_attributes=custom)))
+        with pytest.raises(InvalidJobException, match="psij.signal_before_end") as info:
+            ex.submit(job)
+        assert words in str(info.value)
+        assert job.executor is None
+    finally:
+        ex.close()

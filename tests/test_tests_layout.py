@@ -28,7 +28,6 @@ WHOLE_PACKAGE = {"test_import.py", "test_import_cycles.py", "test_package_layout
 # Private modules that no test module is named after or imports, and the tests that reach them
 # through the module that uses them.
 COVERED_THROUGH: Dict[str, str] = {
-    "psij._declared_attributes": "custom attributes (integration/test_custom_attributes.py)",
     "psij._priority": "use_nice and set_priority (test_batch_nice.py, "
                       "test_batch_priority_change.py, test_cli_priority.py)",
     "psij.cli._broken_pipe": "psij piped to a reader that stops early "

@@ -1,22 +1,26 @@
 """The custom attributes psij itself reads, with their types.
 
-==================== ========================================= =============================
-attribute            value                                     read by
-==================== ========================================= =============================
-``psij.priority``    a finite number; higher goes first        batch executors, the local
-                                                               resource pool, the pilot
-``pilot.priority``   the same (its older name)                 the same
-``psij.tmp``         a whole number of bytes (per node), >= 0  batch executors, the local
-                                                               resource pool
-``pilot.time_limit`` a number of seconds above 0               the pilot
-==================== ========================================= =============================
+============================ ========================================= =====================
+attribute                    value                                     read by
+============================ ========================================= =====================
+``psij.priority``            a finite number; higher goes first        batch executors, the
+                                                                       local resource pool,
+                                                                       the pilot
+``pilot.priority``           the same (its older name)                 the same
+``psij.tmp``                 a whole number of bytes (per node), >= 0  batch executors, the
+                                                                       local resource pool
+``pilot.time_limit``         a number of seconds above 0               the pilot
+``psij.signal_before_end``   ``SIGNAL@SECONDS`` (``USR1@60``), see     every executor
+                             :mod:`psij._end_signal`
+============================ ========================================= =====================
 
 Every executor refuses, at submit (``JobExecutor._check_job``, before anything is held or
 started), a job whose declared attribute has a value of the wrong kind, whether or not that
 executor reads it: a job that one executor refuses is refused by all, with the same error
 (InvalidJobException naming the attribute). :func:`from_text` reads a value given as text (the
 ``psij`` command's ``--attr KEY=VALUE``) by the declared kind, so ``--attr psij.tmp=1073741824``
-is a number; other attributes stay text. Pure: no I/O.
+is a number (``psij.signal_before_end`` stays text, checked); other attributes stay text.
+Pure: no I/O.
 """
 
 import math
@@ -24,6 +28,8 @@ import re
 from typing import Any, Callable, Dict, Optional, Union
 
 from psij import _check
+from psij._end_signal import ATTRIBUTE as END_SIGNAL_ATTRIBUTE
+from psij._end_signal import parse_end_signal
 from psij._priority import ATTRIBUTE, LEGACY_ATTRIBUTE, priority_value
 from psij.exceptions import InvalidJobException
 
@@ -53,12 +59,15 @@ def _seconds(name: str, value: Any) -> float:
 
 
 # Each declared attribute's check: the value as read, or InvalidJobException naming it.
-DECLARED: Dict[str, Callable[[str, Any], Union[int, float]]] = {
+DECLARED: Dict[str, Callable[[str, Any], object]] = {
     ATTRIBUTE: priority_value,
     LEGACY_ATTRIBUTE: priority_value,
     TMP_ATTRIBUTE: tmp_bytes,
     TIME_LIMIT_ATTRIBUTE: _seconds,
+    END_SIGNAL_ATTRIBUTE: parse_end_signal,
 }
+# Declared attributes whose values are text.
+_TEXTS = frozenset({END_SIGNAL_ATTRIBUTE})
 
 
 def check_declared(custom: Optional[Dict[str, object]]) -> None:
@@ -80,6 +89,12 @@ def from_text(name: str, text: str) -> object:
     if check is None:
         return text
     word = text.strip()
+    if name in _TEXTS:
+        try:
+            check(name, word)
+        except InvalidJobException as ex:
+            raise ValueError(str(ex)) from None
+        return word
     try:
         number: Union[int, float] = int(word) if _INTEGER.fullmatch(word) else float(word)
         return check(name, number)

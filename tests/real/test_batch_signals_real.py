@@ -107,3 +107,24 @@ def test_slurm_names_unnamed_jobs_after_their_script_and_shows_the_directory(
             if job.native_id is not None and not job.status.state.final:
                 job.cancel()
         ex.close()
+
+
+def test_a_job_asking_for_a_signal_before_its_end_checkpoints_in_time(
+        ex: BatchSchedulerExecutor, tmp_path: Path) -> None:
+    # A one-minute job asking for USR1 55 s before its end: Slurm sends it (up to a minute
+    # early, by its own resolution), Grid Engine's script from its timer. The handler writes a
+    # checkpoint and the job ends by itself; it must have come at least 30 s before the end.
+    folder = tmp_path / "job"
+    folder.mkdir()
+    script = (f"date +%s.%N > \"{folder}/start\"; "
+              f"trap 'date +%s.%N > \"{folder}/checkpoint\"; exit 0' USR1; "
+              "sleep 300 & wait")
+    job = Job(JobSpec("/bin/bash", ["-c", script], directory=folder,
+                      attributes=JobAttributes(duration=timedelta(minutes=1), custom_attributes={
+                          "psij.signal_before_end": "USR1@55"})))
+    ex.submit(job)
+    st = job.wait(WAIT)
+    assert st is not None and st.state is JobState.COMPLETED and st.exit_code == 0, st
+    start = float((folder / "start").read_text())
+    checkpoint = float((folder / "checkpoint").read_text())
+    assert checkpoint - start <= 60 - 30, "the signal came less than 30 s before the end"

@@ -24,6 +24,7 @@ from psij.executors.batch._script_context import (
     ScriptInputs,
     custom_items,
     job_directory,
+    job_end_signal,
     script_job_name,
 )
 from psij.job import Job
@@ -40,6 +41,7 @@ def check_script_values(job: Job, spec: JobSpec, inputs: ScriptInputs) -> None:
         raise InvalidJobException(f"job {job.id}: JobSpec.executable is not set")
     attrs = spec.attributes
     check_declared(attrs.custom_attributes)  # as submit does (submit_script too)
+    job_end_signal(spec)  # its lead must fit in the duration
     try:
         custom = custom_items(spec, inputs)
     except (ValueError, TypeError) as e:

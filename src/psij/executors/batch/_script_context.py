@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from psij._end_signal import EndSignal, end_signal
 from psij._record import Record
 from psij._scripts.generator import TemplatedScriptGenerator
 from psij._scripts.quoting import ShellWord
@@ -34,8 +35,8 @@ from psij.job_spec import JobSpec
 from psij.resource_spec import ResourceSpecV1
 
 __all__ = ["ScriptInputs", "build_script_context", "custom_items", "days_hours_minutes_seconds",
-           "default_job_name", "hours_minutes_seconds", "job_directory", "script_job_name",
-           "v1_resources"]
+           "default_job_name", "hours_minutes_seconds", "job_directory", "job_end_signal",
+           "script_job_name", "v1_resources"]
 
 _NO_RESOURCES = ResourceSpecV1()
 
@@ -49,6 +50,13 @@ def v1_resources(spec: JobSpec) -> ResourceSpecV1:
         raise InvalidJobException(f"JobSpec.resources: only ResourceSpecV1 is understood by "
                                   f"batch executors, got {type(resources).__name__}")
     return resources
+
+
+def job_end_signal(spec: JobSpec) -> Optional[EndSignal]:
+    """The signal ``spec`` asks for before its end (``psij.signal_before_end``), or None;
+    InvalidJobException when it is malformed or does not fit in ``JobAttributes.duration``."""
+    attrs = spec.attributes
+    return end_signal(attrs.custom_attributes, attrs.duration, "JobAttributes.duration")
 
 
 def hours_minutes_seconds(d: timedelta) -> str:
@@ -86,7 +94,9 @@ class ScriptInputs(Record):
     ``directory_directive``: the job's directory is written in a directive too (checked as a
     directive value); ``use_nice`` and ``nice``: the priority option (see
     :mod:`psij.executors.batch._nice`); ``owner``, ``script_signals`` and ``ignored_signals``:
-    the signal declarations (see :mod:`psij.executors.batch._signals`); ``generator``: the
+    the signal declarations (see :mod:`psij.executors.batch._signals`);
+    ``end_signal_directive``: the template asks the scheduler for ``psij.signal_before_end``
+    (else the script's own timer sends it); ``generator``: the
     template's generator (None: the executor renders by its own hooks); ``launcher``: the
     launcher of a name.
     """
@@ -106,6 +116,7 @@ class ScriptInputs(Record):
     owner: str = ""
     script_signals: Tuple[Tuple[str, str], ...] = ()
     ignored_signals: Tuple[str, ...] = ()
+    end_signal_directive: bool = False
 
 
 def custom_items(spec: JobSpec, inputs: ScriptInputs) -> Dict[str, List[Dict[str, Any]]]:
@@ -132,6 +143,9 @@ def build_script_context(job: Job, inputs: ScriptInputs) -> Dict[str, object]:
     words = launcher.get_launch_command(job)
     directory = job_directory(spec)
     tmp = job_tmp(spec)
+    end = job_end_signal(spec)
+    timer = None if end is None or inputs.end_signal_directive else \
+        end.after(spec.attributes.duration)
     # Only read here: a job without resources gets the counts of the default ones.
     resources = _NO_RESOURCES if spec.resources is None else v1_resources(spec)
     context: Dict[str, object] = {
@@ -151,7 +165,7 @@ def build_script_context(job: Job, inputs: ScriptInputs) -> Dict[str, object]:
                                                  spec),
             "tmp_kb": None if tmp is None else -(-tmp // 1024),
             "signals": signals_context(inputs.owner, inputs.script_signals,
-                                       inputs.ignored_signals),
+                                       inputs.ignored_signals, end, timer),
         },
     }
     duration = spec.attributes.duration

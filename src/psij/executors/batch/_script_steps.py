@@ -66,6 +66,7 @@ class ScriptSteps:
         work_directory: Any
         SCRIPT_SIGNALS: Any
         JOB_IGNORED_SIGNALS: Any
+        END_SIGNAL_DIRECTIVE: bool
         _get_launcher: Callable[..., Launcher]
 
         SCRIPT_MODE: int
@@ -122,7 +123,8 @@ class ScriptSteps:
             nice=nice,
             owner=cls.__name__,
             script_signals=tuple(self.SCRIPT_SIGNALS.items()),
-            ignored_signals=tuple(self.JOB_IGNORED_SIGNALS))
+            ignored_signals=tuple(self.JOB_IGNORED_SIGNALS),
+            end_signal_directive=bool(self.END_SIGNAL_DIRECTIVE))
         self._inputs = (key, inputs)
         return inputs
 

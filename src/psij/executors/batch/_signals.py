@@ -22,7 +22,12 @@ in class attributes:
 ``JOB_IGNORED_SIGNALS``
     Signals the job starts with ignored: Grid Engine sends its warnings (USR1 before a
     suspension, USR2 before a kill) to the whole process group, where they would end the job
-    at once.
+    at once. A job that asks for one of them before its end starts with it handled instead.
+``END_SIGNAL_DIRECTIVE``
+    True where the template asks the scheduler for ``psij.signal_before_end``'s signal in a
+    directive (Slurm's ``--signal=B:``, LSF's ``-wa``/``-wt``); elsewhere a timer started by
+    the script sends ALRM to the script when the signal is due, and the script passes the
+    signal on to the job's processes, leaving itself out (``docs/keeping-work.rst``).
 
 Shell launchers between the script and the job (``launcher_lib.sh``'s ``launch_job``) survive
 the signals too and wait for the job, which received them itself. The script assumes that the
@@ -31,9 +36,11 @@ scheduler starts it as the leader of its own process group, as every supported o
 
 import os
 import signal as _signal
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from psij import _check
+from psij._end_signal import SIGNALS as END_SIGNALS
+from psij._end_signal import EndSignal
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.job import Job
 from psij.job_state import JobState
@@ -48,9 +55,8 @@ PASS = "pass"
 KEEP = "keep"
 REQUEST = "request"
 SIGNAL_SUFFIX = ".signal"
-# The signals the scripts handle: those a scheduler or a user sends to ask a job to stop,
-# checkpoint or reload (QUIT is left alone: bash keeps it ignored in background jobs).
-FORWARDABLE = ("TERM", "INT", "HUP", "USR1", "USR2")
+# The signals the scripts handle (those a job may also ask for before its end).
+FORWARDABLE = END_SIGNALS
 _VALID = {int(s) for s in _signal.valid_signals()} - {0}
 
 
@@ -64,11 +70,18 @@ def check_signal(signum: object) -> int:
 
 
 def signals_context(owner: str, script_signals: Sequence[Tuple[str, str]],
-                    ignored_signals: Sequence[str]) -> Dict[str, Any]:
+                    ignored_signals: Sequence[str], end: Optional[EndSignal] = None,
+                    timer: Optional[float] = None) -> Dict[str, Any]:
     """The template context ``psij.signals`` from the declarations of the class ``owner``
     (``SCRIPT_SIGNALS`` as pairs, ``JOB_IGNORED_SIGNALS``): ``traps`` (``signal``, ``send``:
     the signal passed on, ``request`` or ``-`` for none), ``handled`` (whether there are traps)
-    and ``job_ignores`` (names, or None)."""
+    and ``job_ignores`` (names, or None; never the signal the job asked for before its end).
+
+    ``before_end`` (None unless the job asked for ``psij.signal_before_end``, ``end``):
+    ``signal``, ``seconds`` and ``lsf_time`` (the lead in whole minutes, rounded up, as
+    ``[hours:]minutes``) for a directive, and ``timer``: the whole seconds (as text, so that
+    ``"0"`` still renders) after the script's start at which the script itself sends the
+    signal (None where a directive asks the scheduler: ``timer`` None)."""
     traps: List[Dict[str, str]] = []
     for name, action in script_signals:
         send = {PASS: name, KEEP: "-", REQUEST: REQUEST}.get(action)
@@ -81,8 +94,16 @@ def signals_context(owner: str, script_signals: Sequence[Tuple[str, str]],
         if name not in FORWARDABLE:
             raise ValueError(f"{owner}.JOB_IGNORED_SIGNALS: {name!r} "
                              f"(signals: {', '.join(FORWARDABLE)})")
-    ignored = " ".join(ignored_signals)
-    return {"traps": traps, "handled": bool(traps), "job_ignores": ignored or None}
+    ignored = " ".join(n for n in ignored_signals if end is None or n != end.signal)
+    before_end = None
+    if end is not None:
+        minutes = -(-end.seconds // 60)
+        before_end = {"signal": end.signal, "seconds": end.seconds,
+                      "lsf_time": f"{minutes // 60}:{minutes % 60:02d}" if minutes >= 60
+                      else str(minutes),
+                      "timer": None if timer is None else str(max(0, int(timer)))}
+    return {"traps": traps, "handled": bool(traps), "job_ignores": ignored or None,
+            "before_end": before_end}
 
 
 def write_signal_request(executor: "BatchSchedulerExecutor", native_id: str,
@@ -101,6 +122,9 @@ class SignalHooks:
     SIGNAL_COMMAND: Tuple[str, ...] = ()
     SCRIPT_SIGNALS: Mapping[str, str] = {}
     JOB_IGNORED_SIGNALS: Tuple[str, ...] = ()
+    # The template asks the scheduler for psij.signal_before_end's signal in a directive
+    # (Slurm's --signal, LSF's -wa/-wt); otherwise the script's own timer sends it.
+    END_SIGNAL_DIRECTIVE = False
 
     def get_signal_command(self, native_id: str, signum: int) -> List[str]:
         """The command that sends signal ``signum`` to the job ``native_id`` (from

@@ -166,6 +166,7 @@ class LsfJobExecutor(BatchSchedulerExecutor):
     DIRECTIVES = PLAIN_QUOTED
     SIGNAL_COMMAND = ("bkill", "-s", "{signal}")
     SCRIPT_SIGNALS = dict.fromkeys(FORWARDABLE, KEEP)
+    END_SIGNAL_DIRECTIVE = True  # -wa <signal> -wt <minutes>
 
     def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:
         resources = v1_resources(spec)

@@ -267,6 +267,7 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
     # Slurm signals a batch job's script alone (a cancel's TERM too): the script passes it on.
     SIGNAL_COMMAND = ("scancel", "--batch", "--signal={signal}")
     SCRIPT_SIGNALS = dict.fromkeys(FORWARDABLE, PASS)
+    END_SIGNAL_DIRECTIVE = True  # --signal=B:<signal>@<seconds>
     LIST_COMMAND = ("squeue", "--me", "--noheader", "--states=all", "--array", "--format=%i")
     NAMED_LIST_COMMAND = ("squeue", "--me", "--noheader", "--format=%i", "--name={name}")
     # squeue fails this way when the only job asked for has been purged: no rows.

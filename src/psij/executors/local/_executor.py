@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from psij import _check, _site_config
+from psij._end_signal import ATTRIBUTE as END_SIGNAL
+from psij._end_signal import EndSignal, end_signal
 from psij._lazylog import LazyLogger
 from psij._private_dirs import ensure_private_dir
 from psij.exceptions import InvalidJobException, SubmitException
@@ -218,6 +220,7 @@ class LocalJobExecutor(JobExecutor):
         if spec.executable is None:
             raise InvalidJobException("JobSpec.executable: a job needs an executable")
         check_os_texts(spec)
+        self._end_signal(spec)
         job_dir = spec.directory if spec.directory is not None else self._cwd()
         if spec.directory is not None and not job_dir.is_dir():
             raise SubmitException(f"JobSpec.directory: {str(job_dir)!r} is not an existing "
@@ -400,12 +403,24 @@ class LocalJobExecutor(JobExecutor):
         self._set_job_status(run.job, JobStatus._made(JobState.ACTIVE))
         self._arm(run, pid)
 
+    def _end_signal(self, spec: JobSpec) -> Optional[EndSignal]:
+        """The signal ``spec`` asks for before its end; only a limit enforced here has one."""
+        attrs = spec.attributes
+        custom = attrs.custom_attributes
+        if not custom or custom.get(END_SIGNAL) is None:
+            return None
+        if not self._enforce_duration:
+            raise InvalidJobException(f"custom attribute {END_SIGNAL}: the local executor "
+                                      "ends jobs at their duration, and warns them before, "
+                                      "only with LocalJobExecutorConfig(enforce_duration=True)")
+        return end_signal(custom, attrs.duration, "JobAttributes.duration")
+
     def _arm(self, run: _Run, pid: int) -> None:
         spec = run.job.spec
         assert spec is not None
         if self._enforce_duration and spec.attributes is not None:
             run.limit = TimeLimit(self._watch, pid, spec.attributes.duration, self._grace,
-                                  lambda: run.exited)
+                                  lambda: run.exited, self._end_signal(spec))
             run.limit.arm()
         if run.canceled:  # cancelled while it was being started
             self._watch.terminate(pid, run.grace, canceled=True, keepers=self._kill_keeper)

@@ -1,8 +1,9 @@
 """What reaches the pilot engine's thread from elsewhere: one frozen value per kind of event.
 
 Other threads (the process watch, ``cancel``, ``close``) and the engine's own timers (a task's
-time limit, on the engine's :class:`~psij._clock.Clock`) put these into the engine's inbox; the
-engine acts on them by type, never by picking a message apart. They are
+time limit and the signal before it, on the engine's :class:`~psij._clock.Clock`) put these
+into the engine's inbox; the engine acts on them by type, never by picking a message apart.
+They are
 :class:`~psij._record.Record` values like every other value of the pilot.
 
 Values only: no I/O, no threads; the engine owns the inbox and the loop.
@@ -12,8 +13,8 @@ from typing import Optional, Union
 
 from psij._record import Record
 
-__all__ = ["TASK_EVENTS", "AgentLauncherExited", "CloseRequested", "EngineEvent", "KillTask",
-           "StopRequested", "TaskExited", "TimeLimitReached", "WorkerExited"]
+__all__ = ["TASK_EVENTS", "AgentLauncherExited", "CloseRequested", "EndSignalDue", "EngineEvent",
+           "KillTask", "StopRequested", "TaskExited", "TimeLimitReached", "WorkerExited"]
 
 
 class TaskExited(Record):
@@ -32,6 +33,14 @@ class KillTask(Record):
 
 class TimeLimitReached(Record):
     """The ``run``-th start of a task reached its time limit."""
+
+    task_id: str
+    run: int
+
+
+class EndSignalDue(Record):
+    """The ``run``-th start of a task is due the signal it asked for before its time limit
+    (``TaskSpec.end_signal``)."""
 
     task_id: str
     run: int
@@ -60,7 +69,7 @@ class StopRequested(Record):
     """Stop the loop now, whatever still runs."""
 
 
-EngineEvent = Union[TaskExited, KillTask, TimeLimitReached, AgentLauncherExited,
+EngineEvent = Union[TaskExited, KillTask, TimeLimitReached, EndSignalDue, AgentLauncherExited,
                     WorkerExited, CloseRequested, StopRequested]
-TASK_EVENTS = (TaskExited, KillTask, TimeLimitReached)
+TASK_EVENTS = (TaskExited, KillTask, TimeLimitReached, EndSignalDue)
 """The kinds of event about one task: an error while acting on one fails that task only."""

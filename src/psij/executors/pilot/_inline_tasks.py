@@ -79,6 +79,10 @@ class InlineTasks:
         """TERM the task's group at the next flush, KILL it ``grace`` seconds later."""
         self._signals.append([task_id, grace])
 
+    def send(self, task_id: str, signum: int) -> None:
+        """Send ``signum`` alone to the task's group now."""
+        self._processes.send(task_id, signum)
+
     def signal_all(self, grace: float) -> None:
         for row in self._spawns:
             self.signal(row[0], grace)

@@ -151,6 +151,13 @@ class LocalWorkers:
             worker.signals.append([task_id, grace])
             self._pending = True
 
+    def send(self, task_id: str, signum: int) -> None:
+        """Send ``signum`` alone to the task's group at the next flush."""
+        worker = self._where.get(task_id)
+        if worker is not None and not worker.ended:
+            worker.signals.append([task_id, 0, signum])
+            self._pending = True
+
     def signal_all(self, grace: float) -> None:
         for task_id in list(self._where):
             self.signal(task_id, grace)

@@ -196,6 +196,12 @@ class RemoteNodes:
             self._send(agent, {"op": "signal", "id": task_id, "grace": grace})
         return False
 
+    def send(self, node: str, task_id: str, signum: int) -> None:
+        """Send ``signum`` alone to ``task_id``'s group on ``node``."""
+        agent = self._agents[node]
+        if agent.sock is not None:
+            self._send(agent, {"op": "signal", "id": task_id, "signum": signum})
+
     def task_ended(self, node: Optional[str], task_id: str) -> None:
         agent = self._agents.get(node or "")
         if agent is not None:

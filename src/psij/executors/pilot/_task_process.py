@@ -359,6 +359,14 @@ class TaskProcesses:
         # After its leader exited, the group is signalled without it (see the class notes).
         return terminate_group(self._watch, process.pid, grace, leftovers=True)
 
+    def send(self, task_id: str, signum: int) -> bool:
+        """Send ``signum`` to the running task's process group (the signal it asked for before
+        its time limit); nothing once it is being stopped."""
+        process = self._running.get(task_id)
+        if process is None or process.signalled:
+            return False
+        return bool(self._watch.signal_group(process.pid, signum))
+
     def signal_all(self, grace: float) -> None:
         for task_id in list(self._running):
             self.signal(task_id, grace)

@@ -13,7 +13,8 @@ carrying a batch, so that the engine's cost per task is a share of one message:
 
 - engine to worker: ``{"op": "spawn", "tasks": [[id, argv, directory, environment, inherit,
   stdin, stdout, stderr, nodefile, create_directories], ...]}``; ``{"op": "signal", "tasks":
-  [[id, grace], ...]}`` (TERM to the task's group now, KILL after ``grace`` seconds);
+  [[id, grace], ...]}`` (TERM to the task's group now, KILL after ``grace`` seconds; an entry
+  ``[id, grace, signum]`` sends ``signum`` alone, the signal asked for before the time limit);
   ``{"op": "stop"}``.
 - worker to engine: ``{"op": "report", "started": [[id, pid], ...], "ended": [[id, code,
   message], ...]}`` with what happened since the last one: at once when a task ended, a few
@@ -248,8 +249,11 @@ class Worker:
             for row in message.get("tasks", ()):
                 self._spawn(row)
         elif op == "signal":
-            for task_id, grace in message.get("tasks", ()):
-                self._processes.signal(str(task_id), float(grace))
+            for entry in message.get("tasks", ()):
+                if len(entry) == 3:
+                    self._processes.send(str(entry[0]), int(entry[2]))
+                else:
+                    self._processes.signal(str(entry[0]), float(entry[1]))
         elif op == "stop":
             self._stopping = True
             self.told_to_stop = True

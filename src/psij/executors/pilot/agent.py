@@ -13,7 +13,8 @@ Protocol: one JSON object per line, both ways.
   not be started, and ``code`` 127 or 126 for a program not found or not executable, else null),
   always after its ``started`` if it had one.
 - pilot to agent: ``{"op": "spawn", "launch": {...}}`` (see ``_task_process.Launch``),
-  ``{"op": "signal", "id", "grace"}`` (TERM now, KILL after ``grace`` seconds),
+  ``{"op": "signal", "id", "grace"}`` (TERM now, KILL after ``grace`` seconds; with
+  ``"signum"`` instead, that signal alone: the one asked for before the time limit),
   ``{"op": "stop"}``.
 
 When the connection ends (the pilot stopped or died) the agent stops every task it runs (TERM,
@@ -136,7 +137,11 @@ class _Agent:
                            "message": f"could not start the task: {ex}"})
         elif op == "signal":
             with self._lock:
-                self._processes.signal(str(message.get("id")), float(message.get("grace", 5)))
+                if message.get("signum") is not None:
+                    self._processes.send(str(message.get("id")), int(message["signum"]))
+                else:
+                    self._processes.signal(str(message.get("id")),
+                                           float(message.get("grace", 5)))
         elif op == "stop":
             return False
         return True

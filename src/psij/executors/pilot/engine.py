@@ -53,6 +53,7 @@ The engine never reads or changes the tasks' output, and never blocks on a task.
 """
 
 import os
+import signal
 import threading
 from collections import deque
 from functools import partial
@@ -67,6 +68,7 @@ from psij.executors.pilot._engine_events import (
     TASK_EVENTS,
     AgentLauncherExited,
     CloseRequested,
+    EndSignalDue,
     EngineEvent,
     KillTask,
     StopRequested,
@@ -331,6 +333,10 @@ class PilotEngine(EngineOutput):
             if limit is not None:
                 self._timers.call_later(limit, partial(
                     self._inbox.append, TimeLimitReached(task_id, task.run)))
+                warning = task.spec.end_signal
+                if warning is not None:
+                    self._timers.call_later(limit - int(warning.partition("@")[2]), partial(
+                        self._inbox.append, EndSignalDue(task_id, task.run)))
         except Exception as ex:
             self._task_broke(task_id, ex)
 
@@ -466,6 +472,8 @@ class PilotEngine(EngineOutput):
             self._kill(event.task_id)
         elif isinstance(event, TimeLimitReached):
             self._on_time_limit(event.task_id, event.run)
+        elif isinstance(event, EndSignalDue):
+            self._send_end_signal(event.task_id, event.run)
         elif isinstance(event, WorkerExited):
             if self._workers is not None:
                 self._workers.worker_exited(event)
@@ -610,6 +618,20 @@ class PilotEngine(EngineOutput):
                 return
             task.timed_out = True
         self._kill(task_id)
+
+    def _send_end_signal(self, task_id: str, run: int) -> None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None or task.run != run or task.node is None or task.spec.end_signal \
+                    is None or self._scheduler.state(task_id) is not TaskState.RUNNING:
+                return
+        signum = int(getattr(signal, "SIG" + task.spec.end_signal.partition("@")[0]))
+        if task.node == self.allocation.local_node:
+            assert self._workers is not None
+            self._workers.send(task_id, signum)
+        else:
+            assert self._agents is not None
+            self._agents.send(task.node, task_id, signum)
 
     def _begin_close(self) -> None:
         with self._lock:

@@ -15,7 +15,9 @@ that share. The task id is the job's native id. Custom attributes:
   cancelled, the job ends FAILED with a message naming it;
 - ``pilot.time_limit`` (seconds): the task is killed (TERM, then KILL after the grace period)
   and FAILED when it runs longer. ``JobAttributes.duration`` is not enforced, as with the local
-  executor: its default would end every long task.
+  executor: its default would end every long task;
+- ``psij.signal_before_end`` (``SIGNAL@SECONDS``): the signal sent to the task's process group
+  that many seconds before its ``pilot.time_limit`` (without one the job is refused).
 
 Only the ``single`` launcher is accepted (the task itself uses the node file to start more
 processes), and no pre/post-launch scripts: such jobs are refused at submission. Staging runs in
@@ -25,10 +27,12 @@ the task, before and after the job (see ``psij.executors.pilot._staging``).
 import os
 import threading
 import weakref
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from psij import _check, _site_config
+from psij._end_signal import end_signal
 from psij._priority import job_priority
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._gpu_detect import GpuSet, found_gpus, gpus_from_setting
@@ -393,6 +397,9 @@ class PilotJobExecutor(JobExecutor):
                 limit = _check.seconds("custom attribute pilot.time_limit", limit, positive=True)
             except (TypeError, ValueError) as ex:
                 raise InvalidJobException(str(ex)) from ex
+        warning = end_signal(attributes.custom_attributes if attributes else None,
+                             None if limit is None else timedelta(seconds=limit),
+                             "custom attribute pilot.time_limit")
         return with_staging(TaskSpec(
             name=job.id, executable=spec.executable, arguments=tuple(spec.arguments or ()),
             directory=directory, environment=spec.environment or {},
@@ -401,7 +408,8 @@ class PilotJobExecutor(JobExecutor):
             stdout=None if spec.stdout_path is None else str(spec.stdout_path),
             stderr=None if spec.stderr_path is None else str(spec.stderr_path),
             resources=request, priority=priority, after=tuple(after),
-            time_limit=limit),
+            time_limit=limit,
+            end_signal=None if warning is None else f"{warning.signal}@{warning.seconds}"),
             spec, Path(self.config.work_directory))
 
     def _after(self, value: Any) -> List[str]:

@@ -8,11 +8,15 @@ data (the journal, the served pilot's protocol and the QCG report use these form
 Values only: no processes, no files, no clock.
 """
 
+from datetime import timedelta
 from types import MappingProxyType
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from psij import _check
+from psij._end_signal import ATTRIBUTE as END_SIGNAL
+from psij._end_signal import fitting_end_signal
 from psij._record import Record
+from psij.exceptions import InvalidJobException
 from psij.executors.pilot.resources import Amount, ResourceRequest
 from psij.executors.pilot.scheduler import Placement, TaskState
 
@@ -77,7 +81,8 @@ class TaskSpec(Record):
     ``name`` is the task's id and must be unique in the engine. A relative ``directory`` is
     taken from the engine's work directory, relative stream paths from ``directory``.
     ``environment`` is added after the pilot's variables (so it wins). ``after`` names tasks or
-    iteration groups that must all succeed first.
+    iteration groups that must all succeed first. ``end_signal`` (``SIGNAL@SECONDS``, as
+    ``psij.signal_before_end``) asks for that signal that many seconds before ``time_limit``.
     """
 
     name: str
@@ -95,6 +100,7 @@ class TaskSpec(Record):
     group: Optional[str] = None
     create_directories: bool = False
     time_limit: Optional[float] = None
+    end_signal: Optional[str] = None
 
     def _validate(self) -> None:
         name, executable = self.name, self.executable
@@ -131,6 +137,8 @@ class TaskSpec(Record):
         if self.time_limit is not None:
             self._set("time_limit", _check.seconds("TaskSpec.time_limit", self.time_limit,
                                                    positive=True))
+        if self.end_signal is not None:
+            self._set("end_signal", _checked_end_signal(self.end_signal, self.time_limit))
         # The default, the empty tuple, needs no check.
         arguments, after = self.arguments, self.after
         if arguments != ():
@@ -150,7 +158,8 @@ class TaskSpec(Record):
         out: Dict[str, Any] = {"name": self.name, "executable": self.executable}
         if self.arguments:
             out["arguments"] = list(self.arguments)
-        for name in ("directory", "stdin", "stdout", "stderr", "group", "time_limit"):
+        for name in ("directory", "stdin", "stdout", "stderr", "group", "time_limit",
+                     "end_signal"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -184,6 +193,18 @@ class TaskSpec(Record):
             if name not in kwargs:
                 raise ValueError(f"task: the field {name!r} is required")
         return cls(**kwargs)
+
+
+def _checked_end_signal(value: object, time_limit: Optional[float]) -> str:
+    """``TaskSpec.end_signal`` (``SIGNAL@SECONDS`` before ``time_limit``) as ``USR1@60``;
+    ValueError naming the field."""
+    try:
+        wanted = fitting_end_signal(value, None if time_limit is None
+                                    else timedelta(seconds=time_limit), "TaskSpec.time_limit")
+    except InvalidJobException as ex:
+        raise ValueError(str(ex).replace(f"custom attribute {END_SIGNAL}",
+                                         "TaskSpec.end_signal")) from None
+    return f"{wanted.signal}@{wanted.seconds}"
 
 
 def _check_optional_texts(directory: Optional[str], stdin: Optional[str], stdout: Optional[str],
