@@ -10,11 +10,13 @@ How each executor sends it is told in ``docs/keeping-work.rst``. Pure: no I/O.
 """
 
 import re
-from datetime import timedelta
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from psij._record import Record
 from psij.exceptions import InvalidJobException
+
+if TYPE_CHECKING:
+    from datetime import timedelta
 
 __all__ = ["ATTRIBUTE", "MAX_SECONDS", "SIGNALS", "EndSignal", "end_signal", "fitting_end_signal",
            "parse_end_signal"]
@@ -36,7 +38,7 @@ class EndSignal(Record):
     signal: str
     seconds: int
 
-    def after(self, limit: timedelta) -> float:
+    def after(self, limit: "timedelta") -> float:
         """Seconds from the job's start to the signal, for a job limited to ``limit``."""
         return limit.total_seconds() - self.seconds
 
@@ -66,7 +68,7 @@ def parse_end_signal(name: str, value: Any) -> EndSignal:
     return EndSignal(signal, seconds)
 
 
-def end_signal(custom: Any, limit: Optional[timedelta], limit_field: str
+def end_signal(custom: Any, limit: "Optional[timedelta]", limit_field: str
                ) -> Optional[EndSignal]:
     """The :class:`EndSignal` asked for in ``custom`` (a job's custom attributes), or None;
     InvalidJobException when it is malformed, or when the job's time limit ``limit`` (read
@@ -75,7 +77,7 @@ def end_signal(custom: Any, limit: Optional[timedelta], limit_field: str
     return None if value is None else fitting_end_signal(value, limit, limit_field)
 
 
-def fitting_end_signal(value: Any, limit: Optional[timedelta], limit_field: str) -> EndSignal:
+def fitting_end_signal(value: Any, limit: "Optional[timedelta]", limit_field: str) -> EndSignal:
     """``value`` of ``psij.signal_before_end`` read, and checked against the time limit
     ``limit`` (see :func:`end_signal`)."""
     wanted = parse_end_signal(ATTRIBUTE, value)

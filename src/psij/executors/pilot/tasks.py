@@ -8,7 +8,6 @@ data (the journal, the served pilot's protocol and the QCG report use these form
 Values only: no processes, no files, no clock.
 """
 
-from datetime import timedelta
 from types import MappingProxyType
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -198,6 +197,8 @@ class TaskSpec(Record):
 def _checked_end_signal(value: object, time_limit: Optional[float]) -> str:
     """``TaskSpec.end_signal`` (``SIGNAL@SECONDS`` before ``time_limit``) as ``USR1@60``;
     ValueError naming the field."""
+    from datetime import timedelta  # only for tasks that ask for it: not at import
+
     try:
         wanted = fitting_end_signal(value, None if time_limit is None
                                     else timedelta(seconds=time_limit), "TaskSpec.time_limit")
