@@ -244,11 +244,8 @@ def _fetch_one(call: Call, job_id: str, n: int, entry: Any, target: Path) -> Non
             f.write(data)
             offset += len(data)
     if entry.get("executable"):
-        os.chmod(partial, 0o755 & ~_umask())
+        # Executable wherever readable: the mode the file was made with already follows the
+        # umask (reading the umask would set it for a moment, for every thread).
+        mode = os.stat(partial).st_mode & 0o777
+        os.chmod(partial, mode | (mode & 0o444) >> 2)
     os.replace(partial, destination)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
