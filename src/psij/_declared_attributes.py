@@ -12,6 +12,11 @@ attribute                    value                                     read by
 ``pilot.time_limit``         a number of seconds above 0               the pilot
 ``psij.signal_before_end``   ``SIGNAL@SECONDS`` (``USR1@60``), see     every executor
                              :mod:`psij._end_signal`
+``psij.requeue``             a whole number of requeues, 0 to 1000     executors that run
+                                                                       jobs again (batch,
+                                                                       local, pilot)
+``psij.retry``               a retry policy (mapping, text or          the same
+                             ``RetryPolicy``), see :mod:`psij._retry`
 ============================ ========================================= =====================
 
 Every executor refuses, at submit (``JobExecutor._check_job``, before anything is held or
@@ -31,6 +36,7 @@ from psij import _check
 from psij._end_signal import ATTRIBUTE as END_SIGNAL_ATTRIBUTE
 from psij._end_signal import parse_end_signal
 from psij._priority import ATTRIBUTE, LEGACY_ATTRIBUTE, priority_value
+from psij._retry import REQUEUE_ATTRIBUTE, RETRY_ATTRIBUTE, parse_requeue, parse_retry
 from psij.exceptions import InvalidJobException
 
 __all__ = ["DECLARED", "TMP_ATTRIBUTE", "check_declared", "from_text", "tmp_bytes"]
@@ -65,9 +71,11 @@ DECLARED: Dict[str, Callable[[str, Any], object]] = {
     TMP_ATTRIBUTE: tmp_bytes,
     TIME_LIMIT_ATTRIBUTE: _seconds,
     END_SIGNAL_ATTRIBUTE: parse_end_signal,
+    REQUEUE_ATTRIBUTE: parse_requeue,
+    RETRY_ATTRIBUTE: parse_retry,
 }
 # Declared attributes whose values are text.
-_TEXTS = frozenset({END_SIGNAL_ATTRIBUTE})
+_TEXTS = frozenset({END_SIGNAL_ATTRIBUTE, RETRY_ATTRIBUTE})
 
 
 def check_declared(custom: Optional[Dict[str, object]]) -> None:

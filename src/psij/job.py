@@ -8,10 +8,12 @@ time for the same job. An exception raised by a callback is logged and swallowed
 ``wait`` returns once the callbacks for the awaited state have run, so whatever they record is
 visible to the waiter (a callback that waits on its own job is answered from the current state).
 
-Callbacks see each state once, as in psij-python. An executor that learns more about the state
-the job is in (the scheduler holds the queued job, or released it) *restates* it
-(:meth:`Job._restate`): the status is replaced and the job's watchers (psij's own listeners,
-such as the controllers' event loop) are told, in order with the other changes.
+Callbacks see each state once, as in psij-python, per run of the job: a job run again
+(requeued or retried, :mod:`psij._retry`) enters QUEUED again (:meth:`Job._rerun`). An
+executor that learns more about the state the job is in (the scheduler holds the queued job,
+or released it) *restates* it (:meth:`Job._restate`): the status is replaced and the job's
+watchers (psij's own listeners, such as the controllers' event loop) are told, in order with
+the other changes.
 """
 
 import os
@@ -201,6 +203,23 @@ class Job:
                 self._pending.append(_Restated(status))
                 return True
             self._pending = [_Restated(status)]
+        self._deliver()
+        return True
+
+    def _rerun(self, status: JobStatus) -> bool:
+        """Enter ``status``, QUEUED, again: the job runs again (requeued or retried, see
+        :mod:`psij._retry`); its callbacks see QUEUED and the states after it once more.
+        Returns False (and does nothing) when the job is final or ``status`` is not QUEUED."""
+        if not isinstance(status, JobStatus):
+            raise TypeError(f"Job.status: expected psij.JobStatus, got {status!r}")
+        with _LOCK:
+            if self._status.state.final or status.state is not JobState.QUEUED:
+                return False
+            self._status = status
+            if self._pending is not None:
+                self._pending.append(status)
+                return True
+            self._pending = [status]
         self._deliver()
         return True
 

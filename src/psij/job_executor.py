@@ -2,9 +2,9 @@
 
 import threading
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, ClassVar, Dict, Iterable, List, Optional, Set, Tuple, Union
 
-from psij import _check
+from psij import _check, _retry
 from psij._declared_attributes import check_declared
 from psij._lazylog import LazyLogger, configure_from_environment
 from psij.exceptions import InvalidJobException, SubmitException, SubmitManyException
@@ -43,6 +43,12 @@ class JobExecutor(ABC):
     Use :meth:`get_instance` to make one by name; subclasses implement :meth:`submit`,
     :meth:`cancel`, :meth:`list` and :meth:`attach`.
     """
+
+    #: Whether this executor runs a job again (``psij.requeue``, ``psij.retry``, see
+    #: :mod:`psij._retry`): "" when it refuses such jobs at submit, "submits" when it starts
+    #: the next run itself (:meth:`_run_again`), "told" when its backend does and tells it
+    #: (the job's QUEUED status then carries the next ``attempt``).
+    _RERUNS: ClassVar[str] = ""
 
     def __init__(self, url: Optional[str] = None,
                  config: Optional[JobExecutorConfig] = None) -> None:
@@ -92,6 +98,13 @@ class JobExecutor(ABC):
         if job.executor is not None:
             raise InvalidJobException(f"job {job.id} is already bound to executor "
                                       f"{job.executor}")
+        runs = _retry.check_job(spec) if attributes is not None else None
+        if runs is not None and not self._RERUNS:
+            raise InvalidJobException(
+                f"the {self.name} executor does not run a job again: custom attributes "
+                f"{_retry.REQUEUE_ATTRIBUTE} and {_retry.RETRY_ATTRIBUTE} are not accepted "
+                "by it")
+        job.__dict__["_runs"] = runs
         job.executor = self
         return spec
 
@@ -168,7 +181,15 @@ class JobExecutor(ABC):
 
     def _set_job_status(self, job: Job, status: JobStatus) -> None:
         """Enter ``status`` and record it in the job registry (:mod:`psij.registry`); every
-        executor reports statuses through here."""
+        executor reports statuses through here. For a job that may run again
+        (:mod:`psij._retry`), a FAILED status may start its next run instead, and from its
+        second run on every status's metadata holds its ``attempt``."""
+        runs = job.__dict__.get("_runs")
+        if runs is not None:
+            through = self._through_runs(job, runs, status)
+            if through is None:
+                return
+            status = through
         try:
             entered = job._set_status(status)
         except Exception as ex:
@@ -178,6 +199,75 @@ class JobExecutor(ABC):
             from psij._registry.recorder import record
 
             record(self, job)
+
+    def _through_runs(self, job: Job, runs: "_retry.Runs", status: JobStatus
+                      ) -> Optional[JobStatus]:
+        """``status`` as the job enters it (its metadata with the attempt), or None when it
+        started the job's next run instead (see :meth:`_set_job_status`)."""
+        state = status.state
+        if state is JobState.QUEUED and job.status.state is JobState.ACTIVE:
+            told = (status.metadata or {}).get("attempt")
+            if self._RERUNS == "told" and isinstance(told, int) and told > runs.attempt:
+                runs.attempt = told  # the backend started the job's next run
+                self._enter_rerun(job, status)
+                return None
+            rerun = _retry.scheduler_requeue(runs, status) if self._RERUNS == "submits" \
+                else None
+            if rerun is not None:  # the scheduler requeued the job itself
+                _retry.counted(runs, rerun)
+                self._enter_rerun(job, _retry.rerun_status(rerun, runs, status,
+                                                           job._native_id))
+                return None
+        elif state is JobState.FAILED and self._RERUNS == "submits":
+            rerun = _retry.next_run(job, runs, status)
+            if rerun is not None:
+                failed = self._start_rerun(job, runs, rerun, status)
+                if failed is None:
+                    return None
+                status = failed
+        if runs.attempt > 1:
+            meta = dict(status.metadata or {})
+            meta.setdefault("attempt", runs.attempt)
+            status = JobStatus(status.state, status.time, status.message, status.exit_code,
+                               meta)
+        return status
+
+    def _enter_rerun(self, job: Job, status: JobStatus) -> bool:
+        if not job._rerun(status):
+            return False
+        from psij._registry.recorder import record
+
+        record(self, job)
+        return True
+
+    def _start_rerun(self, job: Job, runs: "_retry.Runs", rerun: "_retry.Rerun",
+                     failed: JobStatus) -> Optional[JobStatus]:
+        """Start ``rerun`` of ``job`` after its run ended with ``failed``: None once started,
+        else the status the job ends with (``failed``, saying why it could not run again)."""
+        assert job.spec is not None  # next_run gives no run to a job without a spec
+        status = _retry.rerun_status(rerun, runs, failed, job._native_id)
+        spec = _retry.spec_for(job.spec, rerun)
+        before = (job.spec, runs.attempt, runs.requeues, runs.retries)
+        job.spec = spec
+        _retry.counted(runs, rerun)
+        if not self._enter_rerun(job, status):  # final meanwhile (cancelled)
+            job.spec, runs.attempt, runs.requeues, runs.retries = before
+            return failed
+        try:
+            self._run_again(job, rerun)
+            return None
+        except Exception as ex:
+            logger.warning("job %s: could not start run %d: %s", job.id, rerun.attempt, ex)
+            return JobStatus(failed.state, failed.time,
+                             f"{failed.message or 'the job failed'}; running it again "
+                             f"({rerun.kind} after {rerun.cause}) failed: {ex}",
+                             failed.exit_code, failed.metadata)
+
+    def _run_again(self, job: Job, rerun: "_retry.Rerun") -> None:
+        """Start the next run of ``job`` (QUEUED again, its ``spec`` the run's): executors
+        whose ``_RERUNS`` is "submits" implement it; raise when it cannot start (the job then
+        ends with the status of its run before)."""
+        raise NotImplementedError(f"{type(self).__name__} does not run jobs again")
 
     def _restate_job_status(self, job: Job, status: JobStatus) -> None:
         """Replace the status of ``job`` by ``status`` of the state it is in, when more is known
