@@ -6,10 +6,10 @@
   for it by exiting with :data:`REQUEUE_EXIT_CODE` (85: "checkpointed, run me again", for a job
   that saved its work on the signal before its end). Where the scheduler requeues jobs itself
   (Slurm's ``--requeue``) it does; otherwise the executor submits the job again.
-- ``psij.retry``: a :class:`RetryPolicy`, given as a mapping ``{"attempts": 3, "on":
-  ["out_of_memory", "time_limit"], "memory": 2, "duration": 1.5, "max_memory": 2**34,
-  "max_duration": 7200}`` or as text ``"attempts=3,on=out_of_memory+time_limit,memory=2,
-  duration=1.5,max_memory=17179869184,max_duration=7200"`` (a bare number is ``attempts``).
+- ``psij.retry``: a :class:`RetryPolicy`, given as text ``"attempts=3,on=out_of_memory+
+  time_limit,memory=2,duration=1.5,max_memory=17179869184,max_duration=7200"`` (every part but
+  ``attempts`` optional; a bare number is ``attempts``), as custom attributes hold text and
+  numbers; :func:`parse_retry` also reads a mapping of the same keys.
   ``attempts`` counts every run of the job that the policy allows, the first included;
   ``on`` names the causes retried (:data:`RETRY_CAUSES`; ``failed`` is any other failure, a
   non-zero exit code); each retry multiplies the memory (``ResourceSpecV1.memory``, which the
