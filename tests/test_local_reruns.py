@@ -15,6 +15,7 @@ from psij import Job, JobAttributes, JobExecutor, JobSpec, JobState, JobStatus
 from psij._spawn import LaunchError
 from psij.executors.local import LocalJobExecutorConfig
 from psij.executors.local import _executor as local_executor
+from psij.staging import StageIn
 from support.process_checks import alive
 
 WAIT = 30.0
@@ -305,3 +306,24 @@ def test_a_late_queued_of_its_own_is_not_taken_for_a_requeue(tmp_path: Path) -> 
     job.cancel()
     assert final(job).state is JobState.CANCELED
     assert states(seen) == ["QUEUED", "ACTIVE", "CANCELED"]
+
+
+def test_each_run_is_staged_in_again(tmp_path: Path) -> None:
+    ex = make(tmp_path)
+    (tmp_path / "input").write_text("data")
+    work = tmp_path / "run"
+    work.mkdir()
+    script = COUNTING.replace("n = int", "assert pathlib.Path('staged').read_text() == 'data'"
+                              "\npathlib.Path('staged').unlink()\nn = int")
+    spec = JobSpec(sys.executable, ["-c", script, "3", "2"], directory=work,
+                   stage_in=[StageIn(tmp_path / "input", "staged")],
+                   attributes=JobAttributes(custom_attributes={"psij.retry": "2"}))
+    job = Job(spec)
+    seen: List[JobStatus] = []
+    job.set_job_status_callback(lambda j, st: seen.append(st))
+    ex.submit(job)
+    status = final(job)
+    assert status.state is JobState.COMPLETED, status
+    assert (work / "count").read_text() == "2"
+    assert states(seen) == ["QUEUED", "STAGE_IN", "ACTIVE", "QUEUED", "STAGE_IN", "ACTIVE",
+                            "COMPLETED"]
