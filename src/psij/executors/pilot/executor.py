@@ -24,7 +24,7 @@ Only the ``single`` launcher is accepted (the task itself uses the node file to 
 processes), and no pre/post-launch scripts: such jobs are refused at submission. Staging runs in
 the task, before and after the job (see ``psij.executors.pilot._staging``).
 
-A job with ``psij.requeue`` or ``psij.retry`` (see :mod:`psij._retry`) that is run again
+A job with ``psij.requeue`` or ``psij.retry`` (see ``psij._retry``) that is run again
 becomes a new task of the pilot, named ``<job id>.<attempt>`` (its native id from then on);
 a retry after its time limit has its ``pilot.time_limit`` scaled as its duration is.
 """
