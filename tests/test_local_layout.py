@@ -22,8 +22,8 @@ EXECUTORS = Path(psij.executors.local.__file__).parents[1]
 FOLDER = EXECUTORS / "local"
 
 MODULES = {"__init__", "_checks", "_env", "_executor", "_journal", "_keeper", "_keeper_client",
-           "_pool_driver", "_pool_gpus", "_pool_machine", "_prepared", "_start", "_time_limit",
-           "_transfer", "_worker"}
+           "_pool_driver", "_pool_gpus", "_pool_machine", "_prepared", "_reruns", "_start",
+           "_time_limit", "_transfer", "_worker"}
 
 # Shared with the pilot and batch executors: they stay in psij.executors.
 SHARED = ["_process", "_process_watch", "_staging", "_gpu_detect", "_os_texts"]

@@ -49,6 +49,10 @@ class JobExecutor(ABC):
     #: the next run itself (:meth:`_run_again`), "told" when its backend does and tells it
     #: (the job's QUEUED status then carries the next ``attempt``).
     _RERUNS: ClassVar[str] = ""
+    #: Whether a QUEUED status for an ACTIVE job of a "submits" executor means its scheduler
+    #: requeued the job itself (same native id). False where the executor's own QUEUED can
+    #: arrive after the ACTIVE of the same run (local, pilot: reported from two threads).
+    _REQUEUES_ITSELF: ClassVar[bool] = True
 
     def __init__(self, url: Optional[str] = None,
                  config: Optional[JobExecutorConfig] = None) -> None:
@@ -211,8 +215,8 @@ class JobExecutor(ABC):
                 runs.attempt = told  # the backend started the job's next run
                 self._enter_rerun(job, status)
                 return None
-            rerun = _retry.scheduler_requeue(runs, status) if self._RERUNS == "submits" \
-                else None
+            rerun = _retry.scheduler_requeue(runs, status) \
+                if self._RERUNS == "submits" and self._REQUEUES_ITSELF else None
             if rerun is not None:  # the scheduler requeued the job itself
                 _retry.counted(runs, rerun)
                 self._enter_rerun(job, _retry.rerun_status(rerun, runs, status,

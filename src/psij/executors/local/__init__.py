@@ -63,6 +63,8 @@ was. Its other modules:
   ``attach()`` read;
 - ``_worker``: the threads that run what follows a job's start and exit;
 - ``_time_limit`` and ``_transfer``: the opt-in time limit and the local staging;
+- ``_reruns``: a job's next run (``psij.requeue``, ``psij.retry``), a new process of the same
+  job, and a cancel between two runs;
 - ``_pool_machine`` (the resource pool as a pure machine: events in, actions out),
   ``_pool_driver`` (which feeds it an executor's jobs and carries out its actions) and
   ``_pool_gpus`` (the GPUs a pool hands out): the ``resource_pool`` setting.

@@ -17,6 +17,7 @@ from psij._end_signal import ATTRIBUTE as END_SIGNAL
 from psij._end_signal import EndSignal, end_signal
 from psij._lazylog import LazyLogger
 from psij._private_dirs import ensure_private_dir
+from psij._retry import Rerun
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._process import (
     SIGTERM,
@@ -63,6 +64,7 @@ from psij.executors.local._pool_driver import (
 )
 from psij.executors.local._prepared import NotRunnable, Prepared, spawn_failure
 from psij.executors.local._prepared import Run as _Run
+from psij.executors.local._reruns import TIME_LIMIT, cancel_between_runs, may_run_again, run_again
 from psij.executors.local._start import NATIVE_IDS, start_failure, stream_items
 from psij.executors.local._time_limit import TimeLimit, time_limit_message
 from psij.executors.local._transfer import local_path, stage_out_and_cleanup, transfer
@@ -131,6 +133,9 @@ def _stages_on_cancel(spec: JobSpec) -> bool:
 
 class LocalJobExecutor(JobExecutor):
     """Runs jobs as local processes (see the module documentation for how)."""
+
+    _RERUNS = "submits"  # a new process for each run (_reruns)
+    _REQUEUES_ITSELF = False
 
     def __init__(self, url: Optional[str] = None,
                  config: Optional[JobExecutorConfig] = None) -> None:
@@ -204,6 +209,9 @@ class LocalJobExecutor(JobExecutor):
                 self._start(run, prepared)
             except NotRunnable as ex:
                 self._finish(run, ex.status)
+
+    def _run_again(self, job: Job, rerun: Rerun) -> None:
+        run_again(self, job)
 
     def _pool_report(self, todo: Tuple[_Run, Prepared], status: JobStatus) -> None:
         if status.state.final:
@@ -473,7 +481,7 @@ class LocalJobExecutor(JobExecutor):
         spec = job.spec
         if run.start is not None and run.pid is not None and not run.kept:  # else the keeper's
             self._note(RunEnded(run.pid, run.start, code, run.canceled), job)
-        message = None
+        message, cause = None, None
         state = JobState.COMPLETED if code == 0 else JobState.FAILED
         if run.launcher is not None and run.launcher_out is not None:
             try:
@@ -491,6 +499,7 @@ class LocalJobExecutor(JobExecutor):
         elif run.limit is not None and run.limit.expired:
             assert spec is not None and spec.attributes is not None
             state, message = JobState.FAILED, time_limit_message(spec.attributes.duration)
+            cause = dict(TIME_LIMIT)
         elif code is None and message is None:
             keeper = run.keeper
             message = _NO_CODE if keeper is None or keeper.ended is None else (
@@ -504,13 +513,19 @@ class LocalJobExecutor(JobExecutor):
                 run.job_dir, spec, state, lambda st: self._set_job_status(job, JobStatus(st)))
             if staging_error is not None and state is JobState.COMPLETED:
                 state, message = JobState.FAILED, staging_error
-        self._finish(run, JobStatus._made(state, None, message, code))
+        self._finish(run, JobStatus._made(state, None, message, code) if cause is None
+                     else JobStatus(state, None, message, code, cause))
 
     def _finish(self, run: _Run, status: JobStatus) -> None:
         with self._lock:
-            self._runs.pop(id(run.job), None)
+            if self._runs.get(id(run.job)) is run:
+                del self._runs[id(run.job)]
+        # Before the status when it may start the job's next run, which the pool then holds.
+        early = self._pool is not None and may_run_again(run.job)
+        if early:
+            self._pool.ended(run.job)  # type: ignore[union-attr]
         self._set_job_status(run.job, status)
-        if self._pool is not None:
+        if self._pool is not None and not early:
             self._pool.ended(run.job)
 
     def close(self) -> None:
@@ -535,6 +550,8 @@ class LocalJobExecutor(JobExecutor):
             return
         with self._lock:
             run = self._runs.get(id(job))
+            if cancel_between_runs(job, run):
+                return  # its next run will not start
         if run is None or job.status.final or run.exited:
             return  # over, or its exit is being handled: it keeps the state it reached
         run.grace = grace  # before the flag: a start in progress reads both

@@ -14,7 +14,8 @@ from typing import Optional, Union
 from psij._record import Record
 
 __all__ = ["TASK_EVENTS", "AgentLauncherExited", "CloseRequested", "EndSignalDue", "EngineEvent",
-           "KillTask", "StopRequested", "TaskExited", "TimeLimitReached", "WorkerExited"]
+           "KillTask", "StopRequested", "TaskExited", "TimeLimitReached", "WorkerExited",
+           "ended_by_time_limit", "time_limit_message"]
 
 
 class TaskExited(Record):
@@ -73,3 +74,15 @@ EngineEvent = Union[TaskExited, KillTask, TimeLimitReached, EndSignalDue, AgentL
                     WorkerExited, CloseRequested, StopRequested]
 TASK_EVENTS = (TaskExited, KillTask, TimeLimitReached, EndSignalDue)
 """The kinds of event about one task: an error while acting on one fails that task only."""
+
+_TIME_LIMIT_WORDS = "the task exceeded its time limit of "
+
+
+def time_limit_message(limit: Optional[float], code: Optional[int]) -> str:
+    """The message of a task killed at its time limit (``pilot.time_limit``)."""
+    return f"{_TIME_LIMIT_WORDS}{limit or 0:g} s and was killed (exit code {code})"
+
+
+def ended_by_time_limit(message: Optional[str]) -> bool:
+    """Whether a failed task's ``message`` says it was killed at its time limit."""
+    return message is not None and message.startswith(_TIME_LIMIT_WORDS)

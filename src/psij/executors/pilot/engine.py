@@ -75,6 +75,7 @@ from psij.executors.pilot._engine_events import (
     TaskExited,
     TimeLimitReached,
     WorkerExited,
+    time_limit_message,
 )
 from psij.executors.pilot._engine_output import EngineOutput
 from psij.executors.pilot._local_workers import LocalWorkers, worker_limit
@@ -575,8 +576,7 @@ class PilotEngine(EngineOutput):
         if task.node != self.allocation.local_node and self._agents is not None:
             self._agents.task_ended(task.node, task_id)
         if task.timed_out and code != 0:
-            message = (f"the task exceeded its time limit of {task.spec.time_limit:g} s and "
-                       f"was killed (exit code {code})")
+            message = time_limit_message(task.spec.time_limit, code)
         self._finish(task, task.run, code, message)
 
     def _finish(self, task: TaskEntry, run: int, code: Optional[int],

@@ -14,14 +14,19 @@ that share. The task id is the job's native id. Custom attributes:
   ids of any tasks of the pilot, that must all complete first; when one of them fails or is
   cancelled, the job ends FAILED with a message naming it;
 - ``pilot.time_limit`` (seconds): the task is killed (TERM, then KILL after the grace period)
-  and FAILED when it runs longer. ``JobAttributes.duration`` is not enforced, as with the local
-  executor: its default would end every long task;
+  and FAILED (status metadata ``cause``: ``time_limit``) when it runs longer.
+  ``JobAttributes.duration`` is not enforced, as with the local executor: its default would
+  end every long task;
 - ``psij.signal_before_end`` (``SIGNAL@SECONDS``): the signal sent to the task's process group
   that many seconds before its ``pilot.time_limit`` (without one the job is refused).
 
 Only the ``single`` launcher is accepted (the task itself uses the node file to start more
 processes), and no pre/post-launch scripts: such jobs are refused at submission. Staging runs in
 the task, before and after the job (see ``psij.executors.pilot._staging``).
+
+A job with ``psij.requeue`` or ``psij.retry`` (see ``psij._retry``) that is run again
+becomes a new task of the pilot, named ``<job id>.<attempt>`` (its native id from then on);
+a retry after its time limit has its ``pilot.time_limit`` scaled as its duration is.
 """
 
 import os
@@ -31,11 +36,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from psij import _check, _site_config
+from psij import _check, _retry, _site_config
 from psij._end_signal import end_signal
 from psij._priority import job_priority
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._gpu_detect import GpuSet, found_gpus, gpus_from_setting
+from psij.executors.pilot._engine_events import ended_by_time_limit
+from psij.executors.pilot._reruns import CANCELED, run_again
 from psij.executors.pilot._staging import final_status, with_staging
 from psij.executors.pilot.allocation import (
     Allocation,
@@ -174,6 +181,9 @@ def job_status_of(state: TaskState, message: Optional[str], exit_code: Optional[
         return JobStatus(JobState.QUEUED, time=time, metadata=metadata)
     if state is TaskState.RUNNING:
         return JobStatus(JobState.ACTIVE, time=time, metadata=metadata)
+    if state is TaskState.FAILED and ended_by_time_limit(message):
+        assert metadata is not None
+        metadata["cause"] = "time_limit"
     if state is TaskState.OMITTED:
         message = f"not run because a job it depends on did not complete ({message})"
     elif state is TaskState.SUCCEEDED:
@@ -184,6 +194,9 @@ def job_status_of(state: TaskState, message: Optional[str], exit_code: Optional[
 
 class PilotJobExecutor(JobExecutor):
     """Runs jobs as tasks of a pilot (see the module documentation)."""
+
+    _RERUNS = "submits"  # a new task for each run
+    _REQUEUES_ITSELF = False
 
     def __init__(self, url: Optional[str] = None,
                  config: Optional[JobExecutorConfig] = None) -> None:
@@ -250,9 +263,23 @@ class PilotJobExecutor(JobExecutor):
         except BaseException:
             job.executor = None
             raise
+        try:
+            self._send(job, task)
+        except BaseException:
+            job.executor = None
+            raise
+        if spec.name is not None:
+            with self._lock:
+                self._by_name.setdefault(spec.name, []).append(task.name)
+        self._set_job_status(job, JobStatus(JobState.QUEUED,
+                                            metadata={"pilot_state": "QUEUED"}))
+
+    def _send(self, job: Job, task: TaskSpec) -> None:
+        """Submit ``task``, the job's run, to the pilot; the job's native id becomes its name
+        (and stays what it was when this raises)."""
         with self._lock:
             self._jobs[task.name] = [job]
-        job._native_id = task.name
+        before, job._native_id = job._native_id, task.name
         try:
             if self._path is None:
                 self._local_engine().submit(task)
@@ -261,22 +288,20 @@ class PilotJobExecutor(JobExecutor):
         except BaseException as ex:
             with self._lock:
                 self._forget(task.name, job)
-            job._native_id = None
-            job.executor = None
+            job._native_id = before
             if isinstance(ex, (ValueError, TypeError)):
                 raise SubmitException(f"job {job.id}: {ex}") from ex
             if isinstance(ex, (PilotUnavailable, TimeoutError, RuntimeError)):
                 raise SubmitException(f"job {job.id} could not be submitted: {ex}") from ex
             raise
-        if spec.name is not None:
-            with self._lock:
-                self._by_name.setdefault(spec.name, []).append(task.name)
-        self._set_job_status(job, JobStatus(JobState.QUEUED,
-                                            metadata={"pilot_state": "QUEUED"}))
+
+    def _run_again(self, job: Job, rerun: _retry.Rerun) -> None:
+        run_again(self, job, rerun)
 
     def cancel(self, job: Job) -> None:
         if job.executor is not self:
             raise InvalidJobException(f"job {job.id} was not submitted to this executor")
+        job.__dict__[CANCELED] = True  # read by a next run starting meanwhile (_run_again)
         task_id = job.native_id
         if task_id is None or job.status.final:
             return
@@ -363,7 +388,7 @@ class PilotJobExecutor(JobExecutor):
 
     # -- JobSpec to task --------------------------------------------------------------------
 
-    def _task_of(self, job: Job) -> TaskSpec:
+    def _task_of(self, job: Job, name: Optional[str] = None) -> TaskSpec:
         spec = job.spec
         assert spec is not None
         if spec.executable is None:
@@ -401,7 +426,8 @@ class PilotJobExecutor(JobExecutor):
                              None if limit is None else timedelta(seconds=limit),
                              "custom attribute pilot.time_limit")
         return with_staging(TaskSpec(
-            name=job.id, executable=spec.executable, arguments=tuple(spec.arguments or ()),
+            name=job.id if name is None else name, executable=spec.executable,
+            arguments=tuple(spec.arguments or ()),
             directory=directory, environment=spec.environment or {},
             inherit_environment=spec.inherit_environment,
             stdin=None if spec.stdin_path is None else str(spec.stdin_path),

@@ -7,7 +7,8 @@ newline-delimited JSON. A request is ``{"id": N, "op": ..., ...}``; its reply ca
 pushed as ``{"event": {...}}`` lines (``TaskEvent.to_json``), in the engine's order.
 
 Operations: ``ping``; ``submit`` (``tasks``: TaskSpec JSON list, ``watch``: push their events
-to this connection); ``cancel`` (``task``); ``status`` (``tasks``); ``list`` (every task with
+to this connection); ``cancel`` (``task``); ``forget`` (``task``, one that ended: dropped, so
+that a resume does not run it again); ``status`` (``tasks``); ``list`` (every task with
 its state); ``watch`` (``tasks``, or null for all; the reply holds their current statuses, so
 nothing is missed between the snapshot and the events); ``usage``; ``shutdown``.
 
@@ -45,6 +46,7 @@ from psij._line_framing import (
     decode_line,
     encode_line,
 )
+from psij._machine import IllegalEvent
 from psij._private_dirs import ensure_private_dir
 from psij._stop_signals import StopSignals
 from psij._wakeup import Wakeup
@@ -363,7 +365,8 @@ class PilotService:
             handler = getattr(self, f"_op_{op}", None) if isinstance(op, str) else None
             if handler is None:
                 raise ValueError(f"op: {op!r} is not an operation of the pilot; accepted: "
-                                 "ping, submit, cancel, status, list, watch, usage, shutdown")
+                                 "ping, submit, cancel, forget, status, list, watch, usage, "
+                                 "shutdown")
             reply: Dict[str, Any] = handler(conn, request)
             reply.update({"id": request_id, "ok": True})
             return reply
@@ -402,6 +405,13 @@ class PilotService:
 
     def _op_cancel(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
         self._engine.cancel(str(request["task"]))
+        return {}
+
+    def _op_forget(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
+        try:
+            self._engine.forget(str(request["task"]))
+        except IllegalEvent as ex:  # unknown, or not ended
+            raise ValueError(f"task: {ex}") from ex
         return {}
 
     def _op_status(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
