@@ -75,10 +75,10 @@ class JobRecord(Record):
     registry: Path
     """The registry file it was read from."""
     attempt: int = 1
-    """Which run of the job this is: 1, then 2, 3... once it is run again (requeued or
-    retried, see the custom attributes ``psij.requeue`` and ``psij.retry``)."""
+    """Which run of the job this is (1, then 2, 3... once it is run again, requeued or
+    retried; see the custom attributes ``psij.requeue`` and ``psij.retry``)."""
     rerun: Optional[str] = None
-    """How its last run was started, from its second run on: ``requeue`` or ``retry``."""
+    """How its last run was started (``requeue`` or ``retry``), from its second run on."""
     rerun_cause: Optional[str] = None
     """Why the run before it ended (``out_of_memory``, ``time_limit``, ``preempted``,
     ``checkpoint``...), from its second run on."""
