@@ -312,3 +312,63 @@ def test_a_final_job_attached_again_has_its_attempt_in_its_status(tmp_path: Path
     status = again.status
     assert status.state is JobState.COMPLETED
     assert status.metadata == {"attempt": 2, "rerun": "retry", "cause": "out_of_memory"}
+
+
+@pytest.mark.parametrize("attempt", [True, 0, -1, "3", 2.0, 2 ** 70, None, [2]])
+def test_a_hostile_attempt_in_a_status_is_recorded_as_none(tmp_path: Path,
+                                                           attempt: Any) -> None:
+    # A status from another host or a plugin says what it likes; the row gets attempt 1,
+    # and the other jobs of the same write are recorded all the same.
+    wd = tmp_path / "work"
+    ex = Says(wd)
+    odd, plain = Job(JobSpec("/bin/true")), Job(JobSpec("/bin/true"))
+    for job in (odd, plain):
+        ex.submit(job)
+    ex._set_job_status(odd, JobStatus(JobState.FAILED, exit_code=1, metadata={
+        "attempt": attempt, "rerun": "x" * 10000, "cause": 7}))
+    ex._set_job_status(plain, JobStatus(JobState.COMPLETED, exit_code=0))
+    assert psij.registry.flush(WAIT)
+    assert row(wd, odd.id) == ("FAILED", "s-1", 1, None, 1)
+    assert row(wd, plain.id) == ("COMPLETED", "s-1", 1, None, 0)
+    [rec] = psij.registry.find(odd.id, work_directory=wd)
+    assert rec.attempt == 1 and rec.to_json()["rerun"] is None
+
+
+def test_the_attempt_a_status_gives_is_recorded_for_a_job_without_runs(tmp_path: Path
+                                                                        ) -> None:
+    # A job this process does not run again (a side-loaded executor that reports runs
+    # itself): its status's attempt and rerun are recorded, a long cause cut to 200.
+    wd = tmp_path / "work"
+    ex = Says(wd)
+    job = Job(JobSpec("/bin/true"))
+    ex.submit(job)
+    ex._set_job_status(job, JobStatus(JobState.ACTIVE, metadata={
+        "attempt": 3, "rerun": "requeue", "cause": "c" * 1000}))
+    assert psij.registry.flush(WAIT)
+    state, _, attempt, rerun, _ = row(wd, job.id)
+    assert (state, attempt) == ("ACTIVE", 3)
+    assert json.loads(rerun) == {"rerun": "requeue", "cause": "c" * 200, "requeues": None,
+                                 "retries": None}
+    [rec] = psij.registry.find(job.id, work_directory=wd)
+    assert (rec.rerun, rec.requeues, rec.retries) == ("requeue", 0, 0)
+
+
+class Says(JobExecutor):
+    """A side-loaded executor whose statuses carry the metadata it is given."""
+
+    def __init__(self, wd: Path) -> None:
+        super().__init__(config=JobExecutorConfig(work_directory=wd))
+
+    def submit(self, job: Job) -> None:
+        job.executor = self
+        job._native_id = "s-1"
+        self._set_job_status(job, JobStatus(JobState.QUEUED))
+
+    def cancel(self, job: Job) -> None:
+        pass
+
+    def list(self) -> List[str]:
+        return []
+
+    def attach(self, job: Job, native_id: str) -> None:
+        pass

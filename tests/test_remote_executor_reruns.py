@@ -255,6 +255,12 @@ def test_a_later_run_seen_first_in_a_later_state_is_entered_from_queued(
                     "metadata": {"attempt": 2}})
     assert seen == [("QUEUED", None), ("ACTIVE", None), ("QUEUED", 2), ("ACTIVE", 2)]
     assert job.native_id == "r-2"
+    # An attempt that is not a whole number, or beyond belief, starts no run.
+    for attempt in ("3", 3.0, True, 2 ** 70, -5):
+        ex._apply(job, {"ev": "status", "job": job.id, "native_id": "r-2", "state": "QUEUED",
+                        "time": time.time(), "exit_code": None, "message": None,
+                        "metadata": {"attempt": attempt}})
+    assert seen[4:] == [] and job.status.state is JobState.ACTIVE
 
 
 @pytest.mark.skipif(LocalJobExecutor._RERUNS == "",

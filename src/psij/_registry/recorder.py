@@ -53,6 +53,8 @@ TAG_ATTR = "_psij_registry_tag"
 _RECORDED_ATTR = "_psij_registry_recorded"  # on a job: its row is queued or written
 _IDENTITY_ATTR = "_psij_registry"  # on an executor: its Identity
 RERUN_ATTR = "_psij_registry_rerun"  # on a job: (kind, cause) of its last rerun
+MAX_ATTEMPT = 2 ** 31  # a greater attempt recorded is taken for none (1)
+_WORD = 200  # the most characters of a rerun's kind or cause recorded
 _BATCH_SECONDS = 0.05
 IDLE_SECONDS = 2.0  # the writer thread ends after this long with nothing to write
 _EXIT_FLUSH_SECONDS = 120.0
@@ -213,11 +215,13 @@ def run_of(job: Job, status: JobStatus) -> Tuple[int, Optional[Tuple[Any, ...]]]
     runs = job.__dict__.get("_runs")
     meta = status.metadata
     if meta and isinstance(meta.get("rerun"), str):  # the status that starts a run
-        job.__dict__[RERUN_ATTR] = (meta["rerun"], meta.get("cause"))
+        cause = meta.get("cause")
+        job.__dict__[RERUN_ATTR] = (meta["rerun"][:_WORD],
+                                    cause[:_WORD] if isinstance(cause, str) else None)
     attempt = runs.attempt if runs is not None else (meta or {}).get("attempt")
-    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
-        return 1, None
-    if attempt == 1:
+    # What a status says (another host's, a plugin's) is not trusted to fit the column.
+    if isinstance(attempt, bool) or not isinstance(attempt, int) \
+            or not 1 < attempt <= MAX_ATTEMPT:
         return 1, None
     kind, cause = job.__dict__.get(RERUN_ATTR, (None, None))
     return attempt, (kind, cause, getattr(runs, "requeues", None),

@@ -38,6 +38,8 @@ from psij.serialize import _spec_to_json
 
 logger = logging.getLogger(__name__)
 
+_MAX_ATTEMPT = 2 ** 31  # a greater attempt from the remote side is not believed
+
 SUBMIT_CHUNK = 500
 """Jobs in one submission request of ``submit_many``."""
 
@@ -367,7 +369,7 @@ def _later_run(job: Job, status: JobStatus) -> Optional[int]:
     """The attempt of ``status`` when it is of a later run of the job than the one it is in
     (the remote executor ran it again: requeued or retried), else None."""
     told = (status.metadata or {}).get("attempt")
-    if isinstance(told, bool) or not isinstance(told, int):
+    if isinstance(told, bool) or not isinstance(told, int) or told > _MAX_ATTEMPT:
         return None
     runs = job.__dict__.get("_runs")
     if runs is None or job.status.state.final:
