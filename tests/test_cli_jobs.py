@@ -134,7 +134,8 @@ def test_piping_into_head_ends_quietly(home: Path) -> None:
     wd = home / ".psij" / "work"
     store = open_store(wd)
     store.write([(f"job-{i:05}", "local", "0", None, "{}", str(i), None, "t", float(i),
-                  "COMPLETED", 6, 0, None, float(i), 1) for i in range(5000)], [])
+                  "COMPLETED", 6, 0, None, float(i), 1, 1, None) for i in range(5000)],
+                [])
     for command in ("list", "status --all", "list --json"):
         done = subprocess.run(f'"{PSIJ}" {command} | head -1', shell=True, capture_output=True,
                               text=True, env=env(home), timeout=120)
@@ -202,3 +203,48 @@ def test_submit_status_cancel_and_wait_on_a_real_scheduler(home: Path, scheduler
     assert states[fails] == ("FAILED", 4)
     assert states[running][0] == "CANCELED" and states[queued][0] == "CANCELED"
     assert out.read_text() == "hi\n"
+
+
+def test_status_shows_the_attempt_and_last_rerun_of_a_job_run_again(home: Path) -> None:
+    from psij._registry.store import open_store
+
+    wd = home / ".psij" / "work"
+    rerun = json.dumps({"rerun": "retry", "cause": "out_of_memory", "requeues": 0,
+                        "retries": 2})
+    now = time.time()
+    open_store(wd).write([
+        ("job-again", "local", "0", None, "{}", "77", None, None, now, "COMPLETED", 6, 0, None,
+         now, 1, 3, rerun),
+        ("job-once", "local", "0", None, "{}", "78", None, None, now, "FAILED", 6, 2,
+         "exit 2", now, 1, 1, None)], [])
+    for command in (["status", "job-again", "job-once"], ["list"]):
+        done = psij_cmd(home, *command)
+        assert done.returncode == 0, done.stderr
+        lines = {line.split()[0]: line for line in done.stdout.splitlines()[1:]}
+        assert lines["job-again"].rstrip().endswith("attempt 3 (retry after out_of_memory)")
+        assert "attempt" not in lines["job-once"] and lines["job-once"].endswith("exit 2")
+    for command in (["status", "job-again", "job-once"], ["list"]):
+        views = {v["id"]: v for v in listed(home, *command)}
+        assert views["job-again"]["attempt"] == 3
+        assert views["job-again"]["rerun"] == {"rerun": "retry", "cause": "out_of_memory",
+                                               "requeues": 0, "retries": 2}
+        assert views["job-once"]["attempt"] == 1 and views["job-once"]["rerun"] is None
+
+
+def test_status_shows_the_run_a_live_job_is_in_now() -> None:
+    # A job re-attached by status that ran again since it was recorded: its run now.
+    from psij import JobStatus
+    from psij._retry import Runs
+    from psij.cli._jobs import _live, _message
+
+    job = Job(JobSpec("/bin/true"))
+    runs = Runs(2, None, attempt=3)
+    job.__dict__["_runs"] = runs
+    job._set_status(JobStatus(JobState.QUEUED, message="requeued (preempted): run 3, at most 3",
+                              metadata={"attempt": 3, "rerun": "requeue", "cause": "preempted"}))
+    recorded = ("j", "slurm", "5", None, "ACTIVE", None, None, False, 2,
+                json.dumps({"rerun": "requeue", "cause": "node_failure"}))
+    now = _live(recorded, job)
+    assert now[4] == "QUEUED" and now[8:] == (3, ("requeue", "preempted"))
+    assert _message(now).startswith("attempt 3 (requeue after preempted): requeued")
+    assert _message(recorded) == "attempt 2 (requeue after node_failure)"

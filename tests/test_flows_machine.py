@@ -577,3 +577,25 @@ def test_a_steps_actions_are_exactly_what_it_returns_and_the_machine_keeps_none(
     fresh = before.restart()  # restore, then Started, which gives what restore gave again
     assert any(type(a) is Attach for a in fresh.restored) and not any(
         thing is a for thing in _held_by(fresh.machine) for a in fresh.restored)
+
+
+def test_an_instance_run_again_waits_until_its_next_run_starts() -> None:
+    # Its job requeued or retried (psij.requeue, psij.retry) is QUEUED again after it ran:
+    # the instance is waiting, not provisioned, until the job is ACTIVE again, and it ends
+    # once, with its start kept from its first run.
+    sim = Sim()
+    h = sim.create(1)
+    sim.run()
+    sim.advance(60)
+    assert sim.call("status", handle=h)["provisioned"] == 1
+    sim.status(f"{h}/0", JobState.QUEUED, metadata={"attempt": 2, "rerun": "requeue",
+                                                    "cause": "preempted"})
+    status = sim.call("status", handle=h)
+    assert (status["provisioned"], status["waiting"]) == (0, 1)
+    assert sim.unanswered == []  # nothing submitted in its place
+    sim.status(f"{h}/0", JobState.ACTIVE, metadata={"attempt": 2})
+    assert sim.call("status", handle=h)["provisioned"] == 1
+    sim.advance(60)
+    sim.finish(f"{h}/0", exit_code=0)
+    [record] = sim.call("instances", handle=h)["instances"]
+    assert record["ended"] - record["started"] == 120

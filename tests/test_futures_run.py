@@ -139,3 +139,28 @@ def test_the_runner_imports_neither_cloudpickle_nor_psij_machinery(tmp_path: Pat
         "psij.version"]
     header = result(directory, 0, work.key)
     assert header["outcome"] == "value" and header["cloudpickle"] is None
+
+
+@pytest.mark.parametrize("again", [("PSIJ_ATTEMPT", "2"), ("SLURM_RESTART_COUNT", "1")])
+def test_a_job_run_again_runs_the_calls_its_earlier_run_left_without_a_result(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, again: Any) -> None:
+    # Run 1 of the job wrote call 0's result and was killed in call 1 (claimed, no result);
+    # the client cancelled call 2. Run 2 (psij.requeue, psij.retry) runs call 1 again and
+    # keeps the others as they are.
+    work, directory = call_directory(tmp_path / "w", [(ff.square, (3,), {}),
+                                                      (ff.square, (4,), {}),
+                                                      (ff.square, (5,), {})])
+    assert _wire.claim(directory, 0, _wire.CLAIM_RUN)
+    _run._result(directory, work.key, 0, {"outcome": "value"}, b"from run 1")
+    assert _wire.claim(directory, 1, _wire.CLAIM_RUN)
+    assert _wire.claim(directory, 2, _wire.CLAIM_CANCEL)
+    monkeypatch.delenv("PSIJ_ATTEMPT", raising=False)
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    assert _run.run_directory(directory) == 0  # a first run: call 1 is another runner's
+    monkeypatch.setenv(*again)
+    assert _run.run_directory(directory) == 1
+    _header, payload = _wire.read_file(_wire.result_file(directory, 0), work.key,
+                                       f"{os.path.basename(directory)}/0")
+    assert payload == b"from run 1"
+    assert result(directory, 1, work.key)["outcome"] == "value"
+    assert not os.path.exists(_wire.result_file(directory, 2))

@@ -241,6 +241,26 @@ def test_running_server_that_never_connects_is_dead_after_connect_timeout() -> N
     assert Cancel(0) in actions and of(actions, Submit)
 
 
+def test_a_server_job_queued_again_before_it_connected_gets_its_time_again() -> None:
+    # Requeued (psij.requeue) while it had not connected yet: the connect_timeout counts
+    # from its next start, not from the first.
+    rig = Rig(connect_timeout=10.0)
+    rig.start()
+    rig.status(0, JobState.QUEUED)
+    rig.status(0, JobState.ACTIVE)
+    rig.clock.advance(8)
+    assert rig.step(Tick()) == []
+    rig.status(0, JobState.QUEUED)
+    rig.clock.advance(100)  # queued again for long: no limit
+    assert rig.step(Tick()) == []
+    rig.status(0, JobState.ACTIVE)
+    rig.clock.advance(10)
+    assert rig.step(Tick()) == []
+    rig.clock.advance(0.5)
+    actions = rig.step(Tick())
+    assert Cancel(0) in actions and of(actions, Submit)
+
+
 # -- hello ---------------------------------------------------------------------------------
 
 def test_wrong_token_refused_logged_and_closed() -> None:

@@ -209,12 +209,14 @@ class JobExecutor(ABC):
         """``status`` as the job enters it (its metadata with the attempt), or None when it
         started the job's next run instead (see :meth:`_set_job_status`)."""
         state = status.state
+        told = (status.metadata or {}).get("attempt") if self._RERUNS == "told" else None
+        if state is JobState.QUEUED and isinstance(told, int) and told > runs.attempt:
+            # The backend started the job's next run (the job may not have been seen ACTIVE:
+            # a run may fail before it starts).
+            runs.attempt = told
+            self._enter_rerun(job, status)
+            return None
         if state is JobState.QUEUED and job.status.state is JobState.ACTIVE:
-            told = (status.metadata or {}).get("attempt")
-            if self._RERUNS == "told" and isinstance(told, int) and told > runs.attempt:
-                runs.attempt = told  # the backend started the job's next run
-                self._enter_rerun(job, status)
-                return None
             rerun = _retry.scheduler_requeue(runs, status) \
                 if self._RERUNS == "submits" and self._REQUEUES_ITSELF else None
             if rerun is not None:  # the scheduler requeued the job itself
@@ -222,7 +224,10 @@ class JobExecutor(ABC):
                 self._enter_rerun(job, _retry.rerun_status(rerun, runs, status,
                                                            job._native_id))
                 return None
-        elif state is JobState.FAILED and self._RERUNS == "submits":
+        elif state is JobState.FAILED and self._RERUNS == "submits" \
+                and not job.__dict__.get("_runs_followed"):
+            # A job attached again (psij.registry) is followed, not run again, by this
+            # process: the one that submitted it may be doing so.
             rerun = _retry.next_run(job, runs, status)
             if rerun is not None:
                 failed = self._start_rerun(job, runs, rerun, status)
@@ -257,8 +262,13 @@ class JobExecutor(ABC):
         if not self._enter_rerun(job, status):  # final meanwhile (cancelled)
             job.spec, runs.attempt, runs.requeues, runs.retries = before
             return failed
+        native_id = job._native_id
         try:
             self._run_again(job, rerun)
+            if job._native_id != native_id and job._native_id is not None:
+                from psij._registry.recorder import record
+
+                record(self, job)  # the new run's native id, before it changes state
             return None
         except Exception as ex:
             logger.warning("job %s: could not start run %d: %s", job.id, rerun.attempt, ex)

@@ -74,6 +74,18 @@ class JobRecord(Record):
     """When its status was last recorded (seconds since the epoch)."""
     registry: Path
     """The registry file it was read from."""
+    attempt: int = 1
+    """Which run of the job this is (1, then 2, 3... once it is run again, requeued or
+    retried; see the custom attributes ``psij.requeue`` and ``psij.retry``)."""
+    rerun: Optional[str] = None
+    """How its last run was started (``requeue`` or ``retry``), from its second run on."""
+    rerun_cause: Optional[str] = None
+    """Why the run before it ended (``out_of_memory``, ``time_limit``, ``preempted``,
+    ``checkpoint``...), from its second run on."""
+    requeues: int = 0
+    """How many times it was requeued (as its executor counted them; 0 when unknown)."""
+    retries: int = 0
+    """How many times it was retried (as its executor counted them; 0 when unknown)."""
 
     @property
     def spec(self) -> Optional[JobSpec]:
@@ -91,7 +103,10 @@ class JobRecord(Record):
                 "native_id": self.native_id, "tag": self.tag, "state": self.state.name,
                 "final": self.state.final, "exit_code": self.exit_code,
                 "message": self.message, "submitted": _iso(self.submitted),
-                "updated": _iso(self.updated)}
+                "updated": _iso(self.updated), "attempt": self.attempt,
+                "rerun": None if self.attempt == 1 else {
+                    "rerun": self.rerun, "cause": self.rerun_cause,
+                    "requeues": self.requeues, "retries": self.retries}}
 
 
 def _iso(t: float) -> str:
@@ -113,14 +128,81 @@ def registry_file(work_directory: PathLike = None) -> Path:
 
 def _record(row: Row, path: Path) -> JobRecord:
     (job_id, executor, version, url, config, native_id, spec, tag, submitted, state, _rank,
-     exit_code, message, updated, _final) = row
+     exit_code, message, updated, _final, attempt, rerun) = row
     try:
         job_state = JobState[state]
     except KeyError:
         raise RegistryError(f"job registry {path}: job {job_id} has an unknown state "
                             f"{state!r}") from None
+    kind, cause, requeues, retries = _rerun_of(rerun)
     return JobRecord(job_id, executor, version, url, config, native_id, spec, tag, submitted,
-                     job_state, exit_code, message, updated, path)
+                     job_state, exit_code, message, updated, path,
+                     attempt if isinstance(attempt, int) and attempt >= 1 else 1, kind, cause,
+                     requeues, retries)
+
+
+def _rerun_of(text: Any) -> Tuple[Optional[str], Optional[str], int, int]:
+    """The ``rerun`` column read back: kind, cause, requeues, retries (what cannot be read,
+    written by another version say, is left out: None or 0)."""
+    if not isinstance(text, str):
+        return None, None, 0, 0
+    import json
+
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None, None, 0, 0
+    if not isinstance(found, dict):
+        return None, None, 0, 0
+
+    def word(key: str) -> Optional[str]:
+        value = found.get(key)
+        return value if isinstance(value, str) else None
+
+    def count(key: str) -> int:
+        value = found.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) \
+            and value >= 0 else 0
+
+    return word("rerun"), word("cause"), count("requeues"), count("retries")
+
+
+def _follow_runs(job: Job, record: JobRecord) -> None:
+    """Have ``job``, made again from ``record`` and about to be attached, keep the run the
+    record holds: its statuses carry that ``attempt`` (and later ones when its executor tells
+    it ran again), and the registry goes on recording it. A process that follows a job does
+    not start its next runs itself (the one that submitted it does, or its scheduler):
+    :mod:`psij._retry`'s counts are kept for the job's scheduler requeues only."""
+    from psij import _retry
+
+    runs = None
+    if record.spec_json is not None and job.spec is not None:
+        try:
+            runs = _retry.check_job(job.spec)
+        except Exception:  # a policy this version does not read: the attempt alone
+            runs = None
+    if runs is None and record.attempt == 1:
+        return
+    if runs is None:
+        runs = _retry.Runs(0, None)
+    runs.attempt = record.attempt
+    runs.requeues = record.requeues
+    runs.retries = record.retries
+    job.__dict__["_runs"] = runs
+    job.__dict__["_runs_followed"] = True
+    if record.rerun is not None:
+        job.__dict__[_recorder.RERUN_ATTR] = (record.rerun, record.rerun_cause)
+
+
+def _recorded_status(record: JobRecord) -> JobStatus:
+    """The final status ``record`` holds, with its attempt in the metadata."""
+    meta: Optional[Dict[str, Any]] = None
+    if record.attempt > 1:
+        meta = {"attempt": record.attempt}
+        if record.rerun is not None:
+            meta.update(rerun=record.rerun, cause=record.rerun_cause)
+    return JobStatus(record.state, time=record.updated, exit_code=record.exit_code,
+                     message=record.message, metadata=meta)
 
 
 def _text(field: str, value: Any) -> str:
@@ -324,11 +406,11 @@ def _attach_one(record: JobRecord, cb: Any,
     job.__dict__[_recorder.TAG_ATTR] = record.tag
     if cb is not None:
         job.set_job_status_callback(cb)
+    _follow_runs(job, record)
     if record.state.final:
         job.executor = executor
         job._native_id = record.native_id
-        job._set_status(JobStatus(record.state, time=record.updated, exit_code=record.exit_code,
-                                  message=record.message))
+        job._set_status(_recorded_status(record))
     else:
         executor.attach(job, record.native_id)
     return job

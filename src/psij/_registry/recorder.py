@@ -42,14 +42,19 @@ if TYPE_CHECKING:
     from psij._registry.store import Row, RunRecord, Store, Update
     from psij.job import Job
     from psij.job_executor import JobExecutor
+    from psij.job_status import JobStatus
 
-__all__ = ["TAG_ATTR", "enabled", "flush", "record", "record_run", "run_store", "set_enabled"]
+__all__ = ["RERUN_ATTR", "TAG_ATTR", "enabled", "flush", "record", "record_run", "run_of",
+           "run_store", "set_enabled"]
 
 logger = LazyLogger("psij.registry")
 
 TAG_ATTR = "_psij_registry_tag"
 _RECORDED_ATTR = "_psij_registry_recorded"  # on a job: its row is queued or written
 _IDENTITY_ATTR = "_psij_registry"  # on an executor: its Identity
+RERUN_ATTR = "_psij_registry_rerun"  # on a job: (kind, cause) of its last rerun
+MAX_ATTEMPT = 2 ** 31  # a greater attempt recorded is taken for none (1)
+_WORD = 200  # the most characters of a rerun's kind or cause recorded
 _BATCH_SECONDS = 0.05
 IDLE_SECONDS = 2.0  # the writer thread ends after this long with nothing to write
 _EXIT_FLUSH_SECONDS = 120.0
@@ -193,13 +198,34 @@ def record(executor: JobExecutor, job: Job) -> None:
     try:
         status = job.status
         state = status.state
+        attempt, rerun = run_of(job, status)
         values = (job._native_id, state.name, state.order, status.exit_code, status.message,
-                  wall_time(), state.final)
+                  wall_time(), state.final, attempt, rerun)
         first = _RECORDED_ATTR not in job.__dict__
         job.__dict__[_RECORDED_ATTR] = True
         _WRITER.put((executor, job, first, values))
     except Exception as ex:
         _warn_once(str(getattr(executor.config, "work_directory", "?")), ex)
+
+
+def run_of(job: Job, status: JobStatus) -> Tuple[int, Optional[Tuple[Any, ...]]]:
+    """The job's attempt (1 for its first run) and, from its second run on, its last rerun:
+    (kind, cause, requeues, retries), from the runs its executor counts
+    (:mod:`psij._retry`) or, for a job without them, the attempt its status metadata holds."""
+    runs = job.__dict__.get("_runs")
+    meta = status.metadata
+    if meta and isinstance(meta.get("rerun"), str):  # the status that starts a run
+        cause = meta.get("cause")
+        job.__dict__[RERUN_ATTR] = (meta["rerun"][:_WORD],
+                                    cause[:_WORD] if isinstance(cause, str) else None)
+    attempt = runs.attempt if runs is not None else (meta or {}).get("attempt")
+    # What a status says (another host's, a plugin's) is not trusted to fit the column.
+    if isinstance(attempt, bool) or not isinstance(attempt, int) \
+            or not 1 < attempt <= MAX_ATTEMPT:
+        return 1, None
+    kind, cause = job.__dict__.get(RERUN_ATTR, (None, None))
+    return attempt, (kind, cause, getattr(runs, "requeues", None),
+                     getattr(runs, "retries", None))
 
 
 def _resolved(queued: List[_Queued]) -> List[_Change]:
@@ -222,18 +248,29 @@ def _resolved(queued: List[_Queued]) -> List[_Change]:
     return changes
 
 
+def _rerun_text(rerun: Optional[Tuple[Any, ...]]) -> Optional[str]:
+    """The ``rerun`` column: a JSON object (rerun, cause, requeues, retries), or None."""
+    if rerun is None:
+        return None
+    import json
+
+    kind, cause, requeues, retries = rerun
+    return json.dumps({"rerun": _text(kind), "cause": _text(cause), "requeues": requeues,
+                       "retries": retries})
+
+
 def _row(job: Job, identity: Identity, values: Tuple[Any, ...]) -> Row:
     _, _, name, version, url, config = identity
-    native_id, state, rank, exit_code, message, now, final = values
+    native_id, state, rank, exit_code, message, now, final, attempt, rerun = values
     return (job.id, name, version, _text(url), config, _text(native_id), _spec_text(job),
             job.__dict__.get(TAG_ATTR), now, state, rank, exit_code, _text(message), now,
-            int(final))
+            int(final), attempt, _rerun_text(rerun))
 
 
 def _update(job: Job, values: Tuple[Any, ...]) -> Update:
-    native_id, state, rank, exit_code, message, now, final = values
-    return (_text(native_id), state, rank, exit_code, _text(message), now, int(final), job.id,
-            rank)
+    native_id, state, rank, exit_code, message, now, final, attempt, rerun = values
+    return (_text(native_id), state, rank, exit_code, _text(message), now, int(final),
+            attempt, _rerun_text(rerun), job.id)
 
 
 class _Writer:
@@ -287,9 +324,10 @@ class _Writer:
 
         # A job whose row is new in this batch gets one insert with its latest status, one
         # whose row was written before one update with its latest status. "Latest" is by the
-        # state's rank, not by queue order: two threads may queue a job's changes out of order
-        # (the one that saw ACTIVE may put after the one that saw FAILED), and a final state
-        # must never be overwritten by an earlier one (the store keeps the same rule).
+        # run (a job run again goes back to QUEUED), then by the state's rank, not by queue
+        # order: two threads may queue a job's changes out of order (the one that saw ACTIVE
+        # may put after the one that saw FAILED), and a final state must never be overwritten
+        # by an earlier one (the store keeps the same rule).
         latest: Dict[int, Dict[Job, Tuple[Optional[Identity], Tuple[Any, ...]]]] = {}
         runs: Dict[int, List[Tuple[RunRecord, Callable[[RunRecord], None]]]] = {}
         stores: Dict[int, Store] = {}
@@ -304,7 +342,9 @@ class _Writer:
             if seen is None:
                 jobs[job] = (identity, values)
             else:
-                keep = values if values[2] >= seen[1][2] else seen[1]
+                # By run (attempt), then by state.
+                keep = values if (values[7], values[2]) >= (seen[1][7], seen[1][2]) \
+                    else seen[1]
                 jobs[job] = (identity if identity is not None else seen[0], keep)
         new: Dict[int, List[Row]] = {}
         updates: Dict[int, List[Update]] = {}

@@ -6,6 +6,11 @@ status change writes one row. Several processes may write at once: SQLite serial
 and a writer that finds the file locked waits (:data:`LOCK_WAIT_SECONDS` in all), saying once
 on the ``psij.registry`` logger (stderr unless logging is configured) that it waits and for whom.
 
+A job run again (requeued or retried, :mod:`psij._retry`) keeps its row: ``attempt`` says
+which run it is in, ``rerun`` how the last one started, and a later run's status is written
+even when its state is an earlier one (QUEUED again), an earlier run's never. A registry made
+by a version without these columns gets them when it is opened (``ALTER TABLE``, once).
+
 Nothing here ever deletes, truncates or rewrites a file it cannot read: a file that is not a
 SQLite database, or a damaged one, raises :class:`RegistryError` naming the file and is left as
 it is for the user to inspect or move away.
@@ -47,7 +52,14 @@ _T = TypeVar("_T")
 
 # Columns in table order; ``Row`` is a tuple in this order.
 COLUMNS = ("id", "executor", "executor_version", "url", "config", "native_id", "spec", "tag",
-           "submitted", "state", "rank", "exit_code", "message", "updated", "final")
+           "submitted", "state", "rank", "exit_code", "message", "updated", "final", "attempt",
+           "rerun")
+# The columns later versions added, each with its definition: a registry made before them gets
+# them when it is opened (``ALTER TABLE ... ADD COLUMN``, once).
+ADDED_COLUMNS = (
+    ("attempt", "INTEGER NOT NULL DEFAULT 1"),  # the job's run: 2 once it runs again
+    ("rerun", "TEXT"),  # its last rerun as JSON: rerun (kind), cause, requeues, retries
+)
 Row = Tuple[Any, ...]
 
 _SCHEMA = """
@@ -66,7 +78,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     exit_code INTEGER,
     message TEXT,
     updated REAL NOT NULL,
-    final INTEGER NOT NULL
+    final INTEGER NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    rerun TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_by_tag ON jobs(tag) WHERE tag IS NOT NULL;
 """
@@ -103,20 +117,28 @@ RUN_SQL = {
 }
 
 # The first write of a job in a process: a new row, or (a job attached again) the status
-# columns of the existing row, never moving its state backwards.
+# columns of the existing row, never moving its state backwards: a later run of the job
+# (a greater attempt) may go back to QUEUED, an earlier one changes nothing.
 _UPSERT = (
     f"INSERT INTO jobs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
     "ON CONFLICT(id) DO UPDATE SET native_id = coalesce(excluded.native_id, jobs.native_id), "
     "state = excluded.state, rank = excluded.rank, exit_code = excluded.exit_code, "
     "message = excluded.message, updated = excluded.updated, final = excluded.final, "
-    "tag = coalesce(excluded.tag, jobs.tag) WHERE excluded.rank >= jobs.rank")
+    "tag = coalesce(excluded.tag, jobs.tag), attempt = excluded.attempt, "
+    "rerun = coalesce(excluded.rerun, jobs.rerun) "
+    "WHERE excluded.attempt > jobs.attempt "
+    "OR (excluded.attempt = jobs.attempt AND excluded.rank >= jobs.rank)")
 
-# A status change: one row, only forwards (callbacks of one job may be recorded out of order).
-_UPDATE = ("UPDATE jobs SET native_id = coalesce(?, native_id), state = ?, rank = ?, "
-           "exit_code = ?, message = ?, updated = ?, final = ? WHERE id = ? AND rank <= ?")
+# A status change: one row, only forwards (callbacks of one job may be recorded out of order),
+# by run and then by state.
+_UPDATE = ("UPDATE jobs SET native_id = coalesce(?1, native_id), state = ?2, rank = ?3, "
+           "exit_code = ?4, message = ?5, updated = ?6, final = ?7, attempt = ?8, "
+           "rerun = coalesce(?9, rerun) "
+           "WHERE id = ?10 AND (attempt < ?8 OR (attempt = ?8 AND rank <= ?3))")
 
-# (native_id, state, rank, exit_code, message, updated, final, id, rank)
-Update = Tuple[Optional[str], str, int, Optional[int], Optional[str], float, int, str, int]
+# (native_id, state, rank, exit_code, message, updated, final, attempt, rerun, id)
+Update = Tuple[Optional[str], str, int, Optional[int], Optional[str], float, int, int,
+               Optional[str], str]
 
 
 class RegistryError(Exception):
@@ -314,6 +336,27 @@ def forget_stores() -> None:
     _STORES.clear()
 
 
+def _add_columns(c: sqlite3.Connection, found: List[str]) -> List[str]:
+    """Add the columns of :data:`ADDED_COLUMNS` that a registry made by an earlier version
+    lacks (it has every column before them, in order); the columns it has then."""
+    base = len(COLUMNS) - len(ADDED_COLUMNS)
+    if tuple(found[:base]) != COLUMNS[:base] or len(found) >= len(COLUMNS) \
+            or tuple(found[base:]) != COLUMNS[base:len(found)]:
+        return found  # not one of ours: the caller says so
+    c.execute("BEGIN IMMEDIATE")
+    try:
+        # Another process may have added them since we looked.
+        found = [r[1] for r in c.execute("PRAGMA table_info(jobs)")]
+        for name, definition in ADDED_COLUMNS[max(0, len(found) - base):]:
+            c.execute(f"ALTER TABLE jobs ADD COLUMN {name} {definition}")
+        c.execute("COMMIT")
+    except BaseException:
+        if c.in_transaction:
+            c.execute("ROLLBACK")
+        raise
+    return [r[1] for r in c.execute("PRAGMA table_info(jobs)")]
+
+
 def _open(path: Path) -> Store:
     ensure_private_dir(path.parent, "work directory")
     try:
@@ -340,6 +383,8 @@ def _open(path: Path) -> Store:
         if not found:
             c.executescript("BEGIN IMMEDIATE;" + _SCHEMA + RUNS_SCHEMA + "COMMIT;")
             found = [r[1] for r in c.execute("PRAGMA table_info(jobs)")]
+        if tuple(found) != COLUMNS:
+            found = _add_columns(c, found)
         if tuple(found) != COLUMNS:
             raise sqlite3.DatabaseError(f"its 'jobs' table has columns {found}, not "
                                         f"{list(COLUMNS)}")

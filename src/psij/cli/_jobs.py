@@ -42,7 +42,9 @@ _TICK = timedelta(seconds=0.25)  # how often a wait showing its progress looks a
 
 _JSON_HELP = ("--json prints a JSON array with one object per job: id, executor, "
               "executor_version, url, native_id, tag, state, final, exit_code, message, "
-              "submitted, updated (times in ISO 8601, UTC).")
+              "submitted, updated (times in ISO 8601, UTC), attempt (1, then 2, 3... for a "
+              "job run again) and rerun (null, or its last rerun: rerun, cause, requeues, "
+              "retries).")
 
 
 def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
@@ -158,7 +160,8 @@ def _out(text: str) -> None:
 
 
 # The columns of the table, and of the rows it is made from.
-_TABLE = ("id", "executor", "native_id", "tag", "state", "exit_code", "message", "final")
+_TABLE = ("id", "executor", "native_id", "tag", "state", "exit_code", "message", "final",
+          "attempt", "rerun")
 _HEAD = ("ID", "EXECUTOR", "NATIVE_ID", "TAG", "STATE", "EXIT", "MESSAGE")
 
 
@@ -167,8 +170,42 @@ def _live(row: Tuple[Any, ...], job: Optional["Job"]) -> Tuple[Any, ...]:
     if job is None or job.status.state.name == "NEW":
         return row
     st = job.status
+    attempt, rerun = _run_now(job, row[8], row[9])
     return (row[0], row[1], job.native_id, row[3], st.state.name, st.exit_code, st.message,
-            st.state.final)
+            st.state.final, attempt, rerun)
+
+
+def _run_now(job: "Job", attempt: int, rerun: Optional[str]) -> Tuple[int, Any]:
+    """The run a live job is in: its attempt and its last rerun (kind, cause), or those
+    recorded (``rerun`` as the registry's column has it) when it has not run again since."""
+    from psij._registry.recorder import RERUN_ATTR, run_of
+
+    now, _ = run_of(job, job.status)
+    if now > attempt:
+        return now, job.__dict__.get(RERUN_ATTR)
+    return attempt, rerun
+
+
+def _rerun_words(attempt: int, rerun: Any) -> str:
+    """"attempt 2 (retry after out_of_memory)": the run a job is in, from its second on."""
+    if not isinstance(attempt, int) or attempt <= 1:
+        return ""
+    if isinstance(rerun, str):
+        from psij.registry import _rerun_of
+
+        rerun = _rerun_of(rerun)[:2]
+    kind, cause = rerun if isinstance(rerun, tuple) else (None, None)
+    if kind and cause:
+        return f"attempt {attempt} ({kind} after {cause})"
+    return f"attempt {attempt}"
+
+
+def _message(row: Tuple[Any, ...]) -> str:
+    """The message column: the run (from the second on), then the status's message."""
+    run = _rerun_words(row[8], row[9])
+    if run:
+        return _short(f"{run}: {row[6]}" if row[6] else run)
+    return _short(row[6]) if row[6] else ""
 
 
 def _print_table(rows: Sequence[Tuple[Any, ...]]) -> None:
@@ -176,7 +213,7 @@ def _print_table(rows: Sequence[Tuple[Any, ...]]) -> None:
     columns = [[r[0] for r in rows], [r[1] for r in rows], [r[2] or "-" for r in rows],
                [r[3] or "-" for r in rows], [r[4] for r in rows],
                ["-" if r[5] is None else str(r[5]) for r in rows],
-               [_short(r[6]) if r[6] else "" for r in rows]]
+               [_message(r) for r in rows]]
     widths = [max(len(_HEAD[i]), max(map(len, columns[i]), default=0)) for i in range(6)]
     padded = [[text.ljust(width) for text in column]
               for column, width in zip(columns[:6], widths)]
@@ -196,6 +233,13 @@ def _print_json(records: Sequence["JobRecord"], jobs: Dict[str, "Job"]) -> None:
             view.update(native_id=job.native_id, state=st.state.name, final=st.state.final,
                         exit_code=st.exit_code, message=st.message,
                         updated=_iso(st.time))
+            attempt, rerun = _run_now(job, record.attempt, None)
+            if attempt > record.attempt:  # it ran again since it was recorded
+                runs = job.__dict__.get("_runs")
+                view.update(attempt=attempt, rerun={
+                    "rerun": rerun[0] if rerun else None, "cause": rerun[1] if rerun else None,
+                    "requeues": getattr(runs, "requeues", 0),
+                    "retries": getattr(runs, "retries", 0)})
         views.append(view)
     _out(json.dumps(views, indent=1) + "\n")
 

@@ -385,7 +385,10 @@ def status_changed(m: "FlowMachine", inst: Instance, status: Any, now: float, ou
         inst.held = False
         h.consecutive_failures = 0
         put_instance(inst, out)
-    elif inst.state in (SUBMITTING, QUEUED):
+    elif inst.state in (SUBMITTING, QUEUED) or (
+            inst.state == ACTIVE and getattr(state, "name", None) == "QUEUED"):
+        # QUEUED after ACTIVE: the job is run again (psij.requeue, psij.retry) and waits
+        # for its next run, no longer counted as running.
         inst.state = QUEUED
         # Held by the scheduler: it starts only once released. (Held back by the client,
         # max_queued_per_shape, it goes out by itself: it is waiting.)

@@ -5,7 +5,9 @@ writes each one's signed result file: the value, or the exception the function r
 traceback's text, or why the call could not be run (a Python or cloudpickle version other than
 the client's, a call file that is missing or not signed by the work directory's key, a value
 that cannot be pickled). A call whose claim file the client made first (it was cancelled) is
-skipped. Exits 0 when every call was dealt with; a crash of the interpreter leaves the calls
+skipped; so is one with a result, written by an earlier run of the same job (a job run again,
+``psij.requeue`` or ``psij.retry``), whose calls cut short without a result run again. Exits 0
+when every call was dealt with; a crash of the interpreter leaves the calls
 after it without a result, which the client reports with the job's end.
 
 It must stay light, since it starts once per job: it imports ``_wire`` and the standard
@@ -122,6 +124,28 @@ def _result(directory: str, key: bytes, index: int, fields: Dict[str, Any],
     sys.stderr.flush()
 
 
+def _cut_short(directory: str, index: int) -> bool:
+    """Whether call ``index`` was started by an earlier run of this job that ended before
+    writing its result (killed for its memory or time limit, its node lost): in a job run
+    again (``psij.requeue``, ``psij.retry``: ``PSIJ_ATTEMPT`` is set; or requeued by Slurm
+    itself: ``SLURM_RESTART_COUNT`` above 0) this run runs the call again. A call the client
+    claimed (cancelled) or one with a result stays as it is; in a first run a claimed call is
+    another runner's."""
+    if not os.environ.get("PSIJ_ATTEMPT") \
+            and os.environ.get("SLURM_RESTART_COUNT", "0") in ("", "0"):
+        return False
+    if os.path.lexists(_wire.result_file(directory, index)):
+        return False
+    try:
+        fd = os.open(_wire.claim_file(directory, index), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        return os.read(fd, 64) == _wire.CLAIM_RUN
+    finally:
+        os.close(fd)
+
+
 def run_directory(directory: str) -> int:
     """Run the calls of ``directory``; the number run (skipped ones not counted)."""
     directory = os.path.abspath(directory)
@@ -142,7 +166,8 @@ def run_directory(directory: str) -> int:
             except _wire.WireError as ex:
                 record, aligned = None, ex.aligned
                 fields, payload = {"outcome": "error", "message": str(ex)}, b""
-            if _wire.claim(directory, index, _wire.CLAIM_RUN):
+            if _wire.claim(directory, index, _wire.CLAIM_RUN) \
+                    or _cut_short(directory, index):
                 if record is not None:
                     fields, payload = _outcome(*record)
                 _result(directory, key, index, fields, payload)

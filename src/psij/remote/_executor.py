@@ -8,6 +8,12 @@ here as they come (and recorded in this machine's registry too, with the URL, so
 the remote executor's configuration: its settings (polling intervals, queue names...) are
 sent along, but not ``work_directory``, which stays this machine's (where this process
 records its jobs); on the remote host jobs go to that user's own work directory.
+
+A job that may run again (custom attributes ``psij.requeue`` and ``psij.retry``) is run again
+by the remote host's executor: the server pushes the QUEUED status of its next run, whose
+metadata holds the ``attempt`` (and ``rerun``, ``cause``, ``previous``), and the job here
+enters QUEUED again (:meth:`psij.JobExecutor._set_job_status`); its native id is the one the
+remote side tells last (a job submitted again there gets a new one).
 """
 
 import logging
@@ -17,6 +23,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
+from psij import _retry
 from psij.exceptions import InvalidJobException, SubmitException, SubmitManyException
 from psij.job import Job
 from psij.job_executor import JobExecutor, job_list
@@ -30,6 +37,8 @@ from psij.remote._target import parse
 from psij.serialize import _spec_to_json
 
 logger = logging.getLogger(__name__)
+
+_MAX_ATTEMPT = 2 ** 31  # a greater attempt from the remote side is not believed
 
 SUBMIT_CHUNK = 500
 """Jobs in one submission request of ``submit_many``."""
@@ -58,6 +67,10 @@ def _settings(config: JobExecutorConfig) -> Optional[Dict[str, Any]]:
 class RemoteJobExecutor(JobExecutor):
     """Executor ``name`` of the host of an ``ssh://[user@]host[:port]`` URL (see the module
     documentation and the remote executors guide)."""
+
+    # A job that may run again (psij.requeue, psij.retry) is run again by the remote
+    # executor; its statuses tell this side (QUEUED again, with the next attempt).
+    _RERUNS = "told"
 
     def __init__(self, name: str, url: str, config: Optional[JobExecutorConfig] = None,
                  version_constraint: Optional[str] = None) -> None:
@@ -126,12 +139,19 @@ class RemoteJobExecutor(JobExecutor):
     def _apply(self, job: Job, message: Mapping[str, Any]) -> None:
         """Enter the status a server message describes."""
         native_id = message.get("native_id")
-        if job._native_id is None and isinstance(native_id, str):
+        if isinstance(native_id, str) and native_id and job._native_id != native_id:
+            # Set once, or changed: the remote executor submitted the job again.
             with self._native_cv:
                 job._native_id = native_id
                 self._native_cv.notify_all()
         status = status_from_wire(message)
-        if not status.state.is_greater_than(job.status.state):
+        attempt = _later_run(job, status)
+        if attempt is not None and status.state is not JobState.QUEUED:
+            # A later run whose QUEUED was not seen (after a reconnection the server tells
+            # only the current status): the job enters that run first.
+            self._set_job_status(job, JobStatus(JobState.QUEUED, time=status.time,
+                                                metadata={"attempt": attempt}))
+        elif attempt is None and not status.state.is_greater_than(job.status.state):
             return
         if status.state.final:
             with self._lock:
@@ -290,6 +310,8 @@ class RemoteJobExecutor(JobExecutor):
                                       f"{job.executor}")
         job.executor = self
         job._native_id = native_id
+        if job.__dict__.get("_runs") is None:  # it may be run again there: follow its runs
+            job.__dict__["_runs"] = _retry.Runs(0, None)
         self._watch(job)
         try:
             answer = self._call("attach", {"ex": self._ex, "job": job.id,
@@ -341,6 +363,18 @@ class RemoteJobExecutor(JobExecutor):
         return f"RemoteJobExecutor({self._ex['name']!r}, url={self.url!r})"
 
     __repr__ = __str__
+
+
+def _later_run(job: Job, status: JobStatus) -> Optional[int]:
+    """The attempt of ``status`` when it is of a later run of the job than the one it is in
+    (the remote executor ran it again: requeued or retried), else None."""
+    told = (status.metadata or {}).get("attempt")
+    if isinstance(told, bool) or not isinstance(told, int) or told > _MAX_ATTEMPT:
+        return None
+    runs = job.__dict__.get("_runs")
+    if runs is None or job.status.state.final:
+        return None
+    return told if told > runs.attempt else None
 
 
 def _check_answer(answer: Any) -> None:

@@ -252,11 +252,11 @@ class Server:
         job = Job(record.spec)
         job._id = record.id
         job.set_job_status_callback(None)
+        registry._follow_runs(job, record)
         if record.state.final or record.native_id is None:
             job.executor = executor
             job._native_id = record.native_id
-            job._set_status(JobStatus(record.state, time=record.updated,
-                                      exit_code=record.exit_code, message=record.message))
+            job._set_status(registry._recorded_status(record))
         else:
             self._recorded_executor(executor, record).attach(job, record.native_id)
         self._jobs[record.id] = job

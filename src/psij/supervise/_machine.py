@@ -409,6 +409,10 @@ class Supervisor(NameLookUps, StateMachine):
         if entry.kind is EntryKind.SERVER:
             if entry.uid == self.server_uid and state is EntryState.ACTIVE:
                 self.server_active_since = now
+            elif entry.uid == self.server_uid and state is EntryState.QUEUED:
+                # Run again (psij.requeue, psij.retry): it has until connect_timeout after
+                # it is ACTIVE again.
+                self.server_active_since = None
             return
         self._tell(entry, name, None, status.message, out)
 
