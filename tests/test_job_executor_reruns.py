@@ -240,3 +240,14 @@ def test_waiters_see_only_the_final_run() -> None:
     gate.set()
     final = job.wait(timeout=5)
     assert final is not None and final.state is JobState.COMPLETED
+
+
+def test_states_skipped_by_a_later_run_still_say_which_run_they_are() -> None:
+    ex = _executor(_Fake, [])
+    job, seen = _job({"psij.requeue": 1})
+    ex._check_job(job)
+    ex._set_job_status(job, JobStatus(JobState.ACTIVE))  # QUEUED skipped: the first run
+    ex._set_job_status(job, JobStatus(JobState.QUEUED))  # requeued by the scheduler
+    ex._set_job_status(job, JobStatus(JobState.COMPLETED, exit_code=0))  # ACTIVE unseen
+    assert seen == [("QUEUED", None, None), ("ACTIVE", None, None), ("QUEUED", 2, "requeued"),
+                    ("ACTIVE", 2, None), ("COMPLETED", 2, None)]

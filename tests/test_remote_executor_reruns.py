@@ -30,7 +30,6 @@ from psij import (
     JobState,
     JobStatus,
 )
-from psij.executors.local import LocalJobExecutor
 from psij.remote import _executor as remote_executor
 from psij.remote._executor import RemoteJobExecutor
 from psij.remote._protocol import raised
@@ -263,8 +262,6 @@ def test_a_later_run_seen_first_in_a_later_state_is_entered_from_queued(
     assert seen[4:] == [] and job.status.state is JobState.ACTIVE
 
 
-@pytest.mark.skipif(LocalJobExecutor._RERUNS == "",
-                    reason="the local executor does not run jobs again yet")
 def test_a_local_job_on_the_remote_side_is_retried(remote: InProcessConnection,
                                                    tmp_path: Path) -> None:
     ex = client("local", tmp_path)

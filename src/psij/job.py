@@ -176,8 +176,12 @@ class Job:
                 return True
             chain: List[Union[JobStatus, _Restated]] = []
             prev = status.state.predecessor
+            attempt = status.metadata.get("attempt") if status.metadata else None
             while prev is not None and prev.is_greater_than(current):
-                chain.append(JobStatus._made(prev, status.time))
+                skipped = JobStatus._made(prev, status.time)
+                if attempt is not None:  # a job run again: each state says which run
+                    skipped.metadata = {"attempt": attempt}
+                chain.append(skipped)
                 prev = prev.predecessor
             chain.reverse()
             chain.append(status)
