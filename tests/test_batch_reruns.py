@@ -33,6 +33,7 @@ from psij.executors.batch.batch_test import BatchTestExecutorConfig
 from psij.executors.batch.batch_test_tool import main as batch_test_tool
 from psij.executors.batch.sge import sge_status
 from psij.executors.batch.slurm import SlurmExecutorConfig, SlurmJobExecutor
+from support.batch_sites import fake_site
 
 WAIT = timedelta(seconds=60)
 MIB = 1 << 20
@@ -155,6 +156,68 @@ def test_without_a_policy_a_job_exiting_85_just_fails(bt: Any) -> None:
     st = job.wait(WAIT)
     assert st is not None and st.state is JobState.FAILED and st.exit_code == 85
     assert _states(seen) == ["QUEUED", "ACTIVE", "FAILED"]
+
+
+@pytest.mark.parametrize("name", ["pbs", "lsf"])
+def test_an_array_element_runs_again_alone(name: str, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    ex = fake_site(name, tmp_path, monkeypatch)
+    submit = "qsub" if name == "pbs" else "bsub"
+    scripts: List[str] = []
+    inner = ex._runner
+
+    class Recording:
+        def run(self, argv: Any, timeout: float, stdin: Optional[str] = None) -> Any:
+            if argv[0] == submit:
+                path = Path(argv[-1])
+                scripts.append(stdin if stdin else path.read_text() if path.exists() else "")
+            return inner.run(argv, timeout, stdin)
+
+    ex._runner = Recording()  # type: ignore[assignment]
+    out = tmp_path / "runs"
+    jobs = [Job(_spec(f'sleep 1; echo "${{PSIJ_ATTEMPT:-1}}" >> {out}{i}; '
+                      f'[ {i} = 1 ] && [ -z "$PSIJ_ATTEMPT" -o "$PSIJ_ATTEMPT" = 1 ] && exit 85; '
+                      "exit 0", {"psij.requeue": 1})) for i in range(3)]
+    try:
+        ex.submit_many(jobs)
+        first = [job.native_id for job in jobs]
+        assert all("[" in str(nid) for nid in first), first  # elements of one array
+        for job in jobs:
+            st = job.wait(WAIT)
+            assert st is not None and st.state is JobState.COMPLETED, (job.native_id, st)
+        assert len(scripts) == 2, "the rerun did not go by itself"
+        directive = "#PBS -r y" if name == "pbs" else "#BSUB -r"
+        assert all(directive in text.splitlines() for text in scripts)
+        assert "[" not in str(jobs[1].native_id) and jobs[1].native_id != first[1]
+        assert [job.native_id for job in (jobs[0], jobs[2])] == [first[0], first[2]]
+        assert (Path(f"{out}1")).read_text().split() == ["1", "2"]
+    finally:
+        ex.close()
+
+
+def test_a_rerun_of_a_job_held_by_the_client_goes_at_once(tmp_path: Path) -> None:
+    cfg = BatchTestExecutorConfig(work_directory=tmp_path / "work", queue_polling_interval=0.1,
+                                  initial_queue_polling_delay=0.05, keep_finished=0.5,
+                                  max_queued_per_shape=1)
+    ex = JobExecutor.get_instance("batch-test", config=cfg)
+    # One shape (custom attributes are part of it): the first runs alone, the other waits.
+    again = Job(_spec('sleep 1; [ "${PSIJ_ATTEMPT:-1}" = 1 ] && [ -z "$OTHER" ] && exit 85; '
+                      "exit 0", {"psij.requeue": 1}))
+    other = Job(_spec('sleep 1; [ "${PSIJ_ATTEMPT:-1}" = 1 ] && [ -z "$OTHER" ] && exit 85; '
+                      "exit 0", {"psij.requeue": 1}, environment={"OTHER": "1"}))
+    seen_other = _watched(other)
+    seen = _watched(again)
+    try:
+        ex.submit(again)
+        ex.submit(other)  # held until the first starts
+        assert (other.status.metadata or {}).get("held_by") == "client"
+        for job in (again, other):
+            st = job.wait(WAIT)
+            assert st is not None and st.state is JobState.COMPLETED, st
+        assert _states(seen) == ["QUEUED", "ACTIVE", "QUEUED", "ACTIVE", "COMPLETED"]
+        assert _states(seen_other) == ["QUEUED", "ACTIVE", "COMPLETED"]
+    finally:
+        ex.close()
 
 
 # ------------------------------------------------------------------------ a scripted Slurm
@@ -433,6 +496,17 @@ def test_the_tracker_reports_a_restart_it_saw_only_in_the_count() -> None:
     actions = _poll(t, clock, {"1": again})
     assert [a.observation.state for a in actions] == [JobState.QUEUED, JobState.ACTIVE]
     assert _poll(t, clock, {"1": again}) == []
+
+
+def test_the_tracker_reports_a_run_it_never_saw_when_the_count_grew() -> None:
+    t, clock = _tracker()
+    t.feed(JobAdded("1", rerunnable=True))
+    again = Observation(JobState.QUEUED, metadata={"restarts": 1})  # Grid Engine's Rq
+    actions = _poll(t, clock, {"1": again})
+    assert [a.observation.state for a in actions] == [JobState.ACTIVE, JobState.QUEUED]
+    assert _poll(t, clock, {"1": again}) == []
+    running = Observation(JobState.ACTIVE, metadata={"restarts": 1})
+    assert _poll(t, clock, {"1": running}) == [ReportState("1", running)]
 
 
 def test_a_forgotten_job_is_polled_no_more_even_mid_poll() -> None:

@@ -17,10 +17,11 @@ Rules:
   first job arrives (at once for an attached job), the next ones ``interval`` apart.
 - A job's state only moves forward, but for a job added ``rerunnable`` (one that may be run
   again, :mod:`psij._retry`): seen QUEUED after it was ACTIVE, the scheduler requeued it, and
-  it is reported QUEUED again; seen ACTIVE with more ``restarts`` (observation metadata: the
-  times the scheduler restarted it) than when it was last seen, its requeue fell between two
-  polls, and it is reported QUEUED, then ACTIVE. A final state reported by the queue finishes
-  the job. A
+  it is reported QUEUED again; seen with more ``restarts`` (observation metadata: the times
+  the scheduler restarted it) than when it was last seen, it was requeued between two polls,
+  and what was missed is reported: ACTIVE (the run it started, if it was not seen running),
+  QUEUED, and ACTIVE when it runs again. A final state reported by the queue finishes the
+  job. A
   job seen again in the state it was reported in is reported again (:class:`Restate`) when the
   scheduler starts or stops holding it (``held_by: "scheduler"`` in the observation's
   metadata, see :mod:`~psij.executors.batch._status_table`), or starts or stops saying that it
@@ -366,23 +367,27 @@ def _requeued(job: TrackedJob, obs: Observation, jobs: Dict[str, TrackedJob],
     """Report a rerunnable job that the scheduler requeued (see the rules); False when it
     was not."""
     seen = _restarts(obs)
+    grew = seen is not None and seen > job.restarts
     restarts = job.restarts if seen is None else max(seen, job.restarts)
-    if job.state is not JobState.ACTIVE:
+    nid = job.native_id
+    if job.state is JobState.ACTIVE and obs.state is JobState.QUEUED:
+        actions.append(ReportState(nid, obs))
+    elif grew and job.state in (JobState.QUEUED, JobState.ACTIVE) \
+            and obs.state in (JobState.QUEUED, JobState.ACTIVE):
+        # Restarted between two polls: the run it started (when it was not seen running),
+        # the requeue, and the run it is in now.
+        if job.state is JobState.QUEUED:
+            actions.append(ReportState(nid, replace(obs, state=JobState.ACTIVE)))
+        actions.append(ReportState(nid, replace(obs, state=JobState.QUEUED)))
+        if obs.state is JobState.ACTIVE:
+            actions.append(ReportState(nid, obs))
+    else:
         if restarts != job.restarts:
-            jobs[job.native_id] = replace(job, restarts=restarts)
+            jobs[nid] = replace(job, restarts=restarts)
         return False
-    if obs.state is JobState.QUEUED:
-        jobs[job.native_id] = replace(job, misses=0, state=JobState.QUEUED,
-                                      held=is_held_by_scheduler(obs.metadata),
-                                      restarts=restarts)
-        actions.append(ReportState(job.native_id, obs))
-        return True
-    if obs.state is JobState.ACTIVE and restarts > job.restarts:
-        jobs[job.native_id] = replace(job, misses=0, restarts=restarts)
-        actions.append(ReportState(job.native_id, replace(obs, state=JobState.QUEUED)))
-        actions.append(ReportState(job.native_id, obs))
-        return True
-    return False
+    jobs[nid] = replace(job, misses=0, state=obs.state, held=is_held_by_scheduler(obs.metadata),
+                        restarts=restarts)
+    return True
 
 
 def _observe(job: TrackedJob, obs: Observation, jobs: Dict[str, TrackedJob],
