@@ -13,7 +13,16 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from psij import Job, JobAttributes, JobExecutor, JobSpec, JobState, JobStatus, ResourceSpecV1
+from psij import (
+    InvalidJobException,
+    Job,
+    JobAttributes,
+    JobExecutor,
+    JobSpec,
+    JobState,
+    JobStatus,
+    ResourceSpecV1,
+)
 from psij._clock import ManualClock
 from psij.executors.batch._runner import FakeCommandRunner
 from psij.executors.batch._tracking import (
@@ -75,6 +84,23 @@ def test_each_scheduler_is_asked_to_requeue_only_jobs_that_ask(tmp_path: Path, n
             other = ex.submit_script(Job(_spec("true", custom)))  # type: ignore
             assert directive not in other.splitlines()
             assert "PSIJ_ATTEMPT" not in other and "_psij_starts" not in other
+    finally:
+        ex.close()
+
+
+@pytest.mark.parametrize("value", ["lots", -1, 1001, 2.5, "1; touch PWNED", "nan"])
+def test_a_bad_requeue_count_is_refused_naming_the_attribute(tmp_path: Path,
+                                                             value: object) -> None:
+    ex = JobExecutor.get_instance("slurm", config=SlurmExecutorConfig(
+        work_directory=tmp_path, rest_submit=False))
+    ex._runner = FakeCommandRunner(lambda argv, stdin: (1, "", "no scheduler in unit tests"))
+    try:
+        with pytest.raises(InvalidJobException, match="psij.requeue"):
+            ex.submit_script(Job(_spec("true", {"psij.requeue": value})))  # type: ignore
+        job = Job(_spec("true", {"psij.requeue": value}))
+        with pytest.raises(InvalidJobException, match="psij.requeue"):
+            ex.submit(job)
+        assert job.status.state is JobState.NEW and job.executor is None
     finally:
         ex.close()
 
