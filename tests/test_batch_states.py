@@ -239,7 +239,7 @@ SACCT_MEMORY = """1|OUT_OF_MEMORY|0:125|None
 
 def test_slurm_squeue_asks_for_the_steps_derived_exit_code(slurm_ex: SlurmJobExecutor) -> None:
     argv = slurm_ex.get_status_command(["1"])
-    assert argv[-1] == "--Format=JobArrayID:|,State:|,Reason:|,DerivedEC:"
+    assert argv[-1] == "--Format=JobArrayID:|,State:|,Reason:|,DerivedEC:|,RestartCnt:"
 
 
 def test_slurm_squeue_names_memory_for_the_job_or_a_step(slurm_ex: SlurmJobExecutor) -> None:

@@ -43,6 +43,7 @@ from psij.executors.batch._tracking import (
     CancelFailed,
     Event,
     Finish,
+    Forget,
     Hurry,
     JobAdded,
     JobTracker,
@@ -132,10 +133,11 @@ class StatusPoller:
     # called from user threads
 
     def add(self, job: Job, native_id: str, attach: bool,
-            group: Optional[Hashable] = None) -> None:
+            group: Optional[Hashable] = None, rerunnable: bool = False) -> None:
         """Follow ``job`` as ``native_id``: one just submitted (QUEUED), or one attached
         (looked up at once); ``group``: its shape, if the executor holds jobs back
-        (max_queued_per_shape; see :meth:`hurry`)."""
+        (max_queued_per_shape; see :meth:`hurry`); ``rerunnable``: the scheduler may requeue
+        it, which is reported as QUEUED again (see :mod:`~psij.executors.batch._tracking`)."""
         with self._cond:
             if self._stopped:
                 raise SubmitException("the executor is closed")
@@ -147,7 +149,7 @@ class StatusPoller:
             else:
                 self._tracker.feed(JobAdded(native_id, JobState.NEW if attach
                                             else JobState.QUEUED, poll_soon=attach,
-                                            group=group))
+                                            group=group, rerunnable=rerunnable))
                 self._jobs[native_id] = [job]
                 last = None
             if self._thread is None:
@@ -158,6 +160,19 @@ class StatusPoller:
                 self._cond.notify_all()
         if last is not None:
             self._deliver(job, last)
+
+    def forget(self, job: Job, native_id: str) -> None:
+        """Follow ``job`` as ``native_id`` no more (it runs again as another scheduler job);
+        nothing said of ``native_id`` later reaches it."""
+        with self._cond:
+            jobs = self._jobs.get(native_id)
+            if jobs is None or job not in jobs:
+                return
+            jobs.remove(job)
+            if not jobs:
+                del self._jobs[native_id]
+                self._last.pop(native_id, None)
+                self._tracker.feed(Forget(native_id))
 
     def cancel_asked(self, native_id: str) -> None:
         with self._cond:
@@ -298,7 +313,8 @@ class StatusPoller:
             jobs = list(self._jobs.get(action.native_id, ()))
             self._last[action.native_id] = status
         for job in jobs:
-            self._deliver(job, status, restated=isinstance(action, Restate))
+            if job._native_id == action.native_id:  # else it runs again as another job
+                self._deliver(job, status, restated=isinstance(action, Restate))
 
     def _finish(self, action: Finish) -> None:
         hooks = self._hooks
@@ -326,7 +342,8 @@ class StatusPoller:
         except Exception:
             logger.exception("job %s: could not clean up its files", action.native_id)
         for job in jobs:
-            self._deliver(job, status)
+            if job._native_id == action.native_id:  # else it runs again as another job
+                self._deliver(job, status)
 
     def _deliver(self, job: Job, status: JobStatus, restated: bool = False) -> None:
         """Enter ``status``, or restate the job's current state with it (through the

@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from psij import _retry
 from psij._end_signal import EndSignal, end_signal
 from psij._record import Record
 from psij._scripts.generator import TemplatedScriptGenerator
@@ -36,7 +37,7 @@ from psij.resource_spec import ResourceSpecV1
 
 __all__ = ["ScriptInputs", "build_script_context", "custom_items", "days_hours_minutes_seconds",
            "default_job_name", "hours_minutes_seconds", "job_directory", "job_end_signal",
-           "script_job_name", "v1_resources"]
+           "requeue_context", "script_job_name", "v1_resources"]
 
 _NO_RESOURCES = ResourceSpecV1()
 
@@ -57,6 +58,19 @@ def job_end_signal(spec: JobSpec) -> Optional[EndSignal]:
     InvalidJobException when it is malformed or does not fit in ``JobAttributes.duration``."""
     attrs = spec.attributes
     return end_signal(attrs.custom_attributes, attrs.duration, "JobAttributes.duration")
+
+
+def requeue_context(job: Job) -> Optional[Dict[str, int]]:
+    """The template's ``psij.requeue``: None when the job may not be requeued
+    (``psij.requeue``, see :mod:`psij._retry`), else ``{"attempt": n}``, the number of the run
+    being submitted (the script adds the times the scheduler restarted it)."""
+    spec = job.spec
+    custom = spec.attributes.custom_attributes if spec is not None else None
+    value = custom.get(_retry.REQUEUE_ATTRIBUTE) if custom else None
+    if value is None or _retry.parse_requeue(_retry.REQUEUE_ATTRIBUTE, value) == 0:
+        return None
+    runs = job.__dict__.get("_runs")
+    return {"attempt": runs.attempt if isinstance(runs, _retry.Runs) else 1}
 
 
 def hours_minutes_seconds(d: timedelta) -> str:
@@ -166,6 +180,7 @@ def build_script_context(job: Job, inputs: ScriptInputs) -> Dict[str, object]:
             "tmp_kb": None if tmp is None else -(-tmp // 1024),
             "signals": signals_context(inputs.owner, inputs.script_signals,
                                        inputs.ignored_signals, end, timer),
+            "requeue": requeue_context(job),
         },
     }
     duration = spec.attributes.duration

@@ -8,14 +8,20 @@ and feeds back what it learned as further events.
 
 Events (:func:`step`): :class:`JobAdded`, :class:`Tick`, :class:`PollSucceeded`,
 :class:`PollFailed`, :class:`MissingResolved`, :class:`CancelAsked`, :class:`CancelFailed`,
-:class:`Hurry`. Actions: :class:`RunStatusCommand`, :class:`ResolveMissing`,
+:class:`Hurry`, :class:`Forget`. Actions: :class:`RunStatusCommand`, :class:`ResolveMissing`,
 :class:`ReportState`, :class:`Restate`, :class:`Withdraw`, :class:`Finish`.
 
 Rules:
 
 - One status command covers every tracked job. The first poll comes ``initial_delay`` after the
   first job arrives (at once for an attached job), the next ones ``interval`` apart.
-- A job's state only moves forward. A final state reported by the queue finishes the job. A
+- A job's state only moves forward, but for a job added ``rerunnable`` (one that may be run
+  again, :mod:`psij._retry`): seen QUEUED after it was ACTIVE, the scheduler requeued it, and
+  it is reported QUEUED again; seen with more ``restarts`` (observation metadata: the times
+  the scheduler restarted it) than when it was last seen, it was requeued between two polls,
+  and what was missed is reported: ACTIVE (the run it started, if it was not seen running),
+  QUEUED, and ACTIVE when it runs again. A final state reported by the queue finishes the
+  job. A
   job seen again in the state it was reported in is reported again (:class:`Restate`) when the
   scheduler starts or stops holding it (``held_by: "scheduler"`` in the observation's
   metadata, see :mod:`~psij.executors.batch._status_table`), or starts or stops saying that it
@@ -37,6 +43,8 @@ Rules:
   The next attempt comes after a backoff that doubles up to ``max_backoff``. Only when more than
   ``error_threshold`` attempts in a row have failed *and* the failures have lasted at least
   ``outage_tolerance`` seconds are the tracked jobs failed, with the last error in the message.
+- A job forgotten (:class:`Forget`: its job runs again under another native id) is followed
+  no more, in any phase; what a poll under way says of it is dropped.
 - An event that is not legal in the current phase, or of another class, raises
   :class:`IllegalEvent` and leaves the state unchanged (the step function never mutates its
   input).
@@ -70,7 +78,7 @@ if TYPE_CHECKING:
     from psij.job_status import JobStatus
 
 __all__ = [
-    "Action", "CancelAsked", "CancelFailed", "Event", "Finish", "Hurry", "IllegalEvent",
+    "Action", "CancelAsked", "CancelFailed", "Event", "Finish", "Forget", "Hurry", "IllegalEvent",
     "JobAdded", "JobTracker", "MissingResolved", "Observation", "Phase", "PollFailed",
     "PollSucceeded", "ReportState", "ResolveMissing", "Restate", "RunStatusCommand", "Settings",
     "Tick", "TrackedJob", "TrackerState", "Withdraw", "observed", "step",
@@ -143,6 +151,8 @@ class TrackedJob(Record):
     held: bool = False
     group: Hashable = None
     unstartable: Optional[str] = None
+    rerunnable: bool = False
+    restarts: int = 0
 
 
 class Phase(Enum):
@@ -179,13 +189,15 @@ class JobAdded(Record):
     """A job was submitted (or attached) and is to be followed from ``state``.
 
     ``poll_soon`` asks for a poll at once (attach wants the real state quickly); ``group`` is
-    what :class:`Hurry` names (None: no group).
+    what :class:`Hurry` names (None: no group); ``rerunnable``: the scheduler may requeue the
+    job, which is then reported QUEUED again (see the rules).
     """
 
     native_id: str
     state: JobState = JobState.QUEUED
     poll_soon: bool = False
     group: Hashable = None
+    rerunnable: bool = False
 
 
 class Hurry(Record):
@@ -230,8 +242,14 @@ class CancelFailed(Record):
     native_id: str
 
 
+class Forget(Record):
+    """Follow the job no more (its job runs again as another scheduler job); no action."""
+
+    native_id: str
+
+
 Event = Union[JobAdded, Tick, PollSucceeded, PollFailed, MissingResolved, CancelAsked,
-              CancelFailed, Hurry]
+              CancelFailed, Hurry, Forget]
 
 # ------------------------------------------------------------------------------------ actions
 
@@ -339,8 +357,44 @@ def _ask_poll_by(state: TrackerState, at: float) -> TrackerState:
     return state
 
 
+def _restarts(obs: Observation) -> Optional[int]:
+    seen = obs.metadata.get("restarts")
+    return seen if isinstance(seen, int) and not isinstance(seen, bool) else None
+
+
+def _requeued(job: TrackedJob, obs: Observation, jobs: Dict[str, TrackedJob],
+              actions: List[Action]) -> bool:
+    """Report a rerunnable job that the scheduler requeued (see the rules); False when it
+    was not."""
+    seen = _restarts(obs)
+    grew = seen is not None and seen > job.restarts
+    restarts = job.restarts if seen is None else max(seen, job.restarts)
+    nid = job.native_id
+    if job.state is JobState.ACTIVE and obs.state is JobState.QUEUED:
+        actions.append(ReportState(nid, obs))
+    elif grew and job.state in (JobState.QUEUED, JobState.ACTIVE) \
+            and obs.state in (JobState.QUEUED, JobState.ACTIVE):
+        # Restarted between two polls: the run it started (when it was not seen running),
+        # the requeue, and the run it is in now.
+        if job.state is JobState.QUEUED:
+            actions.append(ReportState(nid, replace(obs, state=JobState.ACTIVE)))
+        actions.append(ReportState(nid, replace(obs, state=JobState.QUEUED)))
+        if obs.state is JobState.ACTIVE:
+            actions.append(ReportState(nid, obs))
+    else:
+        if restarts != job.restarts:
+            jobs[nid] = replace(job, restarts=restarts)
+        return False
+    jobs[nid] = replace(job, misses=0, state=obs.state, held=is_held_by_scheduler(obs.metadata),
+                        restarts=restarts)
+    return True
+
+
 def _observe(job: TrackedJob, obs: Observation, jobs: Dict[str, TrackedJob],
              actions: List[Action], settings: Settings) -> None:
+    if job.rerunnable and not obs.state.final and _requeued(job, obs, jobs, actions):
+        return
+    job = jobs.get(job.native_id, job)
     if obs.state.final:
         del jobs[job.native_id]
         actions.append(Finish(job.native_id, obs, job.cancel_requested))
@@ -382,7 +436,8 @@ def step(state: TrackerState, settings: Settings, event: Event,
             raise IllegalEvent(f"job {event.native_id} cannot be tracked from a final state "
                                f"({event.state})")
         jobs = _thawed(state.jobs)
-        jobs[event.native_id] = TrackedJob(event.native_id, event.state, group=event.group)
+        jobs[event.native_id] = TrackedJob(event.native_id, event.state, group=event.group,
+                                           rerunnable=event.rerunnable)
         due = now + (0.0 if event.poll_soon else settings.initial_delay)
         if state.phase is Phase.IDLE:
             return replace(state, jobs=_frozen(jobs), phase=Phase.WAITING,
@@ -496,6 +551,16 @@ def step(state: TrackerState, settings: Settings, event: Event,
         jobs[event.native_id] = replace(job, cancel_requested=True)
         return _ask_poll_by(replace(state, jobs=_frozen(jobs)),
                             now + settings.cancel_poll_delay), actions
+
+    if isinstance(event, Forget):
+        if event.native_id not in state.jobs:
+            return state, actions
+        jobs = _thawed(state.jobs)
+        del jobs[event.native_id]
+        if not jobs and state.phase is Phase.WAITING:
+            return replace(state, jobs=_frozen(jobs), phase=Phase.IDLE, next_poll_at=None,
+                           requested_poll_at=None, next_hurry_at=None), actions
+        return replace(state, jobs=_frozen(jobs)), actions
 
     if isinstance(event, CancelFailed):
         job = state.jobs.get(event.native_id)

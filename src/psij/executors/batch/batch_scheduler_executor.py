@@ -76,6 +76,7 @@ from psij.executors.batch._kill import KillFirst
 from psij.executors.batch._named_jobs import NamedJobs
 from psij.executors.batch._poller import StatusPoller, TrackInputs, weakly
 from psij.executors.batch._priority_change import PriorityChange
+from psij.executors.batch._reruns import RUN_FILE_SUFFIXES, Reruns
 from psij.executors.batch._runner import CommandResult, CommandRunner, SubprocessRunner
 from psij.executors.batch._script_context import (
     ScriptInputs,
@@ -121,7 +122,7 @@ _OUTPUT_LIMIT = 64 * 1024
 
 
 class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, SignalHooks,
-                             JobExecutor):
+                             Reruns, JobExecutor):
     """Base class of executors that submit jobs to a batch scheduler.
 
     A subclass declares its scheduler in class attributes (below); where the scheduler's ways
@@ -354,7 +355,8 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
         self._set_job_status(job, JobStatus(JobState.QUEUED, metadata=meta))
         held = self._held
         self._status_poller().add(job, native_id, attach=False,
-                                  group=None if held is None else held.shape_key(job))
+                                  group=None if held is None else held.shape_key(job),
+                                  rerunnable=job.__dict__.get("_runs") is not None)
 
     def submit_many(self, jobs: Iterable[Job]) -> None:
         """Submit ``jobs``, as job arrays where the scheduler has them (``ARRAYS``; see
@@ -414,8 +416,8 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
         if self._fallback is not None:
             self._fallback.cancel(job)
             return
-        if self._held is not None and self._held.cancel(job):
-            return
+        if (self._held is not None and self._held.cancel(job)) or self._cancel_rerun(job):
+            return  # held (max_queued_per_shape), or between two runs (see _reruns)
         native_id = job.native_id
         if native_id is None:
             raise SubmitException(f"job {job.id} has not been submitted, so it cannot be "
@@ -488,7 +490,8 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
             poller.stop(wait=True)
 
     def _set_job_status(self, job: Job, status: JobStatus) -> None:
-        super()._set_job_status(job, status)
+        with self._rerun_window(job, status):  # a FAILED status may start the next run
+            super()._set_job_status(job, status)
         if self._held is not None and status.state is not JobState.QUEUED:
             self._held.left_queue(job)  # a queued slot of its shape is free
 
@@ -636,7 +639,7 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
         for job in jobs:
             self._clean_submit_script(job)
         if jobs:
-            for suffix in (".ec", ".out", ".nodefile", REPORT_SUFFIX, SIGNAL_SUFFIX):
+            for suffix in (*RUN_FILE_SUFFIXES, REPORT_SUFFIX, SIGNAL_SUFFIX):
                 self._delete_aux_file(jobs[0], suffix)
 
     # ------------------------------------------------------------------------ protected helpers

@@ -68,6 +68,8 @@ def sge_status(native_state: str) -> JobStatus:
     except KeyError:
         raise ValueError(f"unknown Grid Engine job state {native_state!r}") from None
     metadata: Dict[str, object] = {"native_state": native_state}
+    if "R" in native_state:  # restarted (qmod -rj, a requeue): tells a restart between polls
+        metadata["restarts"] = 1
     if state is JobState.QUEUED and "h" in native_state:  # hqw, hRwq: on hold (qhold, -h)
         return held_status(metadata, native_state)
     message = None

@@ -147,10 +147,11 @@ _REASON_MESSAGES = {
 
 # An array's elements are "<array id>_<index>"; its pending ones may be shown together as
 # "<array id>_[<index list>]" (with "%<limit>" at the end of the list).
-# squeue's lines: id|state|reason|derived exit code (lines of the first three fields alone
-# parse too). The derived exit code is the worst of the job's steps' ends as a wait status:
-# Slurm's SIG_OOM (253) there means that a step ran out of memory.
-_STATUS_LINE = re.compile(r"(\d+(?:_\d+|_\[[^]]*\])?)\|([A-Z_]+)\|(.*?)(?:\|(\d+))?")
+# squeue's lines: id|state|reason|derived exit code|restart count (lines of the first three
+# or four fields alone parse too). The derived exit code is the worst of the job's steps' ends
+# as a wait status: Slurm's SIG_OOM (253) there means that a step ran out of memory. The
+# restart count tells a job that Slurm requeued (psij.requeue) between two polls.
+_STATUS_LINE = re.compile(r"(\d+(?:_\d+|_\[[^]]*\])?)\|([A-Z_]+)\|(.*?)(?:\|(\d+)(?:\|(\d+))?)?")
 _SIG_OOM = 253
 # JobID is "<id>" (or "<array id>_<index>") for the allocation, "<id>.<step>" for its steps
 # (batch, extern, 0, ...).
@@ -177,8 +178,10 @@ def _queried_ids(native_ids: Collection[str]) -> List[str]:
 
 
 def slurm_status(native_state: str, reason: Optional[str],
-                 exit_code: Optional[int] = None) -> JobStatus:
-    """The JobStatus for a Slurm state name and reason; ValueError for an unknown state."""
+                 exit_code: Optional[int] = None, restarts: Optional[int] = None) -> JobStatus:
+    """The JobStatus for a Slurm state name and reason (and the times Slurm restarted the
+    job, as metadata ``restarts``: not said of a job COMPLETING, which a requeue passes
+    through before the job is PENDING again); ValueError for an unknown state."""
     try:
         state, cause = STATE_MAP[native_state]
     except KeyError:
@@ -187,6 +190,8 @@ def slurm_status(native_state: str, reason: Optional[str],
     if cause is None and state is JobState.FAILED and reason in _REASON_CAUSES:
         cause = _REASON_CAUSES[reason]
     metadata: Dict[str, object] = {"native_state": native_state, "reason": reason}
+    if restarts is not None and native_state != "COMPLETING":
+        metadata["restarts"] = restarts
     if state is JobState.QUEUED and (reason in HELD_REASONS or native_state in HELD_STATES):
         return held_status(metadata, reason if reason in HELD_REASONS else native_state)
     never = unstartable_words(reason) if native_state == "PENDING" else None
@@ -300,7 +305,7 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
         # --array: one line per array element (pending ones too).
         return ["squeue", "--noheader", "--states=all", "--array",
                 "--jobs=" + ",".join(_queried_ids(native_ids)),
-                "--Format=JobArrayID:|,State:|,Reason:|,DerivedEC:"]
+                "--Format=JobArrayID:|,State:|,Reason:|,DerivedEC:|,RestartCnt:"]
 
     def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         check_status_exit_code("squeue", exit_code, out)
@@ -312,10 +317,11 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
             match = _STATUS_LINE.fullmatch(line)
             if match is None:
                 raise ValueError(f"unexpected squeue output line {line!r}")
-            shown, native_state, reason, derived = match.groups()
+            shown, native_state, reason, derived, restarts = match.groups()
             step_oom = derived is not None and int(derived) & 0xFF == _SIG_OOM
             for native_id in _element_ids(shown):
-                status = slurm_status(native_state, reason)
+                status = slurm_status(native_state, reason, None,
+                                      None if restarts is None else int(restarts))
                 found[native_id] = _step_out_of_memory(status) if step_oom else status
         return found
 
