@@ -28,7 +28,15 @@ from psij import (
 from psij.executors.pilot.executor import PilotJobExecutor, PilotJobExecutorConfig
 from psij.executors.pilot.service import PilotClient
 from support.process_checks import alive
-from test_local_reruns import CHECKPOINTING, COUNTING, SLEEPS_IN_RUN_2, wait_for_run_2
+from test_local_reruns import (
+    CHECKPOINTING,
+    COUNTING,
+    SLEEPS_IN_RUN_2,
+    final,
+    meta,
+    states,
+    wait_for_run_2,
+)
 from test_pilot_executor import Served
 
 WAIT = 30.0
@@ -48,20 +56,6 @@ def job_of(folder: Path, args: List[str], **custom: Any) -> "tuple[Job, List[Job
     seen: List[JobStatus] = []
     job.set_job_status_callback(lambda j, st: seen.append(st))
     return job, seen
-
-
-def final(job: Job) -> JobStatus:
-    status = job.wait(timeout=WAIT)
-    assert status is not None and status.state.final, status
-    return status
-
-
-def meta(status: JobStatus) -> Dict[str, Any]:
-    return dict(status.metadata or {})
-
-
-def states(seen: List[JobStatus]) -> List[str]:
-    return [st.state.name for st in seen]
 
 
 def test_a_task_killed_at_its_time_limit_has_the_cause(executor: PilotJobExecutor,
@@ -149,8 +143,8 @@ def test_causes_not_named_are_not_retried(executor: PilotJobExecutor, tmp_path: 
 def test_a_job_that_checkpoints_on_the_signal_before_its_end_is_requeued(
         executor: PilotJobExecutor, tmp_path: Path) -> None:
     job, seen = job_of(tmp_path, ["-c", CHECKPOINTING],
-                       **{"pilot.time_limit": 1.5, "psij.requeue": 1,
-                          "psij.signal_before_end": "USR1@1"})
+                       **{"pilot.time_limit": 5, "psij.requeue": 1,  # signal after 2 s
+                          "psij.signal_before_end": "USR1@3"})
     executor.submit(job)
     status = final(job)
     assert status.state is JobState.COMPLETED, status
@@ -161,7 +155,7 @@ def test_a_job_that_checkpoints_on_the_signal_before_its_end_is_requeued(
     assert again["rerun"] == "requeue" and again["cause"] == "checkpoint"
     assert again["previous"]["exit_code"] == 85 and meta(status)["attempt"] == 2
     assert job.spec is not None and job.spec.attributes.custom_attributes is not None
-    assert job.spec.attributes.custom_attributes["pilot.time_limit"] == 1.5  # not scaled
+    assert job.spec.attributes.custom_attributes["pilot.time_limit"] == 5  # not scaled
 
 
 def test_requeues_stop_at_the_limit(executor: PilotJobExecutor, tmp_path: Path) -> None:

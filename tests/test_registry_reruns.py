@@ -27,12 +27,13 @@ from psij import (
     JobStatus,
     ResourceSpecV1,
 )
+from support.rerunning import PlayedRuns
 
 WAIT = timedelta(seconds=60)
 OOM = {"cause": "out_of_memory"}
 
 
-class Rerunning(JobExecutor):
+class Rerunning(PlayedRuns):
     """Runs a job at once: its run ``n`` ends with ``ends[n - 1]`` (a status, or None to stay
     ACTIVE; COMPLETED past the list). Runs again itself (``_run_again``)."""
 
@@ -45,10 +46,6 @@ class Rerunning(JobExecutor):
         self.hold_rerun = hold_rerun  # a rerun stays QUEUED (only its native id is told)
         self.started: List[Tuple[Optional[int], float]] = []
         self.attached: List[str] = []
-
-    def submit(self, job: Job) -> None:
-        self._check_job(job)
-        self._start(job)
 
     def _start(self, job: Job) -> None:
         assert job.spec is not None
@@ -65,18 +62,8 @@ class Rerunning(JobExecutor):
         if end is not None:
             self._set_job_status(job, end)
 
-    def _run_again(self, job: Job, rerun: Any) -> None:
-        self._start(job)
-
-    def cancel(self, job: Job) -> None:
-        pass
-
-    def list(self) -> List[str]:
-        return []
-
     def attach(self, job: Job, native_id: str) -> None:
-        job.executor = self
-        job._native_id = native_id
+        super().attach(job, native_id)
         self.attached.append(native_id)
 
 

@@ -35,13 +35,14 @@ from psij.remote._executor import RemoteJobExecutor
 from psij.remote._protocol import raised
 from psij.remote._server import Server
 from psij.remote._target import parse
+from support.rerunning import PlayedRuns
 
 WAIT = timedelta(seconds=60)
 URL = "ssh://fakehost"
 RETRY_FAILED = "attempts=2,on=failed"
 
 
-class RerunningRemotely(JobExecutor):
+class RerunningRemotely(PlayedRuns):
     """The remote host's executor: a job's run ``n`` fails with exit code 3 while ``n`` <
     ``succeed_at``, on a thread of its own (as a real executor reports later), and the job
     is run again (``_RERUNS = "submits"``) under a new native id."""
@@ -52,10 +53,6 @@ class RerunningRemotely(JobExecutor):
     def __init__(self, config: Optional[JobExecutorConfig] = None) -> None:
         super().__init__(config=config)
         self.runs: List[Dict[str, Any]] = []
-
-    def submit(self, job: Job) -> None:
-        self._check_job(job)
-        self._start(job)
 
     def _start(self, job: Job) -> None:
         assert job.spec is not None
@@ -75,19 +72,6 @@ class RerunningRemotely(JobExecutor):
                 self._set_job_status(job, JobStatus(JobState.COMPLETED, exit_code=0))
 
         threading.Thread(target=run, daemon=True).start()
-
-    def _run_again(self, job: Job, rerun: Any) -> None:
-        self._start(job)
-
-    def cancel(self, job: Job) -> None:
-        pass
-
-    def list(self) -> List[str]:
-        return []
-
-    def attach(self, job: Job, native_id: str) -> None:
-        job.executor = self
-        job._native_id = native_id
 
 
 class InProcessConnection:
