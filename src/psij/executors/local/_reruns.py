@@ -17,19 +17,41 @@ CANCELED. A cancel after the next run is registered cancels it as a cancel after
 It sets no job state but CANCELED for a run it does not start; the executor sets the others.
 """
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Protocol, Tuple
 
 from psij.exceptions import SubmitException
 from psij.executors.local._prepared import NotRunnable
 from psij.job import Job
+from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
 if TYPE_CHECKING:
-    from psij.executors.local._executor import LocalJobExecutor
     from psij.executors.local._prepared import Run
 
-__all__ = ["TIME_LIMIT", "cancel_between_runs", "may_run_again", "run_again"]
+
+class Starts(Protocol):
+    """What :func:`run_again` takes from the executor: its lock, its runs by job, its pool,
+    and its steps of a submit (prepare, launch with staging, start)."""
+
+    @property
+    def _lock(self) -> Any: ...
+
+    @property
+    def _runs(self) -> "Dict[int, Run]": ...
+
+    @property
+    def _pool(self) -> Any: ...
+
+    def _prepare(self, job: Job, spec: JobSpec) -> "Tuple[Run, Any]": ...
+
+    def _launch(self, todo: "Tuple[Run, Any]") -> Any: ...
+
+    def _start(self, run: "Run", prepared: Any) -> None: ...
+
+    def _set_job_status(self, job: Job, status: JobStatus) -> None: ...
+
+__all__ = ["TIME_LIMIT", "Starts", "cancel_between_runs", "may_run_again", "run_again"]
 
 TIME_LIMIT = {"cause": "time_limit"}
 """The metadata of a FAILED status of a job stopped at its duration (a copy is given)."""
@@ -52,7 +74,7 @@ def cancel_between_runs(job: Job, run: "Optional[Run]") -> bool:
     return True
 
 
-def run_again(ex: "LocalJobExecutor", job: Job) -> None:
+def run_again(ex: Starts, job: Job) -> None:
     """Start the next run of ``job`` (QUEUED, its ``spec`` the new run's); raise when it
     cannot start (the base class then ends the job with the status of the run before)."""
     if job.__dict__.get(_CANCELED):

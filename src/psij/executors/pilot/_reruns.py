@@ -16,7 +16,7 @@ being submitted (it read the native id of the run before) is sent again to the n
 """
 
 import threading
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol
 
 from psij._lazylog import LazyLogger
 from psij.exceptions import SubmitException
@@ -26,17 +26,47 @@ from psij.job_status import JobStatus
 
 if TYPE_CHECKING:
     from psij._retry import Rerun
-    from psij.executors.pilot.executor import PilotJobExecutor
     from psij.executors.pilot.tasks import TaskSpec
 
-__all__ = ["CANCELED", "run_again"]
+
+
+class Sends(Protocol):
+    """What :func:`run_again` takes from the executor: its state (closed, lock, jobs by name,
+    the served pilot's path), how it makes and sends a task, its pilot, cancel and statuses."""
+
+    @property
+    def _closed(self) -> bool: ...
+
+    @property
+    def _lock(self) -> Any: ...
+
+    @property
+    def _by_name(self) -> Dict[str, List[str]]: ...
+
+    @property
+    def _path(self) -> Any: ...
+
+    def _task_of(self, job: Job, name: Optional[str] = None) -> "TaskSpec": ...
+
+    def _send(self, job: Job, task: "TaskSpec") -> None: ...
+
+    def _local_engine(self) -> Any: ...
+
+    def _remote(self) -> Any: ...
+
+    def cancel(self, job: Job) -> None: ...
+
+    def _set_job_status(self, job: Job, status: JobStatus) -> None: ...
+
+
+__all__ = ["CANCELED", "Sends", "run_again"]
 
 logger = LazyLogger(__name__)
 CANCELED = "_pilot_canceled"
 """Set in a job's ``__dict__`` by a cancel: a next run starting meanwhile reads it."""
 
 
-def run_again(ex: "PilotJobExecutor", job: Job, rerun: "Rerun") -> None:
+def run_again(ex: Sends, job: Job, rerun: "Rerun") -> None:
     """Submit the next run of ``job`` (QUEUED, its spec the run's) as a new task; raise when
     it cannot be (the base class then ends the job with the status of the run before)."""
     if ex._closed:
@@ -53,7 +83,7 @@ def run_again(ex: "PilotJobExecutor", job: Job, rerun: "Rerun") -> None:
                      name="psij-pilot-rerun", daemon=True).start()
 
 
-def _submit(ex: "PilotJobExecutor", job: Job, task: "TaskSpec", before: Any) -> None:
+def _submit(ex: Sends, job: Job, task: "TaskSpec", before: Any) -> None:
     ex._send(job, task)
     name = job.spec.name if job.spec is not None else None
     with ex._lock:
@@ -73,7 +103,7 @@ def _submit(ex: "PilotJobExecutor", job: Job, task: "TaskSpec", before: Any) -> 
         ex.cancel(job)
 
 
-def _send_from_thread(ex: "PilotJobExecutor", job: Job, task: "TaskSpec", before: Any,
+def _send_from_thread(ex: Sends, job: Job, task: "TaskSpec", before: Any,
                       rerun: "Rerun") -> None:
     try:
         _submit(ex, job, task, before)
