@@ -164,18 +164,36 @@ def test_slurm_time_limit_is_retried_with_a_longer_duration(slurm: Dict[str, Wat
     _report("time limit", w.submitted, _slurm_end(first), w)
 
 
+def _node_of(native_id: str) -> str:
+    """The node a running Slurm job is on."""
+    shown = subprocess.run(["squeue", "-h", "-j", native_id, "-o", "%N"], capture_output=True,
+                           text=True, timeout=60).stdout.strip()
+    assert shown, f"no node for the running job {native_id}"
+    return shown
+
+
+def _start_elsewhere(native_id: str, node: str) -> None:
+    """Let a requeued Slurm job start now, on another node than ``node``. Slurm holds a
+    requeued job back for a while (BeginTime) because the node it ran on refuses it until its
+    revoked credential expires ("Killing non-startable batch job: Job credential revoked",
+    exit 1): the test does not wait, so it sends the job elsewhere."""
+    subprocess.run(["scontrol", "update", f"jobid={native_id}", f"ExcNodeList={node}",
+                    "StartTime=now"], check=True, timeout=60)
+
+
 @pytest.mark.slurm
 def test_slurm_requeues_in_place_and_the_job_is_queued_again(
         slurm: Dict[str, Watched]) -> None:
     w = slurm["requeue"]
-    _wait_for("the job to run", lambda: (w.folder / "runs").exists())
+    _wait_for("the job to run and be seen ACTIVE", lambda: (w.folder / "runs").exists()
+              and w.job.status.state is JobState.ACTIVE)
     nid = w.job.native_id
-    assert nid is not None and w.job.status.state is JobState.ACTIVE
+    assert nid is not None
+    node = _node_of(nid)
     requeued = time.time()
     subprocess.run(["scontrol", "requeue", nid], check=True, timeout=60)
     _wait_for("QUEUED again", lambda: len(w.seen) >= 3, 60)
-    # Slurm holds a requeued job back for a while (BeginTime): let it go now.
-    subprocess.run(["scontrol", "update", f"jobid={nid}", "StartTime=now"], timeout=60)
+    _start_elsewhere(nid, node)
     st = w.job.wait(WAIT)
     assert st is not None and st.state is JobState.COMPLETED, (st, w.states())
     assert w.states() == ["QUEUED", "ACTIVE", "QUEUED", "ACTIVE", "COMPLETED"]
@@ -221,17 +239,14 @@ def test_slurm_brings_back_a_job_whose_node_went_down(tmp_path: Path) -> None:
         _wait_for("the job to run", lambda: (w.folder / "runs").exists())
         nid = w.job.native_id
         assert nid is not None
-        shown = subprocess.run(["squeue", "-h", "-j", nid, "-o", "%N"], capture_output=True,
-                               text=True, timeout=60).stdout.strip()
-        assert shown, "no node for the running job"
-        node = shown
+        node = _node_of(nid)
         down = time.time()
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=down",
                         "reason=psij-test"], check=True, timeout=60)
         _wait_for("QUEUED again", lambda: len(w.seen) >= 3, 120)
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], timeout=60)
+        _start_elsewhere(nid, node)
         node = None
-        subprocess.run(["scontrol", "update", f"jobid={nid}", "StartTime=now"], timeout=60)
         st = w.job.wait(WAIT)
         assert st is not None and st.state is JobState.COMPLETED, (st, w.states())
         assert w.states() == ["QUEUED", "ACTIVE", "QUEUED", "ACTIVE", "COMPLETED"]
