@@ -31,13 +31,13 @@ It runs scheduler commands only through the executor's submit step and command r
 writes only the submit script (through the submit step).
 """
 
-import logging
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, Iterator, List
 
 from psij import _retry
+from psij._lazylog import LazyLogger
 from psij.exceptions import SubmitException
 from psij.executors.batch._submit_io import submit_text
 from psij.job import Job
@@ -46,7 +46,7 @@ from psij.job_status import JobStatus
 
 __all__ = ["RUN_FILE_SUFFIXES", "Reruns"]
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 # The files of one scheduler job, <native id><suffix>, in the work directory (the staging
 # report and the signal request are added by the executor).
