@@ -263,6 +263,17 @@ def test_the_status_of_a_new_run_says_why_and_what_ran_before() -> None:
     assert said.metadata is not None and said.metadata["attempt"] == 3
 
 
+def test_a_pilot_job_s_retry_names_the_limit_the_pilot_enforces() -> None:
+    job, runs = _job({RETRY_ATTRIBUTE: "attempts=2,on=time_limit,duration=2",
+                      "pilot.time_limit": 30})
+    failed = _failed("time_limit")
+    rerun = next_run(job, runs, failed)
+    assert rerun is not None and job.spec is not None
+    said = rerun_status(rerun, runs, failed, "t1", spec_for(job.spec, rerun))
+    assert said.message == ("retried after time_limit: attempt 2 of 2, memory 1000 bytes, "
+                            "duration 120 s, pilot.time_limit 60 s")
+
+
 def test_a_scheduler_requeue_counts_as_one() -> None:
     _, runs = _job({REQUEUE_ATTRIBUTE: 1})
     queued = JobStatus(JobState.QUEUED)

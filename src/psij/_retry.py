@@ -307,8 +307,9 @@ def spec_for(spec: "JobSpec", rerun: Rerun) -> "JobSpec":
 
 
 def rerun_status(rerun: Rerun, runs: Runs, previous: "JobStatus",
-                 native_id: Optional[str]) -> "JobStatus":
-    """The QUEUED status that starts ``rerun`` after the run that ended with ``previous``."""
+                 native_id: Optional[str], spec: "Optional[JobSpec]" = None) -> "JobStatus":
+    """The QUEUED status that starts ``rerun`` after the run that ended with ``previous``
+    (``spec``, the run's, names the pilot's limit in the message when it sets one)."""
     from psij.job_state import JobState
     from psij.job_status import JobStatus
 
@@ -324,6 +325,10 @@ def rerun_status(rerun: Rerun, runs: Runs, previous: "JobStatus",
         if rerun.memory is not None:
             message += f", memory {rerun.memory} bytes"
         message += f", duration {rerun.duration:g} s"
+        custom = spec.attributes.custom_attributes if spec is not None else None
+        limit = custom.get(PILOT_TIME_LIMIT) if custom else None
+        if isinstance(limit, (int, float)) and not isinstance(limit, bool):
+            message += f", {PILOT_TIME_LIMIT} {limit:g} s"
     meta: Dict[str, Any] = {
         "attempt": rerun.attempt, "rerun": rerun.kind, "cause": rerun.cause,
         "previous": {"native_id": native_id, "exit_code": previous.exit_code,

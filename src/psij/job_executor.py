@@ -254,8 +254,8 @@ class JobExecutor(ABC):
         """Start ``rerun`` of ``job`` after its run ended with ``failed``: None once started,
         else the status the job ends with (``failed``, saying why it could not run again)."""
         assert job.spec is not None  # next_run gives no run to a job without a spec
-        status = _retry.rerun_status(rerun, runs, failed, job._native_id)
         spec = _retry.spec_for(job.spec, rerun)
+        status = _retry.rerun_status(rerun, runs, failed, job._native_id, spec)
         before = (job.spec, runs.attempt, runs.requeues, runs.retries)
         job.spec = spec
         _retry.counted(runs, rerun)
