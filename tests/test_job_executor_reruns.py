@@ -251,3 +251,18 @@ def test_states_skipped_by_a_later_run_still_say_which_run_they_are() -> None:
     ex._set_job_status(job, JobStatus(JobState.COMPLETED, exit_code=0))  # ACTIVE unseen
     assert seen == [("QUEUED", None, None), ("ACTIVE", None, None), ("QUEUED", 2, "requeued"),
                     ("ACTIVE", 2, None), ("COMPLETED", 2, None)]
+
+
+def test_a_rerun_that_cannot_be_decided_lets_the_status_through(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import psij._retry
+
+    def broken(*_: Any) -> None:
+        raise RuntimeError("no copy of this spec")
+
+    monkeypatch.setattr(psij._retry, "next_run", broken)
+    ex = _executor(_Fake, [_failed("out_of_memory", 137)])
+    job, seen = _job({"psij.retry": "attempts=2"})
+    ex.submit(job)  # reported from the executor's own thread in a real one: it must not raise
+    assert job.status.state is JobState.FAILED and job.status.exit_code == 137
+    assert [s[0] for s in seen] == ["QUEUED", "ACTIVE", "FAILED"] and len(ex.runs) == 1

@@ -190,7 +190,11 @@ class JobExecutor(ABC):
         second run on every status's metadata holds its ``attempt``."""
         runs = job.__dict__.get("_runs")
         if runs is not None:
-            through = self._through_runs(job, runs, status)
+            try:
+                through = self._through_runs(job, runs, status)
+            except Exception:  # the job ends, or goes on, as told: only its rerun is lost
+                logger.exception("job %s: could not decide its next run", job.id)
+                through = status
             if through is None:
                 return
             status = through

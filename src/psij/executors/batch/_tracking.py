@@ -21,9 +21,8 @@ Rules:
   the scheduler restarted it) than when it was last seen, it was requeued between two polls,
   and what was missed is reported: ACTIVE (the run it started, if it was not seen running),
   QUEUED, and ACTIVE when it runs again. A final state reported by the queue finishes the
-  job. A
-  job seen again in the state it was reported in is reported again (:class:`Restate`) when the
-  scheduler starts or stops holding it (``held_by: "scheduler"`` in the observation's
+  job. A job seen again in the state it was reported in is reported again (:class:`Restate`)
+  when the scheduler starts or stops holding it (``held_by: "scheduler"`` in the observation's
   metadata, see :mod:`~psij.executors.batch._status_table`), or starts or stops saying that it
   can never start (``unstartable``, see :mod:`~psij.executors.batch._unstartable`), or gives
   another such reason; nothing else is said twice.
