@@ -109,6 +109,7 @@ def test_local_jobs_are_reattached_after_the_submitter_was_killed(tmp_path: Path
                         late_id: (JobState.FAILED, 5)}
 
 
+@pytest.mark.slurm  # with the other scheduler tests, after the campaigns of tests/real
 def test_slurm_jobs_are_reattached_with_their_true_final_states(tmp_path: Path) -> None:
     problem = _scheduler_problem("slurm")
     if problem:
