@@ -22,8 +22,10 @@ from typing import Callable, Dict, Iterator, Tuple
 import pytest
 
 from psij import JobExecutorConfig, JobState
+from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
 from psij.futures import FunctionExecutor, FunctionJobError, reattach
 from psij.remote._executor import RemoteJobExecutor
+from real.test_batch_real import _need
 from support.ssh_server import (
     SshUser,
     make_ssh_user,
@@ -175,3 +177,18 @@ def test_reattach_refuses_a_function_job_of_another_host(
     assert future.result(WAIT) == 3
     with pytest.raises(ValueError, match=r"ran its calls on ssh://.*submitted them"):
         reattach([future.job_id], work_directory=str(tmp_path / "work"))
+
+
+@pytest.mark.slurm
+def test_calls_run_on_the_slurm_of_the_other_host(user: SshUser, tmp_path: Path) -> None:
+    # The job's script stages the files in and out there (no executor of this process does).
+    _need("slurm")
+    config = BatchSchedulerExecutorConfig(work_directory=tmp_path / "work",
+                                          queue_polling_interval=1,
+                                          initial_queue_polling_delay=0.5)
+    with FunctionExecutor("slurm", url=url_of(user), config=config) as ex:
+        assert [f.result(WAIT) for f in (ex.submit(os.getuid), ex.submit(pow, 2, 10))] == [
+            user.uid, 1024]
+        assert list(ex.map(abs, [-1, -2, -3], timeout=WAIT)) == [1, 2, 3]
+        with pytest.raises(ZeroDivisionError):
+            ex.submit(divmod, 1, 0).result(WAIT)
