@@ -24,7 +24,10 @@ import pytest
 from psij import JobExecutorConfig, JobState
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
 from psij.futures import FunctionExecutor, FunctionJobError, reattach
+from psij.remote import _connection
 from psij.remote._executor import RemoteJobExecutor
+from psij.remote._protocol import PROTOCOL
+from psij.version import __version__
 from real.test_batch_real import _need
 from support.ssh_server import (
     SshUser,
@@ -192,3 +195,22 @@ def test_calls_run_on_the_slurm_of_the_other_host(user: SshUser, tmp_path: Path)
         assert list(ex.map(abs, [-1, -2, -3], timeout=WAIT)) == [1, 2, 3]
         with pytest.raises(ZeroDivisionError):
             ex.submit(divmod, 1, 0).result(WAIT)
+
+
+def test_a_remote_psij_that_does_not_say_where_its_files_go_is_refused_clearly(
+        user: SshUser, tmp_path: Path) -> None:
+    # A server of this protocol whose "open" answer lacks its Python and staging folder.
+    script = user.home / f"psij-silent-{secrets.token_hex(3)}"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"echo '{{\"psij_remote\": {PROTOCOL}, \"version\": \"{__version__}\"}}'\n"
+        "read -r line\n"
+        "echo '{\"re\": 1, \"ok\": true, \"value\": {\"name\": \"local\", \"version\": \"1\"}}'\n"
+        "cat >/dev/null\n")
+    script.chmod(0o755)
+    os.chown(script, user.uid, user.gid)
+    url = f"ssh://{user.alias}?ssh_config={user.config}&psij={script}"
+    with pytest.raises(ValueError, match="does not say which Python it runs on"):
+        FunctionExecutor("local", url=url,
+                         config=JobExecutorConfig(work_directory=tmp_path / "work"))
+    assert not [c for c in _connection._POOL.values() if c.target.psij == str(script)]

@@ -14,11 +14,14 @@ job's other staged files.
 
 import posixpath
 import secrets
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from psij.futures import _wire
 from psij.job_executor import JobExecutor
 from psij.staging import StageIn, StageOut, StageOutFlags, StagingMode
+
+if TYPE_CHECKING:
+    from psij.remote._executor import RemoteJobExecutor
 
 __all__ = ["RemoteCalls"]
 
@@ -29,20 +32,25 @@ _BACK = StageOutFlags.IF_PRESENT | StageOutFlags.ALWAYS
 class RemoteCalls:
     """How the jobs of a FunctionExecutor reach a remote executor's host."""
 
-    def __init__(self, executor: Any) -> None:
+    def __init__(self, executor: "RemoteJobExecutor") -> None:
         self._executor = executor
         python = executor.remote_python
-        if python is None or executor.remote_job_folder("x") is None:
+        # Any job id would do: the folders of all jobs are known, or none is.
+        if python is None or executor.remote_job_folder("probe") is None:
             raise ValueError(
-                f"FunctionExecutor: the remote psij of {executor.url} does not say where its "
-                f"Python and staging folders are (a psij of another version): install this "
-                f"psij version there to run function calls over SSH")
+                f"FunctionExecutor: the remote psij of {executor.url} does not say which "
+                f"Python it runs on and where it keeps staged files (a psij of another "
+                f"version): install this psij version there to run function calls over SSH")
         self.python: str = python
 
     @staticmethod
     def of(executor: JobExecutor) -> "Optional[RemoteCalls]":
         """The remote calls of ``executor``; None when it runs jobs on this machine."""
-        if executor.url is None or not hasattr(executor, "remote_job_folder"):
+        if executor.url is None:
+            return None
+        from psij.remote._executor import RemoteJobExecutor
+
+        if not isinstance(executor, RemoteJobExecutor):
             return None
         return RemoteCalls(executor)
 
@@ -56,6 +64,7 @@ class RemoteCalls:
         directory ``directory`` (its calls file and ``key`` written): the runner's command,
         its streams and the staging that carries the files each way."""
         folder = self._executor.remote_job_folder(job_id)
+        assert folder is not None  # checked when made
         top = posixpath.join(folder, FOLDER)
         name = posixpath.basename(directory)
         remote = posixpath.join(top, name)
@@ -82,4 +91,3 @@ class RemoteCalls:
 
 def _local(directory: str, name: str) -> str:
     return posixpath.join(directory, name)
-
