@@ -149,6 +149,20 @@ def test_on_another_host_a_call_is_cancelled_only_with_its_whole_queued_job(
     assert cancelled == [calls.job.id]  # type: ignore[union-attr]
 
 
+def test_on_another_host_results_are_taken_at_the_jobs_end_only(tmp_path: Path) -> None:
+    # They come back with the job's stage-out, just before its remote folder is removed: a
+    # future settled then would let the executor be closed before that removal.
+    work, directory = call_directory(tmp_path / "w", [(ff.square, (3,), {})])
+    futures = [FunctionFuture("square")]
+    calls = JobCalls(work, directory, futures, False, lambda _: None, remote=True)
+    calls.bind(Job())
+    _run.run_directory(directory)  # as if the stage-out had brought the result back
+    calls.collect_early()
+    assert not futures[0].done()
+    end(calls, JobState.COMPLETED)
+    assert futures[0].result(0) == 9
+
+
 def test_a_second_final_status_changes_nothing(tmp_path: Path) -> None:
     calls, futures, ended = books(tmp_path, 1)
     _run.run_directory(calls.directory)

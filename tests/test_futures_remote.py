@@ -96,18 +96,19 @@ def test_calls_run_there_as_its_user_and_their_results_come_back(
 
 
 def test_map_packs_calls_into_jobs_and_leaves_nothing_on_either_side(
-        fx: FunctionExecutor) -> None:
-    values = list(range(40))
-    assert list(fx.map(pow, values, [3] * len(values), chunksize=8, timeout=WAIT)) == [
-        v ** 3 for v in values]
-    assert list(fx.map(divmod, [7, 9], [2, 4])) == [(3, 1), (2, 1)]
-    there = remote_staging(fx)
-    # Once the jobs are final: the call directories here are removed (the results came back
-    # before the jobs were seen final, and may be collected then), and the job folders there.
-    eventually("no call directory left here",
-               lambda: not [p for p in fx.work_directory.iterdir() if p.is_dir()])
-    eventually("no job folder left there",
-               lambda: not there.exists() or not list(there.iterdir()))
+        user: SshUser, tmp_path: Path) -> None:
+    with FunctionExecutor("local", url=url_of(user),
+                          config=JobExecutorConfig(work_directory=tmp_path / "work")) as fx:
+        values = list(range(40))
+        assert list(fx.map(pow, values, [3] * len(values), chunksize=8, timeout=WAIT)) == [
+            v ** 3 for v in values]
+        assert list(fx.map(divmod, [7, 9], [2, 4])) == [(3, 1), (2, 1)]
+        there = remote_staging(fx)
+        jobs = {f.job.id for f in [fx.submit(abs, -1), fx.submit(abs, -2)] if f.result(WAIT)}
+    # A call's future is settled once its job is final: its files here and its folder there
+    # are gone by then, so nothing is left once shutdown (the with block) has returned.
+    assert jobs and not [p for p in fx.work_directory.iterdir() if p.is_dir()]
+    assert not there.exists() or not list(there.iterdir())
 
 
 def test_a_job_that_fails_there_fails_its_calls_with_its_stderr(

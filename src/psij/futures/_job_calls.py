@@ -96,6 +96,11 @@ class JobCalls:
         value, or the function's own exception. Anything else (no file yet, a file that
         cannot be trusted, a call that could not run) waits for the job's end, which says
         how the job ended."""
+        if self.remote:
+            # Its results come back with the job's end (its stage-out), and a future settled
+            # before then could let the executor close while the job's remote folder is
+            # being removed.
+            return
         with self._lock:
             if self._ended:
                 return
