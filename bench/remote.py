@@ -10,8 +10,8 @@ Figures:
 
 - connect: ``get_instance("local", url=...)`` until the executor is connected (ssh, login, the
   remote ``psij remote serve`` started and its hello read), median of ``--connects``;
-- one ``ssh HOST psij status`` (a new ssh process and a new remote psij each time) against one
-  request (``ping``) on the open connection, medians;
+- one ``ssh HOST psij status --all`` (a new ssh process and a new remote psij each time)
+  against one request (``ping``) on the open connection, medians;
 - ``local``, one by one: ``--jobs`` ``/bin/true`` jobs submitted one at a time over SSH, against
   the same submitted directly through the ``local`` executor on the remote side (a Python run
   there, as that user, started over ssh); ms per submit (median and mean), the overhead of the
@@ -186,15 +186,16 @@ def measure(args: argparse.Namespace, user: SshUser, rows: List[Tuple[str, Optio
     figures["connect_ms"] = statistics.median(connects) * 1e3
     log(f"   {', '.join(f'{c * 1e3:.0f}' for c in connects)} ms")
 
-    log(f"== one 'ssh HOST psij status' x {args.connects} against one request on the open "
-        f"connection x {PINGS}")
+    log(f"== one 'ssh HOST psij status --all' x {args.connects} against one request on the "
+        f"open connection x {PINGS}")
     trips = []
     for _ in range(args.connects):
         t0 = time.perf_counter()
-        done = user.run(shlex.join([remote_psij_command(), "status"]))
+        done = user.run(shlex.join([remote_psij_command(), "status", "--all"]))
         trips.append(time.perf_counter() - t0)
         if done.returncode != 0:
-            errors.append(f"ssh HOST psij status: {done.returncode} {done.stderr.strip()[-300:]}")
+            errors.append(f"ssh HOST psij status --all: {done.returncode} "
+                          f"{done.stderr.strip()[-300:]}")
     figures["ssh_status_ms"] = statistics.median(trips) * 1e3
 
     ex = JobExecutor.get_instance("local", url=url)
@@ -260,7 +261,7 @@ def measure(args: argparse.Namespace, user: SshUser, rows: List[Tuple[str, Optio
     n, s = args.jobs, args.slurm_jobs
     rows += [
         ("connect (get_instance with url)", figures["connect_ms"], "ms"),
-        ("one 'ssh HOST psij status'", figures["ssh_status_ms"], "ms"),
+        ("one 'ssh HOST psij status --all'", figures["ssh_status_ms"], "ms"),
         ("one request on the open connection", figures["request_ms"], "ms"),
         (f"local submit over SSH ({n} one by one)", figures["ssh_submit_ms"], "ms"),
         (f"local submit direct ({n} one by one)", figures["direct_submit_ms"], "ms"),

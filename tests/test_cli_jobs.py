@@ -96,6 +96,24 @@ def test_status_all_shows_what_executors_report_now(home: Path) -> None:
     assert "6" in (job["message"] or "")
 
 
+def test_status_without_ids_tag_or_all_is_a_usage_error_as_its_help_says(home: Path) -> None:
+    # Re-attaching every job ever recorded asks every executor (and remote host) it used:
+    # status does it for --all only, as its help says; list shows them all without asking.
+    jid = psij_cmd(home, "submit", "--", "/bin/sleep", "600").stdout.strip()
+    try:
+        helped = psij_cmd(home, "status", "--help")
+        assert "--all" in helped.stdout and "no job named" in " ".join(helped.stdout.split())
+        for args in ([], ["--json"]):
+            bare = psij_cmd(home, "status", *args)
+            assert bare.returncode == 2, bare.stderr
+            assert bare.stdout == ""
+            assert "--all" in bare.stderr and "psij list" in bare.stderr, bare.stderr
+        assert [j["id"] for j in listed(home, "status", "--all")] == [jid]
+        assert [j["id"] for j in listed(home, "list")] == [jid]
+    finally:
+        assert psij_cmd(home, "cancel", jid).returncode == 0
+
+
 def test_attach_adopts_a_job_submitted_elsewhere(home: Path) -> None:
     wd = home / ".psij" / "work"
     psij.registry.set_recording(False)

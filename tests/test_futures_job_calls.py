@@ -118,6 +118,51 @@ def test_the_job_is_cancelled_once_no_call_of_it_is_left(tmp_path: Path) -> None
     assert all(f.cancelled() for f in futures)
 
 
+def test_on_another_host_a_call_is_cancelled_only_with_its_whole_queued_job(
+        tmp_path: Path) -> None:
+    # The runner there cannot see a claim made here: cancelling one call of a pack, or a call
+    # whose job has started, would let it run while its future says cancelled.
+    cancelled: List[str] = []
+
+    class Recorder(Job):
+        def cancel(self) -> None:
+            cancelled.append(self.id)
+
+    def remote_books(count: int, state: JobState) -> Tuple[JobCalls, List[FunctionFuture]]:
+        work, directory = call_directory(tmp_path / f"r{count}{state.name}",
+                                         [(ff.square, (i,), {}) for i in range(count)])
+        futures = [FunctionFuture("square") for _ in range(count)]
+        calls = JobCalls(work, directory, futures, False, lambda _: None, remote=True)
+        job = Recorder()
+        job._status = JobStatus(state)
+        calls.bind(job)
+        return calls, futures
+
+    for state in (JobState.NEW, JobState.ACTIVE):
+        _, [future] = remote_books(1, state)
+        assert future.cancel() is False and not future.done(), state
+    _, pair = remote_books(2, JobState.QUEUED)
+    assert pair[0].cancel() is False and pair[1].cancel() is False
+    assert cancelled == []
+    calls, [future] = remote_books(1, JobState.QUEUED)
+    assert future.cancel() is True and future.cancelled()
+    assert cancelled == [calls.job.id]  # type: ignore[union-attr]
+
+
+def test_on_another_host_results_are_taken_at_the_jobs_end_only(tmp_path: Path) -> None:
+    # They come back with the job's stage-out, just before its remote folder is removed: a
+    # future settled then would let the executor be closed before that removal.
+    work, directory = call_directory(tmp_path / "w", [(ff.square, (3,), {})])
+    futures = [FunctionFuture("square")]
+    calls = JobCalls(work, directory, futures, False, lambda _: None, remote=True)
+    calls.bind(Job())
+    _run.run_directory(directory)  # as if the stage-out had brought the result back
+    calls.collect_early()
+    assert not futures[0].done()
+    end(calls, JobState.COMPLETED)
+    assert futures[0].result(0) == 9
+
+
 def test_a_second_final_status_changes_nothing(tmp_path: Path) -> None:
     calls, futures, ended = books(tmp_path, 1)
     _run.run_directory(calls.directory)

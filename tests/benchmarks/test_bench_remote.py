@@ -40,7 +40,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 LOCAL_FIGURES = [
     ("connect (get_instance with url)", "ms"),
-    ("one 'ssh HOST psij status'", "ms"),
+    ("one 'ssh HOST psij status --all'", "ms"),
     ("one request on the open connection", "ms"),
     ("local submit over SSH (20 one by one)", "ms"),
     ("local submit direct (20 one by one)", "ms"),

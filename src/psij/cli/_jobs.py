@@ -141,7 +141,8 @@ def _add_progress_options(sub: Any) -> None:
 
 _EPILOGS = {
     "status": "exit status: 0; 1 when the registry cannot be read or a job cannot be "
-              "re-attached; 2 for bad usage, such as an id that is not recorded. " + _JSON_HELP,
+              "re-attached; 2 for bad usage, such as no job named (ids, --tag or --all) or an id "
+              "that is not recorded. " + _JSON_HELP,
     "wait": "exit status: the worst of the jobs' statuses, each as `psij run` gives it "
             "(the exit code, 1 for a failure without one, 130 for a canceled job), 0 when "
             "all completed. " + _JSON_HELP,
@@ -262,8 +263,10 @@ class _Chosen:
 
         every = getattr(args, "all", False)
         ids = getattr(args, "ids", None) or None
-        if ids is None and args.tag is None and not every and what not in ("status", "list"):
-            raise ValueError(f"name the jobs to {what}: job ids or --tag TAG")
+        if ids is None and args.tag is None and not every and what != "list":
+            raise ValueError(f"name the jobs to {what}: job ids or --tag TAG" + (
+                ", or --all for every recorded job (psij list shows them all as last "
+                "recorded, without asking their executors)" if what == "status" else ""))
         self.filters = (ids, args.tag, getattr(args, "executor", None),
                         getattr(args, "state", None))
         _, self.rows = registry._select(*self.filters, None, _TABLE)

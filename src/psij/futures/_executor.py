@@ -36,6 +36,7 @@ from psij.futures._future import FunctionFuture
 from psij.futures._job_calls import JobCalls
 from psij.futures._packer import CallPacker
 from psij.futures._payload import call_header, dumps_call, function_name
+from psij.futures._remote import RemoteCalls
 from psij.futures._workdir import WorkDirectory
 from psij.job import Job
 from psij.job_attributes import JobAttributes
@@ -143,10 +144,7 @@ class FunctionExecutor(concurrent.futures.Executor):
                 raise ValueError("FunctionExecutor.python: expected the path or name of a "
                                  "Python interpreter, got an empty string")
             _check.os_text("FunctionExecutor.python", given_python)
-        self._python = given_python or sys.executable
         self._environment = _environment(environment)
-        if given_python is None and "PYTHONPATH" not in self._environment:
-            self._environment["PYTHONPATH"] = _client_path()
         folder = _check.opt_path("FunctionExecutor.work_directory", work_directory)
         self._keep_files = _check.opt_bool("FunctionExecutor.keep_files", keep_files)
         cap = _pack(pack)
@@ -161,6 +159,18 @@ class FunctionExecutor(concurrent.futures.Executor):
         else:
             raise _check.fail_type("FunctionExecutor executor", executor,
                                    "an executor's name (str) or a psij.JobExecutor")
+        try:
+            self._remote = RemoteCalls.of(self._executor)
+        except BaseException:
+            self._close_executor()
+            raise
+        if self._remote is not None:
+            # Another host: its own Python (the one its psij runs on) and module path.
+            self._python = given_python or self._remote.python
+        else:
+            self._python = given_python or sys.executable
+            if given_python is None and "PYTHONPATH" not in self._environment:
+                self._environment["PYTHONPATH"] = _client_path()
         self._fast = self._executor.name in FAST_EXECUTORS
         self._given_pack = cap
         self._cap = cap if cap is not None else (FAST_PACK if self._fast else 1)
@@ -253,26 +263,36 @@ class FunctionExecutor(concurrent.futures.Executor):
         directory = self._work.new_call_directory()
         name = os.path.basename(directory)
         futures = [call.future for call in group]
+        # A job on another host gets a key of its own, sent with it (see _remote).
+        key = self._work.key if self._remote is None else RemoteCalls.new_key()
         try:
             with _wire.open_private(_wire.calls_file(directory)) as out:
                 for index, call in enumerate(group):
                     header = call_header(f"{name}/{index}", call.needs_cloudpickle,
                                          call.future.function_name)
-                    out.write(_wire.signed_header(self._work.key, header, call.payload))
+                    out.write(_wire.signed_header(key, header, call.payload))
                     out.write(call.payload)
             for stream in ("stdout", "stderr"):  # made private before the executor opens them
                 _wire.open_private(os.path.join(directory, stream)).close()
+            if self._remote is not None:
+                with _wire.open_private(os.path.join(directory, _wire.KEY_NAME)) as out:
+                    out.write(key)
         except BaseException:
             self._work.remove(directory)
             raise
-        calls = JobCalls(self._work, directory, futures, self._keep_files, self._ended)
+        calls = JobCalls(self._work, directory, futures, self._keep_files, self._ended,
+                         key=key, remote=self._remote is not None)
         title = job_name(futures[0].function_name)
-        spec = JobSpec(executable=self._python, arguments=["-m", RUNNER_MODULE, directory],
-                       name=title, environment=dict(self._environment),
-                       stdout_path=os.path.join(directory, "stdout"),
-                       stderr_path=os.path.join(directory, "stderr"),
-                       resources=self._resources, attributes=self._attributes)
-        job = Job(spec)
+        job = Job()
+        if self._remote is not None:
+            fields = self._remote.spec_fields(job.id, directory, len(group), RUNNER_MODULE)
+        else:
+            fields = {"arguments": ["-m", RUNNER_MODULE, directory],
+                      "stdout_path": os.path.join(directory, "stdout"),
+                      "stderr_path": os.path.join(directory, "stderr")}
+        fields["executable"] = self._python
+        job.spec = JobSpec(name=title, environment=dict(self._environment),
+                           resources=self._resources, attributes=self._attributes, **fields)
         job.__dict__[TAG_ATTR] = title  # shown by psij status and psij list
         job.set_job_status_callback(calls.status_changed)
         calls.bind(job)

@@ -33,8 +33,11 @@ class JobCalls:
     """The calls of one job and their futures."""
 
     def __init__(self, work: WorkDirectory, directory: str, futures: List[FunctionFuture],
-                 keep_files: bool, ended: Callable[["JobCalls"], None]) -> None:
+                 keep_files: bool, ended: Callable[["JobCalls"], None],
+                 key: Optional[bytes] = None, remote: bool = False) -> None:
         self.work = work
+        self.key = work.key if key is None else key  # what signs this job's files
+        self.remote = remote  # run on another host: its claims are not seen here
         self.directory = directory
         self.futures = futures
         self.keep_files = keep_files
@@ -93,6 +96,11 @@ class JobCalls:
         value, or the function's own exception. Anything else (no file yet, a file that
         cannot be trusted, a call that could not run) waits for the job's end, which says
         how the job ended."""
+        if self.remote:
+            # Its results come back with the job's end (its stage-out), and a future settled
+            # before then could let the executor close while the job's remote folder is
+            # being removed.
+            return
         with self._lock:
             if self._ended:
                 return
@@ -104,7 +112,7 @@ class JobCalls:
             try:
                 if not os.path.exists(path):
                     continue
-                ok, value = load_result(path, self.work.key, f"{self.name}/{index}",
+                ok, value = load_result(path, self.key, f"{self.name}/{index}",
                                         _not_yet)
             except _NotYet:  # whole but not usable: read once more, at the job's end only
                 self._left_to_end.add(index)
@@ -128,7 +136,7 @@ class JobCalls:
             return FunctionResultError(f"{where}: {message}", job.id, job.native_id, status)
 
         if os.path.lexists(path):
-            ok, value = load_result(path, self.work.key, call, error)
+            ok, value = load_result(path, self.key, call, error)
             if isinstance(value, FunctionJobError) and not isinstance(
                     value, FunctionResultError):
                 value = FunctionJobError(f"{where}: {value}", job.id, job.native_id, status)
@@ -158,6 +166,8 @@ class JobCalls:
         with self._lock:
             if self._ended:
                 return future.cancelled()
+            if self.remote and not self._whole_job_cancellable():
+                return False
             try:
                 if not _wire.claim(self.directory, index, _wire.CLAIM_CANCEL):
                     return False
@@ -173,6 +183,16 @@ class JobCalls:
             except Exception:  # ended or not yet submitted: the runner skips the calls
                 _log.debug("function job %s: cancel", job.id, exc_info=True)
         return cancelled
+
+    def _whole_job_cancellable(self) -> bool:
+        """On another host the runner cannot see a claim made here: a call is cancelled only
+        with its whole job, while the job is queued (it is cancelled then)."""
+        from psij.job_state import JobState
+
+        job = self.job
+        if job is None or job.status.state is not JobState.QUEUED:
+            return False
+        return len(self._cancelled) + 1 >= len(self.futures)
 
 
 class _NotYet(Exception):

@@ -87,6 +87,10 @@ def reattach(ids: Union[str, Iterable[str]], *, work_directory: Optional[str] = 
     ordered = []
     for job_id in wanted:
         record = records[job_id]
+        if record.url is not None:
+            raise ValueError(f"reattach: job {job_id} ran its calls on {record.url}: the "
+                             f"results of function jobs on another host come back only to the "
+                             f"process that submitted them (psij status shows the job's state)")
         directory = _call_directory(record)
         parent = os.path.dirname(directory)
         if parent not in works:

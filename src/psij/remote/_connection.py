@@ -15,6 +15,7 @@ import collections
 import logging
 import os
 import queue
+import re
 import select
 import subprocess
 import threading
@@ -61,8 +62,17 @@ def _shown(data: bytes, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+# ssh's own words for a login the server refused ("user@host: Permission denied (publickey).");
+# a remote shell that cannot run a command says "...: Permission denied" with no methods after it.
+_LOGIN_REFUSED = re.compile(r"Permission denied \((?:publickey|password|keyboard-interactive"
+                            r"|hostbased|gssapi)|Too many authentication failures")
+_SSH_FAILED = 255  # the exit status of ssh itself failing (a remote command's is passed on)
+
+
 def connect_error(target: Target, code: Optional[int], stderr: bytes) -> RemoteConnectError:
-    """What an ``ssh`` that ended before the server's hello means, in words."""
+    """What an ``ssh`` that ended before the server's hello means, in words: ssh's own failure
+    (its exit status 255: its configuration, the host key, the login) or, once logged in, the
+    remote shell's (126: the command was found but could not be started; 127: not found)."""
     said = _shown(stderr, 600)
     where = target.where
     if ("Host key verification failed" in said or "HOST IDENTIFICATION HAS CHANGED" in said
@@ -71,11 +81,33 @@ def connect_error(target: Target, code: Optional[int], stderr: bytes) -> RemoteC
             f"ssh to {where}: the host key is not one this machine's SSH configuration "
             f"accepts (unknown or changed), so the connection was refused; check it and add it "
             f"to known_hosts (for example by connecting once with ssh): {said}")
-    if "Permission denied" in said or "Too many authentication failures" in said:
+    if "Can't open user config file" in said or (
+            code == _SSH_FAILED and "bad configuration option" in said.lower()):
+        given = (f"the file given with ssh_config= in the URL ({target.ssh_config!r})"
+                 if target.ssh_config is not None else "the file given to ssh with -F")
+        return RemoteConnectError(
+            f"ssh to {where}: ssh cannot use its configuration file, {given}; nothing was "
+            f"sent to the host (check that the file exists on this machine and can be read): "
+            f"{said}")
+    if _LOGIN_REFUSED.search(said):
         return RemoteConnectError(
             f"ssh to {where}: the login was refused (no key or agent identity it accepts; "
             f"psij never asks for a password): {said}")
-    if code == 127 or "command not found" in said or "No such file or directory" in said:
+    logged_in = code is not None and code != _SSH_FAILED
+    if "bad interpreter" in said:
+        return RemoteConnectError(
+            f"ssh to {where}: the login succeeded, but the remote psij command "
+            f"{target.psij!r} could not be started: the interpreter its first line (#!) names "
+            f"cannot be run there by that user (missing, or in a folder it may not enter); "
+            f"install psij there with a Python that user can run, or give another one with "
+            f"?psij=/path/to/psij in the URL or PSIJ_REMOTE_PSIJ: {said}")
+    if code == 126 or (logged_in and "Permission denied" in said):
+        return RemoteConnectError(
+            f"ssh to {where}: the login succeeded, but the remote psij command "
+            f"{target.psij!r} could not be started there by that user (not executable, or in "
+            f"a folder it may not enter): {said}")
+    if code == 127 or "command not found" in said or (
+            code != _SSH_FAILED and "No such file or directory" in said):
         return RemoteConnectError(
             f"ssh to {where}: the remote psij command {target.psij!r} was not found there; "
             f"install psij on that host, or give its path with ?psij=/path/to/psij in the URL "
@@ -84,6 +116,11 @@ def connect_error(target: Target, code: Optional[int], stderr: bytes) -> RemoteC
         return RemoteConnectError(
             f"ssh to {where}: the psij there has no 'remote serve' command (a version before "
             f"remote executors; this machine has psij {__version__}): {said}")
+    if logged_in:
+        return RemoteConnectError(
+            f"ssh to {where}: the login succeeded, but the remote psij command "
+            f"{target.psij!r} ended (exit status {code}) before it started its server: "
+            f"{said or 'nothing was printed'}")
     return RemoteConnectError(f"ssh to {where} ended (exit status {code}) before the remote "
                               f"psij started: {said or 'nothing was printed'}")
 

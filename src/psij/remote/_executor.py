@@ -17,6 +17,7 @@ remote side tells last (a job submitted again there gets a new one).
 """
 
 import logging
+import posixpath
 import threading
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
@@ -32,7 +33,13 @@ from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 from psij.remote import _connection, _staging
-from psij.remote._protocol import RemoteError, RemoteProtocolError, raised, status_from_wire
+from psij.remote._protocol import (
+    RemoteError,
+    RemoteProtocolError,
+    raised,
+    status_from_wire,
+)
+from psij.remote._protocol import job_id as job_id_of
 from psij.remote._target import parse
 from psij.serialize import _spec_to_json
 
@@ -62,6 +69,14 @@ def _settings(config: JobExecutorConfig) -> Optional[Dict[str, Any]]:
         logger.warning("config settings not sent to the remote host (only text, numbers, "
                        "true/false and paths are): %s", ", ".join(left))
     return settings or None
+
+
+def _remote_path(value: Any) -> Optional[str]:
+    """``value`` when it is an absolute path the remote side may give, else None."""
+    if (not isinstance(value, str) or not value.startswith("/") or len(value) > 4096
+            or not value.isprintable()):
+        return None
+    return value
 
 
 class RemoteJobExecutor(JobExecutor):
@@ -96,7 +111,23 @@ class RemoteJobExecutor(JobExecutor):
         except (InvalidVersion, AttributeError):
             version = Version("0")
         self.__dict__["_psij_plugin"] = (name, version)
+        self._remote_python = _remote_path(opened.get("python"))
+        self._remote_staging = _remote_path(opened.get("staging"))
         self._conn.on_reconnect(self._refollow)
+
+    @property
+    def remote_python(self) -> Optional[str]:
+        """The Python interpreter the remote ``psij`` runs on (it imports that ``psij``), or
+        None when the remote side did not say."""
+        return self._remote_python
+
+    def remote_job_folder(self, job_id: str) -> Optional[str]:
+        """The private folder on the remote host that holds the staged files of job
+        ``job_id``: made when its first stage-in file is sent, removed once the job is final
+        and its stage-out files are back (None when the remote side did not say where)."""
+        if self._remote_staging is None:
+            return None
+        return posixpath.join(self._remote_staging, job_id_of(job_id))
 
     @property
     def connection(self) -> "_connection.Connection":

@@ -21,6 +21,7 @@ import os
 import platform
 import signal
 import socket
+import sys
 import threading
 from contextlib import contextmanager
 from datetime import timedelta
@@ -134,9 +135,12 @@ class Server:
 
     def _open(self, request: Mapping[str, Any]) -> Dict[str, Any]:
         """Make the executor a client names (its errors come back now, not at the first
-        submission); its name and version."""
+        submission); its name and version, the Python interpreter this server runs on (one
+        that imports this psij: function calls run there) and the folder under which each
+        job's staged files are kept (``<staging>/<job id>``, private, removed by ``drop``)."""
         executor = self._executor(request)
-        return {"name": executor.name, "version": str(executor.version)}
+        return {"name": executor.name, "version": str(executor.version),
+                "python": sys.executable, "staging": str(self.staging.root.absolute())}
 
     def _configured(self, executor: JobExecutor, name: str, version: Optional[str],
                     settings: Mapping[str, Any]) -> JobExecutor:
