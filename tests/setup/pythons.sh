@@ -85,28 +85,28 @@ check() {
 work=$(mktemp -d "${TMPDIR:-/tmp}/psij-pythons.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
 started=$SECONDS
-declare -A pids=() pythons=()
-not_checked=()
+# Parallel lists: the versions checked, their interpreters and the checks' process ids.
+checked=() pythons=() pids=() not_checked=()
 for version in $(printf '%s\n' "$oldest" "$newest" | sort -uV); do
     if python=$(find_python "$version"); then
-        pythons[$version]=$python
         mkdir -p "$work/$version"
         check "$version" "$python" "$work/$version" >"$work/$version/log" 2>&1 &
-        pids[$version]=$!
+        checked+=("$version") pythons+=("$python") pids+=("$!")
     else
         not_checked+=("$version")
     fi
 done
 
 rc=0
-for version in $(printf '%s\n' "${!pids[@]}" | sort -V); do
-    if wait "${pids[$version]}"; then
+for i in "${!checked[@]}"; do
+    version=${checked[$i]}
+    if wait "${pids[$i]}"; then
         # pip's notes about the extra package indexes are left out when all went well.
         grep -E '^(== |ok: )|[0-9]+ passed' "$work/$version/log"
         echo "Python $version: passed"
     else
         cat "$work/$version/log"
-        echo "Python $version (${pythons[$version]}): FAILED"
+        echo "Python $version (${pythons[$i]}): FAILED"
         rc=1
     fi
 done
@@ -130,9 +130,7 @@ $what
 ********************************************************************************
 EOF
 done
-checked=none
-[ "${#pids[@]}" -gt 0 ] && checked=$(printf '%s\n' "${!pids[@]}" | sort -V | paste -sd ' ')
-echo "pythons: supported $oldest to $newest; checked: $checked;" \
+echo "pythons: supported $oldest to $newest; checked: ${checked[*]:-none};" \
     "not found: ${not_checked[*]:-none}; $((SECONDS - started)) s;" \
     "$(if [ "$rc" != 0 ]; then echo FAILED; elif [ "${#not_checked[@]}" -gt 0 ]; then
            echo "passed in part (NOT CHECKED: ${not_checked[*]})"; else echo passed; fi)"
