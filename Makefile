@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck docs unit bench bench-scale bench-futures bench-remote system-deps schedulers stop-schedulers clean \
+.PHONY: demo test check lint typecheck docs pythons unit bench bench-scale bench-futures bench-remote system-deps schedulers stop-schedulers clean \
 	compat-dist
 
 $(STAMP): pyproject.toml
@@ -28,7 +28,7 @@ system-deps:
 # this machine holds it.
 SCHEDULERS_LOCK ?= /tmp/psij-test-schedulers.lock
 
-test: $(STAMP) system-deps check docs schedulers
+test: $(STAMP) system-deps check docs pythons schedulers
 	flock -s $(SCHEDULERS_LOCK) $(MAKE) unit; rc=$$?; $(MAKE) stop-schedulers; exit $$rc
 
 schedulers:
@@ -51,6 +51,16 @@ unit: $(STAMP)
 	PY=$(PY) bash tests/setup/run-tests.sh
 
 check: lint typecheck
+
+# The oldest and the newest supported Python (pyproject.toml: requires-python, classifiers), side
+# by side, each in a throwaway virtual environment: `pip install .` from this checkout (not
+# editable), a smoke check (every module imports, local jobs, the psij command) and a few unit
+# test modules (tests/setup/pythons.sh). A Python not found fails it, saying where it looked;
+# PYTHONS_MISSING=warn goes on without it (reported as NOT CHECKED).
+PYTHONS_MISSING ?= fail
+
+pythons:
+	@PYTHONS_MISSING=$(PYTHONS_MISSING) bash tests/setup/pythons.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples

@@ -79,11 +79,17 @@ def test_each_scheduler_is_asked_to_requeue_only_jobs_that_ask(tmp_path: Path, n
         asking = ex.submit_script(Job(_spec("true", {"psij.requeue": 2})))  # type: ignore
         assert directive in asking.splitlines()
         # Every start counts itself: PSIJ_ATTEMPT is the run submitted plus the restarts.
+        assert 'export PSIJ_ATTEMPT="1"' in asking.splitlines()
         assert "export PSIJ_ATTEMPT=$((1 + _psij_starts))" in asking
-        for custom in ({}, {"psij.requeue": 0}, {"psij.retry": "attempts=3"}):
+        # A job that may be run again has PSIJ_ATTEMPT in its first run; the others have none.
+        for custom, attempt in (({}, False), ({"psij.requeue": 0}, False),
+                                ({"psij.retry": "attempts=1"}, False),
+                                ({"psij.retry": "attempts=3"}, True)):
             other = ex.submit_script(Job(_spec("true", custom)))  # type: ignore
             assert directive not in other.splitlines()
-            assert "PSIJ_ATTEMPT" not in other and "_psij_starts" not in other
+            assert "_psij_starts" not in other
+            assert ('export PSIJ_ATTEMPT="1"' in other.splitlines()) is attempt, custom
+            assert other.count("PSIJ_ATTEMPT") == int(attempt), custom
     finally:
         ex.close()
 
@@ -119,7 +125,8 @@ def bt(tmp_path: Path) -> Any:
 
 def test_a_job_exiting_85_is_submitted_again_as_the_same_job(bt: Any, tmp_path: Path) -> None:
     out = tmp_path / "attempt"
-    script = f'sleep 1; [ "${{PSIJ_ATTEMPT:-1}}" = 1 ] && exit 85; echo "$PSIJ_ATTEMPT" > {out}'
+    # PSIJ_ATTEMPT is there in the first run too.
+    script = f'sleep 1; [ "$PSIJ_ATTEMPT" = 1 ] && exit 85; echo "$PSIJ_ATTEMPT" > {out}'
     job = Job(_spec(script, {"psij.requeue": 1}))
     seen = _watched(job)
     told: List[JobStatus] = []  # restatements too
@@ -147,7 +154,7 @@ def test_a_job_exiting_85_is_submitted_again_as_the_same_job(bt: Any, tmp_path: 
 
 
 def test_a_time_limit_is_retried_with_a_longer_duration(bt: Any, tmp_path: Path) -> None:
-    job = Job(_spec('[ "${PSIJ_ATTEMPT:-1}" = 1 ] && sleep 30; exit 0',
+    job = Job(_spec('[ "$PSIJ_ATTEMPT" = 1 ] && sleep 30; exit 0',
                     {"psij.retry": "attempts=2,on=time_limit,duration=3"},
                     duration=timedelta(seconds=2)))
     seen = _watched(job)
@@ -201,8 +208,8 @@ def test_an_array_element_runs_again_alone(name: str, tmp_path: Path,
 
     ex._runner = Recording()  # type: ignore[assignment]
     out = tmp_path / "runs"
-    jobs = [Job(_spec(f'sleep 1; echo "${{PSIJ_ATTEMPT:-1}}" >> {out}{i}; '
-                      f'[ {i} = 1 ] && [ -z "$PSIJ_ATTEMPT" -o "$PSIJ_ATTEMPT" = 1 ] && exit 85; '
+    jobs = [Job(_spec(f'sleep 1; echo "${{PSIJ_ATTEMPT:-none}}" >> {out}{i}; '
+                      f'[ {i} = 1 ] && [ "$PSIJ_ATTEMPT" = 1 ] && exit 85; '
                       "exit 0", {"psij.requeue": 1})) for i in range(3)]
     try:
         ex.submit_many(jobs)
@@ -217,6 +224,7 @@ def test_an_array_element_runs_again_alone(name: str, tmp_path: Path,
         assert "[" not in str(jobs[1].native_id) and jobs[1].native_id != first[1]
         assert [job.native_id for job in (jobs[0], jobs[2])] == [first[0], first[2]]
         assert (Path(f"{out}1")).read_text().split() == ["1", "2"]
+        assert [(Path(f"{out}{i}")).read_text().split() for i in (0, 2)] == [["1"], ["1"]]
     finally:
         ex.close()
 
@@ -361,9 +369,11 @@ def test_the_second_run_gets_the_memory_in_its_script(tmp_path: Path) -> None:
         ex.submit(job)
         st = job.wait(WAIT)
         assert st is not None and st.state is JobState.COMPLETED, st
-        assert "#SBATCH --mem=102400K" in scripts[0] and "PSIJ_ATTEMPT" not in scripts[0]
+        assert "#SBATCH --mem=102400K" in scripts[0]
+        assert 'export PSIJ_ATTEMPT="1"' in scripts[0].splitlines()
         assert "#SBATCH --mem=409600K" in scripts[1]
-        assert 'export PSIJ_ATTEMPT="2"' in scripts[1]
+        assert 'export PSIJ_ATTEMPT="2"' in scripts[1].splitlines()
+        assert all(s.count("PSIJ_ATTEMPT") == 1 for s in scripts)
     finally:
         ex.close()
 

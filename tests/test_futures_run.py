@@ -157,6 +157,10 @@ def test_a_job_run_again_runs_the_calls_its_earlier_run_left_without_a_result(
     monkeypatch.delenv("PSIJ_ATTEMPT", raising=False)
     monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
     assert _run.run_directory(directory) == 0  # a first run: call 1 is another runner's
+    # The first run of a job that may be run again (PSIJ_ATTEMPT=1) is a first run too.
+    monkeypatch.setenv("PSIJ_ATTEMPT", "1")
+    assert _run.run_directory(directory) == 0
+    monkeypatch.delenv("PSIJ_ATTEMPT")
     monkeypatch.setenv(*again)
     assert _run.run_directory(directory) == 1
     _header, payload = _wire.read_file(_wire.result_file(directory, 0), work.key,

@@ -118,11 +118,29 @@ def test_a_failing_job_is_retried_until_its_third_run_completes(tmp_path: Path) 
     ex.submit(job)
     status = final(job)
     assert status.state is JobState.COMPLETED and meta(status)["attempt"] == 3
-    assert (tmp_path / "attempts").read_text().split() == ["-", "2", "3"]
+    assert (tmp_path / "attempts").read_text().split() == ["1", "2", "3"]
     queued = [st for st in seen if st.state is JobState.QUEUED]
     assert [meta(st).get("attempt") for st in queued] == [None, 2, 3]
     assert [meta(st).get("cause") for st in queued] == [None, "failed", "failed"]
     assert queued[1].message == "retried after failed: attempt 2 of 3, duration 600 s"
+
+
+def test_psij_attempt_is_set_in_every_run_of_a_job_that_may_run_again_only(
+        tmp_path: Path) -> None:
+    # A job that may be run again has PSIJ_ATTEMPT from its first run on (1); a job that may
+    # not (no policy, psij.requeue=0, a single attempt) has none, as with psij-python. The
+    # job's own spec is not changed for its first run.
+    ex = make(tmp_path)
+    for i, (custom, seen_as) in enumerate([
+            ({}, "-"), ({"psij.requeue": 0}, "-"), ({"psij.retry": "1"}, "-"),
+            ({"psij.requeue": 1}, "1"), ({"psij.retry": "attempts=2,on=time_limit"}, "1")]):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        job, _ = job_of(folder, ["-c", COUNTING, "0", "1"], **custom)
+        ex.submit(job)
+        assert final(job).state is JobState.COMPLETED
+        assert (folder / "attempts").read_text().split() == [seen_as], custom
+        assert job.spec is not None and job.spec.environment is None
 
 
 def test_attempts_exhausted_end_the_job_failed_with_the_last_attempt(tmp_path: Path) -> None:

@@ -103,12 +103,28 @@ def test_a_failing_job_is_retried_until_its_third_run_completes(executor: PilotJ
     executor.submit(job)
     status = final(job)
     assert status.state is JobState.COMPLETED and meta(status)["attempt"] == 3
-    assert (tmp_path / "attempts").read_text().split() == ["-", "2", "3"]
+    assert (tmp_path / "attempts").read_text().split() == ["1", "2", "3"]
     queued = [st for st in seen if st.state is JobState.QUEUED]
     assert [meta(st).get("attempt") for st in queued] == [None, 2, 3]
     assert [meta(st).get("cause") for st in queued] == [None, "failed", "failed"]
     assert job.native_id == f"{job.id}.3"
     assert sorted(executor.list()) == []
+
+
+def test_psij_attempt_is_set_in_every_run_of_a_job_that_may_run_again_only(
+        executor: PilotJobExecutor, tmp_path: Path) -> None:
+    # As on local: PSIJ_ATTEMPT=1 in the first run of a job that may be run again, nothing in
+    # a job that may not; the job's spec is left as it was given.
+    for i, (custom, seen_as) in enumerate([
+            ({}, "-"), ({"psij.requeue": 0}, "-"), ({"psij.retry": "1"}, "-"),
+            ({"psij.requeue": 1}, "1"), ({"psij.retry": "attempts=2,on=time_limit"}, "1")]):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        job, _ = job_of(folder, ["-c", COUNTING, "0", "1"], **custom)
+        executor.submit(job)
+        assert final(job).state is JobState.COMPLETED
+        assert (folder / "attempts").read_text().split() == [seen_as], custom
+        assert job.spec is not None and job.spec.environment is None
 
 
 def test_attempts_exhausted_end_the_job_failed_with_the_last_attempt(
@@ -285,7 +301,7 @@ def test_a_served_pilot_retries_a_job_as_a_new_task(served: Served, tmp_path: Pa
         status = final(job)
         assert status.state is JobState.COMPLETED and meta(status)["attempt"] == 3
         assert job.native_id == f"{job.id}.3"
-        assert (tmp_path / "attempts").read_text().split() == ["-", "2", "3"]
+        assert (tmp_path / "attempts").read_text().split() == ["1", "2", "3"]
         assert states(seen) == ["QUEUED", "ACTIVE"] * 3 + ["COMPLETED"]
         client = PilotClient(served.socket)
         try:

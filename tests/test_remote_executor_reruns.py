@@ -154,9 +154,10 @@ def client(name: str, tmp_path: Path) -> RemoteJobExecutor:
 
 def failing_once(tmp_path: Path, attempts: str = RETRY_FAILED) -> Job:
     """A job that fails (exit 3) in its first run and completes in its second: it counts its
-    runs in a file."""
+    runs in a file, a line for each with its PSIJ_ATTEMPT ("-" when it has none)."""
     runs = tmp_path / "runs"
-    script = (f'echo run >> "{runs}"; [ "$(wc -l < "{runs}")" -ge 2 ] || exit 3')
+    script = (f'echo "${{PSIJ_ATTEMPT:--}}" >> "{runs}"; [ "$(wc -l < "{runs}")" -ge 2 ] '
+              '|| exit 3')
     return Job(JobSpec("/bin/sh", ["-c", script],
                        attributes=JobAttributes(custom_attributes={"psij.retry": attempts})))
 
@@ -257,5 +258,16 @@ def test_a_local_job_on_the_remote_side_is_retried(remote: InProcessConnection,
     assert (status.metadata or {}).get("attempt") == 2
     assert [s for s in seen if s[0] in ("QUEUED", "COMPLETED")] == [
         ("QUEUED", None), ("QUEUED", 2), ("COMPLETED", 2)]
-    assert (tmp_path / "runs").read_text() == "run\nrun\n"
+    # The remote executor's rule: PSIJ_ATTEMPT in every run of a job that may run again.
+    assert (tmp_path / "runs").read_text() == "1\n2\n"
+
+
+def test_a_local_job_on_the_remote_side_without_a_policy_has_no_attempt_variable(
+        remote: InProcessConnection, tmp_path: Path) -> None:
+    ex = client("local", tmp_path)
+    job = failing_once(tmp_path, "1")  # one attempt: never run again
+    ex.submit(job)
+    status = job.wait(WAIT)
+    assert status is not None and status.state is JobState.FAILED and status.exit_code == 3
+    assert (tmp_path / "runs").read_text() == "-\n"
 

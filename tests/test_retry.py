@@ -33,6 +33,8 @@ from psij._retry import (
     parse_requeue,
     parse_retry,
     rerun_status,
+    run_attempt,
+    run_environment,
     scheduler_requeue,
     spec_for,
 )
@@ -284,3 +286,35 @@ def test_a_scheduler_requeue_counts_as_one() -> None:
     _, more = _job({REQUEUE_ATTRIBUTE: 3})
     said = scheduler_requeue(more, JobStatus(JobState.QUEUED, metadata={"cause": "preempted"}))
     assert said is not None and said.cause == "preempted"
+
+
+@pytest.mark.parametrize("custom,attempt", [
+    ({}, None), ({REQUEUE_ATTRIBUTE: 0}, None), ({RETRY_ATTRIBUTE: 1}, None),
+    ({REQUEUE_ATTRIBUTE: 1}, 1), ({RETRY_ATTRIBUTE: "attempts=2"}, 1),
+    ({REQUEUE_ATTRIBUTE: 0, RETRY_ATTRIBUTE: 3}, 1)])
+def test_psij_attempt_is_given_to_every_run_of_a_job_that_may_run_again_only(
+        custom: Dict[str, Any], attempt: Optional[int]) -> None:
+    own = {"A": "b", ATTEMPT_VARIABLE: "its own"}
+    job = Job(JobSpec("/bin/true", environment=dict(own),
+                      attributes=JobAttributes(custom_attributes=custom)))
+    # Not submitted yet (a script shown): read from the spec, as a submission would.
+    assert run_attempt(job) == attempt
+    job.__dict__["_runs"] = check_job(job.spec)  # type: ignore[arg-type]  # as submit does
+    assert run_attempt(job) == attempt
+    given = run_environment(job, job.spec.environment)  # type: ignore[union-attr]
+    if attempt is None:
+        assert given == own  # the job's own variable, untouched
+    else:
+        assert given == {"A": "b", ATTEMPT_VARIABLE: "1"}
+        runs = job.__dict__["_runs"]
+        runs.attempt = 3
+        assert run_environment(job, None) == {ATTEMPT_VARIABLE: "3"}
+    assert job.spec is not None and job.spec.environment == own  # never changed
+    assert run_environment(job, None) == ({} if attempt is None else {ATTEMPT_VARIABLE: "3"})
+
+
+def test_a_job_followed_for_its_scheduler_s_requeues_only_gets_no_attempt_variable() -> None:
+    # A job attached again from the registry without a policy is followed, never run here.
+    job = Job(JobSpec("/bin/true"))
+    job.__dict__["_runs"] = Runs(0, None, attempt=2)
+    assert run_attempt(job) is None and run_environment(job, None) == {}

@@ -22,8 +22,10 @@ ACTIVE, ... once per run), and from its second run on every status's metadata ho
 ``retry``), ``cause`` (why the run before ended) and ``previous`` (that run's native id, exit
 code and message). The job's ``spec`` becomes a copy with the run's memory and duration (and
 ``pilot.time_limit`` scaled as the duration is), and :data:`ATTEMPT_VARIABLE` (``PSIJ_ATTEMPT``)
-in its environment. A run that cannot be started again ends the job with the status of the run
-before.
+in its environment. Every run of a job that may be run again has ``PSIJ_ATTEMPT`` in the
+environment it runs in, its first run too (``1``: :func:`run_environment`, which every executor
+applies); a job that may not has no such variable (what psij-python gives). A run that cannot
+be started again ends the job with the status of the run before.
 
 This module decides (pure, no I/O); :class:`psij.JobExecutor` acts (``_set_job_status``).
 """
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["ATTEMPT_VARIABLE", "REQUEUE_ATTRIBUTE", "REQUEUE_CAUSES", "REQUEUE_EXIT_CODE",
            "RETRY_ATTRIBUTE", "RETRY_CAUSES", "Rerun", "RetryPolicy", "Runs", "cause_of",
            "check_job", "counted", "next_run", "parse_requeue", "parse_retry", "rerun_status",
-           "scheduler_requeue", "spec_for"]
+           "run_attempt", "run_environment", "scheduler_requeue", "spec_for"]
 
 REQUEUE_ATTRIBUTE = "psij.requeue"
 RETRY_ATTRIBUTE = "psij.retry"
@@ -54,7 +56,9 @@ MAX_RUNS = 1000
 """The most times a job may be requeued, and the most attempts a retry policy may allow."""
 MAX_FACTOR = 1000.0
 ATTEMPT_VARIABLE = "PSIJ_ATTEMPT"
-"""Set in a job's environment from its second run on: the run's number (2, 3, ...)."""
+"""Set in the environment of every run of a job that may be run again (``psij.requeue`` of 1
+or more, or ``psij.retry`` of 2 attempts or more): the run's number, ``1`` in its first run;
+never set for other jobs."""
 PILOT_TIME_LIMIT = "pilot.time_limit"
 # The causes of a failure (status metadata "cause") that a requeue covers; "checkpoint" is the
 # job's own exit with REQUEUE_EXIT_CODE, "requeued" a scheduler requeueing the job itself.
@@ -65,6 +69,7 @@ _TEXT_FORM = ("attempts=N,on=CAUSE+CAUSE,memory=FACTOR,duration=FACTOR,max_memor
               "max_duration=SECONDS (every part but attempts optional), or a mapping of the "
               "same keys")
 _INTEGER = re.compile(r"[+-]?[0-9]{1,30}")
+_UNCHECKED = object()
 
 
 class RetryPolicy(Record):
@@ -232,6 +237,33 @@ def check_job(spec: "JobSpec") -> Optional[Runs]:
     if requeue == 0 and (retry is None or retry.attempts == 1):
         return None
     return Runs(requeue, retry)
+
+
+def run_attempt(job: "Job") -> Optional[int]:
+    """The number of the run of ``job`` being started (1 for its first) when the job may be
+    run again (:func:`check_job` gave it runs), else None: its run has no
+    :data:`ATTEMPT_VARIABLE`. A job not submitted yet (a script shown, not submitted) is read
+    from its spec, as its submission would be."""
+    runs = job.__dict__.get("_runs", _UNCHECKED)
+    if runs is _UNCHECKED:
+        return None if job.spec is None or check_job(job.spec) is None else 1
+    if not isinstance(runs, Runs) \
+            or (runs.requeue == 0 and (runs.retry is None or runs.retry.attempts < 2)):
+        return None  # none, or the counts of a job followed for its scheduler's requeues
+    return runs.attempt
+
+
+def run_environment(job: "Job", environment: Optional[Mapping[str, str]]
+                    ) -> Mapping[str, str]:
+    """The variables a run of ``job`` gets from psij: ``environment`` (its spec's), with
+    :data:`ATTEMPT_VARIABLE` set to the run's number when the job may be run again (then a new
+    mapping; ``environment`` itself, or an empty one, otherwise)."""
+    attempt = run_attempt(job)
+    if attempt is None:
+        return environment if environment is not None else {}
+    made = dict(environment or {})
+    made[ATTEMPT_VARIABLE] = str(attempt)
+    return made
 
 
 def cause_of(status: "JobStatus") -> str:

@@ -107,7 +107,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Watche
         attributes=JobAttributes(duration=timedelta(minutes=5), custom_attributes={
             "psij.retry": "attempts=2,on=out_of_memory,memory=4"})), work / "oom")
     # (b) 75 s of work in a minute: TIMEOUT, then two minutes and it completes.
-    made["time"] = Watched(_bash(work / "time", "echo ${PSIJ_ATTEMPT:-1} >> runs; sleep 75",
+    made["time"] = Watched(_bash(work / "time", "echo ${PSIJ_ATTEMPT:-none} >> runs; sleep 75",
                                  {"psij.retry": "attempts=2,on=time_limit,duration=2"},
                                  minutes=1), work / "time")
     # (c) requeued in place by scontrol requeue (the test does it once the job runs).
@@ -303,7 +303,7 @@ def test_sge_a_rescheduled_job_is_queued_again(sge: JobExecutor, tmp_path: Path)
 
 @pytest.mark.sge
 def test_sge_a_job_exiting_85_is_submitted_again(sge: JobExecutor, tmp_path: Path) -> None:
-    w = Watched(_bash(tmp_path / "job", 'echo "${PSIJ_ATTEMPT:-1}" >> runs; sleep 3; '
+    w = Watched(_bash(tmp_path / "job", 'echo "${PSIJ_ATTEMPT:-none}" >> runs; sleep 3; '
                       '[ -f ckpt ] && exit 0; date +%s.%N > ckpt; exit 85',
                       {"psij.requeue": 1}), tmp_path / "job")
     st = None
@@ -321,3 +321,34 @@ def test_sge_a_job_exiting_85_is_submitted_again(sge: JobExecutor, tmp_path: Pat
     assert w.job.native_id != w.first_native_id()
     assert (w.folder / "runs").read_text().split() == ["1", "2"]
     _report("exit 85", w.submitted, float((w.folder / "ckpt").read_text()), w)
+
+
+# ------------------------------------------------------------------------------ both
+
+
+@pytest.mark.parametrize("name", [pytest.param("slurm", marks=pytest.mark.slurm),
+                                  pytest.param("sge", marks=pytest.mark.sge)])
+def test_psij_attempt_is_in_every_run_of_a_job_that_may_run_again_only(
+        name: str, tmp_path: Path) -> None:
+    # A retried job (submitted anew, no scheduler requeue) has PSIJ_ATTEMPT=1 in its first
+    # run and 2 in its second; a job that may not run again has none.
+    _need(name)
+    cfg = BatchSchedulerExecutorConfig(work_directory=tmp_path / "psij", queue_polling_interval=1,
+                                       initial_queue_polling_delay=0.5)
+    ex = JobExecutor.get_instance(name, config=cfg)
+    script = 'echo "${PSIJ_ATTEMPT:-none}" >> runs; [ "$PSIJ_ATTEMPT" = 1 ] && exit 3; exit 0'
+    retried = Watched(_bash(tmp_path / "retried", script, {"psij.retry": "attempts=2,on=failed"}),
+                      tmp_path / "retried")
+    plain = Watched(_bash(tmp_path / "plain", script, {}), tmp_path / "plain")
+    try:
+        for w in (retried, plain):
+            ex.submit(w.job)
+        ends = [w.job.wait(WAIT) for w in (retried, plain)]
+    finally:
+        for w in (retried, plain):
+            if not w.job.status.state.final:
+                w.job.cancel()
+        ex.close()
+    assert [st.state if st else None for st in ends] == [JobState.COMPLETED] * 2, ends
+    assert (retried.folder / "runs").read_text().split() == ["1", "2"]
+    assert (plain.folder / "runs").read_text().split() == ["none"]

@@ -127,11 +127,11 @@ def _result(directory: str, key: bytes, index: int, fields: Dict[str, Any],
 def _cut_short(directory: str, index: int) -> bool:
     """Whether call ``index`` was started by an earlier run of this job that ended before
     writing its result (killed for its memory or time limit, its node lost): in a job run
-    again (``psij.requeue``, ``psij.retry``: ``PSIJ_ATTEMPT`` is set; or requeued by Slurm
+    again (``psij.requeue``, ``psij.retry``: ``PSIJ_ATTEMPT`` above 1; or requeued by Slurm
     itself: ``SLURM_RESTART_COUNT`` above 0) this run runs the call again. A call the client
     claimed (cancelled) or one with a result stays as it is; in a first run a claimed call is
     another runner's."""
-    if not os.environ.get("PSIJ_ATTEMPT") \
+    if os.environ.get("PSIJ_ATTEMPT", "1") in ("", "1") \
             and os.environ.get("SLURM_RESTART_COUNT", "0") in ("", "0"):
         return False
     if os.path.lexists(_wire.result_file(directory, index)):

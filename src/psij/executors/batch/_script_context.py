@@ -164,7 +164,8 @@ def build_script_context(job: Job, inputs: ScriptInputs) -> Dict[str, object]:
     resources = _NO_RESOURCES if spec.resources is None else v1_resources(spec)
     context: Dict[str, object] = {
         "job": job,
-        "env": [{"name": k, "value": v} for k, v in (spec.environment or {}).items()],
+        "env": [{"name": k, "value": v}
+                for k, v in _retry.run_environment(job, spec.environment).items()],
         "custom_attributes": custom_items(spec, inputs),
         "psij": {
             "lib": FUNCTION_LIBRARY,

@@ -17,7 +17,7 @@ from psij._end_signal import ATTRIBUTE as END_SIGNAL
 from psij._end_signal import EndSignal, end_signal
 from psij._lazylog import LazyLogger
 from psij._private_dirs import ensure_private_dir
-from psij._retry import Rerun
+from psij._retry import Rerun, run_environment
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._process import (
     SIGTERM,
@@ -238,7 +238,7 @@ class LocalJobExecutor(JobExecutor):
         launcher_name = spec.launcher or Launcher.DEFAULT_LAUNCHER_NAME
         direct = (launcher_name == "single" and spec.pre_launch is None
                   and spec.post_launch is None)
-        env = self._environment(spec)
+        env = self._environment(job, spec)
         base = BASE.get() if spec.inherit_environment else None
         check_sizes(f"job {job.id}: could not start {spec.executable!r}",
                     spec.arguments or (), env, BASE.size() if base is not None else 0)
@@ -273,9 +273,10 @@ class LocalJobExecutor(JobExecutor):
             cwd = self._cwd_path = (text, Path(text))
         return cwd[1]
 
-    def _environment(self, spec: JobSpec) -> Dict[str, str]:
-        """The job's own variables (the inherited ones are ``Prepared.base``)."""
-        env: Dict[str, str] = dict(spec.environment) if spec.environment else {}
+    def _environment(self, job: Job, spec: JobSpec) -> Dict[str, str]:
+        """The job's own variables (the inherited ones are ``Prepared.base``), with
+        ``PSIJ_ATTEMPT`` for a job that may be run again (:func:`psij._retry.run_environment`)."""
+        env: Dict[str, str] = dict(run_environment(job, spec.environment))
         res = spec.resources
         env["PSIJ_NODEFILE"] = self._nodefiles.path(
             res.computed_process_count if isinstance(res, ResourceSpecV1) else 1)

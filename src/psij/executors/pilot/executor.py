@@ -428,7 +428,7 @@ class PilotJobExecutor(JobExecutor):
         return with_staging(TaskSpec(
             name=job.id if name is None else name, executable=spec.executable,
             arguments=tuple(spec.arguments or ()),
-            directory=directory, environment=spec.environment or {},
+            directory=directory, environment=_retry.run_environment(job, spec.environment),
             inherit_environment=spec.inherit_environment,
             stdin=None if spec.stdin_path is None else str(spec.stdin_path),
             stdout=None if spec.stdout_path is None else str(spec.stdout_path),
