@@ -32,12 +32,13 @@ from psij.executors.batch.batch_scheduler_executor import (
     BatchSchedulerExecutor,
     BatchSchedulerExecutorConfig,
 )
+from psij.job import LARGE_TIMEOUT as LARGE_TIMEOUT
 from psij.job import Job
 from psij.job_executor_config import JobExecutorConfig
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 
-__all__ = ["STATE_MAP", "NQSVExecutorConfig", "NQSVJobExecutor"]
+__all__ = ["LARGE_TIMEOUT", "STATE_MAP", "NQSVExecutorConfig", "NQSVJobExecutor"]
 
 
 class NQSVExecutorConfig(BatchSchedulerExecutorConfig):
