@@ -95,7 +95,7 @@ class Serializer(ABC):
     """Base class of job-spec serializers, as in psij-python: a subclass writes and reads the
     document form of a spec (a dict of str keys whose values are dicts, lists, str, int, float,
     bool or None; the format this module describes) in its own syntax, by implementing
-    :meth:`_dump_dict` and :meth:`_load_dict`. ``dump``/``load``/``dumps``/``loads`` are built
+    ``_dump_dict`` and ``_load_dict``. ``dump``/``load``/``dumps``/``loads`` are built
     on those two; a subclass may override them to work on its text directly.
     """
 
