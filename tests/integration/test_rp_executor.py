@@ -97,7 +97,9 @@ def test_a_job_runs_as_a_radical_pilot_task_on_the_local_resource(tmp_path: Path
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     # RADICAL-Pilot's local agent runs in the client's virtual environment, found through
     # VIRTUAL_ENV, with its commands (radical-pilot-agent_0, ...) on PATH.
-    env.update(HOME=str(tmp_path), VIRTUAL_ENV=str(venv), PYTHONPATH=str(REPO / "src"),
+    # Its session and sandbox folders go to the current directory, which it reads from PWD.
+    env.update(HOME=str(tmp_path), PWD=str(tmp_path), VIRTUAL_ENV=str(venv),
+               PYTHONPATH=str(REPO / "src"),
                PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
     out = tmp_path / "out.txt"
     done = subprocess.run([str(python), "-c", CHILD, str(out)], cwd=tmp_path, env=env,

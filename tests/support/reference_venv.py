@@ -25,18 +25,19 @@ def cache_dir() -> Path:
 def side_venv(name: str, requirements: Sequence[str], timeout: int = 900,
               then: Sequence[Sequence[str]] = ()) -> Path:
     """The python of the venv ``<cache>/<name>`` with ``requirements`` installed, then each pip
-    command of ``then`` run (made on the first call, its folder replaced whole so that a failed
-    install leaves nothing half made). Skips the test when pip cannot reach a package index."""
+    command of ``then`` run (made on the first call; a venv without its marker file, left by an
+    install that failed or was interrupted, is made again). It is made at its final place, as
+    the commands it installs name its interpreter's path. Skips the test when pip cannot reach
+    a package index."""
     venv = cache_dir() / name
     python = venv / "bin" / "python"
     marker = venv / ".complete"
     if marker.is_file() and python.exists():
         return python
-    partial = venv.with_name(name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", str(partial)], check=True, timeout=300)
-    pip = [str(partial / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    shutil.rmtree(venv, ignore_errors=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     got = subprocess.run([*pip, "install", "--quiet", *requirements],
                          capture_output=True, text=True, timeout=timeout)
     for command in then if got.returncode == 0 else ():
@@ -44,15 +45,12 @@ def side_venv(name: str, requirements: Sequence[str], timeout: int = 900,
         if got.returncode != 0:
             break
     if got.returncode != 0:
-        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(venv, ignore_errors=True)
         text = got.stdout + got.stderr
         if any(s in text for s in ("No matching distribution", "Could not find a version",
                                    "NewConnectionError", "Network is unreachable",
                                    "Temporary failure in name resolution")):
             pytest.skip(f"no package index gave {' '.join(requirements)}: {text[-300:]}")
         pytest.fail(f"pip could not install {' '.join(requirements)}:\n{text[-3000:]}")
-    # Only bin/python (a link to the base interpreter) is used, so the folder may be moved.
-    shutil.rmtree(venv, ignore_errors=True)
-    partial.rename(venv)
     marker.write_text("\n".join(requirements) + "\n")
     return python
