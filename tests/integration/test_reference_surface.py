@@ -15,6 +15,7 @@ import inspect
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -175,10 +176,8 @@ def test_the_lister_reads_this_package_too(tmp_path: Path) -> None:
     """The lister sees imported names and signatures here as it does in the reference (it
     would otherwise hide a difference)."""
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-    done = subprocess.run([str(REPO / ".venv" / "bin" / "python")
-                           if (REPO / ".venv" / "bin" / "python").exists() else "python3",
-                           str(LISTER)], capture_output=True, text=True, timeout=300, env=env,
-                          cwd=tmp_path)
+    done = subprocess.run([sys.executable, str(LISTER)], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     ours = json.loads(done.stdout)
     base = ours["psij.executors.batch.pbs_base"]["names"]
