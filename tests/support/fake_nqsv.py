@@ -27,7 +27,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from fake_site_scheduler import Spool, directives, option
+# Run as a script: the tests folder goes on the path for the support package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.fake_site_scheduler import Spool, directives, option
 
 HOST = "fakebsv"
 DIRECTIVE_FLAVOUR = "pbs"  # NQSV's directive lines start with #PBS too
