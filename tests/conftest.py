@@ -1,6 +1,6 @@
 """Fixtures that more than one test module uses.
 
-``site`` gives, for each of the PBS Pro, Torque, LSF, Cobalt and Flux executors, one whose
+``site`` gives, for each of the PBS Pro, Torque, LSF, Cobalt, Flux and NQSV executors, one whose
 scheduler commands are the fakes of ``tests/support/fake_site_scheduler.py``
 (tests/test_batch_sites_runs.py, tests/test_batch_sites_staging.py). ``config``, ``job_dir`` and
 ``argv_dump`` are for the tests of the script-based launchers (tests/test_launchers_*.py).

@@ -39,7 +39,7 @@ def test_lsf_asks_for_a_warning_action_in_whole_minutes(lead: str, minutes: str,
     assert "_psij_before_end" not in text
 
 
-@pytest.mark.parametrize("name", ["sge", "pbs", "pbs_classic", "cobalt", "flux",
+@pytest.mark.parametrize("name", ["sge", "pbs", "pbs_classic", "cobalt", "flux", "nqsv",
                                   "batch-test"])
 def test_the_other_scripts_time_it_themselves(name: str, tmp_path: Path) -> None:
     text = script(name, tmp_path, "TERM@60", timedelta(minutes=10))

@@ -23,7 +23,8 @@ from support.batch_sites import WAIT, fake_site
 SUBMIT_ERRORS = {"pbs": "qsub: Unknown queue", "pbs_classic": "Unknown queue MSG=cannot locate",
                  "lsf": "No such queue. Job not submitted",
                  "cobalt": "'nosuchqueue' is not a valid queue name",
-                 "flux": "Invalid queue 'nosuchqueue' specified"}
+                 "flux": "Invalid queue 'nosuchqueue' specified",
+                 "nqsv": "Queue nosuchqueue does not exist"}
 
 
 def test_lsf_script_goes_to_bsub_on_stdin(tmp_path: Path,
@@ -200,7 +201,7 @@ def test_jobs_are_found_and_cancelled_by_their_name(
         site: Tuple[str, BatchSchedulerExecutor]) -> None:
     """What ``psij supervise`` does with a submission whose outcome it does not know."""
     name, ex = site
-    if name == "cobalt":  # qstat cannot select by name: the supervisor says so instead
+    if name in ("cobalt", "nqsv"):  # qstat cannot select by name: the supervisor says so
         with pytest.raises(NotImplementedError):
             ex.jobs_named("study.u3.ab12")
         return

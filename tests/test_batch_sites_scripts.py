@@ -167,7 +167,7 @@ class _OtherResourceSpec(psij.ResourceSpec):
 
 
 @pytest.mark.parametrize("name", ["slurm", "sge", "pbs", "pbs_classic", "lsf", "cobalt", "flux",
-                                  "batch-test"])
+                                  "nqsv", "batch-test"])
 def test_resources_other_than_v1_are_refused_naming_the_field(name: str, tmp_path: Path) -> None:
     ex = psij.JobExecutor.get_instance(
         name, config=psij.JobExecutorConfig(work_directory=tmp_path))

@@ -15,7 +15,7 @@ from psij.executors.batch.batch_test import BatchTestExecutorConfig
 from psij.staging import StageIn, StageOut
 
 BAD = "x\ud800y"
-EXECUTORS = ["slurm", "sge", "pbs", "pbs_classic", "lsf", "cobalt", "flux", "batch-test"]
+EXECUTORS = ["slurm", "sge", "pbs", "pbs_classic", "lsf", "cobalt", "flux", "nqsv", "batch-test"]
 PREFIX = {"pbs_classic": "pbs", "sge": "sge"}
 
 # field named in the error -> a spec holding a bad string there

@@ -26,7 +26,7 @@ from psij._scripts.quoting import ShellWord, bash_escape
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutor
 from psij.staging import StageIn
 
-BATCH = ["slurm", "sge", "pbs", "pbs_classic", "lsf", "cobalt", "flux", "batch-test"]
+BATCH = ["slurm", "sge", "pbs", "pbs_classic", "lsf", "cobalt", "flux", "nqsv", "batch-test"]
 
 
 def by_pystache(template: str, context: Dict[str, Any]) -> str:

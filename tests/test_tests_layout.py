@@ -30,6 +30,8 @@ WHOLE_PACKAGE = {"test_import.py", "test_import_cycles.py", "test_package_layout
 COVERED_THROUGH: Dict[str, str] = {
     "psij._priority": "use_nice and set_priority (test_batch_nice.py, "
                       "test_batch_priority_change.py, test_cli_priority.py)",
+    "psij._reexports": "names offered on first use (integration/test_reference_modules.py, "
+                       "integration/test_reference_surface.py)",
     "psij.cli._broken_pipe": "psij piped to a reader that stops early "
                              "(integration/test_first_hour_bugs.py)",
     "psij.cli._common": "the exit codes and statuses of every command (test_cli.py)",

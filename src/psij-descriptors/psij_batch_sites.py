@@ -1,5 +1,5 @@
 """Batch executors for schedulers without a local test installation: PBS Pro, Torque, LSF,
-Cobalt and Flux (read by psij._plugins; no __init__.py here)."""
+Cobalt, Flux and NQSV (read by psij._plugins; no __init__.py here)."""
 
 from packaging.version import Version
 
@@ -17,4 +17,6 @@ __PSI_J_EXECUTORS__ = [
                cls="psij.executors.batch.cobalt.CobaltJobExecutor"),
     Descriptor(name="flux", nice_name="Flux", version=Version("0.1.0"),
                cls="psij.executors.batch.flux.FluxJobExecutor"),
+    Descriptor(name="nqsv", nice_name="NEC NQSV", version=Version("0.1.0"),
+               cls="psij.executors.batch.nqsv.NQSVJobExecutor"),
 ]

@@ -27,6 +27,7 @@ from psij._lazylog import LazyLogger
 from psij.exceptions import SubmitException
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
+from psij.job_state import JobStateOrder as JobStateOrder
 from psij.job_status import JobStatus
 
 if TYPE_CHECKING:
@@ -38,6 +39,10 @@ __all__ = ["FunctionJobStatusCallback", "Job", "JobStatusCallback"]
 logger = LazyLogger(__name__)
 
 _LOCK = threading.Lock()
+
+# The longest wait psij-python's Job.wait uses in place of "forever" (a longer timedelta
+# overflows when added to the current time); kept under the same name for code that uses it.
+LARGE_TIMEOUT = timedelta(days=3650)
 _CLOCK: Clock = MonotonicClock()  # what Job.wait's timeout is measured on
 
 

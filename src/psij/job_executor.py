@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, ClassVar, Dict, Iterable, List, Optional, Set,
 from psij import _check, _retry
 from psij._declared_attributes import check_declared
 from psij._lazylog import LazyLogger, configure_from_environment
+from psij._reexports import lazy_names
 from psij.exceptions import InvalidJobException, SubmitException, SubmitManyException
 from psij.job import CallbackLike, Job, JobStatusCallback, as_callback
 from psij.job_executor_config import JobExecutorConfig
@@ -359,3 +360,12 @@ class JobExecutor(ABC):
         return f"{type(self).__name__}(url={self.url!r})"
 
     __repr__ = __str__
+
+
+# Names that psij-python's module of the same path also offers (imported there).
+if not TYPE_CHECKING:
+    __getattr__ = lazy_names(__name__, {
+        "Descriptor": "psij.descriptor",
+        "FunctionJobStatusCallback": "psij.job",
+        "ResourceSpecV1": "psij.resource_spec",
+    })

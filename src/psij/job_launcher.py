@@ -4,6 +4,7 @@ import threading
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, List, Optional, Set
 
+from psij._reexports import lazy_names
 from psij.job_executor_config import JobExecutorConfig
 
 if TYPE_CHECKING:
@@ -101,3 +102,11 @@ def _plugin_version(obj: object, kind: str) -> "Version":
 
     entry = REGISTRY.find_entry_for_class(kind, type(obj))
     return entry.desc.version if entry is not None else Version("0")
+
+
+# Names that psij-python's module of the same path also offers (imported there).
+if not TYPE_CHECKING:
+    __getattr__ = lazy_names(__name__, {
+        "Descriptor": "psij.descriptor",
+        "Job": "psij.job",
+    })

@@ -45,6 +45,7 @@ import io
 import json
 import math
 import re
+from abc import ABC, abstractmethod
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -56,7 +57,7 @@ from psij.job_spec import FIELDS, JobSpec
 from psij.resource_spec import ResourceSpec
 from psij.staging import StageIn, StageOut, StageOutFlags, StagingMode
 
-__all__ = ["JSONSerializer"]
+__all__ = ["JSONSerializer", "Serializer"]
 
 JSONObject = Dict[str, Any]
 
@@ -90,7 +91,57 @@ _SPEC_DEFAULTS = _defaults(JobSpec)
 _ATTRIBUTE_DEFAULTS = _defaults(JobAttributes)
 
 
-class JSONSerializer:
+class Serializer(ABC):
+    """Base class of job-spec serializers, as in psij-python: a subclass writes and reads the
+    document form of a spec (a dict of str keys whose values are dicts, lists, str, int, float,
+    bool or None; the format this module describes) in its own syntax, by implementing
+    ``_dump_dict`` and ``_load_dict``. ``dump``/``load``/``dumps``/``loads`` are built
+    on those two; a subclass may override them to work on its text directly.
+    """
+
+    def dump(self, spec: JobSpec, stream: IO[Any]) -> None:
+        """Write ``spec`` to ``stream``."""
+        self._dump_dict(self._from_spec(spec), stream)
+
+    def load(self, stream: IO[Any]) -> JobSpec:
+        """Read one document from ``stream`` and return the ``JobSpec`` it describes."""
+        return self._to_spec(self._load_dict(stream))
+
+    def dumps(self, spec: JobSpec) -> str:
+        """The text of ``spec``."""
+        out = io.StringIO()
+        self.dump(spec, out)
+        return out.getvalue()
+
+    def loads(self, s: Union[str, bytes]) -> JobSpec:
+        """The ``JobSpec`` described by the text ``s``."""
+        if isinstance(s, (bytes, bytearray)):
+            s = s.decode("utf-8")
+        if not isinstance(s, str):
+            raise _check.fail_type(f"{type(self).__name__}: text to read", s, "str or bytes")
+        return self.load(io.StringIO(s))
+
+    @abstractmethod
+    def _dump_dict(self, dict: Dict[str, object], stream: IO[Any]) -> None:
+        """Write the document form of a spec to ``stream``."""
+
+    @abstractmethod
+    def _load_dict(self, stream: IO[Any]) -> Dict[str, object]:
+        """Read the document form of a spec from ``stream``."""
+
+    def _from_spec(self, spec: JobSpec) -> Dict[str, object]:
+        """The document form of ``spec``."""
+        if not isinstance(spec, JobSpec):
+            raise _check.fail_type(f"{type(self).__name__}: object to write", spec,
+                                   "psij.JobSpec")
+        return _spec_to_json(spec)
+
+    def _to_spec(self, d: Dict[str, object]) -> JobSpec:
+        """The ``JobSpec`` of a document form; ValueError/TypeError naming what is wrong."""
+        return _spec_from_json(d)
+
+
+class JSONSerializer(Serializer):
     """Writes a :class:`~psij.JobSpec` as JSON and reads it back.
 
     ``dump``/``load`` work on text streams (binary streams are read and written as UTF-8);
@@ -114,9 +165,7 @@ class JSONSerializer:
 
     def dumps(self, spec: JobSpec) -> str:
         """The JSON text of ``spec``."""
-        if not isinstance(spec, JobSpec):
-            raise _check.fail_type("JSONSerializer: object to write", spec, "psij.JobSpec")
-        return json.dumps(_spec_to_json(spec), allow_nan=False)
+        return json.dumps(self._from_spec(spec), allow_nan=False)
 
     def loads(self, s: Union[str, bytes]) -> JobSpec:
         """The ``JobSpec`` described by the JSON text ``s``."""
@@ -125,6 +174,19 @@ class JSONSerializer:
         if not isinstance(s, str):
             raise _check.fail_type("JSONSerializer: text to read", s, "str or bytes")
         return _spec_from_json(json.loads(s))
+
+    def _dump_dict(self, dict: Dict[str, object], stream: IO[Any]) -> None:
+        text = json.dumps(dict, allow_nan=False)
+        stream.write(text.encode("utf-8") if _is_binary(stream) else text)
+
+    def _load_dict(self, stream: IO[Any]) -> Dict[str, object]:
+        data = stream.read()
+        loaded = json.loads(data.decode("utf-8") if isinstance(data, (bytes, bytearray))
+                            else data)
+        if not isinstance(loaded, dict):
+            raise ValueError(f"JSONSerializer: a job spec document is a JSON object, got "
+                             f"{type(loaded).__name__}")
+        return loaded
 
 
 def _is_binary(stream: IO[Any]) -> bool:

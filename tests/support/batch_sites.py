@@ -20,15 +20,17 @@ from psij.executors.batch.batch_scheduler_executor import (
 from psij.executors.batch.cobalt import CobaltJobExecutor
 from psij.executors.batch.flux import FluxJobExecutor
 from psij.executors.batch.lsf import LsfJobExecutor
+from psij.executors.batch.nqsv import NQSVJobExecutor
 from psij.executors.batch.pbs import PBSJobExecutor
 from psij.executors.batch.pbs_classic import PBSClassicJobExecutor
 
 FAKE = Path(__file__).parent / "fake_site_scheduler.py"
+FAKE_NQSV = Path(__file__).parent / "fake_nqsv.py"
 HOSTILE_DIR = "/data/it's \"quoted\" $(whoami) `id` é ✓"
 HOSTILE_NAME = "name with 'quotes' \"dq\" $(rm -rf ~) `id` é #not-a-comment"
 EXECUTORS: Dict[str, Type[BatchSchedulerExecutor]] = {
     "pbs": PBSJobExecutor, "pbs_classic": PBSClassicJobExecutor, "lsf": LsfJobExecutor,
-    "cobalt": CobaltJobExecutor, "flux": FluxJobExecutor}
+    "cobalt": CobaltJobExecutor, "flux": FluxJobExecutor, "nqsv": NQSVJobExecutor}
 WAIT = timedelta(seconds=30)
 
 
@@ -46,6 +48,7 @@ CUSTOM = {
                "cobalt.M": "user@example.org"},
     "flux": {"flux.requires": "host:node[1-2]", "flux.o": "cpu-affinity=per-task",
              "flux.unbuffered": True},
+    "nqsv": {"nqsv.m": "be", "nqsv.M": "user@example.org", "nqsv.X": True},
 }
 
 
@@ -79,7 +82,8 @@ TOOLS = {"pbs": ("pbs", ["qsub", "qstat", "qdel", "qselect"]),
          "pbs_classic": ("torque", ["qsub", "qstat", "qdel", "qselect"]),
          "lsf": ("lsf", ["bsub", "bjobs", "bkill"]),
          "cobalt": ("cobalt", ["qsub", "qstat", "qdel"]),
-         "flux": ("flux", ["flux"])}
+         "flux": ("flux", ["flux"]),
+         "nqsv": ("nqsv", ["qsub", "qstat", "qdel"])}
 
 
 def fake_site(name: str, tmp_path: Path,
@@ -91,6 +95,8 @@ def fake_site(name: str, tmp_path: Path,
     for tool in tools:
         wrapper = bin_dir / tool
         args = [sys.executable, "-S", str(FAKE), str(spool), flavour]
+        if name == "nqsv":
+            args = [sys.executable, "-S", str(FAKE_NQSV), str(spool)]
         if tool != "flux":
             args.append(tool)
         wrapper.write_text(f"#!/bin/sh\nexec {' '.join(map(shlex.quote, args))} \"$@\"\n")

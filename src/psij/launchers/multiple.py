@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional, Union
 
 from psij._data import data_dir
+from psij._reexports import lazy_names
 from psij.job_executor_config import JobExecutorConfig
 from psij.launchers.script_based_launcher import ScriptBasedLauncher
 from psij.resource_spec import ResourceSpecV1
@@ -65,3 +66,14 @@ class MultipleLauncher(ScriptBasedLauncher):
     def get_additional_args(self, job: "Job") -> List[str]:
         """``[<process count>]``."""
         return [str(process_count(job))]
+
+
+def _script_path() -> Path:
+    return data_dir("launchers") / "multi_launch.sh"
+
+
+# ``SCRIPT_PATH`` (the script of this launcher) and ``Job``/``ResourceSpec``, which psij-python's
+# module of the same path also offers; found when first read.
+if not TYPE_CHECKING:
+    __getattr__ = lazy_names(__name__, {"Job": "psij.job", "ResourceSpec": "psij.resource_spec"},
+                             {"SCRIPT_PATH": _script_path})

@@ -35,6 +35,7 @@ from psij._private_dirs import (
     check_private_paths,
     ensure_private_dir,
 )
+from psij._reexports import lazy_names
 from psij.exceptions import InvalidJobException
 from psij.job_executor_config import JobExecutorConfig
 from psij.job_launcher import Launcher
@@ -315,3 +316,10 @@ class ScriptBasedLauncher(Launcher):
         if len(text) > _FAILURE_MESSAGE_LIMIT:
             text = "..." + text[-_FAILURE_MESSAGE_LIMIT:]
         return text
+
+
+# Names that psij-python's module of the same path also offers (imported there).
+if not TYPE_CHECKING:
+    __getattr__ = lazy_names(__name__, {
+        "Job": "psij.job",
+    })

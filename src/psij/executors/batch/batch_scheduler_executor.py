@@ -35,6 +35,7 @@ import weakref
 from pathlib import Path
 from typing import (
     IO,
+    TYPE_CHECKING,
     AbstractSet,
     Any,
     Collection,
@@ -53,6 +54,7 @@ from typing import (
 from psij import _check, _site_config
 from psij._clock import Clock, MonotonicClock
 from psij._data import data_dir
+from psij._reexports import lazy_names
 from psij._scripts.generator import TemplatedScriptGenerator
 from psij.exceptions import InvalidJobException, SubmitException, SubmitManyException
 from psij.executors._staging import REPORT_SUFFIX
@@ -680,3 +682,11 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
         return f"{type(self).__name__}(work_directory={self.work_directory})"
 
     __repr__ = __str__
+
+
+# Names that psij-python's module of the same path also offers (imported there).
+if not TYPE_CHECKING:
+    __getattr__ = lazy_names(__name__, {
+        "Launcher": "psij.job_launcher",
+        "ScriptBasedLauncher": "psij.launchers.script_based_launcher",
+    })

@@ -22,8 +22,9 @@ Facts this module relies on (Cobalt's client sources and user guides):
 
 import getpass
 import re
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
+from psij._reexports import lazy_names
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._site_directives import PLAIN, option_items
 from psij.executors.batch._status_table import held_status
@@ -162,3 +163,11 @@ def _whole_node_note(resources: ResourceSpecV1) -> Optional[str]:
     if resources.exclusive_node_use:
         asked.append("exclusive_node_use=True")
     return ", ".join(asked) if asked else None
+
+
+# Names that psij-python's module of the same path also offers (imported there).
+if not TYPE_CHECKING:
+    __getattr__ = lazy_names(__name__, {
+        "SubmitException": "psij.exceptions",
+        "TemplatedScriptGenerator": "psij._scripts.generator",
+    })

@@ -24,8 +24,9 @@ Facts this module relies on (IBM Spectrum LSF 10.1 command reference):
 import json
 import math
 import re
-from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Collection, Dict, List, Mapping, Optional, Tuple
 
+from psij._reexports import lazy_names
 from psij.executors.batch._arrays import LSF_ARRAYS
 from psij.executors.batch._nice import LSF_NICE
 from psij.executors.batch._script_context import v1_resources
@@ -224,3 +225,11 @@ class LsfJobExecutor(BatchSchedulerExecutor):
 def _hours_minutes(seconds: float) -> str:
     minutes = max(1, math.ceil(seconds / 60))
     return f"{minutes // 60}:{minutes % 60:02d}"
+
+
+# Names that psij-python's module of the same path also offers (imported there).
+if not TYPE_CHECKING:
+    __getattr__ = lazy_names(__name__, {
+        "SubmitException": "psij.exceptions",
+        "TemplatedScriptGenerator": "psij._scripts.generator",
+    })

@@ -24,6 +24,8 @@ import json
 import re
 from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
 
+from psij import _check
+from psij._scripts.generator import TemplatedScriptGenerator as TemplatedScriptGenerator
 from psij.executors.batch._arrays import PBS_ARRAYS
 from psij.executors.batch._nice import PBS_NICE
 from psij.executors.batch._script_context import v1_resources
@@ -36,6 +38,7 @@ from psij.executors.batch.batch_scheduler_executor import (
     check_status_exit_code,
 )
 from psij.job import Job
+from psij.job_executor_config import JobExecutorConfig
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
@@ -280,6 +283,57 @@ class GenericPBSJobExecutor(BatchSchedulerExecutor):
     DIRECTIVES = PLAIN
     SIGNAL_COMMAND = ("qsig", "-s", "{signal}")
     SCRIPT_SIGNALS = dict.fromkeys(FORWARDABLE, KEEP)
+    STATUS_COMMAND: Tuple[str, ...] = ("qstat", "-f", "-F", "json", "-x")
+
+    def __init__(self, generator: Optional[TemplatedScriptGenerator] = None,
+                 url: Optional[str] = None, config: Optional[JobExecutorConfig] = None) -> None:
+        """``generator`` renders the submit script (psij-python's PBS executors pass a
+        :class:`~psij.executors.batch.script_generator.TemplatedScriptGenerator` of their
+        template; a site's executor derived from this class passes its own); None renders
+        ``TEMPLATE``."""
+        if generator is not None and not callable(getattr(generator, "generate_submit_script",
+                                                          None)):
+            raise _check.fail_type(f"{type(self).__name__} generator", generator,
+                                   "a submit script generator (generate_submit_script) or None; "
+                                   "the parameters are (generator, url, config)")
+        super().__init__(url=url, config=config)
+        if generator is not None:
+            self.generator = generator
+
+    def get_status_command(self, native_ids: Collection[str]) -> List[str]:
+        style = self.ARRAYS
+        if style is None:
+            return super().get_status_command(native_ids)
+        # An array once (1234[].server) with -t, which adds its subjobs (1234[5].server).
+        asked: Dict[str, None] = {}
+        extra: List[str] = []
+        for nid in native_ids:
+            element = style.split(nid)
+            asked[nid if element is None else element[0]] = None
+            extra = extra if element is None else ["-t"]
+        return [*self.STATUS_COMMAND, *extra, *asked]
+
+    def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
+        document, errors = _split_json_and_errors(out)
+        refuse_unknown_job_lines("qstat", exit_code, errors, _UNKNOWN_JOB)
+        if document is None:
+            if exit_code == 0 and errors:
+                raise ValueError(f"qstat printed no JSON: {out.strip()[:200]!r}")
+            return {}
+        report = _load_json(document)
+        if not isinstance(report, dict):
+            raise ValueError("qstat -F json: the document is not an object")
+        jobs = report.get("Jobs", {})
+        if not isinstance(jobs, dict):
+            raise ValueError("qstat -F json: 'Jobs' is not an object")
+        found: Dict[str, JobStatus] = {}
+        for native_id, attributes in jobs.items():
+            if not isinstance(attributes, dict) or "job_state" not in attributes:
+                raise ValueError(f"qstat -F json: job {native_id!r} has no job_state")
+            fields = _flatten(attributes)
+            found[native_id] = pbs_status(fields["job_state"].strip(), fields)
+        return found
+
 
     def _template_values(self, job: Job, spec: JobSpec) -> Dict[str, object]:
         return {"pbs": self._resource_context(v1_resources(spec), spec)}
@@ -317,35 +371,7 @@ class PBSJobExecutor(GenericPBSJobExecutor):
 
     _NAME_ = "pbs"
     ARRAYS = PBS_ARRAYS
-    STATUS_COMMAND = ("qstat", "-f", "-F", "json", "-x")
 
-    def get_status_command(self, native_ids: Collection[str]) -> List[str]:
-        # An array once (1234[].server) with -t, which adds its subjobs (1234[5].server).
-        asked: Dict[str, None] = {}
-        extra: List[str] = []
-        for nid in native_ids:
-            element = PBS_ARRAYS.split(nid)
-            asked[nid if element is None else element[0]] = None
-            extra = extra if element is None else ["-t"]
-        return [*self.STATUS_COMMAND, *extra, *asked]
-
-    def parse_status_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
-        document, errors = _split_json_and_errors(out)
-        refuse_unknown_job_lines("qstat", exit_code, errors, _UNKNOWN_JOB)
-        if document is None:
-            if exit_code == 0 and errors:
-                raise ValueError(f"qstat printed no JSON: {out.strip()[:200]!r}")
-            return {}
-        report = _load_json(document)
-        if not isinstance(report, dict):
-            raise ValueError("qstat -F json: the document is not an object")
-        jobs = report.get("Jobs", {})
-        if not isinstance(jobs, dict):
-            raise ValueError("qstat -F json: 'Jobs' is not an object")
-        found: Dict[str, JobStatus] = {}
-        for native_id, attributes in jobs.items():
-            if not isinstance(attributes, dict) or "job_state" not in attributes:
-                raise ValueError(f"qstat -F json: job {native_id!r} has no job_state")
-            fields = _flatten(attributes)
-            found[native_id] = pbs_status(fields["job_state"].strip(), fields)
-        return found
+    def __init__(self, url: Optional[str] = None,
+                 config: Optional[JobExecutorConfig] = None) -> None:
+        super().__init__(None, url=url, config=config)

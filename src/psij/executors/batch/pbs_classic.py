@@ -18,8 +18,9 @@ What the status output means (Torque administrator guide, "Job exit status"; ``q
 """
 
 import re
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
+from psij._reexports import lazy_names
 from psij.executors.batch.pbs import (
     ExecCodes,
     GenericPBSJobExecutor,
@@ -27,6 +28,7 @@ from psij.executors.batch.pbs import (
     refuse_unknown_job_lines,
     start_exec_codes,
 )
+from psij.job_executor_config import JobExecutorConfig
 from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
@@ -108,6 +110,10 @@ class PBSClassicJobExecutor(GenericPBSJobExecutor):
     TEMPLATE = "pbs_classic.mustache"
     STATUS_COMMAND = ("qstat", "-f")
 
+    def __init__(self, url: Optional[str] = None,
+                 config: Optional[JobExecutorConfig] = None) -> None:
+        super().__init__(None, url=url, config=config)
+
     def _resource_context(self, resources: ResourceSpecV1, spec: JobSpec) -> Dict[str, object]:
         per_node = resources.computed_processes_per_node
         cores = resources.cpu_cores_per_process or 1
@@ -142,3 +148,11 @@ class PBSClassicJobExecutor(GenericPBSJobExecutor):
                                           deleted_substates=(),
                                           deleted_exit_statuses=(_DELETED_EXIT_STATUS,))
         return found
+
+
+# Names that psij-python's module of the same path also offers (imported there).
+if not TYPE_CHECKING:
+    __getattr__ = lazy_names(__name__, {
+        "PBSExecutorConfig": "psij.executors.batch.pbs",
+        "TemplatedScriptGenerator": "psij._scripts.generator",
+    })

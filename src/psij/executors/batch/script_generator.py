@@ -6,6 +6,18 @@ must define nothing of its own (importing it loads pystache, as the generator ne
 own modules import from :mod:`psij._scripts.generator` directly.
 """
 
+from typing import TYPE_CHECKING
+
+from psij._reexports import lazy_names
 from psij._scripts.generator import SubmitScriptGenerator, TemplatedScriptGenerator, inline_partials
 
 __all__ = ["SubmitScriptGenerator", "TemplatedScriptGenerator", "inline_partials"]
+
+
+# Names that psij-python's module of the same path also offers (imported there).
+if not TYPE_CHECKING:
+    __getattr__ = lazy_names(__name__, {
+        "Job": "psij.job",
+        "JobExecutorConfig": "psij.job_executor_config",
+        "bash_escape": "psij.executors.batch.escape_functions",
+    })

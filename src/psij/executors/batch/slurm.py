@@ -11,6 +11,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Collection, Dict, List, Optional, Sequence, Set, Tuple
 
 from psij import _check
+from psij._reexports import lazy_names
 from psij.executors.batch._arrays import SLURM_ARRAYS, expand_index_list
 from psij.executors.batch._nice import SLURM_NICE
 from psij.executors.batch._runner import CommandResult
@@ -365,3 +366,11 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
                                 else status)
         return found
 
+
+# Names that psij-python's module of the same path also offers (imported there).
+if not TYPE_CHECKING:
+    __getattr__ = lazy_names(__name__, {
+        "Job": "psij.job",
+        "SubmitException": "psij.exceptions",
+        "TemplatedScriptGenerator": "psij._scripts.generator",
+    })

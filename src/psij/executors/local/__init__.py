@@ -75,6 +75,9 @@ a process can receive are shared with the pilot and batch executors and stay in
 the keeper's client for type checks only). This module only re-exports: it defines nothing.
 """
 
+from typing import TYPE_CHECKING
+
+from psij._reexports import lazy_names
 from psij.executors.local._executor import LocalJobExecutor as LocalJobExecutor
 from psij.executors.local._executor import LocalJobExecutorConfig as LocalJobExecutorConfig
 
@@ -82,3 +85,20 @@ from psij.executors.local._executor import LocalJobExecutorConfig as LocalJobExe
 from psij.executors.local._worker import WORKER as _WORKER  # noqa: F401
 
 __all__ = ["LocalJobExecutor", "LocalJobExecutorConfig"]
+
+
+# Names that psij-python's module of the same path also offers (imported there).
+if not TYPE_CHECKING:
+    __getattr__ = lazy_names(__name__, {
+        "InvalidJobException": "psij.exceptions",
+        "SubmitException": "psij.exceptions",
+        "Job": "psij.job",
+        "JobExecutor": "psij.job_executor",
+        "JobExecutorConfig": "psij.job_executor_config",
+        "JobSpec": "psij.job_spec",
+        "JobState": "psij.job_state",
+        "JobStatus": "psij.job_status",
+        "Launcher": "psij.job_launcher",
+        "ResourceSpecV1": "psij.resource_spec",
+        "SingletonThread": "psij.utils",
+    })
