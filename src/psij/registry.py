@@ -86,6 +86,22 @@ class JobRecord(Record):
     """How many times it was requeued (as its executor counted them; 0 when unknown)."""
     retries: int = 0
     """How many times it was retried (as its executor counted them; 0 when unknown)."""
+    held: Optional[str] = None
+    """``"held"`` while psij holds the job back in a client process (``max_queued_per_shape``)
+    and has not given it to the scheduler, ``"submitting"`` while that process submits it;
+    None otherwise. See :attr:`held_by` and ``psij release``."""
+    holder: Optional[str] = None
+    """The process that holds it (JSON text: ``pid``, ``host``, ``start``), while ``held``."""
+
+    @property
+    def held_by(self) -> Optional[str]:
+        """What holds the job back, in words ("held by psij in process N", "..., which ended;
+        never submitted"); None when psij does not hold it (or it is final)."""
+        if self.state.final:
+            return None
+        from psij._registry.held import describe
+
+        return describe(self.held, self.holder)
 
     @property
     def spec(self) -> Optional[JobSpec]:
@@ -106,7 +122,19 @@ class JobRecord(Record):
                 "updated": _iso(self.updated), "attempt": self.attempt,
                 "rerun": None if self.attempt == 1 else {
                     "rerun": self.rerun, "cause": self.rerun_cause,
-                    "requeues": self.requeues, "retries": self.retries}}
+                    "requeues": self.requeues, "retries": self.retries},
+                "held": self._held_json()}
+
+    def _held_json(self) -> Optional[Dict[str, Any]]:
+        if self.state.final or self.held is None:
+            return None
+        from psij._registry.held import holder_alive, holder_of
+
+        holder = holder_of(self.holder)
+        return {"phase": self.held, "pid": None if holder is None else holder.pid,
+                "host": None if holder is None else holder.host,
+                "running": None if holder is None else holder_alive(holder),
+                "message": self.held_by}
 
 
 def _iso(t: float) -> str:
@@ -128,7 +156,7 @@ def registry_file(work_directory: PathLike = None) -> Path:
 
 def _record(row: Row, path: Path) -> JobRecord:
     (job_id, executor, version, url, config, native_id, spec, tag, submitted, state, _rank,
-     exit_code, message, updated, _final, attempt, rerun) = row
+     exit_code, message, updated, _final, attempt, rerun, held, holder) = row
     try:
         job_state = JobState[state]
     except KeyError:
@@ -138,7 +166,8 @@ def _record(row: Row, path: Path) -> JobRecord:
     return JobRecord(job_id, executor, version, url, config, native_id, spec, tag, submitted,
                      job_state, exit_code, message, updated, path,
                      attempt if isinstance(attempt, int) and attempt >= 1 else 1, kind, cause,
-                     requeues, retries)
+                     requeues, retries, held if isinstance(held, str) else None,
+                     holder if isinstance(holder, str) else None)
 
 
 def _rerun_of(text: Any) -> Tuple[Optional[str], Optional[str], int, int]:
@@ -384,6 +413,15 @@ def _attach_one(record: JobRecord, cb: Any,
     if record.native_id is None:
         from psij.executors.batch._held_jobs import HELD_MESSAGE
 
+        held_by = record.held_by
+        if held_by is not None and "ended" in held_by:
+            raise RegistryError(f"the job was held back (max_queued_per_shape) and is "
+                                f"{held_by}: `psij release {record.id}` submits it")
+        if held_by is not None:
+            raise RegistryError(f"the job is held by the client process that submitted it "
+                                f"(max_queued_per_shape; {held_by}) and was not given to the "
+                                "scheduler, so only that process can follow it; it has no "
+                                "native id yet")
         if record.message == HELD_MESSAGE and not record.state.final:
             raise RegistryError("the job is held by the client process that submitted it "
                                 "(max_queued_per_shape) and was not given to the scheduler, "
