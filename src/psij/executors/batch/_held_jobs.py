@@ -15,12 +15,12 @@ poller, a submission's outcome, a cancel) and does what it asks:
   written at once, not by the recorder's writer thread), so that a process killed the next
   instant leaves a row saying so, which ``psij release`` submits.
 - Held jobs chosen later are submitted by one worker thread per executor, never by the status
-  poller's thread; the jobs chosen at once (several slots freed between two polls) go
-  together, as arrays where the scheduler has them. Each is recorded as being submitted
-  before, and as no longer held (with its native id) after. A submission that fails for a
-  reason the scheduler calls transient is tried again (up to :data:`RETRIES` times, waiting
-  longer each time); any other failure ends the job FAILED with the scheduler's message, and
-  the next held job of its shape is tried.
+  poller's thread; the jobs chosen within :data:`_GATHER_SECONDS` of each other (several
+  slots freed by one poll) go together, as arrays where the scheduler has them. Each is
+  recorded as being submitted before, and as no longer held (with its native id) after. A
+  submission that fails for a reason the scheduler calls transient is tried again (up to
+  :data:`RETRIES` times, waiting longer each time); any other failure ends the job FAILED
+  with the scheduler's message, and the next held job of its shape is tried.
 - Cancelling a held job ends it CANCELED at once; a job cancelled while being submitted is
   cancelled in the scheduler as soon as it has a native id.
 - A new priority (:meth:`HeldJobs.reprioritize`) reorders a held job at once; a job being
@@ -89,6 +89,7 @@ logger = logging.getLogger(__name__)
 HELD_MESSAGE = "held by the client until fewer jobs of its shape are queued"
 RETRIES = 5
 _FIRST_RETRY_DELAY = 1.0
+_GATHER_SECONDS = 0.05  # how long the worker lets freed slots gather before it submits
 
 
 class HoldInputs(Record):
@@ -312,6 +313,10 @@ class HeldJobs:
                     if not self._hooks.clock.wait(self._cond, 30.0) and not self._todo:
                         self._thread = None
                         return
+                if not self._stopped and isinstance(self._todo[0], Submit):
+                    # The slots one status poll frees come one by one: let them gather.
+                    self._hooks.clock.wait_for(self._cond, lambda: self._stopped,
+                                               _GATHER_SECONDS)
                 if self._stopped:
                     self._thread = None
                     return
