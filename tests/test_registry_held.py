@@ -2,7 +2,8 @@
 their process before ``submit`` returns (so a ``kill -9`` the next instant loses none), shown
 by ``psij list``/``status`` as held by that process or, once it ended, as never submitted, and
 submitted by ``psij release`` exactly once; on the batch-test scheduler and (marked slurm) on
-the real Slurm."""
+the real Slurm; and the jobs a batch executor's local fallback keeps waiting for its resource
+pool, which are held the same way."""
 
 import json
 import os
@@ -133,6 +134,50 @@ def test_held_jobs_of_a_killed_process_are_released_on_slurm(tmp_path: Path) -> 
     home.chmod(0o755)
     tmp_path.chmod(0o755)
     killed_then_released(home, tmp_path / "ran", "slurm", 8, 3, "many")
+
+
+# A batch executor whose scheduler does not answer (its spool is a file) runs its jobs on this
+# machine (fallback="local"), through a resource pool; each job asks for every core, so all but
+# the first wait in the process, which kills itself once the last submit returned.
+FALLBACK_CHILD = textwrap.dedent("""
+    import os, signal, sys, warnings
+    from psij import Job, JobExecutor, JobSpec, ResourceSpecV1
+    from psij.executors.batch.batch_test import BatchTestExecutorConfig
+    out, n, spool = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    warnings.simplefilter("ignore")
+    ex = JobExecutor.get_instance("batch-test", config=BatchTestExecutorConfig(
+        fallback="local", spool_directory=spool))
+    cores = os.cpu_count()
+    for i in range(n):
+        ex.submit(Job(JobSpec("/bin/sh", ["-c", f"sleep 0.3; echo {i} >> {out}"],
+                              resources=ResourceSpecV1(cpu_cores_per_process=cores))))
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_fallback_jobs_waiting_in_a_killed_process_are_released_once(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    out = tmp_path / "ran"
+    spool = tmp_path / "not-a-directory"
+    spool.write_text("")
+    child = subprocess.run([sys.executable, "-c", FALLBACK_CHILD, str(out), "4", str(spool)],
+                           env=dict(os.environ, HOME=str(home)), timeout=300)
+    assert child.returncode == -signal.SIGKILL
+    kept = {i: j for i, j in listed(home).items() if j["held"] is not None}
+    assert len(kept) == 3
+    for job in kept.values():
+        assert job["executor"] == "local" and job["held"]["running"] is False
+        assert "which ended; never submitted" in job["held"]["message"]
+    released = psij_cmd(home, "release")
+    assert released.returncode == 0, released.stderr
+    assert sorted(line.split()[0] for line in released.stdout.splitlines()) == sorted(kept)
+    waited = psij_cmd(home, "wait", *kept)
+    assert waited.returncode == 0, waited.stderr
+    deadline = time.monotonic() + WAIT.total_seconds()
+    while time.monotonic() < deadline and len(out.read_text().split()) < 4:
+        time.sleep(0.1)  # the first job, started before the kill, ends on its own
+    assert sorted(map(int, out.read_text().split())) == [0, 1, 2, 3]
 
 
 def test_a_live_holder_keeps_its_jobs_and_records_each_change_at_once(tmp_path: Path) -> None:

@@ -168,9 +168,12 @@ def release(records: Sequence["JobRecord"], force: bool = False
     exception saying why it was not (:class:`Refused` for a job that is not to be released)."""
     from psij import registry
     from psij._registry.store import open_store
+    from psij.executors.batch._held_jobs import HELD_MESSAGE
+    from psij.executors.local._pool_driver import WAITING_MESSAGE
     from psij.job import Job
     from psij.job_executor import JobExecutor
 
+    held_again = (HELD_MESSAGE, WAITING_MESSAGE)  # by this process: its cap, or its pool
     executors: Dict[Tuple[str, Optional[str], str], JobExecutor] = {}
     done: List[Tuple[JobRecord, Any]] = []
     me = this_holder()
@@ -195,8 +198,8 @@ def release(records: Sequence["JobRecord"], force: bool = False
             except BaseException:
                 store.set_held([(HELD, record.holder, None, None, record.id)])  # as it was
                 raise
-            if job.native_id is not None or job.status.final:
-                mark(executor, [job], None)  # submitted now (not held again by this process)
+            if job.status.message not in held_again:  # submitted (or started) now
+                mark(executor, [job], None)
             done.append((record, job))
         except Exception as ex:
             done.append((record, ex))
