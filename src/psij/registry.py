@@ -408,30 +408,35 @@ def attach(records: Iterable[JobRecord], callback: Optional[CallbackLike] = None
     return jobs
 
 
+def _say_not_attachable(record: JobRecord) -> None:
+    """Raise for a job recorded without a native id: held back by the process that submitted
+    it (by its cap, or waiting for its local resource pool), or one that ended first."""
+    from psij.executors.batch._held_jobs import HELD_MESSAGE
+    from psij.executors.local._pool_driver import WAITING_MESSAGE
+
+    held_by = record.held_by
+    pool = record.message == WAITING_MESSAGE
+    if held_by is not None and "ended" in held_by:
+        why = "resource_pool" if pool else "max_queued_per_shape"
+        raise RegistryError(f"the job was held back ({why}) and is {held_by}: "
+                            f"`psij release {record.id}` submits it")
+    if record.state.final:
+        return
+    if pool:
+        raise RegistryError("the job waits for the local resource pool (resource_pool) of "
+                            "the process that submitted it and has not started, so only "
+                            "that process can follow it; it has no native id yet")
+    if held_by is not None or record.message == HELD_MESSAGE:
+        raise RegistryError("the job is held by the client process that submitted it "
+                            "(max_queued_per_shape) and was not given to the scheduler, "
+                            "so only that process can follow it; it has no native id yet"
+                            + (f" ({held_by})" if held_by else ""))
+
+
 def _attach_one(record: JobRecord, cb: Any,
                 executors: Dict[Tuple[str, Optional[str], str], JobExecutor]) -> Job:
     if record.native_id is None:
-        from psij.executors.batch._held_jobs import HELD_MESSAGE
-
-        held_by = record.held_by
-        if held_by is not None and "ended" in held_by:
-            raise RegistryError(f"the job was held back (max_queued_per_shape) and is "
-                                f"{held_by}: `psij release {record.id}` submits it")
-        if held_by is not None:
-            raise RegistryError(f"the job is held by the client process that submitted it "
-                                f"(max_queued_per_shape; {held_by}) and was not given to the "
-                                "scheduler, so only that process can follow it; it has no "
-                                "native id yet")
-        if record.message == HELD_MESSAGE and not record.state.final:
-            raise RegistryError("the job is held by the client process that submitted it "
-                                "(max_queued_per_shape) and was not given to the scheduler, "
-                                "so only that process can follow it; it has no native id yet")
-        from psij.executors.local._pool_driver import WAITING_MESSAGE
-
-        if record.message == WAITING_MESSAGE and not record.state.final:
-            raise RegistryError("the job waits for the local resource pool (resource_pool) of "
-                                "the process that submitted it and has not started, so only "
-                                "that process can follow it; it has no native id yet")
+        _say_not_attachable(record)
         raise RegistryError("no native id was recorded (the submitting process ended before "
                             "its executor gave one)")
     try:
