@@ -91,7 +91,8 @@ class JobRecord(Record):
     and has not given it to the scheduler, ``"submitting"`` while that process submits it;
     None otherwise. See :attr:`held_by` and ``psij release``."""
     holder: Optional[str] = None
-    """The process that holds it (JSON text: ``pid``, ``host``, ``start``), while ``held``."""
+    """The process that holds it, while ``held``, as JSON text with ``pid``, ``host`` and
+    ``start`` (its kernel start time)."""
 
     @property
     def held_by(self) -> Optional[str]:
