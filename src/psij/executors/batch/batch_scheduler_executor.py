@@ -363,10 +363,10 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
         """Submit ``jobs``, as job arrays where the scheduler has them (``ARRAYS``; see
         :mod:`psij.executors.batch._arrays`), within ``max_queued_per_shape`` if set."""
         jobs = job_list(jobs)
-        # One by one: jobs run locally (fallback), or a backend without arrays or with its own
-        # script hooks.
-        inputs = None if self.ARRAYS is None or self._fallback else self._script_inputs()
-        if inputs is None or inputs.generator is None:
+        # One by one: jobs run locally (fallback), or without a cap a backend without arrays or
+        # with its own script hooks (with a cap, those held are recorded together).
+        inputs = None if self._fallback else self._script_inputs()
+        if inputs is None or (self._held is None and not (self.ARRAYS and inputs.generator)):
             self._submit_each(jobs)
             return
         failures: List[Tuple[Job, BaseException]] = []
