@@ -202,6 +202,19 @@ def test_a_live_holder_keeps_its_jobs_and_records_each_change_at_once(tmp_path: 
         for force in (False, True):
             [(_, refused)] = held.release([records[jobs[1].id]], force=force)
             assert isinstance(refused, held.Refused) and "still runs" in str(refused)
+        # A marker left on a job that has a native id (written late, in a race) holds nothing.
+        assert psij.registry.flush(WAIT)
+        conn = sqlite3.connect(wd / "jobs.sqlite")
+        with conn:
+            conn.execute("UPDATE jobs SET held = 'held', holder = ? WHERE id = ?",
+                         (json.dumps({"pid": 1 << 30, "host": socket.gethostname()}),
+                          jobs[0].id))
+        conn.close()
+        [submitted] = psij.registry.find(jobs[0].id, work_directory=wd)
+        assert submitted.native_id == jobs[0].native_id and submitted.held_by is None
+        assert submitted.to_json()["held"] is None
+        [(_, refused)] = held.release([submitted])
+        assert "it was submitted" in str(refused)
         # Cancelling a held job is recorded at once, final.
         jobs[1].cancel()
         [record] = psij.registry.find(jobs[1].id, work_directory=wd)

@@ -97,8 +97,9 @@ class JobRecord(Record):
     @property
     def held_by(self) -> Optional[str]:
         """What holds the job back, in words ("held by psij in process N", "..., which ended;
-        never submitted"); None when psij does not hold it (or it is final)."""
-        if self.state.final:
+        never submitted"); None when psij does not hold it (or it is final, or has a native
+        id: it was submitted)."""
+        if self.state.final or self.native_id is not None:
             return None
         from psij._registry.held import describe
 
@@ -127,7 +128,7 @@ class JobRecord(Record):
                 "held": self._held_json()}
 
     def _held_json(self) -> Optional[Dict[str, Any]]:
-        if self.state.final or self.held is None:
+        if self.held_by is None:
             return None
         from psij._registry.held import holder_alive, holder_of
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 from psij._clock import wall_time
 from psij._record import Record
 from psij._registry import recorder
+from psij.job_state import JobState
 
 if TYPE_CHECKING:
     from psij.job import Job
@@ -148,11 +149,13 @@ def _row(job: "Job", identity: Any, me: str) -> Tuple[Any, ...]:
     _, _, name, version, url, config = identity
     status = job.status
     attempt, rerun = recorder.run_of(job, status)
+    # Written before its QUEUED status is reported (which the recorder writes over this).
+    state = JobState.QUEUED if status.state is JobState.NEW else status.state
     now = wall_time()
     return (job.id, name, version, recorder._text(url), config, None, recorder._spec_text(job),
-            job.__dict__.get(recorder.TAG_ATTR), now, status.state.name, status.state.order,
-            None, recorder._text(status.message), now, 0, attempt,
-            recorder._rerun_text(rerun), HELD, me)
+            job.__dict__.get(recorder.TAG_ATTR), now, state.name, state.order, None,
+            recorder._text(status.message), now, 0, attempt, recorder._rerun_text(rerun), HELD,
+            me)
 
 
 # -- releasing (``psij release``) ---------------------------------------------------------
@@ -209,6 +212,8 @@ def release(records: Sequence["JobRecord"], force: bool = False
 def _releasable(record: "JobRecord", force: bool) -> None:
     if record.state.final:
         raise Refused(f"it is {record.state}")
+    if record.native_id is not None:
+        raise Refused(f"it was submitted (native id {record.native_id})")
     if record.held not in (HELD, SUBMITTING):
         raise Refused("it is not held by psij (only jobs held back in a process that ended "
                       "are released)")

@@ -259,7 +259,7 @@ class Store:
         def run(conn: sqlite3.Connection) -> bool:
             with conn:
                 return conn.execute("UPDATE jobs SET holder = ? WHERE id = ? AND held = 'held' "
-                                    "AND holder = ? AND final = 0",
+                                    "AND holder = ? AND final = 0 AND native_id IS NULL",
                                     (new_holder, job_id, holder)).rowcount == 1
         return self._call("claim held jobs", run)
 

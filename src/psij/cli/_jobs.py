@@ -210,7 +210,7 @@ def _rerun_words(attempt: int, rerun: Any) -> str:
 def _message(row: Tuple[Any, ...]) -> str:
     """The message column: the run (from the second on), then the status's message (for a
     job psij holds back, what holds it)."""
-    if row[10] is not None and not row[7]:
+    if row[10] is not None and not row[7] and row[2] is None:
         from psij._registry.held import describe
 
         held = describe(row[10], row[11])
@@ -292,7 +292,8 @@ class _Chosen:
         self.failures: List[Tuple[JobRecord, Exception]] = []  # could not be re-attached
         if refresh:  # status: not the jobs psij holds back (their holder records them)
             self._refresh(registry, [r[0] for r in self.rows
-                                     if not r[7] and (r[10] is None or what != "status")])
+                                     if not r[7] and (r[10] is None or r[2] is not None
+                                                      or what != "status")])
 
     def _refresh(self, registry: Any, ids: List[str]) -> None:
         from psij.job_state import JobState

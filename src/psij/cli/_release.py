@@ -88,7 +88,7 @@ def release_main(args: "argparse.Namespace") -> int:
 def _ended(record: Any, force: bool) -> bool:
     from psij._registry.held import HELD, holder_alive, holder_of
 
-    if record.state.final or record.held is None or (record.held != HELD and not force):
+    if record.held_by is None or (record.held != HELD and not force):
         return False
     holder = holder_of(record.holder)
     alive = None if holder is None else holder_alive(holder)

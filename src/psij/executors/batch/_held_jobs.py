@@ -125,6 +125,9 @@ class HeldJobs:
         self._hooks = hooks
         self._machine = Holding(cap)
         self._cond = threading.Condition()
+        # Held from a job's arrival until it is recorded as held, and taken to record jobs as
+        # being submitted: the registry never gets the second before the first.
+        self._marking = threading.Lock()
         self._jobs: Dict[str, Job] = {}
         self._todo: Deque[Action] = deque()
         self._left_early: Set[str] = set()  # seen leaving the queue before Submitted was fed
@@ -147,16 +150,18 @@ class HeldJobs:
         except BaseException:
             job.executor = None
             raise
-        with self._cond:
-            if self._stopped:
-                job.executor = None
-                raise SubmitException(f"{hooks.owner} is closed")
-            (action,) = self._machine.step(Arrived(job.id, shape, priority))
-            self._jobs[job.id] = job
-            self._tell_holding()
+        with self._marking:
+            with self._cond:
+                if self._stopped:
+                    job.executor = None
+                    raise SubmitException(f"{hooks.owner} is closed")
+                (action,) = self._machine.step(Arrived(job.id, shape, priority))
+                self._jobs[job.id] = job
+                self._tell_holding()
+            if isinstance(action, Hold):
+                hooks.mark([job], HELD, None)
         if isinstance(action, Hold):
             self._hold(job, shape, action.held, priority)
-            hooks.mark([job], HELD, None)
             return
         try:
             hooks.submit(job, spec)
@@ -173,6 +178,30 @@ class HeldJobs:
         failures: List[Tuple[Job, BaseException]] = []
         now: List[Tuple[Job, JobSpec]] = []
         held: List[Tuple[Job, Shape, int, Union[int, float]]] = []
+        with self._marking:
+            self._arrive_many(checked, failures, now, held)
+            hooks.mark([job for job, _, _, _ in held], HELD, None)
+        for job, shape, count, priority in held:
+            self._hold(job, shape, count, priority)
+        try:
+            failed = hooks.submit_many(now) if now else []
+        except Exception as e:  # not one job's failure: every one of them failed so
+            failed = [(job, e) for job, _ in now]
+        for job, _ in failed:
+            job.executor = None
+            self._feed(SubmitFailed(job.id))
+        gone = {job.id for job, _ in failed}
+        for job, _ in now:
+            if job.id not in gone:
+                self._submitted(job)
+        return failures + failed
+
+    def _arrive_many(self, checked: Sequence[Tuple[Job, JobSpec]],
+                     failures: List[Tuple[Job, BaseException]], now: List[Tuple[Job, JobSpec]],
+                     held: List[Tuple[Job, Shape, int, Union[int, float]]]) -> None:
+        """Give the machine each of ``checked``: a job to submit now goes to ``now``, a job
+        held to ``held``, a job refused (unbound) to ``failures``."""
+        hooks = self._hooks
         for job, spec in checked:
             try:
                 shape = shape_of(spec, hooks.memory_bucket, hooks.tmp_bucket)
@@ -191,17 +220,6 @@ class HeldJobs:
                 held.append((job, shape, action.held, priority))
             else:
                 now.append((job, spec))
-        for job, shape, count, priority in held:
-            self._hold(job, shape, count, priority)
-        hooks.mark([job for job, _, _, _ in held], HELD, None)
-        failed = hooks.submit_many(now) if now else []
-        for job, _ in failed:
-            self._feed(SubmitFailed(job.id))
-        gone = {job.id for job, _ in failed}
-        for job, _ in now:
-            if job.id not in gone:
-                self._submitted(job)
-        return failures + failed
 
     def _hold(self, job: Job, shape: Shape, held: int, priority: Union[int, float]) -> None:
         self._hooks.set_status(job, JobStatus(JobState.QUEUED, message=HELD_MESSAGE, metadata={
@@ -344,12 +362,17 @@ class HeldJobs:
         """Submit held jobs chosen for freed slots: one alone as ``submit`` does, several
         together (arrays); a job whose submission failed is then tried alone."""
         hooks = self._hooks
-        hooks.mark(jobs, SUBMITTING, None)
+        with self._marking:  # after the mark of each as held (submit holds it till then)
+            hooks.mark(jobs, SUBMITTING, None)
         if len(jobs) == 1:
             self._submit_held(jobs[0])
             return
         bound = {job.id: job.executor for job in jobs}
-        failed = hooks.submit_many([(job, job.spec) for job in jobs if job.spec is not None])
+        try:
+            failed = hooks.submit_many([(job, job.spec) for job in jobs
+                                        if job.spec is not None])
+        except Exception as e:  # not one job's failure: each is tried alone
+            failed = [(job, e) for job in jobs]
         again = {job.id for job, _ in failed}
         for job, error in failed:
             job.executor = bound[job.id]

@@ -146,6 +146,7 @@ class PoolDriver:
         self._start = start
         self._report = report
         self._mark: Mark = mark or (lambda jobs, held, final: None)
+        self._marking = threading.Lock()
         self._lock = threading.Lock()
         self._jobs: Dict[str, Tuple[Job, Any]] = {}  # waiting or running
         self._todo: Deque[Action] = deque()
@@ -169,10 +170,13 @@ class PoolDriver:
         job) for a bad priority or ``psij.tmp``, or when the job cannot start now."""
         demand = demand_of(spec)
         priority = _priority.job_priority(spec.attributes)
-        with self._lock:
-            actions = self._pool.step(Arrived(job.id, demand, priority))
-            self._jobs[job.id] = (job, payload)
-        mine = next(a for a in actions if a.key == job.id)
+        with self._marking:  # recorded as held before it is recorded as being started
+            with self._lock:
+                actions = self._pool.step(Arrived(job.id, demand, priority))
+                self._jobs[job.id] = (job, payload)
+            mine = next(a for a in actions if a.key == job.id)
+            if isinstance(mine, Wait):
+                self._mark([job], HELD, None)
         if isinstance(mine, Start):
             try:
                 self._start(payload, self._environment(mine))
@@ -182,7 +186,6 @@ class PoolDriver:
         elif isinstance(mine, Wait):
             self._report(payload, JobStatus(JobState.QUEUED, message=WAITING_MESSAGE, metadata={
                 "waiting_for": WAITING_FOR, "waiting": mine.ahead}))
-            self._mark([job], HELD, None)
         self._perform([a for a in actions if a.key != job.id])
 
     def cancel_waiting(self, job: Job) -> bool:
@@ -235,7 +238,8 @@ class PoolDriver:
             self._report(payload, JobStatus(JobState.CANCELED, message=message))
             self._mark([job], None, (JobState.CANCELED.name, JobState.CANCELED.order, message))
         elif isinstance(action, Start):
-            self._mark([job], SUBMITTING, None)
+            with self._marking:
+                self._mark([job], SUBMITTING, None)
             try:
                 self._start(payload, self._environment(action))
             except Exception as e:
