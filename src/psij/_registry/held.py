@@ -209,6 +209,25 @@ def release(records: Sequence["JobRecord"], force: bool = False
     return done
 
 
+def cancel_ended(record: "JobRecord") -> bool:
+    """End ``record`` CANCELED in the registry if it is a job held by a process that ended
+    (never submitted, it has nothing else to cancel); False when it is no such job."""
+    if record.held != HELD or record.held_by is None:
+        return False
+    holder = holder_of(record.holder)
+    if holder is None or holder_alive(holder) is not False:
+        return False
+    from psij._registry.store import open_store
+
+    store = open_store(record.registry.parent)
+    if not store.claim_held(record.id, str(record.holder), this_holder()):
+        return False
+    store.set_held([(None, None, None, (JobState.CANCELED.name, JobState.CANCELED.order,
+                                        "cancelled while held by psij in a process that had "
+                                        "ended; never submitted"), record.id)])
+    return True
+
+
 def _releasable(record: "JobRecord", force: bool) -> None:
     if record.state.final:
         raise Refused(f"it is {record.state}")

@@ -398,6 +398,13 @@ def _cancel(args: "argparse.Namespace") -> int:
 
     chosen = _Chosen(args, "cancel")
     problems = chosen.problems
+    if chosen.failures:  # held back by a process that ended: cancelled in the registry
+        from psij import registry
+        from psij._registry import held
+
+        chosen.problems = problems = [f"job {r.id}: {ex}" for r, ex in chosen.failures
+                                      if not held.cancel_ended(r)]
+        _, chosen.rows = registry._select(*chosen.filters, None, _TABLE)
     jobs = list(chosen.jobs.values())
     for job in jobs:
         try:
