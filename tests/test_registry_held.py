@@ -317,3 +317,21 @@ def test_a_registry_made_before_the_held_marker_gets_its_columns(tmp_path: Path)
     finally:
         conn.close()
     assert columns[-2:] == ["held", "holder"] and len(columns) == 19
+
+
+@pytest.mark.parametrize("args, text", [
+    (["nosuch"], "no recorded job with id nosuch"),
+    (["a\nb"], "no recorded job with id"),
+    (["\udcff"], "not valid Unicode text"),
+    (["--tag", "none-such"], "no recorded job has tag 'none-such'"),
+])
+def test_release_refuses_what_names_no_recorded_job(tmp_path: Path, args: List[str],
+                                                     text: str) -> None:
+    done = psij_cmd(tmp_path, "release", *args)
+    assert done.returncode == 2 and text in done.stderr, done
+    assert done.stdout == ""
+
+
+def test_release_with_nothing_held_does_nothing(tmp_path: Path) -> None:
+    done = psij_cmd(tmp_path, "release")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")

@@ -63,6 +63,8 @@ def release_main(args: "argparse.Namespace") -> int:
         missing = set(ids) - {r.id for r in records}
         if missing:
             raise ValueError(f"no recorded job with id {', '.join(sorted(missing))}")
+    elif not records and args.tag is not None:
+        raise ValueError(f"no recorded job has tag {args.tag!r}")
     else:  # every job held by a process known to have ended
         records = [r for r in records if _ended(r, args.force)]
     problems: List[str] = []
