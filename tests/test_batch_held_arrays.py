@@ -1,7 +1,8 @@
 """``submit_many`` under ``max_queued_per_shape``: the jobs that fit under the cap go to the
 scheduler as job arrays (an array counts as its elements), and the held jobs chosen together
-for freed slots go as arrays too; through the holding's hooks, and end to end on the fake PBS
-Pro of ``tests/support/fake_site_scheduler.py`` (counting its ``qsub`` calls)."""
+for freed slots go as arrays too; through the holding's hooks, end to end on the fake PBS Pro
+of ``tests/support/fake_site_scheduler.py`` (counting its ``qsub`` calls), and (marked slurm)
+on the real Slurm (counting ``sbatch`` calls)."""
 
 import re
 import threading
@@ -150,5 +151,44 @@ def test_fake_pbs_submit_many_under_a_cap_sends_arrays_within_it(
     finally:
         ex.close()
     # Every job submitted once, never more than the cap in one array, in far fewer than 40.
+    assert sum(scripts.arrays) == 40 and max(scripts.arrays) <= 10
+    assert len(scripts.arrays) < 40, scripts.arrays
+
+
+class SlurmScripts(Scripts):
+    def run(self, argv: Sequence[str], timeout: float,
+            stdin: Optional[str] = None) -> CommandResult:
+        if argv[0].endswith("sbatch"):
+            text = stdin if stdin is not None else Path(argv[-1]).read_text()
+            found = re.search(r"^#SBATCH --array=(\d+)-(\d+)$", text, re.MULTILINE)
+            with self.lock:
+                self.arrays.append(1 if found is None
+                                   else int(found.group(2)) - int(found.group(1)) + 1)
+        return self.inner.run(argv, timeout, stdin)
+
+
+@pytest.mark.slurm
+def test_slurm_submit_many_under_a_cap_sends_arrays_within_it(shared_dir: Path) -> None:
+    from psij.executors.batch.slurm import SlurmExecutorConfig
+    from real.test_batch_real import _scheduler_problem
+
+    problem = _scheduler_problem("slurm")
+    if problem:
+        pytest.fail(f"Slurm is not usable: {problem}")
+    ex = JobExecutor.get_instance("slurm", config=SlurmExecutorConfig(
+        work_directory=shared_dir / "w", queue_polling_interval=1, max_queued_per_shape=10))
+    scripts = SlurmScripts(ex._runner)  # type: ignore[attr-defined]
+    ex._runner = scripts  # type: ignore[attr-defined]
+    jobs = [Job(JobSpec("/bin/sh", ["-c", f"echo {i}"], stdout_path=shared_dir / str(i),
+                        directory=shared_dir)) for i in range(40)]
+    try:
+        ex.submit_many(jobs)
+        assert scripts.arrays == [10]  # what fits now; the other 30 held
+        for i, job in enumerate(jobs):
+            st = job.wait(WAIT * 4)
+            assert st is not None and st.state is JobState.COMPLETED, (i, st)
+            assert (shared_dir / str(i)).read_text() == f"{i}\n"
+    finally:
+        ex.close()
     assert sum(scripts.arrays) == 40 and max(scripts.arrays) <= 10
     assert len(scripts.arrays) < 40, scripts.arrays
