@@ -440,8 +440,8 @@ def _priority(args: "argparse.Namespace") -> int:
     problems = [f"job {record.id}: it is held back by the process that submitted it "
                 "(max_queued_per_shape) and was not given to the scheduler yet, so only that "
                 "process can change its priority (executor.set_priority)"
-                if record.message == HELD_MESSAGE else f"job {record.id}: {ex}"
-                for record, ex in chosen.failures]
+                if record.message == HELD_MESSAGE and "ended" not in (record.held_by or "")
+                else f"job {record.id}: {ex}" for record, ex in chosen.failures]
     for job in chosen.jobs.values():
         executor = job.executor
         if job.status.final or executor is None:
