@@ -261,8 +261,8 @@ def test_status_shows_the_run_a_live_job_is_in_now() -> None:
     job._set_status(JobStatus(JobState.QUEUED, message="requeued (preempted): run 3, at most 3",
                               metadata={"attempt": 3, "rerun": "requeue", "cause": "preempted"}))
     recorded = ("j", "slurm", "5", None, "ACTIVE", None, None, False, 2,
-                json.dumps({"rerun": "requeue", "cause": "node_failure"}))
+                json.dumps({"rerun": "requeue", "cause": "node_failure"}), None, None)
     now = _live(recorded, job)
-    assert now[4] == "QUEUED" and now[8:] == (3, ("requeue", "preempted"))
+    assert now[4] == "QUEUED" and now[8:] == (3, ("requeue", "preempted"), None, None)
     assert _message(now).startswith("attempt 3 (requeue after preempted): requeued")
     assert _message(recorded) == "attempt 2 (requeue after node_failure)"

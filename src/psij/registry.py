@@ -86,6 +86,24 @@ class JobRecord(Record):
     """How many times it was requeued (as its executor counted them; 0 when unknown)."""
     retries: int = 0
     """How many times it was retried (as its executor counted them; 0 when unknown)."""
+    held: Optional[str] = None
+    """``"held"`` while psij holds the job back in a client process (``max_queued_per_shape``)
+    and has not given it to the scheduler, ``"submitting"`` while that process submits it;
+    None otherwise. See :attr:`held_by` and ``psij release``."""
+    holder: Optional[str] = None
+    """The process that holds it, while ``held``, as JSON text with ``pid``, ``host`` and
+    ``start`` (its kernel start time)."""
+
+    @property
+    def held_by(self) -> Optional[str]:
+        """What holds the job back, in words ("held by psij in process N", "..., which ended;
+        never submitted"); None when psij does not hold it (or it is final, or has a native
+        id: it was submitted)."""
+        if self.state.final or self.native_id is not None:
+            return None
+        from psij._registry.held import describe
+
+        return describe(self.held, self.holder)
 
     @property
     def spec(self) -> Optional[JobSpec]:
@@ -106,7 +124,19 @@ class JobRecord(Record):
                 "updated": _iso(self.updated), "attempt": self.attempt,
                 "rerun": None if self.attempt == 1 else {
                     "rerun": self.rerun, "cause": self.rerun_cause,
-                    "requeues": self.requeues, "retries": self.retries}}
+                    "requeues": self.requeues, "retries": self.retries},
+                "held": self._held_json()}
+
+    def _held_json(self) -> Optional[Dict[str, Any]]:
+        if self.held_by is None:
+            return None
+        from psij._registry.held import holder_alive, holder_of
+
+        holder = holder_of(self.holder)
+        return {"phase": self.held, "pid": None if holder is None else holder.pid,
+                "host": None if holder is None else holder.host,
+                "running": None if holder is None else holder_alive(holder),
+                "message": self.held_by}
 
 
 def _iso(t: float) -> str:
@@ -128,7 +158,7 @@ def registry_file(work_directory: PathLike = None) -> Path:
 
 def _record(row: Row, path: Path) -> JobRecord:
     (job_id, executor, version, url, config, native_id, spec, tag, submitted, state, _rank,
-     exit_code, message, updated, _final, attempt, rerun) = row
+     exit_code, message, updated, _final, attempt, rerun, held, holder) = row
     try:
         job_state = JobState[state]
     except KeyError:
@@ -138,7 +168,8 @@ def _record(row: Row, path: Path) -> JobRecord:
     return JobRecord(job_id, executor, version, url, config, native_id, spec, tag, submitted,
                      job_state, exit_code, message, updated, path,
                      attempt if isinstance(attempt, int) and attempt >= 1 else 1, kind, cause,
-                     requeues, retries)
+                     requeues, retries, held if isinstance(held, str) else None,
+                     holder if isinstance(holder, str) else None)
 
 
 def _rerun_of(text: Any) -> Tuple[Optional[str], Optional[str], int, int]:
@@ -379,21 +410,35 @@ def attach(records: Iterable[JobRecord], callback: Optional[CallbackLike] = None
     return jobs
 
 
+def _say_not_attachable(record: JobRecord) -> None:
+    """Raise for a job recorded without a native id: held back by the process that submitted
+    it (by its cap, or waiting for its local resource pool), or one that ended first."""
+    from psij.executors.batch._held_jobs import HELD_MESSAGE
+    from psij.executors.local._pool_driver import WAITING_MESSAGE
+
+    held_by = record.held_by
+    pool = record.message == WAITING_MESSAGE
+    if held_by is not None and "ended" in held_by:
+        why = "resource_pool" if pool else "max_queued_per_shape"
+        raise RegistryError(f"the job was held back ({why}) and is {held_by}: "
+                            f"`psij release {record.id}` submits it")
+    if record.state.final:
+        return
+    if pool:
+        raise RegistryError("the job waits for the local resource pool (resource_pool) of "
+                            "the process that submitted it and has not started, so only "
+                            "that process can follow it; it has no native id yet")
+    if held_by is not None or record.message == HELD_MESSAGE:
+        raise RegistryError("the job is held by the client process that submitted it "
+                            "(max_queued_per_shape) and was not given to the scheduler, "
+                            "so only that process can follow it; it has no native id yet"
+                            + (f" ({held_by})" if held_by else ""))
+
+
 def _attach_one(record: JobRecord, cb: Any,
                 executors: Dict[Tuple[str, Optional[str], str], JobExecutor]) -> Job:
     if record.native_id is None:
-        from psij.executors.batch._held_jobs import HELD_MESSAGE
-
-        if record.message == HELD_MESSAGE and not record.state.final:
-            raise RegistryError("the job is held by the client process that submitted it "
-                                "(max_queued_per_shape) and was not given to the scheduler, "
-                                "so only that process can follow it; it has no native id yet")
-        from psij.executors.local._pool_driver import WAITING_MESSAGE
-
-        if record.message == WAITING_MESSAGE and not record.state.final:
-            raise RegistryError("the job waits for the local resource pool (resource_pool) of "
-                                "the process that submitted it and has not started, so only "
-                                "that process can follow it; it has no native id yet")
+        _say_not_attachable(record)
         raise RegistryError("no native id was recorded (the submitting process ended before "
                             "its executor gave one)")
     try:

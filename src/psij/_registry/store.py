@@ -50,16 +50,21 @@ _prune_age = {"seconds": DEFAULT_PRUNE_AGE_SECONDS}
 
 _T = TypeVar("_T")
 
-# Columns in table order; ``Row`` is a tuple in this order.
+# Columns in table order; a ``Row`` read is a tuple in this order, a ``Row`` written one in the
+# order of ``STATUS_COLUMNS``.
 COLUMNS = ("id", "executor", "executor_version", "url", "config", "native_id", "spec", "tag",
            "submitted", "state", "rank", "exit_code", "message", "updated", "final", "attempt",
-           "rerun")
+           "rerun", "held", "holder")
 # The columns later versions added, each with its definition: a registry made before them gets
 # them when it is opened (``ALTER TABLE ... ADD COLUMN``, once).
 ADDED_COLUMNS = (
     ("attempt", "INTEGER NOT NULL DEFAULT 1"),  # the job's run: 2 once it runs again
     ("rerun", "TEXT"),  # its last rerun as JSON: rerun (kind), cause, requeues, retries
+    ("held", "TEXT"),  # held by psij in a client process: "held" or "submitting" (else NULL)
+    ("holder", "TEXT"),  # that process as JSON: pid, host, start (its kernel start time)
 )
+# The columns a status recording writes (the held marker is written apart: ``mark_held``).
+STATUS_COLUMNS = COLUMNS[:-2]
 Row = Tuple[Any, ...]
 
 _SCHEMA = """
@@ -80,7 +85,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated REAL NOT NULL,
     final INTEGER NOT NULL,
     attempt INTEGER NOT NULL DEFAULT 1,
-    rerun TEXT
+    rerun TEXT,
+    held TEXT,
+    holder TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_by_tag ON jobs(tag) WHERE tag IS NOT NULL;
 """
@@ -120,7 +127,8 @@ RUN_SQL = {
 # columns of the existing row, never moving its state backwards: a later run of the job
 # (a greater attempt) may go back to QUEUED, an earlier one changes nothing.
 _UPSERT = (
-    f"INSERT INTO jobs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
+    f"INSERT INTO jobs ({', '.join(STATUS_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(STATUS_COLUMNS))}) "
     "ON CONFLICT(id) DO UPDATE SET native_id = coalesce(excluded.native_id, jobs.native_id), "
     "state = excluded.state, rank = excluded.rank, exit_code = excluded.exit_code, "
     "message = excluded.message, updated = excluded.updated, final = excluded.final, "
@@ -210,6 +218,50 @@ class Store:
                 for kind, pid, start, text in runs:
                     conn.execute(RUN_SQL[kind], (pid, start, text, now))
         self._call("record jobs", run)
+
+    # -- jobs held by psij in a client process (:mod:`psij._registry.held`) ------------------
+
+    def mark_held(self, rows: Sequence[Row]) -> None:
+        """Record jobs held by psij in a client process, at once: each row is a status row
+        (``STATUS_COLUMNS``) followed by ``held`` and ``holder``. A row already written keeps
+        its status (it is at least as late) and takes the marker."""
+        sql = (f"INSERT INTO jobs ({', '.join(COLUMNS)}) VALUES "
+               f"({', '.join('?' * len(COLUMNS))}) ON CONFLICT(id) DO UPDATE SET "
+               "held = excluded.held, holder = excluded.holder")
+
+        def run(conn: sqlite3.Connection) -> None:
+            with conn:
+                conn.executemany(sql, rows)
+        self._call("record held jobs", run)
+
+    def set_held(self, changes: Sequence[Tuple[Optional[str], Optional[str], Optional[str],
+                                               Optional[Tuple[str, int, Optional[str]]],
+                                               str]]) -> None:
+        """For each (held, holder, native id, final status or None, job id): the job's held
+        marker (None: no longer held), its native id when given, and the final status
+        (state, rank, message) when given (a job dropped or failed while held)."""
+        def run(conn: sqlite3.Connection) -> None:
+            now = wall_time()
+            with conn:
+                for held, holder, native_id, final, job_id in changes:
+                    conn.execute("UPDATE jobs SET held = ?, holder = ?, "
+                                 "native_id = coalesce(?, native_id) WHERE id = ?",
+                                 (held, holder, native_id, job_id))
+                    if final is not None:
+                        conn.execute("UPDATE jobs SET state = ?, rank = ?, message = ?, "
+                                     "final = 1, updated = ? WHERE id = ? AND final = 0",
+                                     (final[0], final[1], final[2], now, job_id))
+        self._call("record held jobs", run)
+
+    def claim_held(self, job_id: str, holder: str, new_holder: str) -> bool:
+        """Make ``new_holder`` the holder of a job still held (not being submitted) by
+        ``holder``; False when another process changed it first."""
+        def run(conn: sqlite3.Connection) -> bool:
+            with conn:
+                return conn.execute("UPDATE jobs SET holder = ? WHERE id = ? AND held = 'held' "
+                                    "AND holder = ? AND final = 0 AND native_id IS NULL",
+                                    (new_holder, job_id, holder)).rowcount == 1
+        return self._call("claim held jobs", run)
 
     def local_runs(self) -> List[Row]:
         """Every local run (:data:`RUN_COLUMNS`), oldest first."""

@@ -6,7 +6,8 @@ the whole parser is built, by code that asks for it), so that a short command lo
 uses; a line naming no command (``psij --help``, a mistyped command) is parsed with each command
 as one line of help from a table kept here, and ``psij --version`` builds no parser at all. The
 families: ``_plugins`` (``psij plugins``), ``_run`` (``psij run``), ``_script`` (``psij script``),
-``_jobs`` (``submit``, ``status``, ``wait``, ``cancel``, ``priority``, ``list``, ``attach``),
+``_jobs`` (``submit``, ``status``, ``wait``, ``cancel``, ``priority``, ``list``, ``attach``,
+``release``),
 ``_config``, ``_supervise``, ``_pilot`` and ``_flow``. They share ``_common`` (exit codes,
 reporting, help formatters), ``_job_options`` (the options describing a job and the JobSpec
 they build), ``_job_streams``, ``_wait_progress`` and ``_broken_pipe``. The dependency goes one
@@ -41,7 +42,8 @@ __all__ = ["main"]
 _KEPT_ON_USE = ("DEFAULT_EXECUTOR", "build_attributes", "build_environment", "build_spec")
 
 # The registry commands of ``_jobs`` (its handlers, one per name), known here without loading it.
-_JOB_COMMANDS = ("submit", "status", "wait", "cancel", "priority", "list", "attach")
+_JOB_COMMANDS = ("submit", "status", "wait", "cancel", "priority", "list", "attach",
+                 "release")
 _COMMANDS = ("plugins", "run", "script", "pilot", "flow", "config", *_JOB_COMMANDS, "supervise",
              "remote")
 _PILOT_COMMANDS = ("serve", "run")
@@ -60,6 +62,7 @@ _COMMAND_LINES = (
     ("priority", "change the priority of recorded jobs"),
     ("list", "list recorded jobs as last recorded"),
     ("attach", "adopt a job submitted elsewhere into the registry"),
+    ("release", "submit jobs psij held back in a process that has ended"),
     ("config", "show the site defaults in effect and where each comes from"),
     ("supervise", "run a server job and the client jobs it asks for, restarting it when it dies"),
     ("pilot", "run many tasks inside one allocation"),

@@ -1,12 +1,13 @@
 """The ``psij`` commands over the job registry: ``submit``, ``status``, ``wait``, ``cancel``,
-``priority``, ``list`` and ``attach``.
+``priority``, ``list``, ``attach`` and ``release``.
 
 They work on the registry of the default work directory (``~/.psij/work/jobs.sqlite``), the one
 every executor records its jobs in (:mod:`psij.registry`). ``list`` shows what is recorded;
 ``status``, ``wait``, ``cancel`` and ``priority`` re-attach the jobs that are not final to their
 executors, so what they show and change is what the executors have now. A job held back by
-the process that submitted it (``max_queued_per_shape``) exists only in that process: these
-commands say so rather than guess.
+the process that submitted it (``max_queued_per_shape``) is given to the scheduler only by that
+process: these commands show it as held by psij in that process, or, when the process has
+ended, as never submitted; ``release`` (:mod:`psij.cli._release`) submits those.
 
 A ``local`` job submitted with ``psij submit`` is started by the local executor's keeper
 process (``psij.executors.local._keeper``), which outlives ``submit``, records the job's exit
@@ -43,8 +44,10 @@ _TICK = timedelta(seconds=0.25)  # how often a wait showing its progress looks a
 _JSON_HELP = ("--json prints a JSON array with one object per job: id, executor, "
               "executor_version, url, native_id, tag, state, final, exit_code, message, "
               "submitted, updated (times in ISO 8601, UTC), attempt (1, then 2, 3... for a "
-              "job run again) and rerun (null, or its last rerun: rerun, cause, requeues, "
-              "retries).")
+              "job run again), rerun (null, or its last rerun: rerun, cause, requeues, "
+              "retries) and held (null, or while psij holds the job back in a client process: "
+              "phase (held or submitting), pid, host, running (true, false, or null when it "
+              "cannot be told) and message).")
 
 
 def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
@@ -115,6 +118,10 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
         attach.add_argument("--executor", required=True, metavar="NAME", help="its executor")
         attach.add_argument("--tag", metavar="TAG", help="label to find the job by")
         attach.add_argument("native_id", metavar="NATIVE_ID", help="the executor's job id")
+    if only in (None, "release"):
+        from psij.cli._release import add_release_command
+
+        add_release_command(commands)
 
 
 def _add_progress_options(sub: Any) -> None:
@@ -162,7 +169,7 @@ def _out(text: str) -> None:
 
 # The columns of the table, and of the rows it is made from.
 _TABLE = ("id", "executor", "native_id", "tag", "state", "exit_code", "message", "final",
-          "attempt", "rerun")
+          "attempt", "rerun", "held", "holder")
 _HEAD = ("ID", "EXECUTOR", "NATIVE_ID", "TAG", "STATE", "EXIT", "MESSAGE")
 
 
@@ -173,7 +180,7 @@ def _live(row: Tuple[Any, ...], job: Optional["Job"]) -> Tuple[Any, ...]:
     st = job.status
     attempt, rerun = _run_now(job, row[8], row[9])
     return (row[0], row[1], job.native_id, row[3], st.state.name, st.exit_code, st.message,
-            st.state.final, attempt, rerun)
+            st.state.final, attempt, rerun, None, None)
 
 
 def _run_now(job: "Job", attempt: int, rerun: Optional[str]) -> Tuple[int, Any]:
@@ -202,7 +209,14 @@ def _rerun_words(attempt: int, rerun: Any) -> str:
 
 
 def _message(row: Tuple[Any, ...]) -> str:
-    """The message column: the run (from the second on), then the status's message."""
+    """The message column: the run (from the second on), then the status's message (for a
+    job psij holds back, what holds it)."""
+    if row[10] is not None and not row[7] and row[2] is None:
+        from psij._registry.held import describe
+
+        held = describe(row[10], row[11])
+        if held is not None:
+            return held if "ended" not in held else f"{held} (psij release)"
     run = _rerun_words(row[8], row[9])
     if run:
         return _short(f"{run}: {row[6]}" if row[6] else run)
@@ -279,8 +293,10 @@ class _Chosen:
         self.jobs: Dict[str, Job] = {}
         self.problems: List[str] = []
         self.failures: List[Tuple[JobRecord, Exception]] = []  # could not be re-attached
-        if refresh:
-            self._refresh(registry, [r[0] for r in self.rows if not r[7]])
+        if refresh:  # status: not the jobs psij holds back (their holder records them)
+            self._refresh(registry, [r[0] for r in self.rows
+                                     if not r[7] and (r[10] is None or r[2] is not None
+                                                      or what != "status")])
 
     def _refresh(self, registry: Any, ids: List[str]) -> None:
         from psij.job_state import JobState
@@ -385,6 +401,13 @@ def _cancel(args: "argparse.Namespace") -> int:
 
     chosen = _Chosen(args, "cancel")
     problems = chosen.problems
+    if chosen.failures:  # held back by a process that ended: cancelled in the registry
+        from psij import registry
+        from psij._registry import held
+
+        chosen.problems = problems = [f"job {r.id}: {ex}" for r, ex in chosen.failures
+                                      if not held.cancel_ended(r)]
+        _, chosen.rows = registry._select(*chosen.filters, None, _TABLE)
     jobs = list(chosen.jobs.values())
     for job in jobs:
         try:
@@ -420,8 +443,8 @@ def _priority(args: "argparse.Namespace") -> int:
     problems = [f"job {record.id}: it is held back by the process that submitted it "
                 "(max_queued_per_shape) and was not given to the scheduler yet, so only that "
                 "process can change its priority (executor.set_priority)"
-                if record.message == HELD_MESSAGE else f"job {record.id}: {ex}"
-                for record, ex in chosen.failures]
+                if record.message == HELD_MESSAGE and "ended" not in (record.held_by or "")
+                else f"job {record.id}: {ex}" for record, ex in chosen.failures]
     for job in chosen.jobs.values():
         executor = job.executor
         if job.status.final or executor is None:
@@ -493,8 +516,14 @@ def _submit_here(args: "argparse.Namespace", spec: Any) -> "Job":
     return job
 
 
+def _release(args: "argparse.Namespace") -> int:
+    from psij.cli._release import release_main
+
+    return release_main(args)
+
+
 _HANDLERS = {"submit": _submit, "status": _status, "wait": _wait, "cancel": _cancel,
-             "priority": _priority, "list": _list, "attach": _attach}
+             "priority": _priority, "list": _list, "attach": _attach, "release": _release}
 
 
 def jobs_main(args: "argparse.Namespace") -> int:

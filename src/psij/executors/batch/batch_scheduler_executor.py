@@ -54,6 +54,7 @@ from typing import (
 from psij import _check, _site_config
 from psij._clock import Clock, MonotonicClock
 from psij._data import data_dir
+from psij._registry import held as _held_record
 from psij._reexports import lazy_names
 from psij._scripts.generator import TemplatedScriptGenerator
 from psij.exceptions import InvalidJobException, SubmitException, SubmitManyException
@@ -188,8 +189,9 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
             name=self._work_name(), owner=str(self), clock=self._clock,
             memory_bucket=self.batch_config.memory_bucket,
             tmp_bucket=self.batch_config.tmp_bucket, submit=self._submit_checked,
-            set_status=self._set_job_status, restate=self._restate_job_status,
-            cancel=self.cancel, hurry=self._hurry))
+            submit_many=self._submit_checked_many, set_status=self._set_job_status,
+            restate=self._restate_job_status, cancel=self.cancel, hurry=self._hurry,
+            mark=lambda jobs, held, final: _held_record.mark(self, jobs, held, final)))
         if self.TEMPLATE is not None:
             template = Path(self.TEMPLATE)
             if not template.is_absolute():
@@ -305,15 +307,14 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
         return []
 
     def parse_accounting_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
-        """States of the jobs found in an accounting command's output; raise when accounting
-        is not available."""
+        """States of the jobs in an accounting command's output; raise if there is no accounting."""
         return {}
 
     # ------------------------------------------------------------------------ submit
 
     def submit(self, job: Job) -> None:
-        """Submit ``job``; on return it is QUEUED with a native id, or an exception was raised
-        and the job is still NEW and unbound."""
+        """Submit ``job``; on return it is QUEUED (with a native id, or held by the client:
+        max_queued_per_shape), or an exception was raised and the job is still NEW and unbound."""
         self._ensure_open()
         if self._fallback is not None:
             self._fallback.submit(job)
@@ -362,41 +363,58 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
 
     def submit_many(self, jobs: Iterable[Job]) -> None:
         """Submit ``jobs``, as job arrays where the scheduler has them (``ARRAYS``; see
-        :mod:`psij.executors.batch._arrays`)."""
+        :mod:`psij.executors.batch._arrays`), within ``max_queued_per_shape`` if set."""
         jobs = job_list(jobs)
-        style = self.ARRAYS
-        # Jobs run locally (fallback) or held by the client (max_queued_per_shape) go one by
-        # one, as do those of a backend rendering its scripts by its own hooks.
-        inputs = None if style is None or self._fallback is not None or self._held is not None \
-            else self._script_inputs()
-        if style is None or inputs is None or inputs.generator is None:
+        # One by one: jobs run locally (fallback), or without a cap a backend without arrays or
+        # with its own script hooks (with a cap, those held are recorded together).
+        inputs = None if self._fallback else self._script_inputs()
+        if inputs is None or (self._held is None and not (self.ARRAYS and inputs.generator)):
             self._submit_each(jobs)
             return
         failures: List[Tuple[Job, BaseException]] = []
-        checked: List[Tuple[Job, Dict[str, object]]] = []
+        checked: List[Tuple[Job, JobSpec]] = []
         for job in jobs:
             try:
                 self._ensure_open()
                 spec = self._check_job(job)
                 try:
                     self._check_script_values(job, spec, inputs)
-                    checked.append((job, self._create_script_context(job, inputs)))
+                    checked.append((job, spec))
                 except BaseException:
                     job.executor = None
                     raise
             except Exception as e:
                 failures.append((job, e))
         if checked:
-            failures += _arrays.submit_arrays(style, inputs.generator, checked,
-                                              self._submit_inputs(), self._track)
+            failures += self._held.submit_many(checked) if self._held is not None \
+                else self._submit_checked_many(checked, inputs)
         if failures:
             raise SubmitManyException(failures, len(jobs))
 
-    def submit_script(self, job: Job) -> str:
-        """The submit script ``job`` would get, without submitting it or binding the job.
+    def _submit_checked_many(self, checked: List[Tuple[Job, JobSpec]],
+                             inputs: Optional[ScriptInputs] = None
+                             ) -> List[Tuple[Job, BaseException]]:
+        """:meth:`_submit_checked` for several jobs, as arrays if it can; those that failed."""
+        inputs, style = inputs or self._script_inputs(), self.ARRAYS
+        failures: List[Tuple[Job, BaseException]] = []
+        contexts: List[Tuple[Job, Dict[str, object]]] = []
+        for job, spec in checked:
+            try:
+                if style is None or inputs.generator is None:
+                    self._submit_checked(job, spec, inputs)
+                else:
+                    contexts.append((job, self._create_script_context(job, inputs)))
+            except Exception as e:
+                job.executor = None
+                failures.append((job, e))
+        if style is not None and inputs.generator is not None and contexts:
+            failures += _arrays.submit_arrays(style, inputs.generator, contexts,
+                                              self._submit_inputs(), self._track)
+        return failures
 
-        Raises the same errors as :meth:`submit` for values the script cannot hold.
-        """
+    def submit_script(self, job: Job) -> str:
+        """The submit script ``job`` would get, without submitting it or binding the job;
+        raises the same errors as :meth:`submit` for values the script cannot hold."""
         if not isinstance(job, Job):
             raise _check.fail_type("submit_script job", job, "psij.Job")
         spec = job.spec

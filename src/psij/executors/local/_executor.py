@@ -17,6 +17,7 @@ from psij._end_signal import ATTRIBUTE as END_SIGNAL
 from psij._end_signal import EndSignal, end_signal
 from psij._lazylog import LazyLogger
 from psij._private_dirs import ensure_private_dir
+from psij._registry.held import mark as mark_held
 from psij._retry import Rerun, run_environment
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._process import (
@@ -152,7 +153,8 @@ class LocalJobExecutor(JobExecutor):
         setting = _check.resource_pool(getattr(self.config, "resource_pool", False))
         capacity = pool_capacity(setting)
         self._pool = None if capacity is None else PoolDriver(
-            capacity, self._launch, self._pool_report, pool_gpu_set(setting))
+            capacity, self._launch, self._pool_report, pool_gpu_set(setting),
+            lambda jobs, held, final: mark_held(self, jobs, held, final))
         self._work = Path(self.config.work_directory)
         self._dir = self._work / "local"
         # The registry file, as psij._registry.store.registry_path names it (that module is

@@ -13,7 +13,11 @@ that asks for GPUs (GPUs per process times processes) is started with its own GP
 environment (``CUDA_VISIBLE_DEVICES``, or ``ROCR_VISIBLE_DEVICES`` and ``HIP_VISIBLE_DEVICES``
 on AMD; see :mod:`psij.executors.local._pool_gpus`), unless its specification sets that
 variable itself. The executor says how to start a job and how to report a status; the driver
-does the rest.
+does the rest. A job that waits is recorded in the job registry as held by this process before
+``submit`` returns (:mod:`psij._registry.held`, through the executor's ``mark``), as being
+started when its turn comes, and as no longer held once started, cancelled or failed, so that
+``psij list`` tells the jobs of a process that ended before their turn and ``psij release``
+starts them.
 
 The setting (checked by :func:`psij._check.resource_pool`): ``False`` (no pool: every job
 starts at once), ``True`` (this machine's cores, memory, free temporary disk and GPUs,
@@ -27,10 +31,11 @@ import shutil
 import tempfile
 import threading
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from psij import _check, _priority
 from psij._lazylog import LazyLogger
+from psij._registry.held import HELD, SUBMITTING
 from psij.executors._gpu_detect import GpuSet
 from psij.executors.local._pool_gpus import found_gpus, pool_gpus
 from psij.executors.local._pool_machine import (
@@ -54,6 +59,10 @@ __all__ = ["WAITING_FOR", "WAITING_MESSAGE", "PoolDriver", "demand_of",
            "machine_capacity", "pool_capacity", "pool_gpu_set"]
 
 logger = LazyLogger(__name__)
+
+# Records jobs as held by this process, being started, or no longer held (ended so when a final
+# status is given): :func:`psij._registry.held.mark` for the executor.
+Mark = Callable[[Sequence[Job], Optional[str], Optional[Tuple[str, int, str]]], None]
 
 WAITING_FOR = "local resources"
 WAITING_MESSAGE = ("waiting for local resources (resource_pool) in the process that "
@@ -129,13 +138,15 @@ class PoolDriver:
 
     def __init__(self, capacity: Amounts, start: Callable[[Any, Mapping[str, str]], None],
                  report: Callable[[Any, JobStatus], None],
-                 gpus: Optional[GpuSet] = None) -> None:
+                 gpus: Optional[GpuSet] = None, mark: Optional[Mark] = None) -> None:
         if gpus is None:
             gpus = pool_gpus(f"{FIELD}['gpus']", capacity.gpus or 0)
         self._gpus = gpus
         self._pool = LocalPool(capacity, gpus.ids)
         self._start = start
         self._report = report
+        self._mark: Mark = mark or (lambda jobs, held, final: None)
+        self._marking = threading.Lock()
         self._lock = threading.Lock()
         self._jobs: Dict[str, Tuple[Job, Any]] = {}  # waiting or running
         self._todo: Deque[Action] = deque()
@@ -159,10 +170,13 @@ class PoolDriver:
         job) for a bad priority or ``psij.tmp``, or when the job cannot start now."""
         demand = demand_of(spec)
         priority = _priority.job_priority(spec.attributes)
-        with self._lock:
-            actions = self._pool.step(Arrived(job.id, demand, priority))
-            self._jobs[job.id] = (job, payload)
-        mine = next(a for a in actions if a.key == job.id)
+        with self._marking:  # recorded as held before it is recorded as being started
+            with self._lock:
+                actions = self._pool.step(Arrived(job.id, demand, priority))
+                self._jobs[job.id] = (job, payload)
+            mine = next(a for a in actions if a.key == job.id)
+            if isinstance(mine, Wait):
+                self._mark([job], HELD, None)
         if isinstance(mine, Start):
             try:
                 self._start(payload, self._environment(mine))
@@ -218,14 +232,20 @@ class PoolDriver:
                 del self._jobs[str(action.key)]
         if entry is None:
             return
-        payload = entry[1]
+        job, payload = entry
         if isinstance(action, Dropped):
-            self._report(payload, JobStatus(
-                JobState.CANCELED, message=f"cancelled while waiting for {WAITING_FOR}"))
+            message = f"cancelled while waiting for {WAITING_FOR}"
+            self._report(payload, JobStatus(JobState.CANCELED, message=message))
+            self._mark([job], None, (JobState.CANCELED.name, JobState.CANCELED.order, message))
         elif isinstance(action, Start):
+            with self._marking:
+                self._mark([job], SUBMITTING, None)
             try:
                 self._start(payload, self._environment(action))
             except Exception as e:
                 logger.warning("local job %s could not be started: %s", action.key, e)
-                self._report(payload, JobStatus(
-                    JobState.FAILED, message=f"could not be started on this machine: {e}"))
+                message = f"could not be started on this machine: {e}"
+                self._report(payload, JobStatus(JobState.FAILED, message=message))
+                self._mark([job], None, (JobState.FAILED.name, JobState.FAILED.order, message))
+                return
+            self._mark([job], None, None)

@@ -1,0 +1,117 @@
+"""``psij release``: submit the jobs that psij held back in a process that has ended.
+
+A batch executor with ``max_queued_per_shape`` keeps jobs back in the client process until
+fewer jobs of their shape are queued, and records each in the job registry as held by that
+process (:mod:`psij._registry.held`). When that process ends (killed, crashed, or it simply
+exited) before their turn, they were never submitted: ``psij list`` and ``psij status`` say so,
+and this command submits them from their recorded JobSpec, with the executor and settings
+recorded, under their recorded ids. Jobs whose turn has not come under the cap (the recorded
+``max_queued_per_shape``) are held by this command's process, which waits until each was given
+to the scheduler (or ended) before it exits; killed before that, it leaves them held by a
+process that ended, to be released again.
+
+Imported by :mod:`psij.cli._jobs` when the command is named; it uses :mod:`psij.registry` and
+:mod:`psij._registry.held` only.
+"""
+
+import sys
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, List
+
+from psij.cli._common import EXIT_FAILED, add_command, say
+
+if TYPE_CHECKING:
+    import argparse
+
+    from psij.job import Job
+
+__all__ = ["add_release_command", "release_main"]
+
+_TICK = 0.25  # how often the jobs still held by this command are looked at
+_EXPLAIN_EVERY = 60.0  # seconds between two lines saying what it still waits for
+
+LINE = "submit jobs psij held back in a process that has ended"
+
+
+def add_release_command(commands: Any) -> None:
+    release = add_command(
+        commands, "release", LINE,
+        "Submit jobs that psij held back in a client process (max_queued_per_shape) and "
+        "that were never submitted because that process ended: chosen by id or by --tag, "
+        "or, with neither, every such job. Each is submitted from its recorded JobSpec, with "
+        "its recorded executor and settings, under its recorded id, and is followed as any "
+        "other job from then on. Jobs still held under their executor's cap wait in this "
+        "command until their turn comes. A job whose process still runs is left to it.",
+        epilog="exit status: 0 when every job named was submitted (or none was held); 1 when "
+               "some could not be; 2 for bad usage. Each submitted job is printed as ID and "
+               "its native id.")
+    release.add_argument("ids", nargs="*", metavar="ID", help="job ids")
+    release.add_argument("--tag", metavar="TAG", help="the jobs with this tag")
+    release.add_argument("--force", action="store_true",
+                         help="also release a job whose process ended while submitting it "
+                              "(it may be in the scheduler already) or whose process runs "
+                              "on another host")
+
+
+def release_main(args: "argparse.Namespace") -> int:
+    from psij import registry
+    from psij._registry import held
+
+    ids = args.ids or None
+    records = registry.find(ids, tag=args.tag)
+    if ids:
+        missing = set(ids) - {r.id for r in records}
+        if missing:
+            raise ValueError(f"no recorded job with id {', '.join(sorted(missing))}")
+    elif not records and args.tag is not None:
+        raise ValueError(f"no recorded job has tag {args.tag!r}")
+    else:  # every job held by a process known to have ended
+        records = [r for r in records if _ended(r, args.force)]
+    problems: List[str] = []
+    jobs: List[Job] = []
+    for record, outcome in held.release(records, force=args.force):
+        if isinstance(outcome, Exception):
+            problems.append(f"job {record.id}: not released: {outcome}")
+        else:
+            jobs.append(outcome)
+    _wait_submitted(jobs)
+    registry.flush()
+    for job in jobs:
+        status = job.status
+        if job.native_id is None:
+            problems.append(f"job {job.id}: {status.state}: {status.message}")
+        else:
+            sys.stdout.write(f"{job.id} {job.native_id}\n")
+    for problem in problems:
+        say(problem, "release")
+    return EXIT_FAILED if problems else 0
+
+
+def _ended(record: Any, force: bool) -> bool:
+    from psij._registry.held import HELD, holder_alive, holder_of
+
+    if record.held_by is None or (record.held != HELD and not force):
+        return False
+    holder = holder_of(record.holder)
+    alive = None if holder is None else holder_alive(holder)
+    return alive is False or (alive is None and force)
+
+
+def _wait_submitted(jobs: List["Job"]) -> None:
+    """Wait until each job has a native id or is final (those held by this process are
+    submitted by it when their turn comes)."""
+    from psij._clock import MonotonicClock
+
+    clock = MonotonicClock()
+    said = None
+    while True:
+        waiting = [j for j in jobs if j.native_id is None and not j.status.final]
+        if not waiting:
+            return
+        now = clock.now()
+        if said is None or now - said >= _EXPLAIN_EVERY:
+            said = now
+            say(f"{len(waiting)} job(s) wait for fewer jobs of their shape to be queued "
+                "(max_queued_per_shape); they are submitted from here as their turn comes",
+                "release")
+        waiting[0].wait(timedelta(seconds=_TICK))
