@@ -68,27 +68,35 @@ def req_str(field: str, value: Any) -> str:
     return no_nul(field, value)
 
 
-def text(field: str, value: Any) -> str:
+def text(field: str, value: Any, raw: bool = False) -> str:
     """``value`` as text for a process: a ``str``, or a path-like object (``pathlib.Path`` or
-    any ``os.PathLike``) turned into its ``os.fspath`` text, as ``subprocess`` takes it.
-    Refused: other types, bytes (here or from ``__fspath__``) and NUL characters. (Lone
-    surrogates are refused at submit, by each executor's checks.)"""
+    any ``os.PathLike``) turned into its ``os.fspath`` text, as ``subprocess`` takes it; with
+    ``raw``, also ``bytes`` (decoded as the file system does, ``os.fsdecode``: what a process
+    receives is the same bytes). Refused: other types and NUL characters. (Lone surrogates are
+    refused at submit, by each executor's checks.)"""
     if not isinstance(value, str):
-        if not isinstance(value, os.PathLike):
-            raise fail_type(field, value, "str or a path-like object (os.PathLike)")
-        path = os.fspath(value)
-        if not isinstance(path, str):
-            raise fail_type(field, value, "str or a path-like object whose __fspath__ gives str")
-        value = path
+        if raw and isinstance(value, bytes):
+            value = os.fsdecode(value)
+        elif not isinstance(value, os.PathLike):
+            raise fail_type(field, value, "str, bytes or a path-like object (os.PathLike)"
+                            if raw else "str or a path-like object (os.PathLike)")
+        else:
+            path = os.fspath(value)
+            if not isinstance(path, str):
+                raise fail_type(field, value, "str or a path-like object whose __fspath__ "
+                                              "gives str")
+            value = path
     return no_nul(field, value)
 
 
-def opt_text(field: str, value: Any) -> Optional[str]:
+def opt_text(field: str, value: Any, raw: bool = False) -> Optional[str]:
     """:func:`text`, or None."""
-    return None if value is None else text(field, value)
+    return None if value is None else text(field, value, raw)
 
 
-def opt_path(field: str, value: Any) -> Optional[Path]:
+def opt_path(field: str, value: Any, empty: Optional[str] = None) -> Optional[Path]:
+    """A ``pathlib.Path`` from text or a path-like object, or None. ``""`` is refused (it is
+    no path), unless ``empty`` names the path it stands for."""
     if value is None:
         return None
     if isinstance(value, Path):
@@ -97,6 +105,8 @@ def opt_path(field: str, value: Any) -> Optional[Path]:
     if isinstance(value, (str, os.PathLike)):
         given = value
         value = text(field, value)
+        if value == "" and empty is not None:
+            return Path(empty)
         if value == "":
             raise ValueError(f"{field}: an empty string is not a path; use None for no path "
                              f"(got {given!r})")
@@ -120,17 +130,18 @@ def opt_int(field: str, value: Any, minimum: Optional[int] = None) -> Optional[i
     return value
 
 
-def opt_str_list(field: str, value: Any) -> Optional[List[str]]:
-    """A new list of the texts of ``value``'s items (see :func:`text`: ``str`` or path-like),
-    or None. ``value`` may be any ordered iterable (a list, a tuple, a generator); text,
-    bytes, mappings and sets are refused (no order, or not a list of words)."""
+def opt_str_list(field: str, value: Any, raw: bool = False) -> Optional[List[str]]:
+    """A new list of the texts of ``value``'s items (see :func:`text`: ``str`` or path-like,
+    and with ``raw`` bytes), or None. ``value`` may be any ordered iterable (a list, a tuple,
+    a generator); text, bytes, mappings and sets are refused (no order, or not a list of
+    words)."""
     if value is None:
         return None
     if isinstance(value, (str, bytes, bytearray, Mapping, AbstractSet)) or not isinstance(
             value, Iterable):
         raise fail_type(field, value, "a list (or other ordered iterable) of str or "
                                       "path-like items, or None")
-    return [text(f"{field}[{i}]", item) for i, item in enumerate(value)]
+    return [text(f"{field}[{i}]", item, raw) for i, item in enumerate(value)]
 
 
 def env_dict(field: str, value: Any) -> Optional[Dict[str, str]]:

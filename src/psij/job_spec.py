@@ -44,8 +44,9 @@ class JobSpec:
     """The description of a job, independent of where it runs.
 
     Path fields accept ``str`` or any path-like object (``pathlib.Path``, ``os.PathLike``) and
-    are stored as ``Path``. ``executable`` and the items of ``arguments`` accept ``str`` or a
-    path-like object and are stored as its text (``os.fspath``); ``arguments`` may be given as
+    are stored as ``Path`` (``directory=""`` is the current directory, ``"."``).
+    ``executable`` and the items of ``arguments`` accept ``str``, ``bytes`` or a path-like
+    object and are stored as text (``os.fspath``, ``os.fsdecode``); ``arguments`` may be given as
     any ordered iterable (list, tuple, generator) and is stored as a new list, which may be
     changed in place (``spec.arguments.append(...)``): its items are checked again at submit.
     Environment values accept ``str``, ``int`` or a path-like object and are stored as
@@ -99,16 +100,17 @@ class JobSpec:
     def __setattr__(self, field: str, value: Any) -> None:
         label = "JobSpec." + field
         if field in _PATH_FIELDS:
-            value = _check.opt_path(label, value)
+            # "" as directory is the current directory, as psij-python reads it (Path("")).
+            value = _check.opt_path(label, value, "." if field == "directory" else None)
         elif field == "executable":
-            value = _check.opt_text(label, value)
+            value = _check.opt_text(label, value, raw=True)
             if value == "":
                 raise ValueError("JobSpec.executable: must not be empty")
         elif field in ("name", "launcher"):
             field = "_name" if field == "name" else field
             value = _check.opt_str(label, value)
         elif field == "arguments":
-            value = _check.opt_str_list(label, value)
+            value = _check.opt_str_list(label, value, raw=True)
         elif field == "inherit_environment":
             value = _check.opt_bool(label, value)
         elif field == "environment":

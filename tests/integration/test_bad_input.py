@@ -44,7 +44,7 @@ COUNT_FIELDS = ["node_count", "process_count", "processes_per_node", "cpu_cores_
 # (class, field, bad value, exception)
 CASES = [
     ("JobSpec", "executable", 1, TypeError),
-    ("JobSpec", "executable", b"/bin/true", TypeError),
+    ("JobSpec", "executable", bytearray(b"/bin/true"), TypeError),
     ("JobSpec", "executable", "", ValueError),
     ("JobSpec", "executable", NUL, ValueError),
     ("JobSpec", "arguments", "ls -l", TypeError),
@@ -52,7 +52,7 @@ CASES = [
     ("JobSpec", "arguments", [1], TypeError),
     ("JobSpec", "arguments", ["ok", None], TypeError),
     ("JobSpec", "arguments", [NUL], ValueError),
-    ("JobSpec", "arguments", [b"x"], TypeError),
+    ("JobSpec", "arguments", [bytearray(b"x")], TypeError),
     ("JobSpec", "arguments", {"a"}, TypeError),
     ("JobSpec", "arguments", {"a": "b"}, TypeError),
     ("JobSpec", "name", 3, TypeError),
@@ -92,8 +92,10 @@ CASES = [
     ("JobSpec", "cleanup_flags", 14, TypeError),
     ("JobSpec", "cleanup_flags", "ALWAYS", TypeError),
     *[("JobSpec", f, v, e) for f in PATH_FIELDS for v, e in [
-        (1, TypeError), (b"x", TypeError), (["x"], TypeError), ("", ValueError),
-        (NUL, ValueError), (Path(NUL), ValueError)]],
+        (1, TypeError), (b"x", TypeError), (["x"], TypeError), (NUL, ValueError),
+        (Path(NUL), ValueError)]],
+    # "" is the current directory as a directory (as in psij-python), no file otherwise.
+    *[("JobSpec", f, "", ValueError) for f in PATH_FIELDS if f != "directory"],
 
     ("JobAttributes", "duration", -600, ValueError),
     ("JobAttributes", "duration", float("nan"), ValueError),
