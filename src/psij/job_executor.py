@@ -302,8 +302,11 @@ class JobExecutor(ABC):
         with self._launchers_lock:
             launcher = self._launchers.get(name)
             if launcher is None:
-                launcher = Launcher.get_instance(name, version_constraint=version_constraint,
-                                                 config=self.config)
+                try:
+                    launcher = Launcher.get_instance(name, version_constraint=version_constraint,
+                                                     config=self.config)
+                except ValueError as ex:  # the name comes from JobSpec.launcher
+                    raise ValueError(f"JobSpec.launcher: {ex}") from None
                 self._launchers[name] = launcher
             return launcher
 
