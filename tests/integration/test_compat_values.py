@@ -316,3 +316,37 @@ def test_the_documentation_lists_every_difference() -> None:
     section = text[text.index("Field values"):]
     for name, *_ in DIFFERENCES:
         assert f"``{name}``" in section, name
+
+
+class _PathLike:
+    """An os.PathLike that is not a pathlib.Path."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __fspath__(self) -> str:
+        return self.path
+
+
+os.PathLike.register(_PathLike)
+
+
+def test_staging_and_cleanup_take_path_like_values_as_the_development_line_does(
+        tmp_path: Path) -> None:
+    # Staging is in psij-python's development line only (no release to run beside this one):
+    # there StageIn/StageOut take str, Path or URI sources and targets and check nothing.
+    # Here any path-like is taken too, and a value no process can carry is refused when set.
+    from psij import JobSpec
+    from psij.staging import StageIn, StageOut
+
+    given = _PathLike(str(tmp_path / "a b"))
+    stage_in = StageIn(given, _PathLike("in.txt"))
+    assert (stage_in.source.path, stage_in.target) == (str(tmp_path / "a b"), Path("in.txt"))
+    stage_out = StageOut(Path("out.txt"), given)
+    stage_out.source = _PathLike("other.txt")
+    assert (stage_out.source, str(stage_out.target)) == (Path("other.txt"), str(tmp_path / "a b"))
+    spec = JobSpec("/bin/true", cleanup=[_PathLike("scratch"), Path("tmp")])
+    assert spec.cleanup == [Path("scratch"), Path("tmp")]
+    for bad in (_PathLike("a\x00b"), b"in.txt", 5):
+        with pytest.raises((TypeError, ValueError), match="StageIn.target"):
+            StageIn("x", bad)
