@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from typing_extensions import TypeGuard
 
-PathLike = Union[str, "os.PathLike[str]"]
+PathLike = Union[str, Path]
 
 
 def _is_timedelta(value: Any) -> "TypeGuard[timedelta]":

@@ -25,7 +25,7 @@ __all__ = ["URI", "StageIn", "StageOut", "StageOutFlags", "StagingMode", "normal
 class URI:
     """A location of a file: a plain path or ``file://host/path`` (only ``file`` is served here)."""
 
-    def __init__(self, urlstring: Union[str, "os.PathLike[str]"]) -> None:
+    def __init__(self, urlstring: "Union[str, os.PathLike[str]]") -> None:
         urlstring = _check.text("URI", urlstring)
         if urlstring == "":
             raise ValueError("URI: an empty string is not a location")
@@ -118,8 +118,8 @@ def _job_path(field: str, value: Any) -> Path:
 class StageIn:
     """Bring ``source`` (a URI or path) to ``target`` (a path, relative to the job directory)."""
 
-    def __init__(self, source: Union[URI, str, "os.PathLike[str]"],
-                 target: Union[str, "os.PathLike[str]"],
+    def __init__(self, source: "Union[URI, str, os.PathLike[str]]",
+                 target: "Union[str, os.PathLike[str]]",
                  mode: StagingMode = StagingMode.COPY) -> None:
         self.source = _uri("StageIn.source", source)
         self.target = _job_path("StageIn.target", target)
@@ -149,8 +149,8 @@ class StageIn:
 class StageOut:
     """Bring ``source`` (a path, relative to the job directory) to ``target`` (a URI or path)."""
 
-    def __init__(self, source: Union[str, "os.PathLike[str]"],
-                 target: Union[URI, str, "os.PathLike[str]"],
+    def __init__(self, source: "Union[str, os.PathLike[str]]",
+                 target: "Union[URI, str, os.PathLike[str]]",
                  flags: StageOutFlags = StageOutFlags.ALWAYS,
                  mode: StagingMode = StagingMode.COPY) -> None:
         self.source = _job_path("StageOut.source", source)
