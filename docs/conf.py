@@ -34,6 +34,7 @@ autodoc_default_options = {"members": True}
 nitpicky = True
 nitpick_ignore = [
     ("py:class", "pathlib.Path"),
+    ("py:class", "os.PathLike"),
     ("py:class", "datetime.timedelta"),
     ("py:class", "packaging.version.Version"),
     ("py:class", "Version"),

@@ -84,7 +84,7 @@ def test_impossible_ranges_are_refused_when_built() -> None:
         ResourcePool([NodeSpec("a", 1), NodeSpec("a", 2)])
     with pytest.raises(TypeError, match="TaskRequest.priority: expected int or None"):
         TaskRequest("t", priority=True)
-    with pytest.raises(TypeError, match="TaskRequest.after: expected a list of str"):
+    with pytest.raises(TypeError, match="TaskRequest.after: expected a list"):
         TaskRequest("t", after="a")
 
 

@@ -359,7 +359,7 @@ def test_unknown_key_lists_the_accepted_ones():
     ('{"arguments": "ls"}', TypeError, "JobSpec.arguments"),
     ('{"arguments": [1]}', TypeError, r"JobSpec.arguments\[0\]"),
     ('{"directory": 5}', TypeError, "JobSpec.directory"),
-    ('{"directory": ""}', ValueError, "JobSpec.directory"),
+    ('{"stdout_path": ""}', ValueError, "JobSpec.stdout_path"),
     ('{"executable": "a\\u0000b"}', ValueError, "JobSpec.executable"),
     ('{"inherit_environment": "yes"}', TypeError, "JobSpec.inherit_environment"),
     ('{"environment": {"A": [1]}}', TypeError, "JobSpec.environment"),

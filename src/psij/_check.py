@@ -5,9 +5,22 @@ offending value and says what is accepted. The checks are plain ``isinstance`` t
 they stay cheap and also run under ``python -O``; no I/O happens here.
 """
 
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import (
+    TYPE_CHECKING,
+    AbstractSet,
+    Any,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+    Type,
+    Union,
+)
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -55,17 +68,50 @@ def req_str(field: str, value: Any) -> str:
     return no_nul(field, value)
 
 
-def opt_path(field: str, value: Any) -> Optional[Path]:
+def text(field: str, value: Any, raw: bool = False) -> str:
+    """``value`` as text for a process: a ``str``, or a path-like object (``pathlib.Path`` or
+    any ``os.PathLike``) turned into its ``os.fspath`` text, as ``subprocess`` takes it; with
+    ``raw``, also ``bytes`` (decoded as the file system does, ``os.fsdecode``: what a process
+    receives is the same bytes). Refused: other types and NUL characters. (Lone surrogates are
+    refused at submit, by each executor's checks.)"""
+    if not isinstance(value, str):
+        if raw and isinstance(value, bytes):
+            value = os.fsdecode(value)
+        elif not isinstance(value, os.PathLike):
+            raise fail_type(field, value, "str, bytes or a path-like object (os.PathLike)"
+                            if raw else "str or a path-like object (os.PathLike)")
+        else:
+            path = os.fspath(value)
+            if not isinstance(path, str):
+                raise fail_type(field, value, "str or a path-like object whose __fspath__ "
+                                              "gives str")
+            value = path
+    return no_nul(field, value)
+
+
+def opt_text(field: str, value: Any, raw: bool = False) -> Optional[str]:
+    """:func:`text`, or None."""
+    return None if value is None else text(field, value, raw)
+
+
+def opt_path(field: str, value: Any, empty: Optional[str] = None) -> Optional[Path]:
+    """A ``pathlib.Path`` from text or a path-like object, or None. ``""`` is refused (it is
+    no path), unless ``empty`` names the path it stands for."""
     if value is None:
         return None
     if isinstance(value, Path):
         no_nul(field, str(value))
         return value
-    if isinstance(value, str):
+    if isinstance(value, (str, os.PathLike)):
+        given = value
+        value = text(field, value)
+        if value == "" and empty is not None:
+            return Path(empty)
         if value == "":
-            raise ValueError(f"{field}: an empty string is not a path; use None for no path")
-        return Path(no_nul(field, value))
-    raise fail_type(field, value, "str, pathlib.Path or None")
+            raise ValueError(f"{field}: an empty string is not a path; use None for no path "
+                             f"(got {given!r})")
+        return Path(value)
+    raise fail_type(field, value, "str, a path-like object (pathlib.Path, os.PathLike) or None")
 
 
 def opt_bool(field: str, value: Any) -> bool:
@@ -84,25 +130,27 @@ def opt_int(field: str, value: Any, minimum: Optional[int] = None) -> Optional[i
     return value
 
 
-def opt_str_list(field: str, value: Any) -> Optional[List[str]]:
+def opt_str_list(field: str, value: Any, raw: bool = False) -> Optional[List[str]]:
+    """A new list of the texts of ``value``'s items (see :func:`text`: ``str`` or path-like,
+    and with ``raw`` bytes), or None. ``value`` may be any ordered iterable (a list, a tuple,
+    a generator); text, bytes, mappings and sets are refused (no order, or not a list of
+    words)."""
     if value is None:
         return None
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise fail_type(field, value, "a list of str or None")
-    out: List[str] = []
-    for i, item in enumerate(value):
-        if not isinstance(item, str):
-            raise fail_type(f"{field}[{i}]", item, "str")
-        out.append(no_nul(f"{field}[{i}]", item))
-    return out
+    if isinstance(value, (str, bytes, bytearray, Mapping, AbstractSet)) or not isinstance(
+            value, Iterable):
+        raise fail_type(field, value, "a list (or other ordered iterable) of str or "
+                                      "path-like items, or None")
+    return [text(f"{field}[{i}]", item, raw) for i, item in enumerate(value)]
 
 
 def env_dict(field: str, value: Any) -> Optional[Dict[str, str]]:
-    """Environment mapping: str keys, str or int values (ints are stored as str)."""
+    """Environment mapping: str keys; values str, int (``True`` counts as an int, as in
+    psij-python: ``"True"``) or path-like, all stored as text."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        raise fail_type(field, value, "a dict of str to str or int, or None")
+        raise fail_type(field, value, "a dict of str to str, int or path-like, or None")
     out: Dict[str, str] = {}
     for k, v in value.items():
         if not isinstance(k, str):
@@ -110,9 +158,16 @@ def env_dict(field: str, value: Any) -> Optional[Dict[str, str]]:
         if k == "" or "=" in k:
             raise ValueError(f"{field}: {k!r} is not a valid variable name (empty or has '=')")
         no_nul(f"{field} key", k)
-        if isinstance(v, bool) or not isinstance(v, (str, int)):
-            raise fail_type(f"{field}[{k!r}]", v, "str or int")
-        out[k] = no_nul(f"{field}[{k!r}]", v if isinstance(v, str) else str(v))
+        label = f"{field}[{k!r}]"
+        if isinstance(v, int):
+            try:
+                out[k] = str(v)
+            except ValueError as ex:  # over sys.get_int_max_str_digits() digits
+                raise ValueError(f"{label}: {ex}") from None
+        elif isinstance(v, (str, os.PathLike)):
+            out[k] = text(label, v)
+        else:
+            raise fail_type(label, v, "str, int or a path-like object")
     return out
 
 

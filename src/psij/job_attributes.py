@@ -20,22 +20,24 @@ class JobAttributes:
     passed in is the one held (as in psij-python): a key added to it later is seen at submit,
     where the executor refuses an option of its own that it cannot render safely.
 
-    ``duration`` is a ``datetime.timedelta`` or a number of seconds (``duration=3600``); it is
-    always stored as a timedelta.
+    ``duration`` is a ``datetime.timedelta``, a number of seconds (``duration=3600``) or text
+    in the forms the command line takes (:meth:`parse_walltime`: ``"1:30:00"``, ``"90m"``,
+    ``"2h"``; bare digits are minutes there, as in ``"90"``); it is always stored as a
+    timedelta.
     """
 
     duration: timedelta
 
     def __init__(
         self,
-        duration: Union[timedelta, float] = _DEFAULT_DURATION,
+        duration: Union[timedelta, float, str] = _DEFAULT_DURATION,
         queue_name: Optional[str] = None,
         account: Optional[str] = None,
         reservation_id: Optional[str] = None,
         custom_attributes: Optional[Dict[str, object]] = None,
         project_name: Optional[str] = None,
     ) -> None:
-        self.duration = _check.duration("JobAttributes.duration", duration)
+        self.duration = _duration(duration)
         self.queue_name = queue_name
         self.account = account
         self.reservation_id = reservation_id
@@ -51,7 +53,7 @@ class JobAttributes:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "duration":
-            value = _check.duration("JobAttributes.duration", value)
+            value = _duration(value)
         elif name in ("queue_name", "account", "reservation_id"):
             value = _check.opt_str(f"JobAttributes.{name}", value)
         object.__setattr__(self, name, value)
@@ -134,6 +136,25 @@ class JobAttributes:
         return (f"JobAttributes(duration={self.duration!r}, queue_name={self.queue_name!r}, "
                 f"account={self.account!r}, reservation_id={self.reservation_id!r}, "
                 f"custom_attributes={self.custom_attributes!r})")
+
+
+def _duration(value: Any) -> timedelta:
+    """``JobAttributes.duration`` from a timedelta, a number of seconds or walltime text."""
+    if isinstance(value, str):
+        try:
+            value = JobAttributes.parse_walltime(value)
+        except OverflowError:
+            raise ValueError(f"JobAttributes.duration: {value!r} is longer than a "
+                             "datetime.timedelta holds") from None
+        except ValueError as ex:
+            raise ValueError(f"JobAttributes.duration: {ex}; or give a datetime.timedelta or "
+                             "a number of seconds") from None
+    try:
+        return _check.duration("JobAttributes.duration", value)
+    except TypeError:
+        raise _check.fail_type("JobAttributes.duration", value, "datetime.timedelta, a number "
+                               "of seconds or walltime text (hh:mm:ss, hh:mm, mm, N[hms])"
+                               ) from None
 
 
 def check_custom_name(name: Any) -> str:

@@ -85,7 +85,8 @@ class JobExecutor(ABC):
         Raises InvalidJobException if the job is not NEW, has no spec, is bound to an executor
         already or has a custom attribute psij reads (``psij.priority``, ``psij.tmp``, ...) of
         the wrong kind; TypeError/ValueError for a bad environment or arguments (these are
-        checked again here because lists and dicts can change after they were set).
+        checked again here, and their path-like items made text, because lists and dicts can
+        change after they were set).
         """
         if not isinstance(job, Job):
             raise _check.fail_type("submit job", job, "psij.Job")
@@ -95,8 +96,10 @@ class JobExecutor(ABC):
         spec = job.spec
         if spec is None:
             raise InvalidJobException(f"job {job.id} has no JobSpec")
-        _check.env_dict("JobSpec.environment", spec.environment)
-        _check.opt_str_list("JobSpec.arguments", spec.arguments)
+        # Set again through the checks: items put into the list or dict in place since (a
+        # pathlib.Path appended to the arguments) are checked and made text here.
+        spec.environment = spec.environment
+        spec.arguments = spec.arguments
         attributes = spec.__dict__.get("_attributes")  # not made here when there are none
         if attributes is not None:
             check_declared(attributes.custom_attributes)
@@ -300,8 +303,11 @@ class JobExecutor(ABC):
         with self._launchers_lock:
             launcher = self._launchers.get(name)
             if launcher is None:
-                launcher = Launcher.get_instance(name, version_constraint=version_constraint,
-                                                 config=self.config)
+                try:
+                    launcher = Launcher.get_instance(name, version_constraint=version_constraint,
+                                                     config=self.config)
+                except ValueError as ex:  # the name comes from JobSpec.launcher
+                    raise ValueError(f"JobSpec.launcher: {ex}") from None
                 self._launchers[name] = launcher
             return launcher
 

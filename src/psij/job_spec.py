@@ -1,11 +1,16 @@
 """What to run: executable, arguments, environment, redirections, resources, attributes, staging.
 
 Pure data. Every field is checked when it is set (in the constructor and afterwards), so a bad
-value fails where it was written, with the field's name in the message.
+value fails where it was written, with the field's name in the message; lists and dicts that
+can be changed in place afterwards are checked again at submit
+(:meth:`psij.JobExecutor._check_job`). What is accepted follows psij-python, the reference:
+what it takes and runs correctly is taken here (path-like values become text), what it takes
+and then fails on or runs wrongly is refused (see docs/compat.rst).
 """
 
+import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
 from psij import _check
 from psij.job_attributes import JobAttributes
@@ -38,8 +43,14 @@ def _staging_list(field: str, value: Any, cls: type) -> Optional[List[Any]]:
 class JobSpec:
     """The description of a job, independent of where it runs.
 
-    Path fields accept ``str`` or ``pathlib.Path`` and are stored as ``Path``; environment
-    values accept ``str`` or ``int`` and are stored as ``str``.
+    Path fields accept ``str`` or any path-like object (``pathlib.Path``, ``os.PathLike``) and
+    are stored as ``Path`` (``directory=""`` is the current directory, ``"."``).
+    ``executable`` and the items of ``arguments`` accept ``str``, ``bytes`` or a path-like
+    object and are stored as text (``os.fspath``, ``os.fsdecode``); ``arguments`` may be given as
+    any ordered iterable (list, tuple, generator) and is stored as a new list, which may be
+    changed in place (``spec.arguments.append(...)``): its items are checked again at submit.
+    Environment values accept ``str``, ``int`` or a path-like object and are stored as
+    ``str``. See :doc:`compat` for how each value compares with psij-python.
     """
 
     executable: Optional[str]
@@ -61,23 +72,23 @@ class JobSpec:
 
     def __init__(
         self,
-        executable: Optional[str] = None,
-        arguments: Optional[List[str]] = None,
-        directory: Union[str, Path, None] = None,
+        executable: "Union[str, bytes, os.PathLike[str], None]" = None,
+        arguments: "Optional[Iterable[Union[str, bytes, os.PathLike[str]]]]" = None,
+        directory: "Union[str, os.PathLike[str], None]" = None,
         name: Optional[str] = None,
         inherit_environment: bool = True,
-        environment: Optional[Dict[str, Union[str, int]]] = None,
-        stdin_path: Union[str, Path, None] = None,
-        stdout_path: Union[str, Path, None] = None,
-        stderr_path: Union[str, Path, None] = None,
+        environment: "Optional[Mapping[str, Union[str, int, os.PathLike[str]]]]" = None,
+        stdin_path: "Union[str, os.PathLike[str], None]" = None,
+        stdout_path: "Union[str, os.PathLike[str], None]" = None,
+        stderr_path: "Union[str, os.PathLike[str], None]" = None,
         resources: Optional[ResourceSpec] = None,
         attributes: Optional[JobAttributes] = None,
-        pre_launch: Union[str, Path, None] = None,
-        post_launch: Union[str, Path, None] = None,
+        pre_launch: "Union[str, os.PathLike[str], None]" = None,
+        post_launch: "Union[str, os.PathLike[str], None]" = None,
         launcher: Optional[str] = None,
         stage_in: Optional[Iterable[StageIn]] = None,
         stage_out: Optional[Iterable[StageOut]] = None,
-        cleanup: Optional[Iterable[Union[str, Path]]] = None,
+        cleanup: "Optional[Iterable[Union[str, os.PathLike[str]]]]" = None,
         cleanup_flags: StageOutFlags = StageOutFlags.ALWAYS,
     ) -> None:
         values = (executable, arguments, directory, name, inherit_environment, environment,
@@ -89,16 +100,17 @@ class JobSpec:
     def __setattr__(self, field: str, value: Any) -> None:
         label = "JobSpec." + field
         if field in _PATH_FIELDS:
-            value = _check.opt_path(label, value)
+            # "" as directory is the current directory, as psij-python reads it (Path("")).
+            value = _check.opt_path(label, value, "." if field == "directory" else None)
         elif field == "executable":
-            value = _check.opt_str(label, value)
+            value = _check.opt_text(label, value, raw=True)
             if value == "":
                 raise ValueError("JobSpec.executable: must not be empty")
         elif field in ("name", "launcher"):
             field = "_name" if field == "name" else field
             value = _check.opt_str(label, value)
         elif field == "arguments":
-            value = _check.opt_str_list(label, value)
+            value = _check.opt_str_list(label, value, raw=True)
         elif field == "inherit_environment":
             value = _check.opt_bool(label, value)
         elif field == "environment":
@@ -113,11 +125,11 @@ class JobSpec:
             value = _staging_list(label, value, StageOut)
         elif field == "cleanup":
             if value is not None:
-                if isinstance(value, (str, bytes, Path)) or not isinstance(value, Iterable):
+                if isinstance(value, (str, bytes, os.PathLike)) or not isinstance(value, Iterable):
                     raise _check.fail_type(label, value, "a set or list of paths, or None")
                 value = [_check.opt_path(f"{label}[{i}]", v) for i, v in enumerate(value)]
                 if any(v is None for v in value):
-                    raise TypeError(f"{label}: entries must be str or pathlib.Path, not None")
+                    raise TypeError(f"{label}: entries must be str or path-like, not None")
         elif field == "cleanup_flags":
             value = _check.instance(label, value, StageOutFlags, "psij.staging.StageOutFlags",
                                     False)

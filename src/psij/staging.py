@@ -11,6 +11,7 @@ holds the normalized value (as in psij-python's development line);
 ``JobSpec.cleanup_flags`` keeps the value given; executors apply :func:`normalize_flags` to it.
 """
 
+import os
 from enum import Enum, Flag
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -24,12 +25,8 @@ __all__ = ["URI", "StageIn", "StageOut", "StageOutFlags", "StagingMode", "normal
 class URI:
     """A location of a file: a plain path or ``file://host/path`` (only ``file`` is served here)."""
 
-    def __init__(self, urlstring: Union[str, Path]) -> None:
-        if isinstance(urlstring, Path):
-            urlstring = str(urlstring)
-        if not isinstance(urlstring, str):
-            raise _check.fail_type("URI", urlstring, "str or pathlib.Path")
-        _check.no_nul("URI", urlstring)
+    def __init__(self, urlstring: "Union[str, os.PathLike[str]]") -> None:
+        urlstring = _check.text("URI", urlstring)
         if urlstring == "":
             raise ValueError("URI: an empty string is not a location")
         self._text = urlstring
@@ -103,25 +100,26 @@ def normalize_flags(flags: StageOutFlags) -> StageOutFlags:
 def _uri(field: str, value: Any) -> URI:
     if isinstance(value, URI):
         return value
-    if isinstance(value, (str, Path)):
+    if isinstance(value, (str, os.PathLike)):
         try:
             return URI(value)
-        except ValueError as ex:
-            raise ValueError(f"{field}: {ex}") from None
-    raise _check.fail_type(field, value, "psij.staging.URI, str or pathlib.Path")
+        except (TypeError, ValueError) as ex:
+            raise type(ex)(f"{field}: {ex}") from None
+    raise _check.fail_type(field, value, "psij.staging.URI, str or a path-like object")
 
 
 def _job_path(field: str, value: Any) -> Path:
     p = _check.opt_path(field, value)
     if p is None:
-        raise _check.fail_type(field, value, "str or pathlib.Path")
+        raise _check.fail_type(field, value, "str or a path-like object")
     return p
 
 
 class StageIn:
     """Bring ``source`` (a URI or path) to ``target`` (a path, relative to the job directory)."""
 
-    def __init__(self, source: Union[URI, Path, str], target: Union[str, Path],
+    def __init__(self, source: "Union[URI, str, os.PathLike[str]]",
+                 target: "Union[str, os.PathLike[str]]",
                  mode: StagingMode = StagingMode.COPY) -> None:
         self.source = _uri("StageIn.source", source)
         self.target = _job_path("StageIn.target", target)
@@ -151,7 +149,8 @@ class StageIn:
 class StageOut:
     """Bring ``source`` (a path, relative to the job directory) to ``target`` (a URI or path)."""
 
-    def __init__(self, source: Union[str, Path], target: Union[URI, Path, str],
+    def __init__(self, source: "Union[str, os.PathLike[str]]",
+                 target: "Union[URI, str, os.PathLike[str]]",
                  flags: StageOutFlags = StageOutFlags.ALWAYS,
                  mode: StagingMode = StagingMode.COPY) -> None:
         self.source = _job_path("StageOut.source", source)

@@ -44,7 +44,7 @@ COUNT_FIELDS = ["node_count", "process_count", "processes_per_node", "cpu_cores_
 # (class, field, bad value, exception)
 CASES = [
     ("JobSpec", "executable", 1, TypeError),
-    ("JobSpec", "executable", b"/bin/true", TypeError),
+    ("JobSpec", "executable", bytearray(b"/bin/true"), TypeError),
     ("JobSpec", "executable", "", ValueError),
     ("JobSpec", "executable", NUL, ValueError),
     ("JobSpec", "arguments", "ls -l", TypeError),
@@ -52,6 +52,9 @@ CASES = [
     ("JobSpec", "arguments", [1], TypeError),
     ("JobSpec", "arguments", ["ok", None], TypeError),
     ("JobSpec", "arguments", [NUL], ValueError),
+    ("JobSpec", "arguments", [bytearray(b"x")], TypeError),
+    ("JobSpec", "arguments", {"a"}, TypeError),
+    ("JobSpec", "arguments", {"a": "b"}, TypeError),
     ("JobSpec", "name", 3, TypeError),
     ("JobSpec", "name", NUL, ValueError),
     ("JobSpec", "inherit_environment", "yes", TypeError),
@@ -61,7 +64,6 @@ CASES = [
     ("JobSpec", "environment", "A=1", TypeError),
     ("JobSpec", "environment", {1: "x"}, TypeError),
     ("JobSpec", "environment", {"A": None}, TypeError),
-    ("JobSpec", "environment", {"A": True}, TypeError),
     ("JobSpec", "environment", {"A": 1.5}, TypeError),
     ("JobSpec", "environment", {"A": ["x"]}, TypeError),
     ("JobSpec", "environment", {"": "x"}, ValueError),
@@ -90,12 +92,17 @@ CASES = [
     ("JobSpec", "cleanup_flags", 14, TypeError),
     ("JobSpec", "cleanup_flags", "ALWAYS", TypeError),
     *[("JobSpec", f, v, e) for f in PATH_FIELDS for v, e in [
-        (1, TypeError), (b"x", TypeError), (["x"], TypeError), ("", ValueError),
-        (NUL, ValueError), (Path(NUL), ValueError)]],
+        (1, TypeError), (b"x", TypeError), (["x"], TypeError), (NUL, ValueError),
+        (Path(NUL), ValueError)]],
+    # "" is the current directory as a directory (as in psij-python), no file otherwise.
+    *[("JobSpec", f, "", ValueError) for f in PATH_FIELDS if f != "directory"],
 
     ("JobAttributes", "duration", -600, ValueError),
     ("JobAttributes", "duration", float("nan"), ValueError),
-    ("JobAttributes", "duration", "00:10:00", TypeError),
+    ("JobAttributes", "duration", "00:10:xx", ValueError),
+    ("JobAttributes", "duration", "soon", ValueError),
+    ("JobAttributes", "duration", "99999999999999999h", ValueError),
+    ("JobAttributes", "duration", b"10m", TypeError),
     ("JobAttributes", "duration", None, TypeError),
     ("JobAttributes", "duration", timedelta(seconds=-1), ValueError),
     *[("JobAttributes", f, v, e) for f in ("queue_name", "account", "reservation_id",

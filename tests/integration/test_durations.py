@@ -57,10 +57,25 @@ def test_duration_takes_seconds_and_stays_a_timedelta():
     assert back.attributes.duration == timedelta(hours=1)
 
 
-@pytest.mark.parametrize("bad,exc", [*BAD_SECONDS, (math.inf, ValueError)])
+@pytest.mark.parametrize("bad,exc", [*[(v, e) for v, e in BAD_SECONDS if v != "60"],
+                                     (math.inf, ValueError), ("60 minutes", ValueError),
+                                     ("-5m", ValueError), ("1:2:3:4", ValueError),
+                                     (b"60", TypeError), ([60], TypeError)])
 def test_duration_refuses_bad_values(bad, exc):
     with pytest.raises(exc, match="JobAttributes.duration"):
         JobAttributes(duration=bad)
+
+
+def test_duration_takes_the_walltime_text_the_command_line_takes():
+    # As `psij run --attr duration=...`: bare digits are minutes there, a number is seconds.
+    for text, expected in [("10m", timedelta(minutes=10)), ("1:30:00", timedelta(hours=1.5)),
+                           ("2:05", timedelta(hours=2, minutes=5)), ("90", timedelta(minutes=90)),
+                           ("45 s", timedelta(seconds=45))]:
+        assert JobAttributes(duration=text).duration == expected
+        attrs = JobAttributes()
+        attrs.duration = text
+        assert attrs.duration == expected
+        assert JobAttributes.parse_walltime(text) == expected
 
 
 @pytest.mark.parametrize("make,field", [

@@ -420,7 +420,9 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
         spec = job.spec
         if spec is None:
             raise InvalidJobException(f"job {job.id} has no JobSpec")
-        _check.env_dict("JobSpec.environment", spec.environment)
+        # Checked again as submit does (items changed in place since they were set).
+        spec.environment = spec.environment
+        spec.arguments = spec.arguments
         inputs = self._script_inputs()
         self._check_script_values(job, spec, inputs)
         return self._render(job, self._create_script_context(job, inputs), inputs)
