@@ -355,7 +355,8 @@ def test_records_arriving_as_the_idle_writer_ends_are_all_written(monkeypatch: A
     from psij._registry import recorder
 
     written: List[Any] = []
-    monkeypatch.setattr(recorder, "_resolved", lambda queued: queued)
+    monkeypatch.setattr(recorder, "_resolve", lambda queued: (queued, list(range(len(queued))),
+                                                              []))
     writer = recorder._Writer(idle_seconds=0.0005)
     monkeypatch.setattr(writer, "_write", written.extend)
     for n in range(300):

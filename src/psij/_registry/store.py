@@ -166,9 +166,12 @@ class Store:
     # -- retries and errors ---------------------------------------------------------------
 
     def _call(self, what: str, fn: Callable[[sqlite3.Connection], _T],
-              wait: float = LOCK_WAIT_SECONDS) -> _T:
-        """``fn(conn)`` under the lock, waiting up to ``wait`` seconds more than SQLite's own
-        busy wait while another process holds the write lock."""
+              wait: Optional[float] = None) -> _T:
+        """``fn(conn)`` under the lock, waiting up to ``wait`` seconds (by default
+        :data:`LOCK_WAIT_SECONDS`) more than SQLite's own busy wait while another process holds
+        the write lock."""
+        if wait is None:
+            wait = LOCK_WAIT_SECONDS
         deadline = _CLOCK.now() + wait
         said = False
         with self._lock:
@@ -187,8 +190,7 @@ class Store:
                     if not said:
                         said = True
                         logger.warning("job registry %s is locked by another process; waiting "
-                                       "to %s (up to %.0f s)", self.path, what,
-                                       LOCK_WAIT_SECONDS)
+                                       "to %s (up to %.0f s)", self.path, what, wait)
                 except sqlite3.DatabaseError as ex:
                     if _rollback_needed(self._conn):
                         self._conn.rollback()
@@ -219,7 +221,7 @@ class Store:
         return self._call("read local runs", run)
 
     def prune(self, older_than_seconds: float, now: Optional[float] = None,
-              wait: float = LOCK_WAIT_SECONDS) -> int:
+              wait: Optional[float] = None) -> int:
         """Delete final jobs last updated more than ``older_than_seconds`` ago; their count."""
         limit = (wall_time() if now is None else now) - older_than_seconds
 
