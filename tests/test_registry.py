@@ -410,3 +410,18 @@ def test_an_attached_job_follows_the_recorded_settings_of_its_executor(tmp_path:
     assert (config.use_nice, config.queue_polling_interval, config.rest_submit,
             config.fallback) == (True, 7.5, False, None)
     assert config.work_directory == tmp_path
+
+
+def test_the_registry_benchmark_s_large_runs_print_every_job_recorded() -> None:
+    bench = Path(__file__).resolve().parent.parent / "bench" / "registry.py"
+    done = subprocess.run([sys.executable, str(bench), "--large", "40", "--processes", "2",
+                           "--skip-small"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    runs = [line for line in lines if line.startswith("large run")]
+    assert len(runs) == 2 and "from 1 process(es)" in runs[0] and "from 2 process" in runs[1]
+    for line in runs:
+        assert "flush() returned [True]" in line
+        assert "registry rows {'COMPLETED': 40} (40 in all)" in line
+        assert "registry messages: 0" in line
+    assert any(line.startswith("registry writer alone, 40 jobs") for line in lines)

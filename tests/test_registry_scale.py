@@ -250,3 +250,46 @@ def test_a_flush_that_runs_out_of_time_says_so(tmp_path: Path,
         in caplog.text
     assert psij.registry.flush(WAIT)
     assert recorded(wd) == expected(jobs)
+
+
+AT_EXIT = textwrap.dedent("""
+    import atexit, sys, threading, time
+    from pathlib import Path
+    import psij.registry
+    from psij import Job, JobExecutorConfig, JobSpec, JobState, JobStatus
+    from psij._registry import recorder
+    sys.path.insert(0, sys.argv[2])
+    from test_registry_scale import Reporting
+    recorder._WRITER.idle_seconds = 0.05
+    ex = Reporting(config=JobExecutorConfig(work_directory=Path(sys.argv[1])))
+    jobs = [Job(JobSpec("/bin/true")) for _ in range(300)]
+    for job in jobs:
+        ex.submit(job)
+        ex._set_job_status(job, JobStatus(JobState.QUEUED))
+    assert psij.registry.flush()
+    while any(t.name == "psij-registry-writer" for t in threading.enumerate()):
+        time.sleep(0.01)  # the idle writer ends
+
+    def late():  # the jobs' ends, reported at exit, where Python 3.12 starts no thread
+        start = threading.Thread.start
+
+        def refused(self):
+            if self.name == "psij-registry-writer":
+                raise RuntimeError("can't create new thread at interpreter shutdown")
+            start(self)
+        threading.Thread.start = refused
+        for job in jobs:
+            ex._set_job_status(job, JobStatus(JobState.COMPLETED, exit_code=0))
+    atexit.register(late)  # runs before the registry's exit flush (registered earlier)
+""")
+
+
+def test_changes_at_exit_where_no_thread_can_start_are_written_without_a_warning(
+        tmp_path: Path) -> None:
+    wd = tmp_path / "work"
+    done = subprocess.run([sys.executable, "-c", AT_EXIT, str(wd), str(Path(__file__).parent)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "registry" not in done.stderr, done.stderr
+    states = {row[0] for row in recorded(wd).values()}
+    assert len(recorded(wd)) == 300 and states == {"COMPLETED"}

@@ -14,8 +14,11 @@ registry and describes the executor (once each), so that the first job an execut
 for neither, nor for this module's imports of SQLite and JSON. Its first write to a registry
 also prunes old final jobs. A ``kill -9`` may therefore lose the last 50 ms or so of changes:
 jobs submitted just before it are then missing, and later status changes are cheap to lose
-(re-attaching asks the executor for the real state). :func:`flush` waits for the queue to be
-written; ``psij submit`` calls it before it prints the job id.
+(re-attaching asks the executor for the real state). :func:`flush` waits until the changes
+queued before it are written and says True only if they all are committed (see
+:class:`_Writer` for changes a write could not commit); ``psij submit`` calls it before it prints
+the job id. A writer thread that cannot start leaves the queue to :func:`flush` and the exit,
+which write it in their own thread.
 
 The local executor's run records (:func:`record_run`) go through the same thread and
 transactions; a record that cannot be written is handed back to the caller's fallback (which
@@ -345,7 +348,8 @@ class _Writer:
             thread.start()
         except RuntimeError as ex:
             self._no_thread_until = _CLOCK.now() + _THREAD_RETRY_SECONDS
-            if ("thread", "start") not in _warned:
+            # At exit (Python 3.12 starts no thread then) the exit's flush writes them.
+            if "shutdown" not in str(ex) and ("thread", "start") not in _warned:
                 _warned.add(("thread", "start"))
                 logger.warning("the job registry's writer thread cannot start (%s); status "
                                "changes are written by psij.registry.flush() and at exit", ex)
