@@ -154,10 +154,14 @@ for j in jobs:
 t_jobs = time.perf_counter() - t0
 ok = psij.registry.flush()
 t_flush = time.perf_counter() - t0
-states = {}
+states, why = {}, {}
 for j in jobs:
     states[j.status.state.name] = states.get(j.status.state.name, 0) + 1
-print(json.dumps({"jobs_s": t_jobs, "flush_s": t_flush, "flush": ok, "states": states}))
+    if j.status.state.name != "COMPLETED":
+        text = f"{j.status.state.name} {j.status.exit_code} {j.status.message}"[:200]
+        why[text] = why.get(text, 0) + 1
+print(json.dumps({"jobs_s": t_jobs, "flush_s": t_flush, "flush": ok, "states": states,
+                  "why": sorted(why.items(), key=lambda kv: -kv[1])[:3]}))
 """
 
 _FLOOD = r"""
@@ -259,6 +263,9 @@ def large(n: int, processes: int) -> None:
                   f"recorded, file {size / 1e6:.1f} MB; registry messages: {len(warned)}")
             for line in warned[:5]:
                 print(f"  {line}")
+            for r in results:
+                for text, k in r.get("why", []):
+                    print(f"  {k} job(s) ended {text}")
     with _scratch() as tmp:
         res = child(_FLOOD, str(Path(tmp) / "work"), str(n))
     print(f"registry writer alone, {n} jobs x 3 changes from one thread: queued in "

@@ -274,7 +274,7 @@ LOCKER = textwrap.dedent("""
 def test_a_locked_registry_makes_a_writer_wait_with_a_message(tmp_path: Path) -> None:
     wd = tmp_path / "work"
     _fill(wd, [(40 * 24 * 3600, "COMPLETED", True), (10, "ACTIVE", False)])
-    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(wd / "jobs.sqlite"), "4"],
+    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(wd / "jobs.sqlite"), "8"],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert locker.stdout is not None and locker.stdout.readline() == "locked\n"

@@ -4,7 +4,8 @@ The file is ``<work directory>/jobs.sqlite`` (the directory 0700, the file 0600,
 with :mod:`psij._private_dirs`). It is used in WAL mode, so readers never wait for a writer and a
 status change writes one row. Several processes may write at once: SQLite serialises writers,
 and a writer that finds the file locked waits (:data:`LOCK_WAIT_SECONDS` in all), saying once
-on the ``psij.registry`` logger (stderr unless logging is configured) that it waits and for whom.
+on the ``psij.registry`` logger (stderr unless logging is configured), when it has waited a few
+seconds, that it waits and for whom.
 
 A job run again (requeued or retried, :mod:`psij._retry`) keeps its row: ``attempt`` says
 which run it is in, ``rerun`` how the last one started, and a later run's status is written
@@ -45,6 +46,9 @@ LOCK_WAIT_SECONDS = 600.0
 _CLOCK: Clock = MonotonicClock()  # what the wait for another process's write lock is measured on
 # SQLite's own busy wait between our checks; each expiry lets us say that we are waiting.
 _BUSY_SLICE_SECONDS = 1.0
+# A write that has waited this long for the lock says so (once per file and process): several
+# processes writing at once take turns, each waiting for the others' batches.
+_LOCK_NOTICE_SECONDS = 2.0
 DEFAULT_PRUNE_AGE_SECONDS = 30 * 24 * 3600.0
 _prune_age = {"seconds": DEFAULT_PRUNE_AGE_SECONDS}
 
@@ -162,6 +166,7 @@ class Store:
         self._conn = conn
         self._lock = threading.Lock()
         self.pruned = False
+        self._said_locked = False  # that a write waits for another process's lock
 
     # -- retries and errors ---------------------------------------------------------------
 
@@ -172,8 +177,8 @@ class Store:
         the write lock."""
         if wait is None:
             wait = LOCK_WAIT_SECONDS
-        deadline = _CLOCK.now() + wait
-        said = False
+        started = _CLOCK.now()
+        deadline = started + wait
         with self._lock:
             while True:
                 try:
@@ -187,8 +192,9 @@ class Store:
                         raise RegistryLockedError(
                             f"job registry {self.path}: still locked by another process after "
                             f"{wait:.0f} s while trying to {what}") from ex
-                    if not said:
-                        said = True
+                    # Writers taking turns wait a little: only a long wait is said, once.
+                    if not self._said_locked and _CLOCK.now() - started >= _LOCK_NOTICE_SECONDS:
+                        self._said_locked = True
                         logger.warning("job registry %s is locked by another process; waiting "
                                        "to %s (up to %.0f s)", self.path, what, wait)
                 except sqlite3.DatabaseError as ex:
