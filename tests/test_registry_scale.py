@@ -293,3 +293,33 @@ def test_changes_at_exit_where_no_thread_can_start_are_written_without_a_warning
     assert "registry" not in done.stderr, done.stderr
     states = {row[0] for row in recorded(wd).values()}
     assert len(recorded(wd)) == 300 and states == {"COMPLETED"}
+
+
+def test_changes_failing_for_two_minutes_are_given_up_and_said_so_and_later_ones_insert(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from psij._clock import ManualClock
+
+    clock = ManualClock(1000.0)
+    monkeypatch.setattr(recorder, "_CLOCK", clock)
+    wd = tmp_path / "work"
+    wd.mkdir(mode=0o700)
+    path = wd / "jobs.sqlite"
+    path.write_bytes(b"not a database\n" * 300)
+    path.chmod(0o600)
+    caplog.set_level(logging.WARNING, "psij.registry")
+    ex = Reporting(config=JobExecutorConfig(work_directory=wd))
+    jobs = [Job(JobSpec("/bin/true")) for _ in range(20)]
+    run_jobs(ex, jobs, 0)
+    assert not psij.registry.flush(WAIT)
+    assert "tried again with the next write" in caplog.text
+    clock.advance(recorder._GIVE_UP_SECONDS + 1)
+    assert not psij.registry.flush(WAIT)  # tried once more, failed: given up
+    assert "status changes of 20 job(s) or local run(s) could not be written and were given up" \
+        in caplog.text
+    path.unlink()
+    clock.advance(recorder._RETRY_SECONDS + 1)  # the file is opened again
+    for job in jobs:  # their next changes make their rows again
+        recorder.record(ex, job)
+    assert not psij.registry.flush(WAIT)  # what was given up stays unwritten
+    assert recorded(wd) == expected(jobs)

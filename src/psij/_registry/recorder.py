@@ -319,7 +319,8 @@ class _Writer:
         self._batches = 0  # batches written (or tried) so far
         self._retry: Dict[Job, _Retry] = {}
         self._retry_now = False  # a flush asks for the kept changes to be tried again
-        self._lost: Optional[Tuple[int, int, str]] = None  # first number, count, why
+        # What was given up: its first number, how many jobs or local runs, why (the last).
+        self._lost: Optional[Tuple[int, int, str]] = None
         self._busy = False
         self._flushing = 0  # callers of flush waiting: write without gathering more
         self._thread: Optional[threading.Thread] = None
@@ -420,13 +421,17 @@ class _Writer:
         now = _CLOCK.now()
         retry: Dict[Job, _Retry] = {}
         lost: List[Tuple[int, str]] = []
+        lost_jobs: Set[int] = set()  # counted once each
         for at, why, again in failures:
             target, job, first, values = items[at]
             since = kept[at].since if at < len(kept) else now
             if job is None or not again or now - since > _GIVE_UP_SECONDS:
-                lost.append((seqs[at], why))
-                if job is not None and first:
-                    job.__dict__.pop(_RECORDED_ATTR, None)  # inserted by its next change
+                if job is None or id(job) not in lost_jobs:
+                    lost.append((seqs[at], why))
+                if job is not None:
+                    lost_jobs.add(id(job))
+                    if first:
+                        job.__dict__.pop(_RECORDED_ATTR, None)  # inserted by its next change
                 continue
             seen = retry.get(job)
             if seen is not None:
@@ -540,8 +545,8 @@ class _Writer:
             why.append(f"the status changes of {len(kept)} job(s) could not be written "
                        f"({kept[-1].why}); they are tried again with the next write")
         if self._lost is not None and self._lost[0] <= target:
-            why.append(f"{self._lost[1]} status change(s) could not be written and were given "
-                       f"up ({self._lost[2]})")
+            why.append(f"the status changes of {self._lost[1]} job(s) or local run(s) could "
+                       f"not be written and were given up ({self._lost[2]})")
         return "; ".join(why) or None
 
     def flush(self, timeout: Optional[float] = None) -> bool:
