@@ -462,4 +462,4 @@ def flush(timeout: Optional[timedelta] = None) -> bool:
     native ids first (their starts are answered after ``submit`` returns), so each is recorded
     with its process id."""
     seconds = None if timeout is None else _seconds("flush timeout", timeout)
-    return _recorder.flush(seconds)
+    return _recorder.flush(seconds, say=True)

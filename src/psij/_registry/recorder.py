@@ -549,11 +549,11 @@ class _Writer:
                        f"not be written and were given up ({self._lost[2]})")
         return "; ".join(why) or None
 
-    def flush(self, timeout: Optional[float] = None) -> bool:
-        """:meth:`wait`; True if everything queued before is committed, else False, saying
-        why on the ``psij.registry`` logger."""
+    def flush(self, timeout: Optional[float] = None, say: bool = False) -> bool:
+        """:meth:`wait`; True if everything queued before is committed, else False (with
+        ``say``, saying why on the ``psij.registry`` logger)."""
         why = self.wait(timeout)
-        if why is not None:
+        if why is not None and say:
             logger.warning("the job registry: %s", why)
         return why is None
 
@@ -589,10 +589,11 @@ def before_flush(hook: Callable[[float], None]) -> None:
         _BEFORE_FLUSH.append(hook)
 
 
-def flush(timeout: Optional[float] = None) -> bool:
+def flush(timeout: Optional[float] = None, say: bool = False) -> bool:
     """Commit every change queued before the call (after the :func:`before_flush` steps); True
     once they are all in the registry, False if ``timeout`` passed first or some could not be
-    written, saying why on the ``psij.registry`` logger."""
+    written (with ``say``, saying why on the ``psij.registry`` logger: what
+    :func:`psij.registry.flush` does; psij's own waits, followed by the exit's, say nothing)."""
     deadline = None if timeout is None else _CLOCK.now() + timeout
     for hook in list(_BEFORE_FLUSH):
         try:
@@ -600,7 +601,7 @@ def flush(timeout: Optional[float] = None) -> bool:
                  else max(0.0, deadline - _CLOCK.now()))
         except Exception:
             logger.exception("the job registry: a step before flushing failed")
-    return _WRITER.flush(None if deadline is None else max(0.0, deadline - _CLOCK.now()))
+    return _WRITER.flush(None if deadline is None else max(0.0, deadline - _CLOCK.now()), say)
 
 
 def flush_queued(timeout: Optional[float] = None) -> bool:
