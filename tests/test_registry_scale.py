@@ -323,3 +323,31 @@ def test_changes_failing_for_two_minutes_are_given_up_and_said_so_and_later_ones
         recorder.record(ex, job)
     assert not psij.registry.flush(WAIT)  # what was given up stays unwritten
     assert recorded(wd) == expected(jobs)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_writer_thread_ended_by_an_exception_leaves_no_flush_waiting_and_a_new_writer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    wd = tmp_path / "work"
+    ex = Reporting(config=JobExecutorConfig(work_directory=wd))
+    real = recorder._Writer._write
+    calls: List[int] = []
+
+    def ends_once(batch: Any) -> Any:
+        calls.append(len(batch))
+        if len(calls) == 1:
+            raise SystemExit("the thread ends")
+        return real(batch)
+
+    monkeypatch.setattr(recorder._Writer, "_write", staticmethod(ends_once))
+    caplog.set_level(logging.WARNING, "psij.registry")
+    jobs = [Job(JobSpec("/bin/true")) for _ in range(200)]
+    run_jobs(ex, jobs[:100], 0)
+    assert not psij.registry.flush(WAIT)  # returns: what the ended thread held is given up
+    assert "given up (interrupted: SystemExit)" in caplog.text
+    run_jobs(ex, jobs[100:], 100)
+    assert not psij.registry.flush(WAIT)
+    want = expected(jobs)
+    got = recorded(wd)
+    assert {jid: got.get(jid) for jid in list(want)[100:]} == dict(list(want.items())[100:])

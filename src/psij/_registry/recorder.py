@@ -375,7 +375,13 @@ class _Writer:
                 # or a batch is already full.
                 self._cv.wait_for(lambda: self._flushing > 0
                                   or len(self._queue) >= _FULL_BATCH, _BATCH_SECONDS)
-            self._batch()
+            try:
+                self._batch()
+            except BaseException:  # the next change, or a flush, starts another writer
+                with self._cv:
+                    self._thread, self._busy = None, False
+                    self._cv.notify_all()
+                raise
 
     def _batch(self) -> None:
         """Write what is queued, and the changes kept from failed writes, in one batch."""
@@ -389,6 +395,7 @@ class _Writer:
             items = [entry.change for entry in kept] + queued
             seqs = [entry.seq for entry in kept] + list(range(first, end + 1))
             failures: List[Tuple[int, str, bool]] = []
+            interrupted: Optional[BaseException] = None
             try:
                 changes, origin, missed = _resolve(items)
                 failures = [(at, why, True) for at, why in missed]
@@ -397,6 +404,10 @@ class _Writer:
             except Exception as ex:  # this batch only: the writer goes on with the next one
                 logger.exception("the job registry writer could not write a batch")
                 failures = [(at, f"{type(ex).__name__}: {ex}", True)
+                            for at in range(len(items))]
+            except BaseException as ex:  # the thread ends: what it held counts as given up
+                interrupted = ex
+                failures = [(at, f"interrupted: {type(ex).__name__}", False)
                             for at in range(len(items))]
             retry, lost = self._sorted_out(items, seqs, kept, failures)
             with self._cv:
@@ -410,6 +421,8 @@ class _Writer:
                 self._cv.notify_all()
             # Jobs (and through them executors) must not outlive their write.
             del queued, items, kept, retry
+            if interrupted is not None:
+                raise interrupted
 
     @staticmethod
     def _sorted_out(items: List[_Queued], seqs: List[int], kept: List[_Retry],
