@@ -18,7 +18,17 @@ Figures:
   submitted at once, and the median submit-to-COMPLETED time of ``--latency-jobs`` jobs one
   after the other;
 - ``psij status --all`` (s): the whole command, in a fresh process, over a registry holding
-  ``--status-jobs`` final jobs.
+  ``--status-jobs`` final jobs;
+- with ``--large N`` (not run by default: minutes): ``N`` local ``/bin/true`` jobs from one
+  process, then ``N`` in all from ``--processes`` processes at once on one registry
+  (``submit_many``, then ``wait()`` on each, then ``psij.registry.flush()``): the time to the
+  last job's end, to the flush and to the process's exit, what flush returned, the registry's
+  rows by state (every job must be there, final), rows per second (jobs over the time to the
+  last flush), and the registry file's size (with its WAL); and the writer alone: ``N`` jobs'
+  QUEUED, ACTIVE and COMPLETED reported as fast as one thread can, changes per second from the
+  first to the end of the flush.
+
+    .venv/bin/python bench/registry.py --large 100000 --processes 8 --skip-small
 """
 
 import argparse
@@ -129,6 +139,52 @@ flush()
 print(json.dumps({"first_us": first * 1e6, "later_us": later * 1e6}))
 """
 
+_LARGE = r"""
+import json, sys, time
+from pathlib import Path
+from psij import Job, JobExecutor, JobExecutorConfig, JobSpec
+import psij.registry
+wd, n = Path(sys.argv[1]), int(sys.argv[2])
+ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=wd))
+jobs = [Job(JobSpec("/bin/true")) for _ in range(n)]
+t0 = time.perf_counter()
+ex.submit_many(jobs)
+for j in jobs:
+    j.wait()
+t_jobs = time.perf_counter() - t0
+ok = psij.registry.flush()
+t_flush = time.perf_counter() - t0
+states, why = {}, {}
+for j in jobs:
+    states[j.status.state.name] = states.get(j.status.state.name, 0) + 1
+    if j.status.state.name != "COMPLETED":
+        text = f"{j.status.state.name} {j.status.exit_code} {j.status.message}"[:200]
+        why[text] = why.get(text, 0) + 1
+print(json.dumps({"jobs_s": t_jobs, "flush_s": t_flush, "flush": ok, "states": states,
+                  "why": sorted(why.items(), key=lambda kv: -kv[1])[:3]}))
+"""
+
+_FLOOD = r"""
+import json, sys, time
+from pathlib import Path
+from psij import Job, JobExecutorConfig, JobSpec, JobState, JobStatus
+from psij.executors.local import LocalJobExecutor
+import psij.registry
+wd, n = Path(sys.argv[1]), int(sys.argv[2])
+ex = LocalJobExecutor(config=JobExecutorConfig(work_directory=wd))
+jobs = [Job(JobSpec("/bin/true")) for _ in range(n)]
+for i, j in enumerate(jobs):
+    j.executor = ex
+    j._native_id = str(100000 + i)
+t0 = time.perf_counter()
+for state in (JobState.QUEUED, JobState.ACTIVE, JobState.COMPLETED):
+    for j in jobs:
+        ex._set_job_status(j, JobStatus(state, exit_code=0 if state.final else None))
+t_queued = time.perf_counter() - t0
+ok = psij.registry.flush()
+print(json.dumps({"queued_s": t_queued, "all_s": time.perf_counter() - t0, "flush": ok}))
+"""
+
 _FILL = r"""
 import sys, time, uuid
 from pathlib import Path
@@ -168,14 +224,74 @@ def _scratch() -> Iterator[str]:
             time.sleep(0.1)
 
 
+def large(n: int, processes: int) -> None:
+    """``n`` jobs from one process, then from ``processes`` at once; see the module's text."""
+    import sqlite3
+
+    for count in (1, processes):
+        with _scratch() as tmp:
+            wd = Path(tmp) / "work"
+            t0 = time.perf_counter()
+            procs = [subprocess.Popen([str(PYTHON), "-c", _LARGE, str(wd),
+                                       str(n // count + (k < n % count))],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for k in range(count)]
+            results, warned = [], []
+            for p in procs:
+                out, err = p.communicate(timeout=3600)
+                if p.returncode != 0:
+                    sys.exit(f"measurement failed: {err}")
+                results.append(json.loads(out.strip().splitlines()[-1]))
+                warned += [line for line in err.splitlines() if "registry" in line]
+            exited = time.perf_counter() - t0
+            conn = sqlite3.connect(str(wd / "jobs.sqlite"))
+            try:
+                by_state = dict(conn.execute("SELECT state, count(*) FROM jobs GROUP BY state"))
+            finally:
+                conn.close()
+            size = sum(f.stat().st_size for f in wd.glob("jobs.sqlite*"))
+            flushed = max(r["flush_s"] for r in results)
+            ran: dict = {}
+            for r in results:
+                for state, k in r["states"].items():
+                    ran[state] = ran.get(state, 0) + k
+            print(f"large run, {n} jobs from {count} process(es): jobs ended "
+                  f"{max(r['jobs_s'] for r in results):.1f} s, flushed {flushed:.1f} s, "
+                  f"exited {exited:.1f} s; flush() returned "
+                  f"{sorted({r['flush'] for r in results})}; jobs ended {ran}; registry rows "
+                  f"{by_state} ({sum(by_state.values())} in all), {n / flushed:.0f} jobs/s "
+                  f"recorded, file {size / 1e6:.1f} MB; registry messages: {len(warned)}")
+            for line in warned[:5]:
+                print(f"  {line}")
+            for r in results:
+                for text, k in r.get("why", []):
+                    print(f"  {k} job(s) ended {text}")
+    with _scratch() as tmp:
+        res = child(_FLOOD, str(Path(tmp) / "work"), str(n))
+    print(f"registry writer alone, {n} jobs x 3 changes from one thread: queued in "
+          f"{res['queued_s']:.1f} s, all written {res['all_s']:.1f} s ({3 * n / res['all_s']:.0f} "
+          f"changes/s), flush() returned {res['flush']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--latency-jobs", type=int, default=30)
     parser.add_argument("--status-jobs", type=int, default=100000)
+    parser.add_argument("--large", type=int, default=0,
+                        help="jobs of the large runs (default 0: none)")
+    parser.add_argument("--processes", type=int, default=8,
+                        help="processes of the second large run")
+    parser.add_argument("--skip-small", action="store_true",
+                        help="only the large runs")
     args = parser.parse_args()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.large:
+        large(args.large, args.processes)
+    if args.skip_small:
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
 
     with _scratch() as tmp:
         costs = [child(_COST, str(Path(tmp) / f"cost{r}"), "2000") for r in range(3)]

@@ -5,11 +5,15 @@ scheduler commands are the fakes of ``tests/support/fake_site_scheduler.py``
 (tests/test_batch_sites_runs.py, tests/test_batch_sites_staging.py). ``config``, ``job_dir`` and
 ``argv_dump`` are for the tests of the script-based launchers (tests/test_launchers_*.py).
 
+After every test, the job registry's writer forgets the changes that test made it unable to
+write, so that a later test's ``psij.registry.flush()`` is not False for them.
+
 A run over the whole tests folder fails when a test module under it gave no test (a module
 moved where pytest does not look, or a folder pytest cannot import), naming the module.
 """
 
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator, List, Tuple
@@ -49,6 +53,16 @@ def site(request: pytest.FixtureRequest, tmp_path: Path,
     executor = fake_site(name, tmp_path, monkeypatch)
     yield name, executor
     executor.close()
+
+
+@pytest.fixture(autouse=True)
+def _registry_failures_forgotten() -> Iterator[None]:
+    """A registry that a test made unwritable must not make later tests' flush() say False:
+    this process's writer forgets the changes it could not write."""
+    yield
+    recorder = sys.modules.get("psij._registry.recorder")
+    if recorder is not None:
+        recorder._WRITER.forget_failures()
 
 
 @pytest.fixture

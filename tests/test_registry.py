@@ -274,7 +274,7 @@ LOCKER = textwrap.dedent("""
 def test_a_locked_registry_makes_a_writer_wait_with_a_message(tmp_path: Path) -> None:
     wd = tmp_path / "work"
     _fill(wd, [(40 * 24 * 3600, "COMPLETED", True), (10, "ACTIVE", False)])
-    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(wd / "jobs.sqlite"), "4"],
+    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(wd / "jobs.sqlite"), "8"],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert locker.stdout is not None and locker.stdout.readline() == "locked\n"
@@ -355,7 +355,8 @@ def test_records_arriving_as_the_idle_writer_ends_are_all_written(monkeypatch: A
     from psij._registry import recorder
 
     written: List[Any] = []
-    monkeypatch.setattr(recorder, "_resolved", lambda queued: queued)
+    monkeypatch.setattr(recorder, "_resolve", lambda queued: (queued, list(range(len(queued))),
+                                                              []))
     writer = recorder._Writer(idle_seconds=0.0005)
     monkeypatch.setattr(writer, "_write", written.extend)
     for n in range(300):
@@ -409,3 +410,18 @@ def test_an_attached_job_follows_the_recorded_settings_of_its_executor(tmp_path:
     assert (config.use_nice, config.queue_polling_interval, config.rest_submit,
             config.fallback) == (True, 7.5, False, None)
     assert config.work_directory == tmp_path
+
+
+def test_the_registry_benchmark_s_large_runs_print_every_job_recorded() -> None:
+    bench = Path(__file__).resolve().parent.parent / "bench" / "registry.py"
+    done = subprocess.run([sys.executable, str(bench), "--large", "40", "--processes", "2",
+                           "--skip-small"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    runs = [line for line in lines if line.startswith("large run")]
+    assert len(runs) == 2 and "from 1 process(es)" in runs[0] and "from 2 process" in runs[1]
+    for line in runs:
+        assert "flush() returned [True]" in line
+        assert "registry rows {'COMPLETED': 40} (40 in all)" in line
+        assert "registry messages: 0" in line
+    assert any(line.startswith("registry writer alone, 40 jobs") for line in lines)

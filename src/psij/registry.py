@@ -500,8 +500,11 @@ def set_recording(on: bool) -> None:
 
 
 def flush(timeout: Optional[timedelta] = None) -> bool:
-    """Wait until every status change recorded so far is written; False on timeout. (It is
-    done at exit too.) Local jobs submitted so far get their native ids first (their starts
-    are answered after ``submit`` returns), so each is recorded with its process id."""
+    """Wait until every status change recorded before the call is written: True once they
+    all are in the registry, False if ``timeout`` passed first or some could not be written
+    (said, with why, on the ``psij.registry`` logger; they are tried again by the next write
+    and flush, for two minutes). It is done at exit too. Local jobs submitted so far get their
+    native ids first (their starts are answered after ``submit`` returns), so each is recorded
+    with its process id."""
     seconds = None if timeout is None else _seconds("flush timeout", timeout)
-    return _recorder.flush(seconds)
+    return _recorder.flush(seconds, say=True)

@@ -14,8 +14,11 @@ registry and describes the executor (once each), so that the first job an execut
 for neither, nor for this module's imports of SQLite and JSON. Its first write to a registry
 also prunes old final jobs. A ``kill -9`` may therefore lose the last 50 ms or so of changes:
 jobs submitted just before it are then missing, and later status changes are cheap to lose
-(re-attaching asks the executor for the real state). :func:`flush` waits for the queue to be
-written; ``psij submit`` calls it before it prints the job id.
+(re-attaching asks the executor for the real state). :func:`flush` waits until the changes
+queued before it are written and says True only if they all are committed (see
+:class:`_Writer` for changes a write could not commit); ``psij submit`` calls it before it prints
+the job id. A writer thread that cannot start leaves the queue to :func:`flush` and the exit,
+which write it in their own thread.
 
 The local executor's run records (:func:`record_run`) go through the same thread and
 transactions; a record that cannot be written is handed back to the caller's fallback (which
@@ -33,7 +36,7 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
 from psij._clock import Clock, MonotonicClock, wall_time
 from psij._lazylog import LazyLogger
@@ -56,6 +59,9 @@ RERUN_ATTR = "_psij_registry_rerun"  # on a job: (kind, cause) of its last rerun
 MAX_ATTEMPT = 2 ** 31  # a greater attempt recorded is taken for none (1)
 _WORD = 200  # the most characters of a rerun's kind or cause recorded
 _BATCH_SECONDS = 0.05
+_FULL_BATCH = 5000  # a batch this big is written without waiting for more
+_GIVE_UP_SECONDS = 120.0  # changes that failed this long ago are no longer tried again
+_THREAD_RETRY_SECONDS = 1.0  # a writer thread that could not start is not tried before
 IDLE_SECONDS = 2.0  # the writer thread ends after this long with nothing to write
 _EXIT_FLUSH_SECONDS = 120.0
 
@@ -230,22 +236,32 @@ def run_of(job: Job, status: JobStatus) -> Tuple[int, Optional[Tuple[Any, ...]]]
 
 def _resolved(queued: List[_Queued]) -> List[_Change]:
     """The queued changes with their executors' identities (in the writer thread); a change
-    whose executor's registry cannot be opened is dropped, said once per file."""
+    whose executor's registry cannot be opened is left out, said once per file."""
+    return _resolve(queued)[0]
+
+
+def _resolve(queued: List[_Queued]) -> Tuple[List[_Change], List[int], List[Tuple[int, str]]]:
+    """:func:`_resolved`, with the index in ``queued`` of each change and the changes left
+    out, (index, why)."""
     changes: List[_Change] = []
-    for target, job, first, values in queued:
+    origin: List[int] = []
+    missed: List[Tuple[int, str]] = []
+    for at, (target, job, first, values) in enumerate(queued):
         if job is None:
             changes.append((target, None, None, values))  # type: ignore[arg-type]
+            origin.append(at)
             continue
         executor: JobExecutor = target  # type: ignore[assignment]
         try:
             identity = _identity(executor)
         except Exception as ex:
-            if first:
-                job.__dict__.pop(_RECORDED_ATTR, None)  # inserted by its next change
-            _warn_once(str(getattr(executor.config, "work_directory", "?")), ex)
+            where = str(getattr(executor.config, "work_directory", "?"))
+            _warn_once(where, ex)
+            missed.append((at, f"{where}: {ex}"))
             continue
         changes.append((identity[1], job, identity if first else None, values))
-    return changes
+        origin.append(at)
+    return changes, origin, missed
 
 
 def _rerun_text(rerun: Optional[Tuple[Any, ...]]) -> Optional[str]:
@@ -273,53 +289,179 @@ def _update(job: Job, values: Tuple[Any, ...]) -> Update:
             attempt, _rerun_text(rerun), job.id)
 
 
+class _Retry(NamedTuple):
+    """A job's changes that a write could not commit, kept for the next write."""
+
+    seq: int  # the sequence number of its earliest change not committed
+    change: _Queued  # its latest change (an insert if any of them was its first)
+    why: str
+    since: float  # when they first failed (on _CLOCK)
+
+
 class _Writer:
-    """The one thread that commits queued changes, a batch at a time."""
+    """The one thread that commits queued changes, a batch at a time.
+
+    Every queued change has a sequence number (the n-th change queued has n); ``_done`` is the
+    greatest number up to which every change went through a write. A job's changes that a
+    write could not commit (the registry locked for too long, unwritable, not to be opened) are
+    kept, one entry per job, and written with the next batch, for :data:`_GIVE_UP_SECONDS`;
+    then they count as lost. :meth:`wait` compares those numbers with the ones queued before
+    it was called, so that it says "written" only of what is in the file.
+    """
 
     def __init__(self, idle_seconds: float = IDLE_SECONDS) -> None:
         self.idle_seconds = idle_seconds
         self._cv = threading.Condition()
+        self._write_lock = threading.Lock()  # one batch at a time, in the order queued
         self._queue: List[_Queued] = []
+        self._queued = 0  # changes queued so far
+        self._done = 0  # every change up to this number went through a write
+        self._batches = 0  # batches written (or tried) so far
+        self._retry: Dict[Job, _Retry] = {}
+        self._retry_now = False  # a flush asks for the kept changes to be tried again
+        # What was given up: its first number, how many jobs or local runs, why (the last).
+        self._lost: Optional[Tuple[int, int, str]] = None
         self._busy = False
         self._flushing = 0  # callers of flush waiting: write without gathering more
         self._thread: Optional[threading.Thread] = None
+        self._no_thread_until = -1e300  # a thread that could not start is not retried before
 
     def put(self, change: _Queued) -> None:
         with self._cv:
             self._queue.append(change)
+            self._queued += 1
+            if not _state.get("atexit"):
+                _state["atexit"] = True
+                atexit.register(_flush_at_exit)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="psij-registry-writer",
-                                                daemon=True)
-                self._thread.start()
-                if not _state.get("atexit"):
-                    _state["atexit"] = True
-                    atexit.register(_flush_at_exit)
-            elif len(self._queue) == 1:
+                self._start()
+            elif len(self._queue) == 1 or len(self._queue) == _FULL_BATCH:
                 self._cv.notify_all()
+
+    def _start(self) -> bool:
+        """Start the writer thread (the caller holds ``_cv``); False if it cannot start now
+        (too many threads or processes, the interpreter shutting down): :meth:`wait` then
+        writes in the calling thread, and a later change tries again."""
+        if _CLOCK.now() < self._no_thread_until:
+            return False
+        thread = threading.Thread(target=self._run, name="psij-registry-writer", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError as ex:
+            self._no_thread_until = _CLOCK.now() + _THREAD_RETRY_SECONDS
+            # At exit (Python 3.12 starts no thread then) the exit's flush writes them.
+            if "shutdown" not in str(ex) and ("thread", "start") not in _warned:
+                _warned.add(("thread", "start"))
+                logger.warning("the job registry's writer thread cannot start (%s); status "
+                               "changes are written by psij.registry.flush() and at exit", ex)
+            return False
+        self._thread = thread
+        return True
 
     def _run(self) -> None:
         while True:
             with self._cv:
-                if not self._queue:
+                if not self._queue and not self._retry_now:
                     self._busy = False
                     self._cv.notify_all()
                     # put() starts a new thread once this one is no longer _thread: both
                     # decide under the lock, so no change is left without a writer.
-                    if not self._cv.wait_for(lambda: self._queue, self.idle_seconds):
+                    if not self._cv.wait_for(lambda: self._queue or self._retry_now,
+                                             self.idle_seconds):
                         self._thread = None
                         return
                 self._busy = True
-                # Let more changes gather into this transaction, unless someone waits for it.
-                self._cv.wait_for(lambda: self._flushing > 0, _BATCH_SECONDS)
-                queued, self._queue = self._queue, []
+                # Let more changes gather into this transaction, unless someone waits for it
+                # or a batch is already full.
+                self._cv.wait_for(lambda: self._flushing > 0
+                                  or len(self._queue) >= _FULL_BATCH, _BATCH_SECONDS)
             try:
-                self._write(_resolved(queued))
-            except Exception:  # this batch only: the writer goes on with the next one
+                self._batch()
+            except BaseException:  # the next change, or a flush, starts another writer
+                with self._cv:
+                    self._thread, self._busy = None, False
+                    self._cv.notify_all()
+                raise
+
+    def _batch(self) -> None:
+        """Write what is queued, and the changes kept from failed writes, in one batch."""
+        with self._write_lock:
+            with self._cv:
+                queued, self._queue = self._queue, []
+                first = self._done + 1
+                end = self._done + len(queued)
+                kept = list(self._retry.values())
+                self._retry, self._retry_now = {}, False
+            items = [entry.change for entry in kept] + queued
+            seqs = [entry.seq for entry in kept] + list(range(first, end + 1))
+            failures: List[Tuple[int, str, bool]] = []
+            interrupted: Optional[BaseException] = None
+            try:
+                changes, origin, missed = _resolve(items)
+                failures = [(at, why, True) for at, why in missed]
+                failures += [(origin[at], why, again)
+                             for at, why, again in self._write(changes) or ()]
+            except Exception as ex:  # this batch only: the writer goes on with the next one
                 logger.exception("the job registry writer could not write a batch")
-            del queued  # jobs (and through them executors) must not outlive their write
+                failures = [(at, f"{type(ex).__name__}: {ex}", True)
+                            for at in range(len(items))]
+            except BaseException as ex:  # the thread ends: what it held counts as given up
+                interrupted = ex
+                failures = [(at, f"interrupted: {type(ex).__name__}", False)
+                            for at in range(len(items))]
+            retry, lost = self._sorted_out(items, seqs, kept, failures)
+            with self._cv:
+                self._done = max(self._done, end)
+                self._batches += 1
+                self._retry = retry
+                if lost:
+                    seq, count, _ = self._lost or (lost[0][0], 0, "")
+                    self._lost = (min(seq, min(n for n, _ in lost)), count + len(lost),
+                                  lost[-1][1])
+                self._cv.notify_all()
+            # Jobs (and through them executors) must not outlive their write.
+            del queued, items, kept, retry
+            if interrupted is not None:
+                raise interrupted
 
     @staticmethod
-    def _write(batch: List[_Change]) -> None:
+    def _sorted_out(items: List[_Queued], seqs: List[int], kept: List[_Retry],
+                    failures: List[Tuple[int, str, bool]]
+                    ) -> Tuple[Dict[Job, _Retry], List[Tuple[int, str]]]:
+        """The failed changes to try again (one entry per job) and those given up (number,
+        why): local run records (their fallback had them), changes that cannot be written
+        however often tried, and those that failed for :data:`_GIVE_UP_SECONDS`."""
+        now = _CLOCK.now()
+        retry: Dict[Job, _Retry] = {}
+        lost: List[Tuple[int, str]] = []
+        lost_jobs: Set[int] = set()  # counted once each
+        for at, why, again in failures:
+            target, job, first, values = items[at]
+            since = kept[at].since if at < len(kept) else now
+            if job is None or not again or now - since > _GIVE_UP_SECONDS:
+                if job is None or id(job) not in lost_jobs:
+                    lost.append((seqs[at], why))
+                if job is not None:
+                    lost_jobs.add(id(job))
+                    if first:
+                        job.__dict__.pop(_RECORDED_ATTR, None)  # inserted by its next change
+                continue
+            seen = retry.get(job)
+            if seen is not None:
+                _, _, seen_first, seen_values = seen.change
+                if (seen_values[7], seen_values[2]) > (values[7], values[2]):
+                    values = seen_values  # by run (attempt), then by state
+                first = bool(first or seen_first)
+                since = min(since, seen.since)
+            retry[job] = _Retry(min(seqs[at], seen.seq if seen else seqs[at]),
+                                (target, job, first, values), why, since)
+        return retry, lost
+
+    @staticmethod
+    def _write(batch: List[_Change]) -> List[Tuple[int, str, bool]]:
+        """Write ``batch``; the changes not committed: (index in ``batch``, why, whether a
+        later write may succeed). A local run record not committed is handed to its fallback
+        and is not among them unless the fallback failed."""
         from psij._registry.store import prune_once
 
         # A job whose row is new in this batch gets one insert with its latest status, one
@@ -328,73 +470,119 @@ class _Writer:
         # order: two threads may queue a job's changes out of order (the one that saw ACTIVE
         # may put after the one that saw FAILED), and a final state must never be overwritten
         # by an earlier one (the store keeps the same rule).
-        latest: Dict[int, Dict[Job, Tuple[Optional[Identity], Tuple[Any, ...]]]] = {}
-        runs: Dict[int, List[Tuple[RunRecord, Callable[[RunRecord], None]]]] = {}
+        latest: Dict[int, Dict[Job, Tuple[Optional[Identity], Tuple[Any, ...], List[int]]]] = {}
+        runs: Dict[int, List[Tuple[int, RunRecord, Callable[[RunRecord], None]]]] = {}
         stores: Dict[int, Store] = {}
-        for store, job, identity, values in batch:
+        for at, (store, job, identity, values) in enumerate(batch):
             key = id(store)
             stores[key] = store
             if job is None:
-                runs.setdefault(key, []).append((values[0], values[1]))
+                runs.setdefault(key, []).append((at, values[0], values[1]))
                 continue
             jobs = latest.setdefault(key, {})
             seen = jobs.get(job)
             if seen is None:
-                jobs[job] = (identity, values)
+                jobs[job] = (identity, values, [at])
             else:
                 # By run (attempt), then by state.
                 keep = values if (values[7], values[2]) >= (seen[1][7], seen[1][2]) \
                     else seen[1]
-                jobs[job] = (identity if identity is not None else seen[0], keep)
-        new: Dict[int, List[Row]] = {}
-        updates: Dict[int, List[Update]] = {}
-        for key, jobs in latest.items():
-            for job, (identity, values) in jobs.items():
+                seen[2].append(at)
+                jobs[job] = (identity if identity is not None else seen[0], keep, seen[2])
+        failed: List[Tuple[int, str, bool]] = []
+        for key, store in stores.items():
+            rows: List[Row] = []
+            updates: List[Update] = []
+            written: List[int] = []
+            for job, (identity, values, where) in latest.get(key, {}).items():
                 try:
                     if identity is not None:
-                        new.setdefault(key, []).append(_row(job, identity, values))
+                        rows.append(_row(job, identity, values))
                     else:
-                        updates.setdefault(key, []).append(_update(job, values))
-                except Exception:
+                        updates.append(_update(job, values))
+                    written += where
+                except Exception as ex:
                     logger.exception("job %s: could not be recorded", job.id)
-        for key, store in stores.items():
+                    failed += [(at, f"job {job.id}: {ex}", False) for at in where]
             store_runs = runs.get(key, [])
             try:
                 prune_once(store)
-                store.write(new.get(key, []), updates.get(key, []),
-                            [run for run, _ in store_runs])
+                store.write(rows, updates, [run for _, run, _ in store_runs])
             except Exception as ex:
                 _warn_once(str(store.path), ex)
-                for run, fallback in store_runs:
+                failed += [(at, str(ex), True) for at in written]
+                for at, run, fallback in store_runs:
                     try:
                         fallback(run)
-                    except Exception:
+                    except Exception as lost:
                         logger.exception("a local run record could not be kept")
+                        failed.append((at, f"{ex}; its journal: {lost}", False))
+        return failed
 
-    def flush(self, timeout: Optional[float] = None) -> bool:
-        """Wait until every queued change is committed; False if ``timeout`` passed first."""
+    def wait(self, timeout: Optional[float] = None) -> Optional[str]:
+        """Wait until every change queued before the call is committed: None then, else why
+        not (``timeout`` passed first, or a write failed). Changes kept from failed writes
+        are tried again first. Without a writer thread the batches are written here."""
         deadline = None if timeout is None else _CLOCK.now() + timeout
         with self._cv:
+            target = self._queued
+            again = any(entry.seq <= target for entry in self._retry.values())
+            self._retry_now = self._retry_now or again
+            batches = self._batches
             self._flushing += 1
             self._cv.notify_all()
             try:
-                while self._queue or self._busy:
-                    if self._thread is None or not self._thread.is_alive():
-                        return not self._queue
+                while self._done < target or (again and self._batches == batches):
+                    alive = self._thread is not None and self._thread.is_alive()
+                    if not alive and not self._start():
+                        self._cv.release()
+                        try:
+                            self._batch()
+                        finally:
+                            self._cv.acquire()
+                        continue
                     remaining = None if deadline is None else deadline - _CLOCK.now()
                     if remaining is not None and remaining <= 0:
-                        return False
+                        return (f"{target - self._done} of the status changes queued were "
+                                f"still being written after {timeout:.0f} s")
                     _CLOCK.wait(self._cv, remaining)
+                return self._failure(target)
             finally:
                 self._flushing -= 1
-        return True
+
+    def _failure(self, target: int) -> Optional[str]:
+        """Why changes numbered up to ``target`` are not all committed (None: they are)."""
+        kept = [entry for entry in self._retry.values() if entry.seq <= target]
+        why: List[str] = []
+        if kept:
+            why.append(f"the status changes of {len(kept)} job(s) could not be written "
+                       f"({kept[-1].why}); they are tried again with the next write")
+        if self._lost is not None and self._lost[0] <= target:
+            why.append(f"the status changes of {self._lost[1]} job(s) or local run(s) could "
+                       f"not be written and were given up ({self._lost[2]})")
+        return "; ".join(why) or None
+
+    def flush(self, timeout: Optional[float] = None, say: bool = False) -> bool:
+        """:meth:`wait`; True if everything queued before is committed, else False (with
+        ``say``, saying why on the ``psij.registry`` logger)."""
+        why = self.wait(timeout)
+        if why is not None and say:
+            logger.warning("the job registry: %s", why)
+        return why is None
+
+    def forget_failures(self) -> None:
+        """Drop the changes kept from failed writes and the count of lost ones (their jobs'
+        later changes are recorded as usual)."""
+        with self._cv:
+            for entry in self._retry.values():
+                job, first = entry.change[1], entry.change[2]
+                if job is not None and first:
+                    job.__dict__.pop(_RECORDED_ATTR, None)
+            self._retry, self._lost = {}, None
 
     def after_fork(self) -> None:
-        self._cv = threading.Condition()
-        self._queue = []
-        self._busy = False
-        self._flushing = 0
-        self._thread = None
+        # The parent's changes, and its kept ones, are the parent's to write.
+        self.__init__(self.idle_seconds)  # type: ignore[misc]
 
 
 _WRITER = _Writer()
@@ -414,7 +602,11 @@ def before_flush(hook: Callable[[float], None]) -> None:
         _BEFORE_FLUSH.append(hook)
 
 
-def flush(timeout: Optional[float] = None) -> bool:
+def flush(timeout: Optional[float] = None, say: bool = False) -> bool:
+    """Commit every change queued before the call (after the :func:`before_flush` steps); True
+    once they are all in the registry, False if ``timeout`` passed first or some could not be
+    written (with ``say``, saying why on the ``psij.registry`` logger: what
+    :func:`psij.registry.flush` does; psij's own waits, followed by the exit's, say nothing)."""
     deadline = None if timeout is None else _CLOCK.now() + timeout
     for hook in list(_BEFORE_FLUSH):
         try:
@@ -422,21 +614,21 @@ def flush(timeout: Optional[float] = None) -> bool:
                  else max(0.0, deadline - _CLOCK.now()))
         except Exception:
             logger.exception("the job registry: a step before flushing failed")
-    return _WRITER.flush(None if deadline is None else max(0.0, deadline - _CLOCK.now()))
+    return _WRITER.flush(None if deadline is None else max(0.0, deadline - _CLOCK.now()), say)
 
 
 def flush_queued(timeout: Optional[float] = None) -> bool:
     """Commit the changes queued so far, without the steps of :func:`flush` that wait for
     native ids to come (a local job queued here may be recorded without its process id yet,
-    which a later change brings); False on timeout."""
+    which a later change brings); False as :func:`flush`."""
     return _WRITER.flush(timeout)
 
 
 def _flush_at_exit() -> None:
-    if not _WRITER.flush(_EXIT_FLUSH_SECONDS):
-        logger.warning("the job registry could not be written within %.0f s; the last status "
-                       "changes of this process are not recorded (their executors still know "
-                       "them)", _EXIT_FLUSH_SECONDS)
+    why = _WRITER.wait(_EXIT_FLUSH_SECONDS)
+    if why is not None:
+        logger.warning("the job registry: %s; those status changes of this process are not "
+                       "recorded (their executors still know them)", why)
 
 
 def _after_fork_in_child() -> None:

@@ -4,7 +4,8 @@ The file is ``<work directory>/jobs.sqlite`` (the directory 0700, the file 0600,
 with :mod:`psij._private_dirs`). It is used in WAL mode, so readers never wait for a writer and a
 status change writes one row. Several processes may write at once: SQLite serialises writers,
 and a writer that finds the file locked waits (:data:`LOCK_WAIT_SECONDS` in all), saying once
-on the ``psij.registry`` logger (stderr unless logging is configured) that it waits and for whom.
+on the ``psij.registry`` logger (stderr unless logging is configured), when it has waited a few
+seconds, that it waits and for whom.
 
 A job run again (requeued or retried, :mod:`psij._retry`) keeps its row: ``attempt`` says
 which run it is in, ``rerun`` how the last one started, and a later run's status is written
@@ -45,6 +46,9 @@ LOCK_WAIT_SECONDS = 600.0
 _CLOCK: Clock = MonotonicClock()  # what the wait for another process's write lock is measured on
 # SQLite's own busy wait between our checks; each expiry lets us say that we are waiting.
 _BUSY_SLICE_SECONDS = 1.0
+# A write that has waited this long for the lock says so (once per file and process): several
+# processes writing at once take turns, each waiting for the others' batches.
+_LOCK_NOTICE_SECONDS = 2.0
 DEFAULT_PRUNE_AGE_SECONDS = 30 * 24 * 3600.0
 _prune_age = {"seconds": DEFAULT_PRUNE_AGE_SECONDS}
 
@@ -170,15 +174,19 @@ class Store:
         self._conn = conn
         self._lock = threading.Lock()
         self.pruned = False
+        self._said_locked = False  # that a write waits for another process's lock
 
     # -- retries and errors ---------------------------------------------------------------
 
     def _call(self, what: str, fn: Callable[[sqlite3.Connection], _T],
-              wait: float = LOCK_WAIT_SECONDS) -> _T:
-        """``fn(conn)`` under the lock, waiting up to ``wait`` seconds more than SQLite's own
-        busy wait while another process holds the write lock."""
-        deadline = _CLOCK.now() + wait
-        said = False
+              wait: Optional[float] = None) -> _T:
+        """``fn(conn)`` under the lock, waiting up to ``wait`` seconds (by default
+        :data:`LOCK_WAIT_SECONDS`) more than SQLite's own busy wait while another process holds
+        the write lock."""
+        if wait is None:
+            wait = LOCK_WAIT_SECONDS
+        started = _CLOCK.now()
+        deadline = started + wait
         with self._lock:
             while True:
                 try:
@@ -192,11 +200,11 @@ class Store:
                         raise RegistryLockedError(
                             f"job registry {self.path}: still locked by another process after "
                             f"{wait:.0f} s while trying to {what}") from ex
-                    if not said:
-                        said = True
+                    # Writers taking turns wait a little: only a long wait is said, once.
+                    if not self._said_locked and _CLOCK.now() - started >= _LOCK_NOTICE_SECONDS:
+                        self._said_locked = True
                         logger.warning("job registry %s is locked by another process; waiting "
-                                       "to %s (up to %.0f s)", self.path, what,
-                                       LOCK_WAIT_SECONDS)
+                                       "to %s (up to %.0f s)", self.path, what, wait)
                 except sqlite3.DatabaseError as ex:
                     if _rollback_needed(self._conn):
                         self._conn.rollback()
@@ -271,7 +279,7 @@ class Store:
         return self._call("read local runs", run)
 
     def prune(self, older_than_seconds: float, now: Optional[float] = None,
-              wait: float = LOCK_WAIT_SECONDS) -> int:
+              wait: Optional[float] = None) -> int:
         """Delete final jobs last updated more than ``older_than_seconds`` ago; their count."""
         limit = (wall_time() if now is None else now) - older_than_seconds
 
