@@ -37,7 +37,8 @@ WAIT = timedelta(seconds=120)
 # with their pipes, sockets and epoll descriptor; the launcher scripts written once per work
 # directory and the local executor's node files; the fake scheduler's own spool (its state,
 # as a real scheduler's); the work directories themselves (``~/.psij/work`` and one folder
-# in it per executor kind).
+# in it per executor kind); the remote side's lock of submissions (the stand-in ssh runs it
+# here, as this user: one file per user, kept).
 SHARED_THREADS = {"psij-registry-writer", "psij-local-starts", "psij-local-worker",
                   "psij-process-watch"}
 REGISTRY = re.compile(r"/jobs\.sqlite(-wal|-shm|-journal)?$")
@@ -45,7 +46,7 @@ LOCAL_DESCRIPTORS = re.compile(r"^(/dev/null|anon_inode:\[eventpoll\]|pipe:\[\d+
                                r"socket:\[\d+\])$")
 SHARED_PATHS = re.compile(r"/(jobs\.sqlite(-wal|-shm|-journal)?|launchers(/.*)?|"
                           r"batch-test-spool(/.*)?|local/nodefile-\d+|\.psij|\.psij/work|"
-                          r"work|work/[\w-]+)$")
+                          r"work|work/[\w-]+|work/remote/submit\.lock)$")
 
 
 def threads() -> List[str]:

@@ -27,6 +27,7 @@ the scheduler's, what an end means is the engine's.
 import json
 import os
 import selectors
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set
@@ -192,6 +193,13 @@ class LocalWorkers:
                 except OSError:
                     pass
             self._drop(worker)
+            if not worker.tasks:
+                # Every task it had has ended: it has nothing left to do, and one still
+                # starting (slow on a loaded machine) would take that long to read the stop.
+                try:
+                    os.kill(worker.pid, signal.SIGKILL)  # our unreaped child: its own pid
+                except OSError:
+                    pass
         # Each ends at once once its tasks have (the engine waited for them): reaped here, so
         # that none is left a zombie, and its CPU time counts as this process's children's.
         late = reap_within([w.pid for w in self._workers.values()], _STOP_WAIT, 0.005)
