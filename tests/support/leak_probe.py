@@ -1,15 +1,18 @@
 """Creates, uses and drops executors of one kind in this process, and says what was left.
 
-Run as ``python leak_probe.py KIND COUNT [URL]`` in a fresh directory with ``TMPDIR`` set to
-an empty folder of its own (the parent checks both). For each of COUNT executors: made with
-``JobExecutor.get_instance``, one small job submitted and waited for, then executor and job
-dropped without ``close()``. Then ``gc.collect()`` and, for up to ``PROBE_WAIT`` seconds
-(1 by default), the process's threads, open descriptors, child processes and the entries
-under the current directory and ``TMPDIR`` are read again until they are back to what they
-were before the first executor. One JSON object on stdout says what was found:
-``start``/``end`` (the figures), ``left`` (what is still there: thread names, descriptor
-targets, child pids with their command, paths), ``seconds`` (the time to the end figures)
-and ``run_seconds`` (the time the executors took).
+Run as ``python leak_probe.py KIND COUNT [URL]`` in a fresh directory, with ``TMPDIR`` and
+``HOME`` folders of its own (:func:`run_probe` makes them and runs it). For each of COUNT
+executors: made with ``JobExecutor.get_instance``, one ``/bin/true`` job submitted and waited
+for, then executor and job dropped without ``close()``. Then, for up to ``PROBE_WAIT`` seconds
+(1 by default, after a ``gc.collect()`` each time), the process's threads, open descriptors,
+child processes and the files under the current directory, ``TMPDIR`` and ``~/.psij`` are
+read again until nothing is left beyond what was there before the first executor but what
+psij keeps once per process on purpose. One JSON object on stdout says what was found:
+``start``/``end`` (the figures), ``shared`` and ``leaked`` (what is there beyond the start: what
+psij keeps once per process on purpose, listed below, and the rest: thread names, descriptor
+targets, child processes with their state and command, paths), ``seconds`` (from the last
+drop to the end figures), ``look_seconds`` (what reading the figures once took: all of
+``/proc`` is read for the children) and ``run_seconds`` (the time the executors took).
 
 KIND: ``pilot``, ``local``, ``batch-test`` (the fake scheduler), ``flow`` (URL: the socket
 of a running flow service) or ``remote`` (URL: an ``ssh://`` URL; ``local`` on its other
@@ -183,9 +186,11 @@ def main() -> None:
     dropped = time.monotonic()
     while True:
         gc.collect()
+        looked = time.monotonic()
         now = figures(roots)
         shared, leaked = beyond(start, now, kind)
         seconds = time.monotonic() - dropped
+        look = time.monotonic() - looked
         if not any(leaked.values()) or seconds > wait:
             break
         time.sleep(0.02)
@@ -207,6 +212,7 @@ def main() -> None:
         "start": {key: len(value) for key, value in start.items()},
         "end": {key: len(value) for key, value in now.items()},
         "shared": shown(shared), "leaked": shown(leaked), "seconds": round(seconds, 3),
+        "look_seconds": round(look, 3),
         "run_seconds": round(dropped - began, 3)}))
 
 
