@@ -237,7 +237,7 @@ class PilotEngine(EngineOutput):
             return
         self._post(CloseRequested())
         if not wait or threading.current_thread() is self._thread:
-            return
+            return  # the engine thread stops itself (from a listener: a collected executor)
         limit = self.config.cancel_grace_period + (5.0 if timeout is None else timeout)
         self._clock.wait(self._closed, limit)
         if self._thread.is_alive():
