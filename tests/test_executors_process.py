@@ -23,6 +23,8 @@ from psij.executors._process import (
     exit_message,
     failure_message,
     open_streams,
+    reap_later,
+    reap_within,
 )
 from psij.executors._process_watch import ProcessWatch
 from psij.executors.local import LocalJobExecutorConfig
@@ -314,3 +316,29 @@ def test_an_empty_tmpdir_is_renamed_for_a_later_task_instead_of_made_again(
         assert calls.count("mkdir") == 4 and all(code == 0 for code in loop.exits.values())
     finally:
         loop.close()
+
+
+def test_a_child_slower_than_the_wait_is_reaped_later_and_then_runs(tmp_path: Path) -> None:
+    # What a pilot's worker still starting when the pilot closes gets: no zombie is left.
+    import subprocess
+    import threading
+
+    slow = subprocess.Popen(["/bin/sh", "-c", "sleep 0.5"])
+    quick = subprocess.Popen(["/bin/true"])
+    quick_pid = quick.pid
+    time.sleep(0.2)  # /bin/true has ended; the sleep has not
+    late = reap_within([quick_pid, slow.pid], 0.01, 0.005)
+    assert late == [slow.pid]
+    with pytest.raises(ChildProcessError):
+        os.waitpid(quick_pid, os.WNOHANG)  # reaped already
+    done = threading.Event()
+    reap_later(late, done.set)
+    assert done.wait(30)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(slow.pid, os.WNOHANG)  # reaped by the thread
+    slow.returncode = 0  # for Popen's own bookkeeping: it was reaped without it
+    quick.returncode = 0
+    called: List[bool] = []
+    reap_later([], lambda: called.append(True))  # nothing to wait for: at once
+    assert called == [True]
+

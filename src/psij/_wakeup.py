@@ -44,12 +44,15 @@ class Wakeup:
 
     Register the loop's own files in :attr:`selector` (or through :meth:`register`); their
     ``data`` is the loop's business. ``wake`` never blocks and never raises, also after
-    ``close``: a wake-up that is already pending is enough.
+    ``close``: a wake-up that is already pending is enough. ``close`` may be called from any
+    thread, also while others wake: none writes to a descriptor number closed (and perhaps
+    given to another file) meanwhile.
     """
 
     def __init__(self, selector: Optional[selectors.BaseSelector] = None) -> None:
         self.selector: selectors.BaseSelector = (selector if selector is not None
                                                  else selectors.DefaultSelector())
+        self._lock = threading.Lock()  # a write never meets the pipe's close
         self._read, self._write = os.pipe()
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
@@ -57,13 +60,14 @@ class Wakeup:
 
     def wake(self) -> None:
         """End the current (or next) ``select`` of the loop; safe from any thread."""
-        fd = self._write
-        if fd < 0:
-            return
-        try:
-            os.write(fd, b"x")
-        except OSError:
-            pass  # a wake-up is already pending (full pipe), or the loop closed it
+        with self._lock:
+            fd = self._write
+            if fd < 0:
+                return  # closed: the loop no longer runs
+            try:
+                os.write(fd, b"x")
+            except OSError:
+                pass  # a wake-up is already pending (full pipe)
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
         return self.selector.register(fileobj, events, data)
@@ -98,12 +102,14 @@ class Wakeup:
             pass
 
     def close(self) -> None:
-        """Close the pipe and the selector (call it once the loop no longer runs)."""
-        read, write = self._read, self._write
-        if write < 0:
-            return
-        self._read = self._write = -1
-        os.close(write)
+        """Close the pipe and the selector (once the loop no longer runs; from any thread,
+        more than once)."""
+        with self._lock:
+            read, write = self._read, self._write
+            if write < 0:
+                return
+            self._read = self._write = -1
+            os.close(write)
         os.close(read)
         self.selector.close()
 

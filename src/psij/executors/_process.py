@@ -9,7 +9,9 @@ program is started, reaped, described and ended the same way by both:
   the package's one way to start a process; :func:`open_streams` opens the redirections it is
   given;
 - :func:`reap` collects one exited child without blocking, :func:`reap_within` waits a
-  little for a few to end; :func:`start_time` tells a process from a later one given the same
+  little for a few to end, and :func:`reap_later` leaves those that take longer (told to end
+  already) to a thread that reaps them when they do, so that none stays a zombie;
+  :func:`start_time` tells a process from a later one given the same
   pid;
 - :func:`exit_code_of` and :func:`exit_message` turn a wait status into a shell-style code and
   that code into words, :func:`failure_message` adds the end of the program's stderr, read by
@@ -25,9 +27,10 @@ watch processes (``_process_watch`` does) and never sets a job's state.
 import os
 import signal
 import sys
+import threading
 from functools import partial
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Protocol, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Tuple
 
 from psij import _spawn
 from psij._clock import MonotonicClock
@@ -55,6 +58,7 @@ __all__ = [
     "killpg",
     "open_streams",
     "reap",
+    "reap_later",
     "reap_within",
     "signal_name",
     "signal_reaped_group",
@@ -179,14 +183,36 @@ def reap(pid: int) -> Tuple[bool, Optional[int]]:
     return True, status
 
 
-def reap_within(pids: Iterable[int], seconds: float, interval: float) -> None:
+def reap_within(pids: Iterable[int], seconds: float, interval: float) -> List[int]:
     """Reap our children ``pids``, looking every ``interval`` seconds, for ``seconds`` at most
-    in all (their wait statuses are dropped). Measured on the monotonic clock whatever clock
-    the caller's rules use: real processes end in real time."""
+    in all (their wait statuses are dropped); those still running then. Measured on the
+    monotonic clock whatever clock the caller's rules use: real processes end in real time."""
     clock = MonotonicClock()
     deadline = clock.now() + seconds
+    return [pid for pid in pids
+            if not clock.poll(partial(_reaped, pid), deadline - clock.now(), interval)]
+
+
+def reap_later(pids: List[int], then: Optional[Callable[[], object]] = None) -> None:
+    """Reap our children ``pids``, told to end already (slow to start on a loaded machine,
+    say), on a thread that waits for them, calls ``then`` and ends; with no pid, ``then`` is
+    called now. A process that never ends keeps that thread."""
+    if not pids:
+        if then is not None:
+            then()
+        return
+    threading.Thread(target=_reap_all, args=(pids, then), name="psij-reaper",
+                     daemon=True).start()
+
+
+def _reap_all(pids: List[int], then: Optional[Callable[[], object]]) -> None:
     for pid in pids:
-        clock.poll(partial(_reaped, pid), deadline - clock.now(), interval)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass  # reaped by someone else
+    if then is not None:
+        then()
 
 
 def _reaped(pid: int) -> bool:

@@ -27,6 +27,7 @@ The url is the service's socket (``unix:///path`` or a path; None: the default, 
 """
 
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -115,6 +116,9 @@ class FlowJobExecutor(JobExecutor):
         self._closed = threading.Event()
         self._clock: Clock = MonotonicClock()
         self._poller: Optional[threading.Thread] = None
+        # The poller holds this executor weakly: dropped without close(), it is collected,
+        # and this stops the poller and closes the connection to the service.
+        self._finalizer = weakref.finalize(self, _stop, self._closed, self._client)
 
     # -- submitting -------------------------------------------------------------------------
 
@@ -163,8 +167,10 @@ class FlowJobExecutor(JobExecutor):
             self._of_job[job.id] = entry
             self._set_job_status(job, JobStatus(JobState.QUEUED))
             if self._poller is None:
-                self._poller = threading.Thread(target=self._poll_loop, daemon=True,
-                                                name="psij-flow-executor")
+                self._poller = threading.Thread(
+                    target=_poll_loop, args=(weakref.ref(self), self._closed, self._clock,
+                                             self._config.poll_interval),
+                    daemon=True, name="psij-flow-executor")
                 self._poller.start()
 
     def cancel(self, job: Job) -> None:
@@ -199,8 +205,7 @@ class FlowJobExecutor(JobExecutor):
                                   "executor that submitted it; its handle is on the service)")
 
     def close(self) -> None:
-        self._closed.set()
-        self._client.close()
+        self._finalizer()
 
     # -- following the handles -----------------------------------------------------------
 
@@ -217,19 +222,18 @@ class FlowJobExecutor(JobExecutor):
             except FlowError as ex:
                 logger.warning("flow: destroying %s: %s", entry.handle, ex)
 
-    def _poll_loop(self) -> None:
-        while not self._clock.wait(self._closed, self._config.poll_interval):
-            with self._lock:
-                entries = list(self._by_shape.values())
-            for entry in entries:
+    def _poll_handles(self) -> None:
+        with self._lock:
+            entries = list(self._by_shape.values())
+        for entry in entries:
+            if self._closed.is_set():
+                return
+            try:
+                self._poll(entry)
+            except Exception as ex:  # one handle's trouble must not stop the others
                 if self._closed.is_set():
                     return
-                try:
-                    self._poll(entry)
-                except Exception as ex:  # one handle's trouble must not stop the others
-                    if self._closed.is_set():
-                        return
-                    logger.warning("flow: following handle %s: %s", entry.handle, ex)
+                logger.warning("flow: following handle %s: %s", entry.handle, ex)
 
     def _poll(self, entry: _Handle) -> None:
         client = self._client
@@ -300,3 +304,21 @@ class FlowJobExecutor(JobExecutor):
             if job.status.state is JobState.QUEUED:
                 self._set_job_status(job, JobStatus(JobState.ACTIVE))
             self._end(entry, job, status)
+
+
+def _poll_loop(ref: "weakref.ref[FlowJobExecutor]", closed: threading.Event, clock: Clock,
+               interval: float) -> None:
+    """The poller: follows the handles of the executor ``ref`` refers to, every ``interval``
+    seconds, until it is closed or collected (it holds the executor only while it polls)."""
+    while not clock.wait(closed, interval):
+        executor = ref()
+        if executor is None:
+            return
+        executor._poll_handles()
+        del executor
+
+
+def _stop(closed: threading.Event, client: FlowClient) -> None:
+    """Close an executor: its poller ends and its connection to the service closes."""
+    closed.set()
+    client.close()

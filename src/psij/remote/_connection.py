@@ -497,8 +497,9 @@ def connect(target: Target) -> Connection:
         return conn
 
 
-def release(conn: Connection) -> None:
-    """One user fewer; the last one closes the connection."""
+def release(conn: Connection, wait: bool = True) -> None:
+    """One user fewer; the last one closes the connection (``wait=False``: on a thread of its
+    own, for a finalizer, which may run on any thread, one of psij's own among them)."""
     with _POOL_LOCK:
         conn.users -= 1
         if conn.users > 0:
@@ -506,7 +507,10 @@ def release(conn: Connection) -> None:
         for key, found in list(_POOL.items()):
             if found is conn:
                 del _POOL[key]
-    conn.close()
+    if wait:
+        conn.close()
+    else:
+        threading.Thread(target=conn.close, name="psij-remote-close", daemon=True).start()
 
 
 @atexit.register

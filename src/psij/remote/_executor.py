@@ -14,13 +14,19 @@ by the remote host's executor: the server pushes the QUEUED status of its next r
 metadata holds the ``attempt`` (and ``rerun``, ``cause``, ``previous``), and the job here
 enters QUEUED again (:meth:`psij.JobExecutor._set_job_status`); its native id is the one the
 remote side tells last (a job submitted again there gets a new one).
+
+The connection holds an executor weakly (its status callbacks and reconnect hook): an
+executor dropped without :meth:`RemoteJobExecutor.close` is collected, and its finalizer then
+stops following its jobs and lets go of the connection, which closes (the ``ssh`` process and
+its threads end) when no other executor of the process uses it.
 """
 
 import logging
 import posixpath
 import threading
+import weakref
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from packaging.version import InvalidVersion, Version
 
@@ -114,6 +120,10 @@ class RemoteJobExecutor(JobExecutor):
         self._remote_python = _remote_path(opened.get("python"))
         self._remote_staging = _remote_path(opened.get("staging"))
         self._conn.on_reconnect(self._refollow)
+        self._followed: Set[str] = set()  # ids of the jobs followed (for the finalizer)
+        self._follower = _weak_follower(self._on_event)
+        self._finalizer = weakref.finalize(self, _let_go, self._conn, self._followed, False)
+        self._finalizer.atexit = False  # the connections are closed at exit anyway
 
     @property
     def remote_python(self) -> Optional[str]:
@@ -145,11 +155,13 @@ class RemoteJobExecutor(JobExecutor):
     def _watch(self, job: Job) -> None:
         with self._lock:
             self._jobs[job.id] = job
-        self._conn.follow(job.id, self._on_event)
+            self._followed.add(job.id)
+        self._conn.follow(job.id, self._follower)
 
     def _unwatch(self, job: Job) -> None:
         with self._lock:
             self._jobs.pop(job.id, None)
+            self._followed.discard(job.id)
         self._conn.unfollow(job.id)
 
     def _on_event(self, message: Mapping[str, Any]) -> None:
@@ -384,16 +396,36 @@ class RemoteJobExecutor(JobExecutor):
             if self._closed:
                 return
             self._closed = True
-            ids = list(self._jobs)
             self._jobs.clear()
-        for job_id in ids:
-            self._conn.unfollow(job_id)
-        _connection.release(self._conn)
+        self._finalizer.detach()
+        _let_go(self._conn, self._followed, True)
 
     def __str__(self) -> str:
         return f"RemoteJobExecutor({self._ex['name']!r}, url={self.url!r})"
 
     __repr__ = __str__
+
+
+def _weak_follower(method: Any) -> Any:
+    """A follower that calls the bound ``method`` while its executor lives (the connection
+    must not keep an executor alive)."""
+    ref = weakref.WeakMethod(method)
+
+    def follower(message: Mapping[str, Any]) -> None:
+        found = ref()
+        if found is not None:
+            found(message)
+
+    return follower
+
+
+def _let_go(conn: "_connection.Connection", followed: Set[str], wait: bool) -> None:
+    """An executor closed (``wait``: until the connection closed, if it was the last user) or
+    collected: its jobs are no longer followed and it no longer uses the connection."""
+    for job_id in list(followed):
+        conn.unfollow(job_id)
+    followed.clear()
+    _connection.release(conn, wait)
 
 
 def _later_run(job: Job, status: JobStatus) -> Optional[int]:

@@ -126,8 +126,10 @@ class InlineTasks:
     def worker_exited(self, event: WorkerExited) -> None:
         self._guard.worker_exited(event)
 
-    def stop(self) -> None:
-        """End what still runs (the engine waited for its tasks already), stop the guard."""
+    def stop(self) -> List[int]:
+        """End what still runs (the engine waited for its tasks already), stop the guard;
+        the pid of the guard if it has not ended yet (the caller reaps it later)."""
         self._processes.kill_all()
-        self._guard.stop()
+        late = self._guard.stop()
         self._processes.remove_tmp_root()
+        return late

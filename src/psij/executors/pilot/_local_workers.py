@@ -27,6 +27,7 @@ the scheduler's, what an end means is the engine's.
 import json
 import os
 import selectors
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set
@@ -180,8 +181,9 @@ class LocalWorkers:
                 worker.signals = []
             self._write(worker, data)
 
-    def stop(self) -> None:
-        """Ask every worker to stop (each ends what it still runs) and close the pipes."""
+    def stop(self) -> List[int]:
+        """Ask every worker to stop (each ends what it still runs) and close the pipes; the
+        pids of those that have not ended yet (the caller reaps them later)."""
         for worker in list(self._workers.values()):
             if worker.writing >= 0:
                 # The worker reads at once; what it cannot take now is dropped: closing the
@@ -191,10 +193,18 @@ class LocalWorkers:
                 except OSError:
                     pass
             self._drop(worker)
+            if not worker.tasks:
+                # Every task it had has ended: it has nothing left to do, and one still
+                # starting (slow on a loaded machine) would take that long to read the stop.
+                try:
+                    os.kill(worker.pid, signal.SIGKILL)  # our unreaped child: its own pid
+                except OSError:
+                    pass
         # Each ends at once once its tasks have (the engine waited for them): reaped here, so
         # that none is left a zombie, and its CPU time counts as this process's children's.
-        reap_within([w.pid for w in self._workers.values()], _STOP_WAIT, 0.005)
+        late = reap_within([w.pid for w in self._workers.values()], _STOP_WAIT, 0.005)
         self._workers.clear()
+        return late
 
     def start_first(self) -> None:
         """Start the first worker now rather than with the first task, so that its start-up

@@ -42,6 +42,7 @@ from psij.executors._process import (
     killpg,
     open_streams,
     reap,
+    reap_later,
     reap_within,
     signal_reaped_group,
     terminate_group,
@@ -380,8 +381,10 @@ class TaskProcesses:
         for process in self._running.values():
             if not self._watch.signal_group(process.pid, SIGKILL):
                 signal_reaped_group(process.pid, SIGKILL)
-        # Reaped here (briefly), so that no zombie is left to a process that goes on.
-        reap_within([p.pid for p in self._running.values()], _KILL_REAP_WAIT, 0.002)
+        # Reaped here (briefly, then by a thread), so that no zombie is left to a process
+        # that goes on.
+        reap_later(reap_within([p.pid for p in self._running.values()], _KILL_REAP_WAIT,
+                               0.002))
 
     def remove_tmp_root(self) -> None:
         """Remove the folder of the TMPDIRs (after the last task ended)."""

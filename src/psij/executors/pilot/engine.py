@@ -64,6 +64,7 @@ from psij import _check
 from psij._clock import Clock, MonotonicClock, wall_time
 from psij._lazylog import LazyLogger
 from psij._wakeup import Timers, Wakeup, timer_delay
+from psij.executors._process import reap_later
 from psij.executors.pilot._engine_events import (
     TASK_EVENTS,
     AgentLauncherExited,
@@ -225,23 +226,23 @@ class PilotEngine(EngineOutput):
         self._thread.start()
         self._wake()
 
-    def close(self, timeout: Optional[float] = None) -> None:
+    def close(self, timeout: Optional[float] = None, wait: bool = True) -> None:
         """Cancel every task that has not ended, wait for their processes to exit (at most
-        the grace period plus ``timeout``, default 5 s), stop the agents, flush the journal."""
+        the grace period plus ``timeout``, default 5 s), stop the agents, flush the journal.
+        ``wait=False`` (a collected executor) returns at once: the engine thread does it all,
+        its last step the run folder's removal and the wake-up pipe's close."""
         with self._lock:
             self._refusing = True
         if self._thread is None:
             return
         self._post(CloseRequested())
-        if threading.current_thread() is self._thread:
-            return  # from a listener (a collected executor): the engine thread stops itself
+        if not wait or threading.current_thread() is self._thread:
+            return  # the engine thread stops itself (from a listener: a collected executor)
         limit = self.config.cancel_grace_period + (5.0 if timeout is None else timeout)
         self._clock.wait(self._closed, limit)
         if self._thread.is_alive():
             self._post(StopRequested())
         self._thread.join(5.0)
-        if not self._thread.is_alive() and self._wakeup is not None:
-            self._wakeup.close()  # only now: the engine thread no longer uses it
 
     # -- public operations ------------------------------------------------------------------
 
@@ -654,8 +655,7 @@ class PilotEngine(EngineOutput):
         try:
             self._deliver()
             self._flush(force=True)
-            if self._workers is not None:
-                self._workers.stop()
+            late = self._workers.stop() if self._workers is not None else []
             if self._agents is not None:
                 self._agents.stop()
             if self._journal is not None:
@@ -666,9 +666,12 @@ class PilotEngine(EngineOutput):
                 self._journal = None
             if self._loop_watch is not None:
                 self._loop_watch.close()
-            if self._run_dir is not None:
-                remove_tree(self._run_dir)
+            if self._run_dir is not None:  # and again once every worker ended (one slow to
+                remove_tree(self._run_dir)  # start makes its folder again)
+                reap_later(late, partial(remove_tree, self._run_dir) if late else None)
         finally:
+            if self._wakeup is not None:
+                self._wakeup.close()  # no one selects on it any more
             self._closed.set()
             with self._changed:
                 self._changed.notify_all()

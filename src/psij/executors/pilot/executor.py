@@ -137,13 +137,19 @@ class _Held:
         self.engine: Optional[PilotEngine] = None
         self.client: Optional[PilotClient] = None
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """``wait=False`` (the executor was collected, in whatever thread let it go, perhaps
+        one of psij's own that others wait for): the engine thread stops the pilot and
+        removes its run folder on its own, so that this returns at once."""
         engine, self.engine = self.engine, None
         client, self.client = self.client, None
         if engine is not None:
-            engine.close()
+            engine.close(wait=wait)
         if client is not None:
             client.close()
+
+    def collected(self) -> None:
+        self.close(wait=False)
 
 
 class _WeakMethod:
@@ -213,7 +219,7 @@ class PilotJobExecutor(JobExecutor):
         # executor dropped without close() is collected, and this finalizer then stops them.
         self._held = _Held()
         self._closed = False
-        self._finalizer = weakref.finalize(self, self._held.close)
+        self._finalizer = weakref.finalize(self, self._held.collected)
         self._finalizer.atexit = False  # at exit, tasks are left as a killed process leaves them
         self._listener = _WeakMethod(self, "_on_event")
 
