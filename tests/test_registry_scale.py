@@ -333,10 +333,12 @@ def test_a_writer_thread_ended_by_an_exception_leaves_no_flush_waiting_and_a_new
     ex = Reporting(config=JobExecutorConfig(work_directory=wd))
     real = recorder._Writer._write
     calls: List[int] = []
+    ended: List[threading.Thread] = []
 
     def ends_once(batch: Any) -> Any:
         calls.append(len(batch))
         if len(calls) == 1:
+            ended.append(threading.current_thread())
             raise SystemExit("the thread ends")
         return real(batch)
 
@@ -346,6 +348,8 @@ def test_a_writer_thread_ended_by_an_exception_leaves_no_flush_waiting_and_a_new
     run_jobs(ex, jobs[:100], 0)
     assert not psij.registry.flush(WAIT)  # returns: what the ended thread held is given up
     assert "given up (interrupted: SystemExit)" in caplog.text
+    ended[0].join(10)  # its exception is reported within this test, where it is expected
+    assert not ended[0].is_alive()
     run_jobs(ex, jobs[100:], 100)
     assert not psij.registry.flush(WAIT)
     want = expected(jobs)

@@ -40,6 +40,7 @@ COVERED_THROUGH: Dict[str, str] = {
     "psij.cli._job_options": "the job options of psij run/submit/script (test_cli.py)",
     "psij.cli._job_streams": "psij run's own streams (test_cli_run_logs.py)",
     "psij.cli._plugins": "psij plugins (test_cli.py, test_plugins.py)",
+    "psij.cli._release": "psij release (test_registry_held.py)",
     "psij.cli._script": "psij script (test_cli.py)",
     "psij.cli._supervise": "psij supervise (test_supervise_run.py)",
     "psij.controller._io": "the controller loop's workers (test_controller_loop.py)",

@@ -125,7 +125,7 @@ def describe(held: Optional[str], holder_text: Any) -> Optional[str]:
 
 # -- writing (the executor's submit path and its holding's worker thread) ------------------
 
-def mark(executor: "JobExecutor", jobs: Sequence["Job"], held: Optional[str],
+def mark(executor: "JobExecutor", jobs: "Sequence[Job]", held: Optional[str],
          final: Optional[Tuple[str, int, str]] = None) -> None:
     """Record at once that ``jobs`` of ``executor`` are ``held`` (HELD, SUBMITTING) by this
     process, or (None) no longer held: submitted (their native ids are written with it) or,
@@ -164,8 +164,8 @@ class Refused(Exception):
     """A held job that is not released, and why."""
 
 
-def release(records: Sequence["JobRecord"], force: bool = False
-            ) -> List[Tuple["JobRecord", Any]]:
+def release(records: "Sequence[JobRecord]", force: bool = False
+            ) -> "List[Tuple[JobRecord, Any]]":
     """Submit the held jobs of ``records`` whose holding process ended; for each record, the
     live job submitted (held again by this process when its executor's cap says so), or the
     exception saying why it was not (:class:`Refused` for a job that is not to be released)."""

@@ -36,7 +36,7 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 from psij._clock import Clock, MonotonicClock, wall_time
 from psij._lazylog import LazyLogger
@@ -289,13 +289,17 @@ def _update(job: Job, values: Tuple[Any, ...]) -> Update:
             attempt, _rerun_text(rerun), job.id)
 
 
-class _Retry(NamedTuple):
-    """A job's changes that a write could not commit, kept for the next write."""
+class _Retry:
+    """A job's changes that a write could not commit, kept for the next write: ``seq``, the
+    sequence number of its earliest change not committed; ``change``, its latest change (an
+    insert if any of them was its first); ``why``; ``since``, when they first failed (on
+    _CLOCK). A plain class: a NamedTuple would make forward references of these annotations
+    when this module is imported."""
 
-    seq: int  # the sequence number of its earliest change not committed
-    change: _Queued  # its latest change (an insert if any of them was its first)
-    why: str
-    since: float  # when they first failed (on _CLOCK)
+    __slots__ = ("change", "seq", "since", "why")
+
+    def __init__(self, seq: int, change: _Queued, why: str, since: float) -> None:
+        self.seq, self.change, self.why, self.since = seq, change, why, since
 
 
 class _Writer:
