@@ -23,6 +23,7 @@ import pytest
 import psij.registry
 from psij import Job, JobAttributes, JobExecutor, JobSpec, JobState
 from psij._registry import held
+from psij.cli._release import Refused, release
 from psij.executors.batch.batch_test import BatchTestExecutorConfig
 
 PSIJ = str(Path(sys.executable).parent / "psij")
@@ -208,8 +209,8 @@ def test_a_live_holder_keeps_its_jobs_and_records_each_change_at_once(tmp_path: 
             assert record.spec is not None and record.spec.executable == "/bin/true"
         # Its process runs: release leaves it alone, even by force.
         for force in (False, True):
-            [(_, refused)] = held.release([records[jobs[1].id]], force=force)
-            assert isinstance(refused, held.Refused) and "still runs" in str(refused)
+            [(_, refused)] = release([records[jobs[1].id]], force=force)
+            assert isinstance(refused, Refused) and "still runs" in str(refused)
         # A marker left on a job that has a native id (written late, in a race) holds nothing.
         assert psij.registry.flush(WAIT)
         conn = sqlite3.connect(wd / "jobs.sqlite")
@@ -221,7 +222,7 @@ def test_a_live_holder_keeps_its_jobs_and_records_each_change_at_once(tmp_path: 
         [submitted] = psij.registry.find(jobs[0].id, work_directory=wd)
         assert submitted.native_id == jobs[0].native_id and submitted.held_by is None
         assert submitted.to_json()["held"] is None
-        [(_, refused)] = held.release([submitted])
+        [(_, refused)] = release([submitted])
         assert "it was submitted" in str(refused)
         # Cancelling a held job is recorded at once, final.
         jobs[1].cancel()

@@ -28,6 +28,7 @@ WHOLE_PACKAGE = {"test_import.py", "test_import_cycles.py", "test_package_layout
 # Private modules that no test module is named after or imports, and the tests that reach them
 # through the module that uses them.
 COVERED_THROUGH: Dict[str, str] = {
+    "psij._pids": "process start times (test_executors_process.py, test_registry_held.py)",
     "psij._priority": "use_nice and set_priority (test_batch_nice.py, "
                       "test_batch_priority_change.py, test_cli_priority.py)",
     "psij._reexports": "names offered on first use (integration/test_reference_modules.py, "
@@ -40,10 +41,11 @@ COVERED_THROUGH: Dict[str, str] = {
     "psij.cli._job_options": "the job options of psij run/submit/script (test_cli.py)",
     "psij.cli._job_streams": "psij run's own streams (test_cli_run_logs.py)",
     "psij.cli._plugins": "psij plugins (test_cli.py, test_plugins.py)",
-    "psij.cli._release": "psij release (test_registry_held.py)",
     "psij.cli._script": "psij script (test_cli.py)",
     "psij.cli._supervise": "psij supervise (test_supervise_run.py)",
     "psij.controller._io": "the controller loop's workers (test_controller_loop.py)",
+    "psij.executors.batch._aux_files": "the files a batch job leaves beside its script "
+                                       "(test_batch_scheduler_executor.py, test_batch_kill.py)",
     "psij.executors.batch._cancel_output": "failed cancel commands "
                                            "(test_batch_scheduler_executor.py, "
                                            "test_batch_sites_outputs.py)",

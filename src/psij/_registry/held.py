@@ -12,10 +12,11 @@ kernel's start time of that pid, which tells a reused pid apart). A ``kill -9`` 
 ``submit`` returns leaves the row saying who held the job.
 
 :func:`holder_alive` tells whether the holding process still runs (None where it cannot be told:
-another host). :func:`release` submits held jobs whose process ended, from their recorded
-JobSpec, with the executor and settings recorded: each job is first claimed (its holder becomes
-the releasing process, in one conditional update, so that two releasers never submit one job
-twice), then submitted under its recorded id, and it is followed as any other job from then on.
+another host). ``psij release`` (:mod:`psij.cli._release`) submits held jobs whose process
+ended, from their recorded JobSpec, with the executor and settings recorded: each job is first
+claimed (its holder becomes the releasing process, in one conditional update, so that two
+releasers never submit one job twice), then submitted under its recorded id, and it is followed
+as any other job from then on.
 A job whose process ended while submitting it (``held = "submitting"``) may have reached the
 scheduler: it is released only when asked for by force.
 
@@ -26,7 +27,7 @@ Recording never fails a job: a registry that cannot be written is said once per 
 import json
 import os
 import socket
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 
 from psij._clock import wall_time
 from psij._record import Record
@@ -38,8 +39,8 @@ if TYPE_CHECKING:
     from psij.job_executor import JobExecutor
     from psij.registry import JobRecord
 
-__all__ = ["HELD", "SUBMITTING", "Holder", "describe", "holder_alive", "holder_of", "mark",
-           "release", "this_holder"]
+__all__ = ["HELD", "SUBMITTING", "Holder", "cancel_ended", "describe", "holder_alive",
+           "holder_of", "mark", "this_holder"]
 
 HELD = "held"
 SUBMITTING = "submitting"
@@ -59,7 +60,7 @@ def this_holder() -> str:
     pid = os.getpid()
     text = _ME.get(pid)
     if text is None:
-        from psij.executors._process import start_time
+        from psij._pids import start_time
 
         text = _ME[pid] = json.dumps({"pid": pid, "host": socket.gethostname(),
                                       "start": start_time(pid)})
@@ -87,7 +88,7 @@ def holder_alive(holder: Holder) -> Optional[bool]:
     """Whether the holding process still runs; None when it cannot be told (another host)."""
     if holder.host != socket.gethostname():
         return None
-    from psij.executors._process import start_time
+    from psij._pids import start_time
 
     now = start_time(holder.pid)
     if now is None:  # no such process (Linux)
@@ -158,57 +159,6 @@ def _row(job: "Job", identity: Any, me: str) -> Tuple[Any, ...]:
             me)
 
 
-# -- releasing (``psij release``) ---------------------------------------------------------
-
-class Refused(Exception):
-    """A held job that is not released, and why."""
-
-
-def release(records: "Sequence[JobRecord]", force: bool = False
-            ) -> "List[Tuple[JobRecord, Any]]":
-    """Submit the held jobs of ``records`` whose holding process ended; for each record, the
-    live job submitted (held again by this process when its executor's cap says so), or the
-    exception saying why it was not (:class:`Refused` for a job that is not to be released)."""
-    from psij import registry
-    from psij._registry.store import open_store
-    from psij.executors.batch._held_jobs import HELD_MESSAGE
-    from psij.executors.local._pool_driver import WAITING_MESSAGE
-    from psij.job import Job
-    from psij.job_executor import JobExecutor
-
-    held_again = (HELD_MESSAGE, WAITING_MESSAGE)  # by this process: its cap, or its pool
-    executors: Dict[Tuple[str, Optional[str], str], JobExecutor] = {}
-    done: List[Tuple[JobRecord, Any]] = []
-    me = this_holder()
-    for record in records:
-        try:
-            _releasable(record, force)
-            spec = record.spec
-            if spec is None:
-                raise Refused("its JobSpec could not be recorded, so it cannot be submitted "
-                              "from the registry")
-            store = open_store(record.registry.parent)
-            if record.held == SUBMITTING:  # by force: taken back to held first
-                store.set_held([(HELD, record.holder, None, None, record.id)])
-            if not store.claim_held(record.id, str(record.holder), me):
-                raise Refused("another process released or changed it first")
-            executor = registry._executor_for(record, executors)
-            job = Job(spec)
-            job._id = record.id
-            job.__dict__[recorder.TAG_ATTR] = record.tag
-            try:
-                executor.submit(job)
-            except BaseException:
-                store.set_held([(HELD, record.holder, None, None, record.id)])  # as it was
-                raise
-            if job.status.message not in held_again:  # submitted (or started) now
-                mark(executor, [job], None)
-            done.append((record, job))
-        except Exception as ex:
-            done.append((record, ex))
-    return done
-
-
 def cancel_ended(record: "JobRecord") -> bool:
     """End ``record`` CANCELED in the registry if it is a job held by a process that ended
     (never submitted, it has nothing else to cancel); False when it is no such job."""
@@ -226,24 +176,3 @@ def cancel_ended(record: "JobRecord") -> bool:
                                         "cancelled while held by psij in a process that had "
                                         "ended; never submitted"), record.id)])
     return True
-
-
-def _releasable(record: "JobRecord", force: bool) -> None:
-    if record.state.final:
-        raise Refused(f"it is {record.state}")
-    if record.native_id is not None:
-        raise Refused(f"it was submitted (native id {record.native_id})")
-    if record.held not in (HELD, SUBMITTING):
-        raise Refused("it is not held by psij (only jobs held back in a process that ended "
-                      "are released)")
-    holder = holder_of(record.holder)
-    alive = None if holder is None else holder_alive(holder)
-    if holder is not None and alive:
-        raise Refused(f"process {holder.pid} that holds it still runs and submits it when "
-                      "its turn comes")
-    if alive is None and not force:
-        raise Refused("whether the process that holds it still runs cannot be told from "
-                      "here (another host); --force releases it anyway")
-    if record.held == SUBMITTING and not force:
-        raise Refused("its process ended while submitting it, so it may be in the scheduler "
-                      "already; look there, then --force submits it again")

@@ -16,7 +16,7 @@ Imported by :mod:`psij.cli._jobs` when the command is named; it uses :mod:`psij.
 
 import sys
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, List
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from psij.cli._common import EXIT_FAILED, add_command, say
 
@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     import argparse
 
     from psij.job import Job
+    from psij.registry import JobRecord
 
-__all__ = ["add_release_command", "release_main"]
+__all__ = ["Refused", "add_release_command", "release", "release_main"]
 
 _TICK = 0.25  # how often the jobs still held by this command are looked at
 _EXPLAIN_EVERY = 60.0  # seconds between two lines saying what it still waits for
@@ -55,7 +56,6 @@ def add_release_command(commands: Any) -> None:
 
 def release_main(args: "argparse.Namespace") -> int:
     from psij import registry
-    from psij._registry import held
 
     ids = args.ids or None
     records = registry.find(ids, tag=args.tag)
@@ -69,7 +69,7 @@ def release_main(args: "argparse.Namespace") -> int:
         records = [r for r in records if _ended(r, args.force)]
     problems: List[str] = []
     jobs: List[Job] = []
-    for record, outcome in held.release(records, force=args.force):
+    for record, outcome in release(records, force=args.force):
         if isinstance(outcome, Exception):
             problems.append(f"job {record.id}: not released: {outcome}")
         else:
@@ -115,3 +115,78 @@ def _wait_submitted(jobs: List["Job"]) -> None:
                 "(max_queued_per_shape); they are submitted from here as their turn comes",
                 "release")
         waiting[0].wait(timedelta(seconds=_TICK))
+
+
+class Refused(Exception):
+    """A held job that is not released, and why."""
+
+
+def release(records: "Sequence[JobRecord]", force: bool = False
+            ) -> "List[Tuple[JobRecord, Any]]":
+    """Submit the held jobs of ``records`` whose holding process ended; for each record, the
+    live job submitted (held again by this process when its executor's cap says so), or the
+    exception saying why it was not (:class:`Refused` for a job that is not to be released)."""
+    from psij import registry
+    from psij._registry import recorder
+    from psij._registry.held import HELD, SUBMITTING, mark, this_holder
+    from psij._registry.store import open_store
+    from psij.executors.batch._held_jobs import HELD_MESSAGE
+    from psij.executors.local._pool_driver import WAITING_MESSAGE
+    from psij.job import Job
+    from psij.job_executor import JobExecutor
+
+    held_again = (HELD_MESSAGE, WAITING_MESSAGE)  # by this process: its cap, or its pool
+    executors: Dict[Tuple[str, Optional[str], str], JobExecutor] = {}
+    done: List[Tuple[JobRecord, Any]] = []
+    me = this_holder()
+    for record in records:
+        try:
+            _releasable(record, force)
+            spec = record.spec
+            if spec is None:
+                raise Refused("its JobSpec could not be recorded, so it cannot be submitted "
+                              "from the registry")
+            store = open_store(record.registry.parent)
+            if record.held == SUBMITTING:  # by force: taken back to held first
+                store.set_held([(HELD, record.holder, None, None, record.id)])
+            if not store.claim_held(record.id, str(record.holder), me):
+                raise Refused("another process released or changed it first")
+            executor = registry._executor_for(record, executors)
+            job = Job(spec)
+            job._id = record.id
+            job.__dict__[recorder.TAG_ATTR] = record.tag
+            try:
+                executor.submit(job)
+            except BaseException:
+                store.set_held([(HELD, record.holder, None, None, record.id)])  # as it was
+                raise
+            if job.status.message not in held_again:  # submitted (or started) now
+                mark(executor, [job], None)
+            done.append((record, job))
+        except Exception as ex:
+            done.append((record, ex))
+    return done
+
+
+
+def _releasable(record: "JobRecord", force: bool) -> None:
+    from psij._registry.held import HELD, SUBMITTING, holder_alive, holder_of
+
+    if record.state.final:
+        raise Refused(f"it is {record.state}")
+    if record.native_id is not None:
+        raise Refused(f"it was submitted (native id {record.native_id})")
+    if record.held not in (HELD, SUBMITTING):
+        raise Refused("it is not held by psij (only jobs held back in a process that ended "
+                      "are released)")
+    holder = holder_of(record.holder)
+    alive = None if holder is None else holder_alive(holder)
+    if holder is not None and alive:
+        raise Refused(f"process {holder.pid} that holds it still runs and submits it when "
+                      "its turn comes")
+    if alive is None and not force:
+        raise Refused("whether the process that holds it still runs cannot be told from "
+                      "here (another host); --force releases it anyway")
+    if record.held == SUBMITTING and not force:
+        raise Refused("its process ended while submitting it, so it may be in the scheduler "
+                      "already; look there, then --force submits it again")

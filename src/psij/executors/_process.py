@@ -26,7 +26,6 @@ watch processes (``_process_watch`` does) and never sets a job's state.
 
 import os
 import signal
-import sys
 import threading
 from functools import partial
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Protocol, 
 
 from psij import _spawn
 from psij._clock import MonotonicClock
+from psij._pids import start_time
 from psij._spawn import (
     MAX_ARG_STRING,
     NOT_TEXT,
@@ -362,13 +362,3 @@ def group_has_live_members(pgid: int) -> bool:
     return False
 
 
-def start_time(pid: int) -> Optional[str]:
-    """The kernel's start time of a process (clock ticks since boot), to tell reused pids apart."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None if sys.platform.startswith("linux") else "None"
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = data[data.rfind(b")") + 2:].split()
-    return fields[19].decode() if len(fields) > 19 else None

@@ -54,13 +54,14 @@ from typing import (
 from psij import _check, _site_config
 from psij._clock import Clock, MonotonicClock
 from psij._data import data_dir
-from psij._registry import held as _held_record
 from psij._reexports import lazy_names
+from psij._registry import held as _held_record
 from psij._scripts.generator import TemplatedScriptGenerator
 from psij.exceptions import InvalidJobException, SubmitException, SubmitManyException
 from psij.executors._staging import REPORT_SUFFIX
 from psij.executors.batch import _arrays
 from psij.executors.batch._arrays import ArrayStyle
+from psij.executors.batch._aux_files import OUTPUT_LIMIT, AuxFiles
 from psij.executors.batch._batch_config import BatchSchedulerExecutorConfig
 from psij.executors.batch._cancel_output import UNKNOWN_ERROR
 from psij.executors.batch._cancel_output import InvalidJobStateError as InvalidJobStateError
@@ -121,11 +122,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-_OUTPUT_LIMIT = 64 * 1024
 
 
 class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, SignalHooks,
-                             Reruns, JobExecutor):
+                             Reruns, AuxFiles, JobExecutor):
     """Base class of executors that submit jobs to a batch scheduler.
 
     A subclass declares its scheduler in class attributes (below); where the scheduler's ways
@@ -608,18 +608,6 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
                     found.setdefault(nid, observed(st, source="accounting"))
         return found
 
-    def _aux_path(self, native_id: str, suffix: str) -> Path:
-        return self.work_directory / f"{native_id}{suffix}"
-
-    def _exit_code_from_file(self, native_id: str) -> Optional[int]:
-        text = _read_text(self._aux_path(native_id, ".ec"), 100)
-        if text is None:
-            return None
-        try:
-            return int(text.strip())
-        except ValueError:
-            return None  # written only partly so far; the next look will see all of it
-
     def _final_status(self, jobs: Sequence[Job], native_id: str, obs: Observation,
                       cancel_requested: bool) -> JobStatus:
         """The final status from what the scheduler said and what the job left behind."""
@@ -645,7 +633,7 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
 
     def _launcher_failure(self, job: Job, native_id: str) -> Optional[str]:
         """What the launcher said, when the script's output shows that it failed."""
-        script_output = _read_text(self._aux_path(native_id, ".out"), _OUTPUT_LIMIT, tail=True)
+        script_output = _read_text(self._aux_path(native_id, ".out"), OUTPUT_LIMIT, tail=True)
         if not script_output:
             return None
         try:
@@ -663,40 +651,6 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
         if jobs:
             for suffix in (*RUN_FILE_SUFFIXES, REPORT_SUFFIX, SIGNAL_SUFFIX):
                 self._delete_aux_file(jobs[0], suffix)
-
-    # ------------------------------------------------------------------------ protected helpers
-
-    def _clean_submit_script(self, job: Job) -> None:
-        """Delete the job's submit script, unless ``keep_files``."""
-        if self.batch_config.keep_files:
-            return
-        try:
-            (self.work_directory / f"{job.id}.job").unlink()
-        except FileNotFoundError:
-            pass  # attached jobs have no script here, or another process removed it
-        except OSError as e:
-            logger.warning("job %s: could not delete its submit script: %s", job.id, e)
-
-    def _delete_aux_file(self, job: Job, suffix: str) -> None:
-        """Delete ``<native_id><suffix>`` in the work directory, unless ``keep_files``."""
-        if self.batch_config.keep_files or job.native_id is None:
-            return
-        try:
-            self._aux_path(job.native_id, suffix).unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            logger.warning("job %s: could not delete %s file: %s", job.id, suffix, e)
-
-    def _read_aux_file(self, job: Job, suffix: str) -> Optional[str]:
-        """The content of ``<native_id><suffix>`` (then deleted unless ``keep_files``), or None
-        if there is no such file."""
-        if job.native_id is None:
-            return None
-        text = _read_text(self._aux_path(job.native_id, suffix), _OUTPUT_LIMIT, tail=True)
-        if text is not None:
-            self._delete_aux_file(job, suffix)
-        return text
 
     def __str__(self) -> str:
         return f"{type(self).__name__}(work_directory={self.work_directory})"
