@@ -18,24 +18,24 @@ in the documentation; a new difference, or one listed that no longer happens, fa
 Without a package index the test skips, saying so.
 """
 
-import fcntl
 import json
 import os
 import re
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
+
+from support.reference_venv import REFERENCE, REFERENCE_REQUIREMENTS, side_venv
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = REPO / "tests" / "support" / "compat_values.py"
 DOCS = REPO / "docs" / "compat.rst"
 # psij-python and the two packages whose behaviour shows in the matrix: typeguard checks its
 # constructors (the first item of a list only, in 4.x), pystache renders its scripts.
-REQUIREMENTS = ["psij-python==0.9.11", "typeguard==4.6.1", "pystache==0.6.8"]
+REQUIREMENTS = REFERENCE_REQUIREMENTS
 
 # The Slurm options that each field is rendered as (other directives are not the field's).
 OPTIONS = {
@@ -131,42 +131,9 @@ DIFFERENCES: List[Tuple[str, str, str, str, str]] = [
 ]
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("PSIJ_TEST_CACHE", REPO / ".test-cache"))
-
-
 def _reference_python() -> Path:
-    """The interpreter of the side environment holding psij-python, made once (under a lock:
-    two test processes may ask at once)."""
-    venv = _cache_dir() / "psij-python-0.9.11-venv"
-    python = venv / "bin" / "python"
-    done = venv / ".installed"
-    if done.is_file():
-        return python
-    _cache_dir().mkdir(parents=True, exist_ok=True)
-    with open(_cache_dir() / "psij-python-0.9.11-venv.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.is_file():
-            _make_reference_venv(venv, python)
-            done.write_text(" ".join(REQUIREMENTS) + "\n")
-    return python
-
-
-def _make_reference_venv(venv: Path, python: Path) -> None:
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True,
-                   capture_output=True, timeout=300)
-    got = subprocess.run([str(python), "-m", "pip", "install", "--quiet",
-                          "--disable-pip-version-check", *REQUIREMENTS],
-                         capture_output=True, text=True, timeout=600, env=_clean_env())
-    if got.returncode != 0:
-        index = os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple"
-        try:
-            with urllib.request.urlopen(f"{index.rstrip('/')}/psij-python/", timeout=30):
-                pass
-        except (OSError, ValueError) as ex:
-            pytest.skip(f"no package index reachable ({index}: {ex}) to install "
-                        f"{REQUIREMENTS[0]}")
-        pytest.fail(f"pip could not install {REQUIREMENTS}:\n{got.stdout}{got.stderr}")
+    """The interpreter of the side environment holding psij-python (made once)."""
+    return side_venv(REFERENCE, REQUIREMENTS)
 
 
 def _clean_env() -> Dict[str, str]:

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from support.reference_venv import REPO, side_venv
+from support.reference_venv import REFERENCE, REFERENCE_REQUIREMENTS, REPO, side_venv
 
 LISTER = REPO / "tests" / "support" / "surface_lister.py"
 
@@ -49,7 +49,7 @@ SIGNATURE_DIFFERENCES: Dict[Tuple[str, str], str] = {}
 
 @pytest.fixture(scope="module")
 def reference() -> Dict[str, Any]:
-    python = side_venv("psij-python-0.9.11", ["psij-python==0.9.11"])
+    python = side_venv(REFERENCE, REFERENCE_REQUIREMENTS)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     done = subprocess.run([str(python), str(LISTER)], capture_output=True, text=True,
                           timeout=300, env=env, cwd=str(python.parent))
