@@ -3,11 +3,13 @@ one ended, even after the process that asked for them is gone.
 
 A Python process that runs local jobs starts one keeper (on its first job; see
 ``_keeper_client``), which runs this file with the standard library only (``python -I -S
-_keeper.py REQUESTS EVENTS FINAL_RANK``). The process sends its jobs in batches on the
-``REQUESTS`` socket; the keeper starts each program with ``posix_spawn`` as the leader of a new
-process group, answers with the pid on the ``EVENTS`` pipe, and records that the job started
-(pid, kernel start time, job id). When a job ends the keeper reaps it, writes ``<pid> <wait
-status>`` to the ``EVENTS`` pipe and records the exit code.
+_keeper.py REQUESTS EVENTS FINAL_RANK``). The process sends each job on the ``REQUESTS``
+socket before its ``submit`` returns (those of one ``submit_many`` in one message): what is on
+the socket is read even after the process died, so a job submitted runs. The keeper starts
+each program with ``posix_spawn`` as the leader of a new process group, answers with the pid
+on the ``EVENTS`` pipe, and records that the job started (pid, kernel start time, job id; and
+the job's row when the request holds it). When a job ends the keeper reaps it, writes ``<pid>
+<wait status>`` to the ``EVENTS`` pipe and records the exit code.
 
 Records go to the job registry the request names (table ``local_runs``, see
 ``psij._registry.store``), a batch per transaction: what gathered while the keeper was busy,
@@ -36,9 +38,10 @@ descriptors with the length):
 - ``("env", number, env)``, no answer: the base environment ``number`` (the requester sends
   a new one when its own environment changed; the keeper keeps the latest few);
 - ``("spawns", [(program, argv, directory, base, own, streams, job_id, journal, registry,
-  in_registry), ...])``, no answer on the socket: starts each program in order, as ``spawn``
-  does, with the variables of base environment ``base`` (None: none) under ``own``. Each
-  stream is None (``/dev/null``), a path the keeper opens itself (in the job's directory:
+  in_registry[, row]), ...])``, no answer on the socket: starts each program in order, as
+  ``spawn`` does (``row``: the job's registry row, written with its start: ``_keeper_rows``),
+  with the variables of base environment ``base`` (None: none) under ``own``. Each stream is
+  None (``/dev/null``), a path the keeper opens itself (in the job's directory:
   stdin read-only, stdout and stderr created 0666 less the umask and truncated, one opening
   when they are the same path) or the index of a descriptor passed with the message (the
   job's descriptors follow those of the jobs before it). Each start is answered, in order,
@@ -64,11 +67,11 @@ The KILL that follows the TERM is the keeper's so that a job that ignores TERM i
 killed when the process that cancelled it exits at once (its own timers would die with it).
 
 The keeper is single-threaded: it may change its working directory before each spawn. It
-starts programs only through the package's process layer (``psij/_spawn.py``), loaded from
-its file at start (``-I -S``: the package is not importable); when it cannot be loaded the
-keeper exits at once with code 3, saying why on its stderr, and the process that started it
-starts its jobs itself. It runs no user code and reads no file but ``/proc/<pid>/stat`` and
-the registry.
+starts programs only through the package's process layer (``psij/_spawn.py``) and writes the
+registry through ``_keeper_rows``, both loaded from their files (``-I -S``: the package is not
+importable); when the layer cannot be loaded the keeper exits with code 3, saying why on its
+stderr, and the process that started it starts its jobs itself. It runs no user code and reads
+no file but ``/proc/<pid>/stat`` and the registry.
 """
 
 import importlib.util
@@ -101,20 +104,9 @@ _IDLE_SECONDS = 0.005  # or this long without anything else to do
 _RETRY_SECONDS = 0.01  # a registry locked by another writer is tried again after this long
 _FINAL_LOCK_WAIT_MS = 60000  # when the keeper ends: then the records go to the journal
 _MAX_GRACE = 366 * 86400.0  # a longer grace waits this long (select's timeout has a limit)
-# As psij._registry.store.RUN_SQL has them (parameters pid, start, text, updated).
-_RUN_SQL = {
-    "S": "INSERT INTO local_runs (pid, start, job_id, updated) VALUES (?, ?, ?, ?) "
-         "ON CONFLICT(pid, start) DO UPDATE SET job_id = excluded.job_id, "
-         "updated = excluded.updated",
-    "E": "UPDATE local_runs SET ended = 1, exit_code = CAST(nullif(substr(?3 || ' ', 1, "
-         "instr(?3 || ' ', ' ') - 1), '') AS INTEGER), canceled = max(canceled, "
-         "?3 LIKE '% canceled'), updated = ?4 WHERE pid = ?1 AND start = ?2",
-}
-_FINAL_SQL = ("UPDATE jobs SET state = ?, rank = ?, exit_code = ?, message = ?, updated = ?, "
-              "final = 1 WHERE id = ? AND final = 0")
-# A record for the registry: (kind, pid, start, text, journal to use if it cannot be written,
-# job id).
-Run = Tuple[str, int, str, str, str, str]
+# A record for the registry: (kind, pid, start, text or a job's row, journal to use if it
+# cannot be written, job id); see _keeper_rows.
+Run = Tuple[str, int, str, Any, str, str]
 LAYER_FAILED = 3  # the keeper's exit code when the process layer cannot be loaded
 _SPAWN: Any = None  # psij/_spawn.py, loaded by main()
 
@@ -130,15 +122,21 @@ def layer_path() -> str:
     return os.path.normpath(os.path.join(named, "../../../_spawn.py"))
 
 
-def load_layer() -> Any:
-    """The package's process layer, loaded from its file; raises when it cannot be."""
-    path = layer_path()
-    spec = importlib.util.spec_from_file_location("psij_spawn", path)
+def load_layer(path: str = "") -> Any:
+    """The package's process layer (or the module at ``path``), loaded from its file; raises
+    when it cannot be (the package is not importable here)."""
+    path = path or layer_path()
+    spec = importlib.util.spec_from_file_location(f"psij_{os.path.basename(path)[:-3]}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"no module at {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+_ROWS = load_layer(os.path.join(os.path.dirname(os.path.realpath(__file__)),
+                                "_keeper_rows.py"))
+_RUN_SQL = _ROWS.RUN_SQL
 
 
 def start_time(pid: int) -> str:
@@ -357,7 +355,30 @@ class Keeper:
             self.record(("S", pid, start, job_id, journal, job_id), registry, in_registry)
 
     def start(self, item: Tuple[Any, ...]) -> None:
-        """Start one job of a ``spawns`` request; its answer is queued on the events pipe."""
+        """Start one job of a ``spawns`` request; its answer is queued on the events pipe, its
+        row (an 11th item, if any) for the registry with its start record."""
+        row = _ROWS.check_row(item[10]) if len(item) == 11 else None
+        job_id, journal, registry, in_registry = item[6:10]
+        got = self.launch(item[:10])
+        if isinstance(got, bytes):
+            self.pending += got
+            if row is not None:
+                _, _, what, words = got.decode("utf-8", "replace").split(" ", 3)
+                self.record((_ROWS.JOB, 0, "", _ROWS.failed_row(
+                    row, self.final_rank, f"{what}: {words.strip()}"), journal, job_id),
+                    registry, in_registry)
+            return
+        pid, start = got
+        self.pending += f"s {pid} {start}\n".encode()
+        self.children[pid] = (start, job_id, journal, registry, in_registry)
+        if row is not None:
+            self.record((_ROWS.JOB, pid, start, _ROWS.started_row(row, pid), journal, job_id),
+                        registry, in_registry)
+        self.record(("S", pid, start, job_id, journal, job_id), registry, in_registry)
+
+    def launch(self, item: Tuple[Any, ...]) -> Any:
+        """Start the program of a ``spawns`` item: (pid, start), or the events line saying
+        why it could not be started."""
         program, argv, directory, base, own, streams, job_id, journal, registry, \
             in_registry = item
         count = 1 + max((s for s in streams if isinstance(s, int)), default=-1)
@@ -369,14 +390,12 @@ class Keeper:
             elif base in self.bases:
                 env = {**self.bases[base], **own}
             else:
-                self.pending += _failure(0, "spawn", f"no base environment {base}")
-                return
+                return _failure(0, "spawn", f"no base environment {base}")
             if directory != self.cwd:
                 try:
                     os.chdir(directory)
                 except OSError as ex:
-                    self.pending += _failure(ex.errno or 0, "directory", ex.strerror or "")
-                    return
+                    return _failure(ex.errno or 0, "directory", ex.strerror or "")
                 self.cwd = directory
             fds = []
             for which, stream in zip(("stdin", "stdout", "stderr"), streams):
@@ -390,8 +409,7 @@ class Keeper:
                     try:
                         fd = os.open(stream, _READ if which == "stdin" else _WRITE, 0o666)
                     except OSError as ex:
-                        self.pending += _failure(ex.errno or 0, which, ex.strerror or "")
-                        return
+                        return _failure(ex.errno or 0, which, ex.strerror or "")
                     opened.append(fd)
                     fds.append(fd)
             reply = self.spawn(("spawn", program, argv, directory, env, job_id, journal,
@@ -400,13 +418,8 @@ class Keeper:
             for fd in opened + passed:
                 os.close(fd)
         if reply[0] != "ok":
-            self.pending += _failure(reply[1], "spawn", reply[2])
-            return
-        pid = reply[1]
-        start = start_time(pid)
-        self.pending += f"s {pid} {start}\n".encode()
-        self.children[pid] = (start, job_id, journal, registry, in_registry)
-        self.record(("S", pid, start, job_id, journal, job_id), registry, in_registry)
+            return _failure(reply[1], "spawn", reply[2])
+        return reply[1], start_time(reply[1])
 
     def send(self, reply: Tuple[Any, ...]) -> None:
         data = marshal.dumps(reply)
@@ -545,7 +558,7 @@ class Keeper:
         if in_registry and registry and registry not in self.broken:
             self.runs.setdefault(registry, []).append(run)
             self.since = self.since or time.monotonic()
-        else:
+        elif run[0] != _ROWS.JOB:  # a job's row has no journal line
             self.append(run[4], _line(run))
 
     def commit(self, final: bool = False) -> None:
@@ -578,11 +591,8 @@ class Keeper:
                 conn = self.conns.pop(registry, None)
                 if conn is not None:
                     conn.close()
-            started = {run[1] for run in batch if run[0] == "S"}
-            for run in batch:
-                if run[0] == "E" and run[1] not in started:  # its start is in the registry
-                    self.append(run[4], _line(("S", run[1], run[2], run[5], run[4], run[5])))
-                self.append(run[4], _line(run))
+            for journal, line in _ROWS.lines(batch):
+                self.append(journal, line)
 
     def write(self, registry: str, batch: List[Run], ended: List[Tuple[str, int, bool]],
               final: bool) -> None:
@@ -601,12 +611,7 @@ class Keeper:
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for kind, pid, start, text, _, _ in batch:
-                conn.execute(_RUN_SQL[kind], (pid, start, text, now))
-            conn.executemany(_FINAL_SQL, [
-                ("CANCELED" if canceled else "COMPLETED" if code == 0 else "FAILED",
-                 self.final_rank, code, None if canceled or code == 0 else _message(code), now,
-                 job_id) for job_id, code, canceled in ended])
+            _ROWS.write(conn, batch, ended, self.final_rank, now)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -665,19 +670,7 @@ def _group_exists(pgid: int) -> bool:
 
 
 def _line(run: Run) -> str:
-    kind, pid, start, text, _, _ = run
-    return f"{kind} {pid} {start} {text}\n"
-
-
-def _message(code: int) -> str:
-    """The words the local executor gives a failed job's exit code (``exit_message``)."""
-    words = {126: " (command not executable)", 127: " (command not found)"}.get(code, "")
-    if code > 128:
-        try:
-            return f"the job was killed by {signal.Signals(code - 128).name} (exit code {code})"
-        except ValueError:
-            pass
-    return f"the job exited with code {code}{words}"
+    return f"{run[0]} {run[1]} {run[2]} {run[3]}\n"
 
 
 def main(argv: List[str]) -> int:
