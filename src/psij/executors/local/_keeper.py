@@ -83,8 +83,8 @@ import socket
 import struct
 import sys
 import time
-from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Set, Tuple
+from collections import OrderedDict, deque
+from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
 _HEADER = struct.Struct("!I")
 _MAX_REQUEST = 1 << 30
@@ -97,12 +97,10 @@ _JOURNAL_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_C
 _MAX_OPEN = 32
 _MAX_FDS = 253  # descriptors one message may carry (SCM_MAX_FD)
 _BASES_KEPT = 4  # base environments kept
+_STARTS_AT_ONCE = 4  # jobs started between two looks at the socket and the children
 _READ = os.O_RDONLY | os.O_CLOEXEC
 _WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-_BATCH_SECONDS = 0.05  # records wait at most this long for a commit
 _IDLE_SECONDS = 0.005  # or this long without anything else to do
-_RETRY_SECONDS = 0.01  # a registry locked by another writer is tried again after this long
-_FINAL_LOCK_WAIT_MS = 60000  # when the keeper ends: then the records go to the journal
 _MAX_GRACE = 366 * 86400.0  # a longer grace waits this long (select's timeout has a limit)
 # A record for the registry: (kind, pid, start, text or a job's row, journal to use if it
 # cannot be written, job id); see _keeper_rows.
@@ -137,6 +135,8 @@ def load_layer(path: str = "") -> Any:
 _ROWS = load_layer(os.path.join(os.path.dirname(os.path.realpath(__file__)),
                                 "_keeper_rows.py"))
 _RUN_SQL = _ROWS.RUN_SQL
+_Records: Any = _ROWS.Records  # the keeper's writing of its records, a part of Keeper
+_BATCH_SECONDS = _ROWS.BATCH_SECONDS  # records wait at most this long for a commit
 
 
 def start_time(pid: int) -> str:
@@ -157,7 +157,7 @@ def exit_code(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-class Keeper:
+class Keeper(_Records):  # type: ignore[misc]
     def __init__(self, requests: socket.socket, events: int, final_rank: int) -> None:
         self.requests = requests
         self.events = events
@@ -179,6 +179,8 @@ class Keeper:
         self.parent_gone = False
         self.buffer = b""
         self.fds: List[int] = []
+        # Jobs taken and not started yet: (item, its descriptors, base environment, why bad).
+        self.todo: Deque[Tuple[Any, List[int], Optional[Dict[str, str]], str]] = deque()
         self.cwd = os.getcwd()
         self.bases: Dict[int, Dict[str, str]] = {}  # base environments, by number
         self.devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
@@ -198,10 +200,11 @@ class Keeper:
     # -- the loop -------------------------------------------------------------------------------
 
     def run(self) -> None:
-        while not (self.parent_gone and not self.children and not self.kills):
-            timeout = None
+        while not (self.parent_gone and not self.children and not self.kills
+                   and not self.todo):
+            timeout = 0.0 if self.todo else None
             if self.runs or self.orphaned:
-                timeout = max(0.0, min(_IDLE_SECONDS,
+                timeout = max(0.0, min(_IDLE_SECONDS if timeout is None else 0.0,
                                        self.since + _BATCH_SECONDS - time.monotonic()))
             if self.kills:  # select's timeout has a limit (about 24 days): an hour at most
                 due = max(0.0, min(min(self.kills.values()) - time.monotonic(), 3600.0))
@@ -223,6 +226,8 @@ class Keeper:
                         self.flush_events()
                 except Exception as ex:  # one bad request or write: the others go on
                     self.note(f"keeper: {ex!r}")
+            if self.todo:
+                self.start_queued(_STARTS_AT_ONCE)
             if (self.runs or self.orphaned) and (
                     not events or time.monotonic() - self.since >= _BATCH_SECONDS):
                 self.commit()  # idle for a moment, or the oldest record waited long enough
@@ -297,11 +302,7 @@ class Keeper:
         started: Optional[Tuple[int, Tuple[str, str, str, bool]]] = None
         if request[0] == "spawns" and len(request) == 2:  # answered on the events pipe
             for item in request[1] if isinstance(request[1], list) else ():
-                try:
-                    self.start(item)
-                except Exception as ex:  # this job only: the others are started
-                    self.pending += _failure(0, "spawn", f"a bad spawn request: {ex!r}")
-            self.flush_events()
+                self.queue(item)
             return
         if request[0] == "env" and len(request) == 3:  # not answered
             try:
@@ -321,6 +322,7 @@ class Keeper:
             if reply[0] == "ok":
                 started = (reply[1], request[5:9])
         elif request[0] == "flush":
+            self.start_queued(len(self.todo))  # what was sent before is started first
             self.commit()
             reply = ("ok", True)
         elif request[0] == "signal" and len(request) == 3:
@@ -354,12 +356,41 @@ class Keeper:
             self.children[pid] = (start, job_id, journal, registry, in_registry)
             self.record(("S", pid, start, job_id, journal, job_id), registry, in_registry)
 
-    def start(self, item: Tuple[Any, ...]) -> None:
+    def queue(self, item: Any) -> None:
+        """Take a job of a ``spawns`` request, with its descriptors and base environment, to
+        start in turn: the socket is read ahead of the starts, so a requester never waits."""
+        try:
+            count = 1 + max((s for s in item[5] if isinstance(s, int)), default=-1)
+            base = None if item[3] is None else self.bases.get(item[3])
+        except Exception as ex:  # this job only: its answer says so, in its turn
+            self.todo.append((None, [], None, f"a bad spawn request: {ex!r}"))
+            return
+        passed, self.fds = self.fds[:count], self.fds[count:]
+        self.todo.append((item, passed, base, ""))
+
+    def start_queued(self, most: int) -> None:
+        """Start the first ``most`` jobs taken (each answered in turn on the events pipe)."""
+        for _ in range(min(most, len(self.todo))):
+            item, passed, base, bad = self.todo.popleft()
+            try:
+                if bad:
+                    raise ValueError(bad)
+                self.start(item, passed, base)
+            except Exception as ex:  # this job only: the others are started
+                self.pending += _failure(0, "spawn", f"a bad spawn request: {ex!r}")
+        self.flush_events()
+
+    def start(self, item: Tuple[Any, ...], passed: List[int],
+              base: Optional[Dict[str, str]]) -> None:
         """Start one job of a ``spawns`` request; its answer is queued on the events pipe, its
         row (an 11th item, if any) for the registry with its start record."""
-        row = _ROWS.check_row(item[10]) if len(item) == 11 else None
         job_id, journal, registry, in_registry = item[6:10]
-        got = self.launch(item[:10])
+        got = self.launch(item[:10], passed, base)
+        try:
+            row = _ROWS.check_row(item[10]) if len(item) == 11 else None
+        except ValueError as ex:
+            self.note(f"keeper: job {job_id}: its row is not written: {ex}")
+            row = None
         if isinstance(got, bytes):
             self.pending += got
             if row is not None:
@@ -376,19 +407,18 @@ class Keeper:
                         registry, in_registry)
         self.record(("S", pid, start, job_id, journal, job_id), registry, in_registry)
 
-    def launch(self, item: Tuple[Any, ...]) -> Any:
+    def launch(self, item: Tuple[Any, ...], passed: List[int],
+               base_env: Optional[Dict[str, str]]) -> Any:
         """Start the program of a ``spawns`` item: (pid, start), or the events line saying
         why it could not be started."""
         program, argv, directory, base, own, streams, job_id, journal, registry, \
             in_registry = item
-        count = 1 + max((s for s in streams if isinstance(s, int)), default=-1)
-        passed, self.fds = self.fds[:count], self.fds[count:]
         opened: List[int] = []
         try:
             if base is None:
                 env = dict(own)
-            elif base in self.bases:
-                env = {**self.bases[base], **own}
+            elif base_env is not None:
+                env = {**base_env, **own}
             else:
                 return _failure(0, "spawn", f"no base environment {base}")
             if directory != self.cwd:
@@ -552,71 +582,6 @@ class Keeper:
                 self.selector.register(self.events, selectors.EVENT_WRITE, "events")
             else:
                 self.selector.unregister(self.events)
-
-    def record(self, run: Run, registry: str, in_registry: bool) -> None:
-        """Queue a record for the registry's next commit, or append it to the journal."""
-        if in_registry and registry and registry not in self.broken:
-            self.runs.setdefault(registry, []).append(run)
-            self.since = self.since or time.monotonic()
-        elif run[0] != _ROWS.JOB:  # a job's row has no journal line
-            self.append(run[4], _line(run))
-
-    def commit(self, final: bool = False) -> None:
-        """Write the queued records and the final states of jobs that ended after the requesting
-        process (a job already final there, cancelled by someone, keeps its state), one
-        transaction per registry. A registry still locked keeps its records for a later try
-        (when the keeper ends, after a long wait, they go to the journals)."""
-        runs, self.runs = self.runs, {}
-        finals: Dict[str, List[Tuple[str, int, bool]]] = {}
-        for registry, job_id, code, canceled in self.orphaned:
-            finals.setdefault(registry, []).append((job_id, code, canceled))
-        self.orphaned = []
-        self.since = 0.0
-        for registry in {**runs, **finals}:
-            batch, ended = runs.get(registry, []), finals.get(registry, [])
-            try:
-                self.write(registry, batch, ended, final)
-                continue
-            except Exception as ex:  # this registry only: the others are written
-                busy = "locked" in str(ex) or "busy" in str(ex)
-                if busy and not final:  # the loop never waits for a lock: spawns would wait
-                    self.runs.setdefault(registry, []).extend(batch)
-                    self.orphaned += [(registry, job_id, code, canceled)
-                                      for job_id, code, canceled in ended]
-                    self.since = time.monotonic() - _BATCH_SECONDS + _RETRY_SECONDS
-                    continue
-                self.broken.setdefault(registry, str(ex))
-                self.note(f"keeper: registry {registry}: {ex}; local job records go to "
-                          "journal files")
-                conn = self.conns.pop(registry, None)
-                if conn is not None:
-                    conn.close()
-            for journal, line in _ROWS.lines(batch):
-                self.append(journal, line)
-
-    def write(self, registry: str, batch: List[Run], ended: List[Tuple[str, int, bool]],
-              final: bool) -> None:
-        if not os.path.isfile(registry):
-            if batch:  # removed: the records go to the journal (no file is made here)
-                raise OSError(f"{registry} does not exist")
-            return  # never made (recording off): nothing to update
-        conn = self.conns.get(registry)
-        if conn is None:
-            import sqlite3
-
-            conn = sqlite3.connect(registry, timeout=0, isolation_level=None)
-            conn.execute("PRAGMA synchronous=NORMAL")  # WAL: no fsync per commit
-            self.conns[registry] = conn
-        conn.execute(f"PRAGMA busy_timeout = {_FINAL_LOCK_WAIT_MS if final else 0}")
-        now = time.time()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            _ROWS.write(conn, batch, ended, self.final_rank, now)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
 
     @staticmethod
     def note(text: str) -> None:

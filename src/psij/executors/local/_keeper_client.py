@@ -61,6 +61,7 @@ _LAYER_FAILED = 3  # the keeper's exit code when it cannot (_keeper.LAYER_FAILED
 # Not empty once a keeper could not load the process layer: no other is started then.
 _UNUSABLE: List[str] = []
 _MAX_FDS = 200  # descriptors passed with one message (the keeper takes up to 253)
+_SEND_BUFFER = 4 << 20  # bytes asked for the requests' socket (capped by net.core.wmem_max)
 _BUSY = 32  # starts not yet answered before another keeper is started, when one may be
 
 Failure = Tuple[int, str, str]
@@ -119,6 +120,10 @@ class Keeper:
         self._sock = ours
         # A keeper that stops answering (stopped, swapped out) fails a request, not hangs it.
         ours.settimeout(_ANSWER_SECONDS)
+        try:  # room for many starts the keeper has not read yet (as the system allows)
+            ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
+        except OSError:
+            pass
         self._lock = threading.Lock()
         self._devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         self.alive = True

@@ -13,7 +13,9 @@ the job's pid as native id (or, when the job could not start, FAILED with why), 
 submitter's own recorder wrote the row first (then only a native id it lacks is filled in).
 """
 
+import os
 import signal
+import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 # As psij._registry.store.RUN_SQL has them (parameters pid, start, text, updated).
@@ -33,6 +35,9 @@ Row = Tuple[Tuple[str, ...], Tuple[Any, ...]]
 # A record: (kind, pid, start, text or row, journal, job id).
 Record = Tuple[str, int, str, Any, str, str]
 
+BATCH_SECONDS = 0.05  # records wait at most this long for a commit
+RETRY_SECONDS = 0.01  # a registry locked by another writer is tried again after this long
+FINAL_LOCK_WAIT_MS = 60000  # when the keeper ends: then the records go to the journal
 _ROW_SQL: Dict[Tuple[str, ...], str] = {}
 _NEEDED = ("id", "native_id", "state", "rank", "message", "final", "exit_code")
 
@@ -124,3 +129,85 @@ def lines(batch: List[Record]) -> List[Tuple[str, str]]:
             out.append((journal, f"S {pid} {start} {job_id}\n"))
         out.append((journal, f"{kind} {pid} {start} {text}\n"))
     return out
+
+
+class Records:
+    """The keeper's writing of its records (a part of ``_keeper.Keeper``): queued by registry,
+    committed in batches, appended to the journals when the registry cannot be written."""
+
+    runs: Dict[str, List[Record]]  # by registry, not yet committed
+    orphaned: List[Tuple[str, str, int, bool]]  # (registry, job id, code, canceled)
+    since: float  # when the oldest record not yet committed was made
+    broken: Dict[str, str]  # registries that cannot be written, and why
+    conns: Dict[str, Any]  # sqlite3 connections, by registry
+    final_rank: int
+
+    def append(self, journal: str, line: str) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+    def record(self, run: Record, registry: str, in_registry: bool) -> None:
+        """Queue a record for the registry's next commit, or append it to the journal."""
+        if in_registry and registry and registry not in self.broken:
+            self.runs.setdefault(registry, []).append(run)
+            self.since = self.since or time.monotonic()
+        elif run[0] != JOB:  # a job's row has no journal line
+            self.append(run[4], f"{run[0]} {run[1]} {run[2]} {run[3]}\n")
+
+    def commit(self, final: bool = False) -> None:
+        """Write the queued records and the final states of jobs that ended after the requesting
+        process (a job already final there, cancelled by someone, keeps its state), one
+        transaction per registry. A registry still locked keeps its records for a later try
+        (when the keeper ends, after a long wait, they go to the journals)."""
+        runs, self.runs = self.runs, {}
+        finals: Dict[str, List[Tuple[str, int, bool]]] = {}
+        for registry, job_id, code, canceled in self.orphaned:
+            finals.setdefault(registry, []).append((job_id, code, canceled))
+        self.orphaned = []
+        self.since = 0.0
+        for registry in {**runs, **finals}:
+            batch, ended = runs.get(registry, []), finals.get(registry, [])
+            try:
+                self.write(registry, batch, ended, final)
+                continue
+            except Exception as ex:  # this registry only: the others are written
+                busy = "locked" in str(ex) or "busy" in str(ex)
+                if busy and not final:  # the loop never waits for a lock: spawns would wait
+                    self.runs.setdefault(registry, []).extend(batch)
+                    self.orphaned += [(registry, job_id, code, canceled)
+                                      for job_id, code, canceled in ended]
+                    self.since = time.monotonic() - BATCH_SECONDS + RETRY_SECONDS
+                    continue
+                self.broken.setdefault(registry, str(ex))
+                self.note(f"keeper: registry {registry}: {ex}; local job records go to "
+                          "journal files")
+                conn = self.conns.pop(registry, None)
+                if conn is not None:
+                    conn.close()
+            for journal, line in lines(batch):
+                self.append(journal, line)
+
+    def write(self, registry: str, batch: List[Record], ended: List[Tuple[str, int, bool]],
+              final: bool) -> None:
+        if not os.path.isfile(registry):
+            if batch:  # removed: the records go to the journal (no file is made here)
+                raise OSError(f"{registry} does not exist")
+            return  # never made (recording off): nothing to update
+        conn = self.conns.get(registry)
+        if conn is None:
+            import sqlite3
+
+            conn = sqlite3.connect(registry, timeout=0, isolation_level=None)
+            conn.execute("PRAGMA synchronous=NORMAL")  # WAL: no fsync per commit
+            self.conns[registry] = conn
+        conn.execute(f"PRAGMA busy_timeout = {FINAL_LOCK_WAIT_MS if final else 0}")
+        now = time.time()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            write(conn, batch, ended, self.final_rank, now)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
