@@ -87,13 +87,13 @@ def _round(base: Path, n: int, how: str, kill_after: float = 0.0
     home = base / "home"
     home.mkdir(parents=True)
     out, ids = base / "ran", base / "ids"
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(out), str(ids), str(n), how],
-                             env=_env(home), stdout=subprocess.PIPE, text=True)
-    if how == "wait":
-        assert child.stdout is not None and child.stdout.readline() == "go\n"
-        time.sleep(kill_after)
-        child.send_signal(signal.SIGKILL)
-    assert child.wait(timeout=WAIT_SECONDS) == -signal.SIGKILL
+    with subprocess.Popen([sys.executable, "-c", CHILD, str(out), str(ids), str(n), how],
+                          env=_env(home), stdout=subprocess.PIPE, text=True) as child:
+        if how == "wait":
+            assert child.stdout is not None and child.stdout.readline() == "go\n"
+            time.sleep(kill_after)
+            child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=WAIT_SECONDS) == -signal.SIGKILL
     _wait_for_keepers(home)
     ran = [int(line) for line in out.read_text().split()] if out.exists() else []
     return ran, ids.read_text().split("\n"), _status(home)
