@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
+import pytest
+
 from support.process_checks import alive
 
 PSIJ = str(Path(sys.executable).parent / "psij")
@@ -131,3 +133,60 @@ def test_a_kill_at_any_point_of_the_submits_never_runs_a_job_twice(tmp_path: Pat
         # What ran is what the registry holds, each with its end; nothing else is there.
         assert sorted(r["id"] for r in recorded) == sorted(ids[i] for i in ran)
         assert all((r["state"], r["exit_code"]) == ("COMPLETED", 0) for r in recorded)
+
+
+# -- the rows the keeper writes ----------------------------------------------------------------
+
+def _rows_module() -> Any:
+    from psij.executors.local import _keeper
+
+    return _keeper._ROWS
+
+
+def _a_row(job_id: str) -> Tuple[Tuple[str, ...], Tuple[Any, ...]]:
+    from psij._registry.store import COLUMNS
+
+    values = {"id": job_id, "executor": "local", "submitted": 1.0, "state": "QUEUED",
+              "rank": 1, "updated": 1.0, "final": 0, "attempt": 1}
+    return tuple(COLUMNS), tuple(values.get(c) for c in COLUMNS)
+
+
+def test_a_row_the_registry_refuses_leaves_the_others_written(tmp_path: Path) -> None:
+    import sqlite3
+
+    from psij._registry.store import open_store
+
+    rows = _rows_module()
+    open_store(tmp_path)
+    conn = sqlite3.connect(tmp_path / "jobs.sqlite", isolation_level=None)
+    good = rows.started_row(_a_row("good"), 4242)
+    columns, values = _a_row("bad")
+    bad = (columns, tuple([1, 2] if c == "spec" else v for c, v in zip(columns, values)))
+    conn.execute("BEGIN IMMEDIATE")
+    refused = rows.write(conn, [("J", 4242, "7", good, "", "good"), ("J", 0, "", bad, "", "bad")],
+                         [("good", 3, False)], 99, 2.0)
+    conn.execute("COMMIT")
+    assert len(refused) == 1 and refused[0].startswith("job bad: its row was refused")
+    assert conn.execute("SELECT id, native_id, state, exit_code, final FROM jobs").fetchall() \
+        == [("good", "4242", "FAILED", 3, 1)]
+
+
+def test_a_job_the_keeper_could_not_start_is_recorded_failed_saying_why() -> None:
+    rows = _rows_module()
+    columns, values = rows.failed_row(_a_row("j"), 99, "spawn: No such file or directory")
+    got = dict(zip(columns, values))
+    assert (got["state"], got["rank"], got["final"]) == ("FAILED", 99, 1)
+    assert got["message"] == "could not start the job: spawn: No such file or directory"
+
+
+def test_a_row_sent_with_a_start_is_checked() -> None:
+    rows = _rows_module()
+    assert rows.check_row(None) is None
+    columns, values = _a_row("j")
+    assert rows.check_row((columns, values)) == (columns, values)
+    for bad in [(columns, values[:-1]), [columns, values], "row", (columns,),
+                (("id; DROP TABLE jobs", *columns[1:]), values),
+                (tuple(c for c in columns if c != "native_id"), values[:-1]),
+                ((*columns[:-1], "r\u00e9run"), values), ((*columns[:-1], 3), values)]:
+        with pytest.raises(ValueError):
+            rows.check_row(bad)

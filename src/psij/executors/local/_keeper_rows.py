@@ -91,18 +91,27 @@ def row_sql(columns: Tuple[str, ...]) -> str:
 
 
 def write(conn: Any, batch: Sequence[Record],
-          ended: Sequence[Tuple[str, int, bool]], final_rank: int, now: float) -> None:
+          ended: Sequence[Tuple[str, int, bool]], final_rank: int, now: float) -> List[str]:
     """Write ``batch`` (rows, then run records, in their order) and the final states of
-    ``ended`` (job id, exit code, cancelled) in the transaction ``conn`` is in."""
-    for kind, pid, start, text, _, _ in batch:
+    ``ended`` (job id, exit code, cancelled) in the transaction ``conn`` is in. A job's row
+    the registry refuses (not a lock: that fails the whole batch, to be tried again) is left
+    out, its job and why returned: one bad row must not send the others to the journals."""
+    refused: List[str] = []
+    for kind, pid, start, text, _, job_id in batch:
         if kind == JOB:
-            conn.execute(row_sql(text[0]), text[1])
+            try:
+                conn.execute(row_sql(text[0]), text[1])
+            except Exception as ex:  # sqlite3.Error, or values it cannot bind
+                if "locked" in str(ex) or "busy" in str(ex):
+                    raise
+                refused.append(f"job {job_id}: its row was refused: {ex}")
         else:
             conn.execute(RUN_SQL[kind], (pid, start, text, now))
     conn.executemany(FINAL_SQL, [
         ("CANCELED" if canceled else "COMPLETED" if code == 0 else "FAILED",
          final_rank, code, None if canceled or code == 0 else message(code), now,
          job_id) for job_id, code, canceled in ended])
+    return refused
 
 
 def message(code: int) -> str:
@@ -204,10 +213,12 @@ class Records:
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            write(conn, batch, ended, self.final_rank, now)
+            refused = write(conn, batch, ended, self.final_rank, now)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        for words in refused:
+            self.note(f"keeper: registry {registry}: {words}")
 
