@@ -98,6 +98,7 @@ _MAX_OPEN = 32
 _MAX_FDS = 253  # descriptors one message may carry (SCM_MAX_FD)
 _BASES_KEPT = 4  # base environments kept
 _STARTS_AT_ONCE = 16  # jobs started between two looks at the socket and the children
+_HOLD_SECONDS = 0.001  # events wait this long for others, to go in one write (and wake-up)
 _READ = os.O_RDONLY | os.O_CLOEXEC
 _WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 _IDLE_SECONDS = 0.005  # or this long without anything else to do
@@ -171,6 +172,7 @@ class Keeper(_Records):  # type: ignore[misc]
         self.conns: Dict[str, Any] = {}  # sqlite3 connections, by registry
         self.pending = b""  # events not yet written (the pipe was full)
         self.events_waiting = False  # registered to write them when it can
+        self.held = 0.0  # since when events wait to be written with later ones, if they do
         # (registry, job id, code, canceled) of jobs that ended with nobody listening
         self.orphaned: List[Tuple[str, str, int, bool]] = []
         self.canceled: Set[int] = set()  # children whose end is a cancel
@@ -209,6 +211,9 @@ class Keeper(_Records):  # type: ignore[misc]
             if self.kills:  # select's timeout has a limit (about 24 days): an hour at most
                 due = max(0.0, min(min(self.kills.values()) - time.monotonic(), 3600.0))
                 timeout = due if timeout is None else min(timeout, due)
+            if self.held:  # answers and exit reports held to go in one write
+                due = max(0.0, self.held + _HOLD_SECONDS - time.monotonic())
+                timeout = due if timeout is None else min(timeout, due)
             events = self.selector.select(timeout)
             if self.kills:
                 self.send_due_kills()
@@ -228,6 +233,12 @@ class Keeper(_Records):  # type: ignore[misc]
                     self.note(f"keeper: {ex!r}")
             if self.todo:
                 self.start_queued(_STARTS_AT_ONCE)
+            if self.pending and not self.events_waiting:
+                now = time.monotonic()
+                self.held = self.held or now
+                if now - self.held >= _HOLD_SECONDS:
+                    self.held = 0.0
+                    self.flush_events()
             if (self.runs or self.orphaned) and (
                     not events or time.monotonic() - self.since >= _BATCH_SECONDS):
                 self.commit()  # idle for a moment, or the oldest record waited long enough
@@ -258,7 +269,6 @@ class Keeper(_Records):  # type: ignore[misc]
                 self.since = self.since or time.monotonic()
             else:
                 self.pending += f"{pid} {status}\n".encode()
-                self.flush_events()
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -378,7 +388,6 @@ class Keeper(_Records):  # type: ignore[misc]
                 self.start(item, passed, base)
             except Exception as ex:  # this job only: the others are started
                 self.pending += _failure(0, "spawn", f"a bad spawn request: {ex!r}")
-        self.flush_events()
 
     def start(self, item: Tuple[Any, ...], passed: List[int],
               base: Optional[Dict[str, str]]) -> None:
