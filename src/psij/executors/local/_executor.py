@@ -190,7 +190,7 @@ class LocalJobExecutor(JobExecutor):
     def submit_many(self, jobs: Iterable[Job]) -> None:
         """Submit the jobs as :meth:`submit` does, their starts sent to the keepers in one
         message each and the other jobs' registry rows committed in one transaction, before
-        it returns (see :meth:`JobExecutor.submit_many` for failures)."""
+        it returns (see :meth:`psij.JobExecutor.submit_many` for failures)."""
         listed = job_list(jobs)
         with batched(self):
             self._submit_each(listed)
