@@ -138,9 +138,9 @@ def test_a_kill_at_any_point_of_the_submits_never_runs_a_job_twice(tmp_path: Pat
 # -- the rows the keeper writes ----------------------------------------------------------------
 
 def _rows_module() -> Any:
-    from psij.executors.local import _keeper
+    from psij.executors.local import _keeper_rows  # the keeper loads the same file
 
-    return _keeper._ROWS
+    return _keeper_rows
 
 
 def _a_row(job_id: str) -> Tuple[Tuple[str, ...], Tuple[Any, ...]]:
@@ -190,3 +190,29 @@ def test_a_row_sent_with_a_start_is_checked() -> None:
                 ((*columns[:-1], "r\u00e9run"), values), ((*columns[:-1], 3), values)]:
         with pytest.raises(ValueError):
             rows.check_row(bad)
+
+
+def test_a_row_made_at_submit_is_the_recorders_and_commit_rows_commits_it_at_once(
+        tmp_path: Path) -> None:
+    import sqlite3
+
+    import psij.registry
+    from psij import Job, JobExecutor, JobExecutorConfig, JobSpec
+    from psij._registry import durable
+
+    ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=tmp_path))
+    job = Job(JobSpec("/bin/echo", ["durable"]))
+    made = durable.submit_row(ex, job)
+    assert made is not None
+    row = dict(zip(*made))
+    assert (row["id"], row["executor"], row["state"], row["final"], row["native_id"]) == (
+        job.id, "local", "QUEUED", 0, None)
+    assert "/bin/echo" in row["spec"] and "durable" in row["spec"]
+    durable.commit_rows(ex, [job])  # in this thread, before it returns: no flush needed
+    with sqlite3.connect(tmp_path / "jobs.sqlite") as conn:
+        assert conn.execute("SELECT id, state FROM jobs").fetchall() == [(job.id, "QUEUED")]
+    psij.registry.set_recording(False)
+    try:
+        assert durable.submit_row(ex, Job(JobSpec("/bin/true"))) is None
+    finally:
+        psij.registry.set_recording(True)
