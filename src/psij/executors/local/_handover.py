@@ -5,10 +5,10 @@ registry even if the submitting process is killed the next instant.
 job's registry row (:func:`psij._registry.durable.submit_row`), which the keeper commits with
 the job's pid as its native id; the job is QUEUED then, ACTIVE once the keeper answers with
 its pid. Within :func:`batched` (``submit_many``) the starts of this thread are queued and sent
-when it ends, one message per keeper, before ``submit_many`` returns. A job no keeper took
-(started by this process, waiting for the resource pool or a stage-in, or that could not
-start) has its row committed by :func:`commit_rest` before ``submit`` returns, the rows of
-one ``submit_many`` in one transaction.
+in messages of up to 64 jobs per keeper, the last as it ends, before ``submit_many`` returns.
+A job no keeper took (started by this process, waiting for the resource pool or a stage-in,
+or that could not start) has its row committed by :func:`commit_rest` before ``submit``
+returns, the rows of one ``submit_many`` in one transaction.
 
 It sets no job state but the QUEUED of a job handed over; the executor sets the others.
 """
@@ -70,6 +70,7 @@ class _Batch(threading.local):
 
 
 _BATCH = _Batch()
+_BATCH_MESSAGE = 64  # jobs of a submit_many sent to a keeper in one message
 
 
 def hand_over(executor: HandsOver, run: "Run", prepared: Prepared, keeper: Keeper,
@@ -134,7 +135,9 @@ def hand_over(executor: HandsOver, run: "Run", prepared: Prepared, keeper: Keepe
         return False
     run.row_sent = row is not None
     if batch is not None:
-        batch.kept.append((keeper, job))  # QUEUED once sent
+        batch.kept.append((keeper, job))  # QUEUED once all are sent
+        if keeper.queued() >= _BATCH_MESSAGE:  # the keeper starts while the rest is made
+            keeper.send_queued()
         return True
     # After the start is sent: a callback reading job.native_id waits for its answer.
     # (ACTIVE may be there already: then QUEUED is skipped, its callbacks came with it.)

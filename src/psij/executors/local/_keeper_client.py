@@ -153,6 +153,10 @@ class Keeper:
                     self._unanswered.pop()
                     raise KeeperGone("the keeper stopped taking requests")
 
+    def queued(self) -> int:
+        """The jobs queued and not sent yet."""
+        return len(self._queue)
+
     def send_queued(self) -> None:
         """Send the jobs queued (in as few messages as the descriptors they pass allow)."""
         with self._lock:
