@@ -331,7 +331,8 @@ class Keeper(_Records):  # type: ignore[misc]
                     os.close(fd)
             if reply[0] == "ok":
                 started = (reply[1], request[5:9])
-        elif request[0] == "flush":  # the jobs started so far (those taken have no records)
+        elif request[0] == "flush":
+            self.start_queued(len(self.todo))  # what was sent before is started first
             self.commit()
             reply = ("ok", True)
         elif request[0] == "signal" and len(request) == 3:
