@@ -216,3 +216,30 @@ def test_a_row_made_at_submit_is_the_recorders_and_commit_rows_commits_it_at_onc
         assert durable.submit_row(ex, Job(JobSpec("/bin/true"))) is None
     finally:
         psij.registry.set_recording(True)
+
+
+def test_jobs_no_keeper_takes_have_their_rows_committed_before_submit_returns(
+        tmp_path: Path) -> None:
+    import sqlite3
+
+    from psij import Job, JobExecutor, JobSpec, JobState
+    from psij.executors.local import LocalJobExecutorConfig
+    from psij.staging import StageIn
+
+    (tmp_path / "in.txt").write_text("x")
+    here = JobExecutor.get_instance("local", config=LocalJobExecutorConfig(
+        work_directory=tmp_path / "work", keeper=False))
+    staged = Job(JobSpec("/bin/true", directory=tmp_path, stage_in={
+        StageIn(tmp_path / "in.txt", "copy.txt")}))
+    many = [Job(JobSpec("/bin/true")) for _ in range(3)]
+    here.submit(staged)
+    with sqlite3.connect(tmp_path / "work" / "jobs.sqlite") as conn:
+        assert conn.execute("SELECT id FROM jobs").fetchall() == [(staged.id,)]
+    here.submit_many(many)  # started by this process: their rows in one transaction
+    with sqlite3.connect(tmp_path / "work" / "jobs.sqlite") as conn:
+        found = dict(conn.execute("SELECT id, native_id FROM jobs").fetchall())
+    assert set(found) == {staged.id, *(j.id for j in many)}
+    assert all(found[j.id] == j.native_id for j in many)
+    for job in (staged, *many):
+        status = job.wait()
+        assert status is not None and status.state is JobState.COMPLETED
