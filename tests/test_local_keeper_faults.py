@@ -178,7 +178,8 @@ def test_a_callback_reading_the_native_id_on_queued_gets_the_pid(three: JobExecu
     assert seen == [job.native_id] and seen[0].isdigit()
 
 
-def test_jobs_never_sent_to_a_keeper_that_died_go_to_another(tmp_path: Path) -> None:
+def test_jobs_sent_to_a_keeper_that_died_unanswered_fail_and_later_ones_go_to_another(
+        tmp_path: Path) -> None:
     ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=tmp_path))
     ex._watch = ProcessWatch()  # type: ignore[attr-defined]
     first = Job(JobSpec("/bin/true"))
@@ -189,21 +190,52 @@ def test_jobs_never_sent_to_a_keeper_that_died_go_to_another(tmp_path: Path) -> 
     [k] = _KEEPERS[(_PID[0], id(ex._watch))]  # type: ignore[attr-defined]
     os.kill(k.pid, signal.SIGSTOP)  # it reads nothing more: what is sent stays unanswered
     try:
-        sent = Job(JobSpec("/bin/true"))
-        ex.submit(sent)  # sent at once: the keeper had nothing in hand
-        later = [Job(JobSpec("/bin/true")) for _ in range(3)]
-        for job in later:
-            ex.submit(job)  # queued behind it, never sent
+        sent = [Job(JobSpec("/bin/true")) for _ in range(3)]
+        for job in sent:
+            ex.submit(job)  # each on its socket before submit returns
     finally:
         os.kill(k.pid, signal.SIGKILL)
-    status = sent.wait(timeout=TIMEOUT)
-    assert status is not None and status.state is JobState.FAILED
-    assert status.message == (f"could not start '/bin/true': the keeper process {k.pid} ended "
-                              "(killed by signal 9) before it answered")
+    for job in sent:
+        status = job.wait(timeout=TIMEOUT)
+        assert status is not None and status.state is JobState.FAILED
+        assert status.message == (f"could not start '/bin/true': the keeper process {k.pid} "
+                                  "ended (killed by signal 9) before it answered")
+    # Whether this process saw that keeper's end yet or not (a send to it then fails), the
+    # next jobs go to another keeper, or are started here.
+    later = [Job(JobSpec("/bin/true")) for _ in range(3)]
+    for job in later:
+        ex.submit(job)
     for job in later:
         status = job.wait(timeout=TIMEOUT)
         assert status is not None and (status.state, status.exit_code) == \
             (JobState.COMPLETED, 0)
+        assert job.native_id is not None
+
+
+def test_jobs_queued_for_a_keeper_that_died_before_they_were_sent_go_to_another(
+        tmp_path: Path) -> None:
+    from psij.executors.local import _handover
+    from psij.executors.local._keeper_client import _KEEPERS, _PID
+
+    ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=tmp_path))
+    ex._watch = ProcessWatch()  # type: ignore[attr-defined]
+    first = Job(JobSpec("/bin/true"))
+    ex.submit(first)
+    assert first.wait(timeout=TIMEOUT) is not None
+    [k] = _KEEPERS[(_PID[0], id(ex._watch))]  # type: ignore[attr-defined]
+    queued = [Job(JobSpec("/bin/true")) for _ in range(3)]
+    with _handover.batched(ex):  # as submit_many: queued, sent as the batch ends
+        for job in queued:
+            ex.submit(job)
+        os.kill(k.pid, signal.SIGKILL)
+        try:
+            os.waitpid(k.pid, 0)  # gone for sure: the sends fail
+        except ChildProcessError:  # the watch reaped it first
+            pass
+    for job in queued:
+        status = job.wait(timeout=TIMEOUT)
+        assert status is not None and (status.state, status.exit_code) == \
+            (JobState.COMPLETED, 0), status
         assert job.native_id is not None
 
 

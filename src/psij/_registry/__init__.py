@@ -1,7 +1,8 @@
 """The job registry's private parts: :mod:`.store` (the SQLite file, its tables, opening,
 checking, writing and reading it) and :mod:`.recorder` (what every executor's status change
 records, queued and written by one thread per process). The public API is :mod:`psij.registry`,
-which imports both.
+which imports both; :mod:`.durable` makes a job's row at submit, for the executors that must not
+lose a job their ``submit`` returned for.
 
 This package stands apart from :mod:`psij.registry` because the recorder is imported by
 :mod:`psij.job_executor` on every job's first status change, while :mod:`psij.registry` imports

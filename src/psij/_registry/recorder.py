@@ -54,6 +54,8 @@ logger = LazyLogger("psij.registry")
 
 TAG_ATTR = "_psij_registry_tag"
 _RECORDED_ATTR = "_psij_registry_recorded"  # on a job: its row is queued or written
+RECORDED_ATTR = _RECORDED_ATTR
+_SPEC_TEXT_ATTR = "_psij_registry_spec"  # on a job: its spec's text, made at submit (durable)
 _IDENTITY_ATTR = "_psij_registry"  # on an executor: its Identity
 RERUN_ATTR = "_psij_registry_rerun"  # on a job: (kind, cause) of its last rerun
 MAX_ATTEMPT = 2 ** 31  # a greater attempt recorded is taken for none (1)
@@ -175,7 +177,16 @@ def _text(value: Optional[str]) -> Optional[str]:
     return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def keep_spec_text(job: Job, text: Optional[str]) -> None:
+    """Keep the spec's ``text``, made for ``job`` at submit (:mod:`.durable`), for the job's
+    first write here (the spec is encoded once)."""
+    job.__dict__[_SPEC_TEXT_ATTR] = (text,)
+
+
 def _spec_text(job: Job) -> Optional[str]:
+    kept = job.__dict__.pop(_SPEC_TEXT_ATTR, None)
+    if kept is not None:
+        return kept[0]  # type: ignore[no-any-return]
     spec = job.spec
     if spec is None:
         return None

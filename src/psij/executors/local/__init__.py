@@ -19,18 +19,21 @@ How a job runs:
   final state recorded in the job registry. A keeper that dies (``kill -9``) ends its
   running jobs FAILED, naming it and how it ended, after killing their process groups (no
   one would see them end), and the jobs it was sent but had not answered FAILED too (it may
-  have started some: those run on unwatched); the jobs queued for it and not sent yet, and
-  the next ones, go to the other keepers or a new one. Without a
+  have started some: those run on unwatched); the jobs of a ``submit_many`` not sent to it
+  yet, and the next ones, go to the other keepers or a new one. Without a
   keeper (it could not be started, or ``keeper=False``) jobs are spawned here as this
   process's children.
-- With a keeper, ``submit`` does not wait for the job's process: it checks the job, queues
-  its start and returns, the job still QUEUED (psij-python has it ACTIVE on return). The
-  starts queued while a keeper is busy go to it in one message; the job is ACTIVE once its
-  keeper answered with its pid (or FAILED, with the words a synchronous start would have
+- With a keeper, ``submit`` does not wait for the job's process: it checks the job, writes
+  its start on the keeper's socket with the job's registry row (``_handover``; a
+  ``submit_many`` writes the starts of its jobs in one message per keeper) and returns, the
+  job still QUEUED (psij-python has it ACTIVE on return). The keeper reads its socket ahead
+  of its starts and even after this process died, so a job ``submit`` returned for runs,
+  once, and is recorded, even after a ``kill -9`` the next instant; the job is ACTIVE once
+  its keeper answered with its pid (or FAILED, with the words a synchronous start would have
   given, if it could not start). ``job.native_id`` waits for that answer, so the pid is
   there whenever it is read after ``submit``; cancel before it marks the job, which is
-  killed as soon as it started. A normal exit of the process waits for the starts still
-  queued; after a ``kill -9`` a job whose start was not sent yet never runs.
+  killed as soon as it started. A job no keeper takes has its registry row committed before
+  ``submit`` returns.
 - One thread per Python process (``ProcessWatch``) learns of every exit without polling, and one
   worker thread per Python process does what follows an exit (launcher output, staging, final
   status and callbacks), so a slow callback never delays reaping.
@@ -53,12 +56,12 @@ Layout: :class:`LocalJobExecutor` and :class:`LocalJobExecutorConfig` are define
 ``_executor`` and importable from here, as they were from the single module this package once
 was. Its other modules:
 
-- ``_checks``, ``_env``, ``_prepared`` and ``_start``: what is checked and computed for a job
-  at submit time (its texts and program, its environment, its spawn inputs) and how its start
-  is handed to a keeper;
-- ``_keeper_client`` (this process's side) and ``_keeper`` (the keeper process itself, run from
-  its file with the standard library only): the process that starts the jobs, is their parent
-  and records how each ended;
+- ``_checks``, ``_env``, ``_prepared``, ``_start`` and ``_handover``: what is checked and
+  computed for a job at submit time (its texts and program, its environment, its spawn
+  inputs) and how its start and registry row are handed to a keeper before ``submit`` returns;
+- ``_keeper_client`` (this process's side), ``_keeper`` (the keeper process itself, run from
+  its file with the standard library only) and ``_keeper_rows`` (what it writes to the job
+  registry): the process that starts the jobs, is their parent and records how each ended;
 - ``_journal``: the records of the runs (job registry or journal files) that ``list()`` and
   ``attach()`` read;
 - ``_worker``: the threads that run what follows a job's start and exit;

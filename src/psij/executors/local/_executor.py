@@ -10,7 +10,7 @@ import subprocess
 import threading
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from psij import _check, _site_config
 from psij._end_signal import ATTRIBUTE as END_SIGNAL
@@ -36,6 +36,7 @@ from psij.executors.local._checks import (
     check_os_texts,
 )
 from psij.executors.local._env import BASE, NodeFiles, check_sizes, merged
+from psij.executors.local._handover import batched, commit_rest, hand_over
 from psij.executors.local._journal import (
     Journal,
     JournalEntry,
@@ -46,14 +47,10 @@ from psij.executors.local._journal import (
     final_from_entry,
     latest_entry,
     note,
-    run_store,
     scan_all,
 )
 from psij.executors.local._keeper_client import (
-    Failure,
     Keeper,
-    KeeperGone,
-    Start,
     flush_keepers,
     keeper_for,
     keeper_for_job,
@@ -66,14 +63,12 @@ from psij.executors.local._pool_driver import (
 from psij.executors.local._prepared import NotRunnable, Prepared, spawn_failure
 from psij.executors.local._prepared import Run as _Run
 from psij.executors.local._reruns import TIME_LIMIT, cancel_between_runs, may_run_again, run_again
-from psij.executors.local._start import NATIVE_IDS, start_failure, stream_items
+from psij.executors.local._start import NATIVE_IDS
 from psij.executors.local._time_limit import TimeLimit, time_limit_message
 from psij.executors.local._transfer import local_path, stage_out_and_cleanup, transfer
-from psij.executors.local._worker import STARTS as _STARTS
 from psij.executors.local._worker import WORKER as _WORKER
-from psij.executors.local._worker import prepare as _prepare_workers
 from psij.job import Job
-from psij.job_executor import JobExecutor
+from psij.job_executor import JobExecutor, job_list
 from psij.job_executor_config import JobExecutorConfig
 from psij.job_launcher import Launcher
 from psij.job_spec import JobSpec
@@ -192,6 +187,15 @@ class LocalJobExecutor(JobExecutor):
                 self._runs.pop(id(job), None)
             job.executor = None
             raise
+        commit_rest(self, run)
+
+    def submit_many(self, jobs: Iterable[Job]) -> None:
+        """Submit the jobs as :meth:`submit` does, their starts sent to the keepers in one
+        message each and the other jobs' registry rows committed in one transaction, before
+        it returns (see :meth:`psij.JobExecutor.submit_many` for failures)."""
+        listed = job_list(jobs)
+        with batched(self):
+            self._submit_each(listed)
 
     def _launch(self, todo: Tuple[_Run, Prepared],
                 environment: Mapping[str, str] = _NO_ENVIRONMENT) -> None:
@@ -334,67 +338,11 @@ class LocalJobExecutor(JobExecutor):
         return argv
 
     def _hand_over(self, run: _Run, prepared: Prepared, keeper: Keeper) -> bool:
-        """Queue the job's start with ``keeper`` (which records it and its exit even after
-        this process ends); it is ACTIVE once the keeper answers with its pid. False when
-        it must be started here (no keeper could take it)."""
-        job = run.job
-        spec = job.spec
-        assert spec is not None
-        env = prepared.env
-        if prepared.direct:
-            argv = [spec.executable or ""] + (spec.arguments or [])
-            streams, fds = stream_items(spec)
-        else:
-            argv = self._launch_command(run)
-            assert run.launcher_out is not None
-            os.close(os.open(run.launcher_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
-            streams, fds = (None, run.launcher_out, run.launcher_out), []
-        program = argv[0]
-        if "/" not in program:
-            path = env.get("PATH") if "PATH" in env or prepared.base is None \
-                else prepared.base[1].get("PATH")
-            try:
-                program = _SPAWNER.on_path(program, {} if path is None else {"PATH": path})
-            except FileNotFoundError as ex:  # not on PATH
-                raise spawn_failure(LaunchError(f"executable {argv[0]!r} was not found (no "
-                                                "such file, or not on PATH)", 127), job,
-                                    prepared) from ex
-        base = prepared.base
-        item = (program, argv, str(prepared.job_dir), None if base is None else base[0], env,
-                streams, job.id, self._journal().text, self._registry,
-                run_store(self._work) is not None)
-
-        def started(pid: Optional[int], start: str, failure: Optional[Failure]) -> None:
-            # On the watch thread: quick; the status and the rest are the worker's.
-            if pid is None:
-                assert failure is not None
-                if failure[1] == "unsent":  # never sent to the keeper that ended: another
-                    _WORKER.put(lambda: self._start_again(run, prepared))
-                    return
-                run.starting = False
-                NATIVE_IDS.answered()
-                _WORKER.put(lambda: self._finish(run, start_failure(
-                    failure, spec, prepared.job_dir, argv[0])))
-                return
-            run.pid, run.start = pid, start
-            job._native_id = str(pid)
-            run.starting = False
-            NATIVE_IDS.answered()
-            _STARTS.put(lambda: self._started(run, pid))
-
-        run.kept, run.keeper, run.starting = True, keeper, True
-        try:
-            keeper.start(Start(item, fds, base, started,
-                               lambda pid, status: self._on_exit(run, status)))
-        except KeeperGone as ex:
-            run.kept, run.keeper, run.starting = False, None, False
-            logger.warning("local job %s: %s; starting it here", job.id, ex)
-            return False
-        # After the start is queued: a callback reading job.native_id waits for its answer.
-        # (ACTIVE may be there already: then QUEUED is skipped, its callbacks came with it.)
-        self._set_job_status(job, JobStatus._made(JobState.QUEUED))
-        _prepare_workers()
-        return True
+        """Have ``keeper`` start the job (``_handover``); False: it must be started here."""
+        if hand_over(self, run, prepared, keeper, _SPAWNER.on_path):
+            return True
+        logger.warning("local job %s: the keeper has ended; starting it here", run.job.id)
+        return False
 
     def _start_again(self, run: _Run, prepared: Prepared) -> None:
         """On the worker: start a job whose keeper ended before it was sent the job."""

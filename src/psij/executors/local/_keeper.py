@@ -3,11 +3,13 @@ one ended, even after the process that asked for them is gone.
 
 A Python process that runs local jobs starts one keeper (on its first job; see
 ``_keeper_client``), which runs this file with the standard library only (``python -I -S
-_keeper.py REQUESTS EVENTS FINAL_RANK``). The process sends its jobs in batches on the
-``REQUESTS`` socket; the keeper starts each program with ``posix_spawn`` as the leader of a new
-process group, answers with the pid on the ``EVENTS`` pipe, and records that the job started
-(pid, kernel start time, job id). When a job ends the keeper reaps it, writes ``<pid> <wait
-status>`` to the ``EVENTS`` pipe and records the exit code.
+_keeper.py REQUESTS EVENTS FINAL_RANK``). The process sends each job on the ``REQUESTS``
+socket before its ``submit`` returns (those of one ``submit_many`` in one message): what is on
+the socket is read even after the process died, so a job submitted runs. The keeper starts
+each program with ``posix_spawn`` as the leader of a new process group, answers with the pid
+on the ``EVENTS`` pipe, and records that the job started (pid, kernel start time, job id; and
+the job's row when the request holds it). When a job ends the keeper reaps it, writes ``<pid>
+<wait status>`` to the ``EVENTS`` pipe and records the exit code.
 
 Records go to the job registry the request names (table ``local_runs``, see
 ``psij._registry.store``), a batch per transaction: what gathered while the keeper was busy,
@@ -36,9 +38,10 @@ descriptors with the length):
 - ``("env", number, env)``, no answer: the base environment ``number`` (the requester sends
   a new one when its own environment changed; the keeper keeps the latest few);
 - ``("spawns", [(program, argv, directory, base, own, streams, job_id, journal, registry,
-  in_registry), ...])``, no answer on the socket: starts each program in order, as ``spawn``
-  does, with the variables of base environment ``base`` (None: none) under ``own``. Each
-  stream is None (``/dev/null``), a path the keeper opens itself (in the job's directory:
+  in_registry[, row]), ...])``, no answer on the socket: starts each program in order, as
+  ``spawn`` does (``row``: the job's registry row, written with its start: ``_keeper_rows``),
+  with the variables of base environment ``base`` (None: none) under ``own``. Each stream is
+  None (``/dev/null``), a path the keeper opens itself (in the job's directory:
   stdin read-only, stdout and stderr created 0666 less the umask and truncated, one opening
   when they are the same path) or the index of a descriptor passed with the message (the
   job's descriptors follow those of the jobs before it). Each start is answered, in order,
@@ -64,11 +67,11 @@ The KILL that follows the TERM is the keeper's so that a job that ignores TERM i
 killed when the process that cancelled it exits at once (its own timers would die with it).
 
 The keeper is single-threaded: it may change its working directory before each spawn. It
-starts programs only through the package's process layer (``psij/_spawn.py``), loaded from
-its file at start (``-I -S``: the package is not importable); when it cannot be loaded the
-keeper exits at once with code 3, saying why on its stderr, and the process that started it
-starts its jobs itself. It runs no user code and reads no file but ``/proc/<pid>/stat`` and
-the registry.
+starts programs only through the package's process layer (``psij/_spawn.py``) and writes the
+registry through ``_keeper_rows``, both loaded from their files (``-I -S``: the package is not
+importable); when the layer cannot be loaded the keeper exits with code 3, saying why on its
+stderr, and the process that started it starts its jobs itself. It runs no user code and reads
+no file but ``/proc/<pid>/stat`` and the registry.
 """
 
 import importlib.util
@@ -80,8 +83,8 @@ import socket
 import struct
 import sys
 import time
-from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Set, Tuple
+from collections import OrderedDict, deque
+from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
 _HEADER = struct.Struct("!I")
 _MAX_REQUEST = 1 << 30
@@ -94,27 +97,15 @@ _JOURNAL_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_C
 _MAX_OPEN = 32
 _MAX_FDS = 253  # descriptors one message may carry (SCM_MAX_FD)
 _BASES_KEPT = 4  # base environments kept
+_STARTS_AT_ONCE = 16  # jobs started between two looks at the socket and the children
+_HOLD_SECONDS = 0.001  # events wait this long for others, to go in one write (and wake-up)
 _READ = os.O_RDONLY | os.O_CLOEXEC
 _WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-_BATCH_SECONDS = 0.05  # records wait at most this long for a commit
 _IDLE_SECONDS = 0.005  # or this long without anything else to do
-_RETRY_SECONDS = 0.01  # a registry locked by another writer is tried again after this long
-_FINAL_LOCK_WAIT_MS = 60000  # when the keeper ends: then the records go to the journal
 _MAX_GRACE = 366 * 86400.0  # a longer grace waits this long (select's timeout has a limit)
-# As psij._registry.store.RUN_SQL has them (parameters pid, start, text, updated).
-_RUN_SQL = {
-    "S": "INSERT INTO local_runs (pid, start, job_id, updated) VALUES (?, ?, ?, ?) "
-         "ON CONFLICT(pid, start) DO UPDATE SET job_id = excluded.job_id, "
-         "updated = excluded.updated",
-    "E": "UPDATE local_runs SET ended = 1, exit_code = CAST(nullif(substr(?3 || ' ', 1, "
-         "instr(?3 || ' ', ' ') - 1), '') AS INTEGER), canceled = max(canceled, "
-         "?3 LIKE '% canceled'), updated = ?4 WHERE pid = ?1 AND start = ?2",
-}
-_FINAL_SQL = ("UPDATE jobs SET state = ?, rank = ?, exit_code = ?, message = ?, updated = ?, "
-              "final = 1 WHERE id = ? AND final = 0")
-# A record for the registry: (kind, pid, start, text, journal to use if it cannot be written,
-# job id).
-Run = Tuple[str, int, str, str, str, str]
+# A record for the registry: (kind, pid, start, text or a job's row, journal to use if it
+# cannot be written, job id); see _keeper_rows.
+Run = Tuple[str, int, str, Any, str, str]
 LAYER_FAILED = 3  # the keeper's exit code when the process layer cannot be loaded
 _SPAWN: Any = None  # psij/_spawn.py, loaded by main()
 
@@ -130,15 +121,23 @@ def layer_path() -> str:
     return os.path.normpath(os.path.join(named, "../../../_spawn.py"))
 
 
-def load_layer() -> Any:
-    """The package's process layer, loaded from its file; raises when it cannot be."""
-    path = layer_path()
-    spec = importlib.util.spec_from_file_location("psij_spawn", path)
+def load_layer(path: str = "") -> Any:
+    """The package's process layer (or the module at ``path``), loaded from its file; raises
+    when it cannot be (the package is not importable here)."""
+    path = path or layer_path()
+    spec = importlib.util.spec_from_file_location(f"psij_{os.path.basename(path)[:-3]}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"no module at {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+_ROWS = load_layer(os.path.join(os.path.dirname(os.path.realpath(__file__)),
+                                "_keeper_rows.py"))
+_RUN_SQL = _ROWS.RUN_SQL
+_Records: Any = _ROWS.Records  # the keeper's writing of its records, a part of Keeper
+_BATCH_SECONDS = _ROWS.BATCH_SECONDS  # records wait at most this long for a commit
 
 
 def start_time(pid: int) -> str:
@@ -159,7 +158,7 @@ def exit_code(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-class Keeper:
+class Keeper(_Records):  # type: ignore[misc]
     def __init__(self, requests: socket.socket, events: int, final_rank: int) -> None:
         self.requests = requests
         self.events = events
@@ -173,6 +172,7 @@ class Keeper:
         self.conns: Dict[str, Any] = {}  # sqlite3 connections, by registry
         self.pending = b""  # events not yet written (the pipe was full)
         self.events_waiting = False  # registered to write them when it can
+        self.held = 0.0  # since when events wait to be written with later ones, if they do
         # (registry, job id, code, canceled) of jobs that ended with nobody listening
         self.orphaned: List[Tuple[str, str, int, bool]] = []
         self.canceled: Set[int] = set()  # children whose end is a cancel
@@ -181,6 +181,8 @@ class Keeper:
         self.parent_gone = False
         self.buffer = b""
         self.fds: List[int] = []
+        # Jobs taken and not started yet: (item, its descriptors, base environment, why bad).
+        self.todo: Deque[Tuple[Any, List[int], Optional[Dict[str, str]], str]] = deque()
         self.cwd = os.getcwd()
         self.bases: Dict[int, Dict[str, str]] = {}  # base environments, by number
         self.devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
@@ -200,13 +202,17 @@ class Keeper:
     # -- the loop -------------------------------------------------------------------------------
 
     def run(self) -> None:
-        while not (self.parent_gone and not self.children and not self.kills):
-            timeout = None
+        while not (self.parent_gone and not self.children and not self.kills
+                   and not self.todo):
+            timeout = 0.0 if self.todo else None
             if self.runs or self.orphaned:
-                timeout = max(0.0, min(_IDLE_SECONDS,
+                timeout = max(0.0, min(_IDLE_SECONDS if timeout is None else 0.0,
                                        self.since + _BATCH_SECONDS - time.monotonic()))
             if self.kills:  # select's timeout has a limit (about 24 days): an hour at most
                 due = max(0.0, min(min(self.kills.values()) - time.monotonic(), 3600.0))
+                timeout = due if timeout is None else min(timeout, due)
+            if self.held:  # answers and exit reports held to go in one write
+                due = max(0.0, self.held + _HOLD_SECONDS - time.monotonic())
                 timeout = due if timeout is None else min(timeout, due)
             events = self.selector.select(timeout)
             if self.kills:
@@ -225,6 +231,14 @@ class Keeper:
                         self.flush_events()
                 except Exception as ex:  # one bad request or write: the others go on
                     self.note(f"keeper: {ex!r}")
+            if self.todo:
+                self.start_queued(_STARTS_AT_ONCE)
+            if self.pending and not self.events_waiting:
+                now = time.monotonic()
+                self.held = self.held or now
+                if now - self.held >= _HOLD_SECONDS:
+                    self.held = 0.0
+                    self.flush_events()
             if (self.runs or self.orphaned) and (
                     not events or time.monotonic() - self.since >= _BATCH_SECONDS):
                 self.commit()  # idle for a moment, or the oldest record waited long enough
@@ -255,7 +269,6 @@ class Keeper:
                 self.since = self.since or time.monotonic()
             else:
                 self.pending += f"{pid} {status}\n".encode()
-                self.flush_events()
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -299,11 +312,7 @@ class Keeper:
         started: Optional[Tuple[int, Tuple[str, str, str, bool]]] = None
         if request[0] == "spawns" and len(request) == 2:  # answered on the events pipe
             for item in request[1] if isinstance(request[1], list) else ():
-                try:
-                    self.start(item)
-                except Exception as ex:  # this job only: the others are started
-                    self.pending += _failure(0, "spawn", f"a bad spawn request: {ex!r}")
-            self.flush_events()
+                self.queue(item)
             return
         if request[0] == "env" and len(request) == 3:  # not answered
             try:
@@ -323,6 +332,7 @@ class Keeper:
             if reply[0] == "ok":
                 started = (reply[1], request[5:9])
         elif request[0] == "flush":
+            self.start_queued(len(self.todo))  # what was sent before is started first
             self.commit()
             reply = ("ok", True)
         elif request[0] == "signal" and len(request) == 3:
@@ -356,27 +366,75 @@ class Keeper:
             self.children[pid] = (start, job_id, journal, registry, in_registry)
             self.record(("S", pid, start, job_id, journal, job_id), registry, in_registry)
 
-    def start(self, item: Tuple[Any, ...]) -> None:
-        """Start one job of a ``spawns`` request; its answer is queued on the events pipe."""
+    def queue(self, item: Any) -> None:
+        """Take a job of a ``spawns`` request, with its descriptors and base environment, to
+        start in turn: the socket is read ahead of the starts, so a requester never waits."""
+        try:
+            count = 1 + max((s for s in item[5] if isinstance(s, int)), default=-1)
+            base = None if item[3] is None else self.bases.get(item[3])
+        except Exception as ex:  # this job only: its answer says so, in its turn
+            self.todo.append((None, [], None, f"a bad spawn request: {ex!r}"))
+            return
+        passed, self.fds = self.fds[:count], self.fds[count:]
+        self.todo.append((item, passed, base, ""))
+
+    def start_queued(self, most: int) -> None:
+        """Start the first ``most`` jobs taken (each answered in turn on the events pipe)."""
+        for _ in range(min(most, len(self.todo))):
+            item, passed, base, bad = self.todo.popleft()
+            try:
+                if bad:
+                    raise ValueError(bad)
+                self.start(item, passed, base)
+            except Exception as ex:  # this job only: the others are started
+                self.pending += _failure(0, "spawn", f"a bad spawn request: {ex!r}")
+
+    def start(self, item: Tuple[Any, ...], passed: List[int],
+              base: Optional[Dict[str, str]]) -> None:
+        """Start one job of a ``spawns`` request; its answer is queued on the events pipe, its
+        row (an 11th item, if any) for the registry with its start record."""
+        job_id, journal, registry, in_registry = item[6:10]
+        got = self.launch(item[:10], passed, base)
+        try:
+            row = _ROWS.check_row(item[10]) if len(item) == 11 else None
+        except ValueError as ex:
+            self.note(f"keeper: job {job_id}: its row is not written: {ex}")
+            row = None
+        if isinstance(got, bytes):
+            self.pending += got
+            if row is not None:
+                _, _, what, words = got.decode("utf-8", "replace").split(" ", 3)
+                self.record((_ROWS.JOB, 0, "", _ROWS.failed_row(
+                    row, self.final_rank, f"{what}: {words.strip()}"), journal, job_id),
+                    registry, in_registry)
+            return
+        pid, start = got
+        self.pending += f"s {pid} {start}\n".encode()
+        self.children[pid] = (start, job_id, journal, registry, in_registry)
+        if row is not None:
+            self.record((_ROWS.JOB, pid, start, _ROWS.started_row(row, pid), journal, job_id),
+                        registry, in_registry)
+        self.record(("S", pid, start, job_id, journal, job_id), registry, in_registry)
+
+    def launch(self, item: Tuple[Any, ...], passed: List[int],
+               base_env: Optional[Dict[str, str]]) -> Any:
+        """Start the program of a ``spawns`` item: (pid, start), or the events line saying
+        why it could not be started."""
         program, argv, directory, base, own, streams, job_id, journal, registry, \
             in_registry = item
-        count = 1 + max((s for s in streams if isinstance(s, int)), default=-1)
-        passed, self.fds = self.fds[:count], self.fds[count:]
         opened: List[int] = []
         try:
             if base is None:
                 env = dict(own)
-            elif base in self.bases:
-                env = {**self.bases[base], **own}
+            elif base_env is not None:
+                env = {**base_env, **own}
             else:
-                self.pending += _failure(0, "spawn", f"no base environment {base}")
-                return
+                return _failure(0, "spawn", f"no base environment {base}")
             if directory != self.cwd:
                 try:
                     os.chdir(directory)
                 except OSError as ex:
-                    self.pending += _failure(ex.errno or 0, "directory", ex.strerror or "")
-                    return
+                    return _failure(ex.errno or 0, "directory", ex.strerror or "")
                 self.cwd = directory
             fds = []
             for which, stream in zip(("stdin", "stdout", "stderr"), streams):
@@ -390,8 +448,7 @@ class Keeper:
                     try:
                         fd = os.open(stream, _READ if which == "stdin" else _WRITE, 0o666)
                     except OSError as ex:
-                        self.pending += _failure(ex.errno or 0, which, ex.strerror or "")
-                        return
+                        return _failure(ex.errno or 0, which, ex.strerror or "")
                     opened.append(fd)
                     fds.append(fd)
             reply = self.spawn(("spawn", program, argv, directory, env, job_id, journal,
@@ -400,13 +457,8 @@ class Keeper:
             for fd in opened + passed:
                 os.close(fd)
         if reply[0] != "ok":
-            self.pending += _failure(reply[1], "spawn", reply[2])
-            return
-        pid = reply[1]
-        start = start_time(pid)
-        self.pending += f"s {pid} {start}\n".encode()
-        self.children[pid] = (start, job_id, journal, registry, in_registry)
-        self.record(("S", pid, start, job_id, journal, job_id), registry, in_registry)
+            return _failure(reply[1], "spawn", reply[2])
+        return reply[1], start_time(reply[1])
 
     def send(self, reply: Tuple[Any, ...]) -> None:
         data = marshal.dumps(reply)
@@ -540,79 +592,6 @@ class Keeper:
             else:
                 self.selector.unregister(self.events)
 
-    def record(self, run: Run, registry: str, in_registry: bool) -> None:
-        """Queue a record for the registry's next commit, or append it to the journal."""
-        if in_registry and registry and registry not in self.broken:
-            self.runs.setdefault(registry, []).append(run)
-            self.since = self.since or time.monotonic()
-        else:
-            self.append(run[4], _line(run))
-
-    def commit(self, final: bool = False) -> None:
-        """Write the queued records and the final states of jobs that ended after the requesting
-        process (a job already final there, cancelled by someone, keeps its state), one
-        transaction per registry. A registry still locked keeps its records for a later try
-        (when the keeper ends, after a long wait, they go to the journals)."""
-        runs, self.runs = self.runs, {}
-        finals: Dict[str, List[Tuple[str, int, bool]]] = {}
-        for registry, job_id, code, canceled in self.orphaned:
-            finals.setdefault(registry, []).append((job_id, code, canceled))
-        self.orphaned = []
-        self.since = 0.0
-        for registry in {**runs, **finals}:
-            batch, ended = runs.get(registry, []), finals.get(registry, [])
-            try:
-                self.write(registry, batch, ended, final)
-                continue
-            except Exception as ex:  # this registry only: the others are written
-                busy = "locked" in str(ex) or "busy" in str(ex)
-                if busy and not final:  # the loop never waits for a lock: spawns would wait
-                    self.runs.setdefault(registry, []).extend(batch)
-                    self.orphaned += [(registry, job_id, code, canceled)
-                                      for job_id, code, canceled in ended]
-                    self.since = time.monotonic() - _BATCH_SECONDS + _RETRY_SECONDS
-                    continue
-                self.broken.setdefault(registry, str(ex))
-                self.note(f"keeper: registry {registry}: {ex}; local job records go to "
-                          "journal files")
-                conn = self.conns.pop(registry, None)
-                if conn is not None:
-                    conn.close()
-            started = {run[1] for run in batch if run[0] == "S"}
-            for run in batch:
-                if run[0] == "E" and run[1] not in started:  # its start is in the registry
-                    self.append(run[4], _line(("S", run[1], run[2], run[5], run[4], run[5])))
-                self.append(run[4], _line(run))
-
-    def write(self, registry: str, batch: List[Run], ended: List[Tuple[str, int, bool]],
-              final: bool) -> None:
-        if not os.path.isfile(registry):
-            if batch:  # removed: the records go to the journal (no file is made here)
-                raise OSError(f"{registry} does not exist")
-            return  # never made (recording off): nothing to update
-        conn = self.conns.get(registry)
-        if conn is None:
-            import sqlite3
-
-            conn = sqlite3.connect(registry, timeout=0, isolation_level=None)
-            conn.execute("PRAGMA synchronous=NORMAL")  # WAL: no fsync per commit
-            self.conns[registry] = conn
-        conn.execute(f"PRAGMA busy_timeout = {_FINAL_LOCK_WAIT_MS if final else 0}")
-        now = time.time()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for kind, pid, start, text, _, _ in batch:
-                conn.execute(_RUN_SQL[kind], (pid, start, text, now))
-            conn.executemany(_FINAL_SQL, [
-                ("CANCELED" if canceled else "COMPLETED" if code == 0 else "FAILED",
-                 self.final_rank, code, None if canceled or code == 0 else _message(code), now,
-                 job_id) for job_id, code, canceled in ended])
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-
     @staticmethod
     def note(text: str) -> None:
         try:
@@ -665,19 +644,7 @@ def _group_exists(pgid: int) -> bool:
 
 
 def _line(run: Run) -> str:
-    kind, pid, start, text, _, _ = run
-    return f"{kind} {pid} {start} {text}\n"
-
-
-def _message(code: int) -> str:
-    """The words the local executor gives a failed job's exit code (``exit_message``)."""
-    words = {126: " (command not executable)", 127: " (command not found)"}.get(code, "")
-    if code > 128:
-        try:
-            return f"the job was killed by {signal.Signals(code - 128).name} (exit code {code})"
-        except ValueError:
-            pass
-    return f"the job exited with code {code}{words}"
+    return f"{run[0]} {run[1]} {run[2]} {run[3]}\n"
 
 
 def main(argv: List[str]) -> int:

@@ -3,8 +3,11 @@
 A process starts its first keeper on its first local job (:func:`keeper_for_job`), and more
 while those running are busy, up to one per 2 cores (``PSIJ_LOCAL_KEEPERS`` forces a number:
 see :func:`keeper_count`); they serve every local executor of the process, whatever its work
-directory. :meth:`Keeper.start` queues a job and returns at once: the jobs queued while the
-keeper starts others go in one message when it has answered those, and the keeper answers each
+directory. :meth:`Keeper.start` writes a job's request on the keeper's socket before it
+returns (with ``send=False`` it is queued, and :meth:`Keeper.send_queued` writes the jobs
+queued so in one message: ``submit_many``), so a job ``submit()`` returned for runs even if
+this process is killed the next instant: the keeper reads what is on its socket after the
+other end closed. It does not wait for the job to start. The keeper answers each
 start (its pid, or why it failed) on its events pipe, in order and before that job's exit
 report, where the process watch reads them (``ProcessWatch._read_feed``) and hands them to
 the :class:`Start`'s callbacks. Other requests (signals, flush) wait for their answer on the
@@ -58,6 +61,7 @@ _LAYER_FAILED = 3  # the keeper's exit code when it cannot (_keeper.LAYER_FAILED
 # Not empty once a keeper could not load the process layer: no other is started then.
 _UNUSABLE: List[str] = []
 _MAX_FDS = 200  # descriptors passed with one message (the keeper takes up to 253)
+_SEND_BUFFER = 4 << 20  # bytes asked for the requests' socket (capped by net.core.wmem_max)
 _BUSY = 32  # starts not yet answered before another keeper is started, when one may be
 
 Failure = Tuple[int, str, str]
@@ -116,6 +120,10 @@ class Keeper:
         self._sock = ours
         # A keeper that stops answering (stopped, swapped out) fails a request, not hangs it.
         ours.settimeout(_ANSWER_SECONDS)
+        try:  # room for many starts the keeper has not read yet (as the system allows)
+            ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
+        except OSError:
+            pass
         self._lock = threading.Lock()
         self._devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         self.alive = True
@@ -129,17 +137,30 @@ class Keeper:
         """Its jobs not started yet (queued, or sent and not answered)."""
         return len(self._unanswered)
 
-    def start(self, job: Start) -> None:
-        """Queue ``job`` and send it now if the keeper has nothing in hand (else it goes with
-        the next batch, sent when the keeper answered the one it has); KeeperGone when the
-        keeper has ended (then nothing was queued)."""
+    def start(self, job: Start, send: bool = True) -> None:
+        """Send ``job`` to the keeper now (with those queued before it), or, with ``send`` False,
+        queue it for :meth:`send_queued`; KeeperGone when the keeper has ended (then nothing
+        was queued)."""
         with self._lock:
             if not self.alive:
                 raise KeeperGone("the keeper has ended")
-            busy = len(self._unanswered) > len(self._queue)
             self._unanswered.append(job)
             self._queue.append(job)
-            if not busy:
+            if send:
+                self._send_queue()
+                if not self.alive and self._queue and self._queue[-1] is job:
+                    self._queue.pop()  # not sent whole: the caller starts it elsewhere
+                    self._unanswered.pop()
+                    raise KeeperGone("the keeper stopped taking requests")
+
+    def queued(self) -> int:
+        """The jobs queued and not sent yet."""
+        return len(self._queue)
+
+    def send_queued(self) -> None:
+        """Send the jobs queued (in as few messages as the descriptors they pass allow)."""
+        with self._lock:
+            if self._queue and self.alive:
                 self._send_queue()
 
     def answered(self) -> Optional[Start]:
@@ -150,11 +171,9 @@ class Keeper:
             return None
 
     def send_next(self) -> None:
-        """After answers: send what was queued meanwhile (on the watch thread)."""
+        """After answers: send what is queued, if anything (on the watch thread)."""
         if self._queue:
-            with self._lock:
-                if self._queue and self.alive:
-                    self._send_queue()
+            self.send_queued()
 
     def take_unanswered(self) -> Tuple[List[Start], List[Start]]:
         """The keeper ended: the jobs it was sent and did not answer (it may have started
@@ -167,36 +186,40 @@ class Keeper:
         return sent, unsent
 
     def _send_queue(self) -> None:
-        # With the lock held. A failed send leaves the jobs unanswered: they fail when the
-        # keeper's end is seen (its events pipe closes).
+        # With the lock held. When a send fails the keeper is taken for ended: the jobs not
+        # sent whole are left queued, so that another keeper (or this process) starts them,
+        # and those sent before fail when the keeper's end is seen (its events pipe closes).
         queue, self._queue = self._queue, []
-        parts: List[Tuple[bytes, List[int]]] = []
+        parts: List[Tuple[bytes, List[int], int]] = []  # (message, descriptors, first job)
         items: List[Tuple[Any, ...]] = []
         fds: List[int] = []
 
-        def close() -> None:
+        def close(upto: int) -> None:
             if items:
-                parts.append((_message(("spawns", list(items))), list(fds)))
+                parts.append((_message(("spawns", list(items))), list(fds), upto - len(items)))
                 items.clear()
                 fds.clear()
 
-        for job in queue:
+        for n, job in enumerate(queue):
             base = job.base
             if base is not None and base[0] != self._base:
-                close()
-                parts.append((_message(("env", base[0], base[1])), []))
+                close(n)
+                parts.append((_message(("env", base[0], base[1])), [], n))
                 self._base = base[0]
             if len(fds) + len(job.fds) > _MAX_FDS:
-                close()
+                close(n)
             items.append(job.item)
             fds += job.fds
-        close()
-        try:
-            for data, passed in parts:
+        close(len(queue))
+        for data, passed, first in parts:
+            try:
                 self._send(data, passed)
-        except OSError as ex:
-            self.alive = False
-            logger.warning("the local jobs' keeper %d stopped taking requests: %s", self.pid, ex)
+            except OSError as ex:
+                self.alive = False
+                self._queue = queue[first:]
+                logger.warning("the local jobs' keeper %d stopped taking requests: %s",
+                               self.pid, ex)
+                return
 
     def _send(self, message: bytes, fds: List[int]) -> None:
         sent = socket.send_fds(self._sock, [message], fds) if fds else self._sock.send(message)

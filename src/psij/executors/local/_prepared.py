@@ -98,6 +98,7 @@ class Run:
         "launcher_out",
         "limit",
         "pid",
+        "row_sent",
         "start",
         "starting",
         "stderr_path",
@@ -118,6 +119,7 @@ class Run:
         self.keeper: Optional[Keeper] = None  # the one asked to start it
         self.starting = False  # sent to a keeper, which has not answered yet
         self.attached = False  # started by another process
+        self.row_sent = False  # its registry row went to its keeper with its start
         self.stderr_path: Optional[Path] = None
 
 

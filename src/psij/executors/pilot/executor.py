@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from psij import _check, _retry, _site_config
 from psij._end_signal import end_signal
 from psij._priority import job_priority
+from psij._registry.durable import commit_rows
 from psij.exceptions import InvalidJobException, SubmitException
 from psij.executors._gpu_detect import GpuSet, found_gpus, gpus_from_setting
 from psij.executors.pilot._engine_events import ended_by_time_limit
@@ -274,6 +275,10 @@ class PilotJobExecutor(JobExecutor):
         except BaseException:
             job.executor = None
             raise
+        if self._path is not None:
+            # The served pilot journaled the task before it answered; its row is committed
+            # before submit returns: both outlive this process (docs/registry.rst).
+            commit_rows(self, [job])
         if spec.name is not None:
             with self._lock:
                 self._by_name.setdefault(spec.name, []).append(task.name)
