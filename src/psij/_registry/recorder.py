@@ -12,9 +12,11 @@ writer ends once it has had nothing to write for :data:`IDLE_SECONDS` and the ne
 it again, so a program that stopped using psij keeps no thread of it. The writer also opens the
 registry and describes the executor (once each), so that the first job an executor submits waits
 for neither, nor for this module's imports of SQLite and JSON. Its first write to a registry
-also prunes old final jobs. A ``kill -9`` may therefore lose the last 50 ms or so of changes:
-jobs submitted just before it are then missing, and later status changes are cheap to lose
-(re-attaching asks the executor for the real state). :func:`flush` waits until the changes
+also prunes old final jobs. A ``kill -9`` may therefore lose the last 50 ms or so of changes;
+those are cheap to lose (re-attaching asks the executor for the real state), and no job is lost
+with them: the executors commit (or hand to a process that outlives them) each job's first row
+before ``submit`` returns (:mod:`psij._registry.durable`, and :mod:`psij._registry.held` for the
+jobs psij holds back). :func:`flush` waits until the changes
 queued before it are written and says True only if they all are committed (see
 :class:`_Writer` for changes a write could not commit); ``psij submit`` calls it before it prints
 the job id. A writer thread that cannot start leaves the queue to :func:`flush` and the exit,

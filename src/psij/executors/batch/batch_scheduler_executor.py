@@ -56,6 +56,7 @@ from psij._clock import Clock, MonotonicClock
 from psij._data import data_dir
 from psij._reexports import lazy_names
 from psij._registry import held as _held_record
+from psij._registry.durable import commit_rows
 from psij._scripts.generator import TemplatedScriptGenerator
 from psij.exceptions import InvalidJobException, SubmitException, SubmitManyException
 from psij.executors._staging import REPORT_SUFFIX
@@ -328,8 +329,14 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
             raise
         if self._held is not None:
             self._held.submit(job, spec)  # submits now (as below) or holds the job
-            return
-        self._submit_checked(job, spec, inputs)
+        else:
+            self._submit_checked(job, spec, inputs)
+        self._commit_rows([job])
+
+    def _commit_rows(self, jobs: Sequence[Job]) -> None:
+        """The registry rows of those of ``jobs`` the scheduler took, committed before submit
+        returns (a job held back is recorded as held already)."""
+        commit_rows(self, [job for job in jobs if job._native_id is not None])
 
     def _submit_checked(self, job: Job, spec: JobSpec,
                         inputs: Optional[ScriptInputs] = None) -> None:
@@ -388,6 +395,7 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
         if checked:
             failures += self._held.submit_many(checked) if self._held is not None \
                 else self._submit_checked_many(checked, inputs)
+            self._commit_rows([job for job, _ in checked])
         if failures:
             raise SubmitManyException(failures, len(jobs))
 
