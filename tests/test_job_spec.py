@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from psij import Job, JobExecutor, JobSpec, JobState
+from psij import Job, JobAttributes, JobExecutor, JobSpec, JobState, ResourceSpecV1
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
 from psij.executors.local import LocalJobExecutorConfig
 
@@ -101,3 +101,21 @@ def test_values_taken_as_text() -> None:
 def test_arguments_that_are_not_a_list_of_words_are_refused(value: object) -> None:
     with pytest.raises(TypeError, match="JobSpec.arguments: expected a list"):
         JobSpec("/bin/echo", value)  # type: ignore[arg-type]
+
+
+def test_whole_numbers_are_names_and_0_and_1_are_flags_as_psij_python_renders_them() -> None:
+    spec = JobSpec("/bin/true", name=7, inherit_environment=0,  # type: ignore[arg-type]
+                   resources=ResourceSpecV1(exclusive_node_use=1),  # type: ignore[arg-type]
+                   attributes=JobAttributes(queue_name=5, account=12))  # type: ignore[arg-type]
+    assert (spec.name, spec.inherit_environment) == ("7", False)
+    assert spec.resources.exclusive_node_use is True  # type: ignore[attr-defined]
+    assert (spec.attributes.queue_name, spec.attributes.account) == ("5", "12")
+    spec.attributes.reservation_id = 3  # type: ignore[assignment]
+    spec.inherit_environment = 1  # type: ignore[assignment]
+    assert (spec.attributes.reservation_id, spec.inherit_environment) == ("3", True)
+    for bad in (2, -1, "no", None):
+        with pytest.raises(TypeError, match="JobSpec.inherit_environment"):
+            spec.inherit_environment = bad  # type: ignore[assignment]
+    for bad in (True, 1.5, b"q"):
+        with pytest.raises(TypeError, match="JobAttributes.queue_name"):
+            spec.attributes.queue_name = bad  # type: ignore[assignment]

@@ -381,7 +381,7 @@ def test_unknown_key_lists_the_accepted_ones():
     ('{"attributes": {"duration": "1e999999 s"}}', ValueError, "JobAttributes.duration"),
     ('{"attributes": {"duration": "ten minutes"}}', ValueError,
      r"JobAttributes.duration: walltime.*hh:mm:ss"),
-    ('{"attributes": {"queue_name": 1}}', TypeError, "JobAttributes.queue_name"),
+    ('{"attributes": {"queue_name": 1.5}}', TypeError, "JobAttributes.queue_name"),
     ('{"attributes": {"account": "a", "project_name": "b"}}', ValueError, "project_name"),
     ('{"attributes": {"custom_attributes": {"a.b": [1]}}}', TypeError, "custom_attributes"),
     ('{"stage_in": {"source": "a"}}', TypeError, "JobSpec.stage_in"),

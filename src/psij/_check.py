@@ -62,6 +62,17 @@ def opt_str(field: str, value: Any) -> Optional[str]:
     return no_nul(field, value)
 
 
+def opt_name(field: str, value: Any) -> Optional[str]:
+    """A name (a job name, a queue, an account, a reservation): text, or a whole number written
+    as text (``5`` is ``"5"``, as a scheduler reads it and as psij-python renders it), or
+    None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if value is not None and not isinstance(value, str):
+        raise fail_type(field, value, "str, int or None")
+    return opt_str(field, value)
+
+
 def req_str(field: str, value: Any) -> str:
     if not isinstance(value, str):
         raise fail_type(field, value, "str")
@@ -117,6 +128,17 @@ def opt_path(field: str, value: Any, empty: Optional[str] = None) -> Optional[Pa
 def opt_bool(field: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise fail_type(field, value, "bool")
+    return value
+
+
+def flag(field: str, value: Any) -> bool:
+    """A flag of the job model: a bool, or the ints 0 and 1 (as psij-python, which tests their
+    truth, reads them); anything else is refused rather than read by its truth (``"no"`` would
+    be true)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
+        return bool(value)
+    if not isinstance(value, bool):
+        raise fail_type(field, value, "bool (or 0 or 1)")
     return value
 
 

@@ -44,7 +44,7 @@ class JobAttributes:
         self._custom_attributes: Optional[Dict[str, object]] = None
         self.custom_attributes = custom_attributes
         if project_name is not None:
-            _check.opt_str("JobAttributes.project_name", project_name)
+            _check.opt_name("JobAttributes.project_name", project_name)
             if account is not None and account != project_name:
                 raise ValueError(
                     "JobAttributes: account and its deprecated alias project_name disagree "
@@ -55,7 +55,7 @@ class JobAttributes:
         if name == "duration":
             value = _duration(value)
         elif name in ("queue_name", "account", "reservation_id"):
-            value = _check.opt_str(f"JobAttributes.{name}", value)
+            value = _check.opt_name(f"JobAttributes.{name}", value)
         object.__setattr__(self, name, value)
 
     @property
@@ -65,7 +65,7 @@ class JobAttributes:
 
     @project_name.setter
     def project_name(self, value: Optional[str]) -> None:
-        self.account = _check.opt_str("JobAttributes.project_name", value)
+        self.account = _check.opt_name("JobAttributes.project_name", value)
 
     @property
     def custom_attributes(self) -> Optional[Dict[str, object]]:

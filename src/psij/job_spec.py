@@ -106,13 +106,14 @@ class JobSpec:
             value = _check.opt_text(label, value, raw=True)
             if value == "":
                 raise ValueError("JobSpec.executable: must not be empty")
-        elif field in ("name", "launcher"):
-            field = "_name" if field == "name" else field
+        elif field == "name":
+            field, value = "_name", _check.opt_name(label, value)
+        elif field == "launcher":
             value = _check.opt_str(label, value)
         elif field == "arguments":
             value = _check.opt_str_list(label, value, raw=True)
         elif field == "inherit_environment":
-            value = _check.opt_bool(label, value)
+            value = _check.flag(label, value)
         elif field == "environment":
             value = _check.env_dict(label, value)
         elif field == "resources":

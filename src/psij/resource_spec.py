@@ -65,7 +65,7 @@ class ResourceSpecV1(ResourceSpec):
         if name in _COUNTS:
             value = _check.opt_int(f"ResourceSpecV1.{name}", value, minimum=1)
         elif name == "exclusive_node_use":
-            value = _check.opt_bool("ResourceSpecV1.exclusive_node_use", value)
+            value = _check.flag("ResourceSpecV1.exclusive_node_use", value)
         elif name == "memory":
             value = _check.opt_int("ResourceSpecV1.memory", value, minimum=1)
         previous = self.__dict__.get(name)

@@ -55,10 +55,11 @@ CASES = [
     ("JobSpec", "arguments", [bytearray(b"x")], TypeError),
     ("JobSpec", "arguments", {"a"}, TypeError),
     ("JobSpec", "arguments", {"a": "b"}, TypeError),
-    ("JobSpec", "name", 3, TypeError),
+    ("JobSpec", "name", 3.5, TypeError),
+    ("JobSpec", "name", True, TypeError),
     ("JobSpec", "name", NUL, ValueError),
     ("JobSpec", "inherit_environment", "yes", TypeError),
-    ("JobSpec", "inherit_environment", 1, TypeError),
+    ("JobSpec", "inherit_environment", 2, TypeError),
     ("JobSpec", "inherit_environment", None, TypeError),
     ("JobSpec", "environment", [("A", "1")], TypeError),
     ("JobSpec", "environment", "A=1", TypeError),
@@ -107,7 +108,8 @@ CASES = [
     ("JobAttributes", "duration", timedelta(seconds=-1), ValueError),
     *[("JobAttributes", f, v, e) for f in ("queue_name", "account", "reservation_id",
                                            "project_name")
-      for v, e in [(1, TypeError), (["q"], TypeError), (NUL, ValueError)]],
+      for v, e in [(1.5, TypeError), (False, TypeError), (["q"], TypeError),
+                   (NUL, ValueError)]],
     ("JobAttributes", "custom_attributes", [("slurm.qos", "x")], TypeError),
     ("JobAttributes", "custom_attributes", {1: "x"}, TypeError),
     ("JobAttributes", "custom_attributes", {"slurm.qos": ["x"]}, TypeError),
@@ -117,7 +119,7 @@ CASES = [
     *[("ResourceSpecV1", f, v, e) for f in [*COUNT_FIELDS, "memory"] for v, e in [
         ("2", TypeError), (2.0, TypeError), (True, TypeError), (0, ValueError),
         (-3, ValueError)]],
-    ("ResourceSpecV1", "exclusive_node_use", 1, TypeError),
+    ("ResourceSpecV1", "exclusive_node_use", 2, TypeError),
     ("ResourceSpecV1", "exclusive_node_use", None, TypeError),
     ("ResourceSpecV1", "exclusive_node_use", "true", TypeError),
 
@@ -241,7 +243,7 @@ def test_config_work_directory_cannot_be_unset():
 def test_project_name_setter_names_itself():
     a = JobAttributes(account="acc")
     with pytest.raises(TypeError, match=r"JobAttributes\.project_name"):
-        a.project_name = 5  # type: ignore[assignment]
+        a.project_name = 5.5  # type: ignore[assignment]
     assert a.account == "acc"
 
 

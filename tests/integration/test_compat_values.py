@@ -82,9 +82,16 @@ DIFFERENCES: List[Tuple[str, str, str, str, str]] = [
      "only a timedelta and its Slurm script cannot render anything else"),
     ("duration-rounding", r"JobAttributes\.duration", r"timedelta\.max", "ctor|assign",
      "durations are rounded up to whole seconds (the reference drops the fraction)"),
+    ("liberal-names-and-flags", r"JobSpec\.(name|inherit_environment)|JobAttributes\.("
+     r"queue_name|account|reservation_id|project_name)|ResourceSpecV1\.exclusive_node_use",
+     r"int|int 0|int 1", "ctor",
+     "a whole number is a name (5 is \"5\") and 0 and 1 are flags, in the constructor too; "
+     "the reference's constructor refuses them (typeguard) and its assignment takes them and "
+     "renders them the same way"),
     ("only-bool", r"JobSpec\.inherit_environment|ResourceSpecV1\.exclusive_node_use",
      r"int 0|int 1|str|None", "assign",
-     "flags take a bool only; the reference tests the truth of anything, so \"no\" means yes"),
+     "flags take a bool, 0 or 1 only; the reference tests the truth of anything, so \"no\" "
+     "means yes"),
     ("only-text", r"JobSpec\.(name|launcher)|JobAttributes\.(queue_name|account|"
      r"reservation_id|project_name)", r"pathlib\.Path|os\.PathLike|bytes|int|float|bool|tuple",
      "assign", "names take text only; the reference renders str(value), which for bytes, "
