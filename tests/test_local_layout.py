@@ -51,7 +51,7 @@ def test_the_package_holds_the_local_executors_modules() -> None:
                   if path.name.startswith("_local_") or path.name in (
                       "local.py", "_keeper_client.py", "_gpus.py"))
     assert left == []
-    assert {path.stem for path in EXECUTORS.glob("*.py")} == {"__init__", "flux", *SHARED}
+    assert {path.stem for path in EXECUTORS.glob("*.py")} == {"__init__", "flux", "rp", *SHARED}
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

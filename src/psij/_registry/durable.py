@@ -46,10 +46,10 @@ def _row(executor: JobExecutor, job: Job, identity: Any) -> Row:
     attempt, rerun = recorder.run_of(job, status)
     values = (job._native_id, state.name, state.order, status.exit_code, status.message,
               wall_time(), state.final, attempt, rerun)
-    from psij._registry.store import COLUMNS
+    from psij._registry.store import STATUS_COLUMNS
 
     row = recorder._row(job, identity, values)
-    recorder.keep_spec_text(job, row[COLUMNS.index("spec")])
+    recorder.keep_spec_text(job, row[STATUS_COLUMNS.index("spec")])
     return row
 
 
@@ -60,9 +60,9 @@ def submit_row(executor: JobExecutor, job: Job
     if not recorder.enabled():
         return None
     try:
-        from psij._registry.store import COLUMNS
+        from psij._registry.store import STATUS_COLUMNS
 
-        return tuple(COLUMNS), tuple(_row(executor, job, recorder._identity(executor)))
+        return tuple(STATUS_COLUMNS), tuple(_row(executor, job, recorder._identity(executor)))
     except Exception as ex:
         recorder._warn_once(str(getattr(executor.config, "work_directory", "?")), ex)
         return None

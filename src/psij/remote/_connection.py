@@ -212,12 +212,16 @@ class Connection:
         fd = proc.stdout.fileno()
         buffer = b""
         deadline = _CLOCK.now() + HELLO_TIMEOUT
+        # poll, not select: select refuses descriptors past 1023, which a process with many
+        # files open gives out
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
         while b"\n" not in buffer:
             left = deadline - _CLOCK.now()
             if left <= 0:
                 raise RemoteConnectError(f"ssh to {self.target.where}: no answer from the remote "
                                          f"psij in {HELLO_TIMEOUT:.0f} s")
-            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+            ready = poller.poll(min(left, 1.0) * 1000)
             if not ready:
                 continue
             data = os.read(fd, 65536)
