@@ -31,6 +31,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 from packaging.version import InvalidVersion, Version
 
 from psij import _retry
+from psij._registry.durable import commit_rows
 from psij.exceptions import InvalidJobException, SubmitException, SubmitManyException
 from psij.job import Job
 from psij.job_executor import JobExecutor, job_list
@@ -112,13 +113,14 @@ class RemoteJobExecutor(JobExecutor):
         except BaseException:
             _connection.release(self._conn)
             raise
+        info: Dict[str, Any] = opened if isinstance(opened, dict) else {}  # a server's answer
         try:
-            version: Version = Version(str(opened.get("version")))
-        except (InvalidVersion, AttributeError):
+            version: Version = Version(str(info.get("version")))
+        except InvalidVersion:
             version = Version("0")
         self.__dict__["_psij_plugin"] = (name, version)
-        self._remote_python = _remote_path(opened.get("python"))
-        self._remote_staging = _remote_path(opened.get("staging"))
+        self._remote_python = _remote_path(info.get("python"))
+        self._remote_staging = _remote_path(info.get("staging"))
         self._conn.on_reconnect(self._refollow)
         self._followed: Set[str] = set()  # ids of the jobs followed (for the finalizer)
         self._follower = _weak_follower(self._on_event)
@@ -285,12 +287,17 @@ class RemoteJobExecutor(JobExecutor):
             for job in sent:
                 failures.append((job, self._lost(job, ex)))
             return failures
+        taken: List[Job] = []
         for job, answer in zip(sent, answers):
             problem = self._answer_problem(job, answer)
             if problem is not None:
                 failures.append((job, problem))
                 continue
             self._take_answer(job, answer)
+            taken.append(job)
+        # Recorded here before submit returns (the remote host's registry has them too): a
+        # client killed the next instant can still follow them again (psij.registry.reattach).
+        commit_rows(self, taken)
         return failures
 
     def _lost(self, job: Job, ex: RemoteError) -> SubmitException:
