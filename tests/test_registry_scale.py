@@ -355,3 +355,36 @@ def test_a_writer_thread_ended_by_an_exception_leaves_no_flush_waiting_and_a_new
     want = expected(jobs)
     got = recorded(wd)
     assert {jid: got.get(jid) for jid in list(want)[100:]} == dict(list(want.items())[100:])
+
+
+def test_a_process_keeps_a_few_registries_connected_and_uses_the_others_again_later(
+        tmp_path: Path) -> None:
+    from psij._registry import store as _store
+
+    count = _store.MAX_CONNECTED + 5
+    executors = [Reporting(config=JobExecutorConfig(work_directory=tmp_path / f"w{i}"))
+                 for i in range(count)]
+    jobs = [Job(JobSpec("/bin/true")) for _ in executors]
+    for i, (ex, job) in enumerate(zip(executors, jobs)):
+        run_jobs(ex, [job], i)
+        assert psij.registry.flush(WAIT)
+    stores = [_store.open_store(tmp_path / f"w{i}") for i in range(count)]
+    assert sum(s.connected for s in stores) <= _store.MAX_CONNECTED  # three descriptors each
+    assert not stores[0].connected  # the least used
+    for i, ex in enumerate(executors):  # each written again, the closed ones made again
+        later = Job(JobSpec("/bin/true"))
+        run_jobs(ex, [later], i)
+        jobs.append(later)
+    assert psij.registry.flush(WAIT)
+    for i in range(count):
+        rows = recorded(tmp_path / f"w{i}")
+        assert sorted(rows) == sorted([jobs[i].id, jobs[count + i].id])
+        assert {row[2] for row in rows.values()} == {1}  # both final
+    assert sum(s.connected for s in stores) <= _store.MAX_CONNECTED
+    # A registry removed while its connection was closed is not made again empty in secret.
+    first = stores[0]
+    assert first.disconnect()
+    (tmp_path / "w0" / "jobs.sqlite").unlink()
+    with pytest.raises(psij.registry.RegistryError):
+        first.select()
+    assert not (tmp_path / "w0" / "jobs.sqlite").exists()

@@ -25,11 +25,13 @@ This module does no recording policy (which jobs, when): see :mod:`psij._registr
 ``import psij`` does not load it (it imports :mod:`sqlite3`).
 """
 
+import itertools
 import os
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
+from urllib.parse import quote
 
 from psij._clock import Clock, MonotonicClock, wall_time
 from psij._lazylog import LazyLogger
@@ -167,14 +169,45 @@ def registry_path(work_directory: Path) -> Path:
 
 
 class Store:
-    """One open registry file. Thread-safe: one connection, used under a lock."""
+    """One open registry file. Thread-safe: one connection, used under a lock. A process keeps
+    at most :data:`MAX_CONNECTED` of its registries connected (three descriptors each); the
+    connection of the one used least recently is closed when another is opened, and made
+    again when it is next used."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
-        self._conn = conn
+        self._conn: Optional[sqlite3.Connection] = conn
         self._lock = threading.Lock()
         self.pruned = False
         self._said_locked = False  # that a write waits for another process's lock
+        self.used = next(_USES)  # when it was last used, for closing the least used
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    def disconnect(self) -> bool:
+        """Close the connection unless it is in use (it is made again when next used); whether
+        it is closed now."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            return True
+        finally:
+            self._lock.release()
+
+    def _connection(self) -> sqlite3.Connection:
+        """The open connection, made again if it was closed (never making a new file)."""
+        self.used = next(_USES)
+        if self._conn is None:
+            self._conn = _connect(f"file:{quote(str(self.path))}?mode=rw", uri=True)
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            with _STORES_LOCK:
+                _limit_connected(self)
+        return self._conn
 
     # -- retries and errors ---------------------------------------------------------------
 
@@ -189,11 +222,13 @@ class Store:
         deadline = started + wait
         with self._lock:
             while True:
+                conn = None
                 try:
-                    return fn(self._conn)
+                    conn = self._connection()
+                    return fn(conn)
                 except sqlite3.OperationalError as ex:
-                    if _rollback_needed(self._conn):
-                        self._conn.rollback()
+                    if conn is not None and _rollback_needed(conn):
+                        conn.rollback()
                     if not _is_busy(ex):
                         raise _damaged(self.path, what, ex) from ex
                     if _CLOCK.now() >= deadline:
@@ -206,8 +241,8 @@ class Store:
                         logger.warning("job registry %s is locked by another process; waiting "
                                        "to %s (up to %.0f s)", self.path, what, wait)
                 except sqlite3.DatabaseError as ex:
-                    if _rollback_needed(self._conn):
-                        self._conn.rollback()
+                    if conn is not None and _rollback_needed(conn):
+                        conn.rollback()
                     raise _damaged(self.path, what, ex) from ex
 
     # -- writing ----------------------------------------------------------------------------
@@ -330,7 +365,9 @@ class Store:
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
 
 def _is_busy(ex: sqlite3.OperationalError) -> bool:
@@ -351,6 +388,8 @@ def _damaged(path: Path, what: str, ex: Exception) -> RegistryError:
                          f"longer listed)")
 
 
+MAX_CONNECTED = 8  # registries a process keeps connected at once
+_USES = itertools.count()
 _STORES: Dict[Path, Store] = {}
 _STORES_LOCK = threading.Lock()
 
@@ -367,7 +406,16 @@ def open_store(work_directory: Path) -> Store:
         if store is None:
             store = _open(path)
             _STORES[path] = store
+            _limit_connected(store)
         return store
+
+
+def _limit_connected(store: Store) -> None:
+    """Disconnect the registries used least recently but ``store`` while more than
+    :data:`MAX_CONNECTED` are connected (one in use stays connected). Under _STORES_LOCK."""
+    connected = [s for s in _STORES.values() if s.connected and s is not store]
+    for old in sorted(connected, key=lambda s: s.used)[:len(connected) + 1 - MAX_CONNECTED]:
+        old.disconnect()
 
 
 def prune_once(store: Store) -> None:
@@ -417,6 +465,14 @@ def _add_columns(c: sqlite3.Connection, found: List[str]) -> List[str]:
     return [r[1] for r in c.execute("PRAGMA table_info(jobs)")]
 
 
+def _connect(database: str, uri: bool = False) -> sqlite3.Connection:
+    conn = sqlite3.connect(database, timeout=_BUSY_SLICE_SECONDS, isolation_level=None,
+                           check_same_thread=False, uri=uri)
+    # Each write takes the write lock with its first statement, so SQLite's busy wait applies.
+    conn.isolation_level = "IMMEDIATE"
+    return conn
+
+
 def _open(path: Path) -> Store:
     ensure_private_dir(path.parent, "work directory")
     try:
@@ -425,10 +481,7 @@ def _open(path: Path) -> Store:
         raise RegistryError(f"job registry {path}: cannot open: {ex.strerror or ex}") from ex
     os.close(fd)
     check_private_file(path, "job registry")
-    conn = sqlite3.connect(str(path), timeout=_BUSY_SLICE_SECONDS, isolation_level=None,
-                           check_same_thread=False)
-    # Each write takes the write lock with its first statement, so SQLite's busy wait applies.
-    conn.isolation_level = "IMMEDIATE"
+    conn = _connect(str(path))
     store = Store(path, conn)
 
     def setup(c: sqlite3.Connection) -> None:
