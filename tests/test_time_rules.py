@@ -21,6 +21,8 @@ TIME_ALLOWED: Dict[str, str] = {
     "_clock.py": "the one reader of the clocks and the one place that sleeps",
     "executors/local/_keeper.py": "the keeper program runs on its own and imports nothing of "
                                   "psij (its timestamps and kill timers are its process's own)",
+    "executors/local/_keeper_rows.py": "the keeper's writing of the registry, loaded by the "
+                                       "keeper from its file (it imports nothing of psij)",
     "executors/batch/batch_test_tool.py": "the fake scheduler's commands, a program run on its "
                                           "own that imports nothing of psij's package",
 }

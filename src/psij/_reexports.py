@@ -4,7 +4,8 @@ psij-python's modules import one another's classes at their top, so code written
 ``Job`` in ``psij.job_launcher``, ``ResourceSpecV1`` in ``psij.job_executor``, and so on. Our
 modules import most of those only for type checks (to keep ``import psij`` cheap and free of
 import cycles); :func:`lazy_names` gives such a module a ``__getattr__`` that imports the
-defining module when one of those names is first read and keeps the value as a module global.
+defining module when one of those names is read and gives its object (the import system keeps
+the module, so later reads cost a lookup; the name is not added to the offering module).
 """
 
 import importlib
@@ -24,13 +25,13 @@ def lazy_names(module_name: str, sources: Mapping[str, str],
     makers: Dict[str, Callable[[], object]] = dict(computed or {})
 
     def __getattr__(name: str) -> object:
-        if name in table:
-            value: object = getattr(importlib.import_module(table[name]), name)
-        elif name in makers:
-            value = makers[name]()
-        else:
+        if name in table:  # the defining module's object, not kept here: a module that
+            # re-exports only (psij.executors.batch.script_generator) keeps defining nothing
+            return getattr(importlib.import_module(table[name]), name)
+        if name not in makers:
             raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
-        setattr(sys.modules[module_name], name, value)
+        value = makers[name]()
+        setattr(sys.modules[module_name], name, value)  # made once
         return value
 
     return __getattr__
