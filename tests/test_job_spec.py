@@ -116,6 +116,10 @@ def test_whole_numbers_are_names_and_0_and_1_are_flags_as_psij_python_renders_th
     for bad in (2, -1, "no", None):
         with pytest.raises(TypeError, match="JobSpec.inherit_environment"):
             spec.inherit_environment = bad  # type: ignore[assignment]
-    for bad in (True, 1.5, b"q"):
+    for bad in (True, 1.5, b"q", float("nan"), float("inf")):
         with pytest.raises(TypeError, match="JobAttributes.queue_name"):
             spec.attributes.queue_name = bad  # type: ignore[assignment]
+    for huge in (10 ** 5000, -10 ** 100):  # past what str() converts, or absurd
+        with pytest.raises(ValueError, match="JobAttributes.queue_name: .*100 digits"):
+            spec.attributes.queue_name = huge  # type: ignore[assignment]
+    assert spec.attributes.queue_name == "5"  # a refused value changes nothing

@@ -67,6 +67,8 @@ def opt_name(field: str, value: Any) -> Optional[str]:
     as text (``5`` is ``"5"``, as a scheduler reads it and as psij-python renders it), or
     None."""
     if isinstance(value, int) and not isinstance(value, bool):
+        if not -10 ** 100 < value < 10 ** 100:
+            raise ValueError(f"{field}: a number as a name has at most 100 digits")
         return str(value)
     if value is not None and not isinstance(value, str):
         raise fail_type(field, value, "str, int or None")
