@@ -98,22 +98,28 @@ def _ended(record: Any, force: bool) -> bool:
 
 
 def _wait_submitted(jobs: List["Job"]) -> None:
-    """Wait until each job has a native id or is final (those held by this process are
-    submitted by it when their turn comes)."""
+    """Wait until each job has a native id or is final, and is no longer held by this process
+    (those held by it are submitted when their turn comes, or once their stage-in is done)."""
     from psij._clock import MonotonicClock
+    from psij.executors.local._stage_in import held_here
 
     clock = MonotonicClock()
     said = None
     while True:
-        waiting = [j for j in jobs if j.native_id is None and not j.status.final]
+        staging = [j for j in jobs if held_here(j) and not j.status.final]
+        waiting = staging + [j for j in jobs if j.native_id is None and not j.status.final
+                             and not held_here(j)]
         if not waiting:
             return
         now = clock.now()
         if said is None or now - said >= _EXPLAIN_EVERY:
             said = now
-            say(f"{len(waiting)} job(s) wait for fewer jobs of their shape to be queued "
-                "(max_queued_per_shape); they are submitted from here as their turn comes",
-                "release")
+            if len(staging) < len(waiting):
+                say(f"{len(waiting) - len(staging)} job(s) wait for fewer jobs of their shape "
+                    "to be queued (max_queued_per_shape); they are submitted from here as "
+                    "their turn comes", "release")
+            if staging:
+                say(f"{len(staging)} job(s) are staged in from here, then started", "release")
         waiting[0].wait(timedelta(seconds=_TICK))
 
 
@@ -132,6 +138,7 @@ def release(records: "Sequence[JobRecord]", force: bool = False
     from psij._registry.store import open_store
     from psij.executors.batch._held_jobs import HELD_MESSAGE
     from psij.executors.local._pool_driver import WAITING_MESSAGE
+    from psij.executors.local._stage_in import held_here
     from psij.job import Job
     from psij.job_executor import JobExecutor
 
@@ -160,7 +167,7 @@ def release(records: "Sequence[JobRecord]", force: bool = False
             except BaseException:
                 store.set_held([(HELD, record.holder, None, None, record.id)])  # as it was
                 raise
-            if job.status.message not in held_again:  # submitted (or started) now
+            if job.status.message not in held_again and not held_here(job):  # submitted now
                 mark(executor, [job], None)
             done.append((record, job))
         except Exception as ex:

@@ -45,6 +45,9 @@ How a job runs:
   process in ``<work_directory>/local/`` (see ``_journal``).
 - Staging (``stage_in``/``stage_out``/``cleanup``) is done by the executor with local file
   operations; the STAGE_IN, STAGE_OUT and CLEANUP states are entered only when there is staging.
+  A job is held by psij in the submitting process (in the registry) until its stage-in is
+  done and a keeper has its start, so ``psij release`` runs it if that process is killed first
+  (see ``_stage_in``).
 
 Everything a job gets is checked before anything runs: a missing directory, an unreadable
 stdin, an unwritable output directory or a string no process can receive (a lone surrogate)

@@ -10,7 +10,7 @@ import subprocess
 import threading
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from psij import _check, _site_config
 from psij._end_signal import ATTRIBUTE as END_SIGNAL
@@ -63,9 +63,15 @@ from psij.executors.local._pool_driver import (
 from psij.executors.local._prepared import NotRunnable, Prepared, spawn_failure
 from psij.executors.local._prepared import Run as _Run
 from psij.executors.local._reruns import TIME_LIMIT, cancel_between_runs, may_run_again, run_again
+from psij.executors.local._stage_in import (
+    held_here,
+    hold,
+    let_go_cancelled,
+    stage_in_and_start,
+)
 from psij.executors.local._start import NATIVE_IDS
 from psij.executors.local._time_limit import TimeLimit, time_limit_message
-from psij.executors.local._transfer import local_path, stage_out_and_cleanup, transfer
+from psij.executors.local._transfer import stage_out_and_cleanup
 from psij.executors.local._worker import WORKER as _WORKER
 from psij.job import Job
 from psij.job_executor import JobExecutor, job_list
@@ -149,7 +155,7 @@ class LocalJobExecutor(JobExecutor):
         capacity = pool_capacity(setting)
         self._pool = None if capacity is None else PoolDriver(
             capacity, self._launch, self._pool_report, pool_gpu_set(setting),
-            lambda jobs, held, final: mark_held(self, jobs, held, final))
+            self._pool_mark)
         self._work = Path(self.config.work_directory)
         self._dir = self._work / "local"
         # The registry file, as psij._registry.store.registry_path names it (that module is
@@ -209,7 +215,9 @@ class LocalJobExecutor(JobExecutor):
             self._finish(run, JobStatus(JobState.CANCELED))
         elif _needs_staging(run.job.spec):
             self._set_job_status(run.job, JobStatus(JobState.QUEUED))
-            _WORKER.put(lambda: self._stage_in_and_start(run, prepared))
+            hold(self, run.job)  # until its start is with a keeper (or it ended)
+            _WORKER.put(lambda: stage_in_and_start(self, run, prepared, self._start,
+                                                   self._finish))
         else:
             try:
                 self._start(run, prepared)
@@ -218,6 +226,13 @@ class LocalJobExecutor(JobExecutor):
 
     def _run_again(self, job: Job, rerun: Rerun) -> None:
         run_again(self, job)
+
+    def _pool_mark(self, jobs: Sequence[Job], held: Optional[str],
+                   final: Optional[Tuple[str, int, str]]) -> None:
+        # A job the pool started that is held for its stage-in keeps that marker.
+        if held is None and final is None:
+            jobs = [job for job in jobs if not held_here(job)]
+        mark_held(self, jobs, held, final)
 
     def _pool_report(self, todo: Tuple[_Run, Prepared], status: JobStatus) -> None:
         if status.state.final:
@@ -509,8 +524,10 @@ class LocalJobExecutor(JobExecutor):
         run.canceled = True
         if job.spec is None or not _stages_on_cancel(job.spec):
             self._set_job_status(job, JobStatus(JobState.CANCELED))
-        if run.pid is None:
-            return  # not started yet: the worker sees the flag and never starts it
+        if run.pid is None:  # not started yet: the worker sees the flag and never starts it
+            if not run.starting:
+                let_go_cancelled(self, job, JobStatus(JobState.CANCELED))
+            return
         if not run.attached:
             self._watch.terminate(run.pid, grace, canceled=True, keepers=self._kill_keeper)
             return
@@ -595,35 +612,6 @@ class LocalJobExecutor(JobExecutor):
             return
         self._finish(run, final_from_entry(run.canceled, entry))
 
-    # -- staging --------------------------------------------------------------------------------
-
-    def _stage_in_and_start(self, run: _Run, prepared: Prepared) -> None:
-        job = run.job
-        spec = job.spec
-        assert spec is not None
-        if run.canceled:
-            self._finish(run, JobStatus(JobState.CANCELED))
-            return
-        try:
-            if spec.stage_in:
-                self._set_job_status(job, JobStatus(JobState.STAGE_IN))
-                for item in spec.stage_in:
-                    transfer(local_path(item.source, "StageIn.source"),
-                              run.job_dir / item.target, item.mode)
-            prepared.check_streams(spec)
-            if run.canceled:
-                self._finish(run, JobStatus(JobState.CANCELED))
-                return
-            self._start(run, prepared)
-        except NotRunnable as ex:
-            self._finish(run, ex.status)
-        except (OSError, SubmitException, InvalidJobException, ValueError) as ex:
-            state = JobState.CANCELED if run.canceled else JobState.FAILED
-            self._finish(run, JobStatus(state, message=f"stage-in failed: {ex}"))
-        except Exception as ex:
-            # Whatever else: this job fails, the worker and the other jobs go on.
-            logger.exception("local job %s could not be started", job.id)
-            self._finish(run, JobStatus(JobState.FAILED, message=f"could not start: {ex!r}"))
 
 
 _ATTACH_RETRIES = 14  # about 2 s in all
