@@ -14,7 +14,9 @@ waits behind another's ``wait()``. Prints one JSON line, whose keys ``batch_ends
   that ended COMPLETED with a stamp); ``problems``: the others, named with their state;
 - ``begin``/``end``: the epoch times bounding the run (before the executor is made, after the
   last ``wait()`` returned), over which the scheduler commands are counted;
-- ``submit_s``: seconds spent in ``submit``/``submit_many``; ``native_ids``.
+- ``submit_s``: seconds spent in ``submit``/``submit_many``; ``ends_spread_s``: seconds from
+  the first job's end stamp to the last one's (jobs that all end at once all wait for the same
+  poll); ``native_ids``.
 
 Usage: ``python bench/_ends_worker.py --executor slurm --mode single --jobs 50 --work DIR``.
 """
@@ -118,6 +120,7 @@ def run(executor_name: str, mode: str, n_jobs: int, work: Path, interval: Option
         thread.join(max(0.0, deadline - time.monotonic()) + 5.0)
     end = time.time()
     samples: List[float] = []
+    ends: List[float] = []
     problems: List[str] = []
     for i, job in enumerate(jobs):
         when, state = returned.get(i, (end, "wait() did not return"))
@@ -131,10 +134,12 @@ def run(executor_name: str, mode: str, n_jobs: int, work: Path, interval: Option
                 except Exception:  # already gone, or never submitted
                     pass
             continue
-        samples.append(when - float(stamp.read_text()))
+        ends.append(float(stamp.read_text()))
+        samples.append(when - ends[-1])
     return {"implementation": f"psij {psij.__version__}", "executor": executor_name,
             "mode": mode, "jobs": n_jobs, "interval_s": float(config.queue_polling_interval),
             "begin": begin, "end": end, "submit_s": submit_s, "samples_s": samples,
+            "ends_spread_s": max(ends) - min(ends) if ends else None,
             "problems": problems, "native_ids": [str(job.native_id) for job in jobs]}
 
 

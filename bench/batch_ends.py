@@ -176,7 +176,8 @@ def describe(run: Run) -> str:
     text = f"{len(samples)} of {r['jobs']} jobs measured"
     if samples:
         text += (f"; end -> wait() returned: median {statistics.median(samples):.2f} s, "
-                 f"p90 {percentile(samples, 0.9):.2f} s, worst {max(samples):.2f} s")
+                 f"p90 {percentile(samples, 0.9):.2f} s, worst {max(samples):.2f} s; "
+                 f"the jobs ended within {r['ends_spread_s']:.2f} s of one another")
     text += (f"; polling every {r['interval_s']:g} s; submitting took {r['submit_s']:.2f} s; "
              + _commands_text(run.commands, COUNTED[run.executor], run.minutes))
     if run.job_commands:

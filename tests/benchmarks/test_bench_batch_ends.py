@@ -34,7 +34,8 @@ def test_tiny_run_measures_every_job_both_ways(tmp_path: Path) -> None:
     for way in ("one by one", "submit_many"):
         line = re.search(rf"ours {way} \(psij [^)]+\): 2 of 2 jobs measured; end -> wait\(\) "
                          rf"returned: median ({NUMBER}) s, p90 ({NUMBER}) s, worst ({NUMBER}) s"
-                         rf"; polling every 0.5 s", done.stdout)
+                         rf"; the jobs ended within {NUMBER} s of one another; polling every "
+                         rf"0.5 s", done.stdout)
         assert line is not None, done.stdout
         median, p90, worst = (float(g) for g in line.groups())
         assert median <= p90 <= worst
@@ -54,6 +55,15 @@ def test_a_job_not_measured_fails_the_run(tmp_path: Path) -> None:
     assert "0 of 2 jobs measured" in done.stdout
     assert "ERROR: 2 job(s) not measured: job 0 " in done.stdout
     assert "timed out" in done.stdout
+
+
+def test_reference_that_cannot_run_fails_the_run_after_ours(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--executor", "batch-test", "--jobs", "1",
+                           "--modes", "array", "--reference-python", str(tmp_path / "none")],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"ERROR: --reference-python {tmp_path / 'none'}: not executable" in done.stdout
+    assert "ours submit_many (psij " in done.stdout and "1 of 1 jobs measured" in done.stdout
 
 
 @pytest.mark.parametrize("option,value", [("--jobs", "0"), ("--job-seconds", "nan"),
