@@ -5,6 +5,7 @@ end waits for the scheduler's word, which keeps the causes only it knows), and t
 poller that looks (ends seen with a 300 s poll; files that never appear turn the looks off)."""
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
@@ -14,6 +15,7 @@ import pytest
 from psij import Job, JobSpec, JobState
 from psij._clock import MonotonicClock
 from psij.executors.batch import _poller
+from psij.executors.batch._dir_events import DirEvents
 from psij.executors.batch._job_files import JobFiles, parse_end, parse_start
 from psij.executors.batch._poller import StatusPoller, TrackInputs
 from psij.executors.batch._tracking import (
@@ -309,3 +311,85 @@ def _seconds(n: float) -> Any:
     from datetime import timedelta
 
     return timedelta(seconds=n)
+
+
+# -- word from the kernel ----------------------------------------------------------------------
+
+
+def _events_threads() -> List[str]:
+    return [t.name for t in threading.enumerate() if t.name == "events-test-files"]
+
+
+def test_a_file_renamed_into_the_directory_wakes_the_poller_at_once(tmp_path: Path) -> None:
+    woken = threading.Event()
+    events = DirEvents(tmp_path, woken.set, "events-test")
+    if not events.start():
+        pytest.skip("no inotify on this system (the periodic look is all there is)")
+    try:
+        assert events.start()  # already running: the same thread
+        assert len(_events_threads()) == 1
+        time.sleep(0.05)
+        assert not woken.is_set()  # nothing happened, nothing said
+        _write(tmp_path, "1.ec", "0 1 -\n")
+        assert woken.wait(10)
+    finally:
+        events.stop(wait=True)
+    assert _events_threads() == []  # ended at once, without a timeout to run out
+
+
+def test_a_wake_that_raises_is_logged_and_the_events_go_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    calls: List[int] = []
+    woken = threading.Event()
+
+    def wake() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        woken.set()
+
+    events = DirEvents(tmp_path, wake, "events-test")
+    if not events.start():
+        pytest.skip("no inotify on this system")
+    try:
+        _write(tmp_path, "a", "x")
+        deadline = time.monotonic() + 10
+        while not calls:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        _write(tmp_path, "b", "x")
+        assert woken.wait(10)
+        assert "could not pass on a file event" in caplog.text
+    finally:
+        events.stop(wait=True)
+
+
+def test_without_inotify_there_are_no_events_and_no_thread(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    monkeypatch.setattr("sys.platform", "darwin")
+    events = DirEvents(tmp_path, lambda: None, "events-test")
+    assert events.start() is False and _events_threads() == []
+    events.stop(wait=True)  # harmless
+    monkeypatch.setattr("sys.platform", "linux")
+    assert DirEvents(tmp_path / "absent", lambda: None, "events-test").start() is False
+
+
+def test_the_poller_ends_its_events_thread_with_itself(tmp_path: Path) -> None:
+    hooks = _Hooks(tmp_path)
+    poller = StatusPoller(hooks.inputs(), S, MonotonicClock())
+    job = Job(JobSpec("/bin/true"))
+    job._native_id = "1"
+    poller.add(job, "1", attach=False)
+    names = [t.name for t in threading.enumerate()]
+    poller.stop(wait=True)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("psij-files-test")] == []
+    assert any(n == "psij-files-test-status-files" for n in names) or not _has_inotify(tmp_path)
+
+
+def _has_inotify(directory: Path) -> bool:
+    events = DirEvents(directory, lambda: None, "probe")
+    try:
+        return events.start()
+    finally:
+        events.stop(wait=True)

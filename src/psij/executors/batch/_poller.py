@@ -37,6 +37,7 @@ from psij._clock import Clock
 from psij._record import Record
 from psij.exceptions import SubmitException
 from psij.executors._staging import REPORT_SUFFIX, read_report, staged_status
+from psij.executors.batch._dir_events import DirEvents
 from psij.executors.batch._job_files import END_SUFFIX, START_SUFFIX, JobFiles
 from psij.executors.batch._tracking import (
     Action,
@@ -63,7 +64,8 @@ from psij.job import Job
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
-__all__ = ["IDLE_LINGER", "LOOK_SECONDS", "UNSEEN_LIMIT", "StatusPoller", "TrackInputs", "weakly"]
+__all__ = ["EVENT_GAP", "IDLE_LINGER", "LOOK_SECONDS", "UNSEEN_LIMIT", "StatusPoller",
+           "TrackInputs", "weakly"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +73,8 @@ logger = logging.getLogger(__name__)
 IDLE_LINGER = 30.0
 # Seconds between two looks at the jobs' start and end files (one stat call each).
 LOOK_SECONDS = 0.25
+# The least seconds between two looks asked for by file events.
+EVENT_GAP = 0.02
 # Jobs the scheduler ended COMPLETED in a row without a file of theirs in sight, after which
 # the files are taken for not visible here (not a shared file system) and no longer looked at.
 UNSEEN_LIMIT = 3
@@ -140,7 +144,10 @@ class StatusPoller:
         self._stopped = False
         self._failing = False  # the last status poll failed (said once, not at every retry)
         self._files = None if hooks.job_files is None else JobFiles(hooks.job_files)
+        self._events = None if hooks.job_files is None \
+            else DirEvents(hooks.job_files, self._file_event, self._label)
         self._next_look = 0.0
+        self._last_look = 0.0
         self._unseen = 0  # jobs in a row that ended with no file of theirs in sight
 
     # called from user threads
@@ -219,11 +226,29 @@ class StatusPoller:
             self._cond.notify_all()
         if wait and thread is not None and thread is not threading.current_thread():
             thread.join()
+        if self._events is not None:
+            self._events.stop(wait)
 
     def _ensure_thread(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=self._label, daemon=True)
             self._thread.start()
+            if self._events is not None and self._files is not None:
+                self._events.start()
+
+    def _file_event(self) -> None:
+        """A file appeared in the jobs' directory (on the events' thread): look soon."""
+        with self._cond:
+            at = self._last_look + EVENT_GAP
+            if at < self._next_look:
+                self._next_look = at
+                self._cond.notify_all()
+
+    def _ended(self) -> None:
+        """The thread ends (with the lock held)."""
+        self._thread = None
+        if self._events is not None:
+            self._events.stop()
 
     # the poller's thread
 
@@ -237,7 +262,7 @@ class StatusPoller:
         except Exception:
             logger.exception("%s: internal error; status polling stopped", self._label)
             with self._cond:
-                self._thread = None
+                self._ended()
 
     def _next_actions(self) -> Optional[List[Any]]:
         """Wait until something is due; None when the thread should end."""
@@ -245,7 +270,7 @@ class StatusPoller:
             idle_since: Optional[float] = None
             while True:
                 if self._stopped:
-                    self._thread = None
+                    self._ended()
                     return None
                 actions = self._tracker.feed(Tick())
                 if actions:
@@ -255,7 +280,7 @@ class StatusPoller:
                     if idle_since is None:
                         idle_since = now
                     elif now - idle_since >= IDLE_LINGER:
-                        self._thread = None
+                        self._ended()
                         return None
                     self._clock.wait(self._cond, IDLE_LINGER)
                     continue
@@ -263,6 +288,7 @@ class StatusPoller:
                 deadline = self._tracker.next_deadline()
                 if self._files is not None:
                     if now >= self._next_look:
+                        self._last_look = now
                         self._next_look = now + LOOK_SECONDS
                         return [_LOOK]
                     deadline = self._next_look if deadline is None \
@@ -340,6 +366,8 @@ class StatusPoller:
         self._unseen += 1
         if self._unseen >= UNSEEN_LIMIT:
             self._files = None
+            if self._events is not None:
+                self._events.stop()
             logger.warning("%s: the jobs' start and end files are not visible in %s from this "
                            "host (%d jobs ended without them): their starts and ends are "
                            "seen at the status polls only, as without a shared file system",
