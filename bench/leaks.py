@@ -78,7 +78,7 @@ def _line(report: Dict[str, Any]) -> str:
     leaked = sum(len(v) for v in report["leaked"].values())
     kept = sum(len(v) for v in report["shared"].values())
     met = "met" if not leaked and report["seconds"] <= GOAL_S else "MISSED"
-    return (f"{report['kind']:<10} {report['count']:>4} executors in {report['run_seconds']:6.2f} s"
+    return (f"{report['kind']:<13} {report['count']:>4} executors in {report['run_seconds']:6.2f} s"
             f"  {figures}  kept on purpose {kept}, left {leaked}; back in "
             f"{report['seconds']:.2f} s (one look {report['look_seconds']:.2f} s; goal "
             f"{GOAL_S:g} s: {met})")
