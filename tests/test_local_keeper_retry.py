@@ -116,6 +116,25 @@ def test_a_start_refused_for_now_is_tried_again_and_runs_once(
     assert sorted(lines(tmp_path / "refused")) == ["first"] * 3 + ["third"] * 2
 
 
+def test_the_wait_before_each_try_doubles_from_10_ms_up_to_1_s_until_the_bound() -> None:
+    import types
+
+    state = types.SimpleNamespace(refused_since=0.0, retry_at=0.0, retry_wait=0.0)
+    waits, since = [], []
+    for _ in range(10):
+        before = time.monotonic()
+        assert _keeper.Keeper.refused_for_now(state, errno.EAGAIN)
+        waits.append(state.retry_wait)
+        since.append(state.refused_since)
+        assert state.retry_at > before
+    assert since == [since[0]] * 10  # counted from the first refusal
+    # The wait of each try is the one before it: 10 ms, 20 ms, ... then 1 s.
+    assert waits == [0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0, 1.0, 1.0, 1.0]
+    assert not _keeper.Keeper.refused_for_now(state, errno.EPERM)  # not a refusal for now
+    state.refused_since -= _keeper._RETRY_SECONDS  # refused so for the whole bound
+    assert not _keeper.Keeper.refused_for_now(state, errno.ENOMEM)
+
+
 def test_a_start_refused_otherwise_fails_at_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ex = executor(tmp_path, monkeypatch)
