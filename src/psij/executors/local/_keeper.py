@@ -34,7 +34,7 @@ descriptors with the length):
 
 - ``("spawn", program, argv, directory, env, job_id, journal, registry, in_registry)`` →
   ``("ok", pid)`` or ``("err", errno, text)`` (``in_registry``: a bool, whether the job's
-  records go to the registry rather than the journal);
+  records go to the registry rather than the journal; answered at once, never tried again);
 - ``("env", number, env)``, no answer: the base environment ``number`` (the requester sends
   a new one when its own environment changed; the keeper keeps the latest few);
 - ``("spawns", [(program, argv, directory, base, own, streams, job_id, journal, registry,
