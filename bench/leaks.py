@@ -5,8 +5,11 @@ before the first executor, and the seconds from the last drop until only what ps
 per process on purpose is left (goal: under 1 s).
 
 Kinds: the in-process ``pilot``, ``local``, the ``batch-test`` fake scheduler, ``flow`` (a
-``psij flow serve`` started for the run) and ``remote`` (``local`` behind an ``ssh://`` URL
-whose ssh is a stand-in that runs ``psij remote serve`` on this machine). The child is
+``psij flow serve`` started for the run), ``remote`` (``local`` behind an ``ssh://`` URL
+whose ssh is a stand-in that runs ``psij remote serve`` on this machine), ``served-pilot``
+(``pilot`` with the URL of a ``psij pilot serve`` started for the run), and
+``futures-local`` and ``futures-pilot`` (a ``psij.futures.FunctionExecutor`` over ``local``
+or an in-process ``pilot``, given one call of a function instead of a job). The child is
 ``tests/support/leak_probe.py``; what it counts as kept on purpose (the registry writer and
 its files; the local jobs' keeper, process watch and worker threads) is listed there and in
 the architecture guide.
@@ -17,6 +20,7 @@ default); a missed 1 s goal alone never fails the run.
 """
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -30,9 +34,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the probe and the flow service's helper
 
 from support.flow_helpers import Service  # noqa: E402
-from support.leak_probe import remote_url, run_probe  # noqa: E402
+from support.leak_probe import remote_url, run_probe, served_pilot  # noqa: E402
 
-KINDS = ("pilot", "local", "batch-test", "flow", "remote")
+KINDS = ("pilot", "local", "batch-test", "flow", "remote", "served-pilot", "futures-local",
+         "futures-pilot")
 GOAL_S = 1.0
 
 
@@ -46,21 +51,24 @@ def _flow_service(folder: Path) -> Service:
 def measure(kind: str, count: int, folder: Path, wait: float) -> Dict[str, Any]:
     service = None
     url, env = None, None
-    try:
-        if kind == "flow":
-            (folder / "flow").mkdir(parents=True)
-            service = _flow_service(folder / "flow")
-            url = f"unix://{service.socket}"
-        elif kind == "remote":
-            url, env = remote_url(folder / "ssh")
-        began = time.monotonic()
-        report = run_probe(kind, count, folder / "probe", url=url, env=env, wait=wait)
-        report["wall_seconds"] = round(time.monotonic() - began, 3)
-        return report
-    finally:
-        if service is not None:
-            service.destroy_all()
-            service.stop()
+    with contextlib.ExitStack() as stack:
+        try:
+            if kind == "flow":
+                (folder / "flow").mkdir(parents=True)
+                service = _flow_service(folder / "flow")
+                url = f"unix://{service.socket}"
+            elif kind == "remote":
+                url, env = remote_url(folder / "ssh")
+            elif kind == "served-pilot":
+                url = stack.enter_context(served_pilot(folder / "served"))
+            began = time.monotonic()
+            report = run_probe(kind, count, folder / "probe", url=url, env=env, wait=wait)
+            report["wall_seconds"] = round(time.monotonic() - began, 3)
+            return report
+        finally:
+            if service is not None:
+                service.destroy_all()
+                service.stop()
 
 
 def _line(report: Dict[str, Any]) -> str:
@@ -70,7 +78,7 @@ def _line(report: Dict[str, Any]) -> str:
     leaked = sum(len(v) for v in report["leaked"].values())
     kept = sum(len(v) for v in report["shared"].values())
     met = "met" if not leaked and report["seconds"] <= GOAL_S else "MISSED"
-    return (f"{report['kind']:<10} {report['count']:>4} executors in {report['run_seconds']:6.2f} s"
+    return (f"{report['kind']:<13} {report['count']:>4} executors in {report['run_seconds']:6.2f} s"
             f"  {figures}  kept on purpose {kept}, left {leaked}; back in "
             f"{report['seconds']:.2f} s (one look {report['look_seconds']:.2f} s; goal "
             f"{GOAL_S:g} s: {met})")

@@ -334,3 +334,22 @@ def test_import_loads_no_executor_and_cloudpickle_waits_for_a_call(work: Path) -
                           timeout=WAIT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_an_executor_dropped_without_shutdown_is_collected_and_leaves_no_thread(
+        work: Path) -> None:
+    import gc
+    import weakref
+
+    before = set(threading.enumerate())
+    executor = FunctionExecutor("local", config=LocalJobExecutorConfig(work_directory=work))
+    assert executor.submit(ff.add, 2, 3).result(WAIT) == 5
+    gone = weakref.ref(executor)
+    del executor
+    deadline = time.monotonic() + WAIT
+    while gone() is not None:  # its threads end once it has nothing queued or running
+        assert time.monotonic() < deadline, "the executor is still referenced"
+        time.sleep(0.05)
+        gc.collect()
+    names = ("psij-function-packer", "psij-futures-results")
+    assert [t for t in set(threading.enumerate()) - before if t.name in names] == []

@@ -113,3 +113,17 @@ def test_while_the_executor_is_busy_calls_gather_until_cap_a_poke_or_the_linger_
     packer.poke()  # a job ended
     assert settle(lambda: groups == [[1], [2, 3, 4], [5]])
     packer.close()
+
+
+def test_the_thread_ends_when_nothing_is_queued_and_the_next_call_starts_another() -> None:
+    groups: List[List[int]] = []
+    packer: CallPacker[int] = CallPacker(groups.extend, lambda items, error: None, cap=3)
+    for item in (1, 2):
+        packer.add(item)
+        thread = packer._thread
+        assert thread is not None
+        thread.join(WAIT)  # ends on its own (after IDLE_SECONDS with nothing queued)
+        assert not thread.is_alive() and packer._thread is None
+        assert groups[-1] == [item]
+    assert groups == [[1], [2]]
+    packer.close()

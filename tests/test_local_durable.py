@@ -243,3 +243,30 @@ def test_jobs_no_keeper_takes_have_their_rows_committed_before_submit_returns(
     for job in (staged, *many):
         status = job.wait()
         assert status is not None and status.state is JobState.COMPLETED
+
+
+def test_a_job_that_could_not_start_is_failed_over_its_queued_row(tmp_path: Path) -> None:
+    import sqlite3
+
+    from psij._registry.store import open_store
+
+    rows = _rows_module()
+    open_store(tmp_path)
+    conn = sqlite3.connect(tmp_path / "jobs.sqlite", isolation_level=None)
+    words = "spawn: Resource temporarily unavailable"
+    batches = [[("J", 0, "", _a_row(j), "", j) for j in ("waited", "done")],
+               [("J", 0, "", rows.failed_row(_a_row("waited"), 99, words), "", "waited")]]
+    for batch in batches:
+        conn.execute("BEGIN IMMEDIATE")
+        assert rows.write(conn, batch, [], 99, 2.0) == []
+        conn.execute("COMMIT")
+    # A row final already (the submitter recorded the job's end) keeps its state.
+    conn.execute("UPDATE jobs SET state = 'COMPLETED', final = 1 WHERE id = 'done'")
+    conn.execute("BEGIN IMMEDIATE")
+    rows.write(conn, [("J", 0, "", rows.failed_row(_a_row("done"), 99, words), "", "done")],
+               [], 99, 3.0)
+    conn.execute("COMMIT")
+    got = conn.execute("SELECT id, state, rank, final, message FROM jobs ORDER BY id")
+    assert got.fetchall() == [
+        ("done", "COMPLETED", 1, 1, None),
+        ("waited", "FAILED", 99, 1, f"could not start the job: {words}")]

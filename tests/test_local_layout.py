@@ -22,8 +22,9 @@ EXECUTORS = Path(psij.executors.local.__file__).parents[1]
 FOLDER = EXECUTORS / "local"
 
 MODULES = {"__init__", "_checks", "_env", "_executor", "_handover", "_journal", "_keeper",
-           "_keeper_client", "_keeper_rows", "_pool_driver", "_pool_gpus", "_pool_machine",
-           "_prepared", "_reruns", "_start", "_time_limit", "_transfer", "_worker"}
+           "_keeper_client", "_keeper_kills", "_keeper_rows", "_pool_driver", "_pool_gpus",
+           "_pool_machine", "_prepared", "_reruns", "_stage_in", "_start", "_time_limit",
+           "_transfer", "_worker"}
 
 # Shared with the pilot and batch executors: they stay in psij.executors.
 SHARED = ["_process", "_process_watch", "_staging", "_gpu_detect", "_os_texts"]
@@ -109,7 +110,7 @@ def test_importing_the_package_loads_the_executors_modules_and_no_other_executor
     loaded = set(json.loads(done.stdout))
     # All but the keeper and what it writes, which run in its own process.
     assert {f"psij.executors.local.{name}"
-            for name in MODULES - {"__init__", "_keeper", "_keeper_rows"}} \
+            for name in MODULES - {"__init__", "_keeper", "_keeper_kills", "_keeper_rows"}} \
         <= loaded
     assert not [m for m in loaded if m.startswith(("psij.executors.batch",
                                                    "psij.executors.pilot"))]

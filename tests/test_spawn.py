@@ -329,7 +329,8 @@ def test_a_keeper_started_job_is_the_keepers_child_and_runs(tmp_path: Path) -> N
 
 def keeper_copy(tmp_path: Path, link: bool) -> Path:
     """The keeper's file in ``tmp_path/executors/local``, a link to it or a copy (with its
-    registry part, ``_keeper_rows.py``, which it loads from beside its real file); without
+    parts, ``_keeper_rows.py`` and ``_keeper_kills.py``, which it loads from beside its real
+    file); without
     ``_spawn.py`` in ``tmp_path``, where the keeper looks for it."""
     folder = tmp_path / "executors" / "local"
     folder.mkdir(parents=True)
@@ -338,7 +339,8 @@ def keeper_copy(tmp_path: Path, link: bool) -> Path:
         path.symlink_to(_keeper.__file__)
     else:
         shutil.copy(_keeper.__file__, path)
-        shutil.copy(Path(_keeper.__file__).with_name("_keeper_rows.py"), folder)
+        for part in ("_keeper_rows.py", "_keeper_kills.py"):
+            shutil.copy(Path(_keeper.__file__).with_name(part), folder)
     return path
 
 

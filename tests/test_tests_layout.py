@@ -59,6 +59,8 @@ COVERED_THROUGH: Dict[str, str] = {
     "psij.executors.local._checks": "texts no process can receive (test_local_faults.py)",
     "psij.executors.local._env": "local jobs' environments (test_local.py)",
     "psij.executors.local._prepared": "local jobs run for real (test_local.py)",
+    "psij.executors.local._keeper_kills": "the keeper's signals and KILLs "
+                                          "(test_local_keeper.py, test_local_keeper_faults.py)",
     "psij.executors.local._start": "jobs handed to keepers (test_local_keeper.py)",
     "psij.executors.local._transfer": "local staging (test_staging.py)",
     "psij.executors.pilot._engine_output": "the engine's events and journal "

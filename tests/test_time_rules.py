@@ -23,6 +23,8 @@ TIME_ALLOWED: Dict[str, str] = {
                                   "psij (its timestamps and kill timers are its process's own)",
     "executors/local/_keeper_rows.py": "the keeper's writing of the registry, loaded by the "
                                        "keeper from its file (it imports nothing of psij)",
+    "executors/local/_keeper_kills.py": "the keeper's KILL timers, loaded by the keeper from "
+                                        "its file (it imports nothing of psij)",
     "executors/batch/batch_test_tool.py": "the fake scheduler's commands, a program run on its "
                                           "own that imports nothing of psij's package",
 }

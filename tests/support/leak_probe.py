@@ -15,10 +15,14 @@ drop to the end figures), ``look_seconds`` (what reading the figures once took: 
 ``/proc`` is read for the children) and ``run_seconds`` (the time the executors took).
 
 KIND: ``pilot``, ``local``, ``batch-test`` (the fake scheduler), ``flow`` (URL: the socket
-of a running flow service) or ``remote`` (URL: an ``ssh://`` URL; ``local`` on its other
-side).
+of a running flow service), ``remote`` (URL: an ``ssh://`` URL; ``local`` on its other
+side), ``served-pilot`` (URL: the socket of a running ``psij pilot serve``),
+``futures-local`` or ``futures-pilot`` (a ``psij.futures.FunctionExecutor`` over ``local`` or
+an in-process ``pilot``, given one call of a function instead of a job and dropped without
+``shutdown()``).
 """
 
+import contextlib
 import gc
 import json
 import os
@@ -28,7 +32,7 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 WAIT = timedelta(seconds=120)
 
@@ -41,15 +45,17 @@ WAIT = timedelta(seconds=120)
 # directory and the local executor's node files; the fake scheduler's own spool (its state,
 # as a real scheduler's); the work directories themselves (``~/.psij/work`` and one folder
 # in it per executor kind); the remote side's lock of submissions (the stand-in ssh runs it
-# here, as this user: one file per user, kept).
+# here, as this user: one file per user, kept); the signing key of function calls, made once
+# per work directory (``functions/key``: results are checked with it, by ``reattach`` too).
 SHARED_THREADS = {"psij-registry-writer", "psij-local-starts", "psij-local-worker",
                   "psij-process-watch"}
+LOCAL_KINDS = ("local", "futures-local")  # the kinds whose jobs run on local
 REGISTRY = re.compile(r"/jobs\.sqlite(-wal|-shm|-journal)?$")
 LOCAL_DESCRIPTORS = re.compile(r"^(/dev/null|anon_inode:\[eventpoll\]|pipe:\[\d+\]|"
                                r"socket:\[\d+\])$")
 SHARED_PATHS = re.compile(r"/(jobs\.sqlite(-wal|-shm|-journal)?|launchers(/.*)?|"
                           r"batch-test-spool(/.*)?|local/nodefile-\d+|\.psij|\.psij/work|"
-                          r"work|work/[\w-]+|work/remote/submit\.lock)$")
+                          r"work|work/[\w-]+|work/remote/submit\.lock|work/functions/key)$")
 
 
 def threads() -> List[str]:
@@ -118,13 +124,13 @@ def beyond(start: Dict[str, Any], now: Dict[str, Any], kind: str) -> Tuple[Dict[
         if start["descriptors"].get(fd) == target:
             continue
         ok = bool(REGISTRY.search(target)) or (
-            kind == "local" and bool(LOCAL_DESCRIPTORS.match(target)))
+            kind in LOCAL_KINDS and bool(LOCAL_DESCRIPTORS.match(target)))
         # Pipes and sockets named without their inode: the same shared ones in every run.
         (shared if ok else leaked)["descriptors"].append(re.sub(r"\[\d+\]", "", target))
     for pid, command in sorted(now["children"].items()):
         if pid in start["children"]:
             continue
-        ok = kind == "local" and "/local/_keeper.py" in command \
+        ok = kind in LOCAL_KINDS and "/local/_keeper.py" in command \
             and not shared["children"] and not command.startswith("[Z]")
         (shared if ok else leaked)["children"].append("keeper" if ok else command)
     for path in sorted(set(now["paths"]) - set(start["paths"])):
@@ -140,6 +146,8 @@ def make(kind: str, url: Optional[str], work: Path) -> Any:
 
     if kind == "pilot":
         return JobExecutor.get_instance("pilot")
+    if kind == "served-pilot":
+        return JobExecutor.get_instance("pilot", url=url)
     if kind == "local":
         return JobExecutor.get_instance("local")
     if kind == "batch-test":
@@ -158,9 +166,16 @@ def make(kind: str, url: Optional[str], work: Path) -> Any:
 
 
 def use(kind: str, url: Optional[str], work: Path) -> None:
-    """One executor made, given one job, and dropped (by returning)."""
+    """One executor made, given one job (or call), and dropped (by returning)."""
     from psij import Job, JobSpec, JobState
 
+    if kind.startswith("futures-"):
+        from psij.futures import FunctionExecutor
+
+        functions = FunctionExecutor(kind[len("futures-"):])
+        if functions.submit(os.getpid).result(WAIT.total_seconds()) == os.getpid():
+            raise SystemExit(f"{kind}: the call ran in this process")
+        return
     executor = make(kind, url, work)
     job = Job(JobSpec("/bin/true"))
     executor.submit(job)
@@ -228,6 +243,42 @@ exec /bin/sh -c "$1"
 _PSIJ = """#!/bin/sh
 exec {python} -m psij "$@"
 """
+
+
+@contextlib.contextmanager
+def served_pilot(folder: Path) -> Iterator[str]:
+    """A ``psij pilot serve`` on 2 cores, its socket in a short-named folder (a socket's path
+    has at most about 100 bytes), its work directory in ``folder``: its URL, while in the
+    ``with``; stopped (SIGTERM) after."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from psij.executors.pilot.service import answering
+
+    folder.mkdir(parents=True, exist_ok=True)
+    short = Path(tempfile.mkdtemp(prefix="pj"))
+    socket = str(short / "pilot.sock")
+    with open(folder / "serve.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "psij", "pilot", "serve", "--socket",
+                                 socket, "--cores", "2", "--wd", str(folder / "wd")],
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not answering(socket, timeout=1):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"psij pilot serve did not start: "
+                                   f"{(folder / 'serve.log').read_text()[-2000:]}")
+            time.sleep(0.02)
+        yield f"unix://{socket}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def remote_url(folder: Path) -> Tuple[str, Dict[str, str]]:

@@ -307,12 +307,13 @@ class FunctionExecutor(concurrent.futures.Executor):
     def _watch_results(self) -> None:
         """The result watcher's thread: a call whose result is written is settled then, not
         when the executor learns that its job ended (a batch scheduler's next poll, the end
-        of the pack it is in). It ends once the executor is shut down and no job is left."""
+        of the pack it is in). It ends once no job is left (the next job starts another), so
+        that an executor dropped without ``shutdown()`` leaves no thread."""
         while True:
             _clock.wait(self._watch_stop, RESULT_WATCH)
             with self._lock:
                 live = list(self._live)
-                if (self._shut and not live) or self._watch_stop.is_set():
+                if not live or self._watch_stop.is_set():
                     self._watcher = None
                     return
             for calls in live:

@@ -1,7 +1,9 @@
 """Calls submitted close together, put into jobs together ("group commit").
 
-:meth:`CallPacker.add` queues a call and returns. One thread, started on the first call and
-ended by :meth:`close`, takes every queued call at once (in jobs of at most ``cap`` calls) and
+:meth:`CallPacker.add` queues a call and returns. One thread, started by a call when there is
+none and ended by :meth:`close` or after :data:`IDLE_SECONDS` with nothing queued (so that an
+executor dropped without ``shutdown()`` leaves no thread; the next call starts another), takes
+every queued call at once (in jobs of at most ``cap`` calls) and
 hands them to the executor: while it submits one job, the calls made meanwhile gather for the
 next, so a lone call is submitted at once and a burst of calls goes in few jobs. While
 ``may_submit()`` says the executor has enough jobs to run (its cores are busy), calls gather
@@ -17,10 +19,11 @@ from typing import Callable, Generic, List, Optional, TypeVar
 from psij._clock import Clock, MonotonicClock
 from psij._lazylog import LazyLogger
 
-__all__ = ["CallPacker"]
+__all__ = ["IDLE_SECONDS", "CallPacker"]
 
 _log = LazyLogger(__name__)
 T = TypeVar("T")
+IDLE_SECONDS = 0.5  # the thread ends after this long with nothing queued
 
 
 class CallPacker(Generic[T]):
@@ -102,10 +105,19 @@ class CallPacker(Generic[T]):
         while True:
             with self._lock:
                 wait = self._held_for()
+                idle_until: Optional[float] = None
                 while wait != 0.0:
+                    if wait is None:  # nothing queued: the thread ends after a while so
+                        now = self._clock.now()
+                        idle_until = now + IDLE_SECONDS if idle_until is None else idle_until
+                        if now >= idle_until:
+                            self._thread = None  # the next add starts another
+                            return
+                        wait = idle_until - now
                     self._clock.wait(self._wake, wait)
                     wait = self._held_for()
                 if not self._pending:
+                    self._thread = None
                     return
                 taken, self._pending = self._pending, []
             groups = [taken[i:i + self._cap] for i in range(0, len(taken), self._cap)]

@@ -63,8 +63,9 @@ was. Its other modules:
   computed for a job at submit time (its texts and program, its environment, its spawn
   inputs) and how its start and registry row are handed to a keeper before ``submit`` returns;
 - ``_keeper_client`` (this process's side), ``_keeper`` (the keeper process itself, run from
-  its file with the standard library only) and ``_keeper_rows`` (what it writes to the job
-  registry): the process that starts the jobs, is their parent and records how each ended;
+  its file with the standard library only), ``_keeper_rows`` (what it writes to the job
+  registry) and ``_keeper_kills`` (its signals and KILL timers): the process that starts the
+  jobs, is their parent and records how each ended;
 - ``_journal``: the records of the runs (job registry or journal files) that ``list()`` and
   ``attach()`` read;
 - ``_worker``: the threads that run what follows a job's start and exit;

@@ -34,7 +34,7 @@ descriptors with the length):
 
 - ``("spawn", program, argv, directory, env, job_id, journal, registry, in_registry)`` →
   ``("ok", pid)`` or ``("err", errno, text)`` (``in_registry``: a bool, whether the job's
-  records go to the registry rather than the journal);
+  records go to the registry rather than the journal; answered at once, never tried again);
 - ``("env", number, env)``, no answer: the base environment ``number`` (the requester sends
   a new one when its own environment changed; the keeper keeps the latest few);
 - ``("spawns", [(program, argv, directory, base, own, streams, job_id, journal, registry,
@@ -47,9 +47,15 @@ descriptors with the length):
   job's descriptors follow those of the jobs before it). Each start is answered, in order,
   on the ``EVENTS`` pipe, before any exit report of that job: ``s <pid> <start>`` or ``f
   <errno> <what> <words>`` where ``what`` is ``stdin``, ``stdout``, ``stderr`` (that stream
-  could not be opened), ``directory`` (it could not be entered) or ``spawn``;
+  could not be opened), ``directory`` (it could not be entered) or ``spawn``. A start the
+  system refuses for now (EAGAIN or ENOMEM: no process or memory to spare, ``ulimit -u``) is
+  tried again, after 10 ms, then twice as long each time up to 1 s, and sooner when a child
+  ends; the loop goes on meanwhile (reaping, answering, reading requests), and the jobs
+  taken after it wait for it, as their answers come in order. Once starts have been refused
+  so for 60 s in a row (none succeeding), the job fails (``f``, with its errno, saying so);
 - ``("flush",)`` → ``("ok", True)`` once the records gathered so far are committed (or kept
-  for a retry if the registry is locked);
+  for a retry if the registry is locked; jobs whose start waits for a retry are not waited
+  for);
 - ``("signal", pgid, signum)`` → ``("ok", sent)``: signals the group only while its leader is
   a child not yet reaped (so the id cannot have been reused);
 - ``("terminate", pgid, grace, canceled)`` → ``("ok", sent)``: TERM to the group of a child
@@ -67,13 +73,15 @@ The KILL that follows the TERM is the keeper's so that a job that ignores TERM i
 killed when the process that cancelled it exits at once (its own timers would die with it).
 
 The keeper is single-threaded: it may change its working directory before each spawn. It
-starts programs only through the package's process layer (``psij/_spawn.py``) and writes the
-registry through ``_keeper_rows``, both loaded from their files (``-I -S``: the package is not
-importable); when the layer cannot be loaded the keeper exits with code 3, saying why on its
-stderr, and the process that started it starts its jobs itself. It runs no user code and reads
+starts programs only through the package's process layer (``psij/_spawn.py``), writes the
+registry through ``_keeper_rows`` and signals through ``_keeper_kills``, all loaded from their
+files (``-I -S``: the package is not importable); when the layer cannot be loaded the keeper
+exits with code 3, saying why on its stderr, and the process that started it starts its jobs
+itself. It runs no user code and reads
 no file but ``/proc/<pid>/stat`` and the registry.
 """
 
+import errno
 import importlib.util
 import marshal
 import os
@@ -102,7 +110,13 @@ _HOLD_SECONDS = 0.001  # events wait this long for others, to go in one write (a
 _READ = os.O_RDONLY | os.O_CLOEXEC
 _WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 _IDLE_SECONDS = 0.005  # or this long without anything else to do
-_MAX_GRACE = 366 * 86400.0  # a longer grace waits this long (select's timeout has a limit)
+# A start the system refuses for now (no process or memory to spare) is tried again after
+# _RETRY_FIRST seconds, then twice as long each time up to _RETRY_MOST, until starts have been
+# refused so for _RETRY_SECONDS in a row: then the job fails.
+_FOR_NOW = (errno.EAGAIN, errno.ENOMEM)
+_RETRY_FIRST = 0.01
+_RETRY_MOST = 1.0
+_RETRY_SECONDS = 60.0
 # A record for the registry: (kind, pid, start, text or a job's row, journal to use if it
 # cannot be written, job id); see _keeper_rows.
 Run = Tuple[str, int, str, Any, str, str]
@@ -133,10 +147,11 @@ def load_layer(path: str = "") -> Any:
     return module
 
 
-_ROWS = load_layer(os.path.join(os.path.dirname(os.path.realpath(__file__)),
-                                "_keeper_rows.py"))
+_HERE = os.path.dirname(os.path.realpath(__file__))  # where the keeper's parts are
+_ROWS = load_layer(os.path.join(_HERE, "_keeper_rows.py"))
 _RUN_SQL = _ROWS.RUN_SQL
 _Records: Any = _ROWS.Records  # the keeper's writing of its records, a part of Keeper
+_Kills: Any = load_layer(os.path.join(_HERE, "_keeper_kills.py")).Kills  # signals, KILLs
 _BATCH_SECONDS = _ROWS.BATCH_SECONDS  # records wait at most this long for a commit
 
 
@@ -158,7 +173,7 @@ def exit_code(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-class Keeper(_Records):  # type: ignore[misc]
+class Keeper(_Records, _Kills):  # type: ignore[misc]
     def __init__(self, requests: socket.socket, events: int, final_rank: int) -> None:
         self.requests = requests
         self.events = events
@@ -183,6 +198,10 @@ class Keeper(_Records):  # type: ignore[misc]
         self.fds: List[int] = []
         # Jobs taken and not started yet: (item, its descriptors, base environment, why bad).
         self.todo: Deque[Tuple[Any, List[int], Optional[Dict[str, str]], str]] = deque()
+        self.refused_since = 0.0  # since when starts are refused for now (0: they are not)
+        self.retry_at = 0.0  # when the first job taken is tried again (0: now)
+        self.retry_wait = _RETRY_FIRST  # the wait before the next try after this one
+        self.row_kept = False  # the row of the first job taken is recorded while it waits
         self.cwd = os.getcwd()
         self.bases: Dict[int, Dict[str, str]] = {}  # base environments, by number
         self.devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
@@ -204,9 +223,11 @@ class Keeper(_Records):  # type: ignore[misc]
     def run(self) -> None:
         while not (self.parent_gone and not self.children and not self.kills
                    and not self.todo):
-            timeout = 0.0 if self.todo else None
+            timeout = None
+            if self.todo:  # at once, or when the first job taken is tried again
+                timeout = max(0.0, self.retry_at - time.monotonic())
             if self.runs or self.orphaned:
-                timeout = max(0.0, min(_IDLE_SECONDS if timeout is None else 0.0,
+                timeout = max(0.0, min(_IDLE_SECONDS if timeout is None else timeout,
                                        self.since + _BATCH_SECONDS - time.monotonic()))
             if self.kills:  # select's timeout has a limit (about 24 days): an hour at most
                 due = max(0.0, min(min(self.kills.values()) - time.monotonic(), 3600.0))
@@ -258,6 +279,8 @@ class Keeper(_Records):  # type: ignore[misc]
             found = self.children.pop(pid, None)
             if found is None:
                 continue
+            if self.retry_at:  # a process ended: a start refused for now may go through
+                self.retry_at = time.monotonic()
             start, job_id, journal, registry, in_registry = found
             code = exit_code(status)
             canceled = pid in self.canceled
@@ -379,27 +402,59 @@ class Keeper(_Records):  # type: ignore[misc]
         self.todo.append((item, passed, base, ""))
 
     def start_queued(self, most: int) -> None:
-        """Start the first ``most`` jobs taken (each answered in turn on the events pipe)."""
+        """Start the first ``most`` jobs taken (each answered in turn on the events pipe). A
+        job the system refused to start for now stays first, to be tried again at
+        :attr:`retry_at`, and those taken after it wait for it (they are answered in order)."""
         for _ in range(min(most, len(self.todo))):
-            item, passed, base, bad = self.todo.popleft()
+            if self.retry_at > time.monotonic():
+                return
+            item, passed, base, bad = self.todo[0]
             try:
                 if bad:
                     raise ValueError(bad)
-                self.start(item, passed, base)
+                if not self.start(item, passed, base):
+                    continue  # refused for now: kept first, with its descriptors
             except Exception as ex:  # this job only: the others are started
                 self.pending += _failure(0, "spawn", f"a bad spawn request: {ex!r}")
+            self.todo.popleft()
+            self.row_kept = False
+        if not self.todo:  # nothing waits: the next refusal starts a new count
+            self.refused_since = self.retry_at = 0.0
+
+    def refused_for_now(self, code: int) -> bool:
+        """Whether a start the system refused with errno ``code`` is tried again later (no
+        process or memory to spare, and not refused so for :data:`_RETRY_SECONDS` yet); if
+        so, sets when (:attr:`retry_at`)."""
+        if code not in _FOR_NOW:
+            return False
+        now = time.monotonic()
+        if not self.refused_since:
+            self.refused_since, self.retry_wait = now, _RETRY_FIRST
+        elif now - self.refused_since >= _RETRY_SECONDS:
+            return False
+        self.retry_at = now + self.retry_wait
+        self.retry_wait = min(2 * self.retry_wait, _RETRY_MOST)
+        return True
 
     def start(self, item: Tuple[Any, ...], passed: List[int],
-              base: Optional[Dict[str, str]]) -> None:
+              base: Optional[Dict[str, str]]) -> bool:
         """Start one job of a ``spawns`` request; its answer is queued on the events pipe, its
-        row (an 11th item, if any) for the registry with its start record."""
+        row (an 11th item, if any) for the registry with its start record. False when the
+        system refused it for now: nothing is answered, its descriptors are kept, and its
+        row is recorded as it is (QUEUED) at the first refusal."""
         job_id, journal, registry, in_registry = item[6:10]
         got = self.launch(item[:10], passed, base)
         try:
-            row = _ROWS.check_row(item[10]) if len(item) == 11 else None
+            row = _ROWS.check_row(item[10]) if len(item) == 11 and not (
+                got is None and self.row_kept) else None
         except ValueError as ex:
             self.note(f"keeper: job {job_id}: its row is not written: {ex}")
             row = None
+        if got is None:
+            if row is not None:
+                self.record((_ROWS.JOB, 0, "", row, journal, job_id), registry, in_registry)
+            self.row_kept = True
+            return False
         if isinstance(got, bytes):
             self.pending += got
             if row is not None:
@@ -407,22 +462,26 @@ class Keeper(_Records):  # type: ignore[misc]
                 self.record((_ROWS.JOB, 0, "", _ROWS.failed_row(
                     row, self.final_rank, f"{what}: {words.strip()}"), journal, job_id),
                     registry, in_registry)
-            return
+            return True
         pid, start = got
+        self.refused_since = self.retry_at = 0.0
         self.pending += f"s {pid} {start}\n".encode()
         self.children[pid] = (start, job_id, journal, registry, in_registry)
         if row is not None:
             self.record((_ROWS.JOB, pid, start, _ROWS.started_row(row, pid), journal, job_id),
                         registry, in_registry)
         self.record(("S", pid, start, job_id, journal, job_id), registry, in_registry)
+        return True
 
     def launch(self, item: Tuple[Any, ...], passed: List[int],
                base_env: Optional[Dict[str, str]]) -> Any:
-        """Start the program of a ``spawns`` item: (pid, start), or the events line saying
-        why it could not be started."""
+        """Start the program of a ``spawns`` item: (pid, start), the events line saying
+        why it could not be started, or None when the system refused it for now (then the
+        descriptors ``passed`` are left open, for the next try)."""
         program, argv, directory, base, own, streams, job_id, journal, registry, \
             in_registry = item
         opened: List[int] = []
+        kept: List[int] = []
         try:
             if base is None:
                 env = dict(own)
@@ -453,10 +512,18 @@ class Keeper(_Records):  # type: ignore[misc]
                     fds.append(fd)
             reply = self.spawn(("spawn", program, argv, directory, env, job_id, journal,
                                 registry, in_registry), fds)
+            if reply[0] != "ok" and self.refused_for_now(reply[1]):
+                kept = passed
+                return None
         finally:
             for fd in opened + passed:
-                os.close(fd)
+                if fd not in kept:
+                    os.close(fd)
         if reply[0] != "ok":
+            if reply[1] in _FOR_NOW:
+                return _failure(reply[1], "spawn", f"{reply[2]} (starts were refused so for "
+                                f"{_RETRY_SECONDS:g} s: the system's limit on processes, "
+                                "ulimit -u, or its memory was reached)")
             return _failure(reply[1], "spawn", reply[2])
         return reply[1], start_time(reply[1])
 
@@ -480,83 +547,6 @@ class Keeper(_Records):  # type: ignore[misc]
         except (UnicodeEncodeError, ValueError, TypeError) as ex:
             return ("err", 0, str(ex))
         return ("ok", pid)
-
-    def signal(self, pgid: int, signum: int) -> bool:
-        if pgid not in self.children:
-            return False
-        try:
-            os.killpg(pgid, signum)
-        except OSError:
-            return False
-        return True
-
-    def terminate(self, pgid: int, grace: float, canceled: bool) -> bool:
-        if not grace >= 0:  # NaN too
-            raise ValueError(f"grace: expected seconds >= 0, got {grace!r}")
-        if pgid not in self.children:
-            return False
-        if canceled:
-            self.canceled.add(pgid)
-        if grace == 0:
-            if pgid in self.kills:
-                self.forget_kill(pgid)
-            return self.signal(pgid, signal.SIGKILL)
-        sent = self.signal(pgid, signal.SIGTERM)
-        when = time.monotonic() + min(grace, _MAX_GRACE)
-        self.kills[pgid] = min(when, self.kills.get(pgid, when))
-        return sent
-
-    def kill_later(self, pgid: int, grace: float, leader: Optional[int]) -> bool:
-        if not grace >= 0 or pgid <= 1:  # NaN too
-            raise ValueError(f"expected a group id > 1 and seconds >= 0, got {pgid}, {grace}")
-        old = self.leaders.pop(pgid, None)
-        if old is not None:
-            os.close(old)
-        if leader is not None:
-            self.leaders[pgid] = leader
-        when = time.monotonic() + min(grace, _MAX_GRACE)
-        self.kills[pgid] = min(when, self.kills.get(pgid, when))
-        return True
-
-    def send_due_kills(self) -> None:
-        """KILL the groups whose grace is over: through a leader not yet reaped, or, once it
-        was, to what is left of its group (its id cannot be reused while the group has
-        members, so a process holding that id means the group is gone)."""
-        now = time.monotonic()
-        for pgid, when in list(self.kills.items()):
-            try:
-                self.send_due_kill(pgid, when, now)
-            except Exception as ex:  # this group only: it is not tried again, the others are
-                self.note(f"keeper: KILL of group {pgid}: {ex!r}")
-                self.kills.pop(pgid, None)
-                self.leaders.pop(pgid, None)
-
-    def send_due_kill(self, pgid: int, when: float, now: float) -> None:
-        if pgid not in self.children and not _leader_holds(self.leaders.get(pgid)):
-            if not _group_exists(pgid):  # all gone already: nothing to wait for
-                self.forget_kill(pgid)
-                return
-            try:
-                os.kill(pgid, 0)
-                self.forget_kill(pgid)  # the id names another process now
-                return
-            except ProcessLookupError:
-                pass
-            except OSError:
-                self.forget_kill(pgid)
-                return
-        if when <= now:
-            self.forget_kill(pgid)
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except OSError:
-                pass
-
-    def forget_kill(self, pgid: int) -> None:
-        del self.kills[pgid]
-        leader = self.leaders.pop(pgid, None)
-        if leader is not None:
-            os.close(leader)
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -618,33 +608,6 @@ def _group(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"expected a process group id, got {value!r:.40}")
     return value
-
-
-def _leader_holds(pidfd: Optional[int]) -> bool:
-    """Whether the process of ``pidfd`` still holds its id (runs, or was not reaped yet)."""
-    if pidfd is None:
-        return False
-    try:
-        signal.pidfd_send_signal(pidfd, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # not ours to signal: it exists
-    return True
-
-
-def _group_exists(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
-def _line(run: Run) -> str:
-    return f"{run[0]} {run[1]} {run[2]} {run[3]}\n"
 
 
 def main(argv: List[str]) -> int:

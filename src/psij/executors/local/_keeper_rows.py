@@ -10,7 +10,9 @@ registry's recorder makes them: :func:`psij._registry.durable.submit_row`) so th
 ``submit()`` returned for is in the registry even when its submitter is killed the next
 instant: the keeper has the request as soon as it is on its socket, and writes the row with
 the job's pid as native id (or, when the job could not start, FAILED with why), unless the
-submitter's own recorder wrote the row first (then only a native id it lacks is filled in).
+submitter's own recorder wrote the row first (then only a native id it lacks is filled in, and
+the failure of a job that could not start, unless the row is final already). A job whose start
+the system refused for now has its row written as it came (QUEUED) while it waits.
 """
 
 import os
@@ -38,7 +40,7 @@ Record = Tuple[str, int, str, Any, str, str]
 BATCH_SECONDS = 0.05  # records wait at most this long for a commit
 RETRY_SECONDS = 0.01  # a registry locked by another writer is tried again after this long
 FINAL_LOCK_WAIT_MS = 60000  # when the keeper ends: then the records go to the journal
-_ROW_SQL: Dict[Tuple[str, ...], str] = {}
+_ROW_SQL: Dict[Tuple[Any, ...], str] = {}
 _NEEDED = ("id", "native_id", "state", "rank", "message", "final", "exit_code")
 
 
@@ -78,15 +80,20 @@ def failed_row(row: Row, final_rank: int, words: str) -> Row:
     return columns, tuple(changed)
 
 
-def row_sql(columns: Tuple[str, ...]) -> str:
-    """The statement writing a job's row: a new one, or, when the submitter's recorder wrote
-    it first, only the native id it lacks."""
-    sql = _ROW_SQL.get(columns)
+def row_sql(columns: Tuple[str, ...], final: bool = False) -> str:
+    """The statement writing a job's row: a new one, or, when it was written first (by the
+    submitter's recorder, or by the keeper while the job's start waited), only the native id
+    it lacks; with ``final`` (a job that could not start) its failure too, unless the row is
+    final already."""
+    sql = _ROW_SQL.get((final, *columns))
     if sql is None:
-        sql = _ROW_SQL[columns] = (
+        sql = _ROW_SQL[(final, *columns)] = (
             f"INSERT INTO jobs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
             "ON CONFLICT(id) DO UPDATE SET native_id = coalesce(jobs.native_id, "
-            "excluded.native_id)")
+            "excluded.native_id)" + (
+                ", state = excluded.state, rank = excluded.rank, final = excluded.final, "
+                "message = excluded.message, exit_code = excluded.exit_code "
+                "WHERE jobs.final = 0" if final else ""))
     return sql
 
 
@@ -100,7 +107,8 @@ def write(conn: Any, batch: Sequence[Record],
     for kind, pid, start, text, _, job_id in batch:
         if kind == JOB:
             try:
-                conn.execute(row_sql(text[0]), text[1])
+                final = bool(text[1][text[0].index("final")])
+                conn.execute(row_sql(text[0], final), text[1])
             except Exception as ex:  # sqlite3.Error, or values it cannot bind
                 if "locked" in str(ex) or "busy" in str(ex):
                     raise

@@ -61,6 +61,9 @@ class Worker:
                 task()
             except Exception:
                 logger.exception("local executor task failed")
+            # Not kept while waiting for the next: it holds its job, and through the job's
+            # callbacks what the job belongs to (an executor dropped since, say).
+            del task
 
     def drain(self, timeout: float) -> bool:
         """Wait until the tasks queued so far have run."""
