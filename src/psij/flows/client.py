@@ -87,7 +87,7 @@ class FlowUnavailable(FlowError):
 class FlowClient:
     """One connection to a flow service; thread-safe (one request at a time)."""
 
-    def __init__(self, path: Optional[str] = None, timeout: float = 60.0) -> None:
+    def __init__(self, path: Optional[str] = None, timeout: Optional[float] = 60.0) -> None:
         self.path = path or default_socket()
         self.timeout = timeout
         self._ids = itertools.count(1)
