@@ -8,8 +8,8 @@ with as many instances requested as it has jobs waiting for one:
 - a poller thread reads each handle's status and labels its jobs in submission order: as
   many ACTIVE as the handle has instances provisioned, the others QUEUED (a job once ACTIVE
   stays so: PSI/J states only move forward). It reads them as soon as the service says that
-  one of the caller's handles changed (a watcher thread keeps a ``watch`` request waiting on
-  a connection of its own, :mod:`psij.flows._watch`), and every ``poll_interval`` seconds
+  one of the caller's handles changed (a watcher thread keeps a ``watch`` request, see the
+  flows guide, waiting on a connection of its own), and every ``poll_interval`` seconds
   whatever happens (the leases are renewed then; a service without ``watch`` is read only
   so);
 - each instance that ends is handed to one job, the oldest ACTIVE one (else the oldest
