@@ -103,3 +103,13 @@ def test_a_handle_destroyed_answers_its_watches() -> None:
     assert sim.call("destroy", handle=h)["ok"] is True
     (answer,) = _answers_to(sim, "w2")
     assert answer["change"] > current
+
+
+@pytest.mark.parametrize("handle", ["", "f" * 41, 7, ["f1"], "f1\nf2", "f999"])
+def test_a_bad_or_unknown_handle_is_refused_naming_it(handle: Any) -> None:
+    sim = Sim()
+    sim.create(1)
+    answer = sim.call("watch", handle=handle)
+    error = answer["error"]
+    assert error["code"] == "unknown_handle" or error["field"] == "handle", answer
+    assert "handle" in error["message"] and sim.machine.watch.waiting == {}
