@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck docs pythons unit bench bench-scale bench-futures bench-remote system-deps schedulers stop-schedulers clean \
+.PHONY: demo test check lint typecheck docs pythons unit bench bench-scale bench-futures bench-remote bench-ends system-deps schedulers stop-schedulers clean \
 	compat-dist
 
 $(STAMP): pyproject.toml
@@ -100,6 +100,13 @@ bench-futures: $(STAMP)
 # note and exit 0 without them); BENCH_REMOTE_ARGS passes options (e.g. --quick, --no-slurm).
 bench-remote: $(STAMP)
 	$(PY) bench/remote.py $(BENCH_REMOTE_ARGS)
+
+# Seconds from a batch job's own end to its wait() returning, 50 jobs of 1 s on the real Slurm
+# and Grid Engine, one by one and with submit_many, ours and psij-python 0.9.11 in the same run,
+# with the scheduler commands per minute of each (a scheduler not running is skipped, saying
+# so); BENCH_ENDS_ARGS passes options (e.g. --jobs 10 --executor slurm --no-reference).
+bench-ends: $(STAMP)
+	$(PY) bench/batch_ends.py $(BENCH_ENDS_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist docs/_build .bench-venvs .test-cache

@@ -87,7 +87,7 @@ def test_each_scheduler_is_asked_to_requeue_only_jobs_that_ask(tmp_path: Path, n
                                 ({"psij.retry": "attempts=3"}, True)):
             other = ex.submit_script(Job(_spec("true", custom)))  # type: ignore
             assert directive not in other.splitlines()
-            assert "_psij_starts" not in other
+            assert "$((1 + _psij_starts))" not in other
             assert ('export PSIJ_ATTEMPT="1"' in other.splitlines()) is attempt, custom
             assert other.count("PSIJ_ATTEMPT") == int(attempt), custom
     finally:

@@ -20,10 +20,10 @@ import pytest
 
 import psij.registry
 from psij import Job, JobExecutor, JobSpec, JobState
-from psij.staging import StageIn
 from psij._registry import held
 from psij.executors.local import _stage_in
 from psij.executors.local._worker import WORKER
+from psij.staging import StageIn
 
 PSIJ = str(Path(sys.executable).parent / "psij")
 WAIT = timedelta(seconds=120)

@@ -20,7 +20,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 # psij-python 0.9.11 with the versions of its dependencies whose behaviour shows in what the
 # comparisons see (typeguard's checks, pystache's rendering), for every test that compares.
-REFERENCE = "psij-python-0.9.11"
+# (The venv's folder in the cache: not the name of the unpacked source distribution that
+# tests/real/test_psij_python_suite_real.py keeps there.)
+REFERENCE = "psij-python-0.9.11-side-venv"
 REFERENCE_REQUIREMENTS = ("psij-python==0.9.11", "typeguard==4.6.1", "pystache==0.6.8")
 
 

@@ -45,6 +45,19 @@ export PSIJ_NODEFILE
 
 _psij_dir="<SCRIPT_DIR>"
 exec >>"$_psij_dir/$_PSIJ_NATIVE_ID.out" 2>&1
+_psij_now() {
+    _psij_t=${EPOCHREALTIME:-}
+    [[ -n $_psij_t ]] || _psij_t=$(date +%s)
+}
+# Writes $2 to <native id>$1 through a temporary file renamed into place.
+_psij_record() {
+    printf '%s\n' "$2" >"$_psij_dir/$_PSIJ_NATIVE_ID$1.$$" \
+        && mv -f "$_psij_dir/$_PSIJ_NATIVE_ID$1.$$" "$_psij_dir/$_PSIJ_NATIVE_ID$1"
+}
+_psij_starts=0
+_psij_signal_seen=-
+_psij_now
+_psij_record .starts "$((_psij_starts + 1)) $_psij_t"
 _psij_launch() {
     cd "/data/it's \"quoted\" \$(whoami) \`id\` é ✓" || return 1
     exec bash <LAUNCHER_SCRIPT> 00000000-1111-2222-3333-444444444444 '' '/etc/pre launch.sh' post.sh '/in/put file.txt' '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/out.txt' '/err/e r r'"'"'s.txt' 6 '/opt/my app/run $(x).sh' plain 'two words' 'it'"'"'s' '$(touch /tmp/pwned)' '`id`' 'a"b' 'back\slash' 'new
@@ -84,5 +97,6 @@ _psij_stage_out 8 LINK part '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/part'
 _psij_cleanup 10 '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/scratch '"'"'x'"'"''
 _psij_cleanup 10 '/tmp/psij scratch'
 _psij_staging_end
-printf '%s\n' "$_psij_ec" >"$_psij_dir/$_PSIJ_NATIVE_ID.ec"
+_psij_now
+_psij_record .ec "$_psij_ec $_psij_t $_psij_signal_seen"
 exit "$_psij_ec"

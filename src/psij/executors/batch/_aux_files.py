@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from psij.executors.batch._job_files import parse_end
 from psij.executors.batch._job_output import _read_text
 from psij.job import Job
 
@@ -30,10 +31,8 @@ class AuxFiles:
         text = _read_text(self._aux_path(native_id, ".ec"), 100)
         if text is None:
             return None
-        try:
-            return int(text.strip())
-        except ValueError:
-            return None  # written only partly so far; the next look will see all of it
+        end = parse_end(text)  # (None: not one the script wrote, or written partly so far)
+        return None if end is None else end[0]
 
     def _clean_submit_script(self, job: Job) -> None:
         """Delete the job's submit script, unless ``keep_files``."""

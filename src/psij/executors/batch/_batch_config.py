@@ -68,6 +68,13 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
         time, a hold) never count. On Grid Engine, whose status gives no reason, ``True``
         makes qsub check the job against an empty cluster (``-w e``): a job no queue could
         ever run is refused at submission (SubmitException, "no suitable queues").
+    watch_files
+        ``True`` (the default): a job's start and end are seen within about a second from the
+        files its script writes in the work directory (``<native id>.starts``, ``.ec``),
+        not at the next status poll; the status polls stay the word on what only the
+        scheduler knows. Where the work directory is not shared with the nodes that run the
+        jobs, this is noticed and the executor polls only (said once in the log). ``False``:
+        status polls only.
     """
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
@@ -79,7 +86,8 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
                  max_queued_per_shape: Union[int, bool, None] = None,
                  memory_bucket: int = DEFAULT_BUCKET, tmp_bucket: int = DEFAULT_BUCKET,
                  use_nice: bool = False, fallback: Optional[str] = None,
-                 spare_submit_commands: int = 1, fail_unstartable: bool = False) -> None:
+                 spare_submit_commands: int = 1, fail_unstartable: bool = False,
+                 watch_files: bool = True) -> None:
         super().__init__(launcher_log_file, work_directory)
         name = type(self).__name__
         self.queue_polling_interval = _positive(f"{name}.queue_polling_interval",
@@ -105,6 +113,7 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
                                                  spare_submit_commands)
         self.fail_unstartable = fail_unstartable_choice(f"{name}.fail_unstartable",
                                                         fail_unstartable)
+        self.watch_files = _check.opt_bool(f"{name}.watch_files", watch_files)
 
     @classmethod
     def _from_config(cls, config: JobExecutorConfig) -> "BatchSchedulerExecutorConfig":
@@ -136,7 +145,7 @@ _BATCH_SETTINGS = ("queue_polling_interval", "initial_queue_polling_delay",
                    "queue_polling_error_threshold", "keep_files",
                    "queue_polling_outage_tolerance", "command_timeout", "max_queued_per_shape",
                    "memory_bucket", "tmp_bucket", "use_nice", "fallback",
-                   "spare_submit_commands", "fail_unstartable")
+                   "spare_submit_commands", "fail_unstartable", "watch_files")
 
 
 def _positive(field: str, value: Any) -> float:

@@ -37,6 +37,7 @@ from psij._clock import Clock
 from psij._record import Record
 from psij.exceptions import SubmitException
 from psij.executors._staging import REPORT_SUFFIX, read_report, staged_status
+from psij.executors.batch._job_files import END_SUFFIX, START_SUFFIX, JobFiles
 from psij.executors.batch._tracking import (
     Action,
     CancelAsked,
@@ -62,14 +63,20 @@ from psij.job import Job
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
-__all__ = ["IDLE_LINGER", "StatusPoller", "TrackInputs", "weakly"]
+__all__ = ["IDLE_LINGER", "LOOK_SECONDS", "UNSEEN_LIMIT", "StatusPoller", "TrackInputs", "weakly"]
 
 logger = logging.getLogger(__name__)
 
 # Seconds the thread stays after its last job before it ends.
 IDLE_LINGER = 30.0
+# Seconds between two looks at the jobs' start and end files (one stat call each).
+LOOK_SECONDS = 0.25
+# Jobs the scheduler ended COMPLETED in a row without a file of theirs in sight, after which
+# the files are taken for not visible here (not a shared file system) and no longer looked at.
+UNSEEN_LIMIT = 3
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_LOOK = object()  # the thread's own action: look at the jobs' files
 
 
 def weakly(method: _F) -> _F:
@@ -95,7 +102,9 @@ class TrackInputs(Record):
     the queue; ``withdraw``: cancel a job in the scheduler alone; ``final_status``: the final
     status of a job from what the scheduler said and what it left behind; ``aux_path``: the
     path of one of a job's files (``<native id><suffix>``); ``job_ended``: remove the files of
-    an ended job; ``set_status`` and ``restate``: enter or restate a job's status.
+    an ended job; ``set_status`` and ``restate``: enter or restate a job's status;
+    ``job_files``: the directory where the jobs' scripts write their start and end files,
+    looked at every :data:`LOOK_SECONDS` while jobs are followed (None: not looked at).
     """
 
     name: str
@@ -107,6 +116,7 @@ class TrackInputs(Record):
     job_ended: Callable[[Sequence[Job], str], None]
     set_status: Callable[[Job, JobStatus], None]
     restate: Callable[[Job, JobStatus], None]
+    job_files: Optional[Path] = None
 
 
 class StatusPoller:
@@ -129,6 +139,9 @@ class StatusPoller:
         self._thread: Optional[threading.Thread] = None
         self._stopped = False
         self._failing = False  # the last status poll failed (said once, not at every retry)
+        self._files = None if hooks.job_files is None else JobFiles(hooks.job_files)
+        self._next_look = 0.0
+        self._unseen = 0  # jobs in a row that ended with no file of theirs in sight
 
     # called from user threads
 
@@ -226,7 +239,7 @@ class StatusPoller:
             with self._cond:
                 self._thread = None
 
-    def _next_actions(self) -> Optional[List[Action]]:
+    def _next_actions(self) -> Optional[List[Any]]:
         """Wait until something is due; None when the thread should end."""
         with self._cond:
             idle_since: Optional[float] = None
@@ -248,16 +261,24 @@ class StatusPoller:
                     continue
                 idle_since = None
                 deadline = self._tracker.next_deadline()
+                if self._files is not None:
+                    if now >= self._next_look:
+                        self._next_look = now + LOOK_SECONDS
+                        return [_LOOK]
+                    deadline = self._next_look if deadline is None \
+                        else min(deadline, self._next_look)
                 self._clock.wait(self._cond,
                                  None if deadline is None else max(0.0, deadline - now))
 
-    def _perform(self, first: List[Action]) -> None:
-        queue: Deque[Action] = deque(first)
+    def _perform(self, first: List[Any]) -> None:
+        queue: Deque[Any] = deque(first)
         hooks = self._hooks
         while queue:
             action = queue.popleft()
             try:
-                if isinstance(action, RunStatusCommand):
+                if action is _LOOK:
+                    queue.extend(self._look())
+                elif isinstance(action, RunStatusCommand):
                     try:
                         event: Event = hooks.poll_status(action.native_ids)
                     except ReferenceError:
@@ -286,6 +307,43 @@ class StatusPoller:
             except ReferenceError:  # the executor is gone
                 self.stop()
                 return
+
+    def _look(self) -> List[Action]:
+        """What the jobs' start and end files say now, fed to the tracker."""
+        files = self._files
+        if files is None:
+            return []
+        with self._cond:
+            ids = self._tracker.tracked()
+        actions: List[Action] = []
+        for event in files.look(ids):
+            with self._cond:
+                actions.extend(self._tracker.feed(event))
+        return actions
+
+    def _ended_unseen(self, native_id: str, observation: Observation,
+                      status: JobStatus) -> None:
+        """Counts the jobs the scheduler ended COMPLETED while no file of theirs was in sight
+        (before they are removed); after :data:`UNSEEN_LIMIT` in a row the files are taken
+        for not visible from here, and are no longer looked at (said once in the log)."""
+        files = self._files
+        if files is None:
+            return
+        files.forget(native_id)
+        if observation.metadata.get("source") == "job file" \
+                or status.state is not JobState.COMPLETED:
+            return
+        if any(self._hooks.aux_path(native_id, suffix).exists()
+               for suffix in (START_SUFFIX, END_SUFFIX)):
+            self._unseen = 0
+            return
+        self._unseen += 1
+        if self._unseen >= UNSEEN_LIMIT:
+            self._files = None
+            logger.warning("%s: the jobs' start and end files are not visible in %s from this "
+                           "host (%d jobs ended without them): their starts and ends are "
+                           "seen at the status polls only, as without a shared file system",
+                           self._label, files.directory, self._unseen)
 
     def _say_outage(self, event: Event) -> None:
         """Log the first failed status poll of a run of them, and the first success after."""
@@ -335,6 +393,10 @@ class StatusPoller:
                                message=f"{action.observation.message or ''} (internal error "
                                        f"while reading the job's files: {e!r})".strip(),
                                metadata={"native_id": action.native_id})
+        try:
+            self._ended_unseen(action.native_id, action.observation, status)
+        except OSError:
+            pass
         try:
             hooks.job_ended(jobs, action.native_id)
         except ReferenceError:

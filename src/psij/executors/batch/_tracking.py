@@ -8,8 +8,9 @@ and feeds back what it learned as further events.
 
 Events (:func:`step`): :class:`JobAdded`, :class:`Tick`, :class:`PollSucceeded`,
 :class:`PollFailed`, :class:`MissingResolved`, :class:`CancelAsked`, :class:`CancelFailed`,
-:class:`Hurry`, :class:`Forget`. Actions: :class:`RunStatusCommand`, :class:`ResolveMissing`,
-:class:`ReportState`, :class:`Restate`, :class:`Withdraw`, :class:`Finish`.
+:class:`Hurry`, :class:`Forget`, :class:`FileSeen`. Actions: :class:`RunStatusCommand`,
+:class:`ResolveMissing`, :class:`ReportState`, :class:`Restate`, :class:`Withdraw`,
+:class:`Finish`.
 
 Rules:
 
@@ -42,6 +43,14 @@ Rules:
   The next attempt comes after a backoff that doubles up to ``max_backoff``. Only when more than
   ``error_threshold`` attempts in a row have failed *and* the failures have lasted at least
   ``outage_tolerance`` seconds are the tracked jobs failed, with the last error in the message.
+- What a job's own files say (:class:`FileSeen`, any phase) comes before the next poll: a
+  start makes a queued job ACTIVE; an end with exit status 0, no signal received by the script
+  and no cancel asked finishes it COMPLETED (reporting ACTIVE first if it was queued). Any
+  other end may have a cause only the scheduler knows (time limit, cancel, memory, node
+  failure): the job stays followed, a poll comes ``confirm_delay`` later, and the scheduler's
+  word decides; if the scheduler still shows it running after ``confirm_polls`` polls, or has
+  no trace of it, the file's word does. A poll that was under way when a file made a job
+  ACTIVE is not taken for a requeue.
 - A job forgotten (:class:`Forget`: its job runs again under another native id) is followed
   no more, in any phase; what a poll under way says of it is dropped.
 - An event that is not legal in the current phase, or of another class, raises
@@ -77,7 +86,8 @@ if TYPE_CHECKING:
     from psij.job_status import JobStatus
 
 __all__ = [
-    "Action", "CancelAsked", "CancelFailed", "Event", "Finish", "Forget", "Hurry", "IllegalEvent",
+    "Action", "CancelAsked", "CancelFailed", "Event", "FileSeen", "Finish", "Forget", "Hurry",
+    "IllegalEvent",
     "JobAdded", "JobTracker", "MissingResolved", "Observation", "Phase", "PollFailed",
     "PollSucceeded", "ReportState", "ResolveMissing", "Restate", "RunStatusCommand", "Settings",
     "Tick", "TrackedJob", "TrackerState", "Withdraw", "observed", "step",
@@ -120,6 +130,8 @@ class Settings(Record):
     missing_grace: int = 3
     cancel_poll_delay: float = 1.0
     fail_unstartable: bool = False
+    confirm_delay: float = 1.0
+    confirm_polls: int = 3
 
     def _validate(self) -> None:
         if not isinstance(self.fail_unstartable, bool):
@@ -128,11 +140,11 @@ class Settings(Record):
         for name in ("interval", "max_backoff"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"Settings.{name}: must be positive, got {getattr(self, name)}")
-        for name in ("initial_delay", "outage_tolerance", "cancel_poll_delay"):
+        for name in ("initial_delay", "outage_tolerance", "cancel_poll_delay", "confirm_delay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Settings.{name}: must not be negative, got "
                                  f"{getattr(self, name)}")
-        for name in ("error_threshold", "missing_grace"):
+        for name in ("error_threshold", "missing_grace", "confirm_polls"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Settings.{name}: must not be negative, got "
                                  f"{getattr(self, name)}")
@@ -152,6 +164,11 @@ class TrackedJob(Record):
     unstartable: Optional[str] = None
     rerunnable: bool = False
     restarts: int = 0
+    # What its files said of its end, while the scheduler is asked (see FileSeen).
+    ended: Optional[Observation] = None
+    confirms: int = 0
+    # Made ACTIVE by its files while a poll was under way: that poll's QUEUED is old news.
+    file_ahead: bool = False
 
 
 class Phase(Enum):
@@ -247,8 +264,22 @@ class Forget(Record):
     native_id: str
 
 
+class FileSeen(Record):
+    """The job's own files say that it started (``started``; ``runs``: the times its script
+    started) or ended (``exit_code``: the status its script wrote; ``signal``: the last signal
+    the script received, if any); ``at``: when, in seconds since the epoch, as the job wrote
+    it (None: not written)."""
+
+    native_id: str
+    started: bool = False
+    exit_code: Optional[int] = None
+    signal: Optional[str] = None
+    at: Optional[float] = None
+    runs: int = 1
+
+
 Event = Union[JobAdded, Tick, PollSucceeded, PollFailed, MissingResolved, CancelAsked,
-              CancelFailed, Hurry, Forget]
+              CancelFailed, Hurry, Forget, FileSeen]
 
 # ------------------------------------------------------------------------------------ actions
 
@@ -391,9 +422,21 @@ def _requeued(job: TrackedJob, obs: Observation, jobs: Dict[str, TrackedJob],
 
 def _observe(job: TrackedJob, obs: Observation, jobs: Dict[str, TrackedJob],
              actions: List[Action], settings: Settings) -> None:
+    if job.file_ahead:
+        job = jobs[job.native_id] = replace(job, file_ahead=False)
+        if obs.state is JobState.QUEUED:
+            return  # seen before the job's start file was
     if job.rerunnable and not obs.state.final and _requeued(job, obs, jobs, actions):
+        if job.native_id in jobs:
+            jobs[job.native_id] = replace(jobs[job.native_id], ended=None, confirms=0)
         return
     job = jobs.get(job.native_id, job)
+    if job.ended is not None and not obs.state.final:
+        if job.confirms + 1 >= settings.confirm_polls:  # the scheduler is slow to tell
+            del jobs[job.native_id]
+            actions.append(Finish(job.native_id, job.ended, job.cancel_requested))
+            return
+        job = jobs[job.native_id] = replace(job, confirms=job.confirms + 1)
     if obs.state.final:
         del jobs[job.native_id]
         actions.append(Finish(job.native_id, obs, job.cancel_requested))
@@ -416,6 +459,51 @@ def _observe(job: TrackedJob, obs: Observation, jobs: Dict[str, TrackedJob],
         actions.append(Restate(job.native_id, obs))
     elif job.misses:
         jobs[job.native_id] = replace(job, misses=0)
+
+
+def _confirming(state: TrackerState, settings: Settings, now: float) -> TrackerState:
+    """Brings the next poll to ``confirm_delay`` from now when a job's end awaits the
+    scheduler's word."""
+    if any(job.ended is not None for job in state.jobs.values()):
+        return _ask_poll_by(state, now + settings.confirm_delay)
+    return state
+
+
+def _file_seen(state: TrackerState, settings: Settings, event: FileSeen,
+               now: float) -> Tuple[TrackerState, List[Action]]:
+    actions: List[Action] = []
+    job = state.jobs.get(event.native_id)
+    if job is None or job.ended is not None:
+        return state, actions  # (ended already, or forgotten)
+    meta: Dict[str, Any] = {"source": "job file"}
+    if event.at is not None:
+        meta["started_at" if event.started else "ended_at"] = event.at
+    jobs = _thawed(state.jobs)
+    polling = state.phase in (Phase.POLLING, Phase.RESOLVING) \
+        and event.native_id in state.in_flight
+    if job.state in (JobState.NEW, JobState.QUEUED):
+        active = {**meta, "started_at": meta.pop("ended_at")} if "ended_at" in meta else meta
+        actions.append(ReportState(event.native_id,
+                                   Observation(JobState.ACTIVE, metadata=active)))
+        job = jobs[event.native_id] = replace(job, state=JobState.ACTIVE, misses=0,
+                                              file_ahead=polling or job.file_ahead)
+    if event.started:
+        return replace(state, jobs=_frozen(jobs)), actions
+    code = event.exit_code
+    if code == 0 and event.signal is None and not job.cancel_requested:
+        del jobs[event.native_id]
+        actions.append(Finish(event.native_id, Observation(JobState.COMPLETED, None, 0, meta),
+                              False))
+        if not jobs and state.phase is Phase.WAITING:
+            return replace(state, jobs=_frozen(jobs), phase=Phase.IDLE, next_poll_at=None,
+                           requested_poll_at=None, next_hurry_at=None), actions
+        return replace(state, jobs=_frozen(jobs)), actions
+    if event.signal is not None:
+        meta["signal_received"] = event.signal
+    ended = Observation(JobState.FAILED if code != 0 else JobState.COMPLETED, None, code, meta)
+    jobs[event.native_id] = replace(job, ended=ended, confirms=0)
+    return _ask_poll_by(replace(state, jobs=_frozen(jobs)), now + settings.confirm_delay), \
+        actions
 
 
 def _require(state: TrackerState, phase: Phase, event: object) -> None:
@@ -489,7 +577,10 @@ def step(state: TrackerState, settings: Settings, event: Event,
             actions.append(ResolveMissing(ids))
             return replace(state, jobs=_frozen(jobs), phase=Phase.RESOLVING,
                            in_flight=ids), actions
-        return _after_round(state, jobs, settings, now), actions
+        return _confirming(_after_round(state, jobs, settings, now), settings, now), actions
+
+    if isinstance(event, FileSeen):
+        return _file_seen(state, settings, event, now)
 
     if isinstance(event, PollFailed):
         _require(state, Phase.POLLING, event)
@@ -526,6 +617,9 @@ def step(state: TrackerState, settings: Settings, event: Event,
             obs = event.found.get(native_id)
             if obs is not None:
                 _observe(job, obs, jobs, actions, settings)
+            elif job.ended is not None:  # no trace in the scheduler: the job's word
+                del jobs[native_id]
+                actions.append(Finish(native_id, job.ended, job.cancel_requested))
             elif job.cancel_requested:
                 del jobs[native_id]
                 actions.append(Finish(native_id, Observation(
@@ -540,7 +634,7 @@ def step(state: TrackerState, settings: Settings, event: Event,
                     "unknown", metadata={"native_state": None}), False))
             else:
                 jobs[native_id] = replace(job, misses=job.misses + 1)
-        return _after_round(state, jobs, settings, now), actions
+        return _confirming(_after_round(state, jobs, settings, now), settings, now), actions
 
     if isinstance(event, CancelAsked):
         job = state.jobs.get(event.native_id)

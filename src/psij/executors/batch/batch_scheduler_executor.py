@@ -543,7 +543,9 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
                     withdraw=weakly(self._withdraw), final_status=weakly(self._final_status),
                     aux_path=weakly(self._aux_path), job_ended=weakly(self._job_ended),
                     set_status=weakly(self._set_job_status),
-                    restate=weakly(self._restate_job_status)),
+                    restate=weakly(self._restate_job_status),
+                    job_files=None if getattr(self.batch_config, "watch_files", True) is False
+                    else self.work_directory),
                     self.batch_config._settings(), self._clock)
                 weakref.finalize(self, self._poller.stop)
             return self._poller

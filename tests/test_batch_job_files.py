@@ -1,0 +1,311 @@
+"""A batch job's start and end seen from the files its script writes (``<native id>.starts``,
+``.ec``): what the files say (and what is garbage), what a look costs whatever the number of
+jobs, what the tracker makes of it (an end with status 0 finishes the job at once; any other
+end waits for the scheduler's word, which keeps the causes only it knows), and the status
+poller that looks (ends seen with a 300 s poll; files that never appear turn the looks off)."""
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+import pytest
+
+from psij import Job, JobSpec, JobState
+from psij._clock import MonotonicClock
+from psij.executors.batch import _poller
+from psij.executors.batch._job_files import JobFiles, parse_end, parse_start
+from psij.executors.batch._poller import StatusPoller, TrackInputs
+from psij.executors.batch._tracking import (
+    FileSeen,
+    Finish,
+    JobAdded,
+    MissingResolved,
+    Observation,
+    Phase,
+    PollSucceeded,
+    ReportState,
+    ResolveMissing,
+    RunStatusCommand,
+    Settings,
+    Tick,
+    TrackerState,
+    step,
+)
+from psij.job_status import JobStatus
+
+# -- what the files say ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("1 1796679863.356176\n", (1, 1796679863.356176)),
+    ("2 1796679863,5\n", (2, 1796679863.5)),  # a locale's decimal comma
+    ("1\n", (1, None)),
+    ("3 nan\n", (3, None)), ("3 inf\n", (3, None)), ("3 -5\n", (3, None)),
+])
+def test_a_start_file_gives_the_runs_and_the_time(text: str, expected: Any) -> None:
+    assert parse_start(text) == expected
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("0 1796679864.76656 -\n", (0, 1796679864.76656, None)),
+    ("143 1796679864 TERM\n", (143, 1796679864.0, "TERM")),
+    ("3\n", (3, None, None)),  # as scripts wrote it before
+    ("255 1e9 USR2\n", (255, 1e9, "USR2")),
+])
+def test_an_end_file_gives_the_status_the_time_and_the_signal(text: str, expected: Any) -> None:
+    assert parse_end(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "", "\n", "x", "0x1", "-1", "256", "1" * 4, "1 2 3 4", "nan", "\u0661", "3 1 $(rm)",
+    "0 1 \udcff", "0 1 " + "A" * 17, "1.5", "0\n0\n0\n0", "\x00",
+])
+def test_garbage_in_a_file_says_nothing(text: str) -> None:
+    assert parse_end(text) is None
+
+
+def _write(directory: Path, name: str, text: str) -> None:
+    tmp = directory / (name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, directory / name)
+
+
+def test_a_look_says_each_write_once_and_only_for_followed_jobs(tmp_path: Path) -> None:
+    files = JobFiles(tmp_path)
+    assert files.look(["1", "2"]) == []
+    _write(tmp_path, "1.starts", "1 100.5\n")
+    _write(tmp_path, "9.starts", "1 100.5\n")  # not followed
+    assert files.look(["1", "2"]) == [FileSeen("1", started=True, at=100.5, runs=1)]
+    assert files.look(["1", "2"]) == []  # said once
+    _write(tmp_path, "1.ec", "0 101 -\n")
+    _write(tmp_path, "2.ec", "garbage\n")
+    assert files.look(["1", "2"]) == [FileSeen("1", exit_code=0, at=101.0)]
+    _write(tmp_path, "2.ec", "3 102 TERM\n")  # rewritten: a new file
+    assert files.look(["1", "2"]) == [FileSeen("2", exit_code=3, at=102.0, signal="TERM")]
+    (tmp_path / "1.starts").unlink()
+    (tmp_path / "1.ec").unlink()
+    assert files.look(["1", "2"]) == []
+    files.forget("2")
+    assert files.look(["1"]) == []
+
+
+def test_10000_followed_jobs_cost_one_stat_a_look_while_nothing_changes(tmp_path: Path) -> None:
+    ids = [str(100000 + i) for i in range(10000)]
+    for nid in ids[:3000]:
+        (tmp_path / f"{nid}.out").write_text("")
+        (tmp_path / f"{nid}.starts").write_text("1 5\n")
+    old = time.time() - 60
+    os.utime(tmp_path, (old, old))
+    files = JobFiles(tmp_path)
+    assert len(files.look(ids)) == 3000  # the first look lists and reads them once
+    listings = files.listings
+    for _ in range(100):
+        assert files.look(ids) == []
+    assert (files.looks, files.listings) == (101, listings)  # a stat each, no listing
+
+
+def test_a_directory_changed_just_now_is_listed_again(tmp_path: Path) -> None:
+    # (a file system may keep coarse times: two writes within one tick look like one)
+    files = JobFiles(tmp_path)
+    files.look(["1"])
+    first = files.listings
+    files.look(["1"])
+    assert files.listings == first + 1
+    old = time.time() - 60
+    os.utime(tmp_path, (old, old))
+    files.look(["1"])
+    files.look(["1"])
+    assert files.listings == first + 2
+
+
+# -- the tracker -----------------------------------------------------------------------------
+
+S = Settings(interval=300.0, initial_delay=300.0, confirm_delay=1.0, confirm_polls=3)
+
+
+def _tracking(*ids: str, rerunnable: bool = False) -> TrackerState:
+    state = TrackerState()
+    for nid in ids:
+        state, _ = step(state, S, JobAdded(nid, rerunnable=rerunnable), 0.0)
+    return state
+
+
+def test_a_start_makes_a_queued_job_active_at_once() -> None:
+    state, actions = step(_tracking("1"), S, FileSeen("1", started=True, at=5.0), 1.0)
+    [report] = actions
+    assert isinstance(report, ReportState) and report.observation.state is JobState.ACTIVE
+    assert report.observation.metadata == {"source": "job file", "started_at": 5.0}
+    assert state.jobs["1"].state is JobState.ACTIVE
+    assert step(state, S, FileSeen("1", started=True, at=6.0), 2.0)[1] == []  # said once
+
+
+def test_an_end_with_status_0_finishes_the_job_and_the_polls_stop() -> None:
+    state, actions = step(_tracking("1"), S, FileSeen("1", exit_code=0, at=9.0), 1.0)
+    assert [type(a) for a in actions] == [ReportState, Finish]  # ACTIVE first: it ran
+    finish = actions[1]
+    assert isinstance(finish, Finish)
+    assert (finish.observation.state, finish.observation.exit_code) == (JobState.COMPLETED, 0)
+    assert state.phase is Phase.IDLE and not state.jobs
+
+
+@pytest.mark.parametrize("event", [
+    FileSeen("1", exit_code=3, at=9.0),
+    FileSeen("1", exit_code=0, at=9.0, signal="TERM"),  # the job may have handled a TERM
+])
+def test_any_other_end_waits_for_the_schedulers_cause(event: FileSeen) -> None:
+    state, _ = step(_tracking("1"), S, FileSeen("1", started=True), 0.5)
+    state, actions = step(state, S, event, 1.0)
+    assert actions == [] and state.next_poll_at == 2.0  # a poll confirm_delay later
+    state, actions = step(state, S, Tick(), 2.0)
+    assert actions == [RunStatusCommand(("1",))]
+    timeout = Observation(JobState.FAILED, "time limit", None, {"cause": "walltime"})
+    state, actions = step(state, S, PollSucceeded({"1": timeout}), 2.5)
+    assert actions == [Finish("1", timeout, False)]
+
+
+def test_an_end_the_scheduler_does_not_confirm_is_the_files_word() -> None:
+    state, _ = step(_tracking("1"), S, FileSeen("1", exit_code=3, at=9.0), 1.0)
+    running = Observation(JobState.ACTIVE)
+    now = 2.0
+    for _ in range(S.confirm_polls - 1):
+        state, actions = step(state, S, Tick(), now)
+        assert actions == [RunStatusCommand(("1",))]
+        state, actions = step(state, S, PollSucceeded({"1": running}), now)
+        assert actions == [] and state.next_poll_at == now + S.confirm_delay
+        now += S.confirm_delay
+    state, _ = step(state, S, Tick(), now)
+    state, actions = step(state, S, PollSucceeded({"1": running}), now)
+    [finish] = actions
+    assert isinstance(finish, Finish) and finish.observation.exit_code == 3
+    assert finish.observation.state is JobState.FAILED
+
+
+def test_an_end_the_scheduler_has_no_trace_of_is_the_files_word() -> None:
+    state, _ = step(_tracking("1"), S, FileSeen("1", exit_code=3, at=9.0), 1.0)
+    state, _ = step(state, S, Tick(), 2.0)
+    state, actions = step(state, S, PollSucceeded({}), 2.0)
+    assert actions == [ResolveMissing(("1",))]
+    state, actions = step(state, S, MissingResolved({}), 2.1)
+    assert [a.observation.exit_code for a in actions if isinstance(a, Finish)] == [3]
+
+
+def test_a_poll_under_way_when_a_file_said_active_is_not_a_requeue() -> None:
+    state = _tracking("1", rerunnable=True)
+    state, _ = step(state, S, Tick(), 300.0)  # the poll goes out while the job is queued
+    state, actions = step(state, S, FileSeen("1", started=True), 300.1)
+    assert [a.observation.state for a in actions if isinstance(a, ReportState)] == [
+        JobState.ACTIVE]
+    state, actions = step(state, S, PollSucceeded({"1": Observation(JobState.QUEUED)}), 300.2)
+    assert actions == [] and state.jobs["1"].state is JobState.ACTIVE
+    # The next poll's QUEUED is a requeue again.
+    state, _ = step(state, S, Tick(), 600.2)
+    state, actions = step(state, S, PollSucceeded({"1": Observation(JobState.QUEUED)}), 600.3)
+    assert [a.observation.state for a in actions if isinstance(a, ReportState)] == [
+        JobState.QUEUED]
+
+
+def test_a_requeue_after_a_signalled_end_follows_the_next_run() -> None:
+    state, _ = step(_tracking("1", rerunnable=True), S, FileSeen("1", started=True), 0.1)
+    state, _ = step(state, S, FileSeen("1", exit_code=143, signal="TERM"), 1.0)
+    state, _ = step(state, S, Tick(), 2.0)
+    state, actions = step(state, S, PollSucceeded({"1": Observation(JobState.QUEUED)}), 2.0)
+    assert [a.observation.state for a in actions if isinstance(a, ReportState)] == [
+        JobState.QUEUED]
+    assert state.jobs["1"].ended is None
+    state, actions = step(state, S, FileSeen("1", started=True, runs=2), 5.0)
+    assert [a.observation.state for a in actions if isinstance(a, ReportState)] == [
+        JobState.ACTIVE]
+    state, actions = step(state, S, FileSeen("1", exit_code=0), 6.0)
+    assert [type(a) for a in actions] == [Finish]
+
+
+def test_a_file_of_a_job_no_longer_followed_is_ignored() -> None:
+    state = _tracking("1")
+    assert step(state, S, FileSeen("2", exit_code=0), 1.0) == (state, [])
+
+
+# -- the poller ------------------------------------------------------------------------------
+
+
+class _Hooks:
+    """A scheduler whose status command shows every job queued forever."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.polls = 0
+        self.statuses: Dict[str, List[JobStatus]] = {}
+        self.ended: List[str] = []
+
+    def inputs(self) -> TrackInputs:
+        return TrackInputs(
+            name="files-test", poll_status=self.poll, resolve_missing=self.resolve,
+            withdraw=lambda nid: None, final_status=self.final,
+            aux_path=lambda nid, suffix: self.directory / f"{nid}{suffix}",
+            job_ended=lambda jobs, nid: self.ended.append(nid),
+            set_status=self.set_status,
+            restate=lambda job, status: None, job_files=self.directory)
+
+    @staticmethod
+    def set_status(job: Job, status: JobStatus) -> None:
+        job._set_status(status)
+
+    def poll(self, ids: Sequence[str]) -> PollSucceeded:
+        self.polls += 1
+        return PollSucceeded({nid: Observation(JobState.QUEUED) for nid in ids})
+
+    def resolve(self, ids: Sequence[str]) -> MissingResolved:
+        return MissingResolved({})
+
+    def final(self, jobs: Sequence[Job], nid: str, obs: Observation, cancel: bool
+              ) -> JobStatus:
+        return JobStatus(obs.state, message=obs.message, exit_code=obs.exit_code,
+                         metadata=dict(obs.metadata))
+
+
+def test_the_poller_sees_ends_from_the_files_with_a_300_s_poll(tmp_path: Path) -> None:
+    hooks = _Hooks(tmp_path)
+    poller = StatusPoller(hooks.inputs(), S, MonotonicClock())
+    jobs = [Job(JobSpec("/bin/true")) for _ in range(3)]
+    try:
+        for i, job in enumerate(jobs):
+            job._native_id = str(i)
+            poller.add(job, str(i), attach=False)
+        _write(tmp_path, "0.starts", "1 5\n")
+        _write(tmp_path, "1.ec", "0 6 -\n")
+        assert jobs[0].wait(timeout=_seconds(20), target_states=[JobState.ACTIVE]) is not None
+        done = jobs[1].wait(timeout=_seconds(20))
+        assert done is not None and done.state is JobState.COMPLETED and done.exit_code == 0
+        assert hooks.ended == ["1"] and hooks.polls == 0
+        assert jobs[2].status.state is JobState.NEW  # (the executor reports QUEUED)
+    finally:
+        poller.stop(wait=True)
+
+
+def test_files_never_seen_for_jobs_the_scheduler_ended_turn_the_looks_off(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    hooks = _Hooks(tmp_path)
+
+    def gone(ids: Sequence[str]) -> PollSucceeded:
+        hooks.polls += 1
+        return PollSucceeded({nid: Observation(JobState.COMPLETED, None, 0) for nid in ids})
+
+    hooks.poll = gone  # type: ignore[method-assign]
+    settings = Settings(interval=0.05, initial_delay=0.05)
+    poller = StatusPoller(hooks.inputs(), settings, MonotonicClock())
+    try:
+        for i in range(_poller.UNSEEN_LIMIT):
+            job = Job(JobSpec("/bin/true"))
+            job._native_id = str(i)
+            poller.add(job, str(i), attach=False)
+            assert job.wait(timeout=_seconds(20)) is not None
+        assert poller._files is None
+        assert "not visible" in caplog.text and str(tmp_path) in caplog.text
+    finally:
+        poller.stop(wait=True)
+
+
+def _seconds(n: float) -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=n)
