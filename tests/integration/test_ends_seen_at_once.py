@@ -5,7 +5,7 @@ supervisor and the flow service, and an executor reached over SSH.
 
 Each test runs the ``batch-test`` executor with its status polls 300 s apart (and, where the
 consumer lets it be set, the first poll 300 s after a submission too), so that only the files
-a job writes in the work directory (``<native id>.start``, ``<native id>.ec``) can tell its
+a job writes in the work directory (``<native id>.starts``, ``<native id>.ec``) can tell its
 start and its end in time. A consumer that waited for a poll could not act within ``BOUND``
 seconds; one that acts on the status change does so within about a second of the job's end.
 The bound is generous on purpose: this is a check of behaviour, not a measure of speed
