@@ -51,7 +51,7 @@ logger = LazyLogger("psij.flows.executor")
 
 _WATCH_TIMEOUT = 300.0  # seconds a watch waits on its connection before it is asked again
 _WATCH_RETRY = 1.0  # seconds before a watch is asked again after its connection failed
-_LEAST_GAP = 0.2  # seconds between two reads of the handles, however often they change
+_LEAST_GAP = 0.1  # seconds between two reads of the handles, however often they change
 
 
 class FlowJobExecutorConfig(JobExecutorConfig):
