@@ -19,7 +19,6 @@ from psij.executors.batch._dir_events import DirEvents
 from psij.executors.batch._job_files import JobFiles, parse_end, parse_start
 from psij.executors.batch._poller import StatusPoller, TrackInputs
 from psij.executors.batch._tracking import (
-    FileSeen,
     Finish,
     JobAdded,
     MissingResolved,
@@ -34,6 +33,7 @@ from psij.executors.batch._tracking import (
     TrackerState,
     step,
 )
+from psij.executors.batch._tracking_events import FileSeen
 from psij.job_status import JobStatus
 
 # -- what the files say ----------------------------------------------------------------------
@@ -50,18 +50,18 @@ def test_a_start_file_gives_the_runs_and_the_time(text: str, expected: Any) -> N
 
 
 @pytest.mark.parametrize("text,expected", [
-    ("0 1796679864.76656 -\n", (0, 1796679864.76656, None)),
-    ("143 1796679864 TERM\n", (143, 1796679864.0, "TERM")),
-    ("3\n", (3, None, None)),  # as scripts wrote it before
-    ("255 1e9 USR2\n", (255, 1e9, "USR2")),
+    ("0 1796679864.76656 - 1\n", (0, 1796679864.76656, None, 1)),
+    ("143 1796679864 TERM 2\n", (143, 1796679864.0, "TERM", 2)),
+    ("3\n", (3, None, None, None)),  # as scripts wrote it before
+    ("255 1e9 USR2\n", (255, 1e9, "USR2", None)),
 ])
 def test_an_end_file_gives_the_status_the_time_and_the_signal(text: str, expected: Any) -> None:
     assert parse_end(text) == expected
 
 
 @pytest.mark.parametrize("text", [
-    "", "\n", "x", "0x1", "-1", "256", "1" * 4, "1 2 3 4", "nan", "\u0661", "3 1 $(rm)",
-    "0 1 \udcff", "0 1 " + "A" * 17, "1.5", "0\n0\n0\n0", "\x00",
+    "", "\n", "x", "0x1", "-1", "256", "1" * 4, "1 2 3 4 5", "0 1 - 0", "0 1 - x", "nan",
+    "\u0661", "3 1 $(rm)", "0 1 \udcff", "0 1 " + "A" * 17, "1.5", "0\n0\n0\n0", "\x00",
 ])
 def test_garbage_in_a_file_says_nothing(text: str) -> None:
     assert parse_end(text) is None
@@ -78,11 +78,11 @@ def test_a_look_says_each_write_once_and_only_for_followed_jobs(tmp_path: Path) 
     assert files.look(["1", "2"]) == []
     _write(tmp_path, "1.starts", "1 100.5\n")
     _write(tmp_path, "9.starts", "1 100.5\n")  # not followed
-    assert files.look(["1", "2"]) == [FileSeen("1", started=True, at=100.5, runs=1)]
+    assert files.look(["1", "2"]) == [FileSeen("1", started=True, at=100.5, run=1)]
     assert files.look(["1", "2"]) == []  # said once
-    _write(tmp_path, "1.ec", "0 101 -\n")
+    _write(tmp_path, "1.ec", "0 101 - 1\n")
     _write(tmp_path, "2.ec", "garbage\n")
-    assert files.look(["1", "2"]) == [FileSeen("1", exit_code=0, at=101.0)]
+    assert files.look(["1", "2"]) == [FileSeen("1", exit_code=0, at=101.0, run=1)]
     _write(tmp_path, "2.ec", "3 102 TERM\n")  # rewritten: a new file
     assert files.look(["1", "2"]) == [FileSeen("2", exit_code=3, at=102.0, signal="TERM")]
     (tmp_path / "1.starts").unlink()
@@ -215,7 +215,7 @@ def test_a_requeue_after_a_signalled_end_follows_the_next_run() -> None:
     assert [a.observation.state for a in actions if isinstance(a, ReportState)] == [
         JobState.QUEUED]
     assert state.jobs["1"].ended is None
-    state, actions = step(state, S, FileSeen("1", started=True, runs=2), 5.0)
+    state, actions = step(state, S, FileSeen("1", started=True, run=2), 5.0)
     assert [a.observation.state for a in actions if isinstance(a, ReportState)] == [
         JobState.ACTIVE]
     state, actions = step(state, S, FileSeen("1", exit_code=0), 6.0)
@@ -415,3 +415,35 @@ def test_held_shapes_are_polled_often_only_where_no_start_file_tells_the_start(
         assert (hooks.polls <= 2) is watched, hooks.polls
     finally:
         poller.stop(wait=True)
+
+
+@pytest.mark.parametrize("start_seen", [True, False])
+def test_the_end_of_a_run_the_scheduler_requeued_is_not_the_jobs_end(start_seen: bool) -> None:
+    # Grid Engine's qmod -rj: the queue shows the job requeued while its run still ends (the
+    # scheduler warns it first); that run's end file comes after, and is old news.
+    state = _tracking("1", rerunnable=True)
+    if start_seen:
+        state, _ = step(state, S, FileSeen("1", started=True, run=1), 0.1)
+    else:
+        state, _ = step(state, S, Tick(), 300.0)
+        state, _ = step(state, S, PollSucceeded({"1": Observation(JobState.ACTIVE)}), 300.0)
+    state, _ = step(state, S, Tick(), 600.0)
+    state, actions = step(state, S, PollSucceeded({"1": Observation(JobState.QUEUED)}), 600.0)
+    assert [a.observation.state for a in actions if isinstance(a, ReportState)] == [
+        JobState.QUEUED]
+    old = FileSeen("1", exit_code=143, signal="USR2", run=1)
+    assert step(state, S, old, 601.0) == (state, [])  # nothing said, no poll asked
+    assert step(state, S, FileSeen("1", exit_code=143), 601.0) == (state, [])  # (old format)
+    state, actions = step(state, S, FileSeen("1", started=True, run=2), 605.0)
+    assert [a.observation.state for a in actions if isinstance(a, ReportState)] == [
+        JobState.ACTIVE]
+    state, actions = step(state, S, FileSeen("1", exit_code=0, run=2), 606.0)
+    assert [type(a) for a in actions] == [Finish]
+
+
+def test_an_end_seen_before_its_start_says_when_it_ended() -> None:
+    _, actions = step(_tracking("1"), S, FileSeen("1", exit_code=0, at=9.0, run=1), 1.0)
+    report, finish = actions
+    assert isinstance(report, ReportState) and isinstance(finish, Finish)
+    assert report.observation.metadata == {"source": "job file", "started_at": 9.0}
+    assert finish.observation.metadata == {"source": "job file", "ended_at": 9.0}

@@ -130,8 +130,8 @@ def test_the_job_gets_the_signal_once_and_leaves_by_itself(name: str, launcher: 
     rc, elapsed, work = run_script(name, tmp_path, spec, deliver)
     assert rc == 0, (tmp_path / "err").read_text() if (tmp_path / "err").exists() else rc
     # The exit status, when the script wrote it, and the signal the script got.
-    code, _, got = (work / f"{NATIVE_ID}.ec").read_text().split()
-    assert code == "0" and got != "-"
+    code, _, got, run = (work / f"{NATIVE_ID}.ec").read_text().split()
+    assert code == "0" and got != "-" and run == "1"
     # Once; the multiple launcher also passes a TERM it gets on to its copies (it is written
     # for a launcher signalled alone), so there they may get it twice.
     assert (tmp_path / "count").read_text() in (("1\n", "2\n") if launcher == "multiple"
@@ -165,8 +165,8 @@ def test_a_job_killed_by_the_signal_reports_it(tmp_path: Path) -> None:
                    directory=tmp_path)
     rc, elapsed, work = run_script("slurm", tmp_path, spec, to_script(signal.SIGTERM))
     assert rc == 143 and elapsed < 10
-    code, _, got = (work / f"{NATIVE_ID}.ec").read_text().split()
-    assert (code, got) == ("143", "TERM")
+    code, _, got, run = (work / f"{NATIVE_ID}.ec").read_text().split()
+    assert (code, got, run) == ("143", "TERM", "1")
 
 
 # ------------------------------------------------------------ end to end on batch-test

@@ -79,5 +79,5 @@ _psij_run() {
 }
 _psij_run _psij_launch
 _psij_now
-_psij_record .ec "$_psij_ec $_psij_t $_psij_signal_seen"
+_psij_record .ec "$_psij_ec $_psij_t $_psij_signal_seen $((_psij_starts + 1))"
 exit "$_psij_ec"

@@ -102,6 +102,6 @@ _psij_run() {
 }
 _psij_run _psij_launch
 _psij_now
-_psij_record .ec "$_psij_ec $_psij_t $_psij_signal_seen"
+_psij_record .ec "$_psij_ec $_psij_t $_psij_signal_seen $((_psij_starts + 1))"
 case "$_psij_ec" in 99|100) _psij_ec=1 ;; esac
 exit "$_psij_ec"

@@ -125,5 +125,5 @@ _psij_cleanup 10 '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/scratch '"'"'x'"
 _psij_cleanup 10 '/tmp/psij scratch'
 _psij_staging_end
 _psij_now
-_psij_record .ec "$_psij_ec $_psij_t $_psij_signal_seen"
+_psij_record .ec "$_psij_ec $_psij_t $_psij_signal_seen $((_psij_starts + 1))"
 exit "$_psij_ec"

@@ -113,6 +113,6 @@ _psij_cleanup 10 '/data/it'"'"'s "quoted" $(whoami) `id` é ✓/scratch '"'"'x'"
 _psij_cleanup 10 '/tmp/psij scratch'
 _psij_staging_end
 _psij_now
-_psij_record .ec "$_psij_ec $_psij_t $_psij_signal_seen"
+_psij_record .ec "$_psij_ec $_psij_t $_psij_signal_seen $((_psij_starts + 1))"
 case "$_psij_ec" in 99|100) _psij_ec=1 ;; esac
 exit "$_psij_ec"

@@ -3,7 +3,7 @@ appear.
 
 The script (``templates/psij_run_job.mustache``) writes ``<native id>.starts`` as it starts
 (``<runs> <start time>``) and ``<native id>.ec`` as it ends (``<exit status> <end time>
-<signal received or ->``), each through a temporary file renamed into place, in the
+<signal received or -> <runs>``), each through a temporary file renamed into place, in the
 executor's work directory. :class:`JobFiles` looks for them for the jobs a status poller
 follows, at the poller's request, at a cost that does not grow with the number of jobs while
 nothing happens: one ``stat`` of the directory per look; only when the directory changed (a
@@ -49,26 +49,37 @@ def parse_start(text: str) -> Optional[Tuple[int, Optional[float]]]:
     """``(runs, start time)`` from a ``.starts`` file (time None if absent or unreadable);
     None when it is not one the script wrote."""
     words = text.split()
-    if not 1 <= len(words) <= 2 or not words[0].isascii() or not words[0].isdigit() \
-            or len(words[0]) > 6 or int(words[0]) < 1:
+    runs = _count(words[0]) if 1 <= len(words) <= 2 else None
+    if runs is None:
         return None
-    return int(words[0]), (_time(words[1]) if len(words) == 2 else None)
+    return runs, (_time(words[1]) if len(words) == 2 else None)
 
 
-def parse_end(text: str) -> Optional[Tuple[int, Optional[float], Optional[str]]]:
-    """``(exit status, end time, signal received)`` from a ``.ec`` file; a file of the exit
-    status alone (as scripts wrote before) has neither time nor signal. None when it is not
-    one the script wrote."""
+def _count(word: str) -> Optional[int]:
+    """A run count as a script writes it (1 to 999999); None when it is not one."""
+    if not word.isascii() or not word.isdigit() or len(word) > 6 or int(word) < 1:
+        return None
+    return int(word)
+
+
+def parse_end(text: str
+              ) -> Optional[Tuple[int, Optional[float], Optional[str], Optional[int]]]:
+    """``(exit status, end time, signal received, run)`` from a ``.ec`` file; a file of the
+    exit status alone (as scripts wrote before) has neither time, signal nor run. None when
+    it is not one the script wrote."""
     words = text.split()
-    if not 1 <= len(words) <= 3 or not words[0].isascii() or not words[0].isdigit() \
+    if not 1 <= len(words) <= 4 or not words[0].isascii() or not words[0].isdigit() \
             or len(words[0]) > 3 or int(words[0]) > 255:
         return None
-    signal = words[2] if len(words) == 3 else "-"
+    signal = words[2] if len(words) >= 3 else "-"
     if signal != "-" and (len(signal) > _LONGEST_SIGNAL or not signal.isascii()
                           or not signal.isalnum()):
         return None
+    run = _count(words[3]) if len(words) == 4 else None
+    if len(words) == 4 and run is None:
+        return None
     return (int(words[0]), _time(words[1]) if len(words) >= 2 else None,
-            None if signal == "-" else signal)
+            None if signal == "-" else signal, run)
 
 
 def _read(path: Path) -> Optional[str]:
@@ -128,11 +139,11 @@ class JobFiles:
             end = self._new(native_id, END_SUFFIX, found, parse_end)
             if end is not None:
                 events.append(FileSeen(native_id, exit_code=end[0], at=end[1],
-                                       signal=end[2]))
+                                       signal=end[2], run=end[3]))
                 continue
             start = self._new(native_id, START_SUFFIX, found, parse_start)
             if start is not None:
-                events.append(FileSeen(native_id, started=True, at=start[1], runs=start[0]))
+                events.append(FileSeen(native_id, started=True, at=start[1], run=start[0]))
         self.seen += len(events)
         return events
 

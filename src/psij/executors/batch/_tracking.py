@@ -50,7 +50,9 @@ Rules:
   failure): the job stays followed, a poll comes ``confirm_delay`` later, and the scheduler's
   word decides; if the scheduler still shows it running after ``confirm_polls`` polls, or has
   no trace of it, the file's word does. A poll that was under way when a file made a job
-  ACTIVE is not taken for a requeue.
+  ACTIVE is not taken for a requeue. Files carry the run they are of (the script's start
+  count): once the scheduler requeued a job, what its files say of the run it was in is old
+  news, and a start of a later run makes it ACTIVE again.
 - A job forgotten (:class:`Forget`: its job runs again under another native id) is followed
   no more, in any phase; what a poll under way says of it is dropped.
 - An event that is not legal in the current phase, or of another class, raises
@@ -72,18 +74,40 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
-    Union,
 )
 
 from psij._clock import Clock
 from psij._machine import IllegalEvent
 from psij._record import Record, replace
 from psij.executors.batch._status_table import is_held_by_scheduler
+from psij.executors.batch._tracking_events import (
+    EMPTY,
+    Action,
+    CancelAsked,
+    CancelFailed,
+    Event,
+    FileSeen,
+    Finish,
+    Forget,
+    Hurry,
+    JobAdded,
+    MissingResolved,
+    Observation,
+    PollFailed,
+    PollSucceeded,
+    ReportState,
+    ResolveMissing,
+    Restate,
+    RunStatusCommand,
+    Tick,
+    Withdraw,
+    observed,
+)
 from psij.executors.batch._unstartable import CAUSE, failed_message, unstartable_reason
 from psij.job_state import JobState
 
 if TYPE_CHECKING:
-    from psij.job_status import JobStatus
+    pass
 
 __all__ = [
     "Action", "CancelAsked", "CancelFailed", "Event", "FileSeen", "Finish", "Forget", "Hurry",
@@ -93,29 +117,8 @@ __all__ = [
     "Tick", "TrackedJob", "TrackerState", "Withdraw", "observed", "step",
 ]
 
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
+_EMPTY: Mapping[str, Any] = EMPTY  # (the records' shared empty mapping)
 _NONE: FrozenSet[Hashable] = frozenset()
-
-
-class Observation(Record):
-    """What is known about one job: its state, and why it is in it.
-
-    ``metadata`` carries the scheduler's own words (``native_state``, ``reason``, ...).
-    """
-
-    state: JobState
-    message: Optional[str] = None
-    exit_code: Optional[int] = None
-    metadata: Mapping[str, Any] = _EMPTY
-
-
-def observed(status: "JobStatus", source: Optional[str] = None) -> Observation:
-    """What ``status`` (read from the scheduler's queue or accounting) says of a job; with
-    ``source``, its metadata says where it came from unless it says so already."""
-    meta = dict(status.metadata or {})
-    if source is not None:
-        meta.setdefault("source", source)
-    return Observation(status.state, status.message, status.exit_code, meta)
 
 
 class Settings(Record):
@@ -166,7 +169,12 @@ class TrackedJob(Record):
     restarts: int = 0
     # What its files said of its end, while the scheduler is asked (see FileSeen).
     ended: Optional[Observation] = None
+    ended_run: int = 0
     confirms: int = 0
+    # The latest run whose start its files told, and the runs known over (requeued): the
+    # end file of such a run is not the job's end.
+    run: int = 0
+    over: int = 0
     # Made ACTIVE by its files while a poll was under way: that poll's QUEUED is old news.
     file_ahead: bool = False
 
@@ -197,139 +205,6 @@ class TrackerState(Record):
     # When the queued jobs of the hurried groups are polled next (None: no such job).
     next_hurry_at: Optional[float] = None
 
-
-# ------------------------------------------------------------------------------------- events
-
-
-class JobAdded(Record):
-    """A job was submitted (or attached) and is to be followed from ``state``.
-
-    ``poll_soon`` asks for a poll at once (attach wants the real state quickly); ``group`` is
-    what :class:`Hurry` names (None: no group); ``rerunnable``: the scheduler may requeue the
-    job, which is then reported QUEUED again (see the rules).
-    """
-
-    native_id: str
-    state: JobState = JobState.QUEUED
-    poll_soon: bool = False
-    group: Hashable = None
-    rerunnable: bool = False
-
-
-class Hurry(Record):
-    """From now on the queued jobs of these groups are polled ``initial_delay`` after each
-    poll (an empty set: none is)."""
-
-    groups: AbstractSet[Hashable]
-
-
-class Tick(Record):
-    """Time has passed; a poll may be due."""
-
-
-class PollSucceeded(Record):
-    """The status command ran and its output parsed into one observation per job it showed."""
-
-    observations: Mapping[str, Observation]
-
-
-class PollFailed(Record):
-    """The status command failed, timed out, or printed something that could not be parsed."""
-
-    error: str
-
-
-class MissingResolved(Record):
-    """The lookup of missing jobs is done; ``found`` has what was learned, by native id."""
-
-    found: Mapping[str, Observation]
-
-
-class CancelAsked(Record):
-    """A cancel of the job is being sent to the scheduler."""
-
-    native_id: str
-
-
-class CancelFailed(Record):
-    """The scheduler refused the cancel, or had no such job left: the job goes on, or ended by
-    itself."""
-
-    native_id: str
-
-
-class Forget(Record):
-    """Follow the job no more (its job runs again as another scheduler job); no action."""
-
-    native_id: str
-
-
-class FileSeen(Record):
-    """The job's own files say that it started (``started``; ``runs``: the times its script
-    started) or ended (``exit_code``: the status its script wrote; ``signal``: the last signal
-    the script received, if any); ``at``: when, in seconds since the epoch, as the job wrote
-    it (None: not written)."""
-
-    native_id: str
-    started: bool = False
-    exit_code: Optional[int] = None
-    signal: Optional[str] = None
-    at: Optional[float] = None
-    runs: int = 1
-
-
-Event = Union[JobAdded, Tick, PollSucceeded, PollFailed, MissingResolved, CancelAsked,
-              CancelFailed, Hurry, Forget, FileSeen]
-
-# ------------------------------------------------------------------------------------ actions
-
-
-class RunStatusCommand(Record):
-    """Run the status command for these jobs, then feed PollSucceeded or PollFailed."""
-
-    native_ids: Tuple[str, ...]
-
-
-class ResolveMissing(Record):
-    """Look these jobs up (exit-code file, accounting), then feed MissingResolved."""
-
-    native_ids: Tuple[str, ...]
-
-
-class ReportState(Record):
-    """The job entered a new, non-final state."""
-
-    native_id: str
-    observation: Observation
-
-
-class Restate(Record):
-    """The job is still in the state it was reported in, and the scheduler started or stopped
-    holding it: report it again."""
-
-    native_id: str
-    observation: Observation
-
-
-class Withdraw(Record):
-    """Cancel the job in the scheduler: the tracker failed it (``fail_unstartable``) and it is
-    followed no more. A cancel that fails is only logged."""
-
-    native_id: str
-
-
-class Finish(Record):
-    """The job reached a final state and is no longer followed.
-
-    ``cancel_requested`` tells whether a cancel was asked through this executor.
-    """
-
-    native_id: str
-    observation: Observation
-    cancel_requested: bool
-
-
-Action = Union[RunStatusCommand, ResolveMissing, ReportState, Restate, Withdraw, Finish]
 
 # -------------------------------------------------------------------------------------- step
 
@@ -427,8 +302,9 @@ def _observe(job: TrackedJob, obs: Observation, jobs: Dict[str, TrackedJob],
         if obs.state is JobState.QUEUED:
             return  # seen before the job's start file was
     if job.rerunnable and not obs.state.final and _requeued(job, obs, jobs, actions):
-        if job.native_id in jobs:
-            jobs[job.native_id] = replace(jobs[job.native_id], ended=None, confirms=0)
+        if job.native_id in jobs:  # the run it was in is over, whatever its files say later
+            jobs[job.native_id] = replace(jobs[job.native_id], ended=None, confirms=0,
+                                          over=max(job.run, job.over + 1))
         return
     job = jobs.get(job.native_id, job)
     if job.ended is not None and not obs.state.final:
@@ -473,16 +349,24 @@ def _file_seen(state: TrackerState, settings: Settings, event: FileSeen,
                now: float) -> Tuple[TrackerState, List[Action]]:
     actions: List[Action] = []
     job = state.jobs.get(event.native_id)
-    if job is None or job.ended is not None:
+    if job is None:
         return state, actions  # (ended already, or forgotten)
+    run = event.run if event.run is not None else max(job.run, 1)
+    if run <= job.over or (not event.started and job.ended is not None):
+        return state, actions  # a run requeued since, or an end said already
     meta: Dict[str, Any] = {"source": "job file"}
     if event.at is not None:
         meta["started_at" if event.started else "ended_at"] = event.at
     jobs = _thawed(state.jobs)
+    if event.started and job.ended is not None and run > job.ended_run:
+        # The end waiting for the scheduler's word was a requeue's: this is the next run.
+        job = replace(job, ended=None, confirms=0, over=max(job.over, job.ended_run))
+    job = jobs[event.native_id] = replace(job, run=max(job.run, run))
     polling = state.phase in (Phase.POLLING, Phase.RESOLVING) \
         and event.native_id in state.in_flight
     if job.state in (JobState.NEW, JobState.QUEUED):
-        active = {**meta, "started_at": meta.pop("ended_at")} if "ended_at" in meta else meta
+        active = {"source": "job file", "started_at": event.at} if event.at is not None \
+            else {"source": "job file"}  # (an end seen first: the run started by then)
         actions.append(ReportState(event.native_id,
                                    Observation(JobState.ACTIVE, metadata=active)))
         job = jobs[event.native_id] = replace(job, state=JobState.ACTIVE, misses=0,
@@ -501,7 +385,7 @@ def _file_seen(state: TrackerState, settings: Settings, event: FileSeen,
     if event.signal is not None:
         meta["signal_received"] = event.signal
     ended = Observation(JobState.FAILED if code != 0 else JobState.COMPLETED, None, code, meta)
-    jobs[event.native_id] = replace(job, ended=ended, confirms=0)
+    jobs[event.native_id] = replace(job, ended=ended, ended_run=run, confirms=0)
     return _ask_poll_by(replace(state, jobs=_frozen(jobs)), now + settings.confirm_delay), \
         actions
 
