@@ -152,7 +152,7 @@ def test_piping_into_head_ends_quietly(home: Path) -> None:
     wd = home / ".psij" / "work"
     store = open_store(wd)
     store.write([(f"job-{i:05}", "local", "0", None, "{}", str(i), None, "t", float(i),
-                  "COMPLETED", 6, 0, None, float(i), 1, 1, None) for i in range(5000)],
+                  "COMPLETED", 6, 0, None, float(i), 1, 1, None, None) for i in range(5000)],
                 [])
     for command in ("list", "status --all", "list --json"):
         done = subprocess.run(f'"{PSIJ}" {command} | head -1', shell=True, capture_output=True,
@@ -232,9 +232,9 @@ def test_status_shows_the_attempt_and_last_rerun_of_a_job_run_again(home: Path) 
     now = time.time()
     open_store(wd).write([
         ("job-again", "local", "0", None, "{}", "77", None, None, now, "COMPLETED", 6, 0, None,
-         now, 1, 3, rerun),
+         now, 1, 3, rerun, None),
         ("job-once", "local", "0", None, "{}", "78", None, None, now, "FAILED", 6, 2,
-         "exit 2", now, 1, 1, None)], [])
+         "exit 2", now, 1, 1, None, None)], [])
     for command in (["status", "job-again", "job-once"], ["list"]):
         done = psij_cmd(home, *command)
         assert done.returncode == 0, done.stderr
@@ -261,8 +261,8 @@ def test_status_shows_the_run_a_live_job_is_in_now() -> None:
     job._set_status(JobStatus(JobState.QUEUED, message="requeued (preempted): run 3, at most 3",
                               metadata={"attempt": 3, "rerun": "requeue", "cause": "preempted"}))
     recorded = ("j", "slurm", "5", None, "ACTIVE", None, None, False, 2,
-                json.dumps({"rerun": "requeue", "cause": "node_failure"}), None, None)
+                json.dumps({"rerun": "requeue", "cause": "node_failure"}), None, None, None)
     now = _live(recorded, job)
-    assert now[4] == "QUEUED" and now[8:] == (3, ("requeue", "preempted"), None, None)
+    assert now[4] == "QUEUED" and now[8:] == (3, ("requeue", "preempted"), None, None, None)
     assert _message(now).startswith("attempt 3 (requeue after preempted): requeued")
     assert _message(recorded) == "attempt 2 (requeue after node_failure)"

@@ -56,16 +56,14 @@ def add_release_command(commands: Any) -> None:
 
 def release_main(args: "argparse.Namespace") -> int:
     from psij import registry
+    from psij.cli._names import resolve
 
-    ids = args.ids or None
+    ids = resolve(args.ids) if args.ids else None
     records = registry.find(ids, tag=args.tag)
-    if ids:
-        missing = set(ids) - {r.id for r in records}
-        if missing:
-            raise ValueError(f"no recorded job with id {', '.join(sorted(missing))}")
-    elif not records and args.tag is not None:
-        raise ValueError(f"no recorded job has tag {args.tag!r}")
-    else:  # every job held by a process known to have ended
+    if not ids:
+        if not records and args.tag is not None:
+            raise ValueError(f"no recorded job has tag {args.tag!r}")
+        # Every job held by a process known to have ended.
         records = [r for r in records if _ended(r, args.force)]
     problems: List[str] = []
     jobs: List[Job] = []
