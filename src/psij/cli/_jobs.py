@@ -15,8 +15,13 @@ code when it ends, and then exits. Jobs of other executors live in their schedul
 
 Output written to a closed pipe (``psij list | head``) ends the command quietly.
 
+The job ids given to ``status``, ``wait``, ``cancel`` and ``priority`` (and ``release``) are
+resolved by :mod:`psij.cli._names`: a whole psij id, a prefix of one or a native id. The tables
+have a CAUSE column (why a final state came) and, with ``--wide``, whole messages; ``wait
+--timeout`` exits with :data:`~psij.cli._common.EXIT_TIMEOUT` when jobs are still not final.
+
 Jobs are read and changed only through :mod:`psij.registry` and their executors; this module
-imports the shared modules of :mod:`psij.cli` (``_common``, ``_job_options``,
+imports the shared modules of :mod:`psij.cli` (``_common``, ``_job_options``, ``_names``,
 ``_wait_progress``) and no other command's.
 """
 
