@@ -208,12 +208,15 @@ def test_submit_status_cancel_and_wait_on_a_real_scheduler(home: Path, scheduler
     fails = submit("--stdout", str(out), "--", "/bin/sh", "-c", "echo hi; exit 4")
     running = submit("--", "/bin/sh", "-c", f"touch {marker}; sleep 600")
     queued = submit("--attr", _LATER[scheduler], "--", "/bin/sleep", "600")
-    assert listed(home, "status", queued)[0]["state"] == "QUEUED"
+    [view] = listed(home, "status", queued)
+    assert view["state"] == "QUEUED"
+    native = view["native_id"]  # the scheduler's job id names it too
+    assert [j["id"] for j in listed(home, "status", native)] == [queued]
     deadline = time.monotonic() + 120
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert listed(home, "status", running)[0]["state"] == "ACTIVE"
-    cancel = psij_cmd(home, "cancel", running, queued)
+    cancel = psij_cmd(home, "cancel", running[:8], native)
     assert cancel.returncode == 0, cancel.stderr
     waited = psij_cmd(home, "wait", "--tag", "real", "--json")
     assert waited.returncode == 130, waited.stderr  # the worst: a canceled job
