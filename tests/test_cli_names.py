@@ -68,17 +68,35 @@ def refused(home: Path, *args: Any) -> str:
     return err
 
 
-@pytest.mark.parametrize("word, ids", [
+FOUND = [
     (A, [A]),  # the whole id
     ("3f2a1", [A]), ("3f2a2222", [B]),  # a unique prefix
     ("900_4", [E4]), ("900[4]", [E4]), ("900.5", [E5]),  # an element, in any spelling
     ("77", [PBS]), ("77.server", [PBS]),  # a PBS job, with or without its server
     ("5", [ODD]), (ODD, [ODD]),
-])
+]
+
+
+@pytest.mark.parametrize("word, ids", FOUND)
 def test_a_job_is_found_by_its_id_a_prefix_or_its_native_id(home: Path, word: str,
                                                             ids: List[str]) -> None:
     fill(home)
     assert named(home, word) == ids
+
+
+def test_many_words_are_found_by_the_same_rules(home: Path) -> None:
+    # From 8 words on, the registry is read once and indexed rather than asked per word.
+    fill(home)
+    words = [w for w, _ in FOUND[1:]]
+    assert len(words) >= 8
+    done = psij_cmd(home, "status", "--json", *words)
+    assert done.returncode == 0, done.stderr
+    assert [j["id"] for j in json.loads(done.stdout)] == [A, B, E4, E5, PBS, ODD]
+    err = refused(home, "status", *words, "2415", "900", "7b00", "3f2", "nope")
+    assert "no recorded job with id 3f2, nope (nor with them" in err
+    assert f"ID '2415' names 2 recorded jobs: {A} (slurm" in err
+    assert f"ID '900' names 2 recorded jobs: {E4} (slurm, native id 900_4" in err
+    assert f"ID '7b00' names 3 recorded jobs: {E4}" in err and NATIVE_IS_PREFIX in err
 
 
 def test_the_whole_id_wins_over_a_native_id_equal_to_it(home: Path) -> None:

@@ -102,6 +102,46 @@ def _candidates(word: str, rows: Sequence[Tuple[str, ...]]) -> List[Tuple[str, .
     return named
 
 
+class _Index:
+    """Every recorded job (rows of ``_COLUMNS``, oldest first), read once and indexed by what
+    a word may name, for a command line naming many jobs (one read of the registry instead of
+    one per word)."""
+
+    def __init__(self, rows: Sequence[Tuple[str, ...]]) -> None:
+        self.rows = rows
+        self.ids = sorted((r[0], at) for at, r in enumerate(rows))
+        self.by_native: Dict[str, List[int]] = {}
+        self.by_number: Dict[str, List[int]] = {}
+        for at, row in enumerate(rows):
+            native = row[2]
+            if not isinstance(native, str):
+                continue
+            self.by_native.setdefault(native, []).append(at)
+            number = _number(native) or (_WITH_SERVER.fullmatch(native) and
+                                         native.split(".", 1)[0])
+            if number:
+                self.by_number.setdefault(number, []).append(at)
+
+    def rows_for(self, word: str) -> List[Tuple[str, ...]]:
+        """The rows :meth:`Store.named <psij._registry.store.Store.named>` gives for
+        ``word``, or more (:func:`_candidates` takes those it names)."""
+        import bisect
+
+        found = set(self.by_native.get(word, ()))
+        number = _number(word)
+        if number is not None:
+            found.update(self.by_number.get(number, ()))
+        if len(word) >= MIN_PREFIX:
+            at = bisect.bisect_left(self.ids, (word, -1))
+            while at < len(self.ids) and self.ids[at][0].startswith(word):
+                found.add(self.ids[at][1])
+                at += 1
+        return [self.rows[at] for at in sorted(found)]
+
+
+_INDEX_FROM = 8  # words not found whole from which the registry is read once and indexed
+
+
 def _describe(row: Tuple[str, ...]) -> str:
     return f"{row[0]} ({row[1]}, native id {row[2] or '-'}, {row[3]})"
 
@@ -122,8 +162,12 @@ def resolve(words: Sequence[str]) -> List[str]:
     missing: List[str] = []
     ambiguous: List[str] = []
     store = open_store(registry._work_directory(None))
-    for word in dict.fromkeys(w for w in words if w not in found):
-        named = _candidates(word, store.named(word, MIN_PREFIX, _number(word), _COLUMNS))
+    pending = list(dict.fromkeys(w for w in words if w not in found))
+    index = _Index(store.select(columns=_COLUMNS)) if len(pending) >= _INDEX_FROM else None
+    for word in pending:
+        rows = index.rows_for(word) if index is not None else \
+            store.named(word, MIN_PREFIX, _number(word), _COLUMNS)
+        named = _candidates(word, rows)
         if len(named) == 1:
             found[word] = named[0][0]
         elif not named:
