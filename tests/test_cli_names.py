@@ -85,13 +85,14 @@ def test_a_job_is_found_by_its_id_a_prefix_or_its_native_id(home: Path, word: st
 
 
 def test_many_words_are_found_by_the_same_rules(home: Path) -> None:
-    # From 8 words on, the registry is read once and indexed rather than asked per word.
-    fill(home)
-    words = [w for w, _ in FOUND[1:]]
-    assert len(words) >= 8
+    # From 20 words on, the registry is read once and indexed rather than asked per word.
+    more = [(f"e{i:04}-aaaa", "slurm", str(5000 + i)) for i in range(20)]
+    fill(home, *more)
+    words = [w for w, _ in FOUND[1:]] + [native for _, _, native in more]
     done = psij_cmd(home, "status", "--json", *words)
     assert done.returncode == 0, done.stderr
-    assert [j["id"] for j in json.loads(done.stdout)] == [A, B, E4, E5, PBS, ODD]
+    assert [j["id"] for j in json.loads(done.stdout)] == [A, B, E4, E5, PBS, ODD] + [
+        job_id for job_id, _, _ in more]
     err = refused(home, "status", *words, "2415", "900", "7b00", "3f2", "nope")
     assert "no recorded job with id 3f2, nope (nor with them" in err
     assert f"ID '2415' names 2 recorded jobs: {A} (slurm" in err

@@ -109,37 +109,36 @@ class _Index:
 
     def __init__(self, rows: Sequence[Tuple[str, ...]]) -> None:
         self.rows = rows
-        self.ids = sorted((r[0], at) for at, r in enumerate(rows))
+        self.by_start: Dict[str, List[int]] = {}  # by the first MIN_PREFIX characters of ids
         self.by_native: Dict[str, List[int]] = {}
         self.by_number: Dict[str, List[int]] = {}
         for at, row in enumerate(rows):
+            self.by_start.setdefault(row[0][:MIN_PREFIX], []).append(at)
             native = row[2]
             if not isinstance(native, str):
                 continue
             self.by_native.setdefault(native, []).append(at)
-            number = _number(native) or (_WITH_SERVER.fullmatch(native) and
-                                         native.split(".", 1)[0])
-            if number:
+            # Its leading job number, if it has one (more rows than a word names: it is only
+            # where _candidates looks), found without a pattern: one per recorded job.
+            number = native.partition("_")[0].partition("[")[0].partition(".")[0]
+            if number.isdigit():
                 self.by_number.setdefault(number, []).append(at)
 
     def rows_for(self, word: str) -> List[Tuple[str, ...]]:
         """The rows :meth:`Store.named <psij._registry.store.Store.named>` gives for
         ``word``, or more (:func:`_candidates` takes those it names)."""
-        import bisect
-
         found = set(self.by_native.get(word, ()))
         number = _number(word)
         if number is not None:
             found.update(self.by_number.get(number, ()))
         if len(word) >= MIN_PREFIX:
-            at = bisect.bisect_left(self.ids, (word, -1))
-            while at < len(self.ids) and self.ids[at][0].startswith(word):
-                found.add(self.ids[at][1])
-                at += 1
+            found.update(self.by_start.get(word[:MIN_PREFIX], ()))
         return [self.rows[at] for at in sorted(found)]
 
 
-_INDEX_FROM = 8  # words not found whole from which the registry is read once and indexed
+# Words not found whole from which the registry is read once and indexed: on 100,000 jobs one
+# word costs a scan of some 30 ms, the read and index some 500 ms (bench/registry.py's fill).
+_INDEX_FROM = 20
 
 
 def _describe(row: Tuple[str, ...]) -> str:
