@@ -193,7 +193,7 @@ def _add_progress_options(sub: Any) -> None:
 _EPILOGS = {
     "status": "exit status: 0; 1 when the registry cannot be read or a job cannot be "
               "re-attached; 2 for bad usage, such as no job named (ids, --tag or --all) or an id "
-              "that is not recorded. " + _JSON_HELP,
+              "naming no recorded job, or several. " + _JSON_HELP,
     "wait": "exit status: the worst of the jobs' statuses, each as `psij run` gives it "
             "(the exit code, 1 for a failure without one, 130 for a canceled job), 0 when "
             f"all completed; {EXIT_TIMEOUT} when --timeout passed with some jobs not final "

@@ -46,7 +46,9 @@ def add_release_command(commands: Any) -> None:
         epilog="exit status: 0 when every job named was submitted (or none was held); 1 when "
                "some could not be; 2 for bad usage. Each submitted job is printed as ID and "
                "its native id.")
-    release.add_argument("ids", nargs="*", metavar="ID", help="job ids")
+    release.add_argument("ids", nargs="*", metavar="ID",
+                         help="job ids, as psij status takes them (a psij id, a prefix of one, "
+                              "or a native id)")
     release.add_argument("--tag", metavar="TAG", help="the jobs with this tag")
     release.add_argument("--force", action="store_true",
                          help="also release a job whose process ended while submitting it "
