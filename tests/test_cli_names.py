@@ -5,6 +5,7 @@ users run it, on the registry of a private HOME."""
 import json
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, List, Optional
@@ -268,3 +269,25 @@ def test_a_registry_made_before_the_cause_column_gets_it(home: Path) -> None:
     finally:
         conn.close()
     assert columns[-3:] == ["held", "holder", "cause"]
+
+
+@pytest.mark.slurm
+def test_the_cause_slurm_gives_shows_in_the_table_and_the_json(home: Path) -> None:
+    # A job over its memory (killed through the cgroup memory controller), as users submit it.
+    from real.test_batch_out_of_memory_real import HOG, _memory_problem
+
+    problem = _memory_problem()
+    if problem:
+        pytest.skip(problem)
+    done = psij_cmd(home, "submit", "--executor", "slurm", "--attr", "slurm.mem=100M", "--",
+                    sys.executable, "-c", HOG, "400")
+    assert done.returncode == 0, done.stderr
+    jid = done.stdout.strip()
+    native = listed(home, "status", jid)[0]["native_id"]
+    waited = psij_cmd(home, "wait", "--timeout", "240", "--json", native)
+    assert waited.returncode not in (0, 124), waited.stderr
+    [view] = json.loads(waited.stdout)
+    assert (view["id"], view["state"], view["cause"]) == (jid, "FAILED", "out_of_memory")
+    for command in (["list"], ["status", jid[:8]]):
+        table = psij_cmd(home, *command).stdout.splitlines()
+        assert table[1].split()[6] == "out_of_memory", table
