@@ -393,3 +393,25 @@ def _has_inotify(directory: Path) -> bool:
         return events.start()
     finally:
         events.stop(wait=True)
+
+
+@pytest.mark.parametrize("watched", [True, False])
+def test_held_shapes_are_polled_often_only_where_no_start_file_tells_the_start(
+        tmp_path: Path, watched: bool) -> None:
+    hooks = _Hooks(tmp_path)
+    inputs = hooks.inputs()
+    if not watched:
+        inputs = TrackInputs(**{**inputs.as_dict(), "job_files": None})
+    poller = StatusPoller(inputs, Settings(interval=300.0, initial_delay=0.1),
+                          MonotonicClock())
+    try:
+        job = Job(JobSpec("/bin/true"))
+        job._native_id = "1"
+        poller.add(job, "1", attach=False, group="shape")
+        poller.hurry({"shape"})
+        time.sleep(1.5)
+        # The first poll after the submit comes either way; the queued job of a shape that
+        # holds jobs back is polled again every 0.1 s only without the start files.
+        assert (hooks.polls <= 2) is watched, hooks.polls
+    finally:
+        poller.stop(wait=True)

@@ -27,7 +27,8 @@ def service(tmp_path: Path) -> Iterator[Service]:
 
 
 def _executor(service: Service, **options: object) -> JobExecutor:
-    config = FlowJobExecutorConfig(poll_interval=0.3, lease=60, provisioning_lease=30,
+    options.setdefault("poll_interval", 0.3)
+    config = FlowJobExecutorConfig(lease=60, provisioning_lease=30,
                                    **options)  # type: ignore[arg-type]
     return JobExecutor.get_instance("flow", url=f"unix://{service.socket}", config=config)
 
@@ -137,3 +138,40 @@ def test_the_last_job_cancelled_keeps_the_grace_of_its_instance(service: Service
              timeout=30)
     assert time.monotonic() - started >= 1.5
     executor.close()
+
+
+def test_a_job_ends_when_the_service_knows_it_not_at_the_next_poll(service: Service,
+                                                                    tmp_path: Path) -> None:
+    # Reads every 300 s: only the service's answer to the executor's watch can tell the start
+    # and the end in time.
+    executor = _executor(service, poll_interval=300)
+    try:
+        job = Job(JobSpec("/bin/sh", ["-c", "sleep 1; echo done; exit 4"],
+                          stdout_path=tmp_path / "out"))
+        executor.submit(job)
+        status = job.wait(timeout=20)
+        assert status is not None, f"not final within 20 s: {job.status}"
+        assert status.state is JobState.FAILED and status.exit_code == 4
+        assert (tmp_path / "out").read_text() == "done\n"
+    finally:
+        executor.close()
+
+
+def test_a_service_without_watch_is_read_every_poll_interval(service: Service,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    from psij.flows import client as flow_client
+    from psij.flows.client import FlowError
+
+    def no_watch(self: object, handle: object = None, after: int = 0) -> int:
+        raise FlowError("unknown_op", "op: expected one of create, ..., got 'watch'")
+
+    monkeypatch.setattr(flow_client.FlowClient, "watch", no_watch)
+    executor = _executor(service)  # reads every 0.3 s
+    try:
+        job = Job(JobSpec("/bin/sh", ["-c", "exit 0"]))
+        executor.submit(job)
+        status = job.wait(timeout=30)
+        assert status is not None and status.state is JobState.COMPLETED
+    finally:
+        executor.close()

@@ -192,6 +192,9 @@ def test_cli_talks_to_the_service(service: Service, tmp_path: Path) -> None:
     assert refused.returncode == 2
     unknown = psij("status", "f424242")
     assert unknown.returncode == 1 and "unknown_handle" in unknown.stderr
+    watched = psij("watch", handle)  # changes were made: answered at once
+    assert watched.returncode == 0 and json.loads(watched.stdout)["change"] > 0, watched
+    assert psij("watch", "--after", "-1").returncode == 2
     assert psij("destroy", handle).returncode == 0
     assert json.loads(psij("status", handle).stdout)["valid"] is False
 

@@ -2,7 +2,8 @@
 is a consumable resource enforced through the cgroup memory controller (task/cgroup,
 ConstrainRAMSpace): the job is killed and ends FAILED, cause ``out_of_memory``, with a message
 saying so, whether its batch script or an srun step used too much; a job within its memory
-completes. Without such a Slurm the tests skip, saying why.
+completes. The status polls are 300 s apart: each end is seen from the job's files and its cause
+from the status command run a second later. Without such a Slurm the tests skip, saying why.
 """
 
 import subprocess
@@ -54,8 +55,10 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Job]]:
     if problem is not None:
         pytest.skip(problem)
     work = tmp_path_factory.mktemp("oom")
-    config = SlurmExecutorConfig(work_directory=work / "psij", queue_polling_interval=1,
-                                 initial_queue_polling_delay=0.5)
+    # Status polls 300 s apart: the ends come from the jobs' files, and their causes from the
+    # status command run a second after such an end.
+    config = SlurmExecutorConfig(work_directory=work / "psij", queue_polling_interval=300,
+                                 initial_queue_polling_delay=300)
     ex = JobExecutor.get_instance("slurm", config=config)
     made: Dict[str, Job] = {}
     attributes = JobAttributes(duration=timedelta(minutes=5))

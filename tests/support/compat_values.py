@@ -489,9 +489,11 @@ def _run_scripts(scripts: Scripts, results: Dict[str, Dict[str, Any]]) -> None:
                 proc.kill()
                 proc.wait()
             codes = list((WORK / "slurm-work").rglob(f"{job_id}.ec"))
-            exit_code = _read(codes[0]) if codes else None
+            text = _read(codes[0]) if codes else None
+            # (ours writes the end time and the signal the script got after the status)
+            exit_code = text.split()[0] if text and text.split() else None
             results[cid]["slurm_run"] = {
-                "exit": int(exit_code) if exit_code and exit_code.strip().isdigit() else None,
+                "exit": int(exit_code) if exit_code and exit_code.isdigit() else None,
                 "out": _read(out_file)}
             try:
                 out_file.unlink()

@@ -18,7 +18,7 @@ from psij.cli._common import UsageError, add_command
 __all__ = ["FLOW_VERBS", "add_flow_commands", "flow_main"]
 
 FLOW_VERBS = ("create", "grow", "shrink", "renew", "status", "problems", "instances", "output",
-              "delete", "destroy", "upload", "list", "serve")
+              "delete", "destroy", "upload", "list", "watch", "serve")
 
 _SIMPLE = {
     "status": "show whether a handle is valid and its counts and leases",
@@ -133,6 +133,12 @@ def add_flow_commands(commands: Any, only: Optional[str] = None) -> None:
     if p is not None:
         p.add_argument("file")
     verb("list", "list your handles (ended ones too, while the service keeps them)")
+    p = verb("watch", "wait until one of your handles (or HANDLE) changes; prints the "
+                      "change's number, to give as --after next")
+    if p is not None:
+        p.add_argument("handle", nargs="?")
+        p.add_argument("--after", type=_count, default=0, metavar="N",
+                       help="wait for a change later than N (default 0: any change made)")
     p = verb("serve", "run the flow service on a Unix socket until SIGTERM or SIGINT")
     if p is not None:
         from psij.flows.service import add_serve_options
@@ -162,7 +168,8 @@ def flow_main(args: Any) -> int:
         print(f"psij flow {command}: {ex}", file=sys.stderr)
         return 2
     try:
-        with FlowClient(args.socket) as client:
+        # A watch waits as long as nothing changes (Ctrl+C stops it).
+        with FlowClient(args.socket, timeout=None if command == "watch" else 60.0) as client:
             if command == "create" and request.pop("_upload", None):
                 request["payload"] = client.upload(request["payload"])
             reply = client.request(command, **request)
@@ -182,7 +189,7 @@ def _request(args: Any) -> Dict[str, Any]:
     command = args.flow_command
     fields: Dict[str, Any] = {}
     for name in ("handle", "n", "victims", "signal", "grace", "lease", "instance", "stream",
-                 "max_bytes", "ids"):
+                 "max_bytes", "ids", "after"):
         if hasattr(args, name):
             value = getattr(args, name)
             if value is not None or name == "grace":

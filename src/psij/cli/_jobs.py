@@ -53,7 +53,7 @@ __all__ = ["add_job_commands", "jobs_main"]
 _STATUS_WAIT = timedelta(seconds=30)  # for a re-attached job's first status
 _CANCEL_WAIT = timedelta(seconds=120)  # a batch job's cancellation is seen at a later poll
 _MESSAGE_WIDTH = 60
-_TICK = timedelta(seconds=0.25)  # how often a wait showing its progress looks again
+_REDRAW = 1.0  # seconds between two redraws of psij wait's live line (its elapsed time)
 
 _IDS_HELP = ("job ids: a psij id, a prefix of one (4 characters or more), or the native id "
              "its scheduler gave (2415, an array element as 2415_3); a word naming several "
@@ -447,6 +447,13 @@ def _progress_wanted(args: "argparse.Namespace") -> Optional[bool]:
 
 def _wait_showing(chosen: _Chosen, live: bool, every: float,
                   deadline: Optional[float] = None) -> None:
+    """Wait for every chosen job, showing the progress: redrawn when a job changes state
+    (each job's status change wakes the wait at once), and at least every ``every`` seconds
+    (plain lines) or every :data:`_REDRAW` seconds (the live line's elapsed time); until
+    ``deadline`` (on ``time.monotonic``) at most, when given."""
+    import threading
+
+    from psij._clock import MonotonicClock
     from psij.cli._wait_progress import Progress
 
     def states() -> List[str]:
@@ -455,18 +462,30 @@ def _wait_showing(chosen: _Chosen, live: bool, every: float,
     def final() -> int:
         return sum(1 for r in chosen.rows if _live(r, chosen.jobs.get(r[0]))[7])
 
-    progress = Progress(len(chosen.rows), final(), sys.stderr, live, every)
+    changed = threading.Event()
+
+    def watch(job: "Job", status: object) -> None:
+        changed.set()
+
     pending = list(chosen.jobs.values())
+    for job in pending:
+        job._add_watcher(watch)
+    clock = MonotonicClock()
+    progress = Progress(len(chosen.rows), final(), sys.stderr, live, every)
     try:
         while True:
+            changed.clear()  # before looking: a change from now on wakes the next wait
             progress.update(final(), states())
             pending = [j for j in pending if not j.status.final]
             left = _left(deadline)
             if not pending or left == 0:
                 break
-            # Returns at once when that job ends.
-            pending[0].wait(_TICK if left is None else min(_TICK.total_seconds(), left))
+            due = progress.next_line_in()
+            pause = _REDRAW if due is None else max(due, 0.05)
+            clock.wait(changed, pause if left is None else min(pause, left))
     finally:
+        for job in chosen.jobs.values():
+            job._remove_watcher(watch)
         progress.close(final(), states())
 
 

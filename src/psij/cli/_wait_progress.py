@@ -82,6 +82,14 @@ class Progress:
         self._done = done
         self._counts = counts
 
+    def next_line_in(self) -> Optional[float]:
+        """Seconds until the next plain line is due (0 when it is), None for the live line."""
+        if self._bar is not None:
+            return None
+        if self._last_line is None:
+            return 0.0
+        return max(0.0, self._last_line + self._interval - self._clock.now())
+
     def close(self, done: int, states: Iterable[str]) -> None:
         """All are final (or the wait ends): the last state of things."""
         self._done = done

@@ -15,7 +15,7 @@ import hashlib
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from psij.controller import Send
-from psij.flows import _core
+from psij.flows import _core, _watch
 from psij.flows._core import Payload
 from psij.flows._flow_config import CLASSES
 from psij.flows._flow_values import (
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["FIELDS", "VERBS", "request"]
 
 VERBS = ("create", "grow", "shrink", "renew", "status", "problems", "instances", "output",
-         "delete", "destroy", "upload", "list")
+         "delete", "destroy", "upload", "list", "watch")
 _LEASES = ("lease", "provisioning_lease")
 FIELDS: Dict[str, Tuple[str, ...]] = {
     "create": ("spec", "count", "executor", "payload", "max_count", "rate", "termination_map",
@@ -50,6 +50,7 @@ FIELDS: Dict[str, Tuple[str, ...]] = {
     "delete": ("handle", "ids"),
     "upload": ("data",),
     "list": (),
+    "watch": ("handle", "after"),
 }
 """The fields each verb reads (besides ``op`` and ``id``); any other is refused, named."""
 VICTIMS = ("not_running", "shortest", "longest")
@@ -499,6 +500,6 @@ _OPS: Dict[str, _Op] = {
     "create": _op_create, "grow": _op_grow, "shrink": _op_shrink, "renew": _op_renew,
     "status": _op_status, "problems": _op_problems, "instances": _op_instances,
     "output": _op_output, "delete": _op_delete, "destroy": _op_destroy, "upload": _op_upload,
-    "list": _op_list,
+    "list": _op_list, "watch": _watch.op_watch,
 }
 """The function that answers each verb (its fields checked against ``FIELDS`` first)."""

@@ -87,7 +87,7 @@ class FlowUnavailable(FlowError):
 class FlowClient:
     """One connection to a flow service; thread-safe (one request at a time)."""
 
-    def __init__(self, path: Optional[str] = None, timeout: float = 60.0) -> None:
+    def __init__(self, path: Optional[str] = None, timeout: Optional[float] = 60.0) -> None:
         self.path = path or default_socket()
         self.timeout = timeout
         self._ids = itertools.count(1)
@@ -106,8 +106,15 @@ class FlowClient:
     def close(self) -> None:
         """Close the connection for good: a request after it raises FlowUnavailable (a thread
         still using the client must not open a connection nobody closes)."""
+        self._closed = True
+        sock = self._sock
+        if sock is not None:
+            # A request waiting for its answer (a watch) holds the lock: it is woken first.
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         with self._lock:
-            self._closed = True
             if self._sock is not None:
                 self._sock.close()
                 self._sock = None
@@ -233,6 +240,16 @@ class FlowClient:
         if not isinstance(data, bytes):
             data = Path(data).read_bytes()
         return str(self.request("upload", data=base64.b64encode(data).decode("ascii"))["sha256"])
+
+    def watch(self, handle: Optional[str] = None, after: int = 0) -> int:
+        """Wait until a change later than ``after`` is made to ``handle`` (None: to any of
+        the caller's handles); the number of the latest change, to give as ``after`` next.
+        The answer may take as long as nothing changes: use a client of its own, whose
+        ``timeout`` bounds the wait (FlowUnavailable when it passes)."""
+        fields: Dict[str, Any] = {"after": after}
+        if handle is not None:
+            fields["handle"] = handle
+        return int(self.request("watch", **fields)["change"])
 
     def list(self) -> List[Dict[str, Any]]:
         """The caller's handles: ``{"handle", "valid", "requested"}`` each (ended ones too,

@@ -5,9 +5,13 @@ its output paths, and the target executor) and keeps one handle of the service p
 with as many instances requested as it has jobs waiting for one:
 
 - the first job of a shape creates a handle with count 1, each next one grows it by 1;
-- a poller thread (every ``poll_interval`` seconds) reads each handle's status and labels its
-  jobs in submission order: as many ACTIVE as the handle has instances provisioned, the
-  others QUEUED (a job once ACTIVE stays so: PSI/J states only move forward);
+- a poller thread reads each handle's status and labels its jobs in submission order: as
+  many ACTIVE as the handle has instances provisioned, the others QUEUED (a job once ACTIVE
+  stays so: PSI/J states only move forward). It reads them as soon as the service says that
+  one of the caller's handles changed (a watcher thread keeps a ``watch`` request, see the
+  flows guide, waiting on a connection of its own), and every ``poll_interval`` seconds
+  whatever happens (the leases are renewed then; a service without ``watch`` is read only
+  so);
 - each instance that ends is handed to one job, the oldest ACTIVE one (else the oldest
   QUEUED): its stdout and stderr are fetched from the service into the job's
   ``stdout_path`` and ``stderr_path`` (when set), the job ends COMPLETED (exit code 0) or
@@ -34,7 +38,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from psij._clock import Clock, MonotonicClock
 from psij._lazylog import LazyLogger
 from psij.exceptions import InvalidJobException, SubmitException
-from psij.flows.client import FlowClient, FlowError
+from psij.flows.client import FlowClient, FlowError, FlowUnavailable
 from psij.job import Job
 from psij.job_executor import JobExecutor
 from psij.job_executor_config import JobExecutorConfig
@@ -44,6 +48,10 @@ from psij.job_status import JobStatus
 __all__ = ["FlowJobExecutor", "FlowJobExecutorConfig"]
 
 logger = LazyLogger("psij.flows.executor")
+
+_WATCH_TIMEOUT = 300.0  # seconds a watch waits on its connection before it is asked again
+_WATCH_RETRY = 1.0  # seconds before a watch is asked again after its connection failed
+_LEAST_GAP = 0.1  # seconds between two reads of the handles, however often they change
 
 
 class FlowJobExecutorConfig(JobExecutorConfig):
@@ -114,11 +122,14 @@ class FlowJobExecutor(JobExecutor):
         self._of_job: Dict[str, _Handle] = {}
         self._count = 0
         self._closed = threading.Event()
+        self._wake = threading.Event()  # set by the watcher: a handle changed
+        self._watch_client = FlowClient(path, timeout=_WATCH_TIMEOUT)
         self._clock: Clock = MonotonicClock()
         self._poller: Optional[threading.Thread] = None
-        # The poller holds this executor weakly: dropped without close(), it is collected,
-        # and this stops the poller and closes the connection to the service.
-        self._finalizer = weakref.finalize(self, _stop, self._closed, self._client)
+        # The poller holds this executor weakly (the watcher not at all): dropped without
+        # close(), it is collected, and this stops both and closes the connections.
+        self._finalizer = weakref.finalize(self, _stop, self._closed, self._wake,
+                                           (self._client, self._watch_client))
 
     # -- submitting -------------------------------------------------------------------------
 
@@ -168,10 +179,14 @@ class FlowJobExecutor(JobExecutor):
             self._set_job_status(job, JobStatus(JobState.QUEUED))
             if self._poller is None:
                 self._poller = threading.Thread(
-                    target=_poll_loop, args=(weakref.ref(self), self._closed, self._clock,
-                                             self._config.poll_interval),
+                    target=_poll_loop, args=(weakref.ref(self), self._closed, self._wake,
+                                             self._clock, self._config.poll_interval),
                     daemon=True, name="psij-flow-executor")
                 self._poller.start()
+                threading.Thread(target=_watch_loop,
+                                 args=(self._watch_client, self._closed, self._wake,
+                                       self._clock), daemon=True,
+                                 name="psij-flow-watch").start()
 
     def cancel(self, job: Job) -> None:
         with self._lock:
@@ -306,19 +321,57 @@ class FlowJobExecutor(JobExecutor):
             self._end(entry, job, status)
 
 
-def _poll_loop(ref: "weakref.ref[FlowJobExecutor]", closed: threading.Event, clock: Clock,
-               interval: float) -> None:
-    """The poller: follows the handles of the executor ``ref`` refers to, every ``interval``
-    seconds, until it is closed or collected (it holds the executor only while it polls)."""
-    while not clock.wait(closed, interval):
+def _poll_loop(ref: "weakref.ref[FlowJobExecutor]", closed: threading.Event,
+               wake: threading.Event, clock: Clock, interval: float) -> None:
+    """The poller: follows the handles of the executor ``ref`` refers to when ``wake`` is set
+    (a handle changed) and every ``interval`` seconds, until it is closed or collected (it
+    holds the executor only while it polls)."""
+    while True:
+        clock.wait(wake, interval)
+        wake.clear()  # before reading: a change from now on wakes the next round
+        if closed.is_set():
+            return
         executor = ref()
         if executor is None:
             return
         executor._poll_handles()
         del executor
+        if clock.wait(closed, _LEAST_GAP):  # changes that come in a burst: read together
+            return
 
 
-def _stop(closed: threading.Event, client: FlowClient) -> None:
-    """Close an executor: its poller ends and its connection to the service closes."""
+def _watch_loop(client: FlowClient, closed: threading.Event, wake: threading.Event,
+                clock: Clock) -> None:
+    """The watcher: a ``watch`` request always waiting on its own connection; each answer
+    (a handle of this user changed) wakes the poller. It ends when the executor is closed
+    (its connection shut), or at once on a service that has no ``watch`` (only the poll
+    interval is left)."""
+    seen = 0
+    while not closed.is_set():
+        try:
+            seen = client.watch(after=seen)
+        except FlowError as ex:
+            if closed.is_set():
+                return
+            if not isinstance(ex, FlowUnavailable):
+                logger.info("flow: the service does not watch handles (%s); their changes "
+                            "are read every poll_interval seconds", ex)
+                return
+            # Nothing changed for as long as the connection's timeout, or the service is
+            # gone (a restarted one numbers its changes from 1): asked again from 0, which
+            # is answered at once, and so is any change made meanwhile.
+            seen = 0
+            if clock.wait(closed, _WATCH_RETRY):
+                return
+            continue
+        wake.set()
+
+
+def _stop(closed: threading.Event, wake: threading.Event,
+          clients: Tuple[FlowClient, ...]) -> None:
+    """Close an executor: its poller and watcher end and its connections to the service
+    close."""
     closed.set()
-    client.close()
+    wake.set()
+    for client in clients:
+        client.close()

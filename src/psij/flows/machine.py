@@ -43,7 +43,8 @@ the field.
 Where the rules live: :class:`FlowMachine` owns the state (declared in its ``__init__``), the
 table of events and the restore, here; the rules for instances (starting, following, ending,
 leases, payloads, quotas, the timer) are plain functions over that state in
-``psij.flows._core``, and the requests' in ``psij.flows._verbs``. ``step`` makes a new
+``psij.flows._core``, the requests' in ``psij.flows._verbs``, and the ``watch`` request's
+(answered when a handle changes) in ``psij.flows._watch``. ``step`` makes a new
 list of actions for each event, hands it down to every rule it runs (``out``) and returns it:
 a step's actions are exactly what it returns, and none is kept on the machine after it.
 """
@@ -72,7 +73,7 @@ from psij.controller import (
     Tick,
     TimerFired,
 )
-from psij.flows import _core, _verbs
+from psij.flows import _core, _verbs, _watch
 from psij.flows._core import WAKE, Payload
 from psij.flows._flow_config import FlowConfig
 from psij.flows._flow_values import (
@@ -130,6 +131,7 @@ class FlowMachine(StateMachine):
         self._on_start: Tuple[Any, ...] = ()
         self.events = 0
         """How many events the machine has been given."""
+        self.watch = _watch.WatchState()  # the changes of handles, and who waits for one
 
     def step(self, event: Any, now: float) -> List[Any]:
         """The actions for ``event`` at time ``now``; never raises on any input."""
@@ -146,6 +148,10 @@ class FlowMachine(StateMachine):
             _log_failure(event, error, out)
         try:
             _core.arm(self, now, out)
+        except Exception as error:
+            _log_failure(event, error, out)
+        try:
+            _watch.changed(self, out)
         except Exception as error:
             _log_failure(event, error, out)
         return out
@@ -181,6 +187,7 @@ class FlowMachine(StateMachine):
     @handles(Disconnected)
     def _disconnected(self, event: Disconnected, now: float, out: List[Any]) -> None:
         self.conn_uid.pop(event.conn, None)
+        _watch.forget(self, event.conn)
 
     @handles(BadMessage)
     def _bad_message(self, event: BadMessage, now: float, out: List[Any]) -> None:

@@ -149,6 +149,7 @@ class StatusPoller:
         self._next_look = 0.0
         self._last_look = 0.0
         self._unseen = 0  # jobs in a row that ended with no file of theirs in sight
+        self._hurried: AbstractSet[Hashable] = frozenset()  # (see hurry)
 
     # called from user threads
 
@@ -207,12 +208,17 @@ class StatusPoller:
 
     def hurry(self, shapes: AbstractSet[Hashable]) -> None:
         """Poll the queued jobs of these shapes (those that hold jobs back) at the short
-        interval from now on, so that a freed slot is used within seconds."""
+        interval from now on, so that a freed slot is used within seconds; not while the jobs'
+        start files are looked at, which tell a start sooner without a scheduler command."""
         with self._cond:
-            due = self._tracker.next_deadline()
-            self._tracker.feed(Hurry(shapes))
-            if self._tracker.next_deadline() != due:
-                self._cond.notify_all()
+            self._hurried = frozenset(shapes)
+            self._hurry_now()
+
+    def _hurry_now(self) -> None:
+        due = self._tracker.next_deadline()
+        self._tracker.feed(Hurry(self._hurried if self._files is None else frozenset()))
+        if self._tracker.next_deadline() != due:
+            self._cond.notify_all()
 
     def wake(self) -> None:
         """Look at the clock again now (tests call it after moving a manual clock)."""
@@ -365,7 +371,9 @@ class StatusPoller:
             return
         self._unseen += 1
         if self._unseen >= UNSEEN_LIMIT:
-            self._files = None
+            with self._cond:
+                self._files = None
+                self._hurry_now()
             if self._events is not None:
                 self._events.stop()
             logger.warning("%s: the jobs' start and end files are not visible in %s from this "
