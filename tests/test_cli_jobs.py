@@ -152,7 +152,7 @@ def test_piping_into_head_ends_quietly(home: Path) -> None:
     wd = home / ".psij" / "work"
     store = open_store(wd)
     store.write([(f"job-{i:05}", "local", "0", None, "{}", str(i), None, "t", float(i),
-                  "COMPLETED", 6, 0, None, float(i), 1, 1, None) for i in range(5000)],
+                  "COMPLETED", 6, 0, None, float(i), 1, 1, None, None) for i in range(5000)],
                 [])
     for command in ("list", "status --all", "list --json"):
         done = subprocess.run(f'"{PSIJ}" {command} | head -1', shell=True, capture_output=True,
@@ -208,12 +208,15 @@ def test_submit_status_cancel_and_wait_on_a_real_scheduler(home: Path, scheduler
     fails = submit("--stdout", str(out), "--", "/bin/sh", "-c", "echo hi; exit 4")
     running = submit("--", "/bin/sh", "-c", f"touch {marker}; sleep 600")
     queued = submit("--attr", _LATER[scheduler], "--", "/bin/sleep", "600")
-    assert listed(home, "status", queued)[0]["state"] == "QUEUED"
+    [view] = listed(home, "status", queued)
+    assert view["state"] == "QUEUED"
+    native = view["native_id"]  # the scheduler's job id names it too
+    assert [j["id"] for j in listed(home, "status", native)] == [queued]
     deadline = time.monotonic() + 120
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert listed(home, "status", running)[0]["state"] == "ACTIVE"
-    cancel = psij_cmd(home, "cancel", running, queued)
+    cancel = psij_cmd(home, "cancel", running[:8], native)
     assert cancel.returncode == 0, cancel.stderr
     waited = psij_cmd(home, "wait", "--tag", "real", "--json")
     assert waited.returncode == 130, waited.stderr  # the worst: a canceled job
@@ -232,9 +235,9 @@ def test_status_shows_the_attempt_and_last_rerun_of_a_job_run_again(home: Path) 
     now = time.time()
     open_store(wd).write([
         ("job-again", "local", "0", None, "{}", "77", None, None, now, "COMPLETED", 6, 0, None,
-         now, 1, 3, rerun),
+         now, 1, 3, rerun, None),
         ("job-once", "local", "0", None, "{}", "78", None, None, now, "FAILED", 6, 2,
-         "exit 2", now, 1, 1, None)], [])
+         "exit 2", now, 1, 1, None, None)], [])
     for command in (["status", "job-again", "job-once"], ["list"]):
         done = psij_cmd(home, *command)
         assert done.returncode == 0, done.stderr
@@ -261,8 +264,8 @@ def test_status_shows_the_run_a_live_job_is_in_now() -> None:
     job._set_status(JobStatus(JobState.QUEUED, message="requeued (preempted): run 3, at most 3",
                               metadata={"attempt": 3, "rerun": "requeue", "cause": "preempted"}))
     recorded = ("j", "slurm", "5", None, "ACTIVE", None, None, False, 2,
-                json.dumps({"rerun": "requeue", "cause": "node_failure"}), None, None)
+                json.dumps({"rerun": "requeue", "cause": "node_failure"}), None, None, None)
     now = _live(recorded, job)
-    assert now[4] == "QUEUED" and now[8:] == (3, ("requeue", "preempted"), None, None)
+    assert now[4] == "QUEUED" and now[8:] == (3, ("requeue", "preempted"), None, None, None)
     assert _message(now).startswith("attempt 3 (requeue after preempted): requeued")
     assert _message(recorded) == "attempt 2 (requeue after node_failure)"

@@ -138,7 +138,8 @@ def test_the_exit_codes_are_defined_in_one_module() -> None:
                 if isinstance(target, ast.Name) and target.id.startswith("EXIT_"):
                     where.setdefault(target.id, []).append(name)
     assert where == {code: ["psij.cli._common"] for code in
-                     ("EXIT_USAGE", "EXIT_FAILED", "EXIT_CANCELED", "EXIT_BROKEN_PIPE")}
+                     ("EXIT_USAGE", "EXIT_FAILED", "EXIT_CANCELED", "EXIT_BROKEN_PIPE",
+                      "EXIT_TIMEOUT")}
 
 
 def test_every_module_says_what_it_is_for_and_is_at_most_700_lines() -> None:

@@ -317,13 +317,13 @@ def test_a_registry_made_before_the_held_marker_gets_its_columns(tmp_path: Path)
         columns: List[str] = [r[1] for r in conn.execute("PRAGMA table_info(jobs)")]
     finally:
         conn.close()
-    assert columns[-2:] == ["held", "holder"] and len(columns) == 19
+    assert columns[-3:] == ["held", "holder", "cause"] and len(columns) == 20
 
 
 @pytest.mark.parametrize("args, text", [
-    (["nosuch"], "no recorded job with id nosuch"),
-    (["a\nb"], "no recorded job with id"),
-    (["\udcff"], "not valid Unicode text"),
+    (["nosuch"], "no recorded job with id nosuch (nor with it as the beginning of an id"),
+    (["a\nb"], "ID 'a\\nb': contains a space or a control character"),
+    (["\udcff"], "not valid text"),
     (["--tag", "none-such"], "no recorded job has tag 'none-such'"),
 ])
 def test_release_refuses_what_names_no_recorded_job(tmp_path: Path, args: List[str],

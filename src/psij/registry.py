@@ -93,6 +93,10 @@ class JobRecord(Record):
     holder: Optional[str] = None
     """The process that holds it, while ``held``, as JSON text with ``pid``, ``host`` and
     ``start`` (its kernel start time)."""
+    cause: Optional[str] = None
+    """Why its final state came, when its executor said (the ``cause`` of the final status's
+    metadata: ``time_limit``, ``out_of_memory``, ``unstartable``, ``preempted``...); None for a
+    job not final, or one whose executor gave no cause."""
 
     @property
     def held_by(self) -> Optional[str]:
@@ -120,7 +124,7 @@ class JobRecord(Record):
                 "executor_version": self.executor_version, "url": self.url,
                 "native_id": self.native_id, "tag": self.tag, "state": self.state.name,
                 "final": self.state.final, "exit_code": self.exit_code,
-                "message": self.message, "submitted": _iso(self.submitted),
+                "cause": self.cause, "message": self.message, "submitted": _iso(self.submitted),
                 "updated": _iso(self.updated), "attempt": self.attempt,
                 "rerun": None if self.attempt == 1 else {
                     "rerun": self.rerun, "cause": self.rerun_cause,
@@ -158,7 +162,7 @@ def registry_file(work_directory: PathLike = None) -> Path:
 
 def _record(row: Row, path: Path) -> JobRecord:
     (job_id, executor, version, url, config, native_id, spec, tag, submitted, state, _rank,
-     exit_code, message, updated, _final, attempt, rerun, held, holder) = row
+     exit_code, message, updated, _final, attempt, rerun, held, holder, final_cause) = row
     try:
         job_state = JobState[state]
     except KeyError:
@@ -169,7 +173,8 @@ def _record(row: Row, path: Path) -> JobRecord:
                      job_state, exit_code, message, updated, path,
                      attempt if isinstance(attempt, int) and attempt >= 1 else 1, kind, cause,
                      requeues, retries, held if isinstance(held, str) else None,
-                     holder if isinstance(holder, str) else None)
+                     holder if isinstance(holder, str) else None,
+                     final_cause if isinstance(final_cause, str) and job_state.final else None)
 
 
 def _rerun_of(text: Any) -> Tuple[Optional[str], Optional[str], int, int]:
@@ -232,6 +237,8 @@ def _recorded_status(record: JobRecord) -> JobStatus:
         meta = {"attempt": record.attempt}
         if record.rerun is not None:
             meta.update(rerun=record.rerun, cause=record.rerun_cause)
+    if record.cause is not None:  # the final state's own cause
+        meta = dict(meta or {}, cause=record.cause)
     return JobStatus(record.state, time=record.updated, exit_code=record.exit_code,
                      message=record.message, metadata=meta)
 

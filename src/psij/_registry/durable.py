@@ -45,7 +45,7 @@ def _row(executor: JobExecutor, job: Job, identity: Any) -> Row:
     state = JobState.QUEUED if status.state is JobState.NEW else status.state
     attempt, rerun = recorder.run_of(job, status)
     values = (job._native_id, state.name, state.order, status.exit_code, status.message,
-              wall_time(), state.final, attempt, rerun)
+              wall_time(), state.final, attempt, rerun, recorder.cause_of(status))
     from psij._registry.store import STATUS_COLUMNS
 
     row = recorder._row(job, identity, values)

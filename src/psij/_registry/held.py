@@ -155,8 +155,8 @@ def _row(job: "Job", identity: Any, me: str) -> Tuple[Any, ...]:
     now = wall_time()
     return (job.id, name, version, recorder._text(url), config, None, recorder._spec_text(job),
             job.__dict__.get(recorder.TAG_ATTR), now, state.name, state.order, None,
-            recorder._text(status.message), now, 0, attempt, recorder._rerun_text(rerun), HELD,
-            me)
+            recorder._text(status.message), now, 0, attempt, recorder._rerun_text(rerun), None,
+            HELD, me)
 
 
 def cancel_ended(record: "JobRecord") -> bool:

@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from psij.job_executor import JobExecutor
     from psij.job_status import JobStatus
 
-__all__ = ["RERUN_ATTR", "TAG_ATTR", "enabled", "flush", "record", "record_run", "run_of",
-           "run_store", "set_enabled"]
+__all__ = ["RERUN_ATTR", "TAG_ATTR", "cause_of", "enabled", "flush", "record", "record_run",
+           "run_of", "run_store", "set_enabled"]
 
 logger = LazyLogger("psij.registry")
 
@@ -219,12 +219,20 @@ def record(executor: JobExecutor, job: Job) -> None:
         state = status.state
         attempt, rerun = run_of(job, status)
         values = (job._native_id, state.name, state.order, status.exit_code, status.message,
-                  wall_time(), state.final, attempt, rerun)
+                  wall_time(), state.final, attempt, rerun, cause_of(status))
         first = _RECORDED_ATTR not in job.__dict__
         job.__dict__[_RECORDED_ATTR] = True
         _WRITER.put((executor, job, first, values))
     except Exception as ex:
         _warn_once(str(getattr(executor.config, "work_directory", "?")), ex)
+
+
+def cause_of(status: JobStatus) -> Optional[str]:
+    """Why a final status came (its metadata's ``cause``: ``time_limit``, ``out_of_memory``,
+    ``unstartable``...), at most :data:`_WORD` characters; None for a status not final (the
+    cause a new run's status carries is its rerun's, kept apart)."""
+    cause = (status.metadata or {}).get("cause") if status.state.final else None
+    return _text(cause[:_WORD]) if isinstance(cause, str) and cause else None
 
 
 def run_of(job: Job, status: JobStatus) -> Tuple[int, Optional[Tuple[Any, ...]]]:
@@ -290,16 +298,16 @@ def _rerun_text(rerun: Optional[Tuple[Any, ...]]) -> Optional[str]:
 
 def _row(job: Job, identity: Identity, values: Tuple[Any, ...]) -> Row:
     _, _, name, version, url, config = identity
-    native_id, state, rank, exit_code, message, now, final, attempt, rerun = values
+    native_id, state, rank, exit_code, message, now, final, attempt, rerun, cause = values
     return (job.id, name, version, _text(url), config, _text(native_id), _spec_text(job),
             job.__dict__.get(TAG_ATTR), now, state, rank, exit_code, _text(message), now,
-            int(final), attempt, _rerun_text(rerun))
+            int(final), attempt, _rerun_text(rerun), cause)
 
 
 def _update(job: Job, values: Tuple[Any, ...]) -> Update:
-    native_id, state, rank, exit_code, message, now, final, attempt, rerun = values
+    native_id, state, rank, exit_code, message, now, final, attempt, rerun, cause = values
     return (_text(native_id), state, rank, exit_code, _text(message), now, int(final),
-            attempt, _rerun_text(rerun), job.id)
+            attempt, _rerun_text(rerun), job.id, cause)
 
 
 class _Retry:

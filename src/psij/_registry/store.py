@@ -60,7 +60,7 @@ _T = TypeVar("_T")
 # order of ``STATUS_COLUMNS``.
 COLUMNS = ("id", "executor", "executor_version", "url", "config", "native_id", "spec", "tag",
            "submitted", "state", "rank", "exit_code", "message", "updated", "final", "attempt",
-           "rerun", "held", "holder")
+           "rerun", "held", "holder", "cause")
 # The columns later versions added, each with its definition: a registry made before them gets
 # them when it is opened (``ALTER TABLE ... ADD COLUMN``, once).
 ADDED_COLUMNS = (
@@ -68,9 +68,12 @@ ADDED_COLUMNS = (
     ("rerun", "TEXT"),  # its last rerun as JSON: rerun (kind), cause, requeues, retries
     ("held", "TEXT"),  # held by psij in a client process: "held" or "submitting" (else NULL)
     ("holder", "TEXT"),  # that process as JSON: pid, host, start (its kernel start time)
+    ("cause", "TEXT"),  # why a final state came (status metadata "cause"), else NULL
 )
 # The columns a status recording writes (the held marker is written apart: ``mark_held``).
-STATUS_COLUMNS = COLUMNS[:-2]
+STATUS_COLUMNS = (*COLUMNS[:-3], "cause")
+# The columns of a held job's row (``mark_held``): its status, then its marker.
+HELD_COLUMNS = (*STATUS_COLUMNS, "held", "holder")
 Row = Tuple[Any, ...]
 
 _SCHEMA = """
@@ -93,7 +96,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     attempt INTEGER NOT NULL DEFAULT 1,
     rerun TEXT,
     held TEXT,
-    holder TEXT
+    holder TEXT,
+    cause TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_by_tag ON jobs(tag) WHERE tag IS NOT NULL;
 """
@@ -139,7 +143,7 @@ _UPSERT = (
     "state = excluded.state, rank = excluded.rank, exit_code = excluded.exit_code, "
     "message = excluded.message, updated = excluded.updated, final = excluded.final, "
     "tag = coalesce(excluded.tag, jobs.tag), attempt = excluded.attempt, "
-    "rerun = coalesce(excluded.rerun, jobs.rerun) "
+    "rerun = coalesce(excluded.rerun, jobs.rerun), cause = excluded.cause "
     "WHERE excluded.attempt > jobs.attempt "
     "OR (excluded.attempt = jobs.attempt AND excluded.rank >= jobs.rank)")
 
@@ -147,12 +151,12 @@ _UPSERT = (
 # by run and then by state.
 _UPDATE = ("UPDATE jobs SET native_id = coalesce(?1, native_id), state = ?2, rank = ?3, "
            "exit_code = ?4, message = ?5, updated = ?6, final = ?7, attempt = ?8, "
-           "rerun = coalesce(?9, rerun) "
+           "rerun = coalesce(?9, rerun), cause = ?11 "
            "WHERE id = ?10 AND (attempt < ?8 OR (attempt = ?8 AND rank <= ?3))")
 
-# (native_id, state, rank, exit_code, message, updated, final, attempt, rerun, id)
+# (native_id, state, rank, exit_code, message, updated, final, attempt, rerun, id, cause)
 Update = Tuple[Optional[str], str, int, Optional[int], Optional[str], float, int, int,
-               Optional[str], str]
+               Optional[str], str, Optional[str]]
 
 
 class RegistryError(Exception):
@@ -266,10 +270,10 @@ class Store:
 
     def mark_held(self, rows: Sequence[Row]) -> None:
         """Record jobs held by psij in a client process, at once: each row is a status row
-        (``STATUS_COLUMNS``) followed by ``held`` and ``holder``. A row already written keeps
-        its status (it is at least as late) and takes the marker."""
-        sql = (f"INSERT INTO jobs ({', '.join(COLUMNS)}) VALUES "
-               f"({', '.join('?' * len(COLUMNS))}) ON CONFLICT(id) DO UPDATE SET "
+        (``STATUS_COLUMNS``) followed by ``held`` and ``holder`` (:data:`HELD_COLUMNS`). A
+        row already written keeps its status (it is at least as late) and takes the marker."""
+        sql = (f"INSERT INTO jobs ({', '.join(HELD_COLUMNS)}) VALUES "
+               f"({', '.join('?' * len(HELD_COLUMNS))}) ON CONFLICT(id) DO UPDATE SET "
                "held = excluded.held, holder = excluded.holder")
 
         def run(conn: sqlite3.Connection) -> None:
@@ -361,6 +365,20 @@ class Store:
                 at = list(columns).index("submitted")
                 rows.sort(key=lambda r: (r[at], r[0]))
             return rows
+        return self._call("read jobs", run)
+
+    def named(self, word: str, prefix_from: int, number: Optional[str],
+              columns: Sequence[str] = COLUMNS) -> List[Row]:
+        """Rows (of ``columns``) that ``word`` may name, oldest first: its job id, job ids it
+        begins (when it is at least ``prefix_from`` characters long), its native id, and
+        native ids beginning with ``number`` (a scheduler's job number, to find the array
+        elements it names). Compared as plain text: no character of ``word`` is a pattern."""
+        sql = (f"SELECT {', '.join(columns)} FROM jobs WHERE id = ?1 "
+               "OR (length(?1) >= ?2 AND substr(id, 1, length(?1)) = ?1) OR native_id = ?1 "
+               "OR (?3 IS NOT NULL AND substr(native_id, 1, length(?3)) = ?3) ORDER BY rowid")
+
+        def run(conn: sqlite3.Connection) -> List[Row]:
+            return conn.execute(sql, (word, prefix_from, number)).fetchall()
         return self._call("read jobs", run)
 
     def close(self) -> None:

@@ -10,7 +10,8 @@ families: ``_plugins`` (``psij plugins``), ``_run`` (``psij run``), ``_script`` 
 ``release``),
 ``_config``, ``_supervise``, ``_pilot`` and ``_flow``. They share ``_common`` (exit codes,
 reporting, help formatters), ``_job_options`` (the options describing a job and the JobSpec
-they build), ``_job_streams``, ``_wait_progress`` and ``_broken_pipe``. The dependency goes one
+they build), ``_names`` (the jobs a command line names), ``_job_streams``, ``_wait_progress``
+and ``_broken_pipe``. The dependency goes one
 way: this module imports the families, the families import the shared modules, and no module of
 the package imports this one. Nothing here runs a job itself, and nothing here is imported by
 ``import psij``.

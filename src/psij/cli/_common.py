@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple
 if TYPE_CHECKING:
     from psij.job_status import JobStatus
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_CANCELED", "EXIT_FAILED", "EXIT_USAGE", "UsageError",
-           "add_command", "exit_status", "formatters", "one_line", "positive_int", "say",
-           "whole_number"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_CANCELED", "EXIT_FAILED", "EXIT_TIMEOUT", "EXIT_USAGE",
+           "UsageError", "add_command", "exit_status", "formatters", "one_line", "positive_int",
+           "say", "whole_number"]
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 EXIT_CANCELED = 130
+EXIT_TIMEOUT = 124  # psij wait --timeout: time ran out with jobs not final (as timeout(1))
 EXIT_BROKEN_PIPE = 141
 
 

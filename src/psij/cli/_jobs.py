@@ -15,18 +15,32 @@ code when it ends, and then exits. Jobs of other executors live in their schedul
 
 Output written to a closed pipe (``psij list | head``) ends the command quietly.
 
+The job ids given to ``status``, ``wait``, ``cancel`` and ``priority`` (and ``release``) are
+resolved by :mod:`psij.cli._names`: a whole psij id, a prefix of one or a native id. The tables
+have a CAUSE column (why a final state came) and, with ``--wide``, whole messages; ``wait
+--timeout`` exits with :data:`~psij.cli._common.EXIT_TIMEOUT` when jobs are still not final.
+
 Jobs are read and changed only through :mod:`psij.registry` and their executors; this module
-imports the shared modules of :mod:`psij.cli` (``_common``, ``_job_options``,
+imports the shared modules of :mod:`psij.cli` (``_common``, ``_job_options``, ``_names``,
 ``_wait_progress``) and no other command's.
 """
 
 import json
 import os
 import sys
+import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from psij.cli._common import EXIT_FAILED, EXIT_USAGE, UsageError, add_command, exit_status, say
+from psij.cli._common import (
+    EXIT_FAILED,
+    EXIT_TIMEOUT,
+    EXIT_USAGE,
+    UsageError,
+    add_command,
+    exit_status,
+    say,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -41,8 +55,14 @@ _CANCEL_WAIT = timedelta(seconds=120)  # a batch job's cancellation is seen at a
 _MESSAGE_WIDTH = 60
 _REDRAW = 1.0  # seconds between two redraws of psij wait's live line (its elapsed time)
 
+_IDS_HELP = ("job ids: a psij id, a prefix of one (4 characters or more), or the native id "
+             "its scheduler gave (2415, an array element as 2415_3); a word naming several "
+             "jobs is refused with their list")
+_WIDE_HELP = "whole messages in the table (else cut to 60 characters)"
 _JSON_HELP = ("--json prints a JSON array with one object per job: id, executor, "
-              "executor_version, url, native_id, tag, state, final, exit_code, message, "
+              "executor_version, url, native_id, tag, state, final, exit_code, cause (why "
+              "a final state came: time_limit, out_of_memory, unstartable..., or null), "
+              "message, "
               "submitted, updated (times in ISO 8601, UTC), attempt (1, then 2, 3... for a "
               "job run again), rerun (null, or its last rerun: rerun, cause, requeues, "
               "retries) and held (null, or while psij holds the job back in a client process: "
@@ -79,13 +99,18 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
             (" (or all of them with --all)" if name == "status" else "") +
             ". Jobs not final are re-attached to their executors first.",
             epilog=_EPILOGS[name])
-        sub.add_argument("ids", nargs="*", metavar="ID", help="job ids")
+        sub.add_argument("ids", nargs="*", metavar="ID", help=_IDS_HELP)
         sub.add_argument("--tag", metavar="TAG", help="the jobs with this tag")
         if name == "status":
             sub.add_argument("--all", action="store_true", help="every recorded job")
         if name != "cancel":
             sub.add_argument("--json", action="store_true", help="print JSON (see below)")
+            sub.add_argument("--wide", action="store_true", help=_WIDE_HELP)
         if name == "wait":
+            sub.add_argument("--timeout", type=_timeout, metavar="SECONDS",
+                             help="wait at most this long (0 or more seconds), then exit "
+                                  f"with status {EXIT_TIMEOUT} if some jobs are still not "
+                                  "final")
             _add_progress_options(sub)
     if only in (None, "priority"):
         priority = add_command(
@@ -96,7 +121,7 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
             "value when its executor uses use_nice.",
             usage="psij priority [--tag TAG] [ID ...] PRIORITY", epilog=_EPILOGS["priority"])
         priority.add_argument("words", nargs="+", metavar="ID ... PRIORITY",
-                              help="job ids, then the new priority")
+                              help="job ids (as for psij status), then the new priority")
         priority.add_argument("--tag", metavar="TAG", help="the jobs with this tag")
     if only in (None, "list"):
         lister = add_command(
@@ -108,6 +133,7 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
                             help="only jobs in this state (repeatable)")
         lister.add_argument("--tag", metavar="TAG", help="only jobs with this tag")
         lister.add_argument("--json", action="store_true", help="print JSON (see below)")
+        lister.add_argument("--wide", action="store_true", help=_WIDE_HELP)
     if only in (None, "attach"):
         attach = add_command(
             commands, "attach", "adopt a job submitted elsewhere into the registry",
@@ -122,6 +148,24 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
         from psij.cli._release import add_release_command
 
         add_release_command(commands)
+
+
+MAX_TIMEOUT = 1e9  # seconds (some 31 years): more is taken for a mistake
+
+
+def _timeout(text: str) -> float:
+    """An argparse ``type``: ``psij wait --timeout``'s seconds."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 <= value <= MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds from 0 to {MAX_TIMEOUT:g}, got {text[:40]!r}")
+    return value
 
 
 def _add_progress_options(sub: Any) -> None:
@@ -149,10 +193,12 @@ def _add_progress_options(sub: Any) -> None:
 _EPILOGS = {
     "status": "exit status: 0; 1 when the registry cannot be read or a job cannot be "
               "re-attached; 2 for bad usage, such as no job named (ids, --tag or --all) or an id "
-              "that is not recorded. " + _JSON_HELP,
+              "naming no recorded job, or several. " + _JSON_HELP,
     "wait": "exit status: the worst of the jobs' statuses, each as `psij run` gives it "
             "(the exit code, 1 for a failure without one, 130 for a canceled job), 0 when "
-            "all completed. " + _JSON_HELP,
+            f"all completed; {EXIT_TIMEOUT} when --timeout passed with some jobs not final "
+            "(whatever the others' statuses: --json tells each); 2 for bad usage. "
+            + _JSON_HELP,
     "cancel": "exit status: 0 when every job is final; 1 otherwise; 2 for bad usage.",
     "priority": "exit status: 0 when every job has its new priority where its place is "
                 "decided; 1 when a job's place cannot change (it runs, its scheduler has it "
@@ -169,18 +215,20 @@ def _out(text: str) -> None:
 
 # The columns of the table, and of the rows it is made from.
 _TABLE = ("id", "executor", "native_id", "tag", "state", "exit_code", "message", "final",
-          "attempt", "rerun", "held", "holder")
-_HEAD = ("ID", "EXECUTOR", "NATIVE_ID", "TAG", "STATE", "EXIT", "MESSAGE")
+          "attempt", "rerun", "held", "holder", "cause")
+_HEAD = ("ID", "EXECUTOR", "NATIVE_ID", "TAG", "STATE", "EXIT", "CAUSE", "MESSAGE")
 
 
 def _live(row: Tuple[Any, ...], job: Optional["Job"]) -> Tuple[Any, ...]:
     """A table row with the status ``job`` has now, if it has one."""
     if job is None or job.status.state.name == "NEW":
         return row
+    from psij._registry.recorder import cause_of
+
     st = job.status
     attempt, rerun = _run_now(job, row[8], row[9])
     return (row[0], row[1], job.native_id, row[3], st.state.name, st.exit_code, st.message,
-            st.state.final, attempt, rerun, None, None)
+            st.state.final, attempt, rerun, None, None, cause_of(st))
 
 
 def _run_now(job: "Job", attempt: int, rerun: Optional[str]) -> Tuple[int, Any]:
@@ -208,9 +256,9 @@ def _rerun_words(attempt: int, rerun: Any) -> str:
     return f"attempt {attempt}"
 
 
-def _message(row: Tuple[Any, ...]) -> str:
+def _message(row: Tuple[Any, ...], wide: bool = False) -> str:
     """The message column: the run (from the second on), then the status's message (for a
-    job psij holds back, what holds it)."""
+    job psij holds back, what holds it); cut to :data:`_MESSAGE_WIDTH` unless ``wide``."""
     if row[10] is not None and not row[7] and row[2] is None:
         from psij._registry.held import describe
 
@@ -218,25 +266,28 @@ def _message(row: Tuple[Any, ...]) -> str:
         if held is not None:
             return held if "ended" not in held else f"{held} (psij release)"
     run = _rerun_words(row[8], row[9])
-    if run:
-        return _short(f"{run}: {row[6]}" if row[6] else run)
-    return _short(row[6]) if row[6] else ""
+    text = (f"{run}: {row[6]}" if row[6] else run) if run else (row[6] or "")
+    return _cell(text) if wide else _short(text)
 
 
-def _print_table(rows: Sequence[Tuple[Any, ...]]) -> None:
+def _print_table(rows: Sequence[Tuple[Any, ...]], wide: bool = False) -> None:
     # Column by column: 100 000 rows print in a fraction of a second.
-    columns = [[r[0] for r in rows], [r[1] for r in rows], [r[2] or "-" for r in rows],
+    columns = [[r[0] for r in rows], [r[1] for r in rows], [_cell(r[2]) or "-" for r in rows],
                [r[3] or "-" for r in rows], [r[4] for r in rows],
                ["-" if r[5] is None else str(r[5]) for r in rows],
-               [_message(r) for r in rows]]
-    widths = [max(len(_HEAD[i]), max(map(len, columns[i]), default=0)) for i in range(6)]
+               [_cell(r[12]) or "-" for r in rows],
+               [_message(r, wide) for r in rows]]
+    last = len(_HEAD) - 1
+    widths = [max(len(_HEAD[i]), max(map(len, columns[i]), default=0)) for i in range(last)]
     padded = [[text.ljust(width) for text in column]
-              for column, width in zip(columns[:6], widths)]
-    head = "  ".join(h.ljust(w) for h, w in zip(_HEAD[:6], widths)) + "  " + _HEAD[6]
-    _out("\n".join([head] + ["  ".join(cells) for cells in zip(*padded, columns[6])]) + "\n")
+              for column, width in zip(columns[:last], widths)]
+    head = "  ".join(h.ljust(w) for h, w in zip(_HEAD[:last], widths)) + "  " + _HEAD[last]
+    _out("\n".join([head] + ["  ".join(cells) for cells in zip(*padded, columns[last])])
+         + "\n")
 
 
 def _print_json(records: Sequence["JobRecord"], jobs: Dict[str, "Job"]) -> None:
+    from psij._registry.recorder import cause_of
     from psij.registry import _iso
 
     views = []
@@ -246,7 +297,7 @@ def _print_json(records: Sequence["JobRecord"], jobs: Dict[str, "Job"]) -> None:
         if job is not None and job.status.state.name != "NEW":
             st = job.status
             view.update(native_id=job.native_id, state=st.state.name, final=st.state.final,
-                        exit_code=st.exit_code, message=st.message,
+                        exit_code=st.exit_code, cause=cause_of(st), message=st.message,
                         updated=_iso(st.time))
             attempt, rerun = _run_now(job, record.attempt, None)
             if attempt > record.attempt:  # it ran again since it was recorded
@@ -260,10 +311,19 @@ def _print_json(records: Sequence["JobRecord"], jobs: Dict[str, "Job"]) -> None:
 
 
 def _short(message: Optional[str]) -> str:
-    if not message:
-        return ""
-    text = " ".join(message.split())
+    text = _cell(message)
     return text if len(text) <= _MESSAGE_WIDTH else text[:_MESSAGE_WIDTH - 3] + "..."
+
+
+def _cell(text: Optional[str]) -> str:
+    """``text`` for one cell of the table: on one line (each run of spaces, tabs and line
+    breaks one space), any other control character (a terminal's escape) shown escaped."""
+    if not text:
+        return ""
+    words = " ".join(text.split())
+    if words.isprintable():
+        return words
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in words)
 
 
 # -- choosing and refreshing jobs ------------------------------------------------------------
@@ -281,14 +341,14 @@ class _Chosen:
             raise ValueError(f"name the jobs to {what}: job ids or --tag TAG" + (
                 ", or --all for every recorded job (psij list shows them all as last "
                 "recorded, without asking their executors)" if what == "status" else ""))
+        if ids:
+            from psij.cli._names import resolve
+
+            ids = resolve(ids)
         self.filters = (ids, args.tag, getattr(args, "executor", None),
                         getattr(args, "state", None))
         _, self.rows = registry._select(*self.filters, None, _TABLE)
-        if ids:
-            missing = set(ids) - {r[0] for r in self.rows}
-            if missing:
-                raise ValueError(f"no recorded job with id {', '.join(sorted(missing))}")
-        elif not self.rows and args.tag is not None and what != "list":
+        if not ids and not self.rows and args.tag is not None and what != "list":
             raise ValueError(f"no recorded job has tag {args.tag!r}")
         self.jobs: Dict[str, Job] = {}
         self.problems: List[str] = []
@@ -317,7 +377,7 @@ class _Chosen:
         for problem in self.problems:
             say(problem, what)
 
-    def print(self, as_json: bool) -> None:
+    def print(self, as_json: bool, wide: bool = False) -> None:
         if as_json:
             from psij import registry
 
@@ -325,7 +385,7 @@ class _Chosen:
             _print_json(registry.find(ids, tag=tag, executor=executor, state=state),
                         self.jobs)
         else:
-            _print_table([_live(r, self.jobs.get(r[0])) for r in self.rows])
+            _print_table([_live(r, self.jobs.get(r[0])) for r in self.rows], wide)
 
     def final_rows(self) -> List[Tuple[Any, ...]]:
         return [_live(r, self.jobs.get(r[0])) for r in self.rows]
@@ -336,12 +396,12 @@ class _Chosen:
 def _status(args: "argparse.Namespace") -> int:
     chosen = _Chosen(args, "status")
     chosen.say_problems("status")
-    chosen.print(args.json)
+    chosen.print(args.json, args.wide)
     return EXIT_FAILED if chosen.problems else 0
 
 
 def _list(args: "argparse.Namespace") -> int:
-    _Chosen(args, "list", refresh=False).print(args.json)
+    _Chosen(args, "list", refresh=False).print(args.json, args.wide)
     return 0
 
 
@@ -350,20 +410,31 @@ def _wait(args: "argparse.Namespace") -> int:
     from psij.job_status import JobStatus
 
     chosen = _Chosen(args, "wait for")
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
     progress = _progress_wanted(args)
     if progress is None:
         for job in chosen.jobs.values():
-            job.wait()
+            job.wait(_left(deadline))
     else:
-        _wait_showing(chosen, progress, args.progress_every)
+        _wait_showing(chosen, progress, args.progress_every, deadline)
     chosen.say_problems("wait")
-    chosen.print(args.json)
+    chosen.print(args.json, args.wide)
+    late = [job.id for job in chosen.jobs.values() if not job.status.final]
+    if late and deadline is not None:
+        say(f"{len(late)} job(s) not final after {args.timeout:g} s: {', '.join(late[:10])}"
+            + (" ..." if len(late) > 10 else ""), "wait")
+        return EXIT_TIMEOUT
     worst = EXIT_FAILED if chosen.problems else 0
     for row in chosen.final_rows():
         if row[7]:
             code, _ = exit_status(JobStatus(JobState[row[4]], exit_code=row[5], message=row[6]))
             worst = max(worst, code)
     return worst
+
+
+def _left(deadline: Optional[float]) -> Optional[float]:
+    """Seconds to ``deadline`` (on ``time.monotonic``), none less than 0; None for none."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _progress_wanted(args: "argparse.Namespace") -> Optional[bool]:
@@ -374,10 +445,12 @@ def _progress_wanted(args: "argparse.Namespace") -> Optional[bool]:
     return sys.stderr.isatty()
 
 
-def _wait_showing(chosen: _Chosen, live: bool, every: float) -> None:
+def _wait_showing(chosen: _Chosen, live: bool, every: float,
+                  deadline: Optional[float] = None) -> None:
     """Wait for every chosen job, showing the progress: redrawn when a job changes state
     (each job's status change wakes the wait at once), and at least every ``every`` seconds
-    (plain lines) or every :data:`_REDRAW` seconds (the live line's elapsed time)."""
+    (plain lines) or every :data:`_REDRAW` seconds (the live line's elapsed time); until
+    ``deadline`` (on ``time.monotonic``) at most, when given."""
     import threading
 
     from psij._clock import MonotonicClock
@@ -404,10 +477,12 @@ def _wait_showing(chosen: _Chosen, live: bool, every: float) -> None:
             changed.clear()  # before looking: a change from now on wakes the next wait
             progress.update(final(), states())
             pending = [j for j in pending if not j.status.final]
-            if not pending:
+            left = _left(deadline)
+            if not pending or left == 0:
                 break
             due = progress.next_line_in()
-            clock.wait(changed, _REDRAW if due is None else max(due, 0.05))
+            pause = _REDRAW if due is None else max(due, 0.05)
+            clock.wait(changed, pause if left is None else min(pause, left))
     finally:
         for job in chosen.jobs.values():
             job._remove_watcher(watch)

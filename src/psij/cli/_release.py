@@ -46,7 +46,9 @@ def add_release_command(commands: Any) -> None:
         epilog="exit status: 0 when every job named was submitted (or none was held); 1 when "
                "some could not be; 2 for bad usage. Each submitted job is printed as ID and "
                "its native id.")
-    release.add_argument("ids", nargs="*", metavar="ID", help="job ids")
+    release.add_argument("ids", nargs="*", metavar="ID",
+                         help="job ids, as psij status takes them (a psij id, a prefix of one, "
+                              "or a native id)")
     release.add_argument("--tag", metavar="TAG", help="the jobs with this tag")
     release.add_argument("--force", action="store_true",
                          help="also release a job whose process ended while submitting it "
@@ -56,16 +58,14 @@ def add_release_command(commands: Any) -> None:
 
 def release_main(args: "argparse.Namespace") -> int:
     from psij import registry
+    from psij.cli._names import resolve
 
-    ids = args.ids or None
+    ids = resolve(args.ids) if args.ids else None
     records = registry.find(ids, tag=args.tag)
-    if ids:
-        missing = set(ids) - {r.id for r in records}
-        if missing:
-            raise ValueError(f"no recorded job with id {', '.join(sorted(missing))}")
-    elif not records and args.tag is not None:
-        raise ValueError(f"no recorded job has tag {args.tag!r}")
-    else:  # every job held by a process known to have ended
+    if not ids:
+        if not records and args.tag is not None:
+            raise ValueError(f"no recorded job has tag {args.tag!r}")
+        # Every job held by a process known to have ended.
         records = [r for r in records if _ended(r, args.force)]
     problems: List[str] = []
     jobs: List[Job] = []
