@@ -28,10 +28,10 @@ imports the shared modules of :mod:`psij.cli` (``_common``, ``_job_options``, ``
 import json
 import os
 import sys
-import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
+from psij._clock import MonotonicClock
 from psij.cli._common import (
     EXIT_FAILED,
     EXIT_TIMEOUT,
@@ -54,6 +54,7 @@ _STATUS_WAIT = timedelta(seconds=30)  # for a re-attached job's first status
 _CANCEL_WAIT = timedelta(seconds=120)  # a batch job's cancellation is seen at a later poll
 _MESSAGE_WIDTH = 60
 _REDRAW = 1.0  # seconds between two redraws of psij wait's live line (its elapsed time)
+_CLOCK = MonotonicClock()
 
 _IDS_HELP = ("job ids: a psij id, a prefix of one (4 characters or more), or the native id "
              "its scheduler gave (2415, an array element as 2415_3); a word naming several "
@@ -410,7 +411,7 @@ def _wait(args: "argparse.Namespace") -> int:
     from psij.job_status import JobStatus
 
     chosen = _Chosen(args, "wait for")
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    deadline = None if args.timeout is None else _CLOCK.now() + args.timeout
     progress = _progress_wanted(args)
     if progress is None:
         for job in chosen.jobs.values():
@@ -433,8 +434,8 @@ def _wait(args: "argparse.Namespace") -> int:
 
 
 def _left(deadline: Optional[float]) -> Optional[float]:
-    """Seconds to ``deadline`` (on ``time.monotonic``), none less than 0; None for none."""
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
+    """Seconds to ``deadline`` (on the monotonic clock), none less than 0; None for none."""
+    return None if deadline is None else max(0.0, deadline - _CLOCK.now())
 
 
 def _progress_wanted(args: "argparse.Namespace") -> Optional[bool]:
@@ -450,7 +451,7 @@ def _wait_showing(chosen: _Chosen, live: bool, every: float,
     """Wait for every chosen job, showing the progress: redrawn when a job changes state
     (each job's status change wakes the wait at once), and at least every ``every`` seconds
     (plain lines) or every :data:`_REDRAW` seconds (the live line's elapsed time); until
-    ``deadline`` (on ``time.monotonic``) at most, when given."""
+    ``deadline`` (on the monotonic clock) at most, when given."""
     import threading
 
     from psij._clock import MonotonicClock
