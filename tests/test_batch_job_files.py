@@ -123,7 +123,7 @@ def test_a_directory_changed_just_now_is_listed_again(tmp_path: Path) -> None:
 
 # -- the tracker -----------------------------------------------------------------------------
 
-S = Settings(interval=300.0, initial_delay=300.0, confirm_delay=1.0, confirm_polls=3)
+S = Settings(interval=300.0, initial_delay=300.0, confirm_delay=1.0)
 
 
 def _tracking(*ids: str, rerunnable: bool = False) -> TrackerState:
@@ -166,21 +166,26 @@ def test_any_other_end_waits_for_the_schedulers_cause(event: FileSeen) -> None:
     assert actions == [Finish("1", timeout, False)]
 
 
-def test_an_end_the_scheduler_does_not_confirm_is_the_files_word() -> None:
+def test_an_end_the_queue_still_shows_waits_for_it_with_polls_spaced_out() -> None:
+    # (a script ends a moment before its job leaves the queue; Grid Engine keeps a deleted job
+    # a while): never ended on the file's word while the scheduler shows the job
     state, _ = step(_tracking("1"), S, FileSeen("1", exit_code=3, at=9.0), 1.0)
     running = Observation(JobState.ACTIVE)
-    now = 2.0
-    for _ in range(S.confirm_polls - 1):
+    now, delays = 2.0, []
+    for _ in range(12):
         state, actions = step(state, S, Tick(), now)
         assert actions == [RunStatusCommand(("1",))]
         state, actions = step(state, S, PollSucceeded({"1": running}), now)
-        assert actions == [] and state.next_poll_at == now + S.confirm_delay
-        now += S.confirm_delay
+        assert actions == []
+        assert state.next_poll_at is not None
+        delays.append(state.next_poll_at - now)
+        now = state.next_poll_at
+    assert delays == [2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 300.0, 300.0, 300.0, 300.0]
     state, _ = step(state, S, Tick(), now)
-    state, actions = step(state, S, PollSucceeded({"1": running}), now)
+    state, actions = step(state, S, PollSucceeded({"1": Observation(JobState.FAILED, "x", 3)}),
+                          now)
     [finish] = actions
-    assert isinstance(finish, Finish) and finish.observation.exit_code == 3
-    assert finish.observation.state is JobState.FAILED
+    assert isinstance(finish, Finish) and finish.observation.message == "x"
 
 
 def test_an_end_the_scheduler_has_no_trace_of_is_the_files_word() -> None:
@@ -447,3 +452,45 @@ def test_an_end_seen_before_its_start_says_when_it_ended() -> None:
     assert isinstance(report, ReportState) and isinstance(finish, Finish)
     assert report.observation.metadata == {"source": "job file", "started_at": 9.0}
     assert finish.observation.metadata == {"source": "job file", "ended_at": 9.0}
+
+
+def test_only_the_files_asked_for_wake_the_poller(tmp_path: Path) -> None:
+    woken = threading.Event()
+    events = DirEvents(tmp_path, woken.set, "events-test", (".starts", ".ec"))
+    if not events.start():
+        pytest.skip("no inotify on this system")
+    try:
+        _write(tmp_path, "1.job", "#!/bin/sh\n")  # a submit script, an output file
+        (tmp_path / "1.out").write_text("")
+        _write(tmp_path, "1.ec.part", "0\n")
+        assert not woken.wait(0.5)
+        _write(tmp_path, "1.ec", "0 1 - 1\n")
+        assert woken.wait(10)
+    finally:
+        events.stop(wait=True)
+
+
+def test_events_are_read_past_descriptor_1023(tmp_path: Path) -> None:
+    # (select() refuses such descriptors; a process with many files open has them)
+    held = []
+    try:
+        while True:
+            fd = os.open(os.devnull, os.O_RDONLY)
+            held.append(fd)
+            if fd > 1030:
+                break
+    except OSError:
+        pytest.skip("this process may not open over 1030 descriptors")
+    try:
+        woken = threading.Event()
+        events = DirEvents(tmp_path, woken.set, "events-test")
+        if not events.start():
+            pytest.skip("no inotify on this system")
+        try:
+            _write(tmp_path, "1.ec", "0 1 - 1\n")
+            assert woken.wait(10)
+        finally:
+            events.stop(wait=True)
+    finally:
+        for fd in held:
+            os.close(fd)

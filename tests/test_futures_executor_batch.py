@@ -51,10 +51,11 @@ def test_a_job_killed_by_a_signal_reports_the_schedulers_reason(ex: FunctionExec
 
 
 def test_results_come_when_written_not_when_a_poll_sees_the_job_end(tmp_path: Path) -> None:
-    # Polls every 600 s: only the result watcher can settle the calls in time. The function's
-    # exception comes early as well; the job's own end is told by the poll, later.
+    # Polls every 600 s and no look at the jobs' end files: only the result watcher can settle
+    # the calls in time. The function's exception comes early as well; the job's own end is
+    # told by the poll, later.
     config = BatchTestExecutorConfig(work_directory=tmp_path / "w", queue_polling_interval=600,
-                                     initial_queue_polling_delay=600)
+                                     initial_queue_polling_delay=600, watch_files=False)
     with FunctionExecutor("batch-test", config=config) as ex:
         futures = [ex.submit(ff.square, 7), ex.submit(ff.fail, "early")]
         assert futures[0].result(WAIT) == 49

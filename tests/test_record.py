@@ -198,7 +198,7 @@ def test_defaults_are_the_shared_empty_mapping_and_the_old_values() -> None:
     assert tr.Settings().as_dict() == {
         "interval": 30.0, "initial_delay": 2.0, "error_threshold": 2, "outage_tolerance": 300.0,
         "max_backoff": 120.0, "missing_grace": 3, "cancel_poll_delay": 1.0,
-        "fail_unstartable": False, "confirm_delay": 1.0, "confirm_polls": 3}
+        "fail_unstartable": False, "confirm_delay": 1.0}
     assert (tr.JobAdded("1").state, tr.JobAdded("1").poll_soon) == (JobState.QUEUED, False)
     assert CommandResult(("x",), None).as_dict() == {
         "argv": ("x",), "exit_code": None, "stdout": "", "stderr": "", "failure": None}

@@ -1,7 +1,7 @@
 """Word from the kernel when a file is created or renamed into a directory (Linux inotify),
 so that a status poller looks at its jobs' files at once instead of at its next look.
 
-:class:`DirEvents` runs one thread that sleeps in ``select`` on an inotify descriptor and a
+:class:`DirEvents` runs one thread that sleeps in ``poll`` on an inotify descriptor and a
 pipe of its own (written by :meth:`DirEvents.stop`, so that the thread ends at once), and calls
 ``wake`` once per batch of events. It costs no system call while nothing happens. Where there is
 no inotify (another system, a kernel or container without it, too many watches) ``start``
@@ -14,10 +14,11 @@ import ctypes.util
 import logging
 import os
 import select
+import struct
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 __all__ = ["DirEvents"]
 
@@ -29,6 +30,7 @@ _IN_CLOSE_WRITE = 0x00000008
 _IN_MOVED_TO = 0x00000080
 _IN_CREATE = 0x00000100
 _LIBC: Any = None
+_HEADER = struct.Struct("iIII")
 
 
 def _libc() -> Any:
@@ -38,11 +40,27 @@ def _libc() -> Any:
     return _LIBC
 
 
-class DirEvents:
-    """Calls ``wake`` when files appear in ``directory`` (see the module)."""
+def _names(data: bytes) -> List[bytes]:
+    """The file names of a buffer of inotify events (``struct inotify_event``: descriptor,
+    mask, cookie and name length, then the name padded with NULs)."""
+    names = []
+    at = 0
+    while at + _HEADER.size <= len(data):
+        length = _HEADER.unpack_from(data, at)[3]
+        start = at + _HEADER.size
+        names.append(data[start:start + length].rstrip(b"\0"))
+        at = start + length
+    return names
 
-    def __init__(self, directory: Path, wake: Callable[[], None], name: str) -> None:
+
+class DirEvents:
+    """Calls ``wake`` when files appear in ``directory`` (see the module): any file, or only
+    those whose names end with one of ``suffixes``."""
+
+    def __init__(self, directory: Path, wake: Callable[[], None], name: str,
+                 suffixes: Tuple[str, ...] = ()) -> None:
         self._directory = directory
+        self._suffixes = tuple(os.fsencode(suffix) for suffix in suffixes) or (b"",)
         self._wake = wake
         self._name = name
         self._lock = threading.Lock()
@@ -86,6 +104,8 @@ class DirEvents:
         if stop_w is not None:
             try:
                 os.write(stop_w, b"x")
+            except OSError:
+                pass  # the thread ended already (its end of the pipe is closed)
             finally:
                 os.close(stop_w)
         if wait and thread is not None and thread is not threading.current_thread():
@@ -93,15 +113,25 @@ class DirEvents:
 
     def _run(self, fd: int, stop_r: int) -> None:
         try:
+            poller = select.poll()  # (select() refuses descriptors past 1023)
+            poller.register(fd, select.POLLIN)
+            poller.register(stop_r, select.POLLIN)
             while True:
-                ready, _, _ = select.select([fd, stop_r], [], [])
+                ready = {ready_fd for ready_fd, _ in poller.poll()}
                 if stop_r in ready:
                     return
+                wanted = False
                 try:
-                    while os.read(fd, 65536):  # every event so far: one wake for them all
-                        pass
+                    while True:  # every event so far: one wake for them all
+                        data = os.read(fd, 65536)
+                        if not data:
+                            break
+                        wanted = wanted or any(name.endswith(self._suffixes)
+                                               for name in _names(data))
                 except BlockingIOError:
                     pass
+                if not wanted:
+                    continue
                 try:
                     self._wake()
                 except ReferenceError:

@@ -145,7 +145,8 @@ class StatusPoller:
         self._failing = False  # the last status poll failed (said once, not at every retry)
         self._files = None if hooks.job_files is None else JobFiles(hooks.job_files)
         self._events = None if hooks.job_files is None \
-            else DirEvents(hooks.job_files, self._file_event, self._label)
+            else DirEvents(hooks.job_files, self._file_event, self._label,
+                           (START_SUFFIX, END_SUFFIX))
         self._next_look = 0.0
         self._last_look = 0.0
         self._unseen = 0  # jobs in a row that ended with no file of theirs in sight

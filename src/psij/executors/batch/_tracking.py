@@ -48,8 +48,10 @@ Rules:
   and no cancel asked finishes it COMPLETED (reporting ACTIVE first if it was queued). Any
   other end may have a cause only the scheduler knows (time limit, cancel, memory, node
   failure): the job stays followed, a poll comes ``confirm_delay`` later, and the scheduler's
-  word decides; if the scheduler still shows it running after ``confirm_polls`` polls, or has
-  no trace of it, the file's word does. A poll that was under way when a file made a job
+  word decides. While the scheduler still shows the job (a script ends a moment before its
+  job leaves the queue; Grid Engine keeps a deleted job a while), it is polled again, each
+  time twice as late, up to ``interval``; once the scheduler has no trace of it, the file's
+  word does. A poll that was under way when a file made a job
   ACTIVE is not taken for a requeue. Files carry the run they are of (the script's start
   count): once the scheduler requeued a job, what its files say of the run it was in is old
   news, and a start of a later run makes it ACTIVE again.
@@ -134,7 +136,6 @@ class Settings(Record):
     cancel_poll_delay: float = 1.0
     fail_unstartable: bool = False
     confirm_delay: float = 1.0
-    confirm_polls: int = 3
 
     def _validate(self) -> None:
         if not isinstance(self.fail_unstartable, bool):
@@ -147,7 +148,7 @@ class Settings(Record):
             if getattr(self, name) < 0:
                 raise ValueError(f"Settings.{name}: must not be negative, got "
                                  f"{getattr(self, name)}")
-        for name in ("error_threshold", "missing_grace", "confirm_polls"):
+        for name in ("error_threshold", "missing_grace"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Settings.{name}: must not be negative, got "
                                  f"{getattr(self, name)}")
@@ -307,11 +308,7 @@ def _observe(job: TrackedJob, obs: Observation, jobs: Dict[str, TrackedJob],
                                           over=max(job.run, job.over + 1))
         return
     job = jobs.get(job.native_id, job)
-    if job.ended is not None and not obs.state.final:
-        if job.confirms + 1 >= settings.confirm_polls:  # the scheduler is slow to tell
-            del jobs[job.native_id]
-            actions.append(Finish(job.native_id, job.ended, job.cancel_requested))
-            return
+    if job.ended is not None and not obs.state.final:  # still in the queue: asked again later
         job = jobs[job.native_id] = replace(job, confirms=job.confirms + 1)
     if obs.state.final:
         del jobs[job.native_id]
@@ -338,11 +335,14 @@ def _observe(job: TrackedJob, obs: Observation, jobs: Dict[str, TrackedJob],
 
 
 def _confirming(state: TrackerState, settings: Settings, now: float) -> TrackerState:
-    """Brings the next poll to ``confirm_delay`` from now when a job's end awaits the
-    scheduler's word."""
-    if any(job.ended is not None for job in state.jobs.values()):
-        return _ask_poll_by(state, now + settings.confirm_delay)
-    return state
+    """Brings the next poll forward when a job's end awaits the scheduler's word:
+    ``confirm_delay`` from now, twice as late after each poll that still showed the job, up
+    to ``interval``."""
+    waits = [job.confirms for job in state.jobs.values() if job.ended is not None]
+    if not waits:
+        return state
+    delay = min(settings.confirm_delay * 2.0 ** min(min(waits), 30), settings.interval)
+    return _ask_poll_by(state, now + delay)
 
 
 def _file_seen(state: TrackerState, settings: Settings, event: FileSeen,
