@@ -354,17 +354,20 @@ class StatusPoller:
                 actions.extend(self._tracker.feed(event))
         return actions
 
-    def _ended_unseen(self, native_id: str, observation: Observation,
+    def _ended_unseen(self, native_id: str, last: Optional[JobStatus],
                       status: JobStatus) -> None:
-        """Counts the jobs the scheduler ended COMPLETED while no file of theirs was in sight
-        (before they are removed); after :data:`UNSEEN_LIMIT` in a row the files are taken
-        for not visible from here, and are no longer looked at (said once in the log)."""
+        """Counts the jobs the scheduler showed running and then ended COMPLETED while no file
+        of theirs was in sight (before they are removed); after :data:`UNSEEN_LIMIT` in a row
+        the files are taken for not visible from here, and are no longer looked at (said once
+        in the log). A job attached when it had ended already (its files may be gone with
+        the process that followed it) does not count."""
         files = self._files
         if files is None:
             return
         files.forget(native_id)
-        if observation.metadata.get("source") == "job file" \
-                or status.state is not JobState.COMPLETED:
+        if status.state is not JobState.COMPLETED or last is None \
+                or last.state is not JobState.ACTIVE \
+                or (last.metadata or {}).get("source") == "job file":
             return
         if any(self._hooks.aux_path(native_id, suffix).exists()
                for suffix in (START_SUFFIX, END_SUFFIX)):
@@ -415,7 +418,7 @@ class StatusPoller:
         hooks = self._hooks
         with self._cond:
             jobs = self._jobs.pop(action.native_id, [])
-            self._last.pop(action.native_id, None)
+            last = self._last.pop(action.native_id, None)
         try:
             status = staged_status(hooks.final_status(
                 jobs, action.native_id, action.observation, action.cancel_requested),
@@ -431,7 +434,7 @@ class StatusPoller:
                                        f"while reading the job's files: {e!r})".strip(),
                                metadata={"native_id": action.native_id})
         try:
-            self._ended_unseen(action.native_id, action.observation, status)
+            self._ended_unseen(action.native_id, last, status)
         except OSError:
             pass
         try:
