@@ -164,11 +164,12 @@ def test_a_row_the_registry_refuses_leaves_the_others_written(tmp_path: Path) ->
     bad = (columns, tuple([1, 2] if c == "spec" else v for c, v in zip(columns, values)))
     conn.execute("BEGIN IMMEDIATE")
     refused = rows.write(conn, [("J", 4242, "7", good, "", "good"), ("J", 0, "", bad, "", "bad")],
-                         [("good", 3, False)], 99, 2.0)
+                         [("good", 3, False, (10.0, 12.5, 1.25, 4096))], 99, 2.0)
     conn.execute("COMMIT")
     assert len(refused) == 1 and refused[0].startswith("job bad: its row was refused")
-    assert conn.execute("SELECT id, native_id, state, exit_code, final FROM jobs").fetchall() \
-        == [("good", "4242", "FAILED", 3, 1)]
+    assert conn.execute("SELECT id, native_id, state, exit_code, final, started_at, ended_at, "
+                        "cpu_seconds, max_rss_bytes FROM jobs").fetchall() \
+        == [("good", "4242", "FAILED", 3, 1, 10.0, 12.5, 1.25, 4096)]
 
 
 def test_a_job_the_keeper_could_not_start_is_recorded_failed_saying_why() -> None:

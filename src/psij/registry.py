@@ -22,6 +22,7 @@ from psij import _check
 from psij._record import Record
 from psij._registry import recorder as _recorder
 from psij._registry import store as _store
+from psij._registry.accounting import use_of
 from psij._registry.store import RegistryError, Row
 from psij.exceptions import InvalidJobException
 from psij.job import CallbackLike, Job, as_callback
@@ -97,6 +98,15 @@ class JobRecord(Record):
     """Why its final state came, when its executor said (the ``cause`` of the final status's
     metadata: ``time_limit``, ``out_of_memory``, ``unstartable``, ``preempted``...); None for a
     job not final, or one whose executor gave no cause."""
+    started_at: Optional[float] = None
+    """When its last run started (seconds since the epoch), as its final status told (the
+    ``local`` executor's: see its documentation); None when not told."""
+    ended_at: Optional[float] = None
+    """When its last run ended (seconds since the epoch), likewise."""
+    cpu_seconds: Optional[float] = None
+    """The CPU time (user + system) its last run used, likewise."""
+    max_rss_bytes: Optional[int] = None
+    """The peak memory (maximum resident set size) of its last run, in bytes, likewise."""
 
     @property
     def held_by(self) -> Optional[str]:
@@ -129,7 +139,8 @@ class JobRecord(Record):
                 "rerun": None if self.attempt == 1 else {
                     "rerun": self.rerun, "cause": self.rerun_cause,
                     "requeues": self.requeues, "retries": self.retries},
-                "held": self._held_json()}
+                "held": self._held_json(), **use_json(self.started_at, self.ended_at,
+                                                      self.cpu_seconds, self.max_rss_bytes)}
 
     def _held_json(self) -> Optional[Dict[str, Any]]:
         if self.held_by is None:
@@ -147,6 +158,16 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds")
 
 
+def use_json(started: Any, ended: Any, cpu: Any, rss: Any) -> Dict[str, Any]:
+    """The figures of a run as ``--json`` prints them: the times as ISO 8601 texts (UTC),
+    the CPU seconds and the bytes as numbers; None for those not known."""
+    started, ended, cpu, rss = use_of({"started_at": started, "ended_at": ended,
+                                       "cpu_seconds": cpu, "max_rss_bytes": rss}, True)
+    return {"started_at": None if started is None else _iso(started),
+            "ended_at": None if ended is None else _iso(ended),
+            "cpu_seconds": cpu, "max_rss_bytes": rss}
+
+
 def _work_directory(work_directory: PathLike) -> Path:
     if work_directory is None:
         return Path(JobExecutorConfig.DEFAULT.work_directory)
@@ -162,7 +183,8 @@ def registry_file(work_directory: PathLike = None) -> Path:
 
 def _record(row: Row, path: Path) -> JobRecord:
     (job_id, executor, version, url, config, native_id, spec, tag, submitted, state, _rank,
-     exit_code, message, updated, _final, attempt, rerun, held, holder, final_cause) = row
+     exit_code, message, updated, _final, attempt, rerun, held, holder, final_cause,
+     started_at, ended_at, cpu_seconds, max_rss_bytes) = row
     try:
         job_state = JobState[state]
     except KeyError:
@@ -174,7 +196,10 @@ def _record(row: Row, path: Path) -> JobRecord:
                      attempt if isinstance(attempt, int) and attempt >= 1 else 1, kind, cause,
                      requeues, retries, held if isinstance(held, str) else None,
                      holder if isinstance(holder, str) else None,
-                     final_cause if isinstance(final_cause, str) and job_state.final else None)
+                     final_cause if isinstance(final_cause, str) and job_state.final else None,
+                     *use_of({"started_at": started_at, "ended_at": ended_at,
+                              "cpu_seconds": cpu_seconds, "max_rss_bytes": max_rss_bytes},
+                             job_state.final))
 
 
 def _rerun_of(text: Any) -> Tuple[Optional[str], Optional[str], int, int]:
@@ -231,7 +256,8 @@ def _follow_runs(job: Job, record: JobRecord) -> None:
 
 
 def _recorded_status(record: JobRecord) -> JobStatus:
-    """The final status ``record`` holds, with its attempt in the metadata."""
+    """The final status ``record`` holds, with its attempt, cause and run's figures in the
+    metadata."""
     meta: Optional[Dict[str, Any]] = None
     if record.attempt > 1:
         meta = {"attempt": record.attempt}
@@ -239,6 +265,12 @@ def _recorded_status(record: JobRecord) -> JobStatus:
             meta.update(rerun=record.rerun, cause=record.rerun_cause)
     if record.cause is not None:  # the final state's own cause
         meta = dict(meta or {}, cause=record.cause)
+    use = {name: value for name, value in (
+        ("started_at", record.started_at), ("ended_at", record.ended_at),
+        ("cpu_seconds", record.cpu_seconds), ("max_rss_bytes", record.max_rss_bytes))
+        if value is not None}
+    if use:  # its last run's figures
+        meta = dict(meta or {}, **use)
     return JobStatus(record.state, time=record.updated, exit_code=record.exit_code,
                      message=record.message, metadata=meta)
 

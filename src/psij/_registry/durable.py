@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 from psij._clock import wall_time
 from psij._registry import recorder
+from psij._registry.accounting import use_of
 
 if TYPE_CHECKING:
     from psij._registry.store import Row
@@ -45,7 +46,8 @@ def _row(executor: JobExecutor, job: Job, identity: Any) -> Row:
     state = JobState.QUEUED if status.state is JobState.NEW else status.state
     attempt, rerun = recorder.run_of(job, status)
     values = (job._native_id, state.name, state.order, status.exit_code, status.message,
-              wall_time(), state.final, attempt, rerun, recorder.cause_of(status))
+              wall_time(), state.final, attempt, rerun, recorder.cause_of(status),
+              use_of(status.metadata, state.final))
     from psij._registry.store import STATUS_COLUMNS
 
     row = recorder._row(job, identity, values)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 from psij._clock import wall_time
 from psij._record import Record
 from psij._registry import recorder
+from psij._registry.accounting import NO_USE
 from psij.job_state import JobState
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ def _row(job: "Job", identity: Any, me: str) -> Tuple[Any, ...]:
     return (job.id, name, version, recorder._text(url), config, None, recorder._spec_text(job),
             job.__dict__.get(recorder.TAG_ATTR), now, state.name, state.order, None,
             recorder._text(status.message), now, 0, attempt, recorder._rerun_text(rerun), None,
-            HELD, me)
+            *NO_USE, HELD, me)
 
 
 def cancel_ended(record: "JobRecord") -> bool:

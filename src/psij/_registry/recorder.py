@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tupl
 
 from psij._clock import Clock, MonotonicClock, wall_time
 from psij._lazylog import LazyLogger
+from psij._registry.accounting import use_of
 
 if TYPE_CHECKING:
     from psij._registry.store import Row, RunRecord, Store, Update
@@ -219,7 +220,8 @@ def record(executor: JobExecutor, job: Job) -> None:
         state = status.state
         attempt, rerun = run_of(job, status)
         values = (job._native_id, state.name, state.order, status.exit_code, status.message,
-                  wall_time(), state.final, attempt, rerun, cause_of(status))
+                  wall_time(), state.final, attempt, rerun, cause_of(status),
+                  use_of(status.metadata, state.final))
         first = _RECORDED_ATTR not in job.__dict__
         job.__dict__[_RECORDED_ATTR] = True
         _WRITER.put((executor, job, first, values))
@@ -298,16 +300,16 @@ def _rerun_text(rerun: Optional[Tuple[Any, ...]]) -> Optional[str]:
 
 def _row(job: Job, identity: Identity, values: Tuple[Any, ...]) -> Row:
     _, _, name, version, url, config = identity
-    native_id, state, rank, exit_code, message, now, final, attempt, rerun, cause = values
+    native_id, state, rank, exit_code, message, now, final, attempt, rerun, cause, use = values
     return (job.id, name, version, _text(url), config, _text(native_id), _spec_text(job),
             job.__dict__.get(TAG_ATTR), now, state, rank, exit_code, _text(message), now,
-            int(final), attempt, _rerun_text(rerun), cause)
+            int(final), attempt, _rerun_text(rerun), cause, *use)
 
 
 def _update(job: Job, values: Tuple[Any, ...]) -> Update:
-    native_id, state, rank, exit_code, message, now, final, attempt, rerun, cause = values
+    native_id, state, rank, exit_code, message, now, final, attempt, rerun, cause, use = values
     return (_text(native_id), state, rank, exit_code, _text(message), now, int(final),
-            attempt, _rerun_text(rerun), job.id, cause)
+            attempt, _rerun_text(rerun), job.id, cause, *use)
 
 
 class _Retry:

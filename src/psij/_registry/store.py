@@ -60,7 +60,8 @@ _T = TypeVar("_T")
 # order of ``STATUS_COLUMNS``.
 COLUMNS = ("id", "executor", "executor_version", "url", "config", "native_id", "spec", "tag",
            "submitted", "state", "rank", "exit_code", "message", "updated", "final", "attempt",
-           "rerun", "held", "holder", "cause")
+           "rerun", "held", "holder", "cause", "started_at", "ended_at", "cpu_seconds",
+           "max_rss_bytes")
 # The columns later versions added, each with its definition: a registry made before them gets
 # them when it is opened (``ALTER TABLE ... ADD COLUMN``, once).
 ADDED_COLUMNS = (
@@ -69,9 +70,18 @@ ADDED_COLUMNS = (
     ("held", "TEXT"),  # held by psij in a client process: "held" or "submitting" (else NULL)
     ("holder", "TEXT"),  # that process as JSON: pid, host, start (its kernel start time)
     ("cause", "TEXT"),  # why a final state came (status metadata "cause"), else NULL
+    # A final state's run, as its status metadata tells (the local executor's, from the
+    # resource use of the job's process as its keeper reaped it), else NULL: its start and
+    # end (wall clock), its CPU time (user + system) and its peak memory (max RSS).
+    ("started_at", "REAL"),
+    ("ended_at", "REAL"),
+    ("cpu_seconds", "REAL"),
+    ("max_rss_bytes", "INTEGER"),
 )
+# The figures of a run, as ``JobStatus.metadata`` keys and columns.
+USE_COLUMNS = ("started_at", "ended_at", "cpu_seconds", "max_rss_bytes")
 # The columns a status recording writes (the held marker is written apart: ``mark_held``).
-STATUS_COLUMNS = (*COLUMNS[:-3], "cause")
+STATUS_COLUMNS = (*COLUMNS[:-7], "cause", *USE_COLUMNS)
 # The columns of a held job's row (``mark_held``): its status, then its marker.
 HELD_COLUMNS = (*STATUS_COLUMNS, "held", "holder")
 Row = Tuple[Any, ...]
@@ -97,7 +107,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     rerun TEXT,
     held TEXT,
     holder TEXT,
-    cause TEXT
+    cause TEXT,
+    started_at REAL,
+    ended_at REAL,
+    cpu_seconds REAL,
+    max_rss_bytes INTEGER
 );
 CREATE INDEX IF NOT EXISTS jobs_by_tag ON jobs(tag) WHERE tag IS NOT NULL;
 """
@@ -143,7 +157,9 @@ _UPSERT = (
     "state = excluded.state, rank = excluded.rank, exit_code = excluded.exit_code, "
     "message = excluded.message, updated = excluded.updated, final = excluded.final, "
     "tag = coalesce(excluded.tag, jobs.tag), attempt = excluded.attempt, "
-    "rerun = coalesce(excluded.rerun, jobs.rerun), cause = excluded.cause "
+    "rerun = coalesce(excluded.rerun, jobs.rerun), cause = excluded.cause, "
+    "started_at = excluded.started_at, ended_at = excluded.ended_at, "
+    "cpu_seconds = excluded.cpu_seconds, max_rss_bytes = excluded.max_rss_bytes "
     "WHERE excluded.attempt > jobs.attempt "
     "OR (excluded.attempt = jobs.attempt AND excluded.rank >= jobs.rank)")
 
@@ -151,12 +167,15 @@ _UPSERT = (
 # by run and then by state.
 _UPDATE = ("UPDATE jobs SET native_id = coalesce(?1, native_id), state = ?2, rank = ?3, "
            "exit_code = ?4, message = ?5, updated = ?6, final = ?7, attempt = ?8, "
-           "rerun = coalesce(?9, rerun), cause = ?11 "
+           "rerun = coalesce(?9, rerun), cause = ?11, started_at = ?12, ended_at = ?13, "
+           "cpu_seconds = ?14, max_rss_bytes = ?15 "
            "WHERE id = ?10 AND (attempt < ?8 OR (attempt = ?8 AND rank <= ?3))")
 
-# (native_id, state, rank, exit_code, message, updated, final, attempt, rerun, id, cause)
+# (native_id, state, rank, exit_code, message, updated, final, attempt, rerun, id, cause,
+# started_at, ended_at, cpu_seconds, max_rss_bytes)
 Update = Tuple[Optional[str], str, int, Optional[int], Optional[str], float, int, int,
-               Optional[str], str, Optional[str]]
+               Optional[str], str, Optional[str], Optional[float], Optional[float],
+               Optional[float], Optional[int]]
 
 
 class RegistryError(Exception):

@@ -68,7 +68,9 @@ _JSON_HELP = ("--json prints a JSON array with one object per job: id, executor,
               "job run again), rerun (null, or its last rerun: rerun, cause, requeues, "
               "retries) and held (null, or while psij holds the job back in a client process: "
               "phase (held or submitting), pid, host, running (true, false, or null when it "
-              "cannot be told) and message).")
+              "cannot be told) and message); for a final job whose executor measured its last "
+              "run (local), started_at and ended_at (ISO 8601, UTC), cpu_seconds (user + "
+              "system) and max_rss_bytes (peak memory), else null.")
 
 
 def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
@@ -289,7 +291,7 @@ def _print_table(rows: Sequence[Tuple[Any, ...]], wide: bool = False) -> None:
 
 def _print_json(records: Sequence["JobRecord"], jobs: Dict[str, "Job"]) -> None:
     from psij._registry.recorder import cause_of
-    from psij.registry import _iso
+    from psij.registry import _iso, use_json
 
     views = []
     for record in records:
@@ -300,6 +302,10 @@ def _print_json(records: Sequence["JobRecord"], jobs: Dict[str, "Job"]) -> None:
             view.update(native_id=job.native_id, state=st.state.name, final=st.state.final,
                         exit_code=st.exit_code, cause=cause_of(st), message=st.message,
                         updated=_iso(st.time))
+            if st.state.final and st.metadata:
+                meta = st.metadata
+                view.update(use_json(meta.get("started_at"), meta.get("ended_at"),
+                                     meta.get("cpu_seconds"), meta.get("max_rss_bytes")))
             attempt, rerun = _run_now(job, record.attempt, None)
             if attempt > record.attempt:  # it ran again since it was recorded
                 runs = job.__dict__.get("_runs")

@@ -363,8 +363,12 @@ class ProcessWatch:
                                 starts.append((job, None, "", (int(errno), what,
                                                                words.strip())))
                             continue
-                        pid, code = (int(x) for x in line.split())
-                    except ValueError:  # never written by a keeper: skipped, the rest read
+                        report = line.split()
+                        pid, code = int(report[0]), int(report[1])
+                        if len(report) == 6:  # its use: started, ended, CPU seconds, max RSS
+                            keeper.usage[pid] = (float(report[2]), float(report[3]),
+                                                 float(report[4]), int(report[5]))
+                    except (ValueError, IndexError):  # not a keeper's: skipped, the rest read
                         logger.warning("keeper %d: not a report: %r", keeper.pid, line)
                         continue
                     found = self._children.get(pid)

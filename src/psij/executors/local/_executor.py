@@ -431,18 +431,23 @@ class LocalJobExecutor(JobExecutor):
         # On the ProcessWatch thread: record what is needed, hand the rest to the worker.
         code = exit_code_of(status)
         run.exited = True
-        _WORKER.put(lambda: self._complete(run, code))
+        keeper = run.keeper
+        use = keeper.usage.pop(run.pid, None) if keeper is not None and run.pid is not None \
+            else None
+        _WORKER.put(lambda: self._complete(run, code, use))
 
-    def _complete(self, run: _Run, code: Optional[int]) -> None:
+    def _complete(self, run: _Run, code: Optional[int],
+                  use: Optional[Tuple[float, float, float, int]] = None) -> None:
         try:
-            self._settle(run, code)
+            self._settle(run, code, use)
         except Exception as ex:
             # The job must still end, or a waiter would wait forever; the worker goes on.
             logger.exception("local job %s: handling its end failed", run.job.id)
             self._finish(run, JobStatus(JobState.FAILED, exit_code=code, message=(
                 f"the job exited with code {code}, but handling its end failed: {ex!r}")))
 
-    def _settle(self, run: _Run, code: Optional[int]) -> None:
+    def _settle(self, run: _Run, code: Optional[int],
+                use: Optional[Tuple[float, float, float, int]] = None) -> None:
         job = run.job
         spec = job.spec
         if run.start is not None and run.pid is not None and not run.kept:  # else the keeper's
@@ -479,8 +484,11 @@ class LocalJobExecutor(JobExecutor):
                 run.job_dir, spec, state, lambda st: self._set_job_status(job, JobStatus(st)))
             if staging_error is not None and state is JobState.COMPLETED:
                 state, message = JobState.FAILED, staging_error
-        self._finish(run, JobStatus._made(state, None, message, code) if cause is None
-                     else JobStatus(state, None, message, code, cause))
+        meta: Dict[str, Any] = dict(cause or ())
+        if use is not None:  # as its keeper reaped it (see "Resource use" in the docs)
+            meta.update(zip(_USE_KEYS, use))
+        self._finish(run, JobStatus._made(state, None, message, code) if not meta
+                     else JobStatus(state, None, message, code, meta))
 
     def _finish(self, run: _Run, status: JobStatus) -> None:
         with self._lock:
@@ -615,6 +623,9 @@ class LocalJobExecutor(JobExecutor):
 
 
 _ATTACH_RETRIES = 14  # about 2 s in all
+# The status metadata of a run's use (as the registry's columns and the batch executors name
+# the times).
+_USE_KEYS = ("started_at", "ended_at", "cpu_seconds", "max_rss_bytes")
 _NO_CODE = ("the job ended, but its exit code is not known (the keeper process that started "
             "it ended first)")
 # Popen always: a job must not inherit a descriptor this process made inheritable after start.

@@ -8,8 +8,11 @@ socket before its ``submit`` returns (those of one ``submit_many`` in one messag
 the socket is read even after the process died, so a job submitted runs. The keeper starts
 each program with ``posix_spawn`` as the leader of a new process group, answers with the pid
 on the ``EVENTS`` pipe, and records that the job started (pid, kernel start time, job id; and
-the job's row when the request holds it). When a job ends the keeper reaps it, writes ``<pid>
-<wait status>`` to the ``EVENTS`` pipe and records the exit code.
+the job's row when the request holds it). When a job ends the keeper reaps it (``wait3``),
+writes ``<pid> <wait status> <started> <ended> <CPU seconds> <max RSS bytes>`` to the
+``EVENTS`` pipe (the wall-clock times of its start and reaping, and the resource use the
+system reports for the reaped process: see ``psij.executors.local``, "Resource use") and
+records the exit code.
 
 Records go to the job registry the request names (table ``local_runs``, see
 ``psij._registry.store``), a batch per transaction: what gathered while the keeper was busy,
@@ -25,7 +28,8 @@ When the requesting process ends (``kill -9`` included) the socket closes: the k
 taking requests, goes on reaping, recording and sending the KILLs it was asked for until its
 last job has ended and its last KILL is sent (or its group gone), writes the
 final state of each job that ended meanwhile to the job registry the request named (rank
-``FINAL_RANK``, only if the job is not final there yet; in the same transactions), commits
+``FINAL_RANK``, with its resource use, only if the job is not final there yet; in the same
+transactions), commits
 what is left, and exits. So a job that ends after its submitter died still has its real exit
 code.
 
@@ -181,6 +185,7 @@ class Keeper(_Records, _Kills):  # type: ignore[misc]
         self.final_rank = final_rank
         # pid -> (start, job id, journal, registry, records go to the registry)
         self.children: Dict[int, Tuple[str, str, str, str, bool]] = {}
+        self.began: Dict[int, float] = {}  # pid -> when it was started (wall clock)
         self.runs: Dict[str, List[Run]] = {}  # by registry, not yet committed
         self.since = 0.0  # when the oldest record not yet committed was made
         self.broken: Dict[str, str] = {}  # registries that cannot be written, and why
@@ -188,8 +193,8 @@ class Keeper(_Records, _Kills):  # type: ignore[misc]
         self.pending = b""  # events not yet written (the pipe was full)
         self.events_waiting = False  # registered to write them when it can
         self.held = 0.0  # since when events wait to be written with later ones, if they do
-        # (registry, job id, code, canceled) of jobs that ended with nobody listening
-        self.orphaned: List[Tuple[str, str, int, bool]] = []
+        # (registry, job id, code, canceled, use) of jobs that ended with nobody listening
+        self.orphaned: List[Tuple[str, str, int, bool, Tuple[float, float, float, int]]] = []
         self.canceled: Set[int] = set()  # children whose end is a cancel
         self.kills: Dict[int, float] = {}  # process group -> when it gets KILL
         self.leaders: Dict[int, int] = {}  # process group not ours -> pidfd of its leader
@@ -270,15 +275,19 @@ class Keeper(_Records, _Kills):  # type: ignore[misc]
     def reap(self) -> None:
         while self.children:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, rusage = os.wait3(os.WNOHANG)
             except ChildProcessError:
                 self.children.clear()
                 return
             if pid == 0:
                 return
+            ended = time.time()
             found = self.children.pop(pid, None)
+            began = self.began.pop(pid, ended)
             if found is None:
                 continue
+            # The group leader's own use and that of the descendants it waited for.
+            use = (began, ended, rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss * 1024)
             if self.retry_at:  # a process ended: a start refused for now may go through
                 self.retry_at = time.monotonic()
             start, job_id, journal, registry, in_registry = found
@@ -288,10 +297,11 @@ class Keeper(_Records, _Kills):  # type: ignore[misc]
             text = f"{code} canceled" if canceled else str(code)
             self.record(("E", pid, start, text, journal, job_id), registry, in_registry)
             if self.parent_gone:
-                self.orphaned.append((registry, job_id, code, canceled))
+                self.orphaned.append((registry, job_id, code, canceled, use))
                 self.since = self.since or time.monotonic()
             else:
-                self.pending += f"{pid} {status}\n".encode()
+                self.pending += f"{pid} {status} {began!r} {ended!r} {use[2]!r} {use[3]}\n" \
+                    .encode()
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -346,6 +356,7 @@ class Keeper(_Records, _Kills):  # type: ignore[misc]
                 del self.bases[min(self.bases)]
             return
         if request[0] == "spawn":
+            began = time.time()
             fds, self.fds = self.fds[:3], self.fds[3:]
             try:
                 reply = self.spawn(request, fds)
@@ -387,6 +398,7 @@ class Keeper(_Records, _Kills):  # type: ignore[misc]
             pid, (job_id, journal, registry, in_registry) = started
             start = start_time(pid)
             self.children[pid] = (start, job_id, journal, registry, in_registry)
+            self.began[pid] = began
             self.record(("S", pid, start, job_id, journal, job_id), registry, in_registry)
 
     def queue(self, item: Any) -> None:
@@ -443,6 +455,7 @@ class Keeper(_Records, _Kills):  # type: ignore[misc]
         system refused it for now: nothing is answered, its descriptors are kept, and its
         row is recorded as it is (QUEUED) at the first refusal."""
         job_id, journal, registry, in_registry = item[6:10]
+        began = time.time()
         got = self.launch(item[:10], passed, base)
         try:
             row = _ROWS.check_row(item[10]) if len(item) == 11 and not (
@@ -467,6 +480,7 @@ class Keeper(_Records, _Kills):  # type: ignore[misc]
         self.refused_since = self.retry_at = 0.0
         self.pending += f"s {pid} {start}\n".encode()
         self.children[pid] = (start, job_id, journal, registry, in_registry)
+        self.began[pid] = began
         if row is not None:
             self.record((_ROWS.JOB, pid, start, _ROWS.started_row(row, pid), journal, job_id),
                         registry, in_registry)

@@ -97,7 +97,8 @@ class Keeper:
     """One running keeper: jobs go through :meth:`start` (queued, sent in batches, answered
     on :attr:`events`), other requests through :meth:`signal`, :meth:`terminate`,
     :meth:`kill_later` and :meth:`flush` (one at a time, each waiting for its answer); exit
-    reports come on the pipe :attr:`events` (``<pid> <wait status>`` lines)."""
+    reports come on the pipe :attr:`events` (``<pid> <wait status> <started> <ended> <CPU
+    seconds> <max RSS bytes>`` lines, the figures kept in :attr:`usage`)."""
 
     def __init__(self, final_rank: int) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -132,6 +133,9 @@ class Keeper:
         self._unanswered: Deque[Start] = deque()  # sent or queued, in order, not answered
         self._base = 0  # the number of the base environment the keeper has
         self.ended: Optional[str] = None  # how it ended, in words, once it did
+        # The use of each job it reported ended, by pid, until its executor takes it (on the
+        # watch thread): started and ended (wall clock), CPU seconds, max RSS in bytes.
+        self.usage: Dict[int, Tuple[float, float, float, int]] = {}
 
     def load(self) -> int:
         """Its jobs not started yet (queued, or sent and not answered)."""

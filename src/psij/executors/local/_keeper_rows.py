@@ -29,13 +29,20 @@ RUN_SQL = {
          "instr(?3 || ' ', ' ') - 1), '') AS INTEGER), canceled = max(canceled, "
          "?3 LIKE '% canceled'), updated = ?4 WHERE pid = ?1 AND start = ?2",
 }
+# With the run's figures (psij._registry.store.USE_COLUMNS: started_at, ended_at, cpu_seconds,
+# max_rss_bytes), which a job already final keeps as its submitter recorded them.
 FINAL_SQL = ("UPDATE jobs SET state = ?, rank = ?, exit_code = ?, message = ?, updated = ?, "
-             "final = 1 WHERE id = ? AND final = 0")
+             "final = 1, started_at = ?, ended_at = ?, cpu_seconds = ?, max_rss_bytes = ? "
+             "WHERE id = ? AND final = 0")
 JOB = "J"  # the kind of a job's row among the records (its text is the row)
 # A job's row as sent: the column names, then the values in that order.
 Row = Tuple[Tuple[str, ...], Tuple[Any, ...]]
 # A record: (kind, pid, start, text or row, journal, job id).
 Record = Tuple[str, int, str, Any, str, str]
+# A run's use as the keeper reaped it: started, ended (wall clock), CPU seconds, max RSS bytes.
+Use = Tuple[float, float, float, int]
+# A job that ended with nobody listening: (job id, exit code, cancelled, its use).
+Ended = Tuple[str, int, bool, Use]
 
 BATCH_SECONDS = 0.05  # records wait at most this long for a commit
 RETRY_SECONDS = 0.01  # a registry locked by another writer is tried again after this long
@@ -98,9 +105,9 @@ def row_sql(columns: Tuple[str, ...], final: bool = False) -> str:
 
 
 def write(conn: Any, batch: Sequence[Record],
-          ended: Sequence[Tuple[str, int, bool]], final_rank: int, now: float) -> List[str]:
+          ended: Sequence[Ended], final_rank: int, now: float) -> List[str]:
     """Write ``batch`` (rows, then run records, in their order) and the final states of
-    ``ended`` (job id, exit code, cancelled) in the transaction ``conn`` is in. A job's row
+    ``ended`` (job id, exit code, cancelled, use) in the transaction ``conn`` is in. A job's row
     the registry refuses (not a lock: that fails the whole batch, to be tried again) is left
     out, its job and why returned: one bad row must not send the others to the journals."""
     refused: List[str] = []
@@ -118,7 +125,7 @@ def write(conn: Any, batch: Sequence[Record],
     conn.executemany(FINAL_SQL, [
         ("CANCELED" if canceled else "COMPLETED" if code == 0 else "FAILED",
          final_rank, code, None if canceled or code == 0 else message(code), now,
-         job_id) for job_id, code, canceled in ended])
+         *use, job_id) for job_id, code, canceled, use in ended])
     return refused
 
 
@@ -153,7 +160,7 @@ class Records:
     committed in batches, appended to the journals when the registry cannot be written."""
 
     runs: Dict[str, List[Record]]  # by registry, not yet committed
-    orphaned: List[Tuple[str, str, int, bool]]  # (registry, job id, code, canceled)
+    orphaned: List[Tuple[str, str, int, bool, Use]]  # (registry, job id, code, canceled, use)
     since: float  # when the oldest record not yet committed was made
     broken: Dict[str, str]  # registries that cannot be written, and why
     conns: Dict[str, Any]  # sqlite3 connections, by registry
@@ -177,9 +184,9 @@ class Records:
         transaction per registry. A registry still locked keeps its records for a later try
         (when the keeper ends, after a long wait, they go to the journals)."""
         runs, self.runs = self.runs, {}
-        finals: Dict[str, List[Tuple[str, int, bool]]] = {}
-        for registry, job_id, code, canceled in self.orphaned:
-            finals.setdefault(registry, []).append((job_id, code, canceled))
+        finals: Dict[str, List[Ended]] = {}
+        for registry, job_id, code, canceled, use in self.orphaned:
+            finals.setdefault(registry, []).append((job_id, code, canceled, use))
         self.orphaned = []
         self.since = 0.0
         for registry in {**runs, **finals}:
@@ -191,8 +198,8 @@ class Records:
                 busy = "locked" in str(ex) or "busy" in str(ex)
                 if busy and not final:  # the loop never waits for a lock: spawns would wait
                     self.runs.setdefault(registry, []).extend(batch)
-                    self.orphaned += [(registry, job_id, code, canceled)
-                                      for job_id, code, canceled in ended]
+                    self.orphaned += [(registry, job_id, code, canceled, use)
+                                      for job_id, code, canceled, use in ended]
                     self.since = time.monotonic() - BATCH_SECONDS + RETRY_SECONDS
                     continue
                 self.broken.setdefault(registry, str(ex))
@@ -204,7 +211,7 @@ class Records:
             for journal, line in lines(batch):
                 self.append(journal, line)
 
-    def write(self, registry: str, batch: List[Record], ended: List[Tuple[str, int, bool]],
+    def write(self, registry: str, batch: List[Record], ended: List[Ended],
               final: bool) -> None:
         if not os.path.isfile(registry):
             if batch:  # removed: the records go to the journal (no file is made here)
