@@ -195,7 +195,7 @@ now = time.time()
 rows = [(str(uuid.uuid4()), "local", "0.1.0", None, "{}", str(10000 + i),
          '{"executable": "/bin/true"}', "t%d" % (i % 10), now - n + i,
          "COMPLETED" if i % 7 else "FAILED", 6, 0 if i % 7 else 1, None, now - n + i, 1,
-         1, None, None)
+         1, None, None, None, None, None, None)
         for i in range(n)]
 store.write(rows, [])
 """

@@ -152,7 +152,8 @@ def test_piping_into_head_ends_quietly(home: Path) -> None:
     wd = home / ".psij" / "work"
     store = open_store(wd)
     store.write([(f"job-{i:05}", "local", "0", None, "{}", str(i), None, "t", float(i),
-                  "COMPLETED", 6, 0, None, float(i), 1, 1, None, None) for i in range(5000)],
+                  "COMPLETED", 6, 0, None, float(i), 1, 1, None, None, None, None, None, None)
+                 for i in range(5000)],
                 [])
     for command in ("list", "status --all", "list --json"):
         done = subprocess.run(f'"{PSIJ}" {command} | head -1', shell=True, capture_output=True,
@@ -235,9 +236,9 @@ def test_status_shows_the_attempt_and_last_rerun_of_a_job_run_again(home: Path) 
     now = time.time()
     open_store(wd).write([
         ("job-again", "local", "0", None, "{}", "77", None, None, now, "COMPLETED", 6, 0, None,
-         now, 1, 3, rerun, None),
+         now, 1, 3, rerun, None, None, None, None, None),
         ("job-once", "local", "0", None, "{}", "78", None, None, now, "FAILED", 6, 2,
-         "exit 2", now, 1, 1, None, None)], [])
+         "exit 2", now, 1, 1, None, None, None, None, None, None)], [])
     for command in (["status", "job-again", "job-once"], ["list"]):
         done = psij_cmd(home, *command)
         assert done.returncode == 0, done.stderr

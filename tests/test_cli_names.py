@@ -44,7 +44,7 @@ def fill(home: Path, *extra: Any) -> None:
     def row(job_id: str, executor: str, native: str, state: str = "COMPLETED",
             message: Optional[str] = None, cause: Optional[str] = None) -> Any:
         return (job_id, executor, "0", None, "{}", native, None, None, now, state, 6, 0,
-                message, now, 1, 1, None, cause)
+                message, now, 1, 1, None, cause, None, None, None, None)
 
     open_store(home / ".psij" / "work").write([
         row(A, "slurm", "2415", "FAILED", LONG, "time_limit"), row(B, "sge", "2415"),
@@ -262,13 +262,15 @@ def test_a_registry_made_before_the_cause_column_gets_it(home: Path) -> None:
         "'FAILED', 6, 3, 'it failed', 1e9, 1, 1, NULL, NULL, NULL);")
     conn.close()
     path.chmod(0o600)
-    assert [(v["id"], v["cause"]) for v in listed(home, "status", "4242")] == [("old-1", None)]
+    assert [(v["id"], v["cause"], v["cpu_seconds"], v["max_rss_bytes"])
+            for v in listed(home, "status", "4242")] == [("old-1", None, None, None)]
     conn = sqlite3.connect(path)
     try:
         columns = [r[1] for r in conn.execute("PRAGMA table_info(jobs)")]
     finally:
         conn.close()
-    assert columns[-3:] == ["held", "holder", "cause"]
+    assert columns[-7:] == ["held", "holder", "cause", "started_at", "ended_at", "cpu_seconds",
+                            "max_rss_bytes"]
 
 
 @pytest.mark.slurm

@@ -170,7 +170,8 @@ def _fill(wd: Path, ages: List[Any]) -> None:
     now = time.time()
     store = open_store(wd)
     store.write([(f"job-{i}", "local", "0", None, "{}", str(i), None, "old", now - age, state,
-                  6 if final else 3, None, None, now - age, int(final), 1, None, None)
+                  6 if final else 3, None, None, now - age, int(final), 1, None, None,
+                  None, None, None, None)
                  for i, (age, state, final) in enumerate(ages)], [])
 
 

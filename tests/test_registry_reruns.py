@@ -211,7 +211,8 @@ def test_a_registry_made_before_the_attempt_gets_the_column(tmp_path: Path) -> N
         columns = [r[1] for r in conn.execute("PRAGMA table_info(jobs)")]
     finally:
         conn.close()
-    assert columns[15:] == ["attempt", "rerun", "held", "holder", "cause"]
+    assert columns[15:] == ["attempt", "rerun", "held", "holder", "cause", "started_at",
+                            "ended_at", "cpu_seconds", "max_rss_bytes"]
     # Jobs are recorded in it as in a new one.
     ex = Rerunning(wd, [failed_oom()])
     job = retried()
