@@ -82,6 +82,11 @@ def test_cpu_time_peak_memory_and_times_of_local_jobs(tmp_path: Path) -> None:
         r = recorded[job.id]
         assert (r.started_at, r.ended_at, r.cpu_seconds, r.max_rss_bytes) == (
             m["started_at"], m["ended_at"], m["cpu_seconds"], m["max_rss_bytes"])
+    listed = subprocess.run([PSIJ, "list", "--json"], capture_output=True, text=True,
+                            env=dict(os.environ, HOME=str(home)), timeout=WAIT_SECONDS)
+    assert listed.returncode == 0, listed.stderr
+    assert {v["id"]: v["max_rss_bytes"] for v in json.loads(listed.stdout)} == {
+        job.id: (job.status.metadata or {})["max_rss_bytes"] for job in (burn, big, small)}
     shown = {v["id"]: v for v in _status_json(home, burn.id, big.id, small.id)}
     for job in (burn, big, small):
         m = job.status.metadata or {}
@@ -89,6 +94,22 @@ def test_cpu_time_peak_memory_and_times_of_local_jobs(tmp_path: Path) -> None:
         assert (v["cpu_seconds"], v["max_rss_bytes"]) == (m["cpu_seconds"], m["max_rss_bytes"])
         assert abs(_iso_seconds(v["started_at"]) - m["started_at"]) < 0.002
         assert abs(_iso_seconds(v["ended_at"]) - m["ended_at"]) < 0.002
+
+
+def test_descendants_waited_for_are_counted_and_those_left_running_are_not(
+        tmp_path: Path) -> None:
+    ex = JobExecutor.get_instance("local", config=JobExecutorConfig(work_directory=tmp_path))
+    burn = BURN.replace("2.0", "0.6")
+    command = f"{sys.executable} -c '{burn}'"
+    waited = Job(JobSpec("/bin/sh", ["-c", f"{command}; true"]))
+    left = Job(JobSpec("/bin/sh", ["-c", f"{command} </dev/null >/dev/null 2>&1 & exit 0"]))
+    for job in (waited, left):
+        ex.submit(job)
+    for job in (waited, left):
+        assert job.wait(timeout=WAIT_SECONDS) is not None
+        assert job.status.state is JobState.COMPLETED, job.status
+    assert (waited.status.metadata or {})["cpu_seconds"] >= 0.4, waited.status
+    assert (left.status.metadata or {})["cpu_seconds"] < 0.3, left.status
 
 
 def test_a_job_not_final_has_no_figures_in_its_record(tmp_path: Path) -> None:

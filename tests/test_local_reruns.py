@@ -68,8 +68,12 @@ def final(job: Job) -> JobStatus:
     return status
 
 
+USE = ("started_at", "ended_at", "cpu_seconds", "max_rss_bytes")  # a run's figures
+
+
 def meta(status: JobStatus) -> Dict[str, Any]:
-    return dict(status.metadata or {})
+    """The status's metadata less the figures of the run (test_local_accounting's)."""
+    return {k: v for k, v in (status.metadata or {}).items() if k not in USE}
 
 
 def states(seen: List[JobStatus]) -> List[str]:
