@@ -124,6 +124,7 @@ _RETRY_SECONDS = 60.0
 # A record for the registry: (kind, pid, start, text or a job's row, journal to use if it
 # cannot be written, job id); see _keeper_rows.
 Run = Tuple[str, int, str, Any, str, str]
+_RSS_UNIT = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is in KiB but on macOS
 LAYER_FAILED = 3  # the keeper's exit code when the process layer cannot be loaded
 _SPAWN: Any = None  # psij/_spawn.py, loaded by main()
 
@@ -278,6 +279,7 @@ class Keeper(_Records, _Kills):  # type: ignore[misc]
                 pid, status, rusage = os.wait3(os.WNOHANG)
             except ChildProcessError:
                 self.children.clear()
+                self.began.clear()
                 return
             if pid == 0:
                 return
@@ -287,7 +289,8 @@ class Keeper(_Records, _Kills):  # type: ignore[misc]
             if found is None:
                 continue
             # The group leader's own use and that of the descendants it waited for.
-            use = (began, ended, rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss * 1024)
+            use = (began, ended, rusage.ru_utime + rusage.ru_stime,
+                   rusage.ru_maxrss * _RSS_UNIT)
             if self.retry_at:  # a process ended: a start refused for now may go through
                 self.retry_at = time.monotonic()
             start, job_id, journal, registry, in_registry = found
