@@ -112,6 +112,28 @@ def test_descendants_waited_for_are_counted_and_those_left_running_are_not(
     assert (left.status.metadata or {})["cpu_seconds"] < 0.3, left.status
 
 
+def test_jobs_started_without_a_keeper_are_measured_as_this_process_reaps_them(
+        tmp_path: Path) -> None:
+    from psij.executors.local import LocalJobExecutorConfig
+
+    ex = JobExecutor.get_instance("local", config=LocalJobExecutorConfig(
+        work_directory=tmp_path, keeper=False))
+    before = time.time()
+    burn = Job(JobSpec(sys.executable, ["-c", BURN.replace("2.0", "0.6")]))
+    big = Job(JobSpec(sys.executable, ["-c", ALLOCATE]))
+    for job in (burn, big):
+        ex.submit(job)
+    for job in (burn, big):
+        assert job.wait(timeout=WAIT_SECONDS) is not None
+        assert job.status.state is JobState.COMPLETED, job.status
+    after = time.time()
+    burned, allocated = (job.status.metadata or {} for job in (burn, big))
+    assert 0.4 <= burned["cpu_seconds"] <= 2.0, burned
+    assert allocated["max_rss_bytes"] >= 250 * MB, allocated
+    for m in (burned, allocated):
+        assert before <= m["started_at"] <= m["ended_at"] <= after, m
+
+
 def test_a_job_not_final_has_no_figures_in_its_record(tmp_path: Path) -> None:
     from psij._registry.accounting import NO_USE, use_of
 

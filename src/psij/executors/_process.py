@@ -26,6 +26,7 @@ watch processes (``_process_watch`` does) and never sets a job's state.
 
 import os
 import signal
+import sys
 import threading
 from functools import partial
 from pathlib import Path
@@ -181,6 +182,22 @@ def reap(pid: int) -> Tuple[bool, Optional[int]]:
     if reaped == 0:
         return False, None
     return True, status
+
+
+def reap_use(pid: int) -> Tuple[bool, Optional[int], Optional[Tuple[float, int]]]:
+    """:func:`reap`, with the resource use of the process reaped: (CPU seconds, user and
+    system, of it and the descendants it waited for; its peak resident memory in bytes), or
+    None when it was not reaped here."""
+    try:
+        reaped, status, use = os.wait4(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True, None, None
+    if reaped == 0:
+        return False, None, None
+    return True, status, (use.ru_utime + use.ru_stime, use.ru_maxrss * _RSS_UNIT)
+
+
+_RSS_UNIT = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is in KiB but on macOS
 
 
 def reap_within(pids: Iterable[int], seconds: float, interval: float) -> List[int]:

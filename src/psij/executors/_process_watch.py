@@ -27,7 +27,7 @@ import selectors
 import threading
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
-from psij._clock import Clock, MonotonicClock
+from psij._clock import Clock, MonotonicClock, wall_time
 from psij._lazylog import LazyLogger
 from psij._wakeup import Timers, Wakeup, timer_delay
 from psij.executors._process import (
@@ -36,7 +36,7 @@ from psij.executors._process import (
     exit_code_of,
     group_has_live_members,
     killpg,
-    reap,
+    reap_use,
     signal_name,
     signal_reaped_group,
     start_time,
@@ -105,6 +105,8 @@ class ProcessWatch:
         self._children: Dict[int, _Watched] = {}  # our children, reaped here
         self._others: Dict[int, _Watched] = {}  # other processes: watched, never reaped
         self._early: Dict[int, Optional[int]] = {}  # kept jobs reported before watch_kept
+        # Children reaped here: (when, CPU seconds, max RSS bytes), until take_usage.
+        self._usage: Dict[int, Tuple[float, float, int]] = {}
         self._timers = Timers(clock)  # actions run on the watch thread
         self._thread: Optional[threading.Thread] = None
         self._wakeup: Optional[Wakeup] = None
@@ -303,9 +305,11 @@ class ProcessWatch:
             if table.get(key) is not w:
                 return
             if w.child:
-                ended, status = reap(w.pid)
+                ended, status, use = reap_use(w.pid)
                 if not ended:
                     return  # still running (spurious wake-up or fallback poll)
+                if use is not None:
+                    self._usage[w.pid] = (wall_time(), *use)
             del table[key]
             if w.fd is not None:
                 assert self._wakeup is not None
@@ -315,6 +319,12 @@ class ProcessWatch:
             w.on_exit(w.pid, status)
         except Exception:
             logger.exception("exit handler for process %d raised", w.pid)
+
+    def take_usage(self, pid: int) -> Optional[Tuple[float, float, int]]:
+        """The use of child ``pid`` this watch reaped (when it was reaped, its CPU seconds, its
+        peak memory in bytes: :func:`reap_use`), once; None if none is kept."""
+        with self._lock:
+            return self._usage.pop(pid, None)
 
     def _read_feed(self, feed: _Feed) -> None:
         keeper = feed.keeper

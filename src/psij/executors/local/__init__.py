@@ -43,11 +43,11 @@ How a job runs:
   written in batches (never a commit per job) by the keeper or the registry's writer thread.
   When the registry is off or cannot be written, the records go to a journal file of the
   process in ``<work_directory>/local/`` (see ``_journal``).
-- A job a keeper started ends with its run's resource use in its final status's metadata and
-  registry row (``started_at``, ``ended_at``, ``cpu_seconds``, ``max_rss_bytes``): the figures
-  ``wait3`` gives for its process group's leader as the keeper reaps it, which include the
-  descendants that were waited for, not those left running or daemonized (the user guide's
-  "Resource use" says more).
+- A job ends with its run's resource use in its final status's metadata and registry row
+  (``started_at``, ``ended_at``, ``cpu_seconds``, ``max_rss_bytes``): the figures the system
+  gives for its process group's leader as its keeper (or, without one, the process watch:
+  ``reap_use``) reaps it, which include the descendants that were waited for, not those left
+  running or daemonized (the user guide's "Resource use" says more).
 - Staging (``stage_in``/``stage_out``/``cleanup``) is done by the executor with local file
   operations; the STAGE_IN, STAGE_OUT and CLEANUP states are entered only when there is staging.
   A job is held by psij in the submitting process (in the registry) until its stage-in is

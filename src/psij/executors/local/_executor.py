@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from psij import _check, _site_config
+from psij._clock import wall_time
 from psij._end_signal import ATTRIBUTE as END_SIGNAL
 from psij._end_signal import EndSignal, end_signal
 from psij._lazylog import LazyLogger
@@ -337,6 +338,7 @@ class LocalJobExecutor(JobExecutor):
             elif out_fd >= 0:
                 os.close(out_fd)
         run.pid = pid
+        run.began = wall_time()
         job._native_id = str(pid)
         run.start = start_time(pid)
         self._note(RunStarted(pid, str(run.start), job.id))
@@ -431,10 +433,22 @@ class LocalJobExecutor(JobExecutor):
         # On the ProcessWatch thread: record what is needed, hand the rest to the worker.
         code = exit_code_of(status)
         run.exited = True
-        keeper = run.keeper
-        use = keeper.usage.pop(run.pid, None) if keeper is not None and run.pid is not None \
-            else None
+        use = self._use_of(run)
         _WORKER.put(lambda: self._complete(run, code, use))
+
+    def _use_of(self, run: _Run) -> Optional[Tuple[float, float, float, int]]:
+        """The resource use of the run that ended (on the watch thread): as its keeper
+        reported it, or, for a job started here, as the watch reaped it."""
+        keeper, pid = run.keeper, run.pid
+        if pid is None:
+            return None
+        if keeper is not None:
+            return keeper.usage.pop(pid, None)
+        take = getattr(self._watch, "take_usage", None)  # (tests may give another watch)
+        reaped = take(pid) if take is not None and not run.attached else None
+        if reaped is None or run.began is None:
+            return None
+        return run.began, reaped[0], reaped[1], reaped[2]
 
     def _complete(self, run: _Run, code: Optional[int],
                   use: Optional[Tuple[float, float, float, int]] = None) -> None:

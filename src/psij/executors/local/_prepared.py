@@ -87,6 +87,7 @@ class Run:
 
     __slots__ = (
         "attached",
+        "began",
         "canceled",
         "exited",
         "grace",
@@ -109,6 +110,7 @@ class Run:
         self.job_dir = job_dir
         self.pid: Optional[int] = None
         self.start: Optional[str] = None  # kernel start time, recorded with the pid
+        self.began: Optional[float] = None  # when this process started it (wall clock)
         self.launcher: Optional[Launcher] = None
         self.launcher_out: Optional[str] = None
         self.limit: Optional[TimeLimit] = None
