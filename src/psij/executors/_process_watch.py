@@ -105,7 +105,7 @@ class ProcessWatch:
         self._children: Dict[int, _Watched] = {}  # our children, reaped here
         self._others: Dict[int, _Watched] = {}  # other processes: watched, never reaped
         self._early: Dict[int, Optional[int]] = {}  # kept jobs reported before watch_kept
-        # Children reaped here: (when, CPU seconds, max RSS bytes), until take_usage.
+        # The child whose exit handler runs: (when reaped, CPU seconds, max RSS bytes).
         self._usage: Dict[int, Tuple[float, float, int]] = {}
         self._timers = Timers(clock)  # actions run on the watch thread
         self._thread: Optional[threading.Thread] = None
@@ -319,10 +319,15 @@ class ProcessWatch:
             w.on_exit(w.pid, status)
         except Exception:
             logger.exception("exit handler for process %d raised", w.pid)
+        finally:
+            if w.child:  # kept for its exit handler only
+                with self._lock:
+                    self._usage.pop(w.pid, None)
 
     def take_usage(self, pid: int) -> Optional[Tuple[float, float, int]]:
         """The use of child ``pid`` this watch reaped (when it was reaped, its CPU seconds, its
-        peak memory in bytes: :func:`reap_use`), once; None if none is kept."""
+        peak memory in bytes: :func:`reap_use`), once, from its exit handler (it is dropped
+        when the handler returns); None if none is kept."""
         with self._lock:
             return self._usage.pop(pid, None)
 
