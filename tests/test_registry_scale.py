@@ -22,6 +22,7 @@ import pytest
 import psij.registry
 from psij import Job, JobExecutor, JobExecutorConfig, JobSpec, JobState, JobStatus
 from psij._registry import recorder
+from psij._registry.accounting import NO_USE
 
 WAIT = timedelta(seconds=300)
 
@@ -62,7 +63,8 @@ def run_jobs(ex: Reporting, jobs: List[Job], first: int) -> None:
     for i, job in enumerate(jobs, first):
         ex._set_job_status(job, final_of(i))
         recorder._WRITER.put((ex, job, False, (job._native_id, "ACTIVE", JobState.ACTIVE.order,
-                                               None, None, 0.0, False, 1, None)))
+                                               None, None, 0.0, False, 1, None, None,
+                                               NO_USE)))
 
 
 def recorded(wd: Path) -> Dict[str, Tuple[str, Any, Any, Any]]:
