@@ -16,7 +16,7 @@ from typing import Any, Dict, List
 import psij.registry
 from psij import Job, JobExecutor, JobSpec, JobState
 from psij.job_executor_config import JobExecutorConfig
-from support.process_checks import alive
+from support.process_checks import alive, keepers_with
 
 PSIJ = str(Path(sys.executable).parent / "psij")
 WAIT_SECONDS = 120.0
@@ -160,19 +160,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _keepers_of(home: Path) -> List[int]:
-    mark = f"HOME={home}".encode() + b"\0"
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"_keeper.py" not in f.read():
-                    continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if mark in f.read():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
+    return keepers_with(f"HOME={home}")
 
 
 def test_the_keeper_records_the_figures_of_a_job_whose_submitter_was_killed(

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from support.process_checks import alive
+from support.process_checks import alive, keepers_with
 
 PSIJ = str(Path(sys.executable).parent / "psij")
 WAIT_SECONDS = 300.0
@@ -53,20 +53,7 @@ def _env(home: Path) -> Dict[str, str]:
 
 def _keepers_of(home: Path) -> List[int]:
     """The keepers started by the round of ``home`` (they inherited its HOME)."""
-    mark = f"HOME={home}".encode() + b"\0"
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"_keeper.py" not in f.read():
-                    continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if mark in f.read():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
+    return keepers_with(f"HOME={home}")
 
 def _wait_for_keepers(home: Path) -> None:
     keepers = _keepers_of(home)

@@ -26,7 +26,7 @@ from psij import Job, JobExecutor, JobSpec, JobState
 from psij.executors._process_watch import ProcessWatch
 from psij.executors.local import _keeper, _keeper_client
 from psij.job_executor_config import JobExecutorConfig
-from support.process_checks import alive
+from support.process_checks import alive, keepers_with
 
 TIMEOUT = 120.0
 REAL_LAYER = Path(psij.__file__).parent / "_spawn.py"
@@ -253,15 +253,4 @@ def test_a_start_waiting_when_its_submitter_is_killed_runs_or_fails_and_is_recor
 
 def _keepers_with(mark: str) -> List[int]:
     """The keepers whose environment holds ``mark`` (NAME=value)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"_keeper.py" not in f.read():
-                    continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if mark.encode() + b"\0" in f.read():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
+    return keepers_with(mark)

@@ -63,3 +63,21 @@ def without_inheritable_descriptors() -> Iterator[None]:
                 os.set_inheritable(fd, True)
             except OSError:
                 pass
+
+
+def keepers_with(mark: str) -> List[int]:
+    """The local jobs' keeper processes whose environment holds ``mark`` (``NAME=value``):
+    those a test's children started (with their HOME, say)."""
+    wanted = mark.encode() + b"\0"
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"_keeper.py" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if wanted in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
