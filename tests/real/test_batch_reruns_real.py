@@ -79,6 +79,16 @@ def _report(name: str, began: float, failed_at: Optional[float], w: Watched) -> 
           f"run 1 to QUEUED again: {gap}")
 
 
+def _sge_state(native_id: str) -> str:
+    """The job's state as qstat shows it ("" when it is not listed)."""
+    out = subprocess.run(["qstat"], capture_output=True, text=True, timeout=60).stdout
+    for line in out.splitlines():
+        words = line.split()
+        if len(words) > 4 and words[0] == native_id:
+            return words[4]
+    return ""
+
+
 def _wait_for(what: str, check: "object", seconds: float = 240) -> None:
     deadline = time.monotonic() + seconds
     while not check():  # type: ignore[operator]
@@ -287,6 +297,10 @@ def test_sge_a_rescheduled_job_is_queued_again(sge: JobExecutor, tmp_path: Path)
         _wait_for("the job to run", lambda: (w.folder / "runs").exists())
         nid = w.job.native_id
         assert nid is not None
+        # Rescheduled once Grid Engine itself shows it running: asked while its execution
+        # daemon has not yet told the master ("t"), the master requeues a job the daemon goes
+        # on running, and no second run comes.
+        _wait_for("Grid Engine to show the job running", lambda: _sge_state(nid) == "r")
         rescheduled = time.time()
         subprocess.run(["qmod", "-rj", nid], check=True, timeout=60, capture_output=True)
         st = w.job.wait(WAIT)
