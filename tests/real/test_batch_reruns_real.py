@@ -116,8 +116,10 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Watche
         resources=ResourceSpecV1(memory=100 * MIB),
         attributes=JobAttributes(duration=timedelta(minutes=5), custom_attributes={
             "psij.retry": "attempts=2,on=out_of_memory,memory=4"})), work / "oom")
-    # (b) 75 s of work in a minute: TIMEOUT, then two minutes and it completes.
-    made["time"] = Watched(_bash(work / "time", "echo ${PSIJ_ATTEMPT:-none} >> runs; sleep 75",
+    # (b) 100 s of work in a minute: TIMEOUT, then two minutes and it completes. (Slurm
+    # looks at time limits every half minute or so: with less work, a busy controller may let
+    # the first run end by itself before it looks.)
+    made["time"] = Watched(_bash(work / "time", "echo ${PSIJ_ATTEMPT:-none} >> runs; sleep 100",
                                  {"psij.retry": "attempts=2,on=time_limit,duration=2"},
                                  minutes=1), work / "time")
     # (c) requeued in place by scontrol requeue (the test does it once the job runs).
