@@ -100,8 +100,12 @@ def test_map_of_500_items_in_order_and_few_jobs(ex: FunctionExecutor, work: Path
 def test_a_100_mb_result_comes_back_and_files_are_removed(ex: FunctionExecutor,
                                                          work: Path) -> None:
     size = 100 * 1000 * 1000
-    value = ex.submit(ff.big, size).result(WAIT * 2)
+    future = ex.submit(ff.big, size)
+    value = future.result(WAIT * 2)
     assert len(value) == size and value[:3] == b"ZZZ"
+    # The result may be read (by the early result watcher) before the job's end is handled,
+    # which removes the files: they are gone once the job has ended.
+    assert future.job.wait(WAIT) is not None
     assert call_directories(work) == []
 
 
