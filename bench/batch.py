@@ -36,7 +36,6 @@ import argparse
 import fcntl
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -47,7 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from _batch_worker import DEFAULT_POLLING_INTERVAL_S, worker_main
-from _help import description
+from _help import description, run_in_session
 from run import (
     OURS,
     OURS_PYTHON,
@@ -92,23 +91,9 @@ def run_child(impl: Implementation, argv: List[str], timeout: float,
     Output goes to files, not pipes (a job still holding them cannot keep us waiting); the
     worker leads its own session so that a timeout kills whatever it started too.
     """
-    with tempfile.TemporaryDirectory(prefix="psij-bench-cwd-") as cwd:
-        out_path, err_path = Path(cwd) / "stdout", Path(cwd) / "stderr"
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen([str(impl.python), str(script), "worker", *argv],
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    env=_child_env(), cwd=cwd, start_new_session=True)
-        try:
-            returncode: Optional[int] = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            returncode = None
-        stdout = out_path.read_text(errors="replace")
-        stderr = err_path.read_text(errors="replace")
+    returncode, stdout, stderr = run_in_session(
+        [str(impl.python), str(script), "worker", *argv], _child_env(), timeout,
+        "psij-bench-cwd-")
     result = _last_result_line(stdout)
     if result is None:
         how = f"killed after {timeout:.0f} s" if returncode is None \

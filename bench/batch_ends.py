@@ -43,7 +43,6 @@ import math
 import os
 import shlex
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -53,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from _help import description
+from _help import description, run_in_session
 from run import OURS_PYTHON, REPO, _child_env, _tail, log
 
 WORKER = Path(__file__).resolve().parent / "_ends_worker.py"
@@ -195,23 +194,8 @@ def run_child(python: Path, argv: List[str], path: str, timeout: float) -> Dict[
     session, so that a timeout kills whatever it started too."""
     env = _child_env()
     env["PATH"] = path
-    with tempfile.TemporaryDirectory(prefix="psij-bench-ends-cwd-") as cwd:
-        out_path, err_path = Path(cwd) / "stdout", Path(cwd) / "stderr"
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen([str(python), str(WORKER), *argv], stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=err, env=env, cwd=cwd,
-                                    start_new_session=True)
-        try:
-            returncode: Optional[int] = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            returncode = None
-        stdout = out_path.read_text(errors="replace")
-        stderr = err_path.read_text(errors="replace")
+    returncode, stdout, stderr = run_in_session([str(python), str(WORKER), *argv], env, timeout,
+                                                "psij-bench-ends-cwd-")
     for line in reversed(stdout.splitlines()):
         if line.startswith("{"):
             try:

@@ -138,9 +138,8 @@ class DirEvents:
                     return
                 except Exception:
                     logger.exception("%s: could not pass on a file event", self._name)
-        except OSError as e:
-            logger.warning("%s: file events stopped (%s); the periodic looks go on",
-                           self._name, e)
+        except Exception:  # (the poller's periodic look does without)
+            logger.exception("%s: file events stopped; the periodic looks go on", self._name)
         finally:
             os.close(fd)
             os.close(stop_r)
