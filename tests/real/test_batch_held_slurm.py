@@ -23,7 +23,9 @@ from psij.executors.batch.slurm import SlurmExecutorConfig
 WAIT = timedelta(seconds=240)
 CAP = 5
 # Seconds before the first status poll: every job has arrived by then (checked), so every
-# slot freed by a start is given by a choice among all the held jobs of its shape.
+# slot freed by a start is given by a choice among all the held jobs of its shape. The job
+# files are not watched (``watch_files=False``): a start they show at once would free a slot
+# while jobs are still arriving.
 ARRIVALS = 4.0
 SHAPES = {
     "a": ResourceSpecV1(),
@@ -54,7 +56,8 @@ def sacct_starts(native_ids: List[str]) -> Dict[str, str]:
 def test_300_jobs_in_3_shapes_never_more_than_5_pending_per_shape(tmp_path: Path) -> None:
     tag = "h" + uuid.uuid4().hex[:8]
     cfg = SlurmExecutorConfig(work_directory=tmp_path / "w", queue_polling_interval=0.5,
-                              initial_queue_polling_delay=ARRIVALS, max_queued_per_shape=CAP)
+                              initial_queue_polling_delay=ARRIVALS, max_queued_per_shape=CAP,
+                              watch_files=False)
     ex = JobExecutor.get_instance("slurm", config=cfg)
     rng = random.Random(13)
     samples: List[Dict[str, int]] = []

@@ -207,7 +207,8 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU_Memory
 DefMemPerCPU=$def_mem
 $accounting
-JobAcctGatherType=jobacct_gather/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=1
 JobCompType=jobcomp/filetxt
 JobCompLoc=$LOG_DIR/jobcomp.log
 NodeName=$NODE_LIST NodeAddr=127.0.0.1 Port=$ports $node_hw RealMemory=$node_mem State=UNKNOWN
