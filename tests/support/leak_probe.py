@@ -40,7 +40,8 @@ WAIT = timedelta(seconds=120)
 # What psij keeps once per process on purpose, whatever the number of executors (see the
 # "What an executor leaves behind" section of docs/architecture.rst): the registry writer
 # thread (it ends after 2 s without writes) and the registry files it keeps open; for local
-# jobs the keeper (a child process), the process watch thread and the two worker threads,
+# jobs the keeper (a child process), the process watch thread and the two worker threads
+# (and the spares of the starts, see below),
 # with their pipes, sockets and epoll descriptor; the launcher scripts written once per work
 # directory and the local executor's node files; the fake scheduler's own spool (its state,
 # as a real scheduler's); the work directories themselves (``~/.psij/work`` and one folder
@@ -49,6 +50,9 @@ WAIT = timedelta(seconds=120)
 # per work directory (``functions/key``: results are checked with it, by ``reattach`` too).
 SHARED_THREADS = {"psij-registry-writer", "psij-local-starts", "psij-local-worker",
                   "psij-process-watch"}
+# The spare threads of the local starts (16 at most, started while the others are all in a
+# task, each ending after a second without one).
+SPARE_THREADS = re.compile(r"^psij-local-starts-\d+$")
 LOCAL_KINDS = ("local", "futures-local")  # the kinds whose jobs run on local
 REGISTRY = re.compile(r"/jobs\.sqlite(-wal|-shm|-journal)?$")
 LOCAL_DESCRIPTORS = re.compile(r"^(/dev/null|anon_inode:\[eventpoll\]|pipe:\[\d+\]|"
@@ -118,7 +122,8 @@ def beyond(start: Dict[str, Any], now: Dict[str, Any], kind: str) -> Tuple[Dict[
         if name in extra:
             extra.remove(name)
     for name in extra:
-        ok = name in SHARED_THREADS and name not in shared["threads"]
+        ok = (name in SHARED_THREADS and name not in shared["threads"]) or \
+            bool(SPARE_THREADS.match(name))
         (shared if ok else leaked)["threads"].append(name)
     for fd, target in sorted(now["descriptors"].items()):
         if start["descriptors"].get(fd) == target:

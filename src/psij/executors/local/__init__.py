@@ -36,7 +36,10 @@ How a job runs:
   ``submit`` returns.
 - One thread per Python process (``ProcessWatch``) learns of every exit without polling, and one
   worker thread per Python process does what follows an exit (launcher output, staging, final
-  status and callbacks), so a slow callback never delays reaping.
+  status and callbacks), so a slow callback never delays reaping. The ACTIVE statuses of
+  jobs started by a keeper are set on threads of their own (one, and spares while it is
+  busy), and a job that ends before its ACTIVE was set has its end handled after it: a slow
+  callback on one job's ACTIVE delays neither the other jobs' ACTIVE nor their ends.
 - Every job started has a record (pid, kernel start time, job id, exit code once it ended)
   in the job registry of the work directory, so ``list()`` and ``attach()`` work from any
   executor instance or process: one store per user, however many processes and executors,

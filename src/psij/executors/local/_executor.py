@@ -375,8 +375,13 @@ class LocalJobExecutor(JobExecutor):
             NATIVE_IDS.answered()
 
     def _started(self, run: _Run, pid: int) -> None:
-        """On the worker: the keeper started the job."""
+        """On a thread of the starts: the keeper started the job."""
+        with self._lock:
+            run.activating, end, run.end = False, run.end, None
         self._set_job_status(run.job, JobStatus._made(JobState.ACTIVE))
+        if end is not None:  # it ended while its ACTIVE waited
+            _WORKER.put(end)
+            return
         self._arm(run, pid)
 
     def _end_signal(self, spec: JobSpec) -> Optional[EndSignal]:
@@ -434,7 +439,15 @@ class LocalJobExecutor(JobExecutor):
         code = exit_code_of(status)
         run.exited = True
         use = self._use_of(run)
-        _WORKER.put(lambda: self._complete(run, code, use))
+        task = lambda: self._complete(run, code, use)  # noqa: E731
+        with self._lock:
+            if run.activating:
+                # Its ACTIVE is not being set yet: the end waits for it (``_started``), or the
+                # worker would run the ACTIVE callbacks the end skips, and a slow one would
+                # hold the ends of all other jobs.
+                run.end = task
+                return
+        _WORKER.put(task)
 
     def _use_of(self, run: _Run) -> Optional[Tuple[float, float, float, int]]:
         """The resource use of the run that ended (on the watch thread): as its keeper

@@ -121,6 +121,7 @@ def hand_over(executor: HandsOver, run: "Run", prepared: Prepared, keeper: Keepe
         run.pid, run.start = pid, start
         job._native_id = str(pid)
         run.starting = False
+        run.activating = True
         NATIVE_IDS.answered()
         STARTS.put(lambda: executor._started(run, pid))
 

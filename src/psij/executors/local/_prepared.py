@@ -6,7 +6,7 @@ with 127 or 126, anything else is refused). It starts nothing and sets no job st
 import os
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from psij.exceptions import SubmitException
 from psij.executors._process import LaunchError, StreamError, open_streams
@@ -86,9 +86,11 @@ class Run:
     """What the executor keeps about a job between submit and its final state."""
 
     __slots__ = (
+        "activating",
         "attached",
         "began",
         "canceled",
+        "end",
         "exited",
         "grace",
         "job",
@@ -120,6 +122,8 @@ class Run:
         self.kept = False  # started by the keeper
         self.keeper: Optional[Keeper] = None  # the one asked to start it
         self.starting = False  # sent to a keeper, which has not answered yet
+        self.activating = False  # started by its keeper; its ACTIVE not yet being set
+        self.end: Optional[Callable[[], None]] = None  # its end, when it came before ACTIVE
         self.attached = False  # started by another process
         self.row_sent = False  # its registry row went to its keeper with its start
         self.stderr_path: Optional[Path] = None

@@ -16,12 +16,13 @@ import atexit
 import queue
 import sys
 import threading
-from typing import Callable, List, Optional
+from collections import deque
+from typing import Callable, Deque, List, Optional
 
 from psij._clock import Clock, MonotonicClock
 from psij._lazylog import LazyLogger
 
-__all__ = ["STARTS", "WORKER", "Worker", "prepare", "settle_starts"]
+__all__ = ["STARTS", "WORKER", "Starts", "Worker", "prepare", "settle_starts"]
 
 logger = LazyLogger("psij.executors.local")
 
@@ -74,10 +75,86 @@ class Worker:
         return _CLOCK.wait(done, timeout)
 
 
+class Starts:
+    """Threads that set jobs ACTIVE as their keepers answer. One thread, kept for the life of
+    the process, does it while it keeps up; when every thread is in a task (a slow callback
+    on ACTIVE, say) another is started for the next task, up to ``most``, and ends once idle
+    for ``idle`` seconds. So a slow callback on one job's ACTIVE delays neither the ACTIVE of
+    the others nor (see the executor's ``_on_exit``) their ends. A job's own callbacks still
+    come in order (:mod:`psij.job`); the ACTIVE of two jobs may come in either order."""
+
+    def __init__(self, name: str, most: int = 16, idle: float = 1.0) -> None:
+        self._name = name
+        self._most = most
+        self._idle = idle
+        self._cond = threading.Condition()
+        self._tasks: Deque[Callable[[], None]] = deque()
+        self._threads: List[threading.Thread] = []
+        self._free = 0  # threads waiting for a task
+        self._open = 0  # tasks put and not yet done
+
+    def put(self, task: Callable[[], None]) -> None:
+        with self._cond:
+            self._tasks.append(task)
+            self._open += 1
+            if self._free > len(self._tasks) - 1:
+                self._cond.notify()
+            elif len(self._threads) < self._most:
+                self._spawn()
+
+    def start(self) -> None:
+        """Start the first thread now (``put`` does it too)."""
+        with self._cond:
+            if not self._threads:
+                self._spawn()
+
+    def _spawn(self) -> None:
+        # Under the condition's lock.
+        first = not self._threads
+        t = threading.Thread(target=self._run, args=(first,), daemon=True,
+                             name=self._name if first else f"{self._name}-{len(self._threads)}")
+        self._threads.append(t)
+        t.start()
+
+    def _run(self, first: bool) -> None:
+        me = threading.current_thread()
+        while True:
+            with self._cond:
+                while not self._tasks:
+                    self._free += 1
+                    waited = self._cond.wait(None if first else self._idle)
+                    self._free -= 1
+                    if not waited and not self._tasks and not first:
+                        self._threads.remove(me)
+                        return
+                task = self._tasks.popleft()
+            try:
+                task()
+            except Exception:
+                logger.exception("local executor task failed")
+            del task  # not kept while waiting for the next (see Worker)
+            with self._cond:
+                self._open -= 1
+                if self._open == 0:
+                    self._cond.notify_all()
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until the tasks put so far have run."""
+        with self._cond:
+            if threading.current_thread() in self._threads:
+                return True
+            deadline = _CLOCK.now() + timeout
+            while self._open:
+                left = deadline - _CLOCK.now()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+
 WORKER = Worker("psij-local-worker")
-# Sets the jobs ACTIVE as their keepers answer: a slow callback on ACTIVE delays neither the
-# ends of other jobs nor their stage-out (a job's callbacks still come in order, see psij.job).
-STARTS = Worker("psij-local-starts")
+# Sets the jobs ACTIVE as their keepers answer.
+STARTS = Starts("psij-local-starts")
 
 
 def prepare() -> None:
