@@ -50,7 +50,10 @@ def when(epoch: Optional[float]) -> str:
     """An epoch time as local date and time (the zone named)."""
     if epoch is None:
         return UNKNOWN
-    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(epoch))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(epoch))
+    except (OverflowError, OSError, ValueError):
+        return f"{epoch:.0f} s after the epoch"
 
 
 def _of(known: int, total: int) -> str:
@@ -72,7 +75,7 @@ def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> List[str]:
 
 
 def _counts(pairs: Sequence[Tuple[str, int]]) -> str:
-    return ", ".join(f"{name} {count}" for name, count in pairs) or "none"
+    return ", ".join(f"{_one_line(name, 80)} {count}" for name, count in pairs) or "none"
 
 
 def text_report(summary: Summary, title: str) -> str:
@@ -105,7 +108,8 @@ def text_report(summary: Summary, title: str) -> str:
         lines.append(f"  {label}: overall {percent(overall)}, median {percent(spread.p50)}, "
                      f"lowest {percent(spread.min)}, highest {percent(spread.max)}"
                      f"{_of(spread.count, s.final)}")
-        lines.append("    lowest: " + ", ".join(f"{name} {percent(v)}" for name, v in worst))
+        lines.append("    lowest: " + ", ".join(f"{_one_line(name, 60)} {percent(v)}"
+                                             for name, v in worst))
     lines += ["", "core-hours: used " + hours(s.core_hours_used) + _of(s.used_known, s.final)
               + ", requested " + hours(s.core_hours_requested)
               + _of(s.requested_known, s.final),
@@ -113,8 +117,8 @@ def text_report(summary: Summary, title: str) -> str:
     if s.failures:
         lines += ["", "failures by cause:"]
         for failure in s.failures:
-            lines.append(f"  {failure.cause}: {failure.count} "
-                         f"(e.g. {', '.join(failure.names)})")
+            names = ", ".join(_one_line(name, 60) for name in failure.names)
+            lines.append(f"  {_one_line(failure.cause, 80)}: {failure.count} (e.g. {names})")
             for message, count in failure.messages:
                 lines.append(f"    {count} x {_one_line(message, 200)}")
     return "\n".join(lines) + "\n"
