@@ -99,6 +99,7 @@ class Summary(Record):
     core_hours_used: Optional[float]
     used_known: int
     core_hours_requested: Optional[float]
+    """Cores x time limit, over the ended runs that started and know both."""
     requested_known: int
     cpu_hours: Optional[float]
     cpu_known: int
@@ -161,7 +162,9 @@ def summarize(runs: Sequence[JobRun]) -> Summary:
     by_cause = _ordered_counts(Counter(r.cause or NO_CAUSE for r in final), ())
     held = [h for h in map(held_seconds, runs) if h is not None]
     used, used_known = _hours(map(core_seconds, final))
-    requested, requested_known = _hours(map(requested_core_seconds, final))
+    # Requested: the runs that started (a run cancelled in the queue was given nothing).
+    requested, requested_known = _hours(requested_core_seconds(r) for r in final
+                                        if r.started_at is not None)
     cpu_hours, cpu_known = _hours(r.cpu_seconds for r in final)
     times = [t for r in runs for t in (r.submitted, r.queued_at, r.started_at)
              if t is not None]

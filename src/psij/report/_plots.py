@@ -104,6 +104,7 @@ class Plots:
             figure.savefig(buffer, format="svg", metadata={"Date": None})
         text = buffer.getvalue()
         text = text[text.index("<svg"):]  # inline: no XML declaration nor doctype
+        text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, count=1, flags=re.DOTALL)
         # Each figure's ids unique in the page (clip paths, images are referred to by id).
         return re.sub(r'(id="|url\(#|href="#)([A-Za-z0-9_-]+)', rf"\g<1>{name}-\g<2>", text)
 
