@@ -17,8 +17,13 @@ import pytest
 
 from psij.report._html import write_private
 from psij.report._plots import COLOURS, MissingExtra, load
-from support.report_runs import chromium, demo_jobs, open_page, write_pilot_report, \
-    write_registry
+from support.report_runs import (
+    chromium,
+    demo_jobs,
+    open_page,
+    write_pilot_report,
+    write_registry,
+)
 
 PSIJ = str(Path(sys.executable).parent / "psij")
 SECTIONS = ("summary", "timeline", "cores", "waits", "efficiency", "failures")

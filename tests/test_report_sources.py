@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from psij.report import SourceError, from_jobs_report, from_journal, from_pilot, summarize
+from psij.report._runs import JobRun
 from psij.report._shapes import WAIT, core_lanes, job_rows, levels
 from psij.report._sources import parse_time
-from psij.report._runs import JobRun
 from support.report_runs import T0, write_pilot_report
 
 PSIJ = str(Path(sys.executable).parent / "psij")
