@@ -117,16 +117,17 @@ def report_main(args: Any) -> int:
     sys.stdout.flush()
     if args.html is None:
         return 0
-    return _write_html(args.html, runs, title, source, pilot)
+    return _write_html(args.html, runs, summary, title, source, pilot)
 
 
-def _write_html(target: str, runs: List[Any], title: str, source: str, pilot: bool) -> int:
+def _write_html(target: str, runs: List[Any], summary: Any, title: str, source: str,
+                pilot: bool) -> int:
     import os
 
     from psij.report import html_report, write_html
 
     try:
-        page = html_report(runs, title, source, pilot)
+        page = html_report(runs, title, source, pilot, summary)
     except ImportError as ex:
         say(str(ex), "report")
         return EXIT_FAILED

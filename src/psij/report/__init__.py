@@ -12,7 +12,7 @@ needs the ``psij[report]`` extra, matplotlib, imported only then).
 ``import psij`` does not load this package, and loading it does not load matplotlib.
 """
 
-from typing import List
+from typing import List, Optional
 
 from psij.report._figures import Failure, Spread, Summary, percentile, summarize
 from psij.report._runs import (
@@ -39,12 +39,15 @@ __all__ = ["Failure", "JobRun", "SourceError", "Spread", "Summary", "cpu_efficie
            "summarize", "text_report", "wait_seconds", "write_html"]
 
 
-def html_report(runs: List[JobRun], title: str, source: str = "", pilot: bool = False) -> str:
-    """The HTML page of ``runs`` (raises :class:`ImportError` saying how to install the
-    ``psij[report]`` extra when matplotlib is missing)."""
+def html_report(runs: List[JobRun], title: str, source: str = "", pilot: bool = False,
+                summary: Optional[Summary] = None) -> str:
+    """The HTML page of ``runs`` (``summary``: their :func:`summarize`, when made already);
+    raises :class:`ImportError` saying how to install the ``psij[report]`` extra when
+    matplotlib is missing."""
     from psij.report._html import html_report as page
 
-    return page(runs, summarize(runs), title, source, pilot)
+    return page(runs, summary if summary is not None else summarize(runs), title, source,
+                pilot)
 
 
 def write_html(path: str, text: str) -> None:

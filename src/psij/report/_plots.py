@@ -30,7 +30,6 @@ from psij.report._shapes import (
     busy_changes,
     core_lanes,
     job_rows,
-    levels,
     time_unit,
     waiting_changes,
 )
@@ -89,12 +88,17 @@ class Plots:
     # -- common --------------------------------------------------------------------------
 
     def _figure(self, height: float, rows: int = 1) -> Tuple[Any, Any]:
+        """A figure ``height`` inches high with ``rows`` plots one above the other, with fixed
+        margins in inches (the layout engines cost a second a figure on 100,000 jobs)."""
         from matplotlib.backends.backend_svg import FigureCanvasSVG
         from matplotlib.figure import Figure
 
-        figure = Figure(figsize=(WIDTH, height), dpi=100, layout="constrained")
+        figure = Figure(figsize=(WIDTH, height), dpi=100)
         FigureCanvasSVG(figure)
         axes = figure.subplots(rows, 1, squeeze=False)[:, 0]
+        figure.subplots_adjust(left=1.25 / WIDTH, right=1 - 0.2 / WIDTH,
+                               top=1 - 0.35 / height, bottom=0.55 / height,
+                               hspace=0.75 / (height / rows))
         return figure, axes
 
     def _svg(self, figure: Any, name: str) -> str:
@@ -218,8 +222,8 @@ class Plots:
         for ax, changes, label, tint in (
                 (axes[0], busy_changes(self.runs), "cores busy", "#1565c0"),
                 (axes[1], waiting_changes(self.runs), "runs waiting", "#78909c")):
-            times, values = levels(changes)
-            if not times:
+            times, values = _levels(changes)
+            if not len(times):
                 ax.text(0.5, 0.5, f"{label}: no times known", ha="center",
                         transform=ax.transAxes)
                 ax.set_axis_off()
@@ -234,11 +238,11 @@ class Plots:
         axes[0].set_title(title, loc="left")
         return self._svg(figure, "busy")
 
-    def _steps(self, ax: Any, times: List[float], values: List[float], tint: str) -> None:
+    def _steps(self, ax: Any, times: Any, values: Any, tint: str) -> None:
         import numpy
 
-        t = numpy.array([self.t0, *times, self.t1])
-        v = numpy.array([0.0, *values, values[-1]])
+        t = numpy.concatenate([[self.t0], times, [self.t1]])
+        v = numpy.concatenate([[0.0], values, values[-1:]])
         if len(times) <= 2 * COLUMNS:
             ax.fill_between(self._x(t), v, step="post", color=tint, alpha=0.35, linewidth=0)
             ax.step(self._x(t), v, where="post", color=tint, linewidth=1)
@@ -251,9 +255,10 @@ class Plots:
         mean = numpy.diff(integral) / numpy.diff(edges)
         peak = v[at[:-1]].copy()  # the level each step starts with, then any change inside
         inside = numpy.searchsorted(t, edges, side="left")
-        for i in range(COLUMNS):
-            if inside[i + 1] > inside[i]:
-                peak[i] = max(peak[i], v[inside[i]:inside[i + 1]].max())
+        changed = inside[1:] > inside[:-1]
+        if changed.any():  # the changes of a step run up to the first change of the next
+            highest = numpy.maximum.reduceat(v, inside[:-1][changed])
+            peak[changed] = numpy.maximum(peak[changed], highest)
         x = self._x(edges)
         ax.stairs(peak, x, color=tint, linewidth=0.8, label="peak in step")
         ax.stairs(mean, x, fill=True, color=tint, alpha=0.35, label="mean in step")
@@ -313,6 +318,21 @@ class Plots:
         ax.axvline(100, color="#999999", linewidth=0.8, linestyle="--")
         ax.set_xlabel("percent")
         ax.legend(loc="lower right", fontsize=8)
+
+
+def _levels(changes: Sequence[Tuple[float, float]]) -> Tuple[Any, Any]:
+    """:func:`~psij.report._shapes.levels` with numpy: the times a count changes and its level
+    from each on (arrays)."""
+    import numpy
+
+    if not changes:
+        return numpy.zeros(0), numpy.zeros(0)
+    data = numpy.array(changes, dtype=float)
+    order = numpy.argsort(data[:, 0], kind="stable")
+    times = data[order, 0]
+    values = numpy.cumsum(data[order, 1])
+    last = numpy.concatenate([times[1:] != times[:-1], [True]])  # the last of equal times
+    return times[last], values[last]
 
 
 def _kinds(bars: Sequence[Bar]) -> List[str]:
