@@ -42,7 +42,7 @@ from psij.report import (
 from psij.report._figures import spread
 from psij.report._sources import from_rows
 from psij.report._text import duration
-from support.report_runs import GIB, SMALL, T0, registry_columns, write_registry
+from support.report_runs import GIB, SMALL, T0, registry_columns, write_registry, write_runs
 
 HAS_MEMORY = "requested_memory_bytes" in registry_columns()
 HAS_HELD = "held_from" in registry_columns() and "held_to" in registry_columns()
@@ -120,6 +120,31 @@ def test_registry_filters_are_those_of_psij_list(small: Path, tmp_path: Path) ->
                                           work_directory=str(small))] == ["job-3", "job-4"]
     assert [r.name for r in from_registry(since=T0 + 400, work_directory=str(small))] == [
         "other"]
+
+
+def test_each_run_of_a_job_run_again_is_counted(tmp_path: Path) -> None:
+    wd = tmp_path / "work"
+    write_registry(wd, [dict(id="again", state="COMPLETED", submitted=T0, started_at=T0 + 100,
+                             ended_at=T0 + 160, cpu_seconds=60.0, attempt=3, spec={}),
+                        dict(id="once", state="COMPLETED", submitted=T0, started_at=T0 + 1,
+                             ended_at=T0 + 2, spec={})])
+    write_runs(wd, [
+        dict(job_id="again", run=1, state="ACTIVE", cause="preempted", native_id="11",
+             started_at=T0 + 10, ended_at=T0 + 40, cpu_seconds=30.0),
+        dict(job_id="again", run=2, state="FAILED", cause="out_of_memory", message="oom",
+             native_id="12", started_at=T0 + 50, ended_at=T0 + 70),
+        dict(job_id="again", run=3, state="COMPLETED", native_id="13", started_at=T0 + 100),
+        dict(job_id="once", run=1, state="COMPLETED", started_at=T0 + 1)])
+    runs = from_registry(work_directory=str(wd))
+    assert [(r.name, r.state, r.cause) for r in runs] == [
+        ("again (run 1)", "RERUN", "preempted"), ("again (run 2)", "FAILED", "out_of_memory"),
+        ("again", "COMPLETED", None), ("once", "COMPLETED", None)]
+    # Each run waits from the end of the one before it.
+    assert [wait_seconds(r) for r in runs] == [10, 10, 30, 1]
+    assert [r.native_id for r in runs[:2]] == ["11", "12"]
+    s = summarize(runs)
+    assert s.by_state == (("COMPLETED", 2), ("FAILED", 1), ("RERUN", 1))
+    assert s.run is not None and s.run.count == 4 and s.run.max == 60
 
 
 def test_columns_a_registry_lacks_are_unknown_and_those_it_has_are_used() -> None:

@@ -71,6 +71,32 @@ def write_registry(work_directory: Path, jobs: Sequence[Dict[str, Any]],
     store.write(rows, [])
 
 
+_RUNS_TABLE = """CREATE TABLE IF NOT EXISTS runs (job_id TEXT NOT NULL, run INTEGER NOT NULL,
+    native_id TEXT, state TEXT NOT NULL, rank INTEGER NOT NULL, exit_code INTEGER, cause TEXT,
+    message TEXT, updated REAL NOT NULL, started_at REAL, ended_at REAL, cpu_seconds REAL,
+    max_rss_bytes INTEGER, PRIMARY KEY (job_id, run))"""
+
+
+def write_runs(work_directory: Path, runs: Sequence[Dict[str, Any]]) -> None:
+    """Rows of the registry's ``runs`` table (one per run of a job), made if this version of
+    the registry has none; a value for a column the table has not is dropped."""
+    import sqlite3
+
+    _store.open_store(work_directory)
+    conn = sqlite3.connect(str(_store.registry_path(work_directory)))
+    try:
+        with conn:
+            conn.execute(_RUNS_TABLE)
+            present = [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
+            for run in runs:
+                values = dict(run, rank=_RANK[run["state"]], updated=T0)
+                names = [n for n in values if n in present]
+                conn.execute(f"INSERT INTO runs ({', '.join(names)}) VALUES "
+                             f"({', '.join('?' * len(names))})", [values[n] for n in names])
+    finally:
+        conn.close()
+
+
 def demo_jobs(count: int = 20, seed: int = 7) -> List[Dict[str, Any]]:
     """A run of ``count`` jobs as a small cluster might give them: most complete, some fail
     for a cause, one is cancelled while queued."""

@@ -32,7 +32,7 @@ PERCENTILES = (50, 90, 99)
 WORST = 5  # jobs named for each efficiency
 MESSAGES = 5  # distinct messages shown for each cause of failure
 NO_CAUSE = "(no cause given)"
-FAILED_STATES = ("FAILED", "CANCELED", "OMITTED")
+FAILED_STATES = ("FAILED", "CANCELED", "OMITTED", "RERUN")
 
 
 def percentile(ordered: Sequence[float], p: float) -> float:

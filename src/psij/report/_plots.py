@@ -43,8 +43,8 @@ PER_JOB_BARS = 40  # efficiency drawn job by job up to this many jobs, as histog
 WIDTH = 10.0  # inches at 100 dpi: 1000 pixels
 
 COLOURS = {"COMPLETED": "#2e7d32", "FAILED": "#c62828", "CANCELED": "#ef6c00",
-           "OMITTED": "#8d6e63", "ACTIVE": "#1565c0", "QUEUED": "#78909c", "NEW": "#b0bec5",
-           WAIT: "#cfd8dc"}
+           "OMITTED": "#8d6e63", "RERUN": "#7e57c2", "ACTIVE": "#1565c0", "QUEUED": "#78909c",
+           "NEW": "#b0bec5", WAIT: "#cfd8dc"}
 OTHER = "#6a1b9a"
 
 

@@ -17,7 +17,7 @@ __all__ = ["JobRun", "cpu_efficiency", "held_seconds", "memory_efficiency", "run
 
 # The states a run may end in, in the order the report lists them; any other word a source
 # gives is listed after these.
-STATE_ORDER = ("COMPLETED", "FAILED", "CANCELED", "OMITTED", "ACTIVE", "QUEUED", "NEW")
+STATE_ORDER = ("COMPLETED", "FAILED", "CANCELED", "OMITTED", "RERUN", "ACTIVE", "QUEUED", "NEW")
 _MAX_INT = (1 << 63) - 1
 
 
@@ -51,7 +51,8 @@ class JobRun(Record):
     """The job's id (registry) or task name (pilot)."""
     state: str
     """Its state's name: COMPLETED, FAILED, CANCELED (OMITTED for a pilot task skipped because
-    one it depended on failed), or ACTIVE, QUEUED, NEW for a run not ended."""
+    one it depended on failed; RERUN for an earlier run of a job run again whose own final
+    state was not recorded), or ACTIVE, QUEUED, NEW for a run not ended."""
     cause: Optional[str] = None
     message: Optional[str] = None
     submitted: Optional[float] = None

@@ -35,7 +35,12 @@ __all__ = ["SourceError", "from_jobs_report", "from_journal", "from_pilot", "fro
 WANTED = ("id", "state", "cause", "message", "submitted", "queued_at", "held_from", "held_to",
           "started_at", "ended_at", "cpu_seconds", "max_rss_bytes", "cores", "nodes",
           "requested_memory_bytes", "requested_seconds", "exit_code", "native_id", "spec",
-          "final")
+          "final", "attempt")
+# The columns of the ``runs`` table (one row per run of a job) a report reads, when there.
+RUN_WANTED = ("job_id", "run", "native_id", "state", "exit_code", "cause", "message",
+              "queued_at", "held_from", "held_to", "started_at", "ended_at", "cpu_seconds",
+              "max_rss_bytes", "cores", "nodes", "requested_memory_bytes", "requested_seconds")
+_FINAL_STATES = ("COMPLETED", "FAILED", "CANCELED")
 _QCG_STATES = {"SUCCEED": "COMPLETED", "FAILED": "FAILED", "CANCELED": "CANCELED",
                "OMITTED": "OMITTED", "EXECUTING": "ACTIVE", "QUEUED": "QUEUED"}
 _ENGINE_STATES = {"SUCCEEDED": "COMPLETED", "FAILED": "FAILED", "CANCELED": "CANCELED",
@@ -141,7 +146,67 @@ def from_registry(ids: Optional[Sequence[str]] = None, tag: Optional[str] = None
         low = -1.0 if since is None else since
         high = float("inf") if until is None else until
         rows = [r for r in rows if isinstance(r[at], (int, float)) and low <= r[at] <= high]
-    return from_rows(columns, rows)
+    return from_rows(columns, _with_earlier_runs(store, columns, rows))
+
+
+def _runs_table(store: Any, ids: Sequence[str]) -> Dict[str, List[Dict[str, Any]]]:
+    """The rows of the ``runs`` table (when this registry has one) of the jobs ``ids``, by
+    job, first run first."""
+    present = store._call("read its columns", lambda c: [
+        r[1] for r in c.execute("PRAGMA table_info(runs)")])
+    if "job_id" not in present or "run" not in present:
+        return {}
+    columns = [name for name in RUN_WANTED if name in present]
+    found: Dict[str, List[Dict[str, Any]]] = {}
+    for start in range(0, len(ids), 500):  # SQLite limits the parameters of a statement
+        part = list(ids[start:start + 500])
+        sql = (f"SELECT {', '.join(columns)} FROM runs WHERE job_id IN "
+               f"({', '.join('?' * len(part))}) ORDER BY job_id, run")
+        rows = store._call("read runs", lambda c, sql=sql, part=part: c.execute(
+            sql, part).fetchall())
+        for row in rows:
+            run = dict(zip(columns, row))
+            found.setdefault(run["job_id"], []).append(run)
+    return found
+
+
+def _with_earlier_runs(store: Any, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+                       ) -> List[Sequence[Any]]:
+    """``rows``, each job run again (its ``attempt`` past 1) preceded by a row for each of its
+    earlier runs from the ``runs`` table, named ``ID (run N)``: every run is counted. A later
+    run's wait begins when the run before it ended (unless its queue time is known), and psij's
+    holding counts once, for the first run."""
+    if "attempt" not in columns or "id" not in columns:
+        return list(rows)
+    at_attempt, at_id = columns.index("attempt"), columns.index("id")
+    again = [r[at_id] for r in rows if isinstance(r[at_attempt], int) and r[at_attempt] > 1]
+    found = _runs_table(store, again) if again else {}
+    if not found:
+        return list(rows)
+    out: List[Sequence[Any]] = []
+    for row in rows:
+        job = dict(zip(columns, row))
+        earlier = [r for r in found.get(job["id"], ())
+                   if isinstance(r.get("run"), int) and r["run"] < job["attempt"]]
+        if not earlier:
+            out.append(row)
+            continue
+        begin = job.get("submitted")
+        held = (job.get("held_from"), job.get("held_to"))
+        for number, run in enumerate(earlier):
+            values = dict(job, **{k: v for k, v in run.items() if k in columns})
+            state = run.get("state")
+            values.update(id=f"{job['id']} (run {run['run']})", submitted=begin, final=1,
+                          state=state if state in _FINAL_STATES else "RERUN",
+                          held_from=held[0] if number == 0 else None,
+                          held_to=held[1] if number == 0 else None)
+            out.append(tuple(values.get(c) for c in columns))
+            ended = sound_seconds(run.get("ended_at"))
+            if ended is not None:
+                begin = ended
+        job.update(submitted=begin, held_from=None, held_to=None)
+        out.append(tuple(job.get(c) for c in columns))
+    return out
 
 
 def _local_time(text: str) -> Optional[float]:
