@@ -283,7 +283,12 @@ class Plots:
         final = [r for r in self.runs if r.final]
         cpu = [(r.name, cpu_efficiency(r)) for r in final]
         memory = [(r.name, memory_efficiency(r)) for r in final]
-        if len(final) <= PER_JOB_BARS:
+        if all(v is None for _, v in (*cpu, *memory)):
+            figure, (ax,) = self._figure(1.2)
+            ax.text(0.5, 0.5, "CPU and memory efficiency: not known for any run", ha="center",
+                    va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+        elif len(final) <= PER_JOB_BARS:
             figure, (ax,) = self._figure(1.4 + 0.16 * max(len(final), 3))
             self._per_job(ax, final, cpu, memory)
         else:
