@@ -90,6 +90,9 @@ def test_a_20_job_run_s_page_opens_in_a_browser_with_every_plot_drawn(tmp_path: 
     for word in ("completed", "failed", "canceled", "out_of_memory", "time_limit",
                  "the job used more memory than it asked for (2 GiB)", "demo-", "CPU"):
         assert word in dom
+    # Each bar of the timeline says what it is on hover (an SVG title, no script).
+    assert re.search(r"<title>demo-03: failed \d+m\d\ds</title>", dom)
+    assert re.search(r"<title>demo-00: waiting [^<]+</title>", dom)
     colours = colours_of(tmp_path / "shot.png")
     for state in ("COMPLETED", "FAILED"):
         assert colours.get(rgb(COLOURS[state]), 0) > 200, state  # bars of that state drawn

@@ -141,13 +141,14 @@ class Plots:
         height = 1.6 + min(rows, 60) * 0.09 if rows else 1.5
         figure, (ax,) = self._figure(max(2.2, height))
         kinds = _kinds(bars)
+        tips: Dict[str, str] = {}
         if not bars:
             ax.text(0.5, 0.5, "no start or end time known: nothing to draw", ha="center",
                     transform=ax.transAxes)
             ax.set_axis_off()
             note = "No run has its times recorded."
         elif len(bars) <= VECTOR_BARS and rows <= MAX_ROWS:
-            self._bars(ax, bars)
+            tips = self._bars(ax, bars, labels)
             note = f"{rows} rows: {what}."
         else:
             grouped = rows > MAX_ROWS
@@ -169,22 +170,35 @@ class Plots:
             self._legend(ax, kinds)
         ax.set_title(f"Timeline: {what}" + ("" if self.pilot else " (light: waiting)"),
                      loc="left")
-        return self._svg(figure, "timeline"), note
+        svg = self._svg(figure, "timeline")
+        if tips:  # a tooltip on each bar: the browser shows it on hover, no script needed
+            svg = re.sub(r'<g id="timeline-(bar\d+)">',
+                         lambda m: f'{m.group(0)}<title>{_escape(tips.get(m.group(1), ""))}'
+                                   '</title>', svg)
+        return svg, note
 
-    def _bars(self, ax: Any, bars: Sequence[Bar]) -> None:
-        groups: Dict[str, List[Tuple[float, float]]] = {}
-        ys: Dict[str, List[float]] = {}
-        for row, start, end, kind in bars:
-            groups.setdefault(kind, []).append((self._x(start), self._x(end)))
-            ys.setdefault(kind, []).append(row)
+    def _bars(self, ax: Any, bars: Sequence[Bar], labels: Sequence[str]) -> Dict[str, str]:
+        """Draw each bar; the tooltip of each, by the id its group gets in the SVG."""
+        from psij.report._text import duration
+
+        groups: Dict[str, List[Tuple[float, float, int, int]]] = {}
+        for n, (row, start, end, kind) in enumerate(bars):
+            groups.setdefault(kind, []).append((self._x(start), self._x(end), row, n))
         import numpy
 
+        tips: Dict[str, str] = {}
+        shortest = self._x(self.t1) / COLUMNS
         for kind, spans in groups.items():
-            left = numpy.array([s for s, _ in spans])
-            width = numpy.maximum(numpy.array([e for _, e in spans]) - left,
-                                  self._x(self.t1) / COLUMNS)
-            ax.barh(numpy.array(ys[kind]) + 0.5, width, left=left, height=0.8,
-                    color=colour(kind), linewidth=0)
+            left = numpy.array([s[0] for s in spans])
+            width = numpy.maximum(numpy.array([s[1] for s in spans]) - left, shortest)
+            drawn = ax.barh(numpy.array([s[2] for s in spans]) + 0.5, width, left=left,
+                            height=0.8, color=colour(kind), linewidth=0)
+            for patch, (_, _, row, n) in zip(drawn.patches, spans):
+                patch.set_gid(f"bar{n}")
+                start, end = bars[n][1:3]
+                tips[f"bar{n}"] = (f"{labels[row]}: {kind.lower()} "
+                                   f"{duration(max(0.0, end - start))}")
+        return tips
 
     def _raster(self, ax: Any, bars: Sequence[Bar], rows: int) -> None:
         import numpy
@@ -323,6 +337,12 @@ class Plots:
         ax.axvline(100, color="#999999", linewidth=0.8, linestyle="--")
         ax.set_xlabel("percent")
         ax.legend(loc="lower right", fontsize=8)
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text, quote=False)
 
 
 def _levels(changes: Sequence[Tuple[float, float]]) -> Tuple[Any, Any]:
