@@ -73,8 +73,40 @@ def test_entries_as_the_pilot_writes_them_are_read_back(tmp_path: Path) -> None:
     for spans in by_row.values():
         spans.sort()
         assert all(a[1] <= b[0] + 1e-6 for a, b in zip(spans, spans[1:]))
-    assert sum(label.startswith("node0/") for label in labels) <= 8
+    assert sum(label.startswith("node0/#") for label in labels) <= 8
     assert len(bars) == sum(r.cores or 0 for r in runs)
+
+
+def test_core_ids_a_pilot_wrote_place_each_task_on_its_own_cores(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.report"
+    path.write_text(
+        "a (SUCCEED)\n    2026-12-08 10:00:00: QUEUED\n    2026-12-08 10:00:01: EXECUTING\n"
+        "    2026-12-08 10:00:03: SUCCEED\n    allocation: n1:2,n2:1\n"
+        "    core_ids: n1[4:7],n2[0]\n    cpu_seconds: 3.500\n    max_rss_bytes: 1000\n"
+        "b (SUCCEED)\n    2026-12-08 10:00:00: QUEUED\n    2026-12-08 10:00:02: EXECUTING\n"
+        "    2026-12-08 10:00:04: SUCCEED\n    allocation: n1:1\n    core_ids: n1[5]\n")
+    a, b = from_jobs_report(path)
+    assert a.core_ids == (("n1", (4, 7)), ("n2", (0,))) and a.cores == 3
+    assert (a.cpu_seconds, a.max_rss_bytes) == (3.5, 1000)
+    labels, bars = core_lanes([a, b])
+    assert labels == ["n1/4", "n1/5", "n1/7", "n2/0"]
+    assert sorted((labels[row], kind) for row, _, _, kind in bars) == [
+        ("n1/4", "COMPLETED"), ("n1/5", "COMPLETED"), ("n1/7", "COMPLETED"),
+        ("n2/0", "COMPLETED")]
+
+
+def test_a_journal_with_times_and_shares_gives_runs(tmp_path: Path) -> None:
+    path = tmp_path / "psij-pilot.journal"
+    share = {"nodes": ["n1"], "processes": [2], "cores": [[2, 3]], "gpus": [[]]}
+    path.write_text("\n".join(json.dumps(r) for r in [
+        {"e": "submit", "task": {"name": "a", "time_limit": 30}, "t": T0},
+        {"e": "start", "id": "a", "node": "n1", "t": T0 + 4, "share": share},
+        {"e": "end", "id": "a", "state": "SUCCEEDED", "code": 0, "t": T0 + 10,
+         "cpu_seconds": 5.0, "max_rss_bytes": 2048}]) + "\n")
+    (run,) = from_journal(path)
+    assert (run.name, run.state, run.exit_code, run.nodes) == ("a", "COMPLETED", 0, "n1")
+    assert (run.queued_at, run.started_at, run.ended_at) == (T0, T0 + 4, T0 + 10)
+    assert (run.cpu_seconds, run.max_rss_bytes, run.requested_seconds) == (5.0, 2048, 30)
 
 
 def test_a_later_entry_of_a_name_replaces_the_earlier_and_odd_lines_are_skipped(

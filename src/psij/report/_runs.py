@@ -71,6 +71,8 @@ class JobRun(Record):
     native_id: Optional[str] = None
     placement: Tuple[Tuple[str, int], ...] = ()
     """Where a pilot task ran: (node, cores) for each node of its share; empty otherwise."""
+    core_ids: Tuple[Tuple[str, Tuple[int, ...]], ...] = ()
+    """The ids of the cores a pilot task was given on each node, when its pilot wrote them."""
 
     @property
     def final(self) -> bool:

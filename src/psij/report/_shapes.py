@@ -59,13 +59,16 @@ def job_rows(runs: Sequence[JobRun]) -> Tuple[List[str], List[Bar]]:
 
 
 def core_lanes(runs: Sequence[JobRun]) -> Tuple[List[str], List[Bar]]:
-    """One row per core of a pilot run (``node/core#``): each task is put on the lowest cores
-    of its node(s) free when it starts, as many as its share gives it there; a node has as
-    many rows as it had cores busy at once. Tasks without a start, an end or a placement are
-    left out."""
-    events: List[Tuple[float, int, int]] = []  # (time, 0 end / 1 start, index)
+    """One row per core of a pilot run (``node/core``). When the pilot wrote the ids of each
+    task's cores, each task is drawn on those; otherwise each is put on the lowest cores of
+    its node(s) free when it starts, as many as its share gives it there, and a node has as
+    many rows as it had cores busy at once (``node/#n``). Tasks without a start, an end or a
+    placement are left out."""
     placed = [r for r in runs if r.placement and r.started_at is not None
               and r.ended_at is not None and r.ended_at >= r.started_at]
+    if placed and all(r.core_ids for r in placed):
+        return _given_cores(placed)
+    events: List[Tuple[float, int, int]] = []  # (time, 0 end / 1 start, index)
     for i, run in enumerate(placed):
         assert run.started_at is not None and run.ended_at is not None
         events.append((run.started_at, 1, i))
@@ -101,9 +104,23 @@ def core_lanes(runs: Sequence[JobRun]) -> Tuple[List[str], List[Bar]]:
     labels: List[str] = []
     for node in sorted(size):
         first[node] = len(labels)
-        labels.extend(f"{node}/{slot}" for slot in range(size[node]))
+        labels.extend(f"{node}/#{slot}" for slot in range(size[node]))
     bars = [(first[node] + slot, start, end, state) for node, slot, start, end, state in spans]
     return labels, bars
+
+
+def _given_cores(placed: Sequence[JobRun]) -> Tuple[List[str], List[Bar]]:
+    """One row per core id the pilot gave any task, by node and id."""
+    cores = sorted({(node, core) for run in placed for node, ids in run.core_ids
+                    for core in ids})
+    row = {key: i for i, key in enumerate(cores)}
+    bars: List[Bar] = []
+    for run in placed:
+        assert run.started_at is not None and run.ended_at is not None
+        for node, ids in run.core_ids:
+            bars.extend((row[(node, core)], run.started_at, run.ended_at, run.state)
+                        for core in ids)
+    return [f"{node}/{core}" for node, core in cores], bars
 
 
 def levels(changes: Sequence[Tuple[float, float]]) -> Tuple[List[float], List[float]]:

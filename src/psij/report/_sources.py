@@ -254,6 +254,9 @@ def _entry_run(entry: _Entry) -> JobRun:
         if name in fields:
             figures[name] = sound_count(_number(fields[name]))
     placement = _placement(fields.get("allocation", ""))
+    core_ids = _core_ids(fields.get("core_ids", ""))
+    if core_ids and not placement:
+        placement = tuple((n, len(c)) for n, c in core_ids)
     if placement and figures.get("cores") is None:
         figures["cores"] = sum(c for _, c in placement)
     code = _number(fields.get("exit_code", ""))
@@ -261,7 +264,7 @@ def _entry_run(entry: _Entry) -> JobRun:
                   cause=fields.get("cause"), message=fields.get("message"),
                   nodes=",".join(n for n, _ in placement) or None,
                   exit_code=code if isinstance(code, int) else None, placement=placement,
-                  **figures)
+                  core_ids=core_ids, **figures)
 
 
 def _number(text: str) -> Any:
@@ -315,17 +318,23 @@ def from_jobs_report(path: Path) -> List[JobRun]:
 
 
 def from_journal(path: Path) -> List[JobRun]:
-    """The tasks of a served pilot's journal, in the order they were submitted."""
-    from psij.executors.pilot.journal import read_journal
+    """The tasks of a served pilot's journal: one run per start of a task, read by the
+    journal's own reader of runs (``task_runs``) where this version of the pilot has one,
+    else by the records' fields here (one run per task), in the order they were submitted."""
+    from psij.executors.pilot import journal
 
+    records = journal.read_journal(path)
+    task_runs = getattr(journal, "task_runs", None)
+    if task_runs is not None:
+        return [_task_run(row) for row in task_runs(records) if isinstance(row, dict)]
     tasks: Dict[str, Dict[str, Any]] = {}
-    for record in read_journal(path):
+    for record in records:
         kind = record.get("e")
         if kind == "submit" and isinstance(record.get("task"), dict):
             task = record["task"]
             name = task.get("name")
             if isinstance(name, str):
-                tasks[name] = {"task": task, "state": "QUEUED"}
+                tasks[name] = {"task": task, "state": "QUEUED", "queued_at": record.get("t")}
             continue
         name = record.get("id")
         seen = tasks.get(name) if isinstance(name, str) else None
@@ -333,11 +342,13 @@ def from_journal(path: Path) -> List[JobRun]:
             continue
         if kind == "start":
             seen["state"] = "ACTIVE"
+            seen["started_at"] = record.get("t")
             if isinstance(record.get("node"), str):
                 seen.setdefault("nodes", record["node"])
         elif kind == "end":
             seen["state"] = _ENGINE_STATES.get(str(record.get("state")), "FAILED")
             seen["code"] = record.get("code")
+            seen["ended_at"] = record.get("t")
         elif kind == "forget":
             tasks.pop(str(name), None)
             continue
@@ -345,6 +356,40 @@ def from_journal(path: Path) -> List[JobRun]:
             if field in record:
                 seen[field] = record[field]
     return [_journal_run(name, seen) for name, seen in tasks.items()]
+
+
+def _task_run(row: Dict[str, Any]) -> JobRun:
+    """A run of the journal's reader of runs (the keys of JobStatus.metadata, ``id``,
+    ``run``, ``state``, ``exit_code``, ``core_ids``)."""
+    name = sound_text(row.get("id")) or "?"
+    run = row.get("run")
+    if isinstance(run, int) and run > 1:
+        name = f"{name} (run {run})"
+    state = row.get("state")
+    code = row.get("exit_code")
+    figures: Dict[str, Any] = {n: sound_seconds(row.get(n)) for n in _SECONDS}
+    figures.update((n, sound_count(row.get(n))) for n in _COUNTS)
+    text = row.get("core_ids")
+    core_ids = _core_ids(text) if isinstance(text, str) else ()
+    return JobRun(name=name, state=_ENGINE_STATES.get(state, "FAILED") if isinstance(
+                      state, str) else ("ACTIVE" if figures["started_at"] else "QUEUED"),
+                  nodes=sound_text(row.get("nodes")), core_ids=core_ids,
+                  placement=tuple((n, len(c)) for n, c in core_ids),
+                  exit_code=code if isinstance(code, int) and not isinstance(code, bool)
+                  else None, **figures)
+
+
+def _core_ids(text: str) -> Tuple[Tuple[str, Tuple[int, ...]], ...]:
+    """``node[0:1],node2[4]`` as (node, core ids) pairs; () when a part cannot be read."""
+    pairs = []
+    for part in text.split(","):
+        node, bracket, rest = part.strip().partition("[")
+        ids = rest[:-1].split(":") if rest.endswith("]") else []
+        if not node or not bracket or not ids or not all(i.isdigit() and i.isascii()
+                                                         for i in ids):
+            return ()
+        pairs.append((node, tuple(int(i) for i in ids)))
+    return tuple(pairs)
 
 
 def _journal_run(name: str, seen: Dict[str, Any]) -> JobRun:
