@@ -48,13 +48,18 @@ def test_a_real_pilot_run_s_report_gives_each_task_its_times_cores_and_state(
     assert two.ended_at - two.started_at >= 0.25  # type: ignore[operator]
     s = summarize(list(runs.values()))
     assert s.by_state == (("COMPLETED", 4), ("FAILED", 1))
-    assert s.cpu is None  # jobs.report gives no CPU time: unknown
+    if "cpu_seconds:" in (tmp_path / "jobs.report").read_text():  # a pilot that measures use
+        assert s.cpu is not None and s.cpu.count == 5
+    else:  # one that does not: unknown, never 0
+        assert s.cpu is None
     journal = from_pilot(tmp_path / "psij-pilot.journal")
     assert sorted(r.name for r in journal) == ["bad", "it:0", "it:1", "it:2", "two"]
     assert {r.name: (r.state, r.exit_code, r.cores) for r in journal}["bad"] == (
         "FAILED", 3, 1)
     assert {r.name: r.cores for r in journal}["two"] == 2
-    assert all(r.started_at is None for r in journal)  # the journal holds no times
+    timed = '"t":' in (tmp_path / "psij-pilot.journal").read_text()
+    # Times where the pilot's journal keeps them, unknown where it does not.
+    assert all((r.started_at is not None) == timed for r in journal)
 
 
 def test_entries_as_the_pilot_writes_them_are_read_back(tmp_path: Path) -> None:
@@ -140,20 +145,20 @@ def test_files_that_cannot_be_read_are_clear_errors(tmp_path: Path) -> None:
 
 def test_a_journal_s_bad_records_are_skipped(tmp_path: Path) -> None:
     path = tmp_path / "j"
+    share = {"nodes": ["n7"], "processes": [3], "cores": [[0, 1, 2, 3, 4, 5]]}
     path.write_text("\n".join([
         json.dumps({"e": "submit", "task": {"name": "a", "resources": {
             "processes": [3, 3, None], "cores_per_process": 2, "memory_per_process": 100},
-            "time_limit": 60}}),
+            "time_limit": 60}, "t": T0}),
         "not json", "[1, 2]", json.dumps({"e": "end", "id": 5}),
-        json.dumps({"e": "start", "id": "a", "node": "n7"}),
-        json.dumps({"e": "end", "id": "a", "state": "SUCCEEDED", "code": 0,
-                    "started_at": T0, "ended_at": T0 + 10, "cpu_seconds": float("nan")}),
-        json.dumps({"e": "submit", "task": {"name": "gone"}}),
-        json.dumps({"e": "forget", "id": "gone"})]) + "\n")
+        json.dumps({"e": "start", "id": "a", "node": "n7", "t": T0 + 1, "share": share}),
+        json.dumps({"e": "end", "id": "a", "state": "SUCCEEDED", "code": 0, "t": T0 + 10,
+                    "cpu_seconds": float("nan"), "max_rss_bytes": -1})]) + "\n")
     (run,) = from_journal(path)
     assert (run.name, run.state, run.nodes, run.cores) == ("a", "COMPLETED", "n7", 6)
     assert (run.requested_memory_bytes, run.requested_seconds) == (300, 60)
-    assert run.ended_at == T0 + 10 and run.cpu_seconds is None
+    assert (run.queued_at, run.started_at, run.ended_at) == (T0, T0 + 1, T0 + 10)
+    assert run.cpu_seconds is None and run.max_rss_bytes is None
 
 
 def test_rows_of_jobs_show_the_wait_and_the_run() -> None:
