@@ -9,12 +9,13 @@ QCG-PilotJob-style file ``psij pilot run`` writes) and a served pilot's journal.
   which is what a local job gets.
 - **jobs.report**: one entry per task: its name and final state, its dated history (QUEUED,
   EXECUTING, then the final state; local times as the pilot wrote them), its allocation
-  (``node:cores`` per node), run time, exit code and message. An iterative job's own entry,
-  which sums up its iterations, is left out when the iterations' entries are there.
-- **Journal** (``psij-pilot.journal``): submissions, starts (node), ends (state, exit code).
-  It holds no times, so the timeline of a journal alone is empty and the waits and run times
-  are unknown; figures a record carries under the names of ``JobStatus.metadata``
-  (``started_at``, ``ended_at``, ``cpu_seconds``, ...) are used.
+  (``node:cores`` per node), run time, exit code and message, and where the pilot writes them
+  ``core_ids``, ``cpu_seconds`` and ``max_rss_bytes``. An iterative job's own entry, which
+  sums up its iterations, is left out when the iterations' entries are there.
+- **Journal** (``psij-pilot.journal``): submissions, starts (node, share), ends (state, exit
+  code, use), with times (``t``) where the pilot records them; read one row per run by the
+  journal's own reader (``task_runs``) where it has one. A journal without times gives an
+  empty timeline and unknown waits and run times.
 
 Nothing is written; a line or row that cannot be read is skipped (a whole file that cannot be
 read raises :class:`ValueError` naming it).
