@@ -51,6 +51,8 @@ def test_a_pilot_run_is_reported_from_its_directory(tmp_path: Path) -> None:
     assert "pilot run" in done.stdout and "runs: 50 (50 ended)" in done.stdout
     failed = report(tmp_path, "--pilot", str(tmp_path / "jobs.report"), "--state", "FAILED")
     assert "runs: 1 (1 ended)" in failed.stdout
+    qcg = report(tmp_path, "--pilot", str(tmp_path), "--state", "SUCCEED")
+    assert qcg.returncode == 2 and "accepted: COMPLETED, FAILED" in qcg.stderr
 
 
 def test_bad_usage_and_nothing_to_report_are_clear_errors(home: Path, tmp_path: Path) -> None:

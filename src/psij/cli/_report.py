@@ -74,7 +74,13 @@ def _runs(args: Any) -> Tuple[List[Any], str, bool]:
         path = Path(args.pilot)
         runs = from_pilot(path)
         if args.state:
+            from psij.report._runs import STATE_ORDER
+
             wanted = {s.upper() for s in args.state}
+            unknown = sorted(wanted - set(STATE_ORDER))
+            if unknown:
+                raise ValueError(f"--state: {unknown[0]!r} is not a state of a pilot's task; "
+                                 f"accepted: {', '.join(STATE_ORDER)}")
             runs = [r for r in runs if r.state in wanted]
         return runs, f"pilot run {path.resolve()}", True
     ids = None
