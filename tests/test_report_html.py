@@ -119,10 +119,13 @@ def test_the_page_escapes_what_jobs_say_and_is_written_privately(tmp_path: Path)
     from psij.report import JobRun, html_report
 
     runs = [JobRun("<b>x</b>", "FAILED", cause="<script>", message="</table><img src=x>",
-                   submitted=1.0, started_at=2.0, ended_at=3.0)]
+                   submitted=1.0, started_at=2.0, ended_at=3.0),
+            # Dollars would be matplotlib's math notation, a bad one an error.
+            JobRun("a$\\frac{$b\\", "COMPLETED", submitted=1.0, started_at=2.0, ended_at=3.0)]
     page = html_report(runs, "t <i>", "s")
     assert "<script>" not in page and "<img src=x>" not in page and "<b>x</b>" not in page
     assert "&lt;script&gt;" in page and "t &lt;i&gt;" in page
+    assert ">a$\\frac{$b\\</text>" in page  # the label drawn as written
     target = tmp_path / "p.html"
     target.symlink_to(tmp_path / "elsewhere")
     write_private(target, page)

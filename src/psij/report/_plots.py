@@ -411,5 +411,8 @@ def _rgb(text: str) -> Tuple[float, float, float]:
 
 
 def _short(text: str, width: int) -> str:
+    """``text`` on one line, cut to ``width``, as plain text for matplotlib (a ``$`` escaped,
+    else two of them would start its math notation)."""
     text = " ".join(text.split())
-    return text if len(text) <= width else text[:width - 1] + "…"
+    text = text if len(text) <= width else text[:width - 1] + "…"
+    return text.replace("$", "\\$")
