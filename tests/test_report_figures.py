@@ -195,6 +195,9 @@ def test_huge_values_are_reported_without_failing() -> None:
     run = from_rows(columns, [("a", "COMPLETED", 1, 1e300, 1e300, 1e301, 1e308, 1 << 80,
                                1 << 62)])[0]
     assert run.cores is None and run.max_rss_bytes == 1 << 62  # past 2**63-1: unknown
+    # No clock gives such times, nor a job such CPU times: unknown.
+    assert (run.submitted, run.started_at, run.ended_at, run.cpu_seconds) == (None,) * 4
+    assert from_rows(columns[:4], [("a", "COMPLETED", 1, 1 << 2000)])[0].submitted is None
     text = text_report(summarize([run]), "t")
     assert "from " in text and "nan" not in text.lower()
 

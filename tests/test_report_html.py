@@ -141,6 +141,17 @@ def test_unknown_figures_are_drawn_as_unknown_and_no_time_leaves_an_empty_timeli
     assert "nothing to draw" in page and "not known for any run" in page
 
 
+def test_huge_times_and_figures_make_a_page() -> None:
+    from psij.report import JobRun, html_report
+
+    page = html_report([JobRun("a", "COMPLETED", submitted=0.0, started_at=9e10,
+                               ended_at=1e11, cpu_seconds=1e11, cores=1 << 62,
+                               max_rss_bytes=1 << 62, requested_memory_bytes=1),
+                        JobRun("b", "FAILED", submitted=0.0, started_at=1e11 - 1e-5,
+                               ended_at=1e11)], "t")
+    assert "days since" in page and "nan" not in page.lower()
+
+
 def test_import_psij_report_does_not_load_matplotlib(tmp_path: Path) -> None:
     code = ("import sys, json\nimport psij.report\n"
             "print(json.dumps([m for m in ('matplotlib', 'numpy') if m in sys.modules]))")

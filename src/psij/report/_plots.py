@@ -117,10 +117,9 @@ class Plots:
         return (t - self.t0) / self.scale
 
     def _time_axis(self, ax: Any) -> None:
-        import time
+        from psij.report._text import when
 
-        start = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(self.t0))
-        ax.set_xlabel(f"{self.unit} since {start}")
+        ax.set_xlabel(f"{self.unit} since {when(self.t0)}")
         ax.set_xlim(0, self._x(self.t1))
 
     def _legend(self, ax: Any, kinds: Sequence[str], loc: str = "upper right") -> None:
@@ -376,14 +375,19 @@ def _histogram(ax: Any, values: Sequence[float], label: str) -> None:
         return
     low, high = min(values), max(values)
     positive = [v for v in values if v > 0]
-    if positive and high / min(positive) > 100:
-        bottom = min(positive)
-        edges = numpy.geomspace(bottom, high * 1.0001, 41)
-        counts, _ = numpy.histogram(numpy.clip(values, bottom, None), edges)
-        ax.set_xscale("log")
-    else:
-        counts, edges = numpy.histogram(values, 40, range=(low, high if high > low
-                                                          else low + 1))
+    top = float(numpy.nextafter(high, numpy.inf))  # the largest value inside the last bin
+    try:
+        if positive and high / min(positive) > 100 and numpy.isfinite(top):
+            bottom = min(positive)
+            edges = numpy.geomspace(bottom, top, 41)
+            counts, _ = numpy.histogram(numpy.clip(values, bottom, None), edges)
+            ax.set_xscale("log")
+        else:
+            counts, edges = numpy.histogram(values, 40, range=(low, high if high > low
+                                                              else low + 1))
+    except ValueError:  # values too large, or too close, for 40 bins: one holds them all
+        pad = max(1.0, abs(high) * 0.01)
+        counts, edges = numpy.histogram(values, 1, range=(low - pad, high + pad))
     ax.stairs(counts, edges, fill=True, color="#1565c0", alpha=0.7)
     ax.set_xlabel(f"{label}, seconds ({len(values)} runs)")
     ax.set_ylabel("runs")

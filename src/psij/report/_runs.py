@@ -3,11 +3,10 @@
 Every field but ``name`` and ``state`` may be None: not known to the source it came from (a
 registry written before a column existed, a scheduler whose accounting does not give it, a
 pilot report without it). A figure derived from an unknown one is unknown too (None), never
-0. Numbers that are not finite, or negative, are taken as unknown when a run is made
+0. Numbers that are not finite, negative or huge are taken as unknown when a run is made
 (:func:`sound_seconds`, :func:`sound_count`), so no figure below ever sees NaN or inf.
 """
 
-import math
 from typing import Any, Optional, Tuple
 
 from psij._record import Record
@@ -21,13 +20,21 @@ STATE_ORDER = ("COMPLETED", "FAILED", "CANCELED", "OMITTED", "RERUN", "ACTIVE", 
 _MAX_INT = (1 << 63) - 1
 
 
+MAX_SECONDS = 1e11
+"""The largest number of seconds (or epoch time: the year 5138) taken for one; more is no
+time a clock or a job could give."""
+
+
 def sound_seconds(value: Any) -> Optional[float]:
-    """``value`` as seconds (or epoch seconds) when it is a finite number of 0 or more;
-    None otherwise (bool, text, NaN, inf, negative)."""
+    """``value`` as seconds (or epoch seconds) when it is a number from 0 to
+    :data:`MAX_SECONDS`; None otherwise (bool, text, NaN, inf, negative, huge)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    number = float(value)
-    return number if math.isfinite(number) and number >= 0 else None
+    try:
+        number = float(value)
+    except OverflowError:  # an int past the floats
+        return None
+    return number if 0 <= number <= MAX_SECONDS else None
 
 
 def sound_count(value: Any) -> Optional[int]:
