@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck docs pythons unit bench bench-scale bench-futures bench-remote bench-ends system-deps schedulers stop-schedulers clean \
+.PHONY: demo test check lint typecheck docs pythons unit bench bench-scale bench-futures bench-remote bench-ends bench-report system-deps schedulers stop-schedulers clean \
 	compat-dist
 
 $(STAMP): pyproject.toml
@@ -107,6 +107,12 @@ bench-remote: $(STAMP)
 # so); BENCH_ENDS_ARGS passes options (e.g. --jobs 10 --executor slurm --no-reference).
 bench-ends: $(STAMP)
 	$(PY) bench/batch_ends.py $(BENCH_ENDS_ARGS)
+
+# psij report for 100,000 jobs (a pilot run and the registry): the time to make it, the size
+# of its HTML page and Chromium's time to open it; BENCH_REPORT_ARGS passes options (e.g.
+# --jobs 20000, --screenshot docs/report-screenshot.png to remake the documentation's picture).
+bench-report: $(STAMP)
+	$(PY) bench/report_size.py $(BENCH_REPORT_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist docs/_build .bench-venvs .test-cache

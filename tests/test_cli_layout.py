@@ -103,7 +103,8 @@ def test_the_dependency_goes_from_the_dispatcher_to_the_families_to_the_shared_m
     assert graph["psij.cli._common"] == set()
     # The dispatcher reaches every command's module; no command's module reaches another's.
     families = {"psij.cli._plugins", "psij.cli._run", "psij.cli._script", "psij.cli._jobs",
-                "psij.cli._config", "psij.cli._supervise", "psij.cli._pilot", "psij.cli._flow"}
+                "psij.cli._config", "psij.cli._supervise", "psij.cli._pilot", "psij.cli._flow",
+                "psij.cli._report"}
     assert families <= graph["psij.cli"]
     assert {name: graph[name] & families for name in families} == {f: set() for f in families}
 

@@ -17,7 +17,8 @@ HEAVY = ["psij.job", "psij.job_spec", "psij.job_executor", "psij.job_launcher", 
          "typing", "threading", "pathlib", "datetime", "re", "enum", "json", "logging", "uuid",
          "subprocess", "dataclasses", "inspect", "typeguard", "packaging", "packaging.version",
          "sqlite3", "psij.registry", "psij._registry.store", "asyncio", "psij._job_async",
-         "tqdm", "psij.cli._wait_progress"]
+         "tqdm", "psij.cli._wait_progress", "psij.report", "psij.cli._report", "matplotlib",
+         "numpy"]
 
 
 def run_fresh(code: str, cwd: Path) -> Any:

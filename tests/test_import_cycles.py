@@ -218,7 +218,7 @@ def test_no_module_of_psij_is_on_an_import_cycle() -> None:
 LAYERS = (("cli", ("psij.cli", "psij.__main__")),
           ("built on the API", ("psij.controller", "psij.flows", "psij.supervise",
                                 "psij.registry", "psij.futures", "psij.remote",
-                                "psij.executors.pilot.qcg")),
+                                "psij.executors.pilot.qcg", "psij.report")),
           ("executors", ("psij.executors", "psij.launchers")))
 LAYER_ORDER = {"core": 0, "executors": 1, "built on the API": 2, "cli": 3}
 

@@ -33,7 +33,8 @@ REGISTRY_NAMES = ["AttachError", "JobRecord", "RegistryError", "attach", "find",
                   "reattach", "registry_file", "set_prune_age", "set_recording", "set_tag"]
 
 # What other modules of psij (the ``psij`` commands) read from psij.registry besides __all__.
-REGISTRY_USED = ["MAX_TAG_LENGTH", "_check_tag", "_iso", "_recorded_config", "_select"]
+REGISTRY_USED = ["MAX_TAG_LENGTH", "_check_tag", "_iso", "_recorded_config", "_select",
+                 "_work_directory"]
 
 
 def run_fresh(code: str, cwd: Path) -> Any:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages the tests use (OpenMPI for the mpirun launcher and its headers for
-# the MPI program the multi-node tests build with mpicc, tmux for the
+# the MPI program the multi-node tests build with mpicc, Chromium for the tests that open the HTML
+# report of `psij report --html` in a headless browser, tmux for the
 # terminal that shows `psij wait`'s live progress, the OpenSSH server and client for the tests
 # that submit over ssh to a test sshd of tests/setup/start-sshd.sh) when this
 # machine lets us: root and apt-get. Otherwise it says what is missing and the tests that need
@@ -12,6 +13,7 @@ printf '#include <mpi.h>\n' | mpicc -E -x c - >/dev/null 2>&1 || want+=(libopenm
 command -v tmux >/dev/null 2>&1 || want+=(tmux)
 [ -x /usr/sbin/sshd ] || want+=(openssh-server)
 command -v ssh >/dev/null 2>&1 && command -v ssh-keygen >/dev/null 2>&1 || want+=(openssh-client)
+command -v chromium >/dev/null 2>&1 || want+=(chromium)
 if [ ${#want[@]} -eq 0 ]; then
     exit 0
 fi

@@ -7,7 +7,7 @@ uses; a line naming no command (``psij --help``, a mistyped command) is parsed w
 as one line of help from a table kept here, and ``psij --version`` builds no parser at all. The
 families: ``_plugins`` (``psij plugins``), ``_run`` (``psij run``), ``_script`` (``psij script``),
 ``_jobs`` (``submit``, ``status``, ``wait``, ``cancel``, ``priority``, ``list``, ``attach``,
-``release``),
+``release``), ``_report`` (``psij report``),
 ``_config``, ``_supervise``, ``_pilot`` and ``_flow``. They share ``_common`` (exit codes,
 reporting, help formatters), ``_job_options`` (the options describing a job and the JobSpec
 they build), ``_names`` (the jobs a command line names), ``_job_streams``, ``_wait_progress``
@@ -45,8 +45,8 @@ _KEPT_ON_USE = ("DEFAULT_EXECUTOR", "build_attributes", "build_environment", "bu
 # The registry commands of ``_jobs`` (its handlers, one per name), known here without loading it.
 _JOB_COMMANDS = ("submit", "status", "wait", "cancel", "priority", "list", "attach",
                  "release")
-_COMMANDS = ("plugins", "run", "script", "pilot", "flow", "config", *_JOB_COMMANDS, "supervise",
-             "remote")
+_COMMANDS = ("plugins", "run", "script", "pilot", "flow", "config", *_JOB_COMMANDS, "report",
+             "supervise", "remote")
 _PILOT_COMMANDS = ("serve", "run")
 
 # Each command with its line in ``psij --help``, in the order listed there: the parser of a
@@ -64,6 +64,7 @@ _COMMAND_LINES = (
     ("list", "list recorded jobs as last recorded"),
     ("attach", "adopt a job submitted elsewhere into the registry"),
     ("release", "submit jobs psij held back in a process that has ended"),
+    ("report", "summarize what happened to jobs: states, causes, waits, run times, efficiency"),
     ("config", "show the site defaults in effect and where each comes from"),
     ("supervise", "run a server job and the client jobs it asks for, restarting it when it dies"),
     ("pilot", "run many tasks inside one allocation"),
@@ -131,6 +132,10 @@ def _build_parser(argv: Optional[Sequence[str]] = None) -> "argparse.ArgumentPar
         from psij.cli._jobs import add_job_commands
 
         add_job_commands(commands, command)
+    if command in (None, "report"):
+        from psij.cli._report import add_report_command
+
+        add_report_command(commands)
     if command in (None, "config"):
         from psij.cli._config import add_config_command
 
@@ -238,6 +243,10 @@ def _dispatch(args: "argparse.Namespace", parser: "argparse.ArgumentParser") -> 
         from psij.cli._jobs import jobs_main
 
         return jobs_main(args)
+    if args.command == "report":
+        from psij.cli._report import report_main
+
+        return report_main(args)
     if args.command == "config":
         from psij.cli._config import config_main
 
