@@ -28,6 +28,7 @@ from psij.executors.pilot._engine_events import AgentLauncherExited, EngineEvent
 from psij.executors.pilot._task_process import Launch
 from psij.executors.pilot.allocation import Allocation
 from psij.executors.pilot.engine_config import EngineConfig
+from psij.executors.pilot.tasks import ReportedUse, reported_use
 
 if TYPE_CHECKING:
     import socket
@@ -39,7 +40,7 @@ logger = LazyLogger(__name__)
 _RECV_SIZE = 65536
 _MAX_LINE = 1024 * 1024  # an agent's lines are a hello and task ends: far less
 
-ExitHandler = Callable[[str, Optional[int], Optional[str]], None]
+ExitHandler = Callable[[str, Optional[int], Optional[str], Optional[ReportedUse]], None]
 LostHandler = Callable[[str, List[str], str], None]
 StartHandler = Callable[[str], None]
 
@@ -303,7 +304,8 @@ class RemoteNodes:
                 conn.agent = agent
             elif message.get("op") == "exited":
                 self._on_exit(str(message.get("id")), message.get("code"),
-                              message.get("message"))
+                              message.get("message"), reported_use(
+                                  message.get("cpu_seconds"), message.get("max_rss_bytes")))
             elif message.get("op") == "started":
                 self._on_started(str(message.get("id")))
         if conn.framer.too_long:  # no agent says that much: whoever it is goes

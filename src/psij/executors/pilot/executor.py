@@ -57,7 +57,7 @@ from psij.executors.pilot.engine_config import EngineConfig
 from psij.executors.pilot.resources import NodeSpec, ResourceRequest
 from psij.executors.pilot.scheduler import TaskState
 from psij.executors.pilot.service import PilotClient, PilotUnavailable, socket_path_of
-from psij.executors.pilot.tasks import TaskEvent, TaskSpec, TaskStatus
+from psij.executors.pilot.tasks import TaskEvent, TaskSpec, TaskStatus, TaskUse
 from psij.job import Job
 from psij.job_executor import JobExecutor
 from psij.job_executor_config import JobExecutorConfig
@@ -177,19 +177,24 @@ _FINAL_STATES = {
 
 
 def job_status_of(state: TaskState, message: Optional[str], exit_code: Optional[int],
-                  nodes: Optional[Sequence[str]], time: Optional[float] = None
-                  ) -> JobStatus:
-    """The PSI/J status of a task state."""
+                  nodes: Optional[Sequence[str]], time: Optional[float] = None,
+                  use: Optional[TaskUse] = None, run: Optional[int] = None) -> JobStatus:
+    """The PSI/J status of a task state; a final one carries the figures of the run
+    (``use``, and ``run``: the job's run number)."""
     metadata: Optional[Dict[str, Any]] = {"pilot_state": state.value}
+    assert metadata is not None
     if nodes:
-        assert metadata is not None
-        metadata["nodes"] = list(nodes)
+        metadata["nodes"] = ",".join(nodes)
+    if state.final:
+        if use is not None:
+            metadata.update(use.to_json())
+        if run is not None:
+            metadata["run"] = run
     if state in (TaskState.WAITING, TaskState.QUEUED):
         return JobStatus(JobState.QUEUED, time=time, metadata=metadata)
     if state is TaskState.RUNNING:
         return JobStatus(JobState.ACTIVE, time=time, metadata=metadata)
     if state is TaskState.FAILED and ended_by_time_limit(message):
-        assert metadata is not None
         metadata["cause"] = "time_limit"
     if state is TaskState.OMITTED:
         message = f"not run because a job it depends on did not complete ({message})"
@@ -359,7 +364,7 @@ class PilotJobExecutor(JobExecutor):
                 raise InvalidJobException(f"attach: {ex}") from ex
             raise
         self._apply(job, status.state, status.message, status.exit_code,
-                    None if status.share is None else status.share.nodes)
+                    None if status.share is None else status.share.nodes, use=status.use)
 
     # -- events -----------------------------------------------------------------------------
 
@@ -376,12 +381,14 @@ class PilotJobExecutor(JobExecutor):
             jobs = list(self._jobs.get(event.task_id, ()))
         nodes = None if event.share is None else event.share.nodes
         for job in jobs:
-            self._apply(job, event.state, event.message, event.exit_code, nodes, event.time)
+            self._apply(job, event.state, event.message, event.exit_code, nodes, event.time,
+                        event.use)
 
     def _apply(self, job: Job, state: TaskState, message: Optional[str],
                exit_code: Optional[int], nodes: Optional[Sequence[str]],
-               time: Optional[float] = None) -> None:
-        status = job_status_of(state, message, exit_code, nodes, time)
+               time: Optional[float] = None, use: Optional[TaskUse] = None) -> None:
+        status = job_status_of(state, message, exit_code, nodes, time, use,
+                               _retry.run_attempt(job) or 1 if state.final else None)
         if state.final:
             with self._lock:
                 self._forget(job.native_id or "", job)

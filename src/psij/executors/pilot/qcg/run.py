@@ -568,11 +568,15 @@ class QcgFileRun:
         runtime = None
         if status.started is not None and status.ended is not None:
             runtime = timedelta(seconds=max(0.0, status.ended - status.started))
+        share, use = status.share, status.use
         return TaskReport(
             name=status.task_id, state=qcg_state(status.state), history=tuple(history),
-            allocation=status.share.allocation_text if status.share is not None else None,
-            wd=status.directory if status.share is not None else None, runtime=runtime,
-            exit_code=status.exit_code, message=status.message)
+            allocation=share.allocation_text if share is not None else None,
+            wd=status.directory if share is not None else None, runtime=runtime,
+            exit_code=status.exit_code, message=status.message,
+            core_ids=share.cores_text if share is not None else None,
+            cpu_seconds=None if use is None else use.cpu_seconds,
+            max_rss_bytes=None if use is None else use.max_rss_bytes)
 
     def _task_spec(self, template: TaskTemplate) -> TaskSpec:
         execution = template.execution
