@@ -264,7 +264,8 @@ class PilotEngine(EngineOutput):
             self._check_batch(tasks)
             ids = [self._add(task) for task in tasks]
             if self._journal is not None:
-                self._journal.write(submit_lines((t.to_json() for t in tasks), wall_time()))
+                self._journal.write(submit_lines([t.to_json() for t in tasks], [
+                    self._tasks[i].history[0][0] for i in ids]))
             self._dirty = True
         self._wake()
         return ids

@@ -35,7 +35,7 @@ crashed run left behind (:func:`kill_leftovers`), and only those it can prove ar
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from psij._clock import Clock, MonotonicClock
 from psij._lazylog import LazyLogger
@@ -111,11 +111,14 @@ class Journal:
 _encode_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 
-def submit_lines(tasks: Iterable[Dict[str, Any]], at: Optional[float] = None) -> List[str]:
-    """The ``submit`` lines of tasks given in their JSON form, accepted at ``at``."""
-    if at is None:
+def submit_lines(tasks: Sequence[Dict[str, Any]],
+                 times: Optional[Sequence[float]] = None) -> List[str]:
+    """The ``submit`` lines of tasks given in their JSON form, each accepted at its time in
+    ``times`` when given."""
+    if times is None:
         return [_encode_compact({"e": "submit", "task": task}) + "\n" for task in tasks]
-    return [_encode_compact({"e": "submit", "task": task, "t": at}) + "\n" for task in tasks]
+    return [_encode_compact({"e": "submit", "task": task, "t": at}) + "\n"
+            for task, at in zip(tasks, times)]
 
 
 # ``start`` and ``end`` are written once per task run: formatted directly, with only the
@@ -247,8 +250,9 @@ def task_runs(records: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
     is skipped.
     """
     rows: List[Dict[str, Any]] = []
-    latest: Dict[str, Dict[str, Any]] = {}  # task id -> the row of its latest run
-    queued: Dict[str, Dict[str, Any]] = {}  # submitted, not started yet
+    starts: Dict[str, int] = {}  # task id -> how many times it started
+    running: Dict[str, Dict[str, Any]] = {}  # task id -> the row of its run not ended yet
+    queued: Dict[str, Dict[str, Any]] = {}  # submitted, never started (ended or not)
     asked: Dict[str, Dict[str, Any]] = {}  # task id -> what its submission asked
     for record in records:
         if not isinstance(record, dict):
@@ -258,7 +262,7 @@ def task_runs(records: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
             task = record.get("task")
             if isinstance(task, dict) and isinstance(task.get("name"), str):
                 name = task["name"]
-                row = queued[name] = {"id": name}
+                row = queued[name] = {"id": name, "run": 1}
                 _put(row, "queued_at", at)
                 _put(row, "requested_seconds", sound_seconds(task.get("time_limit")))
                 resources = task.get("resources")
@@ -267,31 +271,33 @@ def task_runs(records: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
         elif not isinstance(name, str):
             continue
         elif kind == "forget":  # its name may be used again, by another task
-            latest.pop(name, None)
-            queued.pop(name, None)
+            starts.pop(name, None)
+            running.pop(name, None)
         elif kind == "start":
-            before = latest.get(name)
             queued.pop(name, None)
             row = {k: v for k, v in asked.get(name, {"id": name}).items()
                    if k != "memory" and v is not None}
-            row["run"] = 1 if before is None else before["run"] + 1
+            row["run"] = starts[name] = starts.get(name, 0) + 1
             _put(row, "started_at", at)
             _share_of(row, record.get("share"), record.get("node"),
                       asked.get(name, {}).get("memory"))
-            latest[name] = row
+            running[name] = row
             rows.append(row)
         elif kind == "end":
-            row = latest.get(name) or queued.get(name) or {}
-            if row.get("id") == name and "state" not in row:
+            found: Optional[Dict[str, Any]] = running.pop(name, None)
+            row = found or queued.get(name) or {}
+            if row.get("id") == name and "ended" not in row:
+                row["ended"] = True
                 state, code = record.get("state"), record.get("code")
                 _put(row, "state", state if isinstance(state, str) else None)
                 _put(row, "exit_code", code if type(code) is int else None)
                 _put(row, "ended_at", at)
                 _put(row, "cpu_seconds", sound_seconds(record.get("cpu_seconds")))
                 _put(row, "max_rss_bytes", sound_count(record.get("max_rss_bytes")))
-    for row in queued.values():
-        row["run"] = 1
-    return rows + list(queued.values())
+    rows.extend(queued.values())
+    for row in rows:
+        row.pop("ended", None)
+    return rows
 
 
 def _put(row: Dict[str, Any], key: str, value: Any) -> None:
