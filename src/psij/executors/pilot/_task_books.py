@@ -47,9 +47,9 @@ logger = LazyLogger("psij.executors.pilot.engine")
 class TaskEntry:
     """The engine's books on one task (guarded by the engine lock)."""
 
-    __slots__ = ("agent_sent", "directory", "ended", "exit_code", "failure", "history",
-                 "message", "node", "reported", "run", "share", "spec", "started",
-                 "timed_out", "use", "user_canceled")
+    __slots__ = ("agent_sent", "directory", "ended", "exit_code", "failure", "final_use",
+                 "history", "message", "node", "reported", "run", "share", "spec",
+                 "started", "timed_out", "use", "user_canceled")
 
     def __init__(self, spec: TaskSpec, directory: str) -> None:
         self.spec = spec
@@ -68,6 +68,7 @@ class TaskEntry:
         self.timed_out = False
         self.user_canceled = False
         self.use: Optional[ReportedUse] = None  # of its process, as its reaper gave it
+        self.final_use: Optional[TaskUse] = None  # the figures of its run, once it ended
 
 
 def use_of(task: TaskEntry) -> TaskUse:
@@ -208,7 +209,8 @@ class TaskBooks:
         task.message = message
         task.exit_code = exit_code
         task.ended = wall_time()
-        self._report(task, state, exit_code, task.share, use_of(task))
+        task.final_use = use_of(task)
+        self._report(task, state, exit_code, task.share, task.final_use)
 
     def _ended(self, transitions: List[Transition], exit_code: Optional[int] = None,
                message: Optional[str] = None) -> None:
@@ -240,7 +242,7 @@ class TaskBooks:
         state = task.history[-1][1] if task.history else self._scheduler.state(task.spec.name)
         return TaskStatus(task.spec.name, state, task.message, task.exit_code, task.share,
                           tuple(task.history), task.directory, task.started, task.ended,
-                          use_of(task) if state.final else None)
+                          task.final_use if state.final else None)
 
     # -- resume -----------------------------------------------------------------------------
 

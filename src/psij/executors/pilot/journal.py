@@ -133,8 +133,17 @@ def start_line(task_id: str, node: str, pid: Optional[int] = None, run: Optional
     if at is not None:
         line += f',"t":{float(at)!r}'
     if share is not None:
-        line += f',"share":{_encode_compact(share.to_json())}'
+        text = _SHARE_TEXTS.get(share)
+        if text is None:  # tasks of one shape on one node get the same few shares
+            if len(_SHARE_TEXTS) >= _SHARE_TEXTS_KEPT:
+                _SHARE_TEXTS.clear()
+            text = _SHARE_TEXTS[share] = _encode_compact(share.to_json())
+        line += f',"share":{text}'
     return line + "}\n"
+
+
+_SHARE_TEXTS: Dict[TaskShare, str] = {}
+_SHARE_TEXTS_KEPT = 4096
 
 
 def end_line(task_id: str, state: str, code: Optional[int], at: Optional[float] = None,
