@@ -315,7 +315,7 @@ class LocalWorkers:
                 if not isinstance(message, dict):
                     raise ValueError("expected a JSON object")
                 self._handle(worker, message)
-            except (ValueError, TypeError) as bad:
+            except (ValueError, TypeError, IndexError) as bad:
                 logger.warning("pilot: a report of worker %d cannot be read (%s)",
                                worker.pid, bad)
         if worker.framer.too_long:

@@ -24,6 +24,14 @@ Only the ``single`` launcher is accepted (the task itself uses the node file to 
 processes), and no pre/post-launch scripts: such jobs are refused at submission. Staging runs in
 the task, before and after the job (see ``psij.executors.pilot._staging``).
 
+A job's final status carries the figures of its run in its metadata (absent when not known):
+``queued_at``, ``started_at``, ``ended_at`` (the pilot's clock), ``cpu_seconds`` and
+``max_rss_bytes`` (of the task's process as the process that started it reaped it: ``wait4``,
+counting the descendants it waited for), ``nodes`` (comma-separated; on every status once
+placed), ``cores``, ``requested_seconds`` (``pilot.time_limit``), ``requested_memory_bytes``
+(the memory the pilot booked) and ``run`` (the job's run number); see the pilot's
+documentation for what is and is not counted.
+
 A job with ``psij.requeue`` or ``psij.retry`` (see ``psij._retry``) that is run again
 becomes a new task of the pilot, named ``<job id>.<attempt>`` (its native id from then on);
 a retry after its time limit has its ``pilot.time_limit`` scaled as its duration is.

@@ -22,7 +22,9 @@ names another ``wd``, start without a change of directory. Files written there (
 - ``service.log``: what the pilot did, with every response as one line of JSON, as
   ``<time> response to requests[N] (<request>): {...}``, and every task's end;
 - ``jobs.report``: one entry per task as it ends, and one per iterative job once all its
-  iterations have ended (see :mod:`~psij.executors.pilot.qcg._books`);
+  iterations have ended (see :mod:`~psij.executors.pilot.qcg._books`), with QCG's runtime
+  entries and the task's core ids, CPU seconds and peak memory
+  (:meth:`~psij.executors.pilot.qcg._report.TaskReport.runtime_fields`);
 - ``psij-pilot.journal``: the engine's journal, which ``--resume`` reads so that tasks that
   succeeded before a crash are not run again.
 
