@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Tuple, Union
 
 import pytest
 
+from psij.executors.pilot.journal import read_journal, task_runs
 from psij.executors.pilot.qcg._plan import (
     PlannedSubmit,
     StartContext,
@@ -516,6 +517,11 @@ def test_acceptance_request_file_states_and_files(tmp_path: Path, form: str) -> 
     assert report["wide"]["core_ids"] in (f"{node}[0:1]", f"{node}[1:0]")
     assert float(report["wide"]["cpu_seconds"]) >= 0 and int(report["wide"]["max_rss_bytes"]) > 0
     assert "cpu_seconds" not in report["huge"]  # it never ran
+    # The run's journal tells the same, one row per run of a task.
+    runs = {row["id"]: row for row in task_runs(read_journal(tmp_path / "psij-pilot.journal"))}
+    assert runs["wide"]["core_ids"] == report["wide"]["core_ids"] and runs["wide"]["cores"] == 2
+    assert f"{runs['wide']['cpu_seconds']:.3f}" == report["wide"]["cpu_seconds"]
+    assert runs["huge"]["state"] == "FAILED" and "started_at" not in runs["huge"]
     sandbox = tmp_path / "sandbox"
     for i in range(3):
         # Each sim read the output of its own prep (dependency across iterations), in the

@@ -183,6 +183,9 @@ class TaskBooks:
                 self._dependents.setdefault(member, []).append(spec.name)
         if ended:  # it can never fit, or a dependency already failed
             self._end_task(task, ended[0].state, ended[0].message)
+            if self._journal is not None:  # after its submission, which is written at once
+                self._journal_records.append(end_line(spec.name, ended[0].state.value, None,
+                                                      task.ended))
         else:
             self._report(task, self._scheduler.state(spec.name))
         return spec.name
