@@ -30,7 +30,7 @@ HOSTILE: List[Any] = [float("nan"), float("inf"), -1, -0.5, 1 << 70, "3", True, 
 def test_a_pilot_job_reports_the_cpu_and_memory_it_used(tmp_path: Path) -> None:
     journal = tmp_path / "pilot.journal"
     ex = JobExecutor.get_instance("pilot", config=PilotJobExecutorConfig(
-        cores=2, journal=journal))
+        cores=3, journal=journal))  # both at once: the burn on one core, the touch on two
     burn = Job(JobSpec(sys.executable, ["-c", BURN], attributes=JobAttributes(
         custom_attributes={"pilot.time_limit": 120})))
     touch = Job(JobSpec(sys.executable, ["-c", TOUCH], resources=ResourceSpecV1(
