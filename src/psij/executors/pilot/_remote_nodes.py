@@ -91,6 +91,7 @@ class RemoteNodes:
         self._on_started = on_started
         self._agents: Dict[str, _Agent] = {}
         self._unsent: List[_Agent] = []  # agents with lines in their outbox
+        self._accepted: Set[socket.socket] = set()  # connections not dropped: closed at stop
         self._listener: Optional[socket.socket] = None
         self._token = ""
         self.address = ""
@@ -230,12 +231,15 @@ class RemoteNodes:
             if agent.sock is not None:
                 try:
                     agent.sock.sendall(encode_line({"op": "stop"}))
-                    agent.sock.close()
                 except OSError:
-                    pass
+                    pass  # the agent is gone already: its socket is closed all the same
+                agent.sock.close()
                 agent.sock = None
         if self._listener is not None:
             self._listener.close()
+        for sock in self._accepted:  # those without a hello yet, or whose agent is lost
+            sock.close()
+        self._accepted.clear()
 
     # -- connect deadlines ----------------------------------------------------------------------
 
@@ -268,6 +272,7 @@ class RemoteNodes:
         except BlockingIOError:
             return
         sock.setblocking(True)
+        self._accepted.add(sock)
         conn = _Connection(sock)
         self._selector.register(sock, selectors.EVENT_READ, lambda m: self._read(conn))
 
@@ -340,6 +345,7 @@ class RemoteNodes:
         except (KeyError, ValueError):
             pass
         sock.close()
+        self._accepted.discard(sock)
 
     def _send(self, agent: _Agent, message: Dict[str, Any]) -> None:
         """Queue ``message`` for the connected agent: :meth:`flush` sends it, after what was
