@@ -404,6 +404,11 @@ def test_two_virtual_nodes_through_agents(make_engine: Any, tmp_path: Path,
                for n, (node, _) in zip(names, seen))
     assert not any(os.path.exists(tmp) for _, tmp in seen)
     assert (tmp_path / "both.out").read_text() == "vnode1\nvnode2\nvnode1,vnode2 2\n"
+    # Each agent reaped its tasks and sent what their processes used.
+    for status in out.values():
+        assert status.use is not None and status.share is not None
+        assert status.use.cpu_seconds is not None and status.use.max_rss_bytes
+        assert status.use.cores == len(status.share.nodes)  # a core on each
 
 
 def test_a_share_of_different_counts_per_node_is_told_as_slurm_tells_it(

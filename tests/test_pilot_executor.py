@@ -27,6 +27,7 @@ from psij import (
     SubmitException,
 )
 from psij.executors.pilot.executor import PilotJobExecutor, PilotJobExecutorConfig
+from psij.executors.pilot.journal import read_journal, task_runs
 from psij.executors.pilot.service import JOURNAL_NAME, PilotClient, answering
 
 WAIT = timedelta(seconds=30)
@@ -237,6 +238,15 @@ def test_served_pilot_runs_200_jobs_from_another_process(served: Served,
     states = [final(job).state for job in jobs]
     assert states == [JobState.COMPLETED] * 200
     assert all((tmp_path / f"out.{i}").read_text() == f"{i}\n" for i in range(200))
+    # Each final status has the figures of its run, as the served pilot's journal has them.
+    rows = {row["id"]: row for row in task_runs(read_journal(served.wd / JOURNAL_NAME))}
+    for job in jobs:
+        meta = job.status.metadata or {}
+        assert meta["queued_at"] <= meta["started_at"] <= meta["ended_at"]
+        assert meta["cores"] == 1 and meta["max_rss_bytes"] > 0 and meta["run"] == 1
+        row = rows[job.native_id or ""]
+        assert set(meta) - set(row) == {"pilot_state"}
+        assert {k: row[k] for k in meta if k in row} == {k: meta[k] for k in meta if k in row}
     assert ex.list() == []
     # A second executor (as another process would) follows a task by its native id.
     other = PilotJobExecutor(url=served.socket)
@@ -341,6 +351,11 @@ def test_crash_and_resume_does_not_rerun_succeeded_tasks(served: Served,
                 assert runs == 1, f"task {i} succeeded before the crash but ran {runs} times"
             else:
                 assert runs >= 1
+        # The journal of both runs of the pilot: the task that ran when it crashed started
+        # twice, and its second run is the one that ended.
+        rows = [r for r in task_runs(read_journal(served.wd / JOURNAL_NAME))
+                if r["id"] == hanging.native_id]
+        assert [(r["run"], r.get("state")) for r in rows] == [(1, None), (2, "SUCCEEDED")]
     finally:
         assert resumed.stop() == 0
 

@@ -198,13 +198,15 @@ def test_a_worker_skips_what_it_cannot_follow_and_reports_in_batches(tmp_path: P
     worker.stdin.write(b"".join(requests))
     worker.stdin.flush()
     ended: Dict[str, Any] = {}
+    use: Dict[str, Any] = {}  # the figures of each end: CPU seconds and peak bytes, if any
     reports = 0
     while len(ended) < 4:
         line = worker.stdout.readline()
         assert line, "the worker stopped"
         report = json.loads(line)
         reports += 1
-        ended.update({task_id: (code, message) for task_id, code, message in report["ended"]})
+        ended.update({task_id: (code, message) for task_id, code, message, *_ in report["ended"]})
+        use.update({entry[0]: entry[3:] for entry in report["ended"]})
     worker.stdin.close()
     assert worker.wait(timeout=WAIT) == 0
     worker.stdout.close()
@@ -216,6 +218,11 @@ def test_a_worker_skips_what_it_cannot_follow_and_reports_in_batches(tmp_path: P
     assert ended["missing"][0] == 127 and "could not start the task" in ended["missing"][1]
     assert ended["a"] == (0, None)
     assert ended["b"][0] == 3
+    # A task it reaped comes with its process's use; one that never started with none.
+    assert use["bad"] == use["missing"] == []
+    for name in ("a", "b"):
+        cpu, rss = use[name]
+        assert isinstance(cpu, float) and 0 <= cpu < 60 and isinstance(rss, int) and rss > 0
     assert (tmp_path / "a.out").read_text() == "a here\n"
     assert b"cannot be read" in complaints and b"cannot be followed" in complaints
     assert not (tmp_path / "tmp").exists()  # its TMPDIRs go with it

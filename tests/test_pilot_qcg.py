@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Tuple, Union
 
 import pytest
 
+from psij.executors.pilot.journal import read_journal, task_runs
 from psij.executors.pilot.qcg._plan import (
     PlannedSubmit,
     StartContext,
@@ -511,6 +512,16 @@ def test_acceptance_request_file_states_and_files(tmp_path: Path, form: str) -> 
     # The min/max task ran alone and got both cores; the variables and QCG_PM_* agree.
     assert (tmp_path / "wide.txt").read_text() == "2 2\n"
     assert report["wide"]["allocation"].endswith(":2")
+    # Its cores by id (QCG's later allocation form) and what its process used.
+    node = report["wide"]["allocation"].partition(":")[0]
+    assert report["wide"]["core_ids"] in (f"{node}[0:1]", f"{node}[1:0]")
+    assert float(report["wide"]["cpu_seconds"]) >= 0 and int(report["wide"]["max_rss_bytes"]) > 0
+    assert "cpu_seconds" not in report["huge"]  # it never ran
+    # The run's journal tells the same, one row per run of a task.
+    runs = {row["id"]: row for row in task_runs(read_journal(tmp_path / "psij-pilot.journal"))}
+    assert runs["wide"]["core_ids"] == report["wide"]["core_ids"] and runs["wide"]["cores"] == 2
+    assert f"{runs['wide']['cpu_seconds']:.3f}" == report["wide"]["cpu_seconds"]
+    assert runs["huge"]["state"] == "FAILED" and "started_at" not in runs["huge"]
     sandbox = tmp_path / "sandbox"
     for i in range(3):
         # Each sim read the output of its own prep (dependency across iterations), in the
@@ -664,6 +675,9 @@ def test_virtual_nodes_spread_tasks_and_a_two_node_task_gets_both(tmp_path: Path
                                                                                 "vn2\n"]
     report = read_report(tmp_path / "jobs.report")
     assert report["pair"]["allocation"] == "vn1:1,vn2:1"
+    assert report["pair"]["core_ids"] == "vn1[0],vn2[0]"
+    # Run by the agent of vn1, which reaped its process and sent what it used.
+    assert float(report["pair"]["cpu_seconds"]) >= 0 and int(report["pair"]["max_rss_bytes"]) > 0
 
 
 def test_threads_model_and_wall_time(tmp_path: Path) -> None:

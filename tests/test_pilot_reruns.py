@@ -103,6 +103,8 @@ def test_a_failing_job_is_retried_until_its_third_run_completes(executor: PilotJ
     executor.submit(job)
     status = final(job)
     assert status.state is JobState.COMPLETED and meta(status)["attempt"] == 3
+    assert (status.metadata or {})["run"] == 3  # with the figures of that run
+    assert "cpu_seconds" in (status.metadata or {})
     assert (tmp_path / "attempts").read_text().split() == ["1", "2", "3"]
     queued = [st for st in seen if st.state is JobState.QUEUED]
     assert [meta(st).get("attempt") for st in queued] == [None, 2, 3]

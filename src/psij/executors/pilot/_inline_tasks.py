@@ -107,17 +107,18 @@ class InlineTasks:
         try:
             pid = self._processes.start(Launch(*row))
         except LaunchError as ex:
-            self._on_exit(task_id, ex.exit_code, f"could not start the task: {ex}")
+            self._on_exit(task_id, ex.exit_code, f"could not start the task: {ex}", None)
             return
         except Exception as ex:  # this task alone fails
             self._on_exit(task_id, None, f"the pilot hit an unexpected error while handling "
-                                         f"this task: {ex!r}")
+                                         f"this task: {ex!r}", None)
             return
         self._on_started(task_id, pid)
 
     def _exited(self, task_id: str, code: Optional[int]) -> None:
         # On the engine thread, from its loop's pidfd of the task (or a group check after).
-        self._on_exit(task_id, code, self._processes.finish(task_id, code))
+        message, use = self._processes.finish_run(task_id, code)
+        self._on_exit(task_id, code, message, use)
 
     def start_first(self) -> None:
         self._guard.start_first()

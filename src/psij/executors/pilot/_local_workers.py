@@ -37,6 +37,7 @@ from psij._line_framing import LineFramer, encode_line
 from psij.executors._process import LaunchError, exit_code_of, reap_within, signal_name
 from psij.executors.pilot._engine_events import EngineEvent, WorkerExited
 from psij.executors.pilot._orphans import end_orphaned_tasks
+from psij.executors.pilot.tasks import ReportedUse, reported_use
 
 __all__ = ["CORES_PER_WORKER", "WORKERS_VARIABLE", "LocalWorkers", "worker_limit"]
 
@@ -54,7 +55,8 @@ _STOP_WAIT = 3.0  # seconds, for all workers to exit at the engine's close
 _MAX_LINE = 64 * 1024 * 1024  # a report of many ends, each message at most a stderr excerpt
 
 StartedHandler = Callable[[str, int], None]
-ExitHandler = Callable[[str, Optional[int], Optional[str]], None]
+# Task id, exit code, message, and the use of its process when known.
+ExitHandler = Callable[[str, Optional[int], Optional[str], Optional[ReportedUse]], None]
 LostHandler = Callable[[List[str], str], None]
 
 # The worker runs with the tasks' environment, so it is told where psij is rather than given
@@ -313,7 +315,7 @@ class LocalWorkers:
                 if not isinstance(message, dict):
                     raise ValueError("expected a JSON object")
                 self._handle(worker, message)
-            except (ValueError, TypeError) as bad:
+            except (ValueError, TypeError, IndexError) as bad:
                 logger.warning("pilot: a report of worker %d cannot be read (%s)",
                                worker.pid, bad)
         if worker.framer.too_long:
@@ -328,10 +330,12 @@ class LocalWorkers:
             if task_id in tasks:
                 tasks[task_id] = pid
                 self._on_started(task_id, pid)
-        for task_id, code, text in message.get("ended", ()):
+        for ended in message.get("ended", ()):
+            task_id = ended[0]
             if tasks.pop(task_id, 0) != 0:
                 self._where.pop(task_id, None)
-                self._on_exit(task_id, code, text)
+                self._on_exit(task_id, ended[1], ended[2],
+                              reported_use(*ended[3:5]) if len(ended) == 5 else None)
 
     def _drop(self, worker: _Worker) -> None:
         for fd in (worker.reading, worker.writing):

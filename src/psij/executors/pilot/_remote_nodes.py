@@ -28,6 +28,7 @@ from psij.executors.pilot._engine_events import AgentLauncherExited, EngineEvent
 from psij.executors.pilot._task_process import Launch
 from psij.executors.pilot.allocation import Allocation
 from psij.executors.pilot.engine_config import EngineConfig
+from psij.executors.pilot.tasks import ReportedUse, reported_use
 
 if TYPE_CHECKING:
     import socket
@@ -39,7 +40,7 @@ logger = LazyLogger(__name__)
 _RECV_SIZE = 65536
 _MAX_LINE = 1024 * 1024  # an agent's lines are a hello and task ends: far less
 
-ExitHandler = Callable[[str, Optional[int], Optional[str]], None]
+ExitHandler = Callable[[str, Optional[int], Optional[str], Optional[ReportedUse]], None]
 LostHandler = Callable[[str, List[str], str], None]
 StartHandler = Callable[[str], None]
 
@@ -90,6 +91,7 @@ class RemoteNodes:
         self._on_started = on_started
         self._agents: Dict[str, _Agent] = {}
         self._unsent: List[_Agent] = []  # agents with lines in their outbox
+        self._accepted: Set[socket.socket] = set()  # connections not dropped: closed at stop
         self._listener: Optional[socket.socket] = None
         self._token = ""
         self.address = ""
@@ -229,12 +231,15 @@ class RemoteNodes:
             if agent.sock is not None:
                 try:
                     agent.sock.sendall(encode_line({"op": "stop"}))
-                    agent.sock.close()
                 except OSError:
-                    pass
+                    pass  # the agent is gone already: its socket is closed all the same
+                agent.sock.close()
                 agent.sock = None
         if self._listener is not None:
             self._listener.close()
+        for sock in self._accepted:  # those without a hello yet, or whose agent is lost
+            sock.close()
+        self._accepted.clear()
 
     # -- connect deadlines ----------------------------------------------------------------------
 
@@ -267,6 +272,7 @@ class RemoteNodes:
         except BlockingIOError:
             return
         sock.setblocking(True)
+        self._accepted.add(sock)
         conn = _Connection(sock)
         self._selector.register(sock, selectors.EVENT_READ, lambda m: self._read(conn))
 
@@ -303,7 +309,8 @@ class RemoteNodes:
                 conn.agent = agent
             elif message.get("op") == "exited":
                 self._on_exit(str(message.get("id")), message.get("code"),
-                              message.get("message"))
+                              message.get("message"), reported_use(
+                                  message.get("cpu_seconds"), message.get("max_rss_bytes")))
             elif message.get("op") == "started":
                 self._on_started(str(message.get("id")))
         if conn.framer.too_long:  # no agent says that much: whoever it is goes
@@ -338,6 +345,7 @@ class RemoteNodes:
         except (KeyError, ValueError):
             pass
         sock.close()
+        self._accepted.discard(sock)
 
     def _send(self, agent: _Agent, message: Dict[str, Any]) -> None:
         """Queue ``message`` for the connected agent: :meth:`flush` sends it, after what was

@@ -29,9 +29,16 @@ from psij.executors.pilot.scheduler import (
     TaskSubmitted,
     Transition,
 )
-from psij.executors.pilot.tasks import TaskEvent, TaskShare, TaskSpec, TaskStatus
+from psij.executors.pilot.tasks import (
+    ReportedUse,
+    TaskEvent,
+    TaskShare,
+    TaskSpec,
+    TaskStatus,
+    TaskUse,
+)
 
-__all__ = ["TaskBooks", "TaskEntry"]
+__all__ = ["TaskBooks", "TaskEntry", "use_of"]
 
 # The engine's logger: what users filter on for the engine's warnings stays one name.
 logger = LazyLogger("psij.executors.pilot.engine")
@@ -40,9 +47,9 @@ logger = LazyLogger("psij.executors.pilot.engine")
 class TaskEntry:
     """The engine's books on one task (guarded by the engine lock)."""
 
-    __slots__ = ("agent_sent", "directory", "ended", "exit_code", "failure", "history",
-                 "message", "node", "reported", "run", "share", "spec", "started",
-                 "timed_out", "user_canceled")
+    __slots__ = ("agent_sent", "directory", "ended", "exit_code", "failure", "final_use",
+                 "history", "message", "node", "reported", "run", "share", "spec",
+                 "started", "timed_out", "use", "user_canceled")
 
     def __init__(self, spec: TaskSpec, directory: str) -> None:
         self.spec = spec
@@ -60,6 +67,18 @@ class TaskEntry:
         self.failure: Optional[str] = None  # engine's own reason for a failure
         self.timed_out = False
         self.user_canceled = False
+        self.use: Optional[ReportedUse] = None  # of its process, as its reaper gave it
+        self.final_use: Optional[TaskUse] = None  # the figures of its run, once it ended
+
+
+def use_of(task: TaskEntry) -> TaskUse:
+    """The figures of an ended task's run (see :class:`TaskUse`)."""
+    share, spec = task.share, task.spec
+    memory = spec.resources.memory_per_process
+    cpu, rss = (None, None) if task.use is None else task.use
+    return TaskUse(task.history[0][0] if task.history else None, task.started, task.ended,
+                   cpu, rss, None if share is None else share.core_count, spec.time_limit,
+                   memory * share.process_count if memory and share is not None else None)
 
 
 class TaskBooks:
@@ -164,6 +183,9 @@ class TaskBooks:
                 self._dependents.setdefault(member, []).append(spec.name)
         if ended:  # it can never fit, or a dependency already failed
             self._end_task(task, ended[0].state, ended[0].message)
+            if self._journal is not None:  # after its submission, which is written at once
+                self._journal_records.append(end_line(spec.name, ended[0].state.value, None,
+                                                      task.ended))
         else:
             self._report(task, self._scheduler.state(spec.name))
         return spec.name
@@ -179,18 +201,19 @@ class TaskBooks:
         return task is None or (task.reported is not None and task.reported.final)
 
     def _report(self, task: TaskEntry, state: TaskState, exit_code: Optional[int] = None,
-                share: Optional[TaskShare] = None) -> None:
+                share: Optional[TaskShare] = None, use: Optional[TaskUse] = None) -> None:
         now = wall_time()
         task.history.append((now, state))
         self._outbox.append(TaskEvent(task.spec.name, state, now, task.message, exit_code,
-                                      share))
+                                      share, use))
 
     def _end_task(self, task: TaskEntry, state: TaskState, message: Optional[str],
                   exit_code: Optional[int] = None) -> None:
         task.message = message
         task.exit_code = exit_code
         task.ended = wall_time()
-        self._report(task, state, exit_code, task.share)
+        task.final_use = use_of(task)
+        self._report(task, state, exit_code, task.share, task.final_use)
 
     def _ended(self, transitions: List[Transition], exit_code: Optional[int] = None,
                message: Optional[str] = None) -> None:
@@ -206,7 +229,8 @@ class TaskBooks:
             if self._journal is not None:
                 code = exit_code if i == 0 else None
                 self._journal_records.append(end_line(transition.task_id,
-                                                      transition.state.value, code))
+                                                      transition.state.value, code,
+                                                      task.ended, task.use))
                 if transition.task_id in self._dependents or task.spec.group is not None:
                     self._journal_urgent = True
         first = transitions[0] if transitions else None
@@ -220,7 +244,8 @@ class TaskBooks:
     def _snapshot(self, task: TaskEntry) -> TaskStatus:
         state = task.history[-1][1] if task.history else self._scheduler.state(task.spec.name)
         return TaskStatus(task.spec.name, state, task.message, task.exit_code, task.share,
-                          tuple(task.history), task.directory, task.started, task.ended)
+                          tuple(task.history), task.directory, task.started, task.ended,
+                          task.final_use if state.final else None)
 
     # -- resume -----------------------------------------------------------------------------
 

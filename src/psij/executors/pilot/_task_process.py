@@ -7,6 +7,11 @@ process group, its directory, redirections and environment given to the spawn ca
 the process layer that the local executor uses too, ``psij.executors._process``), a fresh
 ``TMPDIR`` and a node file created before and removed after.
 
+The process that starts a task reaps it (``wait4``), and keeps what the system says of the
+leader's resource use (:data:`ProcessUse`: its CPU seconds, user and system, and its peak
+resident memory, each counting the descendants it waited for) until :meth:`TaskProcesses.finish_run`
+hands it over with the task's end.
+
 Exits are reported by an exit watch: the shared ``ProcessWatch`` thread (the agent), or a
 :class:`LoopWatch` whose process ids sit in the owner's own event loop (the engine watches its
 workers so; a worker uses a variant that reaps all its children on SIGCHLD), so that an exit
@@ -21,8 +26,9 @@ It does not decide what runs, when, or where, and it never blocks on a task.
 
 import os
 import stat
+import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from psij._clock import Clock
 from psij._lazylog import LazyLogger
@@ -41,15 +47,16 @@ from psij.executors._process import (
     group_has_live_members,
     killpg,
     open_streams,
-    reap,
     reap_later,
+    reap_use,
     reap_within,
     signal_reaped_group,
     terminate_group,
 )
 from psij.executors._process_watch import ExitHandler
 
-__all__ = ["HAS_PIDFD", "Launch", "LaunchError", "LoopWatch", "TaskProcesses"]
+__all__ = ["HAS_PIDFD", "Launch", "LaunchError", "LoopWatch", "ProcessUse", "TaskProcesses",
+           "use_of_rusage"]
 
 logger = LazyLogger(__name__)
 
@@ -58,6 +65,16 @@ _KILL_REAP_WAIT = 1.0  # seconds, for the tasks killed at the owner's end to be 
 _SPARE_TMPDIRS = 64  # empty TMPDIRs of ended tasks kept for later tasks, at most
 # The selectors module's EVENT_READ, without importing it for a constant.
 _EVENT_READ = 1
+_RSS_UNIT = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is in KiB but on macOS
+
+ProcessUse = Tuple[float, int]
+"""A reaped process's CPU seconds (user + system) and peak resident memory in bytes, each
+with those of the descendants it waited for."""
+
+
+def use_of_rusage(rusage: Any) -> ProcessUse:
+    """The :data:`ProcessUse` of a reaped child's ``resource.struct_rusage``."""
+    return rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss * _RSS_UNIT
 
 
 def _pidfds_work() -> bool:
@@ -138,6 +155,7 @@ class LoopWatch:
         self._selector = selector
         self._children: Dict[int, int] = {}  # pid -> pidfd, until reaped
         self._timers = Timers(clock)
+        self._usage: Dict[int, ProcessUse] = {}  # while the exit handler of the pid runs
 
     def watch(self, pid: int, on_exit: ExitHandler) -> bool:
         """Watch our child ``pid`` (not yet reaped: a pidfd opens on a zombie too)."""
@@ -151,13 +169,29 @@ class LoopWatch:
         return True
 
     def _ready(self, pid: int, fd: int, on_exit: ExitHandler) -> None:
-        ended, status = reap(pid)
+        ended, status, use = reap_use(pid)
         if not ended:
             return
         if self._children.pop(pid, None) is not None:
             self._selector.unregister(fd)
             os.close(fd)
-        on_exit(pid, status)
+        self._exited(pid, status, use, on_exit)
+
+    def _exited(self, pid: int, status: Optional[int], use: Optional[ProcessUse],
+                on_exit: ExitHandler) -> None:
+        """Call the exit handler of ``pid`` with its use kept for :meth:`take_usage`."""
+        if use is not None:
+            self._usage[pid] = use
+        try:
+            on_exit(pid, status)
+        finally:
+            self._usage.pop(pid, None)
+
+    def take_usage(self, pid: int) -> Optional[Tuple[float, float, int]]:
+        """From the exit handler of child ``pid``: (0.0, its CPU seconds, its peak memory in
+        bytes), as ``ProcessWatch.take_usage`` gives them; None when not known."""
+        use = self._usage.pop(pid, None)
+        return None if use is None else (0.0, *use)
 
     def signal_group(self, pid: int, signum: int) -> bool:
         """Signal the process group led by ``pid`` if that process has not been reaped."""
@@ -205,7 +239,7 @@ class LoopWatch:
 
 
 class _Process:
-    __slots__ = ("nodefile", "pid", "signalled", "stderr", "tmpdir")
+    __slots__ = ("nodefile", "pid", "signalled", "stderr", "tmpdir", "use")
 
     def __init__(self, pid: int, tmpdir: str, nodefile: str, stderr: Optional[str]) -> None:
         self.pid = pid
@@ -213,6 +247,7 @@ class _Process:
         self.nodefile = nodefile
         self.stderr = stderr
         self.signalled = False  # TERM was sent to its group
+        self.use: Optional[ProcessUse] = None  # once its leader was reaped
 
 
 class TaskProcesses:
@@ -319,12 +354,18 @@ class TaskProcesses:
         return pid
 
     def _leader_exited(self, task_id: str, pid: int, status: Optional[int]) -> None:
-        # On the watch's thread.
+        # On the watch's thread, from its exit handler (where the use of the reaped leader
+        # can be taken).
         code = exit_code_of(status)
+        process = self._running.get(task_id)
+        take = getattr(self._watch, "take_usage", None)
+        if process is not None and take is not None:
+            taken = take(pid)
+            if taken is not None:
+                process.use = (taken[1], taken[2])
         if not group_has_live_members(pid):
             self._on_exit(task_id, code)
             return
-        process = self._running.get(task_id)
         if process is not None and not process.signalled:
             process.signalled = True
             signal_reaped_group(pid, SIGTERM)
@@ -342,14 +383,21 @@ class TaskProcesses:
         """Clean up after an exit reported through ``on_exit``; returns the failure message
         (None when the exit code is 0). The task's node file and ``TMPDIR`` are removed (an
         empty ``TMPDIR`` is renamed and kept for a later task, see :meth:`_recycle`)."""
+        return self.finish_run(task_id, code)[0]
+
+    def finish_run(self, task_id: str, code: Optional[int]
+                   ) -> Tuple[Optional[str], Optional[ProcessUse]]:
+        """:meth:`finish`, with the use of the task's leader process (None when the watch
+        did not reap it)."""
         process = self._running.pop(task_id, None)
         if process is not None:
             _unlink(process.nodefile)
             self._recycle(process.tmpdir)
+        use = None if process is None else process.use
         if code == 0:
-            return None
+            return None, use
         return failure_message(code, None if process is None or process.stderr is None
-                               else Path(process.stderr))
+                               else Path(process.stderr)), use
 
     def signal(self, task_id: str, grace: float) -> bool:
         """TERM the task's process group now and KILL it after ``grace`` seconds."""

@@ -17,8 +17,11 @@ carrying a batch, so that the engine's cost per task is a share of one message:
   ``[id, grace, signum]`` sends ``signum`` alone, the signal asked for before the time limit);
   ``{"op": "stop"}``.
 - worker to engine: ``{"op": "report", "started": [[id, pid], ...], "ended": [[id, code,
-  message], ...]}`` with what happened since the last one: at once when a task ended, a few
-  milliseconds after a start otherwise (so that a short task costs one report). A task
+  message, cpu_seconds, max_rss_bytes], ...]}`` with what happened since the last one: at once
+  when a task ended, a few milliseconds after a start otherwise (so that a short task costs one
+  report). The last two of an end are the use of the task's leader process as the worker
+  reaped it (``wait4``: user + system CPU seconds and peak resident bytes, each counting the
+  descendants it waited for); an end without them has none known. A task
   that could not be started is only in ``ended``, with ``code`` 127 or 126 for a program not
   found or not executable (else null) and the message ``could not start the task: ...``.
 
@@ -47,7 +50,13 @@ from psij._line_framing import LineFramer, encode_line
 from psij._wakeup import Wakeup
 from psij.executors._process_watch import ExitHandler
 from psij.executors.pilot._orphans import end_run_processes
-from psij.executors.pilot._task_process import Launch, LaunchError, LoopWatch, TaskProcesses
+from psij.executors.pilot._task_process import (
+    Launch,
+    LaunchError,
+    LoopWatch,
+    TaskProcesses,
+    use_of_rusage,
+)
 
 __all__ = ["main"]
 
@@ -80,7 +89,8 @@ class ChildWatch(LoopWatch):
 
     Rather than a pidfd per task in the selector, SIGCHLD wakes the loop (through
     ``signal.set_wakeup_fd``) and :meth:`reap_all` collects every child that exited with
-    ``waitpid(-1)``: a few system calls per task fewer, and one turn of the loop for many exits.
+    ``wait4(-1)`` (its use kept for ``take_usage`` while its handler runs): a few system calls
+    per task fewer, and one turn of the loop for many exits.
     Only for a process whose every child is watched here (a child reaped here is gone for
     any other waiter). The rest (signals, timed actions) is :class:`LoopWatch`'s.
     """
@@ -111,7 +121,7 @@ class ChildWatch(LoopWatch):
     def reap_all(self) -> None:
         while self._handlers:  # none left to watch: nothing to ask for
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, rusage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
@@ -119,7 +129,7 @@ class ChildWatch(LoopWatch):
             self._children.pop(pid, None)
             handler = self._handlers.pop(pid, None)
             if handler is not None:
-                handler(pid, status)
+                self._exited(pid, status, use_of_rusage(rusage), handler)
 
     def close(self) -> None:
         self._children.clear()
@@ -151,8 +161,9 @@ class Worker:
         self._wakeup.register(reading, 1, self._read)
 
     def _exited(self, task_id: str, code: Optional[int]) -> None:
-        message = self._processes.finish(task_id, code)
-        self._ended.append([task_id, code, message])
+        message, use = self._processes.finish_run(task_id, code)
+        self._ended.append([task_id, code, message] if use is None
+                           else [task_id, code, message, *use])
 
     def on_signal(self, signum: int, frame: Any) -> None:
         self._stopping = True

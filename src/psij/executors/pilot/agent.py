@@ -11,7 +11,8 @@ Protocol: one JSON object per line, both ways.
   ``{"op": "started", "id", "pid"}`` when a task's process started, and
   ``{"op": "exited", "id", "code", "message"}`` when a task ends (with a message when it could
   not be started, and ``code`` 127 or 126 for a program not found or not executable, else null),
-  always after its ``started`` if it had one.
+  always after its ``started`` if it had one; with ``cpu_seconds`` and ``max_rss_bytes``, the
+  use of the task's process as the agent reaped it (``wait4``), when known.
 - pilot to agent: ``{"op": "spawn", "launch": {...}}`` (see ``_task_process.Launch``),
   ``{"op": "signal", "id", "grace"}`` (TERM now, KILL after ``grace`` seconds; with
   ``"signum"`` instead, that signal alone: the one asked for before the time limit),
@@ -109,10 +110,12 @@ class _Agent:
                 if isinstance(item, TaskExited):
                     task_id, code = item.task_id, item.code
                     with self._lock:
-                        message = self._processes.finish(task_id, code)
+                        message, use = self._processes.finish_run(task_id, code)
                         self._ended.notify_all()
                     payload: Dict[str, Any] = {"op": "exited", "id": task_id, "code": code,
                                                "message": message}
+                    if use is not None:
+                        payload["cpu_seconds"], payload["max_rss_bytes"] = use
                 else:
                     payload = item
                 lines.append(encode_line(payload))

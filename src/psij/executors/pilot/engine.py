@@ -111,6 +111,7 @@ from psij.executors.pilot.scheduler import (
 )
 from psij.executors.pilot.task_environment import nodefile_text, pilot_environment
 from psij.executors.pilot.tasks import (
+    ReportedUse,
     TaskEvent,
     TaskShare,
     TaskSpec,
@@ -263,7 +264,8 @@ class PilotEngine(EngineOutput):
             self._check_batch(tasks)
             ids = [self._add(task) for task in tasks]
             if self._journal is not None:
-                self._journal.write(submit_lines(t.to_json() for t in tasks))
+                self._journal.write(submit_lines([t.to_json() for t in tasks], [
+                    self._tasks[i].history[0][0] for i in ids]))
             self._dirty = True
         self._wake()
         return ids
@@ -309,11 +311,11 @@ class PilotEngine(EngineOutput):
         self._inbox.append(event)
         self._wake()
 
-    def _on_exit_safe(self, task_id: str, code: Optional[int], message: Optional[str]
-                      ) -> None:
+    def _on_exit_safe(self, task_id: str, code: Optional[int], message: Optional[str],
+                      use: Optional[ReportedUse]) -> None:
         # On the engine thread (a worker's report): handled at once.
         try:
-            self._on_exit(task_id, code, message)
+            self._on_exit(task_id, code, message, use)
         except Exception as ex:
             self._task_broke(task_id, ex)
 
@@ -327,9 +329,9 @@ class PilotEngine(EngineOutput):
                         or self._scheduler.state(task_id) is not TaskState.RUNNING:
                     return
                 task.started = wall_time()
-                self._journal_records.append(
-                    start_line(task_id, task.node) if pid is None
-                    else start_line(task_id, task.node, pid, self._run_id))
+                self._journal_records.append(start_line(
+                    task_id, task.node, pid, None if pid is None else self._run_id,
+                    task.started, task.share))
                 self._report(task, TaskState.RUNNING, share=task.share)
             limit = task.spec.time_limit
             if limit is not None:
@@ -469,7 +471,7 @@ class PilotEngine(EngineOutput):
 
     def _act(self, event: EngineEvent) -> bool:
         if isinstance(event, TaskExited):
-            self._on_exit(event.task_id, event.code, event.message)
+            self._on_exit(event.task_id, event.code, event.message, None)
         elif isinstance(event, KillTask):
             self._kill(event.task_id)
         elif isinstance(event, TimeLimitReached):
@@ -569,11 +571,13 @@ class PilotEngine(EngineOutput):
             self._share_files[key] = known
         return dict(known[0]), known[1]
 
-    def _on_exit(self, task_id: str, code: Optional[int], message: Optional[str]) -> None:
+    def _on_exit(self, task_id: str, code: Optional[int], message: Optional[str],
+                 use: Optional[ReportedUse] = None) -> None:
         with self._lock:
             task = self._tasks.get(task_id)
         if task is None:
             return
+        task.use = use  # the process's, as its reaper gave it
         if task.node != self.allocation.local_node and self._agents is not None:
             self._agents.task_ended(task.node, task_id)
         if task.timed_out and code != 0:
@@ -684,14 +688,10 @@ class PilotEngine(EngineOutput):
             if transitions:
                 self._ended(transitions)
                 self._dirty = True
-        for name in task_ids:
-            with self._lock:
-                task = self._tasks.get(name)
-            if task is not None:
-                self._finish(task, task.run, None, f"node {node} is lost: {why}")
+        self._workers_lost(task_ids, f"node {node} is lost: {why}")
 
     def _workers_lost(self, task_ids: List[str], why: str) -> None:
-        """A worker of this node is gone: the tasks it had fail with ``why``."""
+        """A worker of this node (or a node) is gone: the tasks it had fail with ``why``."""
         for name in task_ids:
             with self._lock:
                 task = self._tasks.get(name)

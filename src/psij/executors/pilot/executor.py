@@ -24,6 +24,14 @@ Only the ``single`` launcher is accepted (the task itself uses the node file to 
 processes), and no pre/post-launch scripts: such jobs are refused at submission. Staging runs in
 the task, before and after the job (see ``psij.executors.pilot._staging``).
 
+A job's final status carries the figures of its run in its metadata (absent when not known):
+``queued_at``, ``started_at``, ``ended_at`` (the pilot's clock), ``cpu_seconds`` and
+``max_rss_bytes`` (of the task's process as the process that started it reaped it: ``wait4``,
+counting the descendants it waited for), ``nodes`` (comma-separated; on every status once
+placed), ``cores``, ``requested_seconds`` (``pilot.time_limit``), ``requested_memory_bytes``
+(the memory the pilot booked) and ``run`` (the job's run number); see the pilot's
+documentation for what is and is not counted.
+
 A job with ``psij.requeue`` or ``psij.retry`` (see ``psij._retry``) that is run again
 becomes a new task of the pilot, named ``<job id>.<attempt>`` (its native id from then on);
 a retry after its time limit has its ``pilot.time_limit`` scaled as its duration is.
@@ -57,7 +65,7 @@ from psij.executors.pilot.engine_config import EngineConfig
 from psij.executors.pilot.resources import NodeSpec, ResourceRequest
 from psij.executors.pilot.scheduler import TaskState
 from psij.executors.pilot.service import PilotClient, PilotUnavailable, socket_path_of
-from psij.executors.pilot.tasks import TaskEvent, TaskSpec, TaskStatus
+from psij.executors.pilot.tasks import TaskEvent, TaskSpec, TaskStatus, TaskUse
 from psij.job import Job
 from psij.job_executor import JobExecutor
 from psij.job_executor_config import JobExecutorConfig
@@ -177,19 +185,24 @@ _FINAL_STATES = {
 
 
 def job_status_of(state: TaskState, message: Optional[str], exit_code: Optional[int],
-                  nodes: Optional[Sequence[str]], time: Optional[float] = None
-                  ) -> JobStatus:
-    """The PSI/J status of a task state."""
+                  nodes: Optional[Sequence[str]], time: Optional[float] = None,
+                  use: Optional[TaskUse] = None, run: Optional[int] = None) -> JobStatus:
+    """The PSI/J status of a task state; a final one carries the figures of the run
+    (``use``, and ``run``: the job's run number)."""
     metadata: Optional[Dict[str, Any]] = {"pilot_state": state.value}
+    assert metadata is not None
     if nodes:
-        assert metadata is not None
-        metadata["nodes"] = list(nodes)
+        metadata["nodes"] = ",".join(nodes)
+    if state.final:
+        if use is not None:
+            metadata.update(use.to_json())
+        if run is not None:
+            metadata["run"] = run
     if state in (TaskState.WAITING, TaskState.QUEUED):
         return JobStatus(JobState.QUEUED, time=time, metadata=metadata)
     if state is TaskState.RUNNING:
         return JobStatus(JobState.ACTIVE, time=time, metadata=metadata)
     if state is TaskState.FAILED and ended_by_time_limit(message):
-        assert metadata is not None
         metadata["cause"] = "time_limit"
     if state is TaskState.OMITTED:
         message = f"not run because a job it depends on did not complete ({message})"
@@ -359,7 +372,7 @@ class PilotJobExecutor(JobExecutor):
                 raise InvalidJobException(f"attach: {ex}") from ex
             raise
         self._apply(job, status.state, status.message, status.exit_code,
-                    None if status.share is None else status.share.nodes)
+                    None if status.share is None else status.share.nodes, use=status.use)
 
     # -- events -----------------------------------------------------------------------------
 
@@ -376,12 +389,14 @@ class PilotJobExecutor(JobExecutor):
             jobs = list(self._jobs.get(event.task_id, ()))
         nodes = None if event.share is None else event.share.nodes
         for job in jobs:
-            self._apply(job, event.state, event.message, event.exit_code, nodes, event.time)
+            self._apply(job, event.state, event.message, event.exit_code, nodes, event.time,
+                        event.use)
 
     def _apply(self, job: Job, state: TaskState, message: Optional[str],
                exit_code: Optional[int], nodes: Optional[Sequence[str]],
-               time: Optional[float] = None) -> None:
-        status = job_status_of(state, message, exit_code, nodes, time)
+               time: Optional[float] = None, use: Optional[TaskUse] = None) -> None:
+        status = job_status_of(state, message, exit_code, nodes, time, use,
+                               _retry.run_attempt(job) or 1 if state.final else None)
         if state.final:
             with self._lock:
                 self._forget(job.native_id or "", job)

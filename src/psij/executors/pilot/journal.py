@@ -6,17 +6,23 @@ One JSON object per line, its kind in ``e``; the line builders below are the onl
 =========  =====================================================================================
 ``e``      other fields
 =========  =====================================================================================
-submit     ``task``: the task as :meth:`TaskSpec.to_json <psij.executors.pilot.tasks.TaskSpec>`
+submit     ``task``: the task as :meth:`TaskSpec.to_json <psij.executors.pilot.tasks.TaskSpec>`;
+           ``t``: when the pilot accepted it
 start      ``id``, ``node``; for a task of the pilot's own node also ``pid`` and ``run`` (the
-           run marker, see :data:`RUN_VARIABLE`)
-end        ``id``, ``state`` (a final state's name), ``code`` (exit code or null)
+           run marker, see :data:`RUN_VARIABLE`); ``t``: when it started; ``share``: what it
+           was given (:meth:`TaskShare.to_json <psij.executors.pilot.tasks.TaskShare>`: its
+           nodes and, per node, its process count, core ids and GPU ids)
+end        ``id``, ``state`` (a final state's name), ``code`` (exit code or null); ``t``: when
+           it ended; ``cpu_seconds`` and ``max_rss_bytes``: the use of its process, when known
 cancel     ``id``: a user cancelled the task
 forget     ``id``: the task was dropped; its name may be used again
 =========  =====================================================================================
 
-The engine decides what to write and when; this module only builds and writes lines, fsyncs
-them at most once a second (measured on a :class:`~psij._clock.Clock`), and reads a journal
-back.
+Times (``t``) are epoch seconds of the pilot's clock; journals written before they were
+recorded lack them, and the readers do without. The engine decides what to write and when;
+this module only builds and writes lines, fsyncs them at most once a second (measured on a
+:class:`~psij._clock.Clock`), and reads a journal back: for a resume (:class:`ReplayPlan`) or
+for a report of the run (:func:`task_runs`, one row per run of a task).
 
 Reading never trusts the file: a line that is not JSON, a record that is not an object, a
 field of the wrong type, a pid written with other digits than ASCII ones: each is skipped with
@@ -29,11 +35,12 @@ crashed run left behind (:func:`kill_leftovers`), and only those it can prove ar
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from psij._clock import Clock, MonotonicClock
 from psij._lazylog import LazyLogger
 from psij._private_dirs import ensure_private_dir
+from psij.executors.pilot.tasks import TaskShare, sound_count, sound_seconds
 
 __all__ = [
     "RUN_VARIABLE",
@@ -47,6 +54,7 @@ __all__ = [
     "read_journal",
     "start_line",
     "submit_lines",
+    "task_runs",
 ]
 
 logger = LazyLogger(__name__)
@@ -103,26 +111,56 @@ class Journal:
 _encode_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 
-def submit_lines(tasks: Iterable[Dict[str, Any]]) -> List[str]:
-    """The ``submit`` lines of tasks given in their JSON form."""
-    return [_encode_compact({"e": "submit", "task": task}) + "\n" for task in tasks]
+def submit_lines(tasks: Sequence[Dict[str, Any]],
+                 times: Optional[Sequence[float]] = None) -> List[str]:
+    """The ``submit`` lines of tasks given in their JSON form, each accepted at its time in
+    ``times`` when given."""
+    if times is None:
+        return [_encode_compact({"e": "submit", "task": task}) + "\n" for task in tasks]
+    return [_encode_compact({"e": "submit", "task": task, "t": at}) + "\n"
+            for task, at in zip(tasks, times)]
 
 
 # ``start`` and ``end`` are written once per task run: formatted directly, with only the
 # strings going through the encoder.
-def start_line(task_id: str, node: str, pid: Optional[int] = None,
-               run: Optional[str] = None) -> str:
-    """The ``start`` line; ``pid`` and ``run`` for a task of the pilot's own node."""
-    head = f'{{"e":"start","id":{_encode_compact(task_id)},"node":{_encode_compact(node)}'
-    if pid is None:
-        return head + "}\n"
-    return f'{head},"pid":{int(pid)},"run":{_encode_compact(run)}}}\n'
+def start_line(task_id: str, node: str, pid: Optional[int] = None, run: Optional[str] = None,
+               at: Optional[float] = None, share: Optional[TaskShare] = None) -> str:
+    """The ``start`` line; ``pid`` and ``run`` for a task of the pilot's own node; ``at``
+    when it started and ``share`` what it was given, when known."""
+    line = f'{{"e":"start","id":{_encode_compact(task_id)},"node":{_encode_compact(node)}'
+    if pid is not None:
+        line += f',"pid":{int(pid)},"run":{_encode_compact(run)}'
+    if at is not None:
+        line += f',"t":{float(at)!r}'
+    if share is not None:
+        text = _SHARE_TEXTS.get(share)
+        if text is None:  # tasks of one shape on one node get the same few shares
+            if len(_SHARE_TEXTS) >= _SHARE_TEXTS_KEPT:
+                _SHARE_TEXTS.clear()
+            text = _SHARE_TEXTS[share] = _encode_compact(share.to_json())
+        line += f',"share":{text}'
+    return line + "}\n"
 
 
-def end_line(task_id: str, state: str, code: Optional[int]) -> str:
-    """The ``end`` line: ``state`` is a final state's name, ``code`` the exit code or None."""
-    return (f'{{"e":"end","id":{_encode_compact(task_id)},"state":"{state}","code":'
-            f'{"null" if code is None else int(code)}}}\n')
+_SHARE_TEXTS: Dict[TaskShare, str] = {}
+_SHARE_TEXTS_KEPT = 4096
+
+
+def end_line(task_id: str, state: str, code: Optional[int], at: Optional[float] = None,
+             use: Optional[Tuple[Optional[float], Optional[int]]] = None) -> str:
+    """The ``end`` line: ``state`` is a final state's name, ``code`` the exit code or None;
+    ``at`` when it ended and ``use`` its process's CPU seconds and peak bytes, when known."""
+    line = (f'{{"e":"end","id":{_encode_compact(task_id)},"state":"{state}","code":'
+            f'{"null" if code is None else int(code)}')
+    if at is not None:
+        line += f',"t":{float(at)!r}'
+    if use is not None:
+        cpu, rss = use
+        if cpu is not None:
+            line += f',"cpu_seconds":{float(cpu)!r}'
+        if rss is not None:
+            line += f',"max_rss_bytes":{int(rss)}'
+    return line + "}\n"
 
 
 def cancel_line(task_id: str) -> str:
@@ -202,6 +240,99 @@ class ReplayPlan:
         elif kind == "forget":
             self.submitted.pop(name, None)
             self.final.pop(name, None)
+
+
+def task_runs(records: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One row per run of a task in journal ``records`` (:func:`read_journal`), in the order
+    the runs started (then the tasks that never started, in submission order), for a report
+    of the pilot's run.
+
+    Each row holds ``id`` and ``run`` (1 for the task's first start in the journal, 2 after a
+    resume ran it again, ...) and, when the journal knows them, the keys of the ``pilot``
+    executor's final status metadata: ``queued_at``, ``started_at``, ``ended_at``, ``nodes``
+    (comma-separated), ``cores``, ``cpu_seconds``, ``max_rss_bytes``, ``requested_seconds``,
+    ``requested_memory_bytes``;
+    ``core_ids`` (per node, as :attr:`TaskShare.cores_text <psij.executors.pilot.tasks.
+    TaskShare.cores_text>` writes them: ``n1[0:1]``), ``state`` (the final state's name) and
+    ``exit_code``. A value that is not sound (a time that is not a finite, non-negative number,
+    a share that cannot be read, ...) is left out, never guessed; a record of the wrong shape
+    is skipped.
+    """
+    rows: List[Dict[str, Any]] = []
+    starts: Dict[str, int] = {}  # task id -> how many times it started
+    running: Dict[str, Dict[str, Any]] = {}  # task id -> the row of its run not ended yet
+    queued: Dict[str, Dict[str, Any]] = {}  # submitted, never started (ended or not)
+    asked: Dict[str, Dict[str, Any]] = {}  # task id -> what its submission asked
+    for record in records:
+        if not isinstance(record, dict):
+            continue
+        kind, name, at = record.get("e"), record.get("id"), sound_seconds(record.get("t"))
+        if kind == "submit":
+            task = record.get("task")
+            if isinstance(task, dict) and isinstance(task.get("name"), str):
+                name = task["name"]
+                row = queued[name] = {"id": name, "run": 1}
+                _put(row, "queued_at", at)
+                _put(row, "requested_seconds", sound_seconds(task.get("time_limit")))
+                resources = task.get("resources")
+                asked[name] = dict(row, memory=sound_count(resources.get(
+                    "memory_per_process")) if isinstance(resources, dict) else None)
+        elif not isinstance(name, str):
+            continue
+        elif kind == "forget":  # its name may be used again, by another task
+            starts.pop(name, None)
+            running.pop(name, None)
+        elif kind == "start":
+            queued.pop(name, None)
+            row = {k: v for k, v in asked.get(name, {"id": name}).items()
+                   if k != "memory" and v is not None}
+            row["run"] = starts[name] = starts.get(name, 0) + 1
+            _put(row, "started_at", at)
+            _share_of(row, record.get("share"), record.get("node"),
+                      asked.get(name, {}).get("memory"))
+            running[name] = row
+            rows.append(row)
+        elif kind == "end":
+            found: Optional[Dict[str, Any]] = running.pop(name, None)
+            row = found or queued.get(name) or {}
+            if row.get("id") == name and "ended" not in row:
+                row["ended"] = True
+                state, code = record.get("state"), record.get("code")
+                _put(row, "state", state if isinstance(state, str) else None)
+                _put(row, "exit_code", code if type(code) is int else None)
+                _put(row, "ended_at", at)
+                _put(row, "cpu_seconds", sound_seconds(record.get("cpu_seconds")))
+                _put(row, "max_rss_bytes", sound_count(record.get("max_rss_bytes")))
+    rows.extend(queued.values())
+    for row in rows:
+        row.pop("ended", None)
+    return rows
+
+
+def _put(row: Dict[str, Any], key: str, value: Any) -> None:
+    if value is not None:
+        row[key] = value
+
+
+def _share_of(row: Dict[str, Any], data: Any, node: Any, memory: Optional[int]) -> None:
+    """``nodes``, ``cores``, ``core_ids`` (and ``requested_memory_bytes``, from the memory per
+    process asked) of a start record's share; ``nodes`` alone, from its ``node``, when the
+    share cannot be read."""
+    try:
+        share = TaskShare.from_json(data)
+        if not all(isinstance(n, str) for n in share.nodes) or not all(
+                type(c) is int for ids in share.cores for c in ids) or not all(
+                type(p) is int and p >= 0 for p in share.processes):
+            raise TypeError("not a share")
+    except (KeyError, TypeError, ValueError, AttributeError):
+        if isinstance(node, str):
+            row["nodes"] = node
+        return
+    row["nodes"] = ",".join(share.nodes)
+    row["cores"] = share.core_count
+    row["core_ids"] = share.cores_text
+    if memory:
+        _put(row, "requested_memory_bytes", sound_count(memory * share.process_count))
 
 
 def _pid(value: Any) -> int:

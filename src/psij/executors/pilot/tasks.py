@@ -8,6 +8,7 @@ data (the journal, the served pilot's protocol and the QCG report use these form
 Values only: no processes, no files, no clock.
 """
 
+import math
 from types import MappingProxyType
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -19,8 +20,9 @@ from psij.exceptions import InvalidJobException
 from psij.executors.pilot.resources import Amount, ResourceRequest
 from psij.executors.pilot.scheduler import Placement, TaskState
 
-__all__ = ["Listener", "Prepare", "TaskEvent", "TaskShare", "TaskSpec", "TaskStatus",
-           "request_from_json", "request_to_json"]
+__all__ = ["Listener", "Prepare", "ReportedUse", "TaskEvent", "TaskShare", "TaskSpec",
+           "TaskStatus", "TaskUse", "reported_use", "request_from_json", "request_to_json",
+           "sound_count", "sound_seconds"]
 
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
 _DEFAULT_REQUEST = ResourceRequest()
@@ -257,6 +259,12 @@ class TaskShare(Record):
         """``node:cores`` per node, comma-separated (QCG-PilotJob's ``allocation``)."""
         return ",".join(f"{n}:{len(c)}" for n, c in zip(self.nodes, self.cores))
 
+    @property
+    def cores_text(self) -> str:
+        """The core ids given on each node, as QCG-PilotJob's later reports write an
+        allocation: ``node[0:1],node2[4]``."""
+        return ",".join(f"{n}[{':'.join(map(str, c))}]" for n, c in zip(self.nodes, self.cores))
+
     def to_json(self) -> Dict[str, Any]:
         return {"nodes": list(self.nodes), "processes": list(self.processes),
                 "cores": [list(c) for c in self.cores], "gpus": [list(g) for g in self.gpus]}
@@ -268,8 +276,79 @@ class TaskShare(Record):
                    tuple(tuple(g) for g in data.get("gpus", ())))
 
 
+_MAX_INT = (1 << 63) - 1
+
+
+def sound_seconds(value: Any) -> Optional[float]:
+    """``value`` as seconds (a time or a duration) when it is a finite, non-negative number
+    (not a bool); None for anything else."""
+    if type(value) is float:
+        return value if value >= 0 and math.isfinite(value) else None
+    if type(value) is int:
+        return float(value) if 0 <= value <= _MAX_INT else None
+    return None
+
+
+def sound_count(value: Any) -> Optional[int]:
+    """``value`` when it is an int (not a bool) from 0 to 2**63 - 1; None for anything else."""
+    return value if type(value) is int and 0 <= value <= _MAX_INT else None
+
+
+ReportedUse = Tuple[Optional[float], Optional[int]]
+"""A task process's CPU seconds and peak resident bytes as reported to the engine."""
+
+
+def reported_use(cpu_seconds: Any, max_rss_bytes: Any) -> Optional[ReportedUse]:
+    """The sound parts of a reported use (see :func:`sound_seconds`, :func:`sound_count`);
+    None when neither is."""
+    cpu, rss = sound_seconds(cpu_seconds), sound_count(max_rss_bytes)
+    return None if cpu is None and rss is None else (cpu, rss)
+
+
+_USE_SECONDS = ("queued_at", "started_at", "ended_at", "cpu_seconds", "requested_seconds")
+
+
+class TaskUse(Record):
+    """The figures of an ended task's run, each None when not known (names as the final
+    ``JobStatus.metadata`` of the ``pilot`` executor carries them).
+
+    Times are the pilot's clock (epoch seconds): ``queued_at`` when the pilot accepted the
+    task, ``started_at`` when its process was reported started, ``ended_at`` when its end was
+    settled. ``cpu_seconds`` (user + system) and ``max_rss_bytes`` are what the system gave for
+    the task's process as the process that started it reaped it (``wait4``): its own use and
+    that of the descendants it waited for. ``cores`` is the number of cores given;
+    ``requested_seconds`` its time limit; ``requested_memory_bytes`` the memory reserved for it.
+    """
+
+    queued_at: Optional[float] = None
+    started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+    cpu_seconds: Optional[float] = None
+    max_rss_bytes: Optional[int] = None
+    cores: Optional[int] = None
+    requested_seconds: Optional[float] = None
+    requested_memory_bytes: Optional[int] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        """The figures that are known, by name."""
+        return {name: value for name in self._fields
+                if (value := getattr(self, name)) is not None}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Optional["TaskUse"]:
+        """The figures of :meth:`to_json`'s form that are sound (a value that is not a finite,
+        non-negative number of the field's kind is left out); None for what is no mapping."""
+        if not isinstance(data, Mapping):
+            return None
+        values: Dict[str, Any] = {name: (sound_seconds if name in _USE_SECONDS
+                                         else sound_count)(data.get(name))
+                                  for name in cls._fields}
+        return cls(**values)
+
+
 class TaskEvent(Record):
-    """A task's state changed (given to listeners, in order)."""
+    """A task's state changed (given to listeners, in order); the final one carries the
+    figures of the task's run (``use``)."""
 
     task_id: str
     state: TaskState
@@ -277,6 +356,7 @@ class TaskEvent(Record):
     message: Optional[str] = None
     exit_code: Optional[int] = None
     share: Optional[TaskShare] = None
+    use: Optional[TaskUse] = None
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"task_id": self.task_id, "state": self.state.value,
@@ -287,13 +367,16 @@ class TaskEvent(Record):
             out["exit_code"] = self.exit_code
         if self.share is not None:
             out["share"] = self.share.to_json()
+        if self.use is not None:
+            out["use"] = self.use.to_json()
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "TaskEvent":
         share = data.get("share")
         return cls(data["task_id"], TaskState(data["state"]), data["time"], data.get("message"),
-                   data.get("exit_code"), None if share is None else TaskShare.from_json(share))
+                   data.get("exit_code"), None if share is None else TaskShare.from_json(share),
+                   TaskUse.from_json(data.get("use")))
 
 
 class TaskStatus(Record):
@@ -308,13 +391,17 @@ class TaskStatus(Record):
     directory: str
     started: Optional[float]
     ended: Optional[float]
+    use: Optional[TaskUse] = None  # once it ended
 
     def to_json(self) -> Dict[str, Any]:
-        return {"task_id": self.task_id, "state": self.state.value, "message": self.message,
-                "exit_code": self.exit_code,
-                "share": None if self.share is None else self.share.to_json(),
-                "history": [[t, s.value] for t, s in self.history],
-                "directory": self.directory, "started": self.started, "ended": self.ended}
+        out = {"task_id": self.task_id, "state": self.state.value, "message": self.message,
+               "exit_code": self.exit_code,
+               "share": None if self.share is None else self.share.to_json(),
+               "history": [[t, s.value] for t, s in self.history],
+               "directory": self.directory, "started": self.started, "ended": self.ended}
+        if self.use is not None:
+            out["use"] = self.use.to_json()
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "TaskStatus":
@@ -322,7 +409,8 @@ class TaskStatus(Record):
         return cls(data["task_id"], TaskState(data["state"]), data.get("message"),
                    data.get("exit_code"), None if share is None else TaskShare.from_json(share),
                    tuple((t, TaskState(s)) for t, s in data.get("history", ())),
-                   data.get("directory", ""), data.get("started"), data.get("ended"))
+                   data.get("directory", ""), data.get("started"), data.get("ended"),
+                   TaskUse.from_json(data.get("use")))
 
 
 Listener = Callable[[TaskEvent], None]

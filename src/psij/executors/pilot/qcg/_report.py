@@ -44,8 +44,15 @@ class TaskReport(Record):
     runtime: Optional[timedelta] = None
     exit_code: Optional[int] = None
     message: Optional[str] = None
+    core_ids: Optional[str] = None
+    cpu_seconds: Optional[float] = None
+    max_rss_bytes: Optional[int] = None
 
     def runtime_fields(self) -> Dict[str, str]:
+        """QCG's runtime entries (``allocation``, ``wd``, ``rtime``, ``exit_code``), then the
+        pilot's own of the same kind: ``core_ids`` (the cores given on each node, as
+        ``node[0:1]``), ``cpu_seconds`` (user + system, of the task's process and the
+        descendants it waited for) and ``max_rss_bytes`` (its peak resident memory)."""
         fields: Dict[str, str] = {}
         if self.allocation is not None:
             fields["allocation"] = self.allocation
@@ -55,6 +62,12 @@ class TaskReport(Record):
             fields["rtime"] = str(self.runtime)
         if self.exit_code is not None:
             fields["exit_code"] = str(self.exit_code)
+        if self.core_ids is not None:
+            fields["core_ids"] = self.core_ids
+        if self.cpu_seconds is not None:
+            fields["cpu_seconds"] = f"{self.cpu_seconds:.3f}"
+        if self.max_rss_bytes is not None:
+            fields["max_rss_bytes"] = str(self.max_rss_bytes)
         return fields
 
     def history_text(self) -> str:
@@ -63,8 +76,9 @@ class TaskReport(Record):
 
 def format_report_entry(report: TaskReport) -> str:
     """One entry of ``jobs.report``: the name and final state, the dated history, then the
-    allocation (``node:cores``, comma separated), working directory, run time, exit code and
-    the reason of a failure, each on its own indented line."""
+    allocation (``node:cores``, comma separated), working directory, run time, exit code, the
+    core ids, CPU seconds and peak memory (:meth:`TaskReport.runtime_fields`) and the reason of
+    a failure, each on its own indented line."""
     lines = [f"{report.name} ({report.state})"]
     lines.extend(f"    {when}: {state}" for when, state in report.history)
     lines.extend(f"    {key}: {value}" for key, value in report.runtime_fields().items())

@@ -22,7 +22,9 @@ names another ``wd``, start without a change of directory. Files written there (
 - ``service.log``: what the pilot did, with every response as one line of JSON, as
   ``<time> response to requests[N] (<request>): {...}``, and every task's end;
 - ``jobs.report``: one entry per task as it ends, and one per iterative job once all its
-  iterations have ended (see :mod:`~psij.executors.pilot.qcg._books`);
+  iterations have ended (see :mod:`~psij.executors.pilot.qcg._books`), with QCG's runtime
+  entries and the task's core ids, CPU seconds and peak memory
+  (:meth:`~psij.executors.pilot.qcg._report.TaskReport.runtime_fields`);
 - ``psij-pilot.journal``: the engine's journal, which ``--resume`` reads so that tasks that
   succeeded before a crash are not run again.
 
@@ -568,11 +570,15 @@ class QcgFileRun:
         runtime = None
         if status.started is not None and status.ended is not None:
             runtime = timedelta(seconds=max(0.0, status.ended - status.started))
+        share, use = status.share, status.use
         return TaskReport(
             name=status.task_id, state=qcg_state(status.state), history=tuple(history),
-            allocation=status.share.allocation_text if status.share is not None else None,
-            wd=status.directory if status.share is not None else None, runtime=runtime,
-            exit_code=status.exit_code, message=status.message)
+            allocation=share.allocation_text if share is not None else None,
+            wd=status.directory if share is not None else None, runtime=runtime,
+            exit_code=status.exit_code, message=status.message,
+            core_ids=share.cores_text if share is not None else None,
+            cpu_seconds=None if use is None else use.cpu_seconds,
+            max_rss_bytes=None if use is None else use.max_rss_bytes)
 
     def _task_spec(self, template: TaskTemplate) -> TaskSpec:
         execution = template.execution
