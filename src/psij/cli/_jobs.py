@@ -304,8 +304,7 @@ def _print_json(records: Sequence["JobRecord"], jobs: Dict[str, "Job"]) -> None:
                         updated=_iso(st.time))
             if st.state.final and st.metadata:
                 meta = st.metadata
-                view.update(use_json(meta.get("started_at"), meta.get("ended_at"),
-                                     meta.get("cpu_seconds"), meta.get("max_rss_bytes")))
+                view.update(use_json(meta))
             attempt, rerun = _run_now(job, record.attempt, None)
             if attempt > record.attempt:  # it ran again since it was recorded
                 runs = job.__dict__.get("_runs")
