@@ -23,6 +23,7 @@ from psij._record import Record
 from psij._registry import recorder as _recorder
 from psij._registry import store as _store
 from psij._registry.accounting import USE_KEYS, use_of
+from psij._registry.run_records import RunRecord, run_records
 from psij._registry.store import RegistryError, Row
 from psij.exceptions import InvalidJobException
 from psij.job import CallbackLike, Job, as_callback
@@ -32,8 +33,9 @@ from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
-__all__ = ["AttachError", "JobRecord", "RegistryError", "attach", "find", "flush", "prune",
-           "reattach", "registry_file", "set_prune_age", "set_recording", "set_tag"]
+__all__ = ["AttachError", "JobRecord", "RegistryError", "RunRecord", "attach", "find", "flush",
+           "prune", "reattach", "registry_file", "runs", "set_prune_age", "set_recording",
+           "set_tag"]
 
 MAX_TAG_LENGTH = 1000
 
@@ -348,6 +350,20 @@ def find(ids: Union[str, Iterable[str], None] = None, *, tag: Optional[str] = No
     """
     store, rows = _select(ids, tag, executor, state, work_directory)
     return [_record(row, store.path) for row in rows]
+
+
+def runs(job: Union[str, JobRecord], work_directory: PathLike = None) -> List[RunRecord]:
+    """The runs of a recorded job (its id, or its :class:`JobRecord`), first run first: one
+    per run, its first and each after a requeue or retry, with what each told (state, exit
+    code, cause, native id, times, CPU and memory used, nodes, cores, what it asked for,
+    where its output is). Empty for a job recorded by a version without the table, or before
+    its first status was written. Raises :class:`RegistryError` naming the file when the
+    registry cannot be read."""
+    if isinstance(job, JobRecord):
+        store = _store.open_store(job.registry.parent)
+        return run_records(store, job.id)
+    job_id = _text("job", job)
+    return run_records(_store.open_store(_work_directory(work_directory)), job_id)
 
 
 def _select(ids: Union[str, Iterable[str], None], tag: Optional[str], executor: Optional[str],
