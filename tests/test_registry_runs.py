@@ -104,13 +104,13 @@ def test_a_final_status_fills_the_columns_and_its_run_keeps_the_start(tmp_path: 
     final = {k: v for k, v in FIGURES.items() if k != "started_at"}
     ex.play(job, JobStatus(JobState.COMPLETED, exit_code=0,
                            metadata={**final, "cores": float("nan"), "nodes": "n1,n2"}))
-    [rec] = psij.registry.find(job.id, work_directory=wd)
     assert psij.registry.flush(WAIT)
     [rec] = psij.registry.find(job.id, work_directory=wd)
-    # The job's row holds what its final status told, the NaN left out.
+    # The job's row holds what its final status told, the NaN left out, and the start its
+    # ACTIVE status told.
     assert (rec.queued_at, rec.nodes, rec.cores, rec.requested_memory_bytes,
             rec.requested_seconds, rec.started_at) == (
-        FIGURES["queued_at"], "n1,n2", None, 4 << 30, 3600.0, None)
+        FIGURES["queued_at"], "n1,n2", None, 4 << 30, 3600.0, FIGURES["started_at"])
     view = rec.to_json()
     assert view["queued_at"] == "2023-11-14T22:13:20.000+00:00"
     assert (view["nodes"], view["cores"], view["requested_seconds"]) == ("n1,n2", None, 3600.0)
@@ -389,10 +389,15 @@ def test_status_runs_lists_each_run_as_a_table_and_as_json(home: Path) -> None:
     done = _psij(home, "status", "--runs", job.id[:8])
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].split()[:4] == ["RUN", "NATIVE_ID", "STATE", "EXIT"]
-    assert lines[1].split()[:6] == ["1", "n1", "FAILED", "137", "out_of_memory", "-"]
-    assert lines[2].split()[:4] == ["2", "n2", "COMPLETED", "0"]
-    assert f"{home}/o.1" in lines[1] and lines[2].rstrip().endswith(f"{home}/o")
+    assert lines[0].split() == ["RUN", "NATIVE_ID", "STATE", "EXIT", "CAUSE", "STARTED",
+                                "WAIT_S", "RUN_S", "CPU_S", "MAX_RSS", "NODES", "STDOUT"]
+    # (The played runs start at 100 s and 200 s after the epoch, before they were queued:
+    # no wait is shown; the infinite CPU time of the first was left out.)
+    assert lines[1].split() == ["1", "n1", "FAILED", "137", "out_of_memory",
+                                "1970-01-01T00:01:40Z", "-", "50.0", "-", "1000B", "-",
+                                f"{home}/o.1"]
+    assert lines[2].split() == ["2", "n2", "COMPLETED", "0", "-", "1970-01-01T00:03:20Z", "-",
+                                "50.0", "-", "-", "-", f"{home}/o"]
     shown = _psij(home, "status", "--runs", job.id, "--json")
     assert shown.returncode == 0, shown.stderr
     runs: List[Dict[str, Any]] = json.loads(shown.stdout)
@@ -401,6 +406,14 @@ def test_status_runs_lists_each_run_as_a_table_and_as_json(home: Path) -> None:
     assert runs[0]["started_at"] == "1970-01-01T00:01:40.000+00:00"
     assert runs[0]["max_rss_bytes"] == 1000 and runs[0]["stdout_path"] == f"{home}/o.1"
     assert runs[0]["job_id"] == job.id
+    # The job's own view carries the figures of its last run.
+    for command in ("list", "status"):
+        listed = _psij(home, command, "--json", *([job.id] if command == "status" else []))
+        assert listed.returncode == 0, listed.stderr
+        [view] = json.loads(listed.stdout)
+        assert (view["attempt"], view["started_at"], view["ended_at"]) == (
+            2, "1970-01-01T00:03:20.000+00:00", "1970-01-01T00:04:10.000+00:00")
+        assert all(key in view for key in (*USE_KEYS, "held_from", "held_to"))
 
 
 @pytest.mark.parametrize("args, text", [

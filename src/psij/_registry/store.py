@@ -99,6 +99,7 @@ ADDED_COLUMNS = (
 USE_COLUMNS = USE_KEYS
 # The columns a status recording writes (the held marker is written apart: ``mark_held``).
 STATUS_COLUMNS = (*COLUMNS[:COLUMNS.index("held")], "cause", *USE_COLUMNS)
+_FINAL_AT = STATUS_COLUMNS.index("final")
 # The columns of a held job's row (``mark_held``): its status, then its marker.
 HELD_COLUMNS = (*STATUS_COLUMNS, "held", "holder")
 Row = Tuple[Any, ...]
@@ -305,6 +306,9 @@ class Store:
                     conn.executemany(_UPDATE, updates)
                 if job_runs:
                     conn.executemany(_runs.UPSERT, job_runs)
+                    final = [(row[0],) for row in rows if row[_FINAL_AT]]
+                    final += [(update[9],) for update in updates if update[6]]
+                    conn.executemany(_runs.FILL_JOB_SQL, final)
                 if kept:
                     conn.executemany(_runs.KEEP_SQL, kept)
                 now = wall_time()
