@@ -228,6 +228,33 @@ def test_held_from_and_to_are_recorded_when_psij_holds_a_job(tmp_path: Path) -> 
     assert again.held_to == done.held_to
 
 
+def test_a_batch_job_held_by_the_cap_shows_how_long_psij_held_it(tmp_path: Path) -> None:
+    cfg = BatchTestExecutorConfig(work_directory=tmp_path / "w", queue_polling_interval=0.1,
+                                  initial_queue_polling_delay=0.05, keep_finished=0.5,
+                                  max_queued_per_shape=1)
+    ex = JobExecutor.get_instance("batch-test", config=cfg)
+    try:
+        jobs = [Job(JobSpec("/bin/sleep", ["1"])) for _ in range(2)]
+        for job in jobs:
+            ex.submit(job)
+        for job in jobs:
+            st = job.wait(WAIT)
+            assert st is not None and st.state is JobState.COMPLETED, st
+    finally:
+        ex.close()
+    assert psij.registry.flush(WAIT)
+    first, second = psij.registry.find([j.id for j in jobs], work_directory=cfg.work_directory)
+    assert (first.held_from, first.held_to) == (None, None)
+    assert second.held_from is not None and second.held_to is not None
+    assert second.held_from <= second.held_to
+    view = second.to_json()
+    assert view["held_from"] is not None and view["held_to"] is not None
+    # It was given to the scheduler once the cap let it go, after it was held.
+    [run] = psij.registry.runs(second)
+    assert (run.held_from, run.held_to) == (second.held_from, second.held_to)
+    assert run.queued_at is not None and second.held_from <= run.queued_at
+
+
 def test_a_job_never_held_has_no_held_times(tmp_path: Path) -> None:
     wd = tmp_path / "work"
     ex = Told(wd)
