@@ -351,14 +351,15 @@ def test_hostile_values_written_by_another_program_are_not_read_back(tmp_path: P
 
 # -- a batch job's output, each run kept ---------------------------------------------------
 
-def test_a_requeued_batch_job_keeps_the_output_of_each_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["out", "o 'q' \"$(x)\" `y` * é"])
+def test_a_requeued_batch_job_keeps_the_output_of_each_run(tmp_path: Path, name: str) -> None:
     cfg = BatchTestExecutorConfig(work_directory=tmp_path / "work", queue_polling_interval=0.1,
                                   initial_queue_polling_delay=0.05, keep_finished=0.5)
     ex = JobExecutor.get_instance("batch-test", config=cfg)
     try:
         job = Job(JobSpec("/bin/bash", ["-c", 'echo "run $PSIJ_ATTEMPT"; echo "e$PSIJ_ATTEMPT" '
                                         '>&2; [ "$PSIJ_ATTEMPT" = 1 ] && exit 85; exit 0'],
-                          stdout_path=Path("out"), stderr_path=tmp_path / "err",
+                          stdout_path=Path(name), stderr_path=tmp_path / "err",
                           directory=tmp_path,
                           attributes=JobAttributes(custom_attributes={"psij.requeue": 1})))
         ex.submit(job)
@@ -367,17 +368,18 @@ def test_a_requeued_batch_job_keeps_the_output_of_each_run(tmp_path: Path) -> No
         assert st is not None and st.state is JobState.COMPLETED, st
     finally:
         ex.close()
-    assert (tmp_path / "out.1").read_text() == "run 1\n"
-    assert (tmp_path / "out").read_text() == "run 2\n"
+    assert (tmp_path / f"{name}.1").read_text() == "run 1\n"
+    assert (tmp_path / name).read_text() == "run 2\n"
     assert (tmp_path / "err.1").read_text() == "e1\n"
     assert (tmp_path / "err").read_text() == "e2\n"
-    assert not (tmp_path / "out.2").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == sorted(
+        [name, f"{name}.1", "err", "err.1"])
     one, two = _runs(cfg.work_directory, job.id)
     assert (one.run, one.native_id, one.state, one.exit_code, one.cause) == (
         1, first, "FAILED", 85, "checkpoint")
     assert (two.run, two.native_id, two.state, two.exit_code) == (
         2, job.native_id, "COMPLETED", 0)
-    assert one.stdout_path == f"{tmp_path}/out.1" and two.stdout_path == f"{tmp_path}/out"
+    assert (one.stdout_path, two.stdout_path) == (f"{tmp_path}/{name}.1", f"{tmp_path}/{name}")
     assert one.stderr_path == f"{tmp_path}/err.1" and two.stderr_path == f"{tmp_path}/err"
 
 
@@ -461,3 +463,32 @@ def test_status_runs_takes_one_job(home: Path) -> None:
     done = _psij(home, "status", "--runs", "--all")
     assert done.returncode == 2 and "--runs" in done.stderr, done.stderr
 
+
+
+@pytest.mark.parametrize("name", ["pbs", "pbs_classic", "lsf", "cobalt", "flux", "nqsv"])
+def test_each_scheduler_script_moves_an_earlier_runs_output_aside(name: str,
+                                                                  tmp_path: Path) -> None:
+    from psij import _retry
+    from support.batch_sites import full_job, make
+
+    job = full_job(name)
+    assert job.spec is not None
+    job.spec.attributes.custom_attributes = {
+        **(job.spec.attributes.custom_attributes or {}), "psij.requeue": 1}
+    job.__dict__["_runs"] = _retry.check_job(job.spec)
+    text = make(name, tmp_path / "work").submit_script(job)
+    check = subprocess.run(["bash", "-n"], input=text.encode(), capture_output=True)
+    assert check.returncode == 0, check.stderr.decode()
+    assert "other" not in text and "slurm" not in text
+    # Both of the job's paths, each a single word whatever it holds.
+    assert "_psij_run=$((1 + _psij_starts))" in text
+    loop = next(line for line in text.splitlines() if "for _psij_path in" in line)
+    words = loop.strip()[len("for _psij_path in "):-len("; do")]
+    shown = subprocess.run(["bash", "-c", f"for p in {words}; do printf '%s\\0' \"$p\"; done"],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert shown.stdout.split("\0")[:-1] == [str(job.spec.stdout_path),
+                                             str(job.spec.stderr_path)], loop
+    # A job that may not run again has nothing to keep.
+    plain = full_job(name)
+    plain.__dict__["_runs"] = None
+    assert "_psij_path" not in make(name, tmp_path / "work2").submit_script(plain)
