@@ -19,7 +19,7 @@ class RunRecord(Record):
 
     job_id: str
     run: int
-    """Its number: 1 for the job's first run, 2 for the one after it, ..."""
+    """Its number, 1 for the job's first run, 2 for the one after it, and so on."""
     native_id: Optional[str]
     """The scheduler's id of the run (a requeued run keeps the id of the one before)."""
     state: str
