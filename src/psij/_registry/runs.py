@@ -87,13 +87,11 @@ KEEP_SQL = ("UPDATE runs SET stdout_path = CASE WHEN stdout_path = ?1 THEN ?1 ||
 HELD_SQL = ("UPDATE runs SET held_from = (SELECT held_from FROM jobs WHERE id = ?1), "
             "held_to = (SELECT held_to FROM jobs WHERE id = ?1) WHERE job_id = ?1 AND "
             "run = (SELECT attempt FROM jobs WHERE id = ?1)")
-# A final job's row takes the figures its last run's earlier statuses told that its final
-# status did not (a start an ACTIVE status carried). Parameter: job id.
-FILL_JOB_SQL = (
-    "UPDATE jobs SET "
-    + ", ".join(f"{name} = coalesce({name}, (SELECT r.{name} FROM runs r WHERE r.job_id = "
-                f"jobs.id AND r.run = jobs.attempt))" for name in USE_KEYS if name != "queued_at")
-    + " WHERE id = ?1 AND final = 1")
+# A final job's row takes the start its last run's earlier statuses told when its final
+# status did not (the ACTIVE status a batch job's start file gives). Parameter: job id.
+FILL_JOB_SQL = ("UPDATE jobs SET started_at = (SELECT r.started_at FROM runs r WHERE r.job_id "
+                "= jobs.id AND r.run = jobs.attempt) WHERE id = ?1 AND final = 1 AND "
+                "started_at IS NULL")
 PRUNE_SQL = "DELETE FROM runs WHERE job_id NOT IN (SELECT id FROM jobs)"
 
 # A run's row as written: the values of ``WRITTEN``.
