@@ -268,6 +268,30 @@ def test_a_job_never_held_has_no_held_times(tmp_path: Path) -> None:
     assert (rec.held_from, rec.held_to) == (None, None)
 
 
+def test_a_final_state_only_the_jobs_row_has_is_its_last_runs(tmp_path: Path) -> None:
+    # The local executor's keeper writes the final state of a job whose submitter is gone
+    # into the job's row alone.
+    from psij.executors.local._keeper_rows import FINAL_SQL
+
+    wd = tmp_path / "work"
+    ex = Told(wd)
+    job = _job()
+    ex.submit(job)
+    ex.play(job, JobStatus(JobState.QUEUED, metadata={"native_id": "77"}),
+            JobStatus(JobState.ACTIVE))
+    assert psij.registry.flush(WAIT)
+    conn = sqlite3.connect(wd / "jobs.sqlite")
+    try:
+        with conn:
+            conn.execute(FINAL_SQL, ("FAILED", 6, 3, "exit 3", time.time(), 1.0, 2.0, 0.5, 4096,
+                                     job.id))
+    finally:
+        conn.close()
+    [run] = psij.registry.runs(job.id, work_directory=wd)
+    assert (run.state, run.exit_code, run.message, run.started_at, run.cpu_seconds,
+            run.max_rss_bytes) == ("FAILED", 3, "exit 3", 1.0, 0.5, 4096)
+
+
 # -- a registry made before ------------------------------------------------------------------
 
 _OLD_COLUMNS = (
