@@ -459,6 +459,10 @@ def test_status_runs_lists_each_run_as_a_table_and_as_json(home: Path) -> None:
     assert runs[0]["started_at"] == "1970-01-01T00:01:40.000+00:00"
     assert runs[0]["max_rss_bytes"] == 1000 and runs[0]["stdout_path"] == f"{home}/o.1"
     assert runs[0]["job_id"] == job.id
+    # The native id of its first run names it too (its row has the second run's).
+    by_first = _psij(home, "status", "--runs", "n1", "--json")
+    assert by_first.returncode == 0, by_first.stderr
+    assert [r["run"] for r in json.loads(by_first.stdout)] == [1, 2]
     # The job's own view carries the figures of its last run.
     for command in ("list", "status"):
         listed = _psij(home, command, "--json", *([job.id] if command == "status" else []))

@@ -434,6 +434,14 @@ class Store:
         """The runs of ``job_id`` (:data:`psij._registry.runs.COLUMNS`), first run first."""
         return self._call("read runs", lambda conn: _runs.read(conn, job_id))
 
+    def run_jobs(self, native_id: str) -> List[str]:
+        """The ids of the jobs one of whose runs had ``native_id``, oldest first."""
+        def run(conn: sqlite3.Connection) -> List[str]:
+            return [r[0] for r in conn.execute(
+                "SELECT job_id FROM runs WHERE native_id = ? GROUP BY job_id "
+                "ORDER BY min(updated)", (native_id,))]
+        return self._call("read runs", run)
+
     def named(self, word: str, prefix_from: int, number: Optional[str],
               columns: Sequence[str] = COLUMNS) -> List[Row]:
         """Rows (of ``columns``) that ``word`` may name, oldest first: its job id, job ids it

@@ -26,7 +26,8 @@ _HEAD = ("RUN", "NATIVE_ID", "STATE", "EXIT", "CAUSE", "STARTED", "WAIT_S", "RUN
 
 
 def print_runs(args: "argparse.Namespace") -> int:
-    """Print the runs of the one job ``args.ids`` names; ValueError for anything else."""
+    """Print the runs of the one job ``args.ids`` names (as every command names jobs, or by
+    the native id of one of its earlier runs); ValueError for anything else."""
     from psij import registry
     from psij.cli._names import resolve
 
@@ -34,13 +35,29 @@ def print_runs(args: "argparse.Namespace") -> int:
     if args.tag is not None or getattr(args, "all", False) or len(ids) != 1:
         raise ValueError("--runs: name exactly one job (its psij id, a prefix of it, or its "
                          "native id), not --tag or --all")
-    [job_id] = resolve(ids)
+    try:
+        [job_id] = resolve(ids)
+    except ValueError:
+        # The native id of an earlier run (psij submitted the next one under a new id).
+        found = _of_earlier_run(ids[0])
+        if found is None:
+            raise
+        job_id = found
     runs = registry.runs(job_id)
     if args.json:
         sys.stdout.write(json.dumps([r.to_json() for r in runs], indent=1) + "\n")
     else:
         _table(runs)
     return 0
+
+
+def _of_earlier_run(word: str) -> Optional[str]:
+    """The one job an earlier run of which had the native id ``word``, else None."""
+    from psij import registry
+    from psij._registry.store import open_store
+
+    jobs = open_store(registry._work_directory(None)).run_jobs(word)
+    return jobs[0] if len(jobs) == 1 else None
 
 
 def _cell(text: Optional[str]) -> str:
