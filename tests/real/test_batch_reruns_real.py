@@ -308,7 +308,8 @@ def sge(tmp_path: Path) -> Iterator[JobExecutor]:
 
 @pytest.mark.sge
 def test_sge_a_rescheduled_job_is_queued_again(sge: JobExecutor, tmp_path: Path) -> None:
-    w = Watched(_bash(tmp_path / "job", 'echo "${PSIJ_ATTEMPT} ${RESTARTED:-0}" >> runs; '
+    w = Watched(_bash(tmp_path / "job", 'echo "run ${PSIJ_ATTEMPT}"; '
+                      'echo "${PSIJ_ATTEMPT} ${RESTARTED:-0}" >> runs; '
                       '[ "${RESTARTED:-0}" = 0 ] && { sleep 300 & wait; }; exit 0',
                       {"psij.requeue": 1}), tmp_path / "job")
     try:
@@ -328,6 +329,8 @@ def test_sge_a_rescheduled_job_is_queued_again(sge: JobExecutor, tmp_path: Path)
         _, again = w.queued_again()
         assert (again.metadata or {})["attempt"] == 2 and w.job.native_id == nid
         assert (w.folder / "runs").read_text().splitlines() == ["1 0", "2 1"]
+        assert (w.folder / "out.1").read_text() == "run 1\n"  # each run's output kept
+        assert (w.folder / "out").read_text() == "run 2\n"
         _report("qmod -rj", w.submitted, rescheduled, w)
     finally:
         if not w.job.status.state.final:
