@@ -520,3 +520,23 @@ def test_each_scheduler_script_moves_an_earlier_runs_output_aside(name: str,
     plain = full_job(name)
     plain.__dict__["_runs"] = None
     assert "_psij_path" not in make(name, tmp_path / "work2").submit_script(plain)
+
+
+def test_a_local_job_run_again_has_each_runs_measured_figures(tmp_path: Path) -> None:
+    ex = JobExecutor.get_instance("local", config=JobExecutorConfig(
+        work_directory=tmp_path / "work"))
+    job = Job(JobSpec("/bin/bash", ["-c", '[ "$PSIJ_ATTEMPT" = 1 ] && exit 85; exit 0'],
+                      attributes=JobAttributes(custom_attributes={"psij.requeue": 1})))
+    ex.submit(job)
+    st = job.wait(WAIT)
+    assert st is not None and st.state is JobState.COMPLETED, st
+    one, two = _runs(tmp_path / "work", job.id)
+    assert (one.run, one.state, one.exit_code, one.cause) == (1, "FAILED", 85, "checkpoint")
+    assert (two.run, two.state, two.exit_code) == (2, "COMPLETED", 0)
+    assert one.native_id != two.native_id
+    for run in (one, two):  # measured by the local executor, each run its own
+        assert run.started_at is not None and run.ended_at is not None
+        assert run.started_at <= run.ended_at
+        assert run.cpu_seconds is not None and run.max_rss_bytes is not None
+    assert one.ended_at is not None and two.started_at is not None
+    assert one.ended_at <= two.started_at
