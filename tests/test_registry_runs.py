@@ -1,9 +1,12 @@
 """The registry's figures of a job's runs: the columns of ``jobs`` a final status fills
-(queued_at, nodes, cores, requested memory and duration; hostile values left out), psij's own
-holding (held_from, held_to), the ``runs`` table (one row per run, the run before a rerun
-ended with its cause and figures), each run's output kept (``<path>.<run>`` on the batch
-executors, for a real run of the fake batch-test scheduler), a registry made by the version
-before these columns opened and written, and ``psij status --runs``."""
+(queued_at, nodes, cores, requested memory and duration; hostile values left out, also when
+read back), psij's own holding (held_from, held_to; by hand and by a batch executor's cap),
+the ``runs`` table (one row per run, the run before a rerun ended with its cause and figures;
+a local job's measured runs; a final state only the keeper wrote), each run's output kept
+(``<path>.<run>`` on the batch executors: real runs of the fake batch-test scheduler, and every
+scheduler's script), a registry made by the version before these columns opened and written,
+and ``psij status --runs``. The figures the schedulers' accounting gives are fed as status
+metadata here; tests/real checks a real Slurm and Grid Engine requeue."""
 
 import json
 import math

@@ -309,8 +309,9 @@ def _print_json(records: Sequence["JobRecord"], jobs: Dict[str, "Job"]) -> None:
                         exit_code=st.exit_code, cause=cause_of(st), message=st.message,
                         updated=_iso(st.time))
             if st.state.final and st.metadata:
-                meta = st.metadata
-                view.update(use_json(meta))
+                # What the live status tells, over what was recorded (a start the registry
+                # has from an earlier status stays).
+                view.update({k: v for k, v in use_json(st.metadata).items() if v is not None})
             attempt, rerun = _run_now(job, record.attempt, None)
             if attempt > record.attempt:  # it ran again since it was recorded
                 runs = job.__dict__.get("_runs")
