@@ -543,3 +543,25 @@ def test_a_local_job_run_again_has_each_runs_measured_figures(tmp_path: Path) ->
         assert run.cpu_seconds is not None and run.max_rss_bytes is not None
     assert one.ended_at is not None and two.started_at is not None
     assert one.ended_at <= two.started_at
+
+
+def test_a_local_job_held_for_its_stage_in_has_held_times(tmp_path: Path) -> None:
+    from psij.staging import StageIn
+
+    source = tmp_path / "source.txt"
+    source.write_text("x")
+    ex = JobExecutor.get_instance("local", config=JobExecutorConfig(
+        work_directory=tmp_path / "work"))
+    job = Job(JobSpec("/bin/true", directory=tmp_path, stage_in={StageIn(source, "in.txt")}))
+    plain = Job(JobSpec("/bin/true"))
+    for j in (job, plain):
+        ex.submit(j)
+        st = j.wait(WAIT)
+        assert st is not None and st.state is JobState.COMPLETED, st
+    assert psij.registry.flush(WAIT)
+    staged, other = psij.registry.find([job.id, plain.id], work_directory=tmp_path / "work")
+    assert staged.held_from is not None and staged.held_to is not None
+    assert staged.held_from <= staged.held_to
+    # Held from submit until a keeper had its start (told once it started).
+    assert staged.started_at is not None and staged.held_from <= staged.started_at
+    assert (other.held_from, other.held_to) == (None, None)
