@@ -565,3 +565,18 @@ def test_a_local_job_held_for_its_stage_in_has_held_times(tmp_path: Path) -> Non
     # Held from submit until a keeper had its start (told once it started).
     assert staged.started_at is not None and staged.held_from <= staged.started_at
     assert (other.held_from, other.held_to) == (None, None)
+
+
+def test_a_status_telling_its_run_is_recorded_in_that_run(tmp_path: Path) -> None:
+    # A job that may not run again, which its scheduler ran a second time all the same.
+    wd = tmp_path / "work"
+    ex = Told(wd)
+    job = _job()
+    ex.submit(job)
+    ex.play(job, JobStatus(JobState.QUEUED, metadata={"native_id": "77"}))
+    assert psij.registry.flush(WAIT)
+    ex.play(job, JobStatus(JobState.COMPLETED, exit_code=0, metadata={"run": 2}))
+    runs = _runs(wd, job.id)
+    assert [(r.run, r.state) for r in runs] == [(1, "QUEUED"), (2, "COMPLETED")]
+    [rec] = psij.registry.find(job.id, work_directory=wd)
+    assert rec.attempt == 2

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tupl
 from psij._clock import Clock, MonotonicClock, wall_time
 from psij._lazylog import LazyLogger
 from psij._registry.accounting import NO_USE, use_of
-from psij._registry.runs import keeps_outputs, merged, previous_run, run_rows
+from psij._registry.runs import keeps_outputs, merged, previous_run, run_figures, run_rows
 
 if TYPE_CHECKING:
     from psij._registry.store import Row, RunRecord, Store, Update
@@ -221,10 +221,12 @@ def record(executor: JobExecutor, job: Job) -> None:
         state = status.state
         attempt, rerun = run_of(job, status)
         figures = use_of(status.metadata, True)
+        now = wall_time()
         values = (job._native_id, state.name, state.order, status.exit_code, status.message,
-                  wall_time(), state.final, attempt, rerun, cause_of(status),
+                  now, state.final, attempt, rerun, cause_of(status),
                   figures if state.final else NO_USE,
-                  (figures, keeps_outputs(executor), previous_run(status, attempt)))
+                  (run_figures(figures, state.name, job._native_id, now),
+                   keeps_outputs(executor), previous_run(status, attempt)))
         first = _RECORDED_ATTR not in job.__dict__
         job.__dict__[_RECORDED_ATTR] = True
         _WRITER.put((executor, job, first, values))
@@ -243,14 +245,17 @@ def cause_of(status: JobStatus) -> Optional[str]:
 def run_of(job: Job, status: JobStatus) -> Tuple[int, Optional[Tuple[Any, ...]]]:
     """The job's attempt (1 for its first run) and, from its second run on, its last rerun:
     (kind, cause, requeues, retries), from the runs its executor counts
-    (:mod:`psij._retry`) or, for a job without them, the attempt its status metadata holds."""
+    (:mod:`psij._retry`) or, for a job without them, the attempt (or run) its status metadata
+    holds."""
     runs = job.__dict__.get("_runs")
     meta = status.metadata
     if meta and isinstance(meta.get("rerun"), str):  # the status that starts a run
         cause = meta.get("cause")
         job.__dict__[RERUN_ATTR] = (meta["rerun"][:_WORD],
                                     cause[:_WORD] if isinstance(cause, str) else None)
-    attempt = runs.attempt if runs is not None else (meta or {}).get("attempt")
+    # (A status's "attempt", or its "run": the run of a job its scheduler requeued.)
+    attempt = runs.attempt if runs is not None else \
+        (meta or {}).get("attempt", (meta or {}).get("run"))
     # What a status says (another host's, a plugin's) is not trusted to fit the column.
     if isinstance(attempt, bool) or not isinstance(attempt, int) \
             or not 1 < attempt <= MAX_ATTEMPT:

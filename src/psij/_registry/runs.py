@@ -24,8 +24,8 @@ from typing import Any, List, Optional, Tuple
 
 from psij._registry.accounting import NO_USE, USE_KEYS, use_of
 
-__all__ = ["COLUMNS", "KEEP_SQL", "SCHEMA", "UPSERT", "keeps_outputs", "previous_run", "read",
-           "run_rows"]
+__all__ = ["COLUMNS", "KEEP_SQL", "SCHEMA", "UPSERT", "keeps_outputs", "merged", "previous_run",
+           "read", "run_figures", "run_rows"]
 
 # The columns of a run's row, in table order; the row written (``UPSERT``) has them all but
 # ``held_from`` and ``held_to``, taken from the job's row.
@@ -171,9 +171,6 @@ def run_rows(job: Any, values: Tuple[Any, ...]
         values[:12] if len(values) > 11 else (*values, None)
     figures, keeps, previous = run if run is not None else (NO_USE, False, None)
     stdout, stderr = _output_paths(job)
-    if figures[4] is None and state == "QUEUED" and native_id is not None:
-        # Given to its scheduler: queued then, if no status said when.
-        figures = (*figures[:4], now, *figures[5:])
     rows = [(job.id, attempt, _text(native_id), state, rank, exit_code, cause, _text(message),
              now, *figures, stdout, stderr)]
     if previous is not None:
@@ -190,6 +187,15 @@ def run_rows(job: Any, values: Tuple[Any, ...]
 
 _ACTIVE_RANK = 3  # JobState.ACTIVE.order
 _FINAL_RANK = 6  # the final states' order
+
+
+def run_figures(figures: Tuple[Any, ...], state: str, native_id: Optional[str],
+                now: float) -> Tuple[Any, ...]:
+    """The figures a status tells of its run: ``figures``, with ``queued_at`` the time psij
+    recorded a QUEUED status with a native id (given to its scheduler) when none said when."""
+    if figures[4] is None and state == "QUEUED" and native_id is not None:
+        return (*figures[:4], now, *figures[5:])
+    return figures
 
 
 def merged(keep: Tuple[Any, ...], other: Tuple[Any, ...]) -> Tuple[Any, ...]:
