@@ -580,3 +580,28 @@ def test_a_status_telling_its_run_is_recorded_in_that_run(tmp_path: Path) -> Non
     assert [(r.run, r.state) for r in runs] == [(1, "QUEUED"), (2, "COMPLETED")]
     [rec] = psij.registry.find(job.id, work_directory=wd)
     assert rec.attempt == 2
+
+
+def test_a_batch_job_retried_with_a_longer_duration_keeps_each_runs_output(
+        tmp_path: Path) -> None:
+    cfg = BatchTestExecutorConfig(work_directory=tmp_path / "work", queue_polling_interval=0.1,
+                                  initial_queue_polling_delay=0.05, keep_finished=0.5)
+    ex = JobExecutor.get_instance("batch-test", config=cfg)
+    try:
+        job = Job(JobSpec("/bin/bash", ["-c", 'echo "run $PSIJ_ATTEMPT"; '
+                                        '[ "$PSIJ_ATTEMPT" = 1 ] && sleep 30; exit 0'],
+                          stdout_path=tmp_path / "out", directory=tmp_path,
+                          attributes=JobAttributes(duration=timedelta(seconds=2),
+                                                   custom_attributes={
+                              "psij.retry": "attempts=2,on=time_limit,duration=3"})))
+        ex.submit(job)
+        st = job.wait(WAIT)
+        assert st is not None and st.state is JobState.COMPLETED, st
+    finally:
+        ex.close()
+    assert (tmp_path / "out.1").read_text() == "run 1\n"
+    assert (tmp_path / "out").read_text() == "run 2\n"
+    one, two = _runs(cfg.work_directory, job.id)
+    assert (one.state, one.cause, two.state) == ("FAILED", "time_limit", "COMPLETED")
+    assert one.native_id != two.native_id
+    assert (one.stdout_path, two.stdout_path) == (f"{tmp_path}/out.1", f"{tmp_path}/out")
