@@ -188,6 +188,7 @@ print(json.dumps({"queued_s": t_queued, "all_s": time.perf_counter() - t0, "flus
 _FILL = r"""
 import sys, time, uuid
 from pathlib import Path
+from psij._registry.accounting import NO_USE
 from psij._registry.store import open_store
 wd, n = Path(sys.argv[1]), int(sys.argv[2])
 store = open_store(wd)
@@ -195,7 +196,7 @@ now = time.time()
 rows = [(str(uuid.uuid4()), "local", "0.1.0", None, "{}", str(10000 + i),
          '{"executable": "/bin/true"}', "t%d" % (i % 10), now - n + i,
          "COMPLETED" if i % 7 else "FAILED", 6, 0 if i % 7 else 1, None, now - n + i, 1,
-         1, None, None, None, None, None, None)
+         1, None, None, *NO_USE)
         for i in range(n)]
 store.write(rows, [])
 """

@@ -15,6 +15,7 @@ import pytest
 
 import psij.registry
 from psij import Job, JobExecutor, JobExecutorConfig, JobSpec, JobState
+from psij._registry.accounting import NO_USE
 from real.test_batch_real import _scheduler_problem
 
 PSIJ = str(Path(sys.executable).parent / "psij")
@@ -152,7 +153,7 @@ def test_piping_into_head_ends_quietly(home: Path) -> None:
     wd = home / ".psij" / "work"
     store = open_store(wd)
     store.write([(f"job-{i:05}", "local", "0", None, "{}", str(i), None, "t", float(i),
-                  "COMPLETED", 6, 0, None, float(i), 1, 1, None, None, None, None, None, None)
+                  "COMPLETED", 6, 0, None, float(i), 1, 1, None, None, *NO_USE)
                  for i in range(5000)],
                 [])
     for command in ("list", "status --all", "list --json"):
@@ -236,9 +237,9 @@ def test_status_shows_the_attempt_and_last_rerun_of_a_job_run_again(home: Path) 
     now = time.time()
     open_store(wd).write([
         ("job-again", "local", "0", None, "{}", "77", None, None, now, "COMPLETED", 6, 0, None,
-         now, 1, 3, rerun, None, None, None, None, None),
+         now, 1, 3, rerun, None, *NO_USE),
         ("job-once", "local", "0", None, "{}", "78", None, None, now, "FAILED", 6, 2,
-         "exit 2", now, 1, 1, None, None, None, None, None, None)], [])
+         "exit 2", now, 1, 1, None, None, *NO_USE)], [])
     for command in (["status", "job-again", "job-once"], ["list"]):
         done = psij_cmd(home, *command)
         assert done.returncode == 0, done.stderr

@@ -37,6 +37,7 @@ def home(tmp_path: Path) -> Path:
 
 
 def fill(home: Path, *extra: Any) -> None:
+    from psij._registry.accounting import NO_USE
     from psij._registry.store import open_store
 
     now = time.time()
@@ -44,7 +45,7 @@ def fill(home: Path, *extra: Any) -> None:
     def row(job_id: str, executor: str, native: str, state: str = "COMPLETED",
             message: Optional[str] = None, cause: Optional[str] = None) -> Any:
         return (job_id, executor, "0", None, "{}", native, None, None, now, state, 6, 0,
-                message, now, 1, 1, None, cause, None, None, None, None)
+                message, now, 1, 1, None, cause, *NO_USE)
 
     open_store(home / ".psij" / "work").write([
         row(A, "slurm", "2415", "FAILED", LONG, "time_limit"), row(B, "sge", "2415"),
@@ -269,8 +270,10 @@ def test_a_registry_made_before_the_cause_column_gets_it(home: Path) -> None:
         columns = [r[1] for r in conn.execute("PRAGMA table_info(jobs)")]
     finally:
         conn.close()
-    assert columns[-7:] == ["held", "holder", "cause", "started_at", "ended_at", "cpu_seconds",
-                            "max_rss_bytes"]
+    assert columns[-14:] == ["held", "holder", "cause", "started_at", "ended_at",
+                             "cpu_seconds", "max_rss_bytes", "queued_at", "nodes", "cores",
+                             "requested_memory_bytes", "requested_seconds", "held_from",
+                             "held_to"]
 
 
 @pytest.mark.slurm

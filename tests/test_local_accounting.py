@@ -144,7 +144,7 @@ def test_a_job_not_final_has_no_figures_in_its_record(tmp_path: Path) -> None:
     assert use_of({"started_at": True, "ended_at": "1", "cpu_seconds": None,
                    "max_rss_bytes": 2.5}, True) == NO_USE
     assert use_of({"started_at": 1, "ended_at": 2.5, "cpu_seconds": 0,
-                   "max_rss_bytes": 4096}, True) == (1.0, 2.5, 0.0, 4096)
+                   "max_rss_bytes": 4096}, True)[:4] == (1.0, 2.5, 0.0, 4096)
 
 
 CHILD = r"""

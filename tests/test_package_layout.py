@@ -29,12 +29,13 @@ CONTROLLER_NAMES = [
     "Tick", "TimerFired", "exit_code_for_signal",
 ]
 
-REGISTRY_NAMES = ["AttachError", "JobRecord", "RegistryError", "attach", "find", "flush", "prune",
-                  "reattach", "registry_file", "set_prune_age", "set_recording", "set_tag"]
+REGISTRY_NAMES = ["AttachError", "JobRecord", "RegistryError", "RunRecord", "attach", "find",
+                  "flush", "prune", "reattach", "registry_file", "runs", "set_prune_age",
+                  "set_recording", "set_tag"]
 
 # What other modules of psij (the ``psij`` commands) read from psij.registry besides __all__.
 REGISTRY_USED = ["MAX_TAG_LENGTH", "_check_tag", "_iso", "_recorded_config", "_select",
-                 "_work_directory"]
+                 "_work_directory", "use_json"]
 
 
 def run_fresh(code: str, cwd: Path) -> Any:
@@ -91,7 +92,8 @@ def test_a_registry_name_is_the_object_its_defining_module_holds(name: str) -> N
 def test_the_registry_s_private_parts_are_one_package_that_imports_nothing_at_its_top() -> None:
     package = SRC / "_registry"
     assert sorted(p.name for p in package.glob("*.py")) == [
-        "__init__.py", "accounting.py", "durable.py", "held.py", "recorder.py", "store.py"]
+        "__init__.py", "accounting.py", "durable.py", "held.py", "recorder.py",
+        "run_records.py", "runs.py", "store.py"]
     assert sorted(p.name for p in SRC.glob("*registry*.py")) == ["registry.py"]
     init = ast.parse((package / "__init__.py").read_text())
     assert ast.get_docstring(init)

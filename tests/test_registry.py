@@ -165,13 +165,13 @@ def test_many_processes_submit_at_once(tmp_path: Path) -> None:
 
 
 def _fill(wd: Path, ages: List[Any]) -> None:
+    from psij._registry.accounting import NO_USE
     from psij._registry.store import open_store
 
     now = time.time()
     store = open_store(wd)
     store.write([(f"job-{i}", "local", "0", None, "{}", str(i), None, "old", now - age, state,
-                  6 if final else 3, None, None, now - age, int(final), 1, None, None,
-                  None, None, None, None)
+                  6 if final else 3, None, None, now - age, int(final), 1, None, None, *NO_USE)
                  for i, (age, state, final) in enumerate(ages)], [])
 
 

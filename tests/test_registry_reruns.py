@@ -212,7 +212,9 @@ def test_a_registry_made_before_the_attempt_gets_the_column(tmp_path: Path) -> N
     finally:
         conn.close()
     assert columns[15:] == ["attempt", "rerun", "held", "holder", "cause", "started_at",
-                            "ended_at", "cpu_seconds", "max_rss_bytes"]
+                            "ended_at", "cpu_seconds", "max_rss_bytes", "queued_at", "nodes",
+                            "cores", "requested_memory_bytes", "requested_seconds",
+                            "held_from", "held_to"]
     # Jobs are recorded in it as in a new one.
     ex = Rerunning(wd, [failed_oom()])
     job = retried()

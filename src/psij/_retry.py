@@ -20,8 +20,9 @@ The job stays the same :class:`~psij.Job`: it enters QUEUED again (its callbacks
 ACTIVE, ... once per run), and from its second run on every status's metadata holds
 ``attempt`` (2, 3, ...); the QUEUED status of a new run also holds ``rerun`` (``requeue`` or
 ``retry``), ``cause`` (why the run before ended) and ``previous`` (that run's native id, exit
-code and message). The job's ``spec`` becomes a copy with the run's memory and duration (and
-``pilot.time_limit`` scaled as the duration is), and :data:`ATTEMPT_VARIABLE` (``PSIJ_ATTEMPT``)
+code, message, and the figures its status had: ``started_at``, ``cpu_seconds``...).
+The job's ``spec`` becomes a copy with the run's memory and duration (and ``pilot.time_limit``
+scaled as the duration is), and :data:`ATTEMPT_VARIABLE` (``PSIJ_ATTEMPT``)
 in its environment. Every run of a job that may be run again has ``PSIJ_ATTEMPT`` in the
 environment it runs in, its first run too (``1``: :func:`run_environment`, which every executor
 applies); a job that may not has no such variable (what psij-python gives). A run that cannot
@@ -338,6 +339,10 @@ def spec_for(spec: "JobSpec", rerun: Rerun) -> "JobSpec":
     return made
 
 
+_FIGURES = ("started_at", "ended_at", "cpu_seconds", "max_rss_bytes", "queued_at", "nodes",
+            "cores", "requested_memory_bytes", "requested_seconds")
+
+
 def rerun_status(rerun: Rerun, runs: Runs, previous: "JobStatus",
                  native_id: Optional[str], spec: "Optional[JobSpec]" = None) -> "JobStatus":
     """The QUEUED status that starts ``rerun`` after the run that ended with ``previous``
@@ -361,10 +366,13 @@ def rerun_status(rerun: Rerun, runs: Runs, previous: "JobStatus",
         limit = custom.get(PILOT_TIME_LIMIT) if custom else None
         if isinstance(limit, (int, float)) and not isinstance(limit, bool):
             message += f", {PILOT_TIME_LIMIT} {limit:g} s"
+    # The run's figures its end told (psij._registry.accounting.USE_KEYS), for its record.
+    told = previous.metadata or {}
+    figures = {key: told[key] for key in _FIGURES if key in told}
     meta: Dict[str, Any] = {
         "attempt": rerun.attempt, "rerun": rerun.kind, "cause": rerun.cause,
         "previous": {"native_id": native_id, "exit_code": previous.exit_code,
-                     "message": previous.message},
+                     "message": previous.message, **figures},
     }
     return JobStatus(JobState.QUEUED, message=message, metadata=meta)
 

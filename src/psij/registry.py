@@ -22,7 +22,8 @@ from psij import _check
 from psij._record import Record
 from psij._registry import recorder as _recorder
 from psij._registry import store as _store
-from psij._registry.accounting import use_of
+from psij._registry.accounting import USE_KEYS, use_of
+from psij._registry.run_records import RunRecord, run_records
 from psij._registry.store import RegistryError, Row
 from psij.exceptions import InvalidJobException
 from psij.job import CallbackLike, Job, as_callback
@@ -32,8 +33,9 @@ from psij.job_spec import JobSpec
 from psij.job_state import JobState
 from psij.job_status import JobStatus
 
-__all__ = ["AttachError", "JobRecord", "RegistryError", "attach", "find", "flush", "prune",
-           "reattach", "registry_file", "set_prune_age", "set_recording", "set_tag"]
+__all__ = ["AttachError", "JobRecord", "RegistryError", "RunRecord", "attach", "find", "flush",
+           "prune", "reattach", "registry_file", "runs", "set_prune_age", "set_recording",
+           "set_tag"]
 
 MAX_TAG_LENGTH = 1000
 
@@ -107,6 +109,23 @@ class JobRecord(Record):
     """The CPU time (user + system) its last run used, likewise."""
     max_rss_bytes: Optional[int] = None
     """The peak memory (maximum resident set size) of its last run, in bytes, likewise."""
+    queued_at: Optional[float] = None
+    """When its scheduler accepted its last run (seconds since the epoch), likewise."""
+    nodes: Optional[str] = None
+    """The nodes its last run ran on, comma-separated, as its scheduler spells them,
+    likewise."""
+    cores: Optional[int] = None
+    """The cores its last run was given, likewise."""
+    requested_memory_bytes: Optional[int] = None
+    """The memory its last run asked for, in bytes, likewise."""
+    requested_seconds: Optional[float] = None
+    """The duration (time limit) its last run asked for, in seconds, likewise."""
+    held_from: Optional[float] = None
+    """When psij began to hold the job back in a client process (``max_queued_per_shape``,
+    a resource pool, a stage-in; seconds since the epoch); None when it never did."""
+    held_to: Optional[float] = None
+    """When psij ceased to hold it (it was submitted, or ended while held); None while it
+    is held or when it never was."""
 
     @property
     def held_by(self) -> Optional[str]:
@@ -139,8 +158,11 @@ class JobRecord(Record):
                 "rerun": None if self.attempt == 1 else {
                     "rerun": self.rerun, "cause": self.rerun_cause,
                     "requeues": self.requeues, "retries": self.retries},
-                "held": self._held_json(), **use_json(self.started_at, self.ended_at,
-                                                      self.cpu_seconds, self.max_rss_bytes)}
+                "held": self._held_json(), **use_json(self._figures()),
+                "held_from": _iso_or_none(self.held_from), "held_to": _iso_or_none(self.held_to)}
+
+    def _figures(self) -> Dict[str, Any]:
+        return {key: getattr(self, key) for key in USE_KEYS}
 
     def _held_json(self) -> Optional[Dict[str, Any]]:
         if self.held_by is None:
@@ -158,14 +180,22 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds")
 
 
-def use_json(started: Any, ended: Any, cpu: Any, rss: Any) -> Dict[str, Any]:
-    """The figures of a run as ``--json`` prints them: the times as ISO 8601 texts (UTC),
-    the CPU seconds and the bytes as numbers; None for those not known."""
-    started, ended, cpu, rss = use_of({"started_at": started, "ended_at": ended,
-                                       "cpu_seconds": cpu, "max_rss_bytes": rss}, True)
-    return {"started_at": None if started is None else _iso(started),
-            "ended_at": None if ended is None else _iso(ended),
-            "cpu_seconds": cpu, "max_rss_bytes": rss}
+def _iso_or_none(t: Any) -> Optional[str]:
+    checked = _time_read(t)
+    return None if checked is None else _iso(checked)
+
+
+# The figures that are times (printed as ISO 8601 texts by --json).
+_TIMES = ("started_at", "ended_at", "queued_at")
+
+
+def use_json(figures: Any) -> Dict[str, Any]:
+    """The figures of a run (a mapping of :data:`psij._registry.accounting.USE_KEYS`) as
+    ``--json`` prints them: the times as ISO 8601 texts (UTC), the seconds, bytes and cores
+    as numbers, the nodes as text; None for those not known (or not sound)."""
+    checked = dict(zip(USE_KEYS, use_of(figures, True)))
+    return {key: (_iso(value) if key in _TIMES and value is not None else value)
+            for key, value in checked.items()}
 
 
 def _work_directory(work_directory: PathLike) -> Path:
@@ -184,7 +214,7 @@ def registry_file(work_directory: PathLike = None) -> Path:
 def _record(row: Row, path: Path) -> JobRecord:
     (job_id, executor, version, url, config, native_id, spec, tag, submitted, state, _rank,
      exit_code, message, updated, _final, attempt, rerun, held, holder, final_cause,
-     started_at, ended_at, cpu_seconds, max_rss_bytes) = row
+     *figures, held_from, held_to) = row
     try:
         job_state = JobState[state]
     except KeyError:
@@ -197,9 +227,15 @@ def _record(row: Row, path: Path) -> JobRecord:
                      requeues, retries, held if isinstance(held, str) else None,
                      holder if isinstance(holder, str) else None,
                      final_cause if isinstance(final_cause, str) and job_state.final else None,
-                     *use_of({"started_at": started_at, "ended_at": ended_at,
-                              "cpu_seconds": cpu_seconds, "max_rss_bytes": max_rss_bytes},
-                             job_state.final))
+                     **dict(zip(USE_KEYS, use_of(dict(zip(USE_KEYS, figures)),
+                                                 job_state.final))),
+                     held_from=_time_read(held_from), held_to=_time_read(held_to))
+
+
+def _time_read(value: Any) -> Optional[float]:
+    """A time read back from the registry, checked as when it was written (a file another
+    program wrote is not trusted)."""
+    return use_of({"queued_at": value}, True)[4]  # type: ignore[no-any-return]
 
 
 def _rerun_of(text: Any) -> Tuple[Optional[str], Optional[str], int, int]:
@@ -314,6 +350,20 @@ def find(ids: Union[str, Iterable[str], None] = None, *, tag: Optional[str] = No
     """
     store, rows = _select(ids, tag, executor, state, work_directory)
     return [_record(row, store.path) for row in rows]
+
+
+def runs(job: Union[str, JobRecord], work_directory: PathLike = None) -> List[RunRecord]:
+    """The runs of a recorded job (its id, or its :class:`JobRecord`), first run first: one
+    per run, its first and each after a requeue or retry, with what each told (state, exit
+    code, cause, native id, times, CPU and memory used, nodes, cores, what it asked for,
+    where its output is). Empty for a job recorded by a version without the table, or before
+    its first status was written. Raises :class:`RegistryError` naming the file when the
+    registry cannot be read."""
+    if isinstance(job, JobRecord):
+        store = _store.open_store(job.registry.parent)
+        return run_records(store, job.id)
+    job_id = _text("job", job)
+    return run_records(_store.open_store(_work_directory(work_directory)), job_id)
 
 
 def _select(ids: Union[str, Iterable[str], None], tag: Optional[str], executor: Optional[str],

@@ -6,9 +6,11 @@ Slurm (all jobs submitted together by a module fixture, each test checking its o
 its memory retried with 4 times as much; a job stopped at its time limit retried with twice
 the duration; a job Slurm requeues in place (``scontrol requeue``), same native id; a job that
 checkpoints on the signal before its end and exits 85, submitted again; a job whose node goes
-down (``--requeue``), brought back by Slurm. Grid Engine: a job rescheduled by ``qmod -rj``
-(``-r y``), and a job exiting 85. Each test prints how long it took and how long the job took
-from the end of its run to its QUEUED status of the next. Without a scheduler the tests skip.
+down (``--requeue``), brought back by Slurm. The requeued job keeps the output of each run
+(``out.1``, then ``out``) and the registry lists its two runs. Grid Engine: a job rescheduled
+by ``qmod -rj`` (``-r y``), and a job exiting 85. Each test prints how long it took and how
+long the job took from the end of its run to its QUEUED status of the next. Without a
+scheduler the tests skip.
 """
 
 import subprocess
@@ -124,7 +126,8 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Watche
                                  minutes=1), work / "time")
     # (c) requeued in place by scontrol requeue (the test does it once the job runs).
     made["requeue"] = Watched(_bash(
-        work / "requeue", 'echo "${PSIJ_ATTEMPT:-none} ${SLURM_RESTART_COUNT:-0}" >> runs; '
+        work / "requeue", 'echo "run ${PSIJ_ATTEMPT:-none}"; '
+        'echo "${PSIJ_ATTEMPT:-none} ${SLURM_RESTART_COUNT:-0}" >> runs; '
         '[ "${SLURM_RESTART_COUNT:-0}" = 0 ] && { sleep 300 & wait; }; exit 0',
         {"psij.requeue": 1}), work / "requeue")
     # (d) a checkpoint at the signal before the end: USR1 45 s before the end of a one-minute
@@ -214,6 +217,20 @@ def test_slurm_requeues_in_place_and_the_job_is_queued_again(
     assert meta["attempt"] == 2 and meta["rerun"] == "requeue" and meta["cause"] == "requeued"
     assert w.job.native_id == nid and meta["previous"]["native_id"] == nid
     assert (w.folder / "runs").read_text().splitlines() == ["1 0", "2 1"]
+    # Each run's output kept: the first moved aside by the second as it started.
+    assert (w.folder / "out.1").read_text() == "run 1\n"
+    assert (w.folder / "out").read_text() == "run 2\n"
+    assert not (w.folder / "out.2").exists()
+    import psij.registry
+
+    assert psij.registry.flush(timedelta(seconds=60))
+    executor = w.job.executor
+    assert executor is not None
+    one, two = psij.registry.runs(w.job.id, work_directory=executor.config.work_directory)
+    assert (one.run, one.native_id, one.state, one.cause) == (1, nid, "FAILED", "requeued")
+    assert (two.run, two.native_id, two.state, two.exit_code) == (2, nid, "COMPLETED", 0)
+    assert (one.stdout_path, two.stdout_path) == (f"{w.folder}/out.1", f"{w.folder}/out")
+    assert (one.stderr_path, two.stderr_path) == (f"{w.folder}/err.1", f"{w.folder}/err")
     _report("scontrol requeue", w.submitted, requeued, w)
 
 
@@ -291,7 +308,8 @@ def sge(tmp_path: Path) -> Iterator[JobExecutor]:
 
 @pytest.mark.sge
 def test_sge_a_rescheduled_job_is_queued_again(sge: JobExecutor, tmp_path: Path) -> None:
-    w = Watched(_bash(tmp_path / "job", 'echo "${PSIJ_ATTEMPT} ${RESTARTED:-0}" >> runs; '
+    w = Watched(_bash(tmp_path / "job", 'echo "run ${PSIJ_ATTEMPT}"; '
+                      'echo "${PSIJ_ATTEMPT} ${RESTARTED:-0}" >> runs; '
                       '[ "${RESTARTED:-0}" = 0 ] && { sleep 300 & wait; }; exit 0',
                       {"psij.requeue": 1}), tmp_path / "job")
     try:
@@ -311,6 +329,8 @@ def test_sge_a_rescheduled_job_is_queued_again(sge: JobExecutor, tmp_path: Path)
         _, again = w.queued_again()
         assert (again.metadata or {})["attempt"] == 2 and w.job.native_id == nid
         assert (w.folder / "runs").read_text().splitlines() == ["1 0", "2 1"]
+        assert (w.folder / "out.1").read_text() == "run 1\n"  # each run's output kept
+        assert (w.folder / "out").read_text() == "run 2\n"
         _report("qmod -rj", w.submitted, rescheduled, w)
     finally:
         if not w.job.status.state.final:

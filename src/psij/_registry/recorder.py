@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tupl
 
 from psij._clock import Clock, MonotonicClock, wall_time
 from psij._lazylog import LazyLogger
-from psij._registry.accounting import use_of
+from psij._registry.accounting import NO_USE, use_of
+from psij._registry.runs import keeps_outputs, merged, previous_run, run_figures, run_rows
 
 if TYPE_CHECKING:
     from psij._registry.store import Row, RunRecord, Store, Update
@@ -219,9 +220,13 @@ def record(executor: JobExecutor, job: Job) -> None:
         status = job.status
         state = status.state
         attempt, rerun = run_of(job, status)
+        figures = use_of(status.metadata, True)
+        now = wall_time()
         values = (job._native_id, state.name, state.order, status.exit_code, status.message,
-                  wall_time(), state.final, attempt, rerun, cause_of(status),
-                  use_of(status.metadata, state.final))
+                  now, state.final, attempt, rerun, cause_of(status),
+                  figures if state.final else NO_USE,
+                  (run_figures(figures, state.name, job._native_id, now),
+                   keeps_outputs(executor), previous_run(status, attempt)))
         first = _RECORDED_ATTR not in job.__dict__
         job.__dict__[_RECORDED_ATTR] = True
         _WRITER.put((executor, job, first, values))
@@ -240,14 +245,17 @@ def cause_of(status: JobStatus) -> Optional[str]:
 def run_of(job: Job, status: JobStatus) -> Tuple[int, Optional[Tuple[Any, ...]]]:
     """The job's attempt (1 for its first run) and, from its second run on, its last rerun:
     (kind, cause, requeues, retries), from the runs its executor counts
-    (:mod:`psij._retry`) or, for a job without them, the attempt its status metadata holds."""
+    (:mod:`psij._retry`) or, for a job without them, the attempt (or run) its status metadata
+    holds."""
     runs = job.__dict__.get("_runs")
     meta = status.metadata
     if meta and isinstance(meta.get("rerun"), str):  # the status that starts a run
         cause = meta.get("cause")
         job.__dict__[RERUN_ATTR] = (meta["rerun"][:_WORD],
                                     cause[:_WORD] if isinstance(cause, str) else None)
-    attempt = runs.attempt if runs is not None else (meta or {}).get("attempt")
+    # (A status's "attempt", or its "run": the run of a job its scheduler requeued.)
+    attempt = runs.attempt if runs is not None else \
+        (meta or {}).get("attempt", (meta or {}).get("run"))
     # What a status says (another host's, a plugin's) is not trusted to fit the column.
     if isinstance(attempt, bool) or not isinstance(attempt, int) \
             or not 1 < attempt <= MAX_ATTEMPT:
@@ -300,14 +308,16 @@ def _rerun_text(rerun: Optional[Tuple[Any, ...]]) -> Optional[str]:
 
 def _row(job: Job, identity: Identity, values: Tuple[Any, ...]) -> Row:
     _, _, name, version, url, config = identity
-    native_id, state, rank, exit_code, message, now, final, attempt, rerun, cause, use = values
+    native_id, state, rank, exit_code, message, now, final, attempt, rerun, cause, use = \
+        values[:11]
     return (job.id, name, version, _text(url), config, _text(native_id), _spec_text(job),
             job.__dict__.get(TAG_ATTR), now, state, rank, exit_code, _text(message), now,
             int(final), attempt, _rerun_text(rerun), cause, *use)
 
 
 def _update(job: Job, values: Tuple[Any, ...]) -> Update:
-    native_id, state, rank, exit_code, message, now, final, attempt, rerun, cause, use = values
+    native_id, state, rank, exit_code, message, now, final, attempt, rerun, cause, use = \
+        values[:11]
     return (_text(native_id), state, rank, exit_code, _text(message), now, int(final),
             attempt, _rerun_text(rerun), job.id, cause, *use)
 
@@ -511,22 +521,28 @@ class _Writer:
             if seen is None:
                 jobs[job] = (identity, values, [at])
             else:
-                # By run (attempt), then by state.
-                keep = values if (values[7], values[2]) >= (seen[1][7], seen[1][2]) \
-                    else seen[1]
+                # By run (attempt), then by state; the figures the other tells of its run
+                # are kept with it (an ACTIVE status's start, a new run's run before).
+                newer = (values[7], values[2]) >= (seen[1][7], seen[1][2])
+                keep = merged(values, seen[1]) if newer else merged(seen[1], values)
                 seen[2].append(at)
                 jobs[job] = (identity if identity is not None else seen[0], keep, seen[2])
         failed: List[Tuple[int, str, bool]] = []
         for key, store in stores.items():
             rows: List[Row] = []
             updates: List[Update] = []
+            job_runs: List[Tuple[Any, ...]] = []
+            kept: List[Tuple[Any, ...]] = []
             written: List[int] = []
             for job, (identity, values, where) in latest.get(key, {}).items():
                 try:
+                    made, moved = run_rows(job, values)
                     if identity is not None:
                         rows.append(_row(job, identity, values))
                     else:
                         updates.append(_update(job, values))
+                    job_runs += made
+                    kept += moved
                     written += where
                 except Exception as ex:
                     logger.exception("job %s: could not be recorded", job.id)
@@ -534,7 +550,7 @@ class _Writer:
             store_runs = runs.get(key, [])
             try:
                 prune_once(store)
-                store.write(rows, updates, [run for _, run, _ in store_runs])
+                store.write(rows, updates, [run for _, run, _ in store_runs], job_runs, kept)
             except Exception as ex:
                 _warn_once(str(store.path), ex)
                 failed += [(at, str(ex), True) for at in written]

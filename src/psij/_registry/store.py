@@ -16,6 +16,9 @@ Nothing here ever deletes, truncates or rewrites a file it cannot read: a file t
 SQLite database, or a damaged one, raises :class:`RegistryError` naming the file and is left as
 it is for the user to inspect or move away.
 
+The table ``runs`` holds one row per run of a job (:mod:`psij._registry.runs`), written in the
+same transactions as the job's row.
+
 The same file holds the local executor's record of the processes it started (table
 ``local_runs``, one row per process: pid, kernel start time, job id, exit code, whether it was
 cancelled), written by :mod:`psij.executors.local._keeper` and :mod:`psij.executors.local` and
@@ -36,6 +39,8 @@ from urllib.parse import quote
 from psij._clock import Clock, MonotonicClock, wall_time
 from psij._lazylog import LazyLogger
 from psij._private_dirs import check_private_file, ensure_private_dir
+from psij._registry import runs as _runs
+from psij._registry.accounting import USE_KEYS
 
 __all__ = ["FILE_NAME", "LOCK_WAIT_SECONDS", "RUN_SQL", "RegistryError", "Row", "RunRecord",
            "Store", "forget_stores", "open_store", "prune_once", "registry_path",
@@ -61,7 +66,8 @@ _T = TypeVar("_T")
 COLUMNS = ("id", "executor", "executor_version", "url", "config", "native_id", "spec", "tag",
            "submitted", "state", "rank", "exit_code", "message", "updated", "final", "attempt",
            "rerun", "held", "holder", "cause", "started_at", "ended_at", "cpu_seconds",
-           "max_rss_bytes")
+           "max_rss_bytes", "queued_at", "nodes", "cores", "requested_memory_bytes",
+           "requested_seconds", "held_from", "held_to")
 # The columns later versions added, each with its definition: a registry made before them gets
 # them when it is opened (``ALTER TABLE ... ADD COLUMN``, once).
 ADDED_COLUMNS = (
@@ -77,11 +83,23 @@ ADDED_COLUMNS = (
     ("ended_at", "REAL"),
     ("cpu_seconds", "REAL"),
     ("max_rss_bytes", "INTEGER"),
+    # More of the final state's run, likewise (psij._registry.accounting): when its scheduler
+    # queued it, the nodes it ran on, its cores, the memory and duration it asked for.
+    ("queued_at", "REAL"),
+    ("nodes", "TEXT"),
+    ("cores", "INTEGER"),
+    ("requested_memory_bytes", "INTEGER"),
+    ("requested_seconds", "REAL"),
+    # When psij began and ceased to hold the job back in a client process (the ``held``
+    # marker: its caps, a pool, a stage-in), seconds since the epoch; NULL when never held.
+    ("held_from", "REAL"),
+    ("held_to", "REAL"),
 )
 # The figures of a run, as ``JobStatus.metadata`` keys and columns.
-USE_COLUMNS = ("started_at", "ended_at", "cpu_seconds", "max_rss_bytes")
+USE_COLUMNS = USE_KEYS
 # The columns a status recording writes (the held marker is written apart: ``mark_held``).
-STATUS_COLUMNS = (*COLUMNS[:-7], "cause", *USE_COLUMNS)
+STATUS_COLUMNS = (*COLUMNS[:COLUMNS.index("held")], "cause", *USE_COLUMNS)
+_FINAL_AT = STATUS_COLUMNS.index("final")
 # The columns of a held job's row (``mark_held``): its status, then its marker.
 HELD_COLUMNS = (*STATUS_COLUMNS, "held", "holder")
 Row = Tuple[Any, ...]
@@ -111,7 +129,14 @@ CREATE TABLE IF NOT EXISTS jobs (
     started_at REAL,
     ended_at REAL,
     cpu_seconds REAL,
-    max_rss_bytes INTEGER
+    max_rss_bytes INTEGER,
+    queued_at REAL,
+    nodes TEXT,
+    cores INTEGER,
+    requested_memory_bytes INTEGER,
+    requested_seconds REAL,
+    held_from REAL,
+    held_to REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_by_tag ON jobs(tag) WHERE tag IS NOT NULL;
 """
@@ -158,8 +183,7 @@ _UPSERT = (
     "message = excluded.message, updated = excluded.updated, final = excluded.final, "
     "tag = coalesce(excluded.tag, jobs.tag), attempt = excluded.attempt, "
     "rerun = coalesce(excluded.rerun, jobs.rerun), cause = excluded.cause, "
-    "started_at = excluded.started_at, ended_at = excluded.ended_at, "
-    "cpu_seconds = excluded.cpu_seconds, max_rss_bytes = excluded.max_rss_bytes "
+    + ", ".join(f"{name} = excluded.{name}" for name in USE_COLUMNS) + " "
     "WHERE excluded.attempt > jobs.attempt "
     "OR (excluded.attempt = jobs.attempt AND excluded.rank >= jobs.rank)")
 
@@ -167,15 +191,13 @@ _UPSERT = (
 # by run and then by state.
 _UPDATE = ("UPDATE jobs SET native_id = coalesce(?1, native_id), state = ?2, rank = ?3, "
            "exit_code = ?4, message = ?5, updated = ?6, final = ?7, attempt = ?8, "
-           "rerun = coalesce(?9, rerun), cause = ?11, started_at = ?12, ended_at = ?13, "
-           "cpu_seconds = ?14, max_rss_bytes = ?15 "
+           "rerun = coalesce(?9, rerun), cause = ?11, "
+           + ", ".join(f"{name} = ?{at}" for at, name in enumerate(USE_COLUMNS, 12)) + " "
            "WHERE id = ?10 AND (attempt < ?8 OR (attempt = ?8 AND rank <= ?3))")
 
 # (native_id, state, rank, exit_code, message, updated, final, attempt, rerun, id, cause,
-# started_at, ended_at, cpu_seconds, max_rss_bytes)
-Update = Tuple[Optional[str], str, int, Optional[int], Optional[str], float, int, int,
-               Optional[str], str, Optional[str], Optional[float], Optional[float],
-               Optional[float], Optional[int]]
+# then the figures of USE_COLUMNS)
+Update = Tuple[Any, ...]
 
 
 class RegistryError(Exception):
@@ -271,15 +293,24 @@ class Store:
     # -- writing ----------------------------------------------------------------------------
 
     def write(self, rows: Sequence[Row], updates: Sequence[Update],
-              runs: Sequence[RunRecord] = ()) -> None:
-        """New rows (or jobs attached again), then status changes, then local run records,
-        in one transaction."""
+              runs: Sequence[RunRecord] = (), job_runs: Sequence[_runs.RunRow] = (),
+              kept: Sequence[_runs.Keep] = ()) -> None:
+        """New rows (or jobs attached again), then status changes, then the rows of the
+        jobs' runs (:mod:`.runs`) and the earlier runs' outputs moved aside, then local run
+        records, in one transaction."""
         def run(conn: sqlite3.Connection) -> None:
             with conn:
                 if rows:
                     conn.executemany(_UPSERT, rows)
                 if updates:
                     conn.executemany(_UPDATE, updates)
+                if job_runs:
+                    conn.executemany(_runs.UPSERT, job_runs)
+                    final = [(row[0],) for row in rows if row[_FINAL_AT]]
+                    final += [(update[9],) for update in updates if update[6]]
+                    conn.executemany(_runs.FILL_JOB_SQL, final)
+                if kept:
+                    conn.executemany(_runs.KEEP_SQL, kept)
                 now = wall_time()
                 for kind, pid, start, text in runs:
                     conn.execute(RUN_SQL[kind], (pid, start, text, now))
@@ -291,13 +322,16 @@ class Store:
         """Record jobs held by psij in a client process, at once: each row is a status row
         (``STATUS_COLUMNS``) followed by ``held`` and ``holder`` (:data:`HELD_COLUMNS`). A
         row already written keeps its status (it is at least as late) and takes the marker."""
-        sql = (f"INSERT INTO jobs ({', '.join(HELD_COLUMNS)}) VALUES "
-               f"({', '.join('?' * len(HELD_COLUMNS))}) ON CONFLICT(id) DO UPDATE SET "
-               "held = excluded.held, holder = excluded.holder")
+        sql = (f"INSERT INTO jobs ({', '.join(HELD_COLUMNS)}, held_from) VALUES "
+               f"({', '.join('?' * len(HELD_COLUMNS))}, ?) ON CONFLICT(id) DO UPDATE SET "
+               "held = excluded.held, holder = excluded.holder, "
+               "held_from = coalesce(jobs.held_from, excluded.held_from), held_to = NULL")
+        now = wall_time()
 
         def run(conn: sqlite3.Connection) -> None:
             with conn:
-                conn.executemany(sql, rows)
+                conn.executemany(sql, [(*row, now) for row in rows])
+                conn.executemany(_runs.HELD_SQL, [(row[0],) for row in rows])
         self._call("record held jobs", run)
 
     def set_held(self, changes: Sequence[Tuple[Optional[str], Optional[str], Optional[str],
@@ -305,14 +339,21 @@ class Store:
                                                str]]) -> None:
         """For each (held, holder, native id, final status or None, job id): the job's held
         marker (None: no longer held), its native id when given, and the final status
-        (state, rank, message) when given (a job dropped or failed while held)."""
+        (state, rank, message) when given (a job dropped or failed while held). The job's
+        ``held_from`` is set when it is first held, ``held_to`` when it no longer is."""
         def run(conn: sqlite3.Connection) -> None:
             now = wall_time()
             with conn:
                 for held, holder, native_id, final, job_id in changes:
-                    conn.execute("UPDATE jobs SET held = ?, holder = ?, "
-                                 "native_id = coalesce(?, native_id) WHERE id = ?",
-                                 (held, holder, native_id, job_id))
+                    conn.execute("UPDATE jobs SET held = ?1, holder = ?2, "
+                                 "native_id = coalesce(?3, native_id), "
+                                 "held_from = CASE WHEN ?1 IS NULL THEN held_from "
+                                 "ELSE coalesce(held_from, ?5) END, "
+                                 "held_to = CASE WHEN ?1 IS NOT NULL THEN NULL "
+                                 "WHEN held_from IS NULL THEN held_to "
+                                 "ELSE coalesce(held_to, ?5) END WHERE id = ?4",
+                                 (held, holder, native_id, job_id, now))
+                    conn.execute(_runs.HELD_SQL, (job_id,))
                     if final is not None:
                         conn.execute("UPDATE jobs SET state = ?, rank = ?, message = ?, "
                                      "final = 1, updated = ? WHERE id = ? AND final = 0",
@@ -344,8 +385,11 @@ class Store:
         def run(conn: sqlite3.Connection) -> int:
             with conn:
                 conn.execute("DELETE FROM local_runs WHERE updated < ?", (limit,))
-                return conn.execute("DELETE FROM jobs WHERE final = 1 AND updated < ?",
-                                    (limit,)).rowcount
+                count = conn.execute("DELETE FROM jobs WHERE final = 1 AND updated < ?",
+                                     (limit,)).rowcount
+                if count:
+                    conn.execute(_runs.PRUNE_SQL)
+                return count
         return self._call("prune old jobs", run, wait)
 
     # -- reading ----------------------------------------------------------------------------
@@ -385,6 +429,18 @@ class Store:
                 rows.sort(key=lambda r: (r[at], r[0]))
             return rows
         return self._call("read jobs", run)
+
+    def runs(self, job_id: str) -> List[Row]:
+        """The runs of ``job_id`` (:data:`psij._registry.runs.COLUMNS`), first run first."""
+        return self._call("read runs", lambda conn: _runs.read(conn, job_id))
+
+    def run_jobs(self, native_id: str) -> List[str]:
+        """The ids of the jobs one of whose runs had ``native_id``, oldest first."""
+        def run(conn: sqlite3.Connection) -> List[str]:
+            return [r[0] for r in conn.execute(
+                "SELECT job_id FROM runs WHERE native_id = ? GROUP BY job_id "
+                "ORDER BY min(updated)", (native_id,))]
+        return self._call("read runs", run)
 
     def named(self, word: str, prefix_from: int, number: Optional[str],
               columns: Sequence[str] = COLUMNS) -> List[Row]:
@@ -531,17 +587,32 @@ def _open(path: Path) -> Store:
         c.execute("PRAGMA synchronous=NORMAL")
         found = [r[1] for r in c.execute("PRAGMA table_info(jobs)")]
         if not found:
-            c.executescript("BEGIN IMMEDIATE;" + _SCHEMA + RUNS_SCHEMA + "COMMIT;")
+            c.executescript("BEGIN IMMEDIATE;" + _SCHEMA + RUNS_SCHEMA + _runs.SCHEMA
+                            + "COMMIT;")
             found = [r[1] for r in c.execute("PRAGMA table_info(jobs)")]
         if tuple(found) != COLUMNS:
             found = _add_columns(c, found)
         if tuple(found) != COLUMNS:
             raise sqlite3.DatabaseError(f"its 'jobs' table has columns {found}, not "
                                         f"{list(COLUMNS)}")
+        found = [r[1] for r in c.execute("PRAGMA table_info(runs)")]
+        if not found:  # a registry made by an earlier version
+            c.executescript("BEGIN IMMEDIATE;" + _runs.SCHEMA + "COMMIT;")
+            found = [r[1] for r in c.execute("PRAGMA table_info(runs)")]
+        if tuple(found) != _runs.COLUMNS:
+            raise sqlite3.DatabaseError(f"its 'runs' table has columns {found}, not "
+                                        f"{list(_runs.COLUMNS)}")
         runs = [r[1] for r in c.execute("PRAGMA table_info(local_runs)")]
         if not runs:  # a registry made by an earlier version
             c.executescript("BEGIN IMMEDIATE;" + RUNS_SCHEMA + "COMMIT;")
-            runs = [r[1] for r in c.execute("PRAGMA table_info(local_runs)")]
+            found = [r[1] for r in c.execute("PRAGMA table_info(runs)")]
+        if not found:  # a registry made by an earlier version
+            c.executescript("BEGIN IMMEDIATE;" + _runs.SCHEMA + "COMMIT;")
+            found = [r[1] for r in c.execute("PRAGMA table_info(runs)")]
+        if tuple(found) != _runs.COLUMNS:
+            raise sqlite3.DatabaseError(f"its 'runs' table has columns {found}, not "
+                                        f"{list(_runs.COLUMNS)}")
+        runs = [r[1] for r in c.execute("PRAGMA table_info(local_runs)")]
         if tuple(runs[:len(RUN_COLUMNS)]) != RUN_COLUMNS:
             raise sqlite3.DatabaseError(f"its 'local_runs' table has columns {runs}, not "
                                         f"{list(RUN_COLUMNS)} and 'updated'")

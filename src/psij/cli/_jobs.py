@@ -22,7 +22,7 @@ have a CAUSE column (why a final state came) and, with ``--wide``, whole message
 
 Jobs are read and changed only through :mod:`psij.registry` and their executors; this module
 imports the shared modules of :mod:`psij.cli` (``_common``, ``_job_options``, ``_names``,
-``_wait_progress``) and no other command's.
+``_wait_progress``, and ``_runs``, the table of ``status --runs``) and no other command's.
 """
 
 import json
@@ -41,6 +41,8 @@ from psij.cli._common import (
     exit_status,
     say,
 )
+from psij.cli._runs import HELP as RUNS_HELP
+from psij.cli._runs import JSON_HELP as RUNS_JSON_HELP
 
 if TYPE_CHECKING:
     import argparse
@@ -68,9 +70,12 @@ _JSON_HELP = ("--json prints a JSON array with one object per job: id, executor,
               "job run again), rerun (null, or its last rerun: rerun, cause, requeues, "
               "retries) and held (null, or while psij holds the job back in a client process: "
               "phase (held or submitting), pid, host, running (true, false, or null when it "
-              "cannot be told) and message); for a final job whose executor measured its last "
-              "run (local), started_at and ended_at (ISO 8601, UTC), cpu_seconds (user + "
-              "system) and max_rss_bytes (peak memory), else null.")
+              "cannot be told) and message); for a final job, what its executor told of its "
+              "last run: queued_at, started_at and ended_at (ISO 8601, UTC), cpu_seconds "
+              "(user + system), max_rss_bytes (peak memory), nodes, cores, "
+              "requested_memory_bytes and requested_seconds, each null when not told; "
+              "held_from and held_to (ISO 8601, UTC), when psij held the job back in a client "
+              "process, else null.")
 
 
 def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
@@ -106,6 +111,7 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
         sub.add_argument("--tag", metavar="TAG", help="the jobs with this tag")
         if name == "status":
             sub.add_argument("--all", action="store_true", help="every recorded job")
+            sub.add_argument("--runs", action="store_true", help=RUNS_HELP)
         if name != "cancel":
             sub.add_argument("--json", action="store_true", help="print JSON (see below)")
             sub.add_argument("--wide", action="store_true", help=_WIDE_HELP)
@@ -196,7 +202,7 @@ def _add_progress_options(sub: Any) -> None:
 _EPILOGS = {
     "status": "exit status: 0; 1 when the registry cannot be read or a job cannot be "
               "re-attached; 2 for bad usage, such as no job named (ids, --tag or --all) or an id "
-              "naming no recorded job, or several. " + _JSON_HELP,
+              "naming no recorded job, or several. " + _JSON_HELP + " " + RUNS_JSON_HELP,
     "wait": "exit status: the worst of the jobs' statuses, each as `psij run` gives it "
             "(the exit code, 1 for a failure without one, 130 for a canceled job), 0 when "
             f"all completed; {EXIT_TIMEOUT} when --timeout passed with some jobs not final "
@@ -303,9 +309,9 @@ def _print_json(records: Sequence["JobRecord"], jobs: Dict[str, "Job"]) -> None:
                         exit_code=st.exit_code, cause=cause_of(st), message=st.message,
                         updated=_iso(st.time))
             if st.state.final and st.metadata:
-                meta = st.metadata
-                view.update(use_json(meta.get("started_at"), meta.get("ended_at"),
-                                     meta.get("cpu_seconds"), meta.get("max_rss_bytes")))
+                # What the live status tells, over what was recorded (a start the registry
+                # has from an earlier status stays).
+                view.update({k: v for k, v in use_json(st.metadata).items() if v is not None})
             attempt, rerun = _run_now(job, record.attempt, None)
             if attempt > record.attempt:  # it ran again since it was recorded
                 runs = job.__dict__.get("_runs")
@@ -401,6 +407,10 @@ class _Chosen:
 # -- commands --------------------------------------------------------------------------------
 
 def _status(args: "argparse.Namespace") -> int:
+    if args.runs:
+        from psij.cli._runs import print_runs
+
+        return print_runs(args)
     chosen = _Chosen(args, "status")
     chosen.say_problems("status")
     chosen.print(args.json, args.wide)

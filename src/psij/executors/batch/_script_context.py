@@ -73,6 +73,24 @@ def requeue_context(job: Job) -> Optional[Dict[str, int]]:
     return {"attempt": runs.attempt if isinstance(runs, _retry.Runs) else 1}
 
 
+def outputs_context(job: Job) -> Optional[Dict[str, Any]]:
+    """The template's ``psij.outputs``: None unless the job may run again (``psij.requeue``,
+    ``psij.retry``) and writes its output to files; else ``{"attempt": n, "paths": [...]}``,
+    the run being submitted and the job's stdout and stderr paths (once each). A run after
+    the first moves the files of the run before to ``<path>.<that run>`` as it starts."""
+    spec = job.spec
+    runs = job.__dict__.get("_runs")
+    if spec is None or not isinstance(runs, _retry.Runs):
+        return None
+    paths: List[str] = []
+    for path in (spec.stdout_path, spec.stderr_path):
+        if path is not None and str(path) != "/dev/null" and str(path) not in paths:
+            paths.append(str(path))
+    if not paths:
+        return None
+    return {"attempt": runs.attempt, "paths": [ShellWord(p) for p in paths]}
+
+
 def hours_minutes_seconds(d: timedelta) -> str:
     """``hours:mm:ss`` (hours not limited to 24), rounding seconds up."""
     total = -(-int(d.total_seconds() * 1000) // 1000)
@@ -182,6 +200,7 @@ def build_script_context(job: Job, inputs: ScriptInputs) -> Dict[str, object]:
             "signals": signals_context(inputs.owner, inputs.script_signals,
                                        inputs.ignored_signals, end, timer),
             "requeue": requeue_context(job),
+            "outputs": outputs_context(job),
         },
     }
     duration = spec.attributes.duration

@@ -143,6 +143,9 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
     """
 
     CONFIG_CLASS: Type[BatchSchedulerExecutorConfig] = BatchSchedulerExecutorConfig
+    # Each run of a job run again moves the output of the run before to <path>.<run>
+    # (templates/psij_run_job.mustache); the registry records where each run's output is.
+    _psij_keeps_run_outputs = True
     # Substrings of a failed submit command's output that mean "try again later".
     TRANSIENT_SUBMIT_ERRORS: Tuple[str, ...] = ()
     # The submit-script template: a path, or a file name among the templates shipped with psij.
