@@ -71,7 +71,7 @@ def qacct_figures(fields: Mapping[str, str]) -> Dict[str, Any]:
         "max_vmem_bytes": memory_bytes(fields.get("maxvmem")) or None,
         "max_rss_bytes": rss * 1024 if rss else None,
         "cores": slots,
-        "nodes": host if host and host not in ("undefined", "NONE") else None,
+        "nodes": host if host and host.lower() not in ("undefined", "none") else None,
         "requested_seconds": _seconds(requests.get("h_rt")),
         "requested_memory_bytes": None if vmem_limit is None or not slots
         else vmem_limit * int(slots),

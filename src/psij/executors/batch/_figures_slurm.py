@@ -42,7 +42,7 @@ def expand_nodes(text: str) -> Optional[str]:
     ``n1,n2,m03,m04``); the text as given when it has more than :data:`NODES_EXPANDED` names
     or a form this does not read; None for no node (``None assigned``, empty)."""
     text = text.strip()
-    if not text or text in ("None assigned", "(null)", "Unknown"):
+    if not text or text in ("None assigned", "None", "(null)", "Unknown"):
         return None
     names: List[str] = []
     entries = [e for e in re.findall(r"[^,\[]*(?:\[[^\]]*\][^,\[]*)*", text) if e]
