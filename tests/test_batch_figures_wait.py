@@ -79,6 +79,25 @@ def test_a_failed_ask_ends_the_wait_and_failures_in_a_row_stop_waiting_a_while()
     assert waits.wanted(now + 601)
 
 
+def test_the_wait_stops_at_its_limit() -> None:
+    waits: AwaitingFigures[str] = AwaitingFigures(3.0)
+    waits.add("1", "a", 0.0)
+    times = []
+    done: List[Any] = []
+    while not done:
+        at = waits.due_at()
+        assert at is not None
+        times.append(at)
+        done = waits.settle(waits.take_due(at), {}, at)
+    assert times == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("value", [-1, float("nan"), float("inf"), 601, "8", True, None])
+def test_accounting_wait_refuses_nonsense(value: Any) -> None:
+    with pytest.raises((TypeError, ValueError), match="accounting_wait"):
+        BatchTestExecutorConfig(accounting_wait=value)
+
+
 def test_drain_gives_back_every_waiting_job() -> None:
     waits: AwaitingFigures[str] = AwaitingFigures()
     waits.add("1", "a", 0.0)
@@ -150,6 +169,19 @@ def test_an_end_seen_from_the_jobs_files_gets_the_records_figures(ex: FiguresExe
     assert meta["cpu_seconds"] == 1.5 and meta["cores"] == 1 and meta["queued_at"] == 10.0
     assert meta["ended_at"] == 12.0  # the scheduler's record wins over the file's time
     assert "started_at" in meta  # from the job's start file (the record had none)
+
+
+def test_no_wait_at_all_with_accounting_wait_0(tmp_path: Path) -> None:
+    cfg = BatchTestExecutorConfig(work_directory=tmp_path / "work", queue_polling_interval=300,
+                                  initial_queue_polling_delay=300, keep_finished=30,
+                                  accounting_wait=0)
+    ex = FiguresExecutor(config=cfg)
+    try:
+        [status] = _run(ex)
+    finally:
+        ex.close()
+    assert status.state is JobState.COMPLETED
+    assert "cpu_seconds" not in (status.metadata or {}) and ex.asked == []
 
 
 def test_jobs_ending_together_are_asked_about_together(ex: FiguresExecutor) -> None:

@@ -2,7 +2,7 @@
 
 A job's end is often known before the scheduler has written its record: from the job's own
 exit-code file, or from the queue, which gives no figures. Its final status then waits for
-the record (:data:`WAITS`: asked 1, 2 and 4 seconds after the end, with no answer after that
+the record (:data:`WAITS`: asked 1, 2, 4 and 8 seconds after the end, with no answer then
 the status is set without figures; asked at once for an end the scheduler told, whose record
 is written by then); one command asks about every job waiting at that moment
 (:class:`AwaitingFigures`), at most once every :data:`MIN_GAP` seconds whatever the number of
@@ -40,7 +40,7 @@ __all__ = ["MIN_GAP", "OFF_AFTER", "OFF_SECONDS", "WAITS", "AwaitingFigures", "e
 logger = logging.getLogger(__name__)
 
 # Seconds after a job's end when the scheduler's record is asked for (the last: given up).
-WAITS = (1.0, 2.0, 4.0)
+WAITS = (1.0, 2.0, 4.0, 8.0)
 # The least seconds between two commands asking for records.
 MIN_GAP = 1.0
 # Failed commands in a row after which no job waits, for OFF_SECONDS.
@@ -61,7 +61,9 @@ class AwaitingFigures(Generic[_P]):
     """The ended jobs whose final status waits for the scheduler's record (not thread-safe:
     the poller's thread alone uses it). ``payload`` is what is finished with the figures."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: float = WAITS[-1]) -> None:
+        """``limit``: the most seconds a job waits (the asks after it are left out)."""
+        self._waits = (*(w for w in WAITS if w < limit), limit) if limit > 0 else (0.0,)
         self._jobs: Dict[str, _Waiting] = {}
         self._last_ask: Optional[float] = None
         self._failures = 0
@@ -77,7 +79,7 @@ class AwaitingFigures(Generic[_P]):
     def add(self, native_id: str, payload: _P, now: float, at_once: bool = False) -> None:
         """Let a job wait; ``at_once``: ask at the next chance (the scheduler told the end)."""
         if native_id not in self._jobs:
-            self._jobs[native_id] = _Waiting(now, now if at_once else now + WAITS[0],
+            self._jobs[native_id] = _Waiting(now, now if at_once else now + self._waits[0],
                                              payload)
 
     def due_at(self) -> Optional[float]:
@@ -118,12 +120,12 @@ class AwaitingFigures(Generic[_P]):
             figures = None if found is None else found.get(nid)
             partial = job.partial if figures is None else dict(figures)
             if found is None or "ended_at" in (figures or ()) \
-                    or now - job.since >= WAITS[-1]:
+                    or now - job.since >= self._waits[-1]:
                 del self._jobs[nid]
                 done.append((job.payload, dict(partial or {})))
                 continue
             waited = now - job.since
-            later = [w for w in WAITS if w > waited]
+            later = [w for w in self._waits if w > waited]
             self._jobs[nid] = _Waiting(job.since, job.since + later[0], job.payload, partial)
         return done
 

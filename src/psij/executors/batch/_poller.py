@@ -115,7 +115,8 @@ class TrackInputs(Record):
     ``job_files``: the directory where the jobs' scripts write their start and end files,
     looked at every :data:`LOOK_SECONDS` while jobs are followed (None: not looked at);
     ``ended_figures``: the figures of ended jobs from the scheduler's record (see
-    :mod:`~psij.executors.batch._figures_wait`; None: their ends do not wait for them).
+    :mod:`~psij.executors.batch._figures_wait`; None: their ends do not wait for them), waited
+    for at most ``figures_wait`` seconds after an end.
     """
 
     name: str
@@ -130,6 +131,7 @@ class TrackInputs(Record):
     job_files: Optional[Path] = None
     ended_figures: Optional[Callable[[Sequence[str]],
                                      Optional[Mapping[str, Mapping[str, Any]]]]] = None
+    figures_wait: float = 8.0
 
 
 class StatusPoller:
@@ -160,7 +162,7 @@ class StatusPoller:
         self._last_look = 0.0
         self._unseen = 0  # jobs in a row that ended with no file of theirs in sight
         self._hurried: AbstractSet[Hashable] = frozenset()  # (see hurry)
-        self._awaiting: AwaitingFigures[Finish] = AwaitingFigures()  # (the thread's own)
+        self._awaiting: AwaitingFigures[Finish] = AwaitingFigures(hooks.figures_wait)
 
     # called from user threads
 
@@ -447,7 +449,8 @@ class StatusPoller:
             last = self._last.get(action.native_id)
         never_ran = obs.state is JobState.CANCELED and (last is None
                                                         or last.state is not JobState.ACTIVE)
-        if self._hooks.ended_figures is None or has_figures(meta) or never_ran \
+        if self._hooks.ended_figures is None or self._hooks.figures_wait <= 0 \
+                or has_figures(meta) or never_ran \
                 or meta.get("cause") == UNSTARTABLE_CAUSE or not self._awaiting.wanted(now):
             self._finish(action)
         else:

@@ -550,7 +550,8 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
                     restate=weakly(self._restate_job_status),
                     job_files=None if getattr(self.batch_config, "watch_files", True) is False
                     else self.work_directory,
-                    ended_figures=weakly(self._ended_figures) if self.FIGURES_FROM else None),
+                    ended_figures=weakly(self._ended_figures) if self.FIGURES_FROM else None,
+                    figures_wait=float(getattr(self.batch_config, "accounting_wait", 8.0))),
                     self.batch_config._settings(), self._clock)
                 weakref.finalize(self, self._poller.stop)
             return self._poller
