@@ -480,14 +480,7 @@ class StatusPoller:
         with self._cond:
             jobs = self._jobs.pop(action.native_id, [])
             last = self._last.pop(action.native_id, None)
-        obs = action.observation
-        extra: Dict[str, Any] = dict(figures or {})
-        if last is not None and last.state is JobState.ACTIVE and last.metadata \
-                and "started_at" not in obs.metadata and "started_at" not in extra \
-                and last.metadata.get("started_at") is not None:
-            extra["started_at"] = last.metadata["started_at"]  # its start file's time
-        if extra:  # the scheduler's record (whole seconds) wins over the job's files
-            obs = Observation(obs.state, obs.message, obs.exit_code, {**obs.metadata, **extra})
+        obs = _with_figures(action.observation, figures, last)
         try:
             status = staged_status(hooks.final_status(
                 jobs, action.native_id, obs, action.cancel_requested),
@@ -525,3 +518,22 @@ class StatusPoller:
             self._hooks.restate(job, status)
         else:
             self._hooks.set_status(job, status)
+
+
+def _with_figures(obs: Observation, figures: Optional[Mapping[str, Any]],
+                  last: Optional[JobStatus]) -> Observation:
+    """The observation of a job's end with the figures of the scheduler's record; the start
+    and end the job's own files told (to the sub-second; the record's are whole seconds, or
+    minutes) are kept, and an end is never put before the start."""
+    meta: Dict[str, Any] = {**obs.metadata, **(figures or {})}
+    if last is not None and last.state is JobState.ACTIVE and last.metadata \
+            and last.metadata.get("started_at") is not None:
+        meta["started_at"] = last.metadata["started_at"]  # its start file's time
+    if obs.metadata.get("source") == "job file" and "ended_at" in obs.metadata:
+        meta["ended_at"] = obs.metadata["ended_at"]
+    start, end = meta.get("started_at"), meta.get("ended_at")
+    if isinstance(start, (int, float)) and isinstance(end, (int, float)) and end < start:
+        meta["ended_at"] = start
+    if meta == obs.metadata:
+        return obs
+    return Observation(obs.state, obs.message, obs.exit_code, meta)
