@@ -17,7 +17,9 @@ Facts this module relies on (flux-core manual pages, RFC 19, RFC 21, RFC 36):
   CANCELED, TIMEOUT, empty while active), ``returncode`` (highest exit code, minus the signal
   number when killed by one, -128 when canceled before it started), ``urgency`` (0 for a job
   held until ``flux job urgency ID default`` releases it), ``exception.type`` and
-  ``exception.note``; it complains on stderr about ids it does not know;
+  ``exception.note``, and for the run's figures ``t_submit``, ``t_run``, ``t_cleanup``,
+  ``t_inactive`` (epoch seconds), ``ncores``, ``nodelist`` and ``duration`` (the time limit in
+  seconds, 0 for none); it complains on stderr about ids it does not know;
 - inside a batch job the script runs as the first program of a new Flux instance, whose
   attribute ``jobid`` is the job's id in the enclosing instance (``flux job id --to=dec``
   converts it);

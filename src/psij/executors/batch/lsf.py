@@ -16,7 +16,10 @@ Facts this module relies on (IBM Spectrum LSF 10.1 command reference):
   ...]}`` (every value a string), with ``{"ERROR": "Job <ID> is not found"}`` records for ids it
   does not know; ``-a`` keeps recently finished jobs (DONE, EXIT) in the output; where
   ``LSB_BJOBS_CONSISTENT_EXIT_CODE=Y``, bjobs exits 255 when none of the jobs asked for (or, for
-  a list, no job at all) is found, saying so on stderr;
+  a list, no job at all) is found, saying so on stderr; the fields ``submit_time``,
+  ``start_time``, ``finish_time`` (``Dec  8 00:38``), ``cpu_used`` (``2.3 second(s)``),
+  ``max_mem`` (``300 Mbytes``), ``nalloc_slot``, ``exec_host`` (``2*hostA:2*hostB``) and
+  ``runtimelimit`` (``60.0 min``) give the run's figures;
 - ``#BSUB`` lines are split like a shell command line, so values go between double quotes and
   may not hold ``"``, ``\\``, ``$`` or a backquote.
 """
