@@ -3,6 +3,7 @@
 batch-test scheduler made to keep figures, whose end is seen from the job's own files."""
 
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
@@ -11,6 +12,8 @@ import pytest
 
 from psij import Job, JobSpec, JobState
 from psij.executors.batch._figures_wait import OFF_AFTER, WAITS, AwaitingFigures
+from psij.executors.batch._poller import _with_figures
+from psij.executors.batch._tracking import Observation
 from psij.executors.batch.batch_test import BatchTestExecutorConfig, BatchTestJobExecutor
 from psij.job_status import JobStatus
 
@@ -212,3 +215,35 @@ def test_a_failed_job_gets_its_figures_too(ex: FiguresExecutor) -> None:
     [status] = _run(ex, code=3)
     assert status.state is JobState.FAILED and status.exit_code == 3
     assert (status.metadata or {}).get("cpu_seconds") == 1.5
+
+
+def test_closing_the_executor_ends_the_jobs_that_wait(tmp_path: Path) -> None:
+    cfg = BatchTestExecutorConfig(work_directory=tmp_path / "work", queue_polling_interval=300,
+                                  initial_queue_polling_delay=300, keep_finished=30,
+                                  accounting_wait=600)
+    ex = FiguresExecutor(config=cfg)
+    ex.whole = False  # the record never shows the end: the job would wait 600 s
+    job = Job(JobSpec("/bin/true"))
+    ex.submit(job)
+    assert job.wait(WAIT, target_states=[JobState.ACTIVE]) is not None
+    deadline = time.monotonic() + 60
+    while not ex.asked and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ex.asked and not job.status.final
+    ex.close()
+    status = job.wait(WAIT)
+    assert status is not None and status.state is JobState.COMPLETED
+
+
+def test_the_files_times_are_kept_and_an_end_is_never_before_the_start() -> None:
+    last = JobStatus(JobState.ACTIVE, metadata={"source": "job file", "started_at": 100.2})
+    record = {"queued_at": 99.0, "started_at": 100.0, "ended_at": 100.0, "cpu_seconds": 0.5}
+    from_file = Observation(JobState.COMPLETED, None, 0, {"source": "job file",
+                                                          "ended_at": 100.9})
+    meta = _with_figures(from_file, record, last).metadata
+    assert (meta["queued_at"], meta["started_at"], meta["ended_at"]) == (99.0, 100.2, 100.9)
+    # An end the queue told: the record's (whole seconds), but not before the file's start.
+    from_queue = Observation(JobState.COMPLETED, None, 0, {"native_state": "COMPLETED"})
+    assert _with_figures(from_queue, record, last).metadata["ended_at"] == 100.2
+    assert _with_figures(from_queue, record, None).metadata["started_at"] == 100.0
+    assert _with_figures(from_queue, None, None) is from_queue
