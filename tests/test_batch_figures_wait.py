@@ -47,6 +47,16 @@ def test_one_ask_covers_every_waiting_job_and_asks_are_a_second_apart() -> None:
     assert waits.due_at() == pytest.approx(101.7)
 
 
+def test_a_job_not_due_before_the_next_ask_is_not_asked_early() -> None:
+    waits: AwaitingFigures[str] = AwaitingFigures()
+    waits.add("1", "a", 100.0)
+    assert waits.settle(waits.take_due(101.0), {}, 101.0) == []  # "1" is due at 102 now
+    waits.add("2", "b", 101.0)  # due at 102 too
+    waits.add("3", "c", 101.5)  # due at 102.5: within a second of 102
+    waits.add("4", "d", 102.5)  # due at 103.5
+    assert waits.take_due(102.0) == ["1", "2", "3"]
+
+
 def test_a_record_not_whole_is_asked_again_and_given_up_with_what_it_had() -> None:
     waits: AwaitingFigures[str] = AwaitingFigures()
     waits.add("1", "a", 0.0)

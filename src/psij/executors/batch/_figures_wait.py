@@ -4,7 +4,7 @@ A job's end is often known before the scheduler has written its record: from the
 exit-code file, or from the queue, which gives no figures. Its final status then waits for
 the record (:data:`WAITS`: asked 1, 2, 4 and 8 seconds after the end, with no answer then
 the status is set without figures; asked at once for an end the scheduler told, whose record
-is written by then); one command asks about every job waiting at that moment
+is written by then); one command asks about every job due within :data:`MIN_GAP` seconds
 (:class:`AwaitingFigures`), at most once every :data:`MIN_GAP` seconds whatever the number of
 jobs. A failed command ends the wait of the jobs it asked about (their statuses are set at
 once, without figures); after :data:`OFF_AFTER` failures in a row, no job waits for
@@ -90,9 +90,12 @@ class AwaitingFigures(Generic[_P]):
         return due if self._last_ask is None else max(due, self._last_ask + MIN_GAP)
 
     def take_due(self, now: float) -> List[str]:
-        """The jobs to ask about now: every waiting one, once one of them is due."""
+        """The jobs to ask about now, once one of them is due: those due before the next ask
+        could come (Grid Engine asks once per job: the others are not asked early)."""
         due = self.due_at()
-        return [] if due is None or now < due else list(self._jobs)
+        if due is None or now < due:
+            return []
+        return [nid for nid, job in self._jobs.items() if job.due <= now + MIN_GAP]
 
     def settle(self, asked: Sequence[str], found: Optional[Mapping[str, Mapping[str, Any]]],
                now: float) -> List[Tuple[_P, Dict[str, Any]]]:
