@@ -72,6 +72,12 @@ def test_a_record_not_whole_is_asked_again_and_given_up_with_what_it_had() -> No
     assert done == [("a", partial)]
 
 
+def test_a_record_of_the_end_without_any_figure_ends_the_wait() -> None:
+    waits: AwaitingFigures[str] = AwaitingFigures()
+    waits.add("1", "a", 0.0)
+    assert waits.settle(waits.take_due(1.0), {"1": {}}, 1.0) == [("a", {})]
+
+
 def test_a_job_the_record_does_not_know_ends_without_figures_after_the_last_wait() -> None:
     waits: AwaitingFigures[str] = AwaitingFigures()
     waits.add("1", "a", 0.0)
@@ -212,13 +218,20 @@ def test_a_failing_record_loses_the_figures_not_the_end(ex: FiguresExecutor) -> 
     assert len(ex.asked) == 1  # the end was not held for more asks
 
 
-def test_a_record_that_never_shows_the_end_gives_what_it_has(ex: FiguresExecutor) -> None:
+def test_a_record_that_never_shows_the_end_gives_what_it_has(tmp_path: Path) -> None:
+    cfg = BatchTestExecutorConfig(work_directory=tmp_path / "work", queue_polling_interval=300,
+                                  initial_queue_polling_delay=300, keep_finished=30,
+                                  accounting_wait=3)
+    ex = FiguresExecutor(config=cfg)
     ex.whole = False
-    [status] = _run(ex)
+    try:
+        [status] = _run(ex)
+    finally:
+        ex.close()
     assert status.state is JobState.COMPLETED
     meta = status.metadata or {}
     assert meta["cpu_seconds"] == 1.5 and meta["ended_at"] != 12.0  # the file's end time
-    assert len(ex.asked) == len(WAITS)
+    assert len(ex.asked) == 3  # 1, 2 and 3 s after the end
 
 
 def test_a_failed_job_gets_its_figures_too(ex: FiguresExecutor) -> None:

@@ -101,8 +101,9 @@ class AwaitingFigures(Generic[_P]):
                now: float) -> List[Tuple[_P, Dict[str, Any]]]:
         """What a command said of ``asked`` (None: it failed): the jobs to finish now, each
         with its figures ({}: none); the others wait for the next ask. A record is whole once
-        it has the job's end (``ended_at``); the figures of one that is not yet are kept for
-        the job's end if it waited long enough."""
+        it has the job's end (``ended_at``), or when it shows the end but no figure at all
+        (none will come); the figures of one not whole yet are kept for the job's end if it
+        waited long enough."""
         self._last_ask = now
         done: List[Tuple[_P, Dict[str, Any]]] = []
         if found is None:
@@ -122,8 +123,8 @@ class AwaitingFigures(Generic[_P]):
                 continue
             figures = None if found is None else found.get(nid)
             partial = job.partial if figures is None else dict(figures)
-            if found is None or "ended_at" in (figures or ()) \
-                    or now - job.since >= self._waits[-1]:
+            whole = figures is not None and ("ended_at" in figures or not figures)
+            if found is None or whole or now - job.since >= self._waits[-1]:
                 del self._jobs[nid]
                 done.append((job.payload, dict(partial or {})))
                 continue
