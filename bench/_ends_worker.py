@@ -41,12 +41,16 @@ CONFIGS = {
 }
 
 
+# Settings of this package only (--accounting-wait), given to the configuration as they are.
+EXTRA: Dict[str, Any] = {}
+
+
 def _config(executor: str, work: Path, interval: Optional[float]) -> Any:
     module_name, class_name = CONFIGS[executor]
     config_class = getattr(importlib.import_module(module_name), class_name)
     if interval is None:  # the implementation's own default polling
-        return config_class(work_directory=work)
-    return config_class(work_directory=work, queue_polling_interval=interval)
+        return config_class(work_directory=work, **EXTRA)
+    return config_class(work_directory=work, queue_polling_interval=interval, **EXTRA)
 
 
 def _make_executor(executor: str, work: Path, interval: Optional[float]) -> Tuple[Any, Any]:
@@ -154,7 +158,10 @@ def main() -> None:
     parser.add_argument("--job-seconds", type=float, default=1.0)
     parser.add_argument("--name", default="psij-bench-ends")
     parser.add_argument("--wait-limit", type=float, default=600.0)
+    parser.add_argument("--accounting-wait", type=float, help="this package's setting")
     args = parser.parse_args()
+    if args.accounting_wait is not None:
+        EXTRA["accounting_wait"] = args.accounting_wait
     result = run(args.executor, args.mode, args.jobs, args.work, args.interval,
                  args.job_seconds, args.name, args.wait_limit)
     # Flushed at once: the driver keeps this line even if the process then fails to exit.

@@ -32,7 +32,7 @@ and the exit status is 1 only when a run could not be measured (a child that gav
 job that did not end COMPLETED, psij-python that could not be installed). The run holds the
 shared scheduler lock (``$SCHEDULERS_LOCK``, as ``make test`` does), so that the schedulers are
 not stopped under it. Run: ``make bench-ends`` or ``.venv/bin/python bench/batch_ends.py
-[--jobs N] [--executor slurm] [--interval S] [--no-reference]``.
+[--jobs N] [--executor slurm] [--interval S] [--accounting-wait S] [--no-reference]``.
 """
 
 import argparse
@@ -228,6 +228,8 @@ def measure(run: Run, python: Path, args: argparse.Namespace, scratch: Path) -> 
             "--name", name, "--wait-limit", f"{args.wait_limit:g}"]
     if args.interval is not None:
         argv += ["--interval", f"{args.interval:g}"]
+    if args.accounting_wait is not None and run.label == OURS_LABEL:
+        argv += ["--accounting-wait", f"{args.accounting_wait:g}"]
     started = time.monotonic()
     try:
         run.result = run_child(python, argv, f"{wrappers}{os.pathsep}{original_path}",
@@ -364,6 +366,9 @@ def main() -> int:
                         help="how long each job sleeps before its end stamp (default 1)")
     parser.add_argument("--wait-limit", type=float, default=900.0,
                         help="seconds a run may wait for its jobs (default 900)")
+    parser.add_argument("--accounting-wait", type=float,
+                        help="this package's accounting_wait in s (default: its own, 8; 0: "
+                             "final statuses do not wait for the scheduler's record)")
     parser.add_argument("--no-reference", action="store_true",
                         help="leave psij-python out")
     parser.add_argument("--reference-python", type=Path,

@@ -436,8 +436,9 @@ def test_flux_job_ids() -> None:
 
 
 def flux_line(job_id: str, state: str, result: str = "", code: str = "", exc: str = "",
-              note: str = "", urgency: str = "16") -> str:
-    return f"{job_id}|{state}|{result}|{code}|{urgency}|{exc}|{note}\n"
+              note: str = "", urgency: str = "16", figures: str = "||||||") -> str:
+    # figures: t_submit|t_run|t_cleanup|t_inactive|ncores|nodelist|duration
+    return f"{job_id}|{state}|{result}|{code}|{urgency}|{figures}|{exc}|{note}\n"
 
 
 def test_flux_every_state(flux_ex: FluxJobExecutor) -> None:

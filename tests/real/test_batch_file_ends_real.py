@@ -1,6 +1,7 @@
 """Starts and ends seen from the job's own files on the real Slurm and Grid Engine, with the
 status poll set to 300 s so that only the files can tell them within seconds: an end is seen
-within 3 s of the job's own end time; a job the scheduler ends (time limit, a cancel from
+within 3 s of the job's own end time (when final statuses do not wait for the scheduler's
+record of the run, ``accounting_wait=0``); a job the scheduler ends (time limit, a cancel from
 outside psij) still gets the scheduler's cause, as with status polls alone; a job whose files
 are garbled or removed while it runs is not given a wrong state. All jobs of one scheduler are
 submitted together (the time limit takes a minute on Slurm)."""
@@ -28,9 +29,12 @@ class Campaign:
     def __init__(self, name: str, work: Path) -> None:
         self.name = name
         self.work = work
+        # accounting_wait=0: the end as soon as it is seen, without waiting for the
+        # scheduler's record of the run (test_batch_figures_real checks those figures).
         self.config = BatchSchedulerExecutorConfig(work_directory=work / "psij",
                                                    queue_polling_interval=300,
-                                                   initial_queue_polling_delay=300)
+                                                   initial_queue_polling_delay=300,
+                                                   accounting_wait=0)
         self.ex = JobExecutor.get_instance(name, config=self.config)
         self.jobs: Dict[str, Job] = {}
         self.seen: Dict[str, List[Tuple[float, JobStatus]]] = {}

@@ -50,6 +50,11 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+try:
+    from support import fake_site_usage as usage
+except ImportError:  # run as a script: its folder is on the path
+    import fake_site_usage as usage  # type: ignore[no-redef]
+
 F58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 DIRECTIVE = {"pbs": "#PBS", "torque": "#PBS", "lsf": "#BSUB", "cobalt": "#COBALT",
              "flux": "# flux:"}
@@ -334,12 +339,13 @@ def run(spool: Spool, flavour: str, number: int) -> int:
         job["pgid"] = proc.pid
         job["started"] = time.time()
         spool.save(job)
-    code = proc.wait()
+    _, wait_status, used = os.wait4(proc.pid, 0)
+    code = os.waitstatus_to_exitcode(wait_status)
     with spool:
         job = spool.load(number)
         assert job is not None
-        job["state"] = "done"
-        job["ended"] = time.time()
+        job.update({"state": "done", "ended": time.time()})
+        usage.record_usage(job, used)
         if code < 0:
             job["signal"] = -code
         else:
@@ -380,6 +386,7 @@ def pbs_fields(job: Dict[str, Any]) -> Dict[str, Any]:
     }
     if job["state"] == "done":
         fields["resources_used"] = {"walltime": "00:00:01"}
+        usage.pbs_usage(fields, job)
         if job["cancelled"]:
             fields["substate"] = 91
         ran = job.get("started") is not None
@@ -447,7 +454,7 @@ def qstat_torque(spool: Spool, ids: List[str]) -> int:
         if job["state"] == "done" and job.get("started") is not None:
             status = 271 if job["cancelled"] else job["exit"] if job["exit"] is not None \
                 else 256 + job["signal"]
-            lines += ["    resources_used.walltime = 00:00:01", f"    exit_status = {status}"]
+            lines += [f"    exit_status = {status}", *usage.torque_lines(job)]
         print("\n".join(lines) + "\n")
     return code
 
@@ -517,7 +524,8 @@ def bjobs(spool: Spool, args: List[str]) -> int:
             code = "" if value == 0 else str(value)
         values = {"JOBID": str(job.get("parent") or job["number"]),
                   "JOBINDEX": str(job.get("index") or 0), "STAT": stat, "EXIT_CODE": code,
-                  "EXIT_REASON": "TERM_OWNER: job killed by owner" if job["cancelled"] else ""}
+                  "EXIT_REASON": "TERM_OWNER: job killed by owner" if job["cancelled"] else "",
+                  **(usage.lsf_usage(job) if job["state"] == "done" else {})}
         records.append({f.upper(): values.get(f.upper(), "") for f in fields})
     if as_json:
         print(json.dumps({"COMMAND": "bjobs", "JOBS": len(records), "RECORDS": records},
@@ -557,7 +565,8 @@ def qstat_cobalt(spool: Spool, args: List[str]) -> int:
 
 def flux_fields(job: Dict[str, Any]) -> Dict[str, str]:
     values = {"id.f58": f58(int(job["id"])), "id": job["id"], "exception.type": "",
-              "exception.note": "", "result": "", "returncode": "", "urgency": "16"}
+              "exception.note": "", "result": "", "returncode": "", "urgency": "16",
+              **usage.flux_usage(job)}
     if job["state"] == "queued":
         values["state"] = "SCHED"
         if job["queue"] == "held":  # as `flux job urgency ID hold` leaves a job

@@ -75,6 +75,13 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
         scheduler knows. Where the work directory is not shared with the nodes that run the
         jobs, this is noticed and the executor polls only (said once in the log). ``False``:
         status polls only.
+    accounting_wait
+        Seconds an ended job's final status may wait for the scheduler's record of its run
+        (CPU time, peak memory, nodes...: see "What a run used" in the batch documentation),
+        when its end is known first (from its files, or from a queue that gives no
+        figures): asked 1, 2, 4 and 8 seconds after the end, never later than this. 8 by
+        default; 0: final statuses never wait, and carry the figures only when the record
+        was read anyway. At most 600.
     """
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
@@ -87,7 +94,7 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
                  memory_bucket: int = DEFAULT_BUCKET, tmp_bucket: int = DEFAULT_BUCKET,
                  use_nice: bool = False, fallback: Optional[str] = None,
                  spare_submit_commands: int = 1, fail_unstartable: bool = False,
-                 watch_files: bool = True) -> None:
+                 watch_files: bool = True, accounting_wait: float = 8) -> None:
         super().__init__(launcher_log_file, work_directory)
         name = type(self).__name__
         self.queue_polling_interval = _positive(f"{name}.queue_polling_interval",
@@ -114,6 +121,10 @@ class BatchSchedulerExecutorConfig(JobExecutorConfig):
         self.fail_unstartable = fail_unstartable_choice(f"{name}.fail_unstartable",
                                                         fail_unstartable)
         self.watch_files = _check.opt_bool(f"{name}.watch_files", watch_files)
+        self.accounting_wait = _non_negative(f"{name}.accounting_wait", accounting_wait)
+        if self.accounting_wait > 600:
+            raise ValueError(f"{name}.accounting_wait: expected at most 600 seconds, got "
+                             f"{accounting_wait!r}")
 
     @classmethod
     def _from_config(cls, config: JobExecutorConfig) -> "BatchSchedulerExecutorConfig":
@@ -145,7 +156,8 @@ _BATCH_SETTINGS = ("queue_polling_interval", "initial_queue_polling_delay",
                    "queue_polling_error_threshold", "keep_files",
                    "queue_polling_outage_tolerance", "command_timeout", "max_queued_per_shape",
                    "memory_bucket", "tmp_bucket", "use_nice", "fallback",
-                   "spare_submit_commands", "fail_unstartable", "watch_files")
+                   "spare_submit_commands", "fail_unstartable", "watch_files",
+                   "accounting_wait")
 
 
 def _positive(field: str, value: Any) -> float:

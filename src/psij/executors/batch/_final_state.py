@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional
 
 from psij._record import Record
 from psij.executors._process import stderr_part
+from psij.executors.batch._figures import figures_of
 from psij.executors.batch._job_output import _describe_duration, _describe_exit
 from psij.executors.batch._tracking import Observation
 from psij.executors.batch._unstartable import CAUSE as UNSTARTABLE_CAUSE
@@ -91,12 +92,16 @@ _CANCEL_CAUSES = (None, "launch_failure")
 def with_accounting_cause(from_file: Observation, accounting: Observation) -> Observation:
     """What the exit-code file said, with the cause the accounting gives (a job stopped at its
     time limit that passed the scheduler's signal on and ended by itself still wrote its exit
-    code)."""
+    code) and, once it has the job's end, the figures of its run
+    (:mod:`~psij.executors.batch._figures`)."""
+    extra: Dict[str, Any] = figures_of(accounting.metadata) if accounting.state.final else {}
     cause = accounting.metadata.get("cause")
-    if cause is None:
+    if cause is not None:
+        extra["cause"] = cause
+    if not extra:
         return from_file
     return Observation(from_file.state, from_file.message, from_file.exit_code,
-                       {**from_file.metadata, "cause": cause})
+                       {**from_file.metadata, **extra})
 
 
 def final_state(observation: Observation, cancel_requested: bool,

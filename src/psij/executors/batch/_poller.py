@@ -26,6 +26,7 @@ from typing import (
     Dict,
     Hashable,
     List,
+    Mapping,
     Optional,
     Sequence,
     TypeVar,
@@ -38,6 +39,8 @@ from psij._record import Record
 from psij.exceptions import SubmitException
 from psij.executors._staging import REPORT_SUFFIX, read_report, staged_status
 from psij.executors.batch._dir_events import DirEvents
+from psij.executors.batch._figures import has_figures
+from psij.executors.batch._figures_wait import AwaitingFigures
 from psij.executors.batch._job_files import END_SUFFIX, START_SUFFIX, JobFiles
 from psij.executors.batch._tracking import (
     Action,
@@ -60,6 +63,7 @@ from psij.executors.batch._tracking import (
     Tick,
     Withdraw,
 )
+from psij.executors.batch._unstartable import CAUSE as UNSTARTABLE_CAUSE
 from psij.job import Job
 from psij.job_state import JobState
 from psij.job_status import JobStatus
@@ -81,6 +85,7 @@ UNSEEN_LIMIT = 3
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _LOOK = object()  # the thread's own action: look at the jobs' files
+_FIGURES = object()  # the thread's own action: ask for the records of ended jobs
 
 
 def weakly(method: _F) -> _F:
@@ -108,7 +113,10 @@ class TrackInputs(Record):
     path of one of a job's files (``<native id><suffix>``); ``job_ended``: remove the files of
     an ended job; ``set_status`` and ``restate``: enter or restate a job's status;
     ``job_files``: the directory where the jobs' scripts write their start and end files,
-    looked at every :data:`LOOK_SECONDS` while jobs are followed (None: not looked at).
+    looked at every :data:`LOOK_SECONDS` while jobs are followed (None: not looked at);
+    ``ended_figures``: the figures of ended jobs from the scheduler's record (see
+    :mod:`~psij.executors.batch._figures_wait`; None: their ends do not wait for them), waited
+    for at most ``figures_wait`` seconds after an end.
     """
 
     name: str
@@ -121,6 +129,9 @@ class TrackInputs(Record):
     set_status: Callable[[Job, JobStatus], None]
     restate: Callable[[Job, JobStatus], None]
     job_files: Optional[Path] = None
+    ended_figures: Optional[Callable[[Sequence[str]],
+                                     Optional[Mapping[str, Mapping[str, Any]]]]] = None
+    figures_wait: float = 8.0
 
 
 class StatusPoller:
@@ -151,6 +162,7 @@ class StatusPoller:
         self._last_look = 0.0
         self._unseen = 0  # jobs in a row that ended with no file of theirs in sight
         self._hurried: AbstractSet[Hashable] = frozenset()  # (see hurry)
+        self._awaiting: AwaitingFigures[Finish] = AwaitingFigures(hooks.figures_wait)
 
     # called from user threads
 
@@ -264,6 +276,8 @@ class StatusPoller:
             while True:
                 actions = self._next_actions()
                 if actions is None:
+                    for action in self._awaiting.drain():  # (ended while it stopped)
+                        self._finish(action)
                     return
                 self._perform(actions)
         except Exception:
@@ -283,7 +297,14 @@ class StatusPoller:
                 if actions:
                     return actions
                 now = self._clock.now()
+                figures_due = self._awaiting.due_at()
+                if figures_due is not None and now >= figures_due:
+                    return [_FIGURES]
                 if not self._tracker.tracked():
+                    if figures_due is not None:
+                        idle_since = None
+                        self._clock.wait(self._cond, figures_due - now)
+                        continue
                     if idle_since is None:
                         idle_since = now
                     elif now - idle_since >= IDLE_LINGER:
@@ -293,6 +314,8 @@ class StatusPoller:
                     continue
                 idle_since = None
                 deadline = self._tracker.next_deadline()
+                if figures_due is not None:
+                    deadline = figures_due if deadline is None else min(deadline, figures_due)
                 if self._files is not None:
                     if now >= self._next_look:
                         self._last_look = now
@@ -336,7 +359,9 @@ class StatusPoller:
                 elif isinstance(action, Withdraw):
                     hooks.withdraw(action.native_id)
                 elif isinstance(action, Finish):
-                    self._finish(action)
+                    self._end(action)
+                elif action is _FIGURES:
+                    self._ask_figures()
             except ReferenceError:  # the executor is gone
                 self.stop()
                 return
@@ -414,14 +439,51 @@ class StatusPoller:
             if job._native_id == action.native_id:  # else it runs again as another job
                 self._deliver(job, status, restated=isinstance(action, Restate))
 
-    def _finish(self, action: Finish) -> None:
+    def _end(self, action: Finish) -> None:
+        """Finish a job, or let it wait for the scheduler's record of its run (see
+        :mod:`~psij.executors.batch._figures_wait`) when that is not in hand."""
+        obs = action.observation
+        meta = obs.metadata
+        now = self._clock.now()
+        with self._cond:
+            last = self._last.get(action.native_id)
+        never_ran = obs.state is JobState.CANCELED and (last is None
+                                                        or last.state is not JobState.ACTIVE)
+        if self._hooks.ended_figures is None or self._hooks.figures_wait <= 0 \
+                or has_figures(meta) or never_ran \
+                or meta.get("cause") == UNSTARTABLE_CAUSE or not self._awaiting.wanted(now):
+            self._finish(action)
+        else:
+            # An end the job's files told comes before the scheduler's record of it.
+            self._awaiting.add(action.native_id, action, now,
+                               at_once=meta.get("source") != "job file")
+
+    def _ask_figures(self) -> None:
+        """One command for the records of the ended jobs that wait; finish those it told
+        (or all it asked about, if it failed) and those that waited long enough."""
+        hooks = self._hooks
+        asked = self._awaiting.take_due(self._clock.now())
+        if not asked or hooks.ended_figures is None:
+            return
+        try:
+            found = hooks.ended_figures(asked)
+        except ReferenceError:
+            raise
+        except Exception:
+            logger.exception("%s: asking for the records of ended jobs failed", self._label)
+            found = None
+        for action, figures in self._awaiting.settle(asked, found, self._clock.now()):
+            self._finish(action, figures)
+
+    def _finish(self, action: Finish, figures: Optional[Mapping[str, Any]] = None) -> None:
         hooks = self._hooks
         with self._cond:
             jobs = self._jobs.pop(action.native_id, [])
             last = self._last.pop(action.native_id, None)
+        obs = _with_figures(action.observation, figures, last)
         try:
             status = staged_status(hooks.final_status(
-                jobs, action.native_id, action.observation, action.cancel_requested),
+                jobs, action.native_id, obs, action.cancel_requested),
                 read_report(hooks.aux_path(action.native_id, REPORT_SUFFIX)),
                 f"job {action.native_id}")
         except ReferenceError:
@@ -456,3 +518,22 @@ class StatusPoller:
             self._hooks.restate(job, status)
         else:
             self._hooks.set_status(job, status)
+
+
+def _with_figures(obs: Observation, figures: Optional[Mapping[str, Any]],
+                  last: Optional[JobStatus]) -> Observation:
+    """The observation of a job's end with the figures of the scheduler's record; the start
+    and end the job's own files told (to the sub-second; the record's are whole seconds, or
+    minutes) are kept, and an end is never put before the start."""
+    meta: Dict[str, Any] = {**obs.metadata, **(figures or {})}
+    if last is not None and last.state is JobState.ACTIVE and last.metadata \
+            and last.metadata.get("started_at") is not None:
+        meta["started_at"] = last.metadata["started_at"]  # its start file's time
+    if obs.metadata.get("source") == "job file" and "ended_at" in obs.metadata:
+        meta["ended_at"] = obs.metadata["ended_at"]
+    start, end = meta.get("started_at"), meta.get("ended_at")
+    if isinstance(start, (int, float)) and isinstance(end, (int, float)) and end < start:
+        meta["ended_at"] = start
+    if meta == obs.metadata:
+        return obs
+    return Observation(obs.state, obs.message, obs.exit_code, meta)

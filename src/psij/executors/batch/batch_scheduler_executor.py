@@ -68,6 +68,7 @@ from psij.executors.batch._cancel_output import UNKNOWN_ERROR
 from psij.executors.batch._cancel_output import InvalidJobStateError as InvalidJobStateError
 from psij.executors.batch._fallback import SchedulerFallbackWarning as SchedulerFallbackWarning
 from psij.executors.batch._fallback import local_fallback
+from psij.executors.batch._figures_wait import ended_figures
 from psij.executors.batch._final_state import (
     Seen,
     final_state,
@@ -175,6 +176,9 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
     # its output has lines and every one matches NO_JOBS_PATTERN (None: it has no output).
     NO_JOBS_EXIT_CODES: Tuple[int, ...] = ()
     NO_JOBS_PATTERN: Optional[Pattern[str]] = None
+    # Where the figures of an ended job's run are read ("accounting", "status": the status
+    # command shows ended jobs; None: nowhere), waited for a moment (see _figures_wait).
+    FIGURES_FROM: Optional[str] = None
     # How the scheduler writes and names job arrays (None: submit_many submits one by one).
     ARRAYS: Optional[ArrayStyle] = None
 
@@ -548,7 +552,9 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
                     set_status=weakly(self._set_job_status),
                     restate=weakly(self._restate_job_status),
                     job_files=None if getattr(self.batch_config, "watch_files", True) is False
-                    else self.work_directory),
+                    else self.work_directory,
+                    ended_figures=weakly(self._ended_figures) if self.FIGURES_FROM else None,
+                    figures_wait=float(getattr(self.batch_config, "accounting_wait", 8.0))),
                     self.batch_config._settings(), self._clock)
                 weakref.finalize(self, self._poller.stop)
             return self._poller
@@ -620,6 +626,9 @@ class BatchSchedulerExecutor(ScriptSteps, KillFirst, PriorityChange, NamedJobs, 
                 if nid in native_ids:
                     found.setdefault(nid, observed(st, source="accounting"))
         return found
+
+    def _ended_figures(self, native_ids: Sequence[str]) -> Optional[Dict[str, Dict[str, Any]]]:
+        return ended_figures(self, native_ids)
 
     def _final_status(self, jobs: Sequence[Job], native_id: str, obs: Observation,
                       cancel_requested: bool) -> JobStatus:

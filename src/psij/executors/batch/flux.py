@@ -17,7 +17,9 @@ Facts this module relies on (flux-core manual pages, RFC 19, RFC 21, RFC 36):
   CANCELED, TIMEOUT, empty while active), ``returncode`` (highest exit code, minus the signal
   number when killed by one, -128 when canceled before it started), ``urgency`` (0 for a job
   held until ``flux job urgency ID default`` releases it), ``exception.type`` and
-  ``exception.note``; it complains on stderr about ids it does not know;
+  ``exception.note``, and for the run's figures ``t_submit``, ``t_run``, ``t_cleanup``,
+  ``t_inactive`` (epoch seconds), ``ncores``, ``nodelist`` and ``duration`` (the time limit in
+  seconds, 0 for none); it complains on stderr about ids it does not know;
 - inside a batch job the script runs as the first program of a new Flux instance, whose
   attribute ``jobid`` is the job's id in the enclosing instance (``flux job id --to=dec``
   converts it);
@@ -29,6 +31,7 @@ import warnings
 from typing import Dict, List, Optional, Tuple
 
 from psij.exceptions import InvalidJobException
+from psij.executors.batch._figures_sites import flux_figures, with_figures
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._site_directives import PLAIN_QUOTED, option_items
 from psij.executors.batch._status_table import held_status
@@ -79,8 +82,13 @@ EXCEPTION_CAUSES: Dict[str, str] = {
 F58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _F58_DIGIT = {c: i for i, c in enumerate(F58_ALPHABET)}
 # The note may hold "|", so it comes last.
-_STATUS_FIELDS = ("{id.f58}|{state}|{result}|{returncode}|{urgency}|{exception.type}|"
-                  "{exception.note}")
+# Between urgency and exception.type, the fields of the run's figures (see _figures_sites);
+# the note, which may hold "|", comes last.
+_FIGURE_FIELDS = ("t_submit", "t_run", "t_cleanup", "t_inactive", "ncores", "nodelist",
+                  "duration")
+_STATUS_FIELDS = ("{id.f58}|{state}|{result}|{returncode}|{urgency}|"
+                  + "".join(f"{{{name}}}|" for name in _FIGURE_FIELDS)
+                  + "{exception.type}|{exception.note}")
 _HELD_URGENCY = "0"
 _UNKNOWN_JOB = re.compile(r"not found|unknown job|invalid jobid", re.IGNORECASE)
 
@@ -160,6 +168,7 @@ class FluxJobExecutor(BatchSchedulerExecutor):
     CANCEL_COMMAND = ("flux", "cancel")
     CANCEL_GONE_PATTERN = re.compile("inactive|" + _UNKNOWN_JOB.pattern, re.IGNORECASE)
     STATUS_COMMAND = ("flux", "jobs", "-a", "-n", "--color=never", "-o", _STATUS_FIELDS)
+    FIGURES_FROM = "status"  # flux jobs -a shows inactive jobs
     LIST_COMMAND = ("flux", "jobs", "-n", "--color=never", "-o", "{id.f58}")
     NAMED_LIST_COMMAND = (*LIST_COMMAND, "--name={name}")
     DIRECTIVES = PLAIN_QUOTED
@@ -210,13 +219,15 @@ class FluxJobExecutor(BatchSchedulerExecutor):
         for line in out.splitlines():
             if not line.strip():
                 continue
-            fields = line.split("|", 6)
-            if len(fields) != 7:
+            fields = line.split("|", 6 + len(_FIGURE_FIELDS))
+            if len(fields) != 7 + len(_FIGURE_FIELDS):
                 errors.append(line)
                 continue
             native_id = jobid_to_decimal(fields[0])
-            found[native_id] = flux_status(fields[1].strip(), fields[2].strip(), fields[3],
-                                           fields[5].strip(), fields[6], fields[4])
+            figures = dict(zip(_FIGURE_FIELDS, fields[5:-2]))
+            found[native_id] = with_figures(flux_status(
+                fields[1].strip(), fields[2].strip(), fields[3], fields[-2].strip(), fields[-1],
+                fields[4]), flux_figures(figures))
         # Lines that are not job lines may only say that a job is unknown (it was purged).
         others = [line for line in errors if not _UNKNOWN_JOB.search(line)]
         if others:

@@ -16,7 +16,10 @@ Facts this module relies on (IBM Spectrum LSF 10.1 command reference):
   ...]}`` (every value a string), with ``{"ERROR": "Job <ID> is not found"}`` records for ids it
   does not know; ``-a`` keeps recently finished jobs (DONE, EXIT) in the output; where
   ``LSB_BJOBS_CONSISTENT_EXIT_CODE=Y``, bjobs exits 255 when none of the jobs asked for (or, for
-  a list, no job at all) is found, saying so on stderr;
+  a list, no job at all) is found, saying so on stderr; the fields ``submit_time``,
+  ``start_time``, ``finish_time`` (``Dec  8 00:38``), ``cpu_used`` (``2.3 second(s)``),
+  ``max_mem`` (``300 Mbytes``), ``nalloc_slot``, ``exec_host`` (``2*hostA:2*hostB``) and
+  ``runtimelimit`` (``60.0 min``) give the run's figures;
 - ``#BSUB`` lines are split like a shell command line, so values go between double quotes and
   may not hold ``"``, ``\\``, ``$`` or a backquote.
 """
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Collection, Dict, List, Mapping, Optional
 
 from psij._reexports import lazy_names
 from psij.executors.batch._arrays import LSF_ARRAYS
+from psij.executors.batch._figures_sites import LSF_FIELDS, lsf_figures, with_figures
 from psij.executors.batch._nice import LSF_NICE
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._signals import FORWARDABLE, KEEP
@@ -157,8 +161,10 @@ class LsfJobExecutor(BatchSchedulerExecutor):
     ARRAYS = LSF_ARRAYS
     CANCEL_COMMAND = ("bkill",)
     CANCEL_GONE_PATTERN = re.compile(r"already finished|" + _NOT_FOUND.pattern, re.IGNORECASE)
-    STATUS_COMMAND = ("bjobs", "-a", "-o", "jobid jobindex stat exit_code exit_reason",
-                      "-json")
+    # The fields after exit_reason give the run's figures (see _figures_sites).
+    STATUS_COMMAND = ("bjobs", "-a", "-o", "jobid jobindex stat exit_code exit_reason "
+                      + " ".join(LSF_FIELDS), "-json")
+    FIGURES_FROM = "status"  # bjobs -a shows recently ended jobs
     LIST_COMMAND = ("bjobs", "-a", "-noheader", "-o", "jobid")
     LIST_ID_PATTERN = re.compile(r"\d+")
     NO_JOBS_EXIT_CODES = (255,)
@@ -210,7 +216,7 @@ class LsfJobExecutor(BatchSchedulerExecutor):
                 native_id = f"{native_id}[{index}]"  # an array's element
             if not native_id.isdigit() and LSF_ARRAYS.split(native_id) is None:
                 raise ValueError(f"bjobs -json: a record without a job id: {record!r}")
-            found[native_id] = lsf_status(record)
+            found[native_id] = with_figures(lsf_status(record), lsf_figures(record))
         return found
 
     def get_status_command(self, native_ids: Collection[str]) -> List[str]:

@@ -27,6 +27,7 @@ from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
 from psij import _check
 from psij._scripts.generator import TemplatedScriptGenerator as TemplatedScriptGenerator
 from psij.executors.batch._arrays import PBS_ARRAYS
+from psij.executors.batch._figures_sites import pbs_figures, with_figures
 from psij.executors.batch._nice import PBS_NICE
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._signals import FORWARDABLE, KEEP
@@ -284,6 +285,7 @@ class GenericPBSJobExecutor(BatchSchedulerExecutor):
     SIGNAL_COMMAND = ("qsig", "-s", "{signal}")
     SCRIPT_SIGNALS = dict.fromkeys(FORWARDABLE, KEEP)
     STATUS_COMMAND: Tuple[str, ...] = ("qstat", "-f", "-F", "json", "-x")
+    FIGURES_FROM = "status"  # qstat -x shows ended jobs (see _figures_sites)
 
     def __init__(self, generator: Optional[TemplatedScriptGenerator] = None,
                  url: Optional[str] = None, config: Optional[JobExecutorConfig] = None) -> None:
@@ -331,7 +333,8 @@ class GenericPBSJobExecutor(BatchSchedulerExecutor):
             if not isinstance(attributes, dict) or "job_state" not in attributes:
                 raise ValueError(f"qstat -F json: job {native_id!r} has no job_state")
             fields = _flatten(attributes)
-            found[native_id] = pbs_status(fields["job_state"].strip(), fields)
+            found[native_id] = with_figures(pbs_status(fields["job_state"].strip(), fields),
+                                            pbs_figures(fields))
         return found
 
 

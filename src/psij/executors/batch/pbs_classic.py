@@ -21,6 +21,7 @@ import re
 from typing import TYPE_CHECKING, Dict, Optional
 
 from psij._reexports import lazy_names
+from psij.executors.batch._figures_sites import pbs_figures, with_figures
 from psij.executors.batch.pbs import (
     ExecCodes,
     GenericPBSJobExecutor,
@@ -144,9 +145,9 @@ class PBSClassicJobExecutor(GenericPBSJobExecutor):
             state = fields.get("job_state")
             if state is None:
                 raise ValueError(f"qstat -f: job {native_id} has no job_state")
-            found[native_id] = pbs_status(state.strip(), fields, STATE_MAP, EXEC_CODES,
-                                          deleted_substates=(),
-                                          deleted_exit_statuses=(_DELETED_EXIT_STATUS,))
+            found[native_id] = with_figures(pbs_status(
+                state.strip(), fields, STATE_MAP, EXEC_CODES, deleted_substates=(),
+                deleted_exit_statuses=(_DELETED_EXIT_STATUS,)), pbs_figures(fields))
         return found
 
 

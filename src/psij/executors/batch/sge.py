@@ -13,6 +13,7 @@ from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
 from psij._scripts.quoting import plain_directive_value
 from psij.executors.batch._arrays import SGE_ARRAYS, expand_index_list
+from psij.executors.batch._figures_sge import qacct_figures
 from psij.executors.batch._nice import SGE_NICE
 from psij.executors.batch._script_context import v1_resources
 from psij.executors.batch._signals import FORWARDABLE, KEEP, REQUEST, write_signal_request
@@ -122,6 +123,7 @@ class SgeJobExecutor(BatchSchedulerExecutor):
     SUBMIT_COMMAND = ("qsub", "-terse")
     JOB_ID_PATTERN = re.compile(r"(\d+)(?:\.[\d:-]+)?\s*$")
     ARRAYS = SGE_ARRAYS
+    FIGURES_FROM = "accounting"  # qacct (see psij.executors.batch._figures_sge)
     CANCEL_COMMAND = ("qdel",)
     CANCEL_GONE_PATTERN = re.compile("does not exist")
     # qstat cannot select jobs by id in its list view; it lists this user's jobs.
@@ -215,7 +217,10 @@ class SgeJobExecutor(BatchSchedulerExecutor):
             number = fields.get("jobnumber", "").strip()
             task = fields.get("taskid", "").strip()  # "undefined" unless an array's task
             if number.isdigit():
-                found[f"{number}.{task}" if task.isdigit() else number] = qacct_status(fields)
+                status = qacct_status(fields)
+                if status.metadata is not None:
+                    status.metadata.update(qacct_figures(fields))
+                found[f"{number}.{task}" if task.isdigit() else number] = status
         return found
 
     def parse_list_output(self, out: str) -> List[str]:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Collection, Dict, List, Optional, Sequenc
 from psij import _check
 from psij._reexports import lazy_names
 from psij.executors.batch._arrays import SLURM_ARRAYS, expand_index_list
+from psij.executors.batch._figures_slurm import FIELDS as SACCT_FIELDS
+from psij.executors.batch._figures_slurm import sacct_figures, step_rss
 from psij.executors.batch._nice import SLURM_NICE
 from psij.executors.batch._runner import CommandResult
 from psij.executors.batch._signals import FORWARDABLE, PASS
@@ -263,6 +265,7 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
     SCRIPT_ON_STDIN = True
     JOB_ID_PATTERN = re.compile(r"(\d+)(?:;\S*)?\s*$")
     ARRAYS = SLURM_ARRAYS
+    FIGURES_FROM = "accounting"  # sacct (see psij.executors.batch._figures_slurm)
     NAME_AFTER_SCRIPT = True  # sbatch names a job after its script
     DIRECTORY_DIRECTIVE = True  # --chdir
     DURATION_DAYS = True  # --time: days-hours:minutes:seconds; seconds round up to a minute
@@ -329,14 +332,17 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
     def get_accounting_commands(self, native_ids: Sequence[str]) -> List[List[str]]:
         # Not --allocations: the batch step's line is needed too (see _accounting_exit_code).
         # sacct shows an array's elements as <array id>_<index> (its JobID) by itself.
+        # The fields between ExitCode and Reason give the run's figures (_figures_slurm).
         return [["sacct", "--noheader", "--parsable2",
                  "--jobs=" + ",".join(_queried_ids(native_ids)),
-                 "--format=JobID,State,ExitCode,Reason"]]
+                 "--format=JobID,State,ExitCode," + ",".join(SACCT_FIELDS) + ",Reason"]]
 
     def parse_accounting_output(self, exit_code: int, out: str) -> Dict[str, JobStatus]:
         # Without slurmdbd sacct exits 1: "Slurm accounting storage is disabled".
         check_status_exit_code("sacct", exit_code, out)
         allocations: Dict[str, Tuple[str, int, int, str]] = {}
+        figures: Dict[str, Dict[str, str]] = {}
+        max_rss: Dict[str, int] = {}
         batch_steps: Dict[str, Tuple[int, int]] = {}
         # A step that ran out of memory (an srun step: the job then reads FAILED, with the
         # script's exit code, and only the step says OUT_OF_MEMORY) is why the job failed.
@@ -351,9 +357,17 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
             native_id, step, native_state, code, sig, reason = match.groups()
             if "[" in native_id:
                 continue  # an array's elements that have not started: nothing final yet
+            fields: Dict[str, str] = {}
+            if reason.count("|") >= len(SACCT_FIELDS):  # (not without the figures' fields)
+                *values, reason = reason.split("|", len(SACCT_FIELDS))
+                fields = dict(zip(SACCT_FIELDS, values))
             if step is None:
                 allocations[native_id] = (native_state, int(code), int(sig), reason)
+                figures[native_id] = fields
                 continue
+            rss = step_rss(fields.get("MaxRSS", ""))
+            if rss is not None:
+                max_rss[native_id] = max(rss, max_rss.get(native_id, 0))
             if step == "batch":
                 batch_steps[native_id] = (int(code), int(sig))
             if native_state == "OUT_OF_MEMORY":
@@ -362,6 +376,9 @@ class SlurmJobExecutor(BatchSchedulerExecutor):
         for native_id, (native_state, code, sig, reason) in allocations.items():
             status = slurm_status(native_state, reason, _accounting_exit_code(
                 native_state, code, sig, batch_steps.get(native_id)))
+            if status.state.final and figures[native_id] and status.metadata is not None:
+                status.metadata.update(sacct_figures(figures[native_id],
+                                                     max_rss.get(native_id)))
             found[native_id] = (_step_out_of_memory(status) if native_id in oom_steps
                                 else status)
         return found
