@@ -37,6 +37,8 @@ HEAPQ_ALLOWED: Dict[str, str] = {
     "executors/batch/_holding.py": "the held jobs of a shape by priority, then arrival",
     "executors/pilot/scheduler.py": "the shapes' head tasks by priority in one scheduling pass",
     "executors/pilot/_shape_queue.py": "the priority levels present in a shape's queue",
+    "report/_shapes.py": "the free cores of each node, lowest first, as a report lays out a "
+                         "pilot run's tasks on core rows",
 }
 
 

@@ -22,11 +22,11 @@ read raises :class:`ValueError` naming it).
 """
 
 import json
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from psij._clock import wall_time
 from psij.report._runs import JobRun, sound_count, sound_seconds, sound_text
 
 __all__ = ["SourceError", "from_jobs_report", "from_journal", "from_pilot", "from_registry",
@@ -67,7 +67,7 @@ def parse_time(field: str, text: str, now: Optional[float] = None) -> float:
     if text and text[-1] in _UNITS and text[:-1].replace(".", "", 1).isdigit():
         age = float(text[:-1]) * _UNITS[text[-1]]
         if age < 1e10:
-            return (time.time() if now is None else now) - age
+            return (wall_time() if now is None else now) - age
     try:
         return datetime.fromisoformat(text).timestamp()
     except (ValueError, OverflowError, OSError):

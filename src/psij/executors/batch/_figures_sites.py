@@ -20,6 +20,7 @@ import re
 import time
 from typing import Any, Dict, Mapping, Optional
 
+from psij._clock import wall_time
 from psij.executors.batch._figures import (
     clean_figures,
     clock_seconds,
@@ -101,7 +102,7 @@ def _lsf_time(text: Any, now: Optional[float] = None) -> Optional[float]:
     value = local_time(text, _LSF_TIME)
     if value is not None:
         return value
-    current = time.localtime(time.time() if now is None else now)
+    current = time.localtime(wall_time() if now is None else now)
     for year in (current.tm_year, current.tm_year - 1):
         value = local_time(f"{text} {year}", tuple(f"{fmt} %Y" for fmt in _LSF_YEARLESS))
         if value is not None and value <= time.mktime(current) + 86400:
