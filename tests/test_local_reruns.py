@@ -351,3 +351,20 @@ def test_each_run_is_staged_in_again(tmp_path: Path) -> None:
     assert (work / "count").read_text() == "2"
     assert states(seen) == ["QUEUED", "STAGE_IN", "ACTIVE", "QUEUED", "STAGE_IN", "ACTIVE",
                             "COMPLETED"]
+
+
+def test_each_runs_output_is_kept_under_its_run_number(tmp_path: Path) -> None:
+    ex = make(tmp_path)
+    script = "import os, sys\nprint('out of', os.environ['PSIJ_ATTEMPT'])\n" \
+             "print('err of', os.environ['PSIJ_ATTEMPT'], file=sys.stderr)\n" + COUNTING
+    job, _ = job_of(tmp_path, ["-c", script, "3", "3"], **{"psij.retry": "3"})
+    assert job.spec is not None
+    job.spec.stdout_path = Path("out")  # relative to the job's directory
+    job.spec.stderr_path = tmp_path / "err"
+    ex.submit(job)
+    assert final(job).state is JobState.COMPLETED
+    for name, word in (("out", "out of"), ("err", "err of")):
+        assert (tmp_path / f"{name}.1").read_text() == f"{word} 1\n"
+        assert (tmp_path / f"{name}.2").read_text() == f"{word} 2\n"
+        assert (tmp_path / name).read_text() == f"{word} 3\n"
+        assert not (tmp_path / f"{name}.3").exists()

@@ -139,6 +139,7 @@ class LocalJobExecutor(JobExecutor):
 
     _RERUNS = "submits"  # a new process for each run (_reruns)
     _REQUEUES_ITSELF = False
+    _psij_keeps_run_outputs = True  # run N's output moved to <path>.N (_reruns.keep_outputs)
 
     def __init__(self, url: Optional[str] = None,
                  config: Optional[JobExecutorConfig] = None) -> None:

@@ -17,8 +17,10 @@ CANCELED. A cancel after the next run is registered cancels it as a cancel after
 It sets no job state but CANCELED for a run it does not start; the executor sets the others.
 """
 
-from typing import TYPE_CHECKING, Any, Dict, Optional, Protocol, Tuple
+import os
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Tuple
 
+from psij._lazylog import LazyLogger
 from psij.exceptions import SubmitException
 from psij.executors.local._prepared import NotRunnable
 from psij.job import Job
@@ -28,6 +30,8 @@ from psij.job_status import JobStatus
 
 if TYPE_CHECKING:
     from psij.executors.local._prepared import Run
+
+logger = LazyLogger("psij.executors.local")
 
 
 class Starts(Protocol):
@@ -74,6 +78,33 @@ def cancel_between_runs(job: Job, run: "Optional[Run]") -> bool:
     return True
 
 
+def keep_outputs(job: Job, spec: JobSpec) -> None:
+    """Before run N (N >= 2) of ``job``: the output files of run N-1 (``stdout_path``,
+    ``stderr_path``, once each; not ``/dev/null``) become ``<path>.<N-1>``, as the batch
+    executors' scripts do, so each run's output is kept and the last run's is where the spec
+    says. A file that is not there (or cannot be moved) is left as it is."""
+    runs = job.__dict__.get("_runs")
+    attempt = getattr(runs, "attempt", None)
+    if not isinstance(attempt, int) or attempt < 2:
+        return
+    done: List[str] = []
+    for value in (spec.stdout_path, spec.stderr_path):
+        if value is None:
+            continue
+        path = str(value)
+        if spec.directory is not None and not os.path.isabs(path):
+            path = os.path.join(str(spec.directory), path)
+        if path == "/dev/null" or path in done:
+            continue
+        done.append(path)
+        try:
+            if os.path.isfile(path) and not os.path.islink(path):
+                os.replace(path, f"{path}.{attempt - 1}")
+        except OSError as ex:
+            logger.warning("local job %s: could not keep the output %s of run %d: %s",
+                           job.id, path, attempt - 1, ex)
+
+
 def run_again(ex: Starts, job: Job) -> None:
     """Start the next run of ``job`` (QUEUED, its ``spec`` the new run's); raise when it
     cannot start (the base class then ends the job with the status of the run before)."""
@@ -82,6 +113,7 @@ def run_again(ex: Starts, job: Job) -> None:
         return
     spec = job.spec
     assert spec is not None
+    keep_outputs(job, spec)
     run, prepared = ex._prepare(job, spec)
     with ex._lock:
         canceled = bool(job.__dict__.get(_CANCELED))
