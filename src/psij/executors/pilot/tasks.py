@@ -335,7 +335,7 @@ class TaskUse(Record):
                 if (value := getattr(self, name)) is not None}
 
     @classmethod
-    def from_json(cls, data: Any) -> Optional["TaskUse"]:
+    def from_json(cls, data: Any) -> "Optional[TaskUse]":
         """The figures of :meth:`to_json`'s form that are sound (a value that is not a finite,
         non-negative number of the field's kind is left out); None for what is no mapping."""
         if not isinstance(data, Mapping):
