@@ -72,3 +72,22 @@ def test_bad_usage_and_nothing_to_report_are_clear_errors(home: Path, tmp_path: 
     assert unwritable.returncode == 1 and "--html: cannot write" in unwritable.stderr
     for done in (mixed, since, state, unknown, nothing, missing, unwritable):
         assert "Traceback" not in done.stderr
+
+
+def test_psij_list_takes_the_same_time_range(home: Path) -> None:
+    def listed(*args: str) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run([PSIJ, "list", "--json", *args], capture_output=True, text=True,
+                              env=dict(os.environ, HOME=str(home)), timeout=300)
+
+    import json
+
+    every = listed()
+    assert every.returncode == 0, every.stderr
+    ranged = listed("--since", "2025-12-06T05:46:45+00:00", "--until", "2025-12-06T05:46:50+00:00")
+    assert ranged.returncode == 0, ranged.stderr
+    assert len(json.loads(ranged.stdout)) == 6 < len(json.loads(every.stdout))
+    tagged = listed("--tag", "small", "--since", "2025-12-06T05:46:45+00:00")
+    assert {j["tag"] for j in json.loads(tagged.stdout)} == {"small"}
+    assert json.loads(listed("--until", "2000-01-01").stdout) == []
+    bad = listed("--since", "yesterday\udcff")
+    assert bad.returncode == 2 and "--since" in bad.stderr and "ISO 8601" in bad.stderr

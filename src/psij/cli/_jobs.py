@@ -141,6 +141,11 @@ def add_job_commands(commands: Any, only: Optional[str] = None) -> None:
         lister.add_argument("--state", metavar="STATE", action="append",
                             help="only jobs in this state (repeatable)")
         lister.add_argument("--tag", metavar="TAG", help="only jobs with this tag")
+        lister.add_argument("--since", metavar="WHEN", help="only jobs submitted at or after "
+                            "WHEN (ISO 8601, local time unless a zone is given, or an age: "
+                            "90m, 2h, 7d)")
+        lister.add_argument("--until", metavar="WHEN", help="only jobs submitted at or before "
+                            "WHEN")
         lister.add_argument("--json", action="store_true", help="print JSON (see below)")
         lister.add_argument("--wide", action="store_true", help=_WIDE_HELP)
     if only in (None, "attach"):
@@ -361,6 +366,14 @@ class _Chosen:
         self.filters = (ids, args.tag, getattr(args, "executor", None),
                         getattr(args, "state", None))
         _, self.rows = registry._select(*self.filters, None, _TABLE)
+        if getattr(args, "since", None) is not None or getattr(args, "until", None) is not None:
+            from psij.report._sources import parse_time
+
+            low = -1.0 if args.since is None else parse_time("--since", args.since)
+            high = float("inf") if args.until is None else parse_time("--until", args.until)
+            _, times = registry._select(*self.filters, None, ("id", "submitted"))
+            within = {i for i, t in times if isinstance(t, (int, float)) and low <= t <= high}
+            self.rows = [r for r in self.rows if r[0] in within]
         if not ids and not self.rows and args.tag is not None and what != "list":
             raise ValueError(f"no recorded job has tag {args.tag!r}")
         self.jobs: Dict[str, Job] = {}
@@ -395,8 +408,9 @@ class _Chosen:
             from psij import registry
 
             ids, tag, executor, state = self.filters
-            _print_json(registry.find(ids, tag=tag, executor=executor, state=state),
-                        self.jobs)
+            chosen = {r[0] for r in self.rows}
+            _print_json([r for r in registry.find(ids, tag=tag, executor=executor, state=state)
+                         if r.id in chosen], self.jobs)
         else:
             _print_table([_live(r, self.jobs.get(r[0])) for r in self.rows], wide)
 
