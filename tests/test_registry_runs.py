@@ -349,6 +349,24 @@ def test_a_registry_made_before_gets_the_columns_and_the_runs_table(tmp_path: Pa
     assert (rec.nodes, rec.cores) == ("n1,n2", 8)
 
 
+def test_a_registry_made_before_local_runs_gets_both_tables(tmp_path: Path) -> None:
+    wd = tmp_path / "work"
+    path = _old_registry(wd)
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE local_runs")
+    conn.commit()
+    conn.close()
+    [old] = psij.registry.find(work_directory=wd)
+    assert old.id == "old-1"
+    conn = sqlite3.connect(path)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master "
+                                             "WHERE type = 'table'")}
+    finally:
+        conn.close()
+    assert {"jobs", "runs", "local_runs"} <= tables
+
+
 def test_hostile_values_written_by_another_program_are_not_read_back(tmp_path: Path) -> None:
     wd = tmp_path / "work"
     ex = Told(wd)

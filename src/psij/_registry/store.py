@@ -605,14 +605,7 @@ def _open(path: Path) -> Store:
         runs = [r[1] for r in c.execute("PRAGMA table_info(local_runs)")]
         if not runs:  # a registry made by an earlier version
             c.executescript("BEGIN IMMEDIATE;" + RUNS_SCHEMA + "COMMIT;")
-            found = [r[1] for r in c.execute("PRAGMA table_info(runs)")]
-        if not found:  # a registry made by an earlier version
-            c.executescript("BEGIN IMMEDIATE;" + _runs.SCHEMA + "COMMIT;")
-            found = [r[1] for r in c.execute("PRAGMA table_info(runs)")]
-        if tuple(found) != _runs.COLUMNS:
-            raise sqlite3.DatabaseError(f"its 'runs' table has columns {found}, not "
-                                        f"{list(_runs.COLUMNS)}")
-        runs = [r[1] for r in c.execute("PRAGMA table_info(local_runs)")]
+            runs = [r[1] for r in c.execute("PRAGMA table_info(local_runs)")]
         if tuple(runs[:len(RUN_COLUMNS)]) != RUN_COLUMNS:
             raise sqlite3.DatabaseError(f"its 'local_runs' table has columns {runs}, not "
                                         f"{list(RUN_COLUMNS)} and 'updated'")
