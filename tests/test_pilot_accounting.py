@@ -27,6 +27,15 @@ HOSTILE: List[Any] = [float("nan"), float("inf"), -1, -0.5, 1 << 70, "3", True, 
                       {"a": 1}, "\ud800"]
 
 
+def own_peak() -> int:
+    """This process's peak resident memory (VmHWM), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc/self/status")
+
+
 def test_a_pilot_job_reports_the_cpu_and_memory_it_used(tmp_path: Path) -> None:
     journal = tmp_path / "pilot.journal"
     ex = JobExecutor.get_instance("pilot", config=PilotJobExecutorConfig(
@@ -52,7 +61,10 @@ def test_a_pilot_job_reports_the_cpu_and_memory_it_used(tmp_path: Path) -> None:
     assert 1.5 <= used[burn.id]["cpu_seconds"] <= 6
     assert used[burn.id]["cores"] == 1 and used[burn.id]["requested_seconds"] == 120
     assert "requested_memory_bytes" not in used[burn.id]
-    assert used[touch.id]["max_rss_bytes"] >= 300 * MB > used[burn.id]["max_rss_bytes"]
+    assert used[touch.id]["max_rss_bytes"] >= 300 * MB
+    # The burn's peak is its own, or the floor of this process's peak (a 3-core pilot starts
+    # its tasks from the program that runs it; Linux carries that peak into the task's).
+    assert used[burn.id]["max_rss_bytes"] <= max(100 * MB, own_peak() + 16 * MB)
     assert used[touch.id]["cpu_seconds"] < used[burn.id]["cpu_seconds"]
     assert used[touch.id]["cores"] == 2
     assert used[touch.id]["requested_memory_bytes"] == 400 * MB

@@ -31,12 +31,15 @@ COVERED_THROUGH: Dict[str, str] = {
     "psij._pids": "process start times (test_executors_process.py, test_registry_held.py)",
     "psij._priority": "use_nice and set_priority (test_batch_nice.py, "
                       "test_batch_priority_change.py, test_cli_priority.py)",
+    "psij._registry.run_records": "the runs table read back as RunRecord "
+                                  "(test_registry_runs.py)",
     "psij._reexports": "names offered on first use (integration/test_reference_modules.py, "
                        "integration/test_reference_surface.py)",
     "psij.cli._broken_pipe": "psij piped to a reader that stops early "
                              "(integration/test_first_hour_bugs.py)",
     "psij.cli._common": "the exit codes and statuses of every command (test_cli.py)",
     "psij.cli._config": "psij config (test_site_config.py)",
+    "psij.cli._runs": "psij status --runs, table and JSON (test_registry_runs.py)",
     "psij.cli._flow": "psij flow (test_flows_service.py)",
     "psij.cli._job_options": "the job options of psij run/submit/script (test_cli.py)",
     "psij.cli._job_streams": "psij run's own streams (test_cli_run_logs.py)",
@@ -52,6 +55,8 @@ COVERED_THROUGH: Dict[str, str] = {
     "psij.executors.batch._command": "the command runner (test_batch_runner.py)",
     "psij.executors.batch._environ": "spare submit commands and slurmrestd "
                                      "(test_batch_spares.py, test_batch_slurm_rest.py)",
+    "psij.executors.batch._figures_sge": "qacct's figures of a run (test_batch_figures.py, "
+                                         "real/test_batch_figures_real.py)",
     "psij.executors.batch._named_jobs": "submissions stopped for good "
                                         "(test_batch_runner.py, test_batch_scheduler_executor.py)",
     "psij.executors.batch._status_table": "canned status outputs (test_batch_states.py, "
