@@ -3,10 +3,10 @@
 # small machine: most of the time of the scheduler tests is spent waiting for Slurm, Grid Engine
 # and ssh, while the other tests keep the CPUs busy.
 #
-#   chain 1: tests/real, tests/benchmarks and the other tests that use the test sshd, then the
-#            remaining tests marked slurm or sge (after, so that they do not queue behind the
-#            scheduler campaigns of tests/real);
-#   chain 2: every other test.
+#   chain 1: tests/real, tests/benchmarks and the other tests that use the test sshd;
+#   chain 2: every other test, then the remaining tests marked slurm or sge (after the others,
+#            so that they meet the end of tests/real's scheduler campaigns rather than their
+#            start: chain 1 is the longer one).
 #
 # First the whole tree is collected once, so that a test module that gives no test fails the
 # run (tests/conftest.py) as a whole-tree run would. A chain that collects nothing fails (pytest's
@@ -35,14 +35,14 @@ echo "run-tests: $(tail -n 1 "$logs/collect")"
 chain1() {
     "${PYTEST[@]}" --durations=15 "${WAITING[@]}" >"$logs/waiting" 2>&1
     echo $? >"$logs/waiting.rc"
-    "${PYTEST[@]}" --durations=10 -m "$SCHEDULERS" tests "${IGNORED[@]}" \
-        >"$logs/marked" 2>&1
-    echo $? >"$logs/marked.rc"
 }
 chain2() {
     "${PYTEST[@]}" --durations=15 -m "not ($SCHEDULERS)" tests "${IGNORED[@]}" \
         >"$logs/rest" 2>&1
     echo $? >"$logs/rest.rc"
+    "${PYTEST[@]}" --durations=10 -m "$SCHEDULERS" tests "${IGNORED[@]}" \
+        >"$logs/marked" 2>&1
+    echo $? >"$logs/marked.rc"
 }
 start=$SECONDS
 chain1 & one=$!
