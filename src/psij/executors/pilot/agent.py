@@ -2,7 +2,10 @@
 
 Started by the pilot through the allocation's launcher (``srun``, ``mpirun``, ``ssh``, or
 directly for virtual nodes) as ``python -m psij.executors.pilot.agent --connect ADDRESS
---node NAME``, with the pilot's token as the first line of its standard input. It connects
+--node NAME``, with the pilot's token as the first line of its standard input, or in a file
+named by ``--token-file PATH`` (0600, owned by the user, not a symbolic link: see
+:mod:`~psij.executors.pilot._token_file`; an elastic pilot's allocations start agents so). It
+connects
 back (``unix:PATH`` or ``tcp:HOST:PORT``), says hello, and then follows the pilot's requests.
 
 Protocol: one JSON object per line, both ways.
@@ -193,15 +196,28 @@ def _serve(agent: _Agent, sock: socket.socket) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m psij.executors.pilot.agent",
                                      description="Run a pilot's tasks on this node (started "
-                                                 "by the pilot; the token comes on stdin).")
+                                                 "by the pilot; the token comes on stdin, or "
+                                                 "in --token-file).")
     parser.add_argument("--connect", required=True, metavar="ADDRESS",
                         help="the pilot's address: unix:PATH or tcp:HOST:PORT")
     parser.add_argument("--node", required=True, help="the node name the pilot knows")
     parser.add_argument("--tmp-root", metavar="DIR",
                         help="where the tasks' TMPDIRs are made (default: a new folder in "
                              "this node's temporary directory)")
+    parser.add_argument("--token-file", metavar="PATH",
+                        help="read the pilot's token from this file (mode 0600, owned by "
+                             "this user, not a symbolic link) instead of standard input")
     args = parser.parse_args(argv)
-    token = sys.stdin.readline().strip()
+    if args.token_file is not None:
+        from psij.executors.pilot._token_file import TokenFileError, read_token_file
+
+        try:
+            token = read_token_file(args.token_file)
+        except TokenFileError as ex:
+            print(f"psij pilot agent on {args.node}: {ex}", file=sys.stderr)
+            return 2
+    else:
+        token = sys.stdin.readline().strip()
     tmp_root = Path(args.tmp_root) if args.tmp_root else Path(tempfile.mkdtemp(
         prefix=f"psij-agent-{args.node}-"))
     try:
