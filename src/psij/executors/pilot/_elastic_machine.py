@@ -420,7 +420,7 @@ class ElasticMachine(StateMachine):
                 break
             assert alloc.idle_since is not None
             alloc.state = DRAINING
-            alloc.given_back = f"given back: idle for {now - alloc.idle_since:g} s"
+            alloc.given_back = f"given back: idle for {now - alloc.idle_since:.3g} s"
             out.append(GiveBack(alloc.name, alloc.native_id, alloc.given_back))
             kept -= 1
 

@@ -10,7 +10,8 @@ back (``unix:PATH`` or ``tcp:HOST:PORT``), says hello, and then follows the pilo
 
 Protocol: one JSON object per line, both ways.
 
-- agent to pilot: ``{"op": "hello", "node", "token", "pid"}`` first, then
+- agent to pilot: ``{"op": "hello", "node", "token", "pid"}`` first (with ``"allocation"``,
+  ``"cores"`` and ``"gpus"`` for an agent that joins an elastic pilot, ``--allocation``), then
   ``{"op": "started", "id", "pid"}`` when a task's process started, and
   ``{"op": "exited", "id", "code", "message"}`` when a task ends (with a message when it could
   not be started, and ``code`` 127 or 126 for a program not found or not executable, else null),
@@ -200,7 +201,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                                                  "in --token-file).")
     parser.add_argument("--connect", required=True, metavar="ADDRESS",
                         help="the pilot's address: unix:PATH or tcp:HOST:PORT")
-    parser.add_argument("--node", required=True, help="the node name the pilot knows")
+    parser.add_argument("--node", help="the node name the pilot knows (needed unless "
+                                       "--allocation is given)")
+    parser.add_argument("--allocation", metavar="NAME",
+                        help="join an elastic pilot as a node of its allocation NAME: the "
+                             "node is named NAME-<host name> unless --node is given, and "
+                             "offers --cores cores and --gpus GPUs")
+    parser.add_argument("--cores", type=int, metavar="N",
+                        help="with --allocation: cores offered (default: those this process "
+                             "may use)")
+    parser.add_argument("--gpus", type=int, default=0, metavar="N",
+                        help="with --allocation: GPUs offered (default: 0)")
     parser.add_argument("--tmp-root", metavar="DIR",
                         help="where the tasks' TMPDIRs are made (default: a new folder in "
                              "this node's temporary directory)")
@@ -208,6 +219,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="read the pilot's token from this file (mode 0600, owned by "
                              "this user, not a symbolic link) instead of standard input")
     args = parser.parse_args(argv)
+    hello: Dict[str, Any] = {"op": "hello", "pid": os.getpid()}
+    if args.allocation is not None:
+        if args.node is None:
+            args.node = f"{args.allocation}-{socket.gethostname().split('.')[0]}"
+        cores = args.cores if args.cores is not None else _usable_cores()
+        if cores < 1 or args.gpus < 0:
+            parser.error("--cores must be at least 1 and --gpus at least 0")
+        hello.update(allocation=args.allocation, cores=cores, gpus=args.gpus)
+    elif args.node is None:
+        parser.error("--node is needed unless --allocation is given")
+    hello["node"] = args.node
     if args.token_file is not None:
         from psij.executors.pilot._token_file import TokenFileError, read_token_file
 
@@ -227,13 +249,21 @@ def main(argv: Optional[List[str]] = None) -> int:
               file=sys.stderr)
         return 1
     agent = _Agent(sock, tmp_root)
-    agent.send({"op": "hello", "node": args.node, "token": token, "pid": os.getpid()})
+    hello["token"] = token
+    agent.send(hello)
     try:
         _serve(agent, sock)
     finally:
         agent.stop()
         sock.close()
     return 0
+
+
+def _usable_cores() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        return len(affinity(0))
+    return os.cpu_count() or 1
 
 
 if __name__ == "__main__":
