@@ -121,6 +121,7 @@ class ElasticAllocations:
         self._executor: Optional[JobExecutor] = None
         self._executor_lock = threading.Lock()
         self._closed = False
+        self._ticked = False
         self._threads: List[threading.Thread] = []  # submits and cancels under way
         self.folder = _make_folder(engine.config.work_directory)
         self._token_file = self.folder / "token"
@@ -173,7 +174,8 @@ class ElasticAllocations:
                     if count != view.running_tasks:
                         self._step(TasksChanged(view.allocation, count))
             wake = machine.next_wake()
-            if wake is not None and wake <= engine._clock.now():
+            if not self._ticked or (wake is not None and wake <= engine._clock.now()):
+                self._ticked = True  # the first: min_allocations are asked for at start
                 self._step(Tick())
 
     def close(self) -> None:
@@ -312,6 +314,8 @@ class ElasticAllocations:
             why += f": {status.message}"
         elif status.exit_code is not None:
             why += f" (exit code {status.exit_code})"
+        if status.state.name == "FAILED":
+            why += f"; its output: {self.folder / allocation}.out and .err"
         self._post(partial(self._job_ended, allocation, why))
 
     def _cancel(self, job: "Job") -> None:

@@ -383,7 +383,8 @@ class RemoteNodes:
             return None
         if not isinstance(allocation, str) or not node or "\x00" in node \
                 or type(cores) is not int or type(gpus) is not int or cores < 1 or gpus < 0:
-            logger.warning("pilot: refused a joining agent: bad hello %r", message)
+            logger.warning("pilot: refused a joining agent of node %r: its hello lacks an "
+                           "allocation name, or a count of cores (1 or more) or GPUs", node)
             return None
         refused = joiner(node, allocation, cores, gpus)
         if refused is not None:

@@ -1,0 +1,162 @@
+"""An elastic in-process pilot whose allocations are jobs of the ``local`` executor: it grows
+as work waits, runs every task once on the joined nodes, gives idle allocations back, stops
+asking after repeated failures, and refuses agents that do not hold its allocations' token."""
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+from psij import Job, JobExecutor, JobSpec
+from psij.executors.pilot import _elastic
+from psij.executors.pilot.agent import connect
+from psij.executors.pilot.allocation_policy import AllocationPolicy
+from psij.executors.pilot.executor import PilotJobExecutor, PilotJobExecutorConfig
+
+_WAIT = 60.0  # a bound for what normally takes a second or two, on a loaded machine
+
+
+def wait_for(what: Callable[[], bool], label: str) -> None:
+    deadline = time.monotonic() + _WAIT
+    while not what():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still not {label} after {_WAIT} s")
+        time.sleep(0.05)
+
+
+def pilot(policy: AllocationPolicy) -> PilotJobExecutor:
+    executor = JobExecutor.get_instance("pilot", config=PilotJobExecutorConfig(
+        cores=1, allocation_policy=policy))
+    assert isinstance(executor, PilotJobExecutor)
+    return executor
+
+
+def test_the_pilot_grows_runs_every_task_once_and_gives_idle_allocations_back(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    policy = AllocationPolicy("local", max_allocations=2, cores_per_node=2, idle_timeout=0.5,
+                              retry_delay=0)
+    ex = pilot(policy)
+    try:
+        runs = tmp_path / "runs"
+        jobs = [Job(JobSpec("/bin/sh", ["-c", f'echo t{i} >> "$1"; sleep 0.2', "sh",
+                                        str(runs)])) for i in range(12)]
+        for job in jobs:
+            ex.submit(job)
+        for job in jobs:
+            job.wait()
+        assert [job.status.state.name for job in jobs] == ["COMPLETED"] * 12
+        lines = runs.read_text().split()
+        assert sorted(lines) == sorted(f"t{i}" for i in range(12))  # each once
+        status = ex.allocations()
+        allocations = status["allocations"]
+        assert [a["name"] for a in allocations] == ["a1", "a2"]  # the most: 2
+        for a in allocations:
+            assert a["asked_because"].startswith("backlog of ")
+            assert a["native_id"] and len(a["nodes"]) == 1
+            assert a["nodes"][0].startswith(a["name"] + "-")
+        joined = {a["nodes"][0] for a in allocations}
+        used = {job.status.metadata["nodes"] for job in jobs}
+        assert used & joined  # tasks ran on the allocations' nodes
+        # Idle: both are given back, and their jobs end.
+        wait_for(lambda: all(a["state"] == "ended" for a in ex.allocations()["allocations"]),
+                 "given back")
+        for a in ex.allocations()["allocations"]:
+            assert a["ended_because"].startswith("given back: idle for ")
+        assert ex.allocations()["stopped"] is None
+        # The token file is private to the user.
+        folder = Path(status["folder"])
+        assert (folder.stat().st_mode & 0o777) == 0o700
+        assert (folder / "token").stat().st_mode & 0o777 == 0o600
+    finally:
+        ex.close()
+    assert not (folder / "token").exists()
+
+
+def test_submissions_refused_stop_the_asking_and_say_why(tmp_path: Path,
+                                                         monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    ex = pilot(AllocationPolicy("no-such-executor", max_allocations=2, max_failures=2,
+                                retry_delay=0))
+    try:
+        jobs = [Job(JobSpec("/bin/sleep", ["0.2"])) for _ in range(3)]
+        for job in jobs:
+            ex.submit(job)
+        wait_for(lambda: ex.allocations()["stopped"] is not None, "stopped")
+        why = ex.allocations()["stopped"]
+        assert "after 2 failures in a row" in why and "no-such-executor" in why
+        for job in jobs:  # the pilot's own node still runs them
+            job.wait()
+            assert job.status.state.name == "COMPLETED"
+        allocations = ex.allocations()["allocations"]
+        assert len(allocations) == 2
+        assert all(a["state"] == "ended" and a["ended_because"].startswith(
+            "its submission failed") for a in allocations)
+    finally:
+        ex.close()
+
+
+def test_allocations_that_end_before_joining_stop_the_asking(tmp_path: Path,
+                                                             monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    def failing(*args: Any) -> JobSpec:
+        return JobSpec("/bin/sh", ["-c", "exit 3"])
+
+    monkeypatch.setattr(_elastic, "allocation_spec", failing)
+    ex = pilot(AllocationPolicy("local", max_failures=2, retry_delay=0))
+    try:
+        job = Job(JobSpec("/bin/sleep", ["0.1"]))
+        blocker = Job(JobSpec("/bin/sleep", ["30"]))
+        ex.submit(blocker)  # the pilot's one core is busy: the next job waits
+        ex.submit(job)
+        wait_for(lambda: ex.allocations()["stopped"] is not None, "stopped")
+        why = ex.allocations()["stopped"]
+        assert "ended before its agents joined" in why and "code 3" in why
+        assert f"{tmp_path}/.psij-allocations-" in why and "a2.out" in why
+        ex.cancel(blocker)
+        job.wait()
+        assert job.status.state.name == "COMPLETED"
+    finally:
+        ex.close()
+
+
+def _hello(address: str, message: Dict[str, Any]) -> bytes:
+    """What the pilot answers a connection that says ``message``: b"" once it closes it."""
+    sock = connect(address)
+    try:
+        sock.sendall(json.dumps(message).encode() + b"\n")
+        sock.settimeout(_WAIT)
+        return sock.recv(100)
+    finally:
+        sock.close()
+
+
+def test_strangers_are_refused(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    ex = pilot(AllocationPolicy("local", max_allocations=1, min_allocations=1,
+                                cores_per_node=1, retry_delay=0))
+    try:
+        engine = ex._local_engine()
+        wait_for(lambda: [a["state"] for a in ex.allocations()["allocations"]] == ["running"],
+                 "running")  # the minimum, without work
+        agents = engine._agents
+        assert agents is not None and agents.join_token is not None
+        address = agents.address
+        base = {"op": "hello", "pid": os.getpid(), "cores": 4, "gpus": 0}
+        # A wrong token, a right token for an allocation the pilot never asked for, and a
+        # right one for a node the allocation has already: all closed without a word.
+        refused: List[Dict[str, Any]] = [
+            dict(base, node="x-1", allocation="a1", token="0" * 32),
+            dict(base, node="x-2", allocation="a9", token=agents.join_token),
+            dict(base, node="x-3", allocation="a1", token=agents.join_token),
+            dict(base, node="x-4", allocation="a1", token=agents.join_token, cores=-1),
+            {"op": "hello", "node": "x-5", "token": agents.join_token},
+        ]
+        for message in refused:
+            assert _hello(address, message) == b""
+        nodes = [n.name for n in engine.pool.nodes]
+        assert not any(name.startswith("x-") for name in nodes)
+    finally:
+        ex.close()
