@@ -105,3 +105,20 @@ def test_the_minimum_cannot_exceed_the_maximum() -> None:
 def test_fields_are_keywords_only() -> None:
     with pytest.raises(TypeError):
         AllocationPolicy("local", 2)  # type: ignore[misc]
+
+
+def test_from_json_takes_the_fields_and_refuses_others() -> None:
+    policy = AllocationPolicy.from_json({"executor": "slurm", "nodes": 2, "queue": "debug",
+                                         "idle_timeout": 60, "max_allocations": 3})
+    assert (policy.executor, policy.nodes, policy.queue, policy.max_allocations) == \
+        ("slurm", 2, "debug", 3)
+    assert AllocationPolicy.from_json(policy.to_json()).to_json() == policy.to_json()
+    with pytest.raises(ValueError, match=r"policy.json: unknown field 'executor_config'"):
+        AllocationPolicy.from_json({"executor": "local", "executor_config": {}},
+                                   "policy.json")
+    with pytest.raises(ValueError, match="'executor' is needed"):
+        AllocationPolicy.from_json({"nodes": 1})
+    with pytest.raises(TypeError, match="a JSON object"):
+        AllocationPolicy.from_json(["local"])
+    with pytest.raises(ValueError, match="AllocationPolicy.nodes"):
+        AllocationPolicy.from_json({"executor": "local", "nodes": -1})

@@ -4,6 +4,11 @@ asking after repeated failures, and refuses agents that do not hold its allocati
 
 import json
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
@@ -13,6 +18,7 @@ from psij.executors.pilot import _elastic
 from psij.executors.pilot.agent import connect
 from psij.executors.pilot.allocation_policy import AllocationPolicy
 from psij.executors.pilot.executor import PilotJobExecutor, PilotJobExecutorConfig
+from psij.executors.pilot.service import answering
 
 _WAIT = 60.0  # a bound for what normally takes a second or two, on a loaded machine
 
@@ -160,3 +166,50 @@ def test_strangers_are_refused(tmp_path: Path, monkeypatch: Any) -> None:
         assert not any(name.startswith("x-") for name in nodes)
     finally:
         ex.close()
+
+
+def test_a_served_pilot_takes_a_policy_file_and_shows_its_allocations(
+        tmp_path: Path) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="pj"))  # Unix socket paths are short
+    try:
+        policy = folder / "policy.json"
+        policy.write_text(json.dumps({"executor": "local", "min_allocations": 1,
+                                      "cores_per_node": 1, "retry_delay": 0}))
+        bad = folder / "bad.json"
+        bad.write_text(json.dumps({"executor": "local", "idle_timeout": -1}))
+        command = [sys.executable, "-m", "psij", "pilot", "serve", "--cores", "1", "--wd",
+                   str(folder / "wd")]
+        refused = subprocess.run([*command, "--socket", str(folder / "b.sock"),
+                                  "--allocation-policy", str(bad)], capture_output=True,
+                                 text=True, timeout=_WAIT)
+        assert refused.returncode == 1
+        assert "AllocationPolicy.idle_timeout" in refused.stderr
+        sock = str(folder / "p.sock")
+        with open(folder / "serve.log", "wb") as log:
+            served = subprocess.Popen([*command, "--socket", sock, "--allocation-policy",
+                                       str(policy)], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: answering(sock, timeout=1), "serving")
+            ex = JobExecutor.get_instance("pilot", url=f"unix://{sock}")
+            assert isinstance(ex, PilotJobExecutor)
+            wait_for(lambda: [a["state"] for a in ex.allocations()["allocations"]]
+                     == ["running"], "running")
+            shown = subprocess.run([sys.executable, "-m", "psij", "pilot", "status",
+                                    "--socket", sock], capture_output=True, text=True,
+                                   timeout=_WAIT)
+            assert shown.returncode == 0, shown.stderr
+            assert "a1  running" in shown.stdout and "to keep the minimum of 1" in shown.stdout
+            ex.close()
+        finally:
+            served.send_signal(signal.SIGTERM)
+            served.wait(_WAIT)
+        assert served.returncode == 0, (folder / "serve.log").read_text()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_pilot_status_of_a_pilot_that_does_not_answer(tmp_path: Path) -> None:
+    shown = subprocess.run([sys.executable, "-m", "psij", "pilot", "status", "--socket",
+                            str(tmp_path / "none.sock")], capture_output=True, text=True,
+                           timeout=_WAIT)
+    assert shown.returncode == 1 and "psij pilot status:" in shown.stderr

@@ -25,6 +25,10 @@ _MOST = 100000  # nodes, cores, GPUs or allocations: more than any site grants
 _MOST_BACKLOG = 10 ** 9
 _SECONDS = Union[int, float, "timedelta"]
 CustomValue = Union[str, int, float, bool]
+_JSON_FIELDS = ("executor", "executor_url", "nodes", "cores_per_node", "gpus_per_node",
+                "duration", "queue", "account", "custom_attributes", "max_allocations",
+                "min_allocations", "backlog_per_allocation", "idle_timeout", "max_failures",
+                "retry_delay")
 
 
 def _count(field: str, value: Any, minimum: int, most: int = _MOST) -> int:
@@ -147,6 +151,22 @@ class AllocationPolicy:
                                           positive=True)
         self.max_failures = _count(field + "max_failures", max_failures, 1, 1000)
         self.retry_delay = _check.seconds(field + "retry_delay", retry_delay)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "allocation policy") -> "AllocationPolicy":
+        """A policy from a JSON object of its fields (``executor`` needed; no
+        ``executor_config``); an unknown key is refused, naming ``where``."""
+        if not isinstance(data, Mapping):
+            raise _check.fail_type(where, data, "a JSON object of the policy's fields")
+        known = set(_JSON_FIELDS)
+        for key in data:
+            if key not in known:
+                raise ValueError(f"{where}: unknown field {key!r}; accepted: "
+                                 f"{', '.join(_JSON_FIELDS)}")
+        if "executor" not in data:
+            raise ValueError(f"{where}: 'executor' is needed (such as \"slurm\")")
+        fields = dict(data)
+        return cls(fields.pop("executor"), **fields)
 
     def to_json(self) -> Dict[str, Any]:
         """The policy's values (without the executor's config) as JSON-ready data."""

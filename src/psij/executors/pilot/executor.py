@@ -350,13 +350,14 @@ class PilotJobExecutor(JobExecutor):
             raise SubmitException(f"job {job.id} could not be cancelled: {ex}") from ex
 
     def allocations(self) -> Dict[str, Any]:
-        """An elastic in-process pilot's allocations and backlog (see
-        ``ElasticAllocations.status``); raises ``ValueError`` for a pilot without an
-        allocation policy, or served."""
-        elastic = None if self._path is not None else self._local_engine().elastic
+        """An elastic pilot's allocations and backlog (see ``ElasticAllocations.status``);
+        raises ``ValueError`` for a pilot without an allocation policy."""
+        if self._path is not None:
+            reply: Dict[str, Any] = self._remote().request("allocations")["allocations"]
+            return reply
+        elastic = self._local_engine().elastic
         if elastic is None:
-            raise ValueError("allocations: this pilot has no allocation policy (or is "
-                             "served: see psij pilot status)")
+            raise ValueError("allocations: this pilot has no allocation policy")
         return elastic.status()
 
     def list(self) -> List[str]:
