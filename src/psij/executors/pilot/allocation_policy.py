@@ -10,20 +10,18 @@ stop asking. The decisions themselves are :mod:`psij.executors.pilot._elastic_ma
 
 import math
 import re
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
+from datetime import timedelta
+from typing import Any, Dict, Mapping, Optional, Union
 
 from psij import _check
 from psij.job_executor_config import JobExecutorConfig
-
-if TYPE_CHECKING:
-    from datetime import timedelta
 
 __all__ = ["AllocationPolicy"]
 
 _EXECUTOR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z")
 _MOST = 100000  # nodes, cores, GPUs or allocations: more than any site grants
 _MOST_BACKLOG = 10 ** 9
-_SECONDS = Union[int, float, "timedelta"]
+_SECONDS = Union[int, float, timedelta]
 CustomValue = Union[str, int, float, bool]
 _JSON_FIELDS = ("executor", "executor_url", "nodes", "cores_per_node", "gpus_per_node",
                 "duration", "queue", "account", "custom_attributes", "max_allocations",
