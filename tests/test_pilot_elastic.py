@@ -213,3 +213,30 @@ def test_pilot_status_of_a_pilot_that_does_not_answer(tmp_path: Path) -> None:
                             str(tmp_path / "none.sock")], capture_output=True, text=True,
                            timeout=_WAIT)
     assert shown.returncode == 1 and "psij pilot status:" in shown.stderr
+
+
+def test_an_allocation_job_names_the_token_file_never_the_token(tmp_path: Path) -> None:
+    policy = AllocationPolicy("slurm", nodes=3, cores_per_node=8, gpus_per_node=2,
+                              duration=1800, queue="debug", account="p1",
+                              custom_attributes={"slurm.constraint": "gpu"})
+    spec = _elastic.allocation_spec(policy, "a4", "tcp:login1:4000", tmp_path / "token",
+                                    "/usr/bin/python3", tmp_path)
+    assert spec.executable == "/usr/bin/python3"
+    assert spec.arguments == ["-m", "psij.executors.pilot.agent", "--connect",
+                              "tcp:login1:4000", "--token-file", str(tmp_path / "token"),
+                              "--allocation", "a4", "--cores", "8", "--gpus", "2"]
+    assert spec.environment in (None, {})
+    assert spec.launcher == "srun"  # one agent per node
+    resources = spec.resources
+    assert resources is not None
+    assert (resources.node_count, resources.processes_per_node,  # type: ignore[attr-defined]
+            resources.cpu_cores_per_process,  # type: ignore[attr-defined]
+            resources.gpu_cores_per_process) == (3, 1, 8, 2)  # type: ignore[attr-defined]
+    attributes = spec.attributes
+    assert attributes.duration.total_seconds() == 1800
+    assert (attributes.queue_name, attributes.account) == ("debug", "p1")
+    assert attributes.custom_attributes == {"slurm.constraint": "gpu"}
+    assert str(spec.stdout_path) == str(tmp_path / "a4.out")
+    one = _elastic.allocation_spec(AllocationPolicy("local"), "a1", "unix:/x", tmp_path / "t",
+                                   "python3", tmp_path)
+    assert one.launcher == "single" and "--cores" not in one.arguments
