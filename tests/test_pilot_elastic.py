@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-from psij import Job, JobExecutor, JobSpec
+from psij import Job, JobExecutor, JobSpec, JobState
 from psij.executors.pilot import _elastic
 from psij.executors.pilot.agent import connect
 from psij.executors.pilot.allocation_policy import AllocationPolicy
@@ -240,3 +240,33 @@ def test_an_allocation_job_names_the_token_file_never_the_token(tmp_path: Path) 
     one = _elastic.allocation_spec(AllocationPolicy("local"), "a1", "unix:/x", tmp_path / "t",
                                    "python3", tmp_path)
     assert one.launcher == "single" and "--cores" not in one.arguments
+
+
+def test_closing_cancels_the_tasks_on_allocations_and_gives_them_back(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    ex = pilot(AllocationPolicy("local", min_allocations=1, cores_per_node=1, retry_delay=0))
+    try:
+        wait_for(lambda: [a["state"] for a in ex.allocations()["allocations"]] == ["running"],
+                 "running")
+        jobs = [Job(JobSpec("/bin/sleep", ["30"])) for _ in range(2)]
+        for job in jobs:
+            ex.submit(job)
+        for job in jobs:
+            job.wait(target_states=[JobState.ACTIVE])
+        node = ex.allocations()["allocations"][0]["nodes"][0]
+        assert node in {job.status.metadata["nodes"] for job in jobs}
+        native = int(ex.allocations()["allocations"][0]["native_id"])
+    finally:
+        ex.close()
+    for job in jobs:
+        assert job.wait(timeout=_WAIT).state is JobState.CANCELED  # type: ignore[union-attr]
+
+    def gone() -> bool:
+        try:
+            os.kill(native, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_for(gone, "ended: the allocation's job")

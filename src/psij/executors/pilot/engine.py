@@ -8,7 +8,8 @@ except on a node of three cores or fewer, where the engine starts them itself
 (:mod:`~psij.executors.pilot._inline_tasks` says why); tasks on other nodes are sent to one
 agent per node (:mod:`psij.executors.pilot.agent`), started with the allocation's launcher and
 connected back over a socket (the engine's side of them is
-:mod:`~psij.executors.pilot._remote_nodes`). Its books on the tasks are
+:mod:`~psij.executors.pilot._remote_nodes`); with an allocation policy, nodes also join as the
+allocations it asks for start (:mod:`~psij.executors.pilot._elastic`). Its books on the tasks are
 :mod:`~psij.executors.pilot._task_books`; what other threads tell it arrives as the typed
 events of :mod:`~psij.executors.pilot._engine_events`.
 
@@ -629,8 +630,6 @@ class PilotEngine(EngineOutput):
             self._agents.send(task.node, task_id, signum)
 
     def _begin_close(self) -> None:
-        if self.elastic is not None:
-            self.elastic.close()
         with self._lock:
             self._closing = True
             if self._agents is not None:
@@ -646,6 +645,8 @@ class PilotEngine(EngineOutput):
                        if self._scheduler.state(n) is TaskState.RUNNING]
         for name in running:
             self._kill(name)
+        if self.elastic is not None:  # after the cancels: its tasks there end CANCELED
+            self.elastic.close()
 
     def _shutdown(self) -> None:
         try:
