@@ -120,3 +120,45 @@ def test_the_agent_says_hello_with_the_token_of_its_file(tmp_path: Path) -> None
     assert code == 0
     assert heard and heard[0]["op"] == "hello"
     assert (heard[0]["node"], heard[0]["token"]) == ("n7", "s3cret")
+
+
+def test_an_agent_of_an_allocation_says_its_allocation_and_cores(tmp_path: Path) -> None:
+    path = str(tmp_path / "p.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    heard: List[Dict[str, Any]] = []
+
+    def pilot() -> None:
+        conn, _ = listener.accept()
+        with conn, conn.makefile("rb") as lines:
+            heard.append(json.loads(lines.readline()))
+            conn.sendall(b'{"op": "stop"}\n')
+
+    thread = threading.Thread(target=pilot)
+    thread.start()
+    write_token_file(tmp_path / "t", "s3cret")
+    tmp_root = tmp_path / "tmp"
+    tmp_root.mkdir(mode=0o700)
+    code = agent.main(["--connect", f"unix:{path}", "--allocation", "a3", "--cores", "5",
+                       "--gpus", "1", "--token-file", str(tmp_path / "t"), "--tmp-root",
+                       str(tmp_root)])
+    thread.join(10)
+    listener.close()
+    assert code == 0
+    hello = heard[0]
+    assert hello["node"] == f"a3-{socket.gethostname().split('.')[0]}"
+    assert (hello["allocation"], hello["cores"], hello["gpus"], hello["token"]) == \
+        ("a3", 5, 1, "s3cret")
+
+
+@pytest.mark.parametrize("argv", [
+    ["--connect", "unix:/x"],  # neither --node nor --allocation
+    ["--connect", "unix:/x", "--allocation", "a1", "--cores", "0"],
+    ["--connect", "unix:/x", "--allocation", "a1", "--gpus", "-1"],
+])
+def test_agent_usage_errors(argv: List[str], capsys: Any) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        agent.main(argv)
+    assert exit_.value.code == 2
+    assert "--" in capsys.readouterr().err
