@@ -250,7 +250,7 @@ class ElasticAllocations:
                     allocation, cores, gpus)
         return None
 
-    def _answered(self, allocation: str, job: Optional["Job"], why: Optional[str]) -> None:
+    def _answered(self, allocation: str, job: "Optional[Job]", why: Optional[str]) -> None:
         with self._lock:
             if job is None:
                 self._step(SubmitFailed(allocation, why or "unknown error"))

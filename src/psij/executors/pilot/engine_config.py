@@ -26,7 +26,7 @@ class EngineConfig:
                  agent_host: Optional[str] = None, agent_python: str = sys.executable,
                  agent_connect_timeout: float = 60.0, prepare: Optional[Prepare] = None,
                  slurm_variables: Optional[bool] = True, workers: Optional[int] = None,
-                 allocation_policy: Optional["AllocationPolicy"] = None) -> None:
+                 allocation_policy: "Optional[AllocationPolicy]" = None) -> None:
         self.work_directory: Path = _check.opt_path("EngineConfig.work_directory",
                                                     work_directory) or Path(os.getcwd())
         self.journal = _check.opt_path("EngineConfig.journal", journal)
