@@ -270,3 +270,54 @@ def test_closing_cancels_the_tasks_on_allocations_and_gives_them_back(
         return False
 
     wait_for(gone, "ended: the allocation's job")
+
+
+def test_an_allocation_cancelled_from_outside_fails_its_tasks_and_another_is_asked_for(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    ex = pilot(AllocationPolicy("local", max_allocations=1, cores_per_node=1, max_failures=5,
+                                retry_delay=0))
+    try:
+        marks = tmp_path / "marks"
+        marks.mkdir()
+        jobs = [Job(JobSpec("/bin/sh", ["-c", f'echo $$ > {marks}/{i}; exec sleep 60']))
+                for i in range(3)]
+        for job in jobs:
+            ex.submit(job)
+
+        def on_a1() -> bool:
+            return any(job.status.state is JobState.ACTIVE and job.status.metadata.get(
+                "nodes", "").startswith("a1-") for job in jobs)
+
+        wait_for(on_a1, "running on a1")
+        victim = next(job for job in jobs if job.status.metadata.get(
+            "nodes", "").startswith("a1-"))
+        wait_for(lambda: (marks / str(jobs.index(victim))).exists(), "started")
+        task_pid = int((marks / str(jobs.index(victim))).read_text())
+        native = int(ex.allocations()["allocations"][0]["native_id"])
+        os.kill(native, 15)  # as a scheduler's cancel does to the allocation's job
+        status = victim.wait(timeout=_WAIT)
+        assert status is not None and status.state is JobState.FAILED
+        # The agent stopped it as its job was cancelled (or, had it died first, the node is
+        # lost): either way it failed, saying why.
+        message = status.message or ""
+        assert "killed by SIGTERM" in message or ("is lost" in message and "a1-" in message)
+
+        def task_gone() -> bool:
+            try:
+                os.kill(task_pid, 0)
+            except ProcessLookupError:
+                return True
+            return False
+
+        wait_for(task_gone, "ended: the task of the cancelled allocation")
+        # The third job still waits for room: a2 is asked for and takes it.
+        wait_for(lambda: [a["name"] for a in ex.allocations()["allocations"]] == ["a1", "a2"],
+                 "asked for a2")
+        a1 = ex.allocations()["allocations"][0]
+        assert a1["state"] == "ended" and "code 143" in a1["ended_because"]
+        # The job left waiting runs on a2 (the pilot's own core is still busy).
+        wait_for(lambda: any(job.status.state is JobState.ACTIVE and job.status.metadata.get(
+            "nodes", "").startswith("a2-") for job in jobs), "running on a2")
+    finally:
+        ex.close()

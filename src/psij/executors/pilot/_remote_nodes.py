@@ -339,6 +339,9 @@ class RemoteNodes:
                                   message.get("cpu_seconds"), message.get("max_rss_bytes")))
             elif message.get("op") == "started":
                 self._on_started(str(message.get("id")))
+            elif message.get("op") == "leaving" and agent.lost is None:
+                # Nothing more goes there; its tasks' ends still come, or its loss fails them.
+                self._on_lost(agent.node, [], str(message.get("why"))[:200])
         if conn.framer.too_long:  # no agent says that much: whoever it is goes
             logger.warning("pilot: a line longer than %d bytes from %s; closing that "
                            "connection", _MAX_LINE, f"node {agent.node}'s agent"

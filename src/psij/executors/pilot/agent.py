@@ -16,19 +16,22 @@ Protocol: one JSON object per line, both ways.
   ``{"op": "exited", "id", "code", "message"}`` when a task ends (with a message when it could
   not be started, and ``code`` 127 or 126 for a program not found or not executable, else null),
   always after its ``started`` if it had one; with ``cpu_seconds`` and ``max_rss_bytes``, the
-  use of the task's process as the agent reaped it (``wait4``), when known.
+  use of the task's process as the agent reaped it (``wait4``), when known; and
+  ``{"op": "leaving", "why"}`` when it got SIGTERM, before it stops its tasks.
 - pilot to agent: ``{"op": "spawn", "launch": {...}}`` (see ``_task_process.Launch``),
   ``{"op": "signal", "id", "grace"}`` (TERM now, KILL after ``grace`` seconds; with
   ``"signum"`` instead, that signal alone: the one asked for before the time limit),
   ``{"op": "stop"}``.
 
-When the connection ends (the pilot stopped or died) the agent stops every task it runs (TERM,
-KILL after a short grace) and exits. It never decides what to run.
+When the connection ends (the pilot stopped or died), or the agent gets SIGTERM (its job was
+cancelled), the agent stops every task it runs (TERM, KILL after a short grace) and exits. It
+never decides what to run.
 """
 
 import argparse
 import os
 import queue
+import signal
 import socket
 import sys
 import tempfile
@@ -251,12 +254,38 @@ def main(argv: Optional[List[str]] = None) -> int:
     agent = _Agent(sock, tmp_root)
     hello["token"] = token
     agent.send(hello)
+    previous = _stop_on_sigterm()
+    code = 0
     try:
         _serve(agent, sock)
+    except _Terminated:
+        code = 128 + signal.SIGTERM
+        # Before its tasks' ends: the pilot places nothing more here.
+        agent.send({"op": "leaving", "why": "its agent got SIGTERM (its job was cancelled "
+                                            "or reached its end)"})
     finally:
         agent.stop()
         sock.close()
-    return 0
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return code
+
+
+class _Terminated(Exception):
+    """SIGTERM reached the agent (its job was cancelled): its tasks are stopped first."""
+
+
+def _stop_on_sigterm() -> Any:
+    """On the main thread: SIGTERM ends the agent's loop (once; later ones are ignored while
+    it stops its tasks). The handler it replaces, or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminated(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Terminated()
+
+    return signal.signal(signal.SIGTERM, terminated)
 
 
 def _usable_cores() -> int:
