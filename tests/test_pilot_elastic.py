@@ -256,6 +256,8 @@ def test_closing_cancels_the_tasks_on_allocations_and_gives_them_back(
             job.wait(target_states=[JobState.ACTIVE])
         node = ex.allocations()["allocations"][0]["nodes"][0]
         assert node in {job.status.metadata["nodes"] for job in jobs}
+        wait_for(lambda: ex.allocations()["allocations"][0]["running_tasks"] == 1,
+                 "counted: the task running on a1")
         native = int(ex.allocations()["allocations"][0]["native_id"])
     finally:
         ex.close()

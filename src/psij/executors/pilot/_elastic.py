@@ -21,7 +21,7 @@ is added to the scheduler's pool (``NodeAdded``); a node given back is sent ``st
 taken out of the pool first (``NodeLost``), and its job is then cancelled.
 
 What it counts for the machine: the backlog is the number of QUEUED tasks after a pass; an
-allocation runs tasks while any of its nodes holds one.
+allocation's running tasks are those sent to its nodes' agents that have not ended.
 """
 
 import os
@@ -134,7 +134,7 @@ class ElasticAllocations:
 
     def status(self) -> Dict[str, Any]:
         """The allocations (each with its state, native id, why it was asked for and why it
-        ended or was given back, its nodes and how many of them run tasks), the backlog, and
+        ended or was given back, its nodes and how many tasks run there), the backlog, and
         why the pilot stopped asking, if it did."""
         with self._lock:
             views = self._machine.allocations()
@@ -145,7 +145,7 @@ class ElasticAllocations:
                     "name": v.allocation, "state": v.state, "native_id": v.native_id,
                     "asked_because": v.asked_because, "ended_because": v.ended_because,
                     "nodes": list(self._nodes.get(v.allocation, ())),
-                    "busy_nodes": v.running_tasks} for v in views]}
+                    "running_tasks": v.running_tasks} for v in views]}
 
     # -- the engine thread ------------------------------------------------------------------
 
@@ -159,11 +159,9 @@ class ElasticAllocations:
         engine = self._engine
         with engine._lock:
             queued = engine._scheduler.counts()[TaskState.QUEUED]
-            pool = engine._scheduler.pool
-            busy: Dict[str, int] = {}
-            for name, nodes in self._nodes.items():
-                busy[name] = sum(1 for node in nodes if node not in pool.lost_nodes
-                                 and not pool.node_usage(node).idle)
+        agents = self._agents
+        busy = {name: sum(agents.running_on(node) for node in nodes)
+                for name, nodes in self._nodes.items()}
         with self._lock:
             machine = self._machine
             if queued != machine.backlog:

@@ -232,6 +232,12 @@ class RemoteNodes:
             except OSError as ex:
                 self._lose(agent.node, None, f"sending to its agent failed: {ex}")
 
+    def running_on(self, node: str) -> int:
+        """How many tasks were sent to ``node``'s agent and have not ended (0 for a node
+        this does not know)."""
+        agent = self._agents.get(node)
+        return 0 if agent is None else len(agent.tasks) + len(agent.pending)
+
     def release(self, node: str, why: str) -> None:
         """An elastic pilot gives ``node`` back: its agent is asked to stop, and the node is
         lost (``why``) without an error logged."""
