@@ -27,6 +27,22 @@ def add_pilot_commands(commands: Any, only: Optional[str] = None) -> None:
         _add_pilot_serve(pilot_commands)
     if only in (None, "run"):
         _add_pilot_run(pilot_commands)
+    if only in (None, "status"):
+        _add_pilot_status(pilot_commands)
+
+
+def _add_pilot_status(pilot_commands: Any) -> None:
+    status = add_command(
+        pilot_commands, "status", "show an elastic served pilot's allocations and backlog",
+        "Show the allocations of a pilot served with --allocation-policy: each one's state "
+        "(submitting, pending, running, draining, ended), native id, nodes, why it was asked "
+        "for and why it ended or was given back; the tasks waiting for room (backlog); and "
+        "why the pilot stopped asking for allocations, if it did.",
+        epilog="exit status: 0 when shown; 1 when the pilot does not answer or has no "
+               "allocation policy")
+    status.add_argument("--socket", required=True, metavar="PATH",
+                        help="the pilot's Unix socket")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
 
 
 def _add_pilot_serve(pilot_commands: Any) -> None:
@@ -152,9 +168,40 @@ def pilot_main(args: Any) -> int:
         _freeze_loaded_objects()
         return serve_main(socket_path=args.socket, cores=args.cores, nodes=args.nodes,
                           work_directory=args.wd, resume=args.resume,
-                          max_request_bytes=args.max_request_bytes, gpus=args.gpus)
-    say("a pilot command is required: serve or run")
+                          max_request_bytes=args.max_request_bytes, gpus=args.gpus,
+                          allocation_policy=args.allocation_policy,
+                          agent_host=args.agent_host)
+    if args.pilot_command == "status":
+        return _status(args.socket, args.json)
+    say("a pilot command is required: serve, run or status")
     return EXIT_USAGE
+
+
+def _status(path: str, as_json: bool) -> int:
+    import json
+
+    from psij.executors.pilot.service import PilotClient, PilotUnavailable
+
+    try:
+        client = PilotClient(path)
+        try:
+            status = client.request("allocations")["allocations"]
+        finally:
+            client.close()
+    except (PilotUnavailable, OSError, ValueError, TimeoutError) as ex:
+        say(str(ex), "pilot status")
+        return 1
+    if as_json:
+        print(json.dumps(status, indent=2))
+        return 0
+    print(f"backlog: {status['backlog']} tasks waiting for room")
+    if status["stopped"]:
+        print(f"stopped asking: {status['stopped']}")
+    for a in status["allocations"]:
+        print(f"{a['name']}  {a['state']:<10} {a['native_id'] or '-':<12} "
+              f"nodes: {','.join(a['nodes']) or '-'}  asked: {a['asked_because']}"
+              + (f"  ended: {a['ended_because']}" if a["ended_because"] else ""))
+    return 0
 
 
 def _freeze_loaded_objects() -> None:

@@ -9,12 +9,12 @@ They are
 Values only: no I/O, no threads; the engine owns the inbox and the loop.
 """
 
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 from psij._record import Record
 
 __all__ = ["TASK_EVENTS", "AgentLauncherExited", "CloseRequested", "EndSignalDue", "EngineEvent",
-           "KillTask", "StopRequested", "TaskExited", "TimeLimitReached", "WorkerExited",
+           "KillTask", "RunCall", "StopRequested", "TaskExited", "TimeLimitReached", "WorkerExited",
            "ended_by_time_limit", "time_limit_message"]
 
 
@@ -66,12 +66,18 @@ class CloseRequested(Record):
     """``close()`` was called: cancel what has not ended, then stop."""
 
 
+class RunCall(Record):
+    """Run ``call`` on the engine thread (what an elastic pilot's allocations report)."""
+
+    call: Callable[[], None]
+
+
 class StopRequested(Record):
     """Stop the loop now, whatever still runs."""
 
 
 EngineEvent = Union[TaskExited, KillTask, TimeLimitReached, EndSignalDue, AgentLauncherExited,
-                    WorkerExited, CloseRequested, StopRequested]
+                    WorkerExited, CloseRequested, RunCall, StopRequested]
 TASK_EVENTS = (TaskExited, KillTask, TimeLimitReached, EndSignalDue)
 """The kinds of event about one task: an error while acting on one fails that task only."""
 

@@ -43,6 +43,8 @@ _MAX_LINE = 1024 * 1024  # an agent's lines are a hello and task ends: far less
 ExitHandler = Callable[[str, Optional[int], Optional[str], Optional[ReportedUse]], None]
 LostHandler = Callable[[str, List[str], str], None]
 StartHandler = Callable[[str], None]
+# An elastic pilot's node joining: (node, allocation, cores, gpus) -> why it is refused, or None.
+JoinHandler = Callable[[str, str, int, int], Optional[str]]
 
 
 class _Agent:
@@ -96,6 +98,10 @@ class RemoteNodes:
         self._token = ""
         self.address = ""
         self.closing = False  # lost nodes are then expected, and not logged as errors
+        # An elastic pilot's: the token its allocations' agents give, and who takes them in.
+        self.join_token: Optional[str] = None
+        self.joiner: Optional[JoinHandler] = None
+        self._logs: Optional[Path] = None
 
     def __bool__(self) -> bool:
         return bool(self._agents)
@@ -106,8 +112,11 @@ class RemoteNodes:
 
         allocation, config = self._allocation, self._config
         transport = config.agent_transport
+        policy = config.allocation_policy
+        remote = bool(allocation.agent_launcher) or (policy is not None
+                                                     and policy.executor != "local")
         if transport == "auto":
-            transport = "unix" if not allocation.agent_launcher else "tcp"
+            transport = "tcp" if remote else "unix"
         if transport == "unix":
             path = str(run_dir / "agents.sock")
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -117,8 +126,7 @@ class RemoteNodes:
         else:
             # Agents started on this machine connect to the loopback address; agents on other
             # nodes to this node's name.
-            host = config.agent_host or ("127.0.0.1" if not allocation.agent_launcher
-                                         else socket.gethostname())
+            host = config.agent_host or (socket.gethostname() if remote else "127.0.0.1")
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             listener.bind((host, 0))
             self.address = f"tcp:{host}:{listener.getsockname()[1]}"
@@ -127,7 +135,7 @@ class RemoteNodes:
         self._listener = listener
         self._selector.register(listener, selectors.EVENT_READ, self._accept)
         self._token = os.urandom(16).hex()
-        logs = run_dir / "agents"
+        logs = self._logs = run_dir / "agents"
         logs.mkdir()
         for node in allocation.remote_nodes:
             agent = _Agent(node, logs / f"{node}.log")
@@ -224,6 +232,30 @@ class RemoteNodes:
             except OSError as ex:
                 self._lose(agent.node, None, f"sending to its agent failed: {ex}")
 
+    def running_on(self, node: str) -> int:
+        """How many tasks were sent to ``node``'s agent and have not ended (0 for a node
+        this does not know)."""
+        agent = self._agents.get(node)
+        return 0 if agent is None else len(agent.tasks) + len(agent.pending)
+
+    def release(self, node: str, why: str) -> None:
+        """An elastic pilot gives ``node`` back: its agent is asked to stop, and the node is
+        lost (``why``) without an error logged."""
+        agent = self._agents.get(node)
+        if agent is None or agent.lost is not None:
+            return
+        if agent.sock is not None:
+            self.flush()
+            try:
+                agent.sock.sendall(encode_line({"op": "stop"}))
+            except OSError:
+                pass  # gone already
+        closing, self.closing = self.closing, True
+        try:
+            self._lose(node, None, why)
+        finally:
+            self.closing = closing
+
     def stop(self) -> None:
         """Ask every connected agent to stop, and close every socket."""
         self.flush()
@@ -313,6 +345,9 @@ class RemoteNodes:
                                   message.get("cpu_seconds"), message.get("max_rss_bytes")))
             elif message.get("op") == "started":
                 self._on_started(str(message.get("id")))
+            elif message.get("op") == "leaving" and agent.lost is None:
+                # Nothing more goes there; its tasks' ends still come, or its loss fails them.
+                self._on_lost(agent.node, [], str(message.get("why"))[:200])
         if conn.framer.too_long:  # no agent says that much: whoever it is goes
             logger.warning("pilot: a line longer than %d bytes from %s; closing that "
                            "connection", _MAX_LINE, f"node {agent.node}'s agent"
@@ -325,9 +360,12 @@ class RemoteNodes:
     def _hello(self, sock: "socket.socket", message: Dict[str, Any]) -> Optional[_Agent]:
         from hmac import compare_digest
 
-        agent = self._agents.get(str(message.get("node")))
+        node = str(message.get("node"))
+        agent = self._agents.get(node)
         # As bytes: compare_digest raises on text that is not ASCII.
         token = str(message.get("token")).encode("utf-8", "surrogatepass")
+        if message.get("op") == "hello" and "allocation" in message and agent is None:
+            return self._join(sock, node, message, token)
         if message.get("op") != "hello" or agent is None \
                 or not compare_digest(token, self._token.encode()) \
                 or agent.sock is not None or agent.lost is not None:
@@ -337,6 +375,36 @@ class RemoteNodes:
         pending, agent.pending = agent.pending, []
         for spawn in pending:
             self._send(agent, spawn)
+        return agent
+
+    def _join(self, sock: "socket.socket", node: str, message: Dict[str, Any], token: bytes
+              ) -> Optional[_Agent]:
+        """An elastic pilot's allocation's agent says hello: a new node, if its token is the
+        allocations' and the pilot takes it in."""
+        from hmac import compare_digest
+
+        joiner, expected = self.joiner, self.join_token
+        allocation, cores, gpus = message.get("allocation"), message.get("cores"), \
+            message.get("gpus", 0)
+        if joiner is None or expected is None \
+                or not compare_digest(token, expected.encode()):
+            logger.warning("pilot: refused an agent connection (bad hello)")
+            return None
+        if not isinstance(allocation, str) or not node or "\x00" in node \
+                or type(cores) is not int or type(gpus) is not int or cores < 1 or gpus < 0:
+            logger.warning("pilot: refused a joining agent of node %r: its hello lacks an "
+                           "allocation name, or a count of cores (1 or more) or GPUs", node)
+            return None
+        refused = joiner(node, allocation, cores, gpus)
+        if refused is not None:
+            logger.warning("pilot: refused node %s of allocation %s: %s", node, allocation,
+                           refused)
+            return None
+        assert self._logs is not None
+        agent = _Agent(node, self._logs / "joined.log")  # its output is its allocation's
+        agent.sock = sock
+        agent.connected_at = self._clock.now()
+        self._agents[node] = agent
         return agent
 
     def _drop_connection(self, sock: "socket.socket") -> None:

@@ -11,10 +11,10 @@ from typing import Optional, Tuple, Union
 from psij import _check
 from psij._record import Record
 from psij.executors.pilot._task_state import TaskState
-from psij.executors.pilot.resources import NodeShare, ResourceRequest
+from psij.executors.pilot.resources import NodeShare, NodeSpec, ResourceRequest
 
 __all__ = [
-    "SCHEDULE", "Action", "CancelAsked", "Event", "Forgotten", "NodeLost", "Placement",
+    "SCHEDULE", "Action", "CancelAsked", "Event", "Forgotten", "NodeAdded", "NodeLost", "Placement",
     "Schedule", "SucceededBefore", "TaskFinished", "TaskRequest", "TaskSubmitted",
     "Transition",
 ]
@@ -154,9 +154,19 @@ class NodeLost(Record):
     why: str
 
 
+class NodeAdded(Record):
+    """Node ``node`` joined the pool (an elastic pilot's allocation started). No actions: the
+    next :class:`Schedule` may place tasks there."""
+
+    node: NodeSpec
+
+    def _validate(self) -> None:
+        _check.instance("NodeAdded.node", self.node, NodeSpec, "NodeSpec", False)
+
+
 class Forgotten(_TaskEvent):
     """Drop an ended task, so that its name can be used again. No actions."""
 
 
 Event = Union[TaskSubmitted, SucceededBefore, Schedule, TaskFinished, CancelAsked, NodeLost,
-              Forgotten]
+              NodeAdded, Forgotten]

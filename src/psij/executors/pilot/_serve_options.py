@@ -32,6 +32,16 @@ def add_serve_options(serve: Any, count: Callable[[str], int]) -> None:
     serve.add_argument("--resume", action="store_true",
                        help="read the journal of an earlier run first: tasks that succeeded "
                             "are not run again, the others are")
+    serve.add_argument("--allocation-policy", metavar="FILE",
+                       help="make the pilot elastic: a JSON object of the allocation policy's "
+                            "fields (executor, nodes, cores_per_node, duration, queue, "
+                            "max_allocations, idle_timeout, ...; see the pilot "
+                            "documentation): allocations are asked for as tasks wait and "
+                            "given back when idle")
+    serve.add_argument("--agent-host", metavar="HOST",
+                       help="the address (host name or IP) on which the pilot listens for "
+                            "its agents, one that the allocations' nodes can reach (default: "
+                            "this host's name when agents run elsewhere)")
     serve.add_argument("--max-request-bytes", type=_byte_count, metavar="N",
                        default=DEFAULT_MAX_LINE_BYTES,
                        help="longest request line accepted, in bytes; a longer one gets an "

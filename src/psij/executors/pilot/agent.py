@@ -2,29 +2,36 @@
 
 Started by the pilot through the allocation's launcher (``srun``, ``mpirun``, ``ssh``, or
 directly for virtual nodes) as ``python -m psij.executors.pilot.agent --connect ADDRESS
---node NAME``, with the pilot's token as the first line of its standard input. It connects
+--node NAME``, with the pilot's token as the first line of its standard input, or in a file
+named by ``--token-file PATH`` (0600, owned by the user, not a symbolic link: see
+:mod:`~psij.executors.pilot._token_file`; an elastic pilot's allocations start agents so). It
+connects
 back (``unix:PATH`` or ``tcp:HOST:PORT``), says hello, and then follows the pilot's requests.
 
 Protocol: one JSON object per line, both ways.
 
-- agent to pilot: ``{"op": "hello", "node", "token", "pid"}`` first, then
+- agent to pilot: ``{"op": "hello", "node", "token", "pid"}`` first (with ``"allocation"``,
+  ``"cores"`` and ``"gpus"`` for an agent that joins an elastic pilot, ``--allocation``), then
   ``{"op": "started", "id", "pid"}`` when a task's process started, and
   ``{"op": "exited", "id", "code", "message"}`` when a task ends (with a message when it could
   not be started, and ``code`` 127 or 126 for a program not found or not executable, else null),
   always after its ``started`` if it had one; with ``cpu_seconds`` and ``max_rss_bytes``, the
-  use of the task's process as the agent reaped it (``wait4``), when known.
+  use of the task's process as the agent reaped it (``wait4``), when known; and
+  ``{"op": "leaving", "why"}`` when it got SIGTERM, before it stops its tasks.
 - pilot to agent: ``{"op": "spawn", "launch": {...}}`` (see ``_task_process.Launch``),
   ``{"op": "signal", "id", "grace"}`` (TERM now, KILL after ``grace`` seconds; with
   ``"signum"`` instead, that signal alone: the one asked for before the time limit),
   ``{"op": "stop"}``.
 
-When the connection ends (the pilot stopped or died) the agent stops every task it runs (TERM,
-KILL after a short grace) and exits. It never decides what to run.
+When the connection ends (the pilot stopped or died), or the agent gets SIGTERM (its job was
+cancelled), the agent stops every task it runs (TERM, KILL after a short grace) and exits. It
+never decides what to run.
 """
 
 import argparse
 import os
 import queue
+import signal
 import socket
 import sys
 import tempfile
@@ -193,15 +200,49 @@ def _serve(agent: _Agent, sock: socket.socket) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m psij.executors.pilot.agent",
                                      description="Run a pilot's tasks on this node (started "
-                                                 "by the pilot; the token comes on stdin).")
+                                                 "by the pilot; the token comes on stdin, or "
+                                                 "in --token-file).")
     parser.add_argument("--connect", required=True, metavar="ADDRESS",
                         help="the pilot's address: unix:PATH or tcp:HOST:PORT")
-    parser.add_argument("--node", required=True, help="the node name the pilot knows")
+    parser.add_argument("--node", help="the node name the pilot knows (needed unless "
+                                       "--allocation is given)")
+    parser.add_argument("--allocation", metavar="NAME",
+                        help="join an elastic pilot as a node of its allocation NAME: the "
+                             "node is named NAME-<host name> unless --node is given, and "
+                             "offers --cores cores and --gpus GPUs")
+    parser.add_argument("--cores", type=int, metavar="N",
+                        help="with --allocation: cores offered (default: those this process "
+                             "may use)")
+    parser.add_argument("--gpus", type=int, default=0, metavar="N",
+                        help="with --allocation: GPUs offered (default: 0)")
     parser.add_argument("--tmp-root", metavar="DIR",
                         help="where the tasks' TMPDIRs are made (default: a new folder in "
                              "this node's temporary directory)")
+    parser.add_argument("--token-file", metavar="PATH",
+                        help="read the pilot's token from this file (mode 0600, owned by "
+                             "this user, not a symbolic link) instead of standard input")
     args = parser.parse_args(argv)
-    token = sys.stdin.readline().strip()
+    hello: Dict[str, Any] = {"op": "hello", "pid": os.getpid()}
+    if args.allocation is not None:
+        if args.node is None:
+            args.node = f"{args.allocation}-{socket.gethostname().split('.')[0]}"
+        cores = args.cores if args.cores is not None else _usable_cores()
+        if cores < 1 or args.gpus < 0:
+            parser.error("--cores must be at least 1 and --gpus at least 0")
+        hello.update(allocation=args.allocation, cores=cores, gpus=args.gpus)
+    elif args.node is None:
+        parser.error("--node is needed unless --allocation is given")
+    hello["node"] = args.node
+    if args.token_file is not None:
+        from psij.executors.pilot._token_file import TokenFileError, read_token_file
+
+        try:
+            token = read_token_file(args.token_file)
+        except TokenFileError as ex:
+            print(f"psij pilot agent on {args.node}: {ex}", file=sys.stderr)
+            return 2
+    else:
+        token = sys.stdin.readline().strip()
     tmp_root = Path(args.tmp_root) if args.tmp_root else Path(tempfile.mkdtemp(
         prefix=f"psij-agent-{args.node}-"))
     try:
@@ -211,13 +252,47 @@ def main(argv: Optional[List[str]] = None) -> int:
               file=sys.stderr)
         return 1
     agent = _Agent(sock, tmp_root)
-    agent.send({"op": "hello", "node": args.node, "token": token, "pid": os.getpid()})
+    hello["token"] = token
+    agent.send(hello)
+    previous = _stop_on_sigterm()
+    code = 0
     try:
         _serve(agent, sock)
+    except _Terminated:
+        code = 128 + signal.SIGTERM
+        # Before its tasks' ends: the pilot places nothing more here.
+        agent.send({"op": "leaving", "why": "its agent got SIGTERM (its job was cancelled "
+                                            "or reached its end)"})
     finally:
         agent.stop()
         sock.close()
-    return 0
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return code
+
+
+class _Terminated(Exception):
+    """SIGTERM reached the agent (its job was cancelled): its tasks are stopped first."""
+
+
+def _stop_on_sigterm() -> Any:
+    """On the main thread: SIGTERM ends the agent's loop (once; later ones are ignored while
+    it stops its tasks). The handler it replaces, or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminated(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Terminated()
+
+    return signal.signal(signal.SIGTERM, terminated)
+
+
+def _usable_cores() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        return len(affinity(0))
+    return os.cpu_count() or 1
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ except on a node of three cores or fewer, where the engine starts them itself
 (:mod:`~psij.executors.pilot._inline_tasks` says why); tasks on other nodes are sent to one
 agent per node (:mod:`psij.executors.pilot.agent`), started with the allocation's launcher and
 connected back over a socket (the engine's side of them is
-:mod:`~psij.executors.pilot._remote_nodes`). Its books on the tasks are
+:mod:`~psij.executors.pilot._remote_nodes`); with an allocation policy, nodes also join as the
+allocations it asks for start (:mod:`~psij.executors.pilot._elastic`). Its books on the tasks are
 :mod:`~psij.executors.pilot._task_books`; what other threads tell it arrives as the typed
 events of :mod:`~psij.executors.pilot._engine_events`.
 
@@ -58,7 +59,7 @@ import threading
 from collections import deque
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Deque, List, Optional, Sequence, Union
 
 from psij import _check
 from psij._clock import Clock, MonotonicClock, wall_time
@@ -72,6 +73,7 @@ from psij.executors.pilot._engine_events import (
     EndSignalDue,
     EngineEvent,
     KillTask,
+    RunCall,
     StopRequested,
     TaskExited,
     TimeLimitReached,
@@ -109,7 +111,7 @@ from psij.executors.pilot.scheduler import (
     TaskFinished,
     TaskState,
 )
-from psij.executors.pilot.task_environment import nodefile_text, pilot_environment
+from psij.executors.pilot.task_environment import ShareFiles
 from psij.executors.pilot.tasks import (
     ReportedUse,
     TaskEvent,
@@ -121,6 +123,7 @@ from psij.executors.pilot.tasks import (
 )
 
 if TYPE_CHECKING:
+    from psij.executors.pilot._elastic import ElasticAllocations
     from psij.executors.pilot._inline_tasks import InlineTasks
 
 __all__ = ["EngineConfig", "PilotEngine", "TaskEvent", "TaskShare", "TaskSpec", "TaskStatus",
@@ -130,7 +133,6 @@ __all__ = ["EngineConfig", "PilotEngine", "TaskEvent", "TaskShare", "TaskSpec", 
 # and logging only when something goes wrong: neither is on the start-up path of a pilot.
 logger = LazyLogger(__name__)
 
-_SHARE_CACHE_SIZE = 4096
 _MAX_ERRORS_IN_A_ROW = 20
 _SPIN_CLOCK = MonotonicClock()  # the pause after an error guards the CPU, not a rule: never manual
 
@@ -159,8 +161,7 @@ class PilotEngine(EngineOutput):
         # Exits of the workers: in the engine's own loop where pidfds exist, else through the
         # shared ProcessWatch thread.
         self._loop_watch: Optional[LoopWatch] = None
-        # The environment and node file of each distinct share, made once.
-        self._share_files: Dict[Tuple[Any, ...], Tuple[Dict[str, str], str]] = {}
+        self._share_files = ShareFiles(allocation, self.config.slurm_variables)
         self._agents: Optional[RemoteNodes] = None
         self._run_dir: Optional[Path] = None
         self._closing = False  # the engine thread is cancelling everything
@@ -173,6 +174,7 @@ class PilotEngine(EngineOutput):
         self._run_id = os.urandom(8).hex()
         self._swept = False  # whether the run folders of dead pilots were removed
         self.failure: Optional[str] = None  # why the engine stopped, if it had to
+        self.elastic: Optional[ElasticAllocations] = None  # with an allocation policy
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -217,11 +219,16 @@ class PilotEngine(EngineOutput):
             self._journal = Journal(config.journal, self._clock)
             if previous:
                 self._replay(previous)
-        if self.allocation.remote_nodes:
+        policy = config.allocation_policy
+        if self.allocation.remote_nodes or policy is not None:
             self._agents = RemoteNodes(self.allocation, config, self._clock, selector,
                                        self._post, self._on_exit, self._node_lost,
                                        partial(self._on_started, pid=None))
             self._agents.start(self._run_dir)
+            if policy is not None:
+                from psij.executors.pilot._elastic import ElasticAllocations
+                self.elastic = ElasticAllocations(self, policy, self._agents,
+                                                  lambda call: self._post(RunCall(call)))
         self._thread = threading.Thread(target=self._loop, name="psij-pilot-engine",
                                         daemon=True)
         self._thread.start()
@@ -423,7 +430,8 @@ class PilotEngine(EngineOutput):
             if timed is not None:
                 due = timed if due is None else min(due, timed)
         for left in (self._timers.next_timeout(), self._flush_in(),
-                     None if self._agents is None else self._agents.next_deadline_in()):
+                     None if self._agents is None else self._agents.next_deadline_in(),
+                     None if self.elastic is None else self.elastic.due_in(self._clock.now())):
             if left is not None:
                 due = left if due is None else min(due, left)
         return None if due is None else timer_delay(due)
@@ -446,6 +454,8 @@ class PilotEngine(EngineOutput):
             if self._journal_urgent:
                 self._write_journal()
             self._schedule()
+        if self.elastic is not None and not self._closing:
+            self.elastic.turn()  # after the pass: its backlog is what the pass left
         if self._journal is not None:
             self._journal.sync()
         if self._workers is not None:
@@ -484,6 +494,8 @@ class PilotEngine(EngineOutput):
         elif isinstance(event, AgentLauncherExited):
             if self._agents is not None:
                 self._agents.launcher_exited(event)
+        elif isinstance(event, RunCall):
+            event.call()
         elif isinstance(event, CloseRequested):
             self._begin_close()
         elif isinstance(event, StopRequested):
@@ -523,8 +535,7 @@ class PilotEngine(EngineOutput):
                 self._finish(task, task.run, None, f"could not prepare the task: {ex}")
                 return
             task.directory = self._directory(spec)
-        environment, nodefile = self._share_environment(share,
-                                                        spec.resources.cores_per_process)
+        environment, nodefile = self._share_files.get(share, spec.resources.cores_per_process)
         environment["QCG_PM_STEP_ID"] = spec.name
         environment[RUN_VARIABLE] = self._run_id
         if spec.environment:
@@ -550,26 +561,6 @@ class PilotEngine(EngineOutput):
         if lost is not None:
             self._finish(task, task.run, None, f"node {node} is lost: {lost}")
         # RUNNING, the journal's start and the time limit once the agent reports the start.
-
-    def _share_environment(self, share: TaskShare, cores_per_process: int
-                           ) -> Tuple[Dict[str, str], str]:
-        """A new copy of the variables describing ``share`` (QCG_PM_STEP_ID to be set), and
-        its node file's text; made once per distinct share."""
-        key = (share.nodes, share.processes, cores_per_process,
-               share.gpus[0] if share.gpus else ())
-        known = self._share_files.get(key)
-        if known is None:
-            if len(self._share_files) >= _SHARE_CACHE_SIZE:
-                self._share_files.clear()
-            slurm = self.config.slurm_variables
-            if slurm is None:
-                slurm = self.allocation.kind == "slurm"
-            gpus = self.allocation.gpu_ids(share.nodes[0], share.gpus[0]) \
-                if share.gpus and share.gpus[0] else None
-            known = (pilot_environment("", share, cores_per_process, slurm, gpus),
-                     nodefile_text(share))
-            self._share_files[key] = known
-        return dict(known[0]), known[1]
 
     def _on_exit(self, task_id: str, code: Optional[int], message: Optional[str],
                  use: Optional[ReportedUse] = None) -> None:
@@ -654,6 +645,8 @@ class PilotEngine(EngineOutput):
                        if self._scheduler.state(n) is TaskState.RUNNING]
         for name in running:
             self._kill(name)
+        if self.elastic is not None:  # after the cancels: its tasks there end CANCELED
+            self.elastic.close()
 
     def _shutdown(self) -> None:
         try:
@@ -662,6 +655,8 @@ class PilotEngine(EngineOutput):
             late = self._workers.stop() if self._workers is not None else []
             if self._agents is not None:
                 self._agents.stop()
+            if self.elastic is not None:
+                self.elastic.shutdown()
             if self._journal is not None:
                 with self._lock:
                     records, self._journal_records = self._journal_records, []

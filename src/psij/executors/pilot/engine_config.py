@@ -6,10 +6,13 @@ Values only; the engine (:mod:`psij.executors.pilot.engine`) applies them.
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from psij import _check
 from psij.executors.pilot.tasks import Prepare
+
+if TYPE_CHECKING:
+    from psij.executors.pilot.allocation_policy import AllocationPolicy
 
 __all__ = ["EngineConfig"]
 
@@ -22,8 +25,8 @@ class EngineConfig:
                  tmp_root: Optional[Path] = None, agent_transport: str = "auto",
                  agent_host: Optional[str] = None, agent_python: str = sys.executable,
                  agent_connect_timeout: float = 60.0, prepare: Optional[Prepare] = None,
-                 slurm_variables: Optional[bool] = True, workers: Optional[int] = None
-                 ) -> None:
+                 slurm_variables: Optional[bool] = True, workers: Optional[int] = None,
+                 allocation_policy: "Optional[AllocationPolicy]" = None) -> None:
         self.work_directory: Path = _check.opt_path("EngineConfig.work_directory",
                                                     work_directory) or Path(os.getcwd())
         self.journal = _check.opt_path("EngineConfig.journal", journal)
@@ -51,6 +54,13 @@ class EngineConfig:
         self.workers = _check.opt_int("EngineConfig.workers", workers, minimum=1)
         if self.workers is not None and self.workers > 1024:
             raise ValueError(f"EngineConfig.workers: at most 1024, got {self.workers}")
+
+        # An elastic pilot's: allocations asked for and given back (see allocation_policy).
+        if allocation_policy is not None:
+            from psij.executors.pilot.allocation_policy import AllocationPolicy as Policy
+            _check.instance("EngineConfig.allocation_policy", allocation_policy, Policy,
+                            "AllocationPolicy")
+        self.allocation_policy = allocation_policy
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())

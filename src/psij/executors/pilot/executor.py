@@ -88,7 +88,10 @@ class PilotJobExecutorConfig(JobExecutorConfig):
     cores when no allocation is found. ``gpus``: the GPUs of the node this process runs on, a
     count (the first ones found, else ids ``0`` to ``N - 1``) or ids (``"0,2"`` or a list of
     str); by default those found there (see the GPUs section of the pilot documentation).
-    ``journal`` with ``resume``: see the engine.
+    ``journal`` with ``resume``: see the engine. ``allocation_policy``: an
+    :class:`~psij.executors.pilot.allocation_policy.AllocationPolicy`, for a pilot that asks
+    for allocations through another executor as work waits and gives them back when idle
+    (see the elastic section of the pilot documentation).
     """
 
     def __init__(self, launcher_log_file: Union[str, Path, None] = None,
@@ -98,7 +101,8 @@ class PilotJobExecutorConfig(JobExecutorConfig):
                  agent_launcher: Optional[Sequence[str]] = None,
                  local_node: Optional[str] = None,
                  journal: Union[str, Path, None] = None, resume: bool = False,
-                 gpus: Union[int, str, Sequence[str], None] = None) -> None:
+                 gpus: Union[int, str, Sequence[str], None] = None,
+                 allocation_policy: Optional[Any] = None) -> None:
         super().__init__(launcher_log_file=launcher_log_file, work_directory=work_directory)
         self.nodes = self._nodes(nodes)
         self.cores = _check.opt_int("PilotJobExecutorConfig.cores", cores, minimum=1)
@@ -112,6 +116,11 @@ class PilotJobExecutorConfig(JobExecutorConfig):
         if gpus is not None:  # checked now; the machine's GPUs are looked for at start
             gpus_from_setting(_GPUS_FIELD, _listed(gpus), GpuSet(()))
         self.gpus = gpus
+        if allocation_policy is not None:
+            from psij.executors.pilot.allocation_policy import AllocationPolicy
+            _check.instance("PilotJobExecutorConfig.allocation_policy", allocation_policy,
+                            AllocationPolicy, "AllocationPolicy")
+        self.allocation_policy = allocation_policy
 
     @staticmethod
     def _nodes(nodes: Optional[NodesLike]) -> Optional[List[NodeSpec]]:
@@ -249,7 +258,8 @@ class PilotJobExecutor(JobExecutor):
                         work_directory=config.work_directory)
                 engine = PilotEngine(config.allocation(), EngineConfig(
                     work_directory=Path(os.getcwd()), journal=config.journal,
-                    resume=config.resume, cancel_grace_period=config.cancel_grace_period))
+                    resume=config.resume, cancel_grace_period=config.cancel_grace_period,
+                    allocation_policy=getattr(config, "allocation_policy", None)))
                 engine.add_listener(self._listener)
                 engine.start()
                 self._engine = self._held.engine = engine
@@ -338,6 +348,17 @@ class PilotJobExecutor(JobExecutor):
             raise InvalidJobException(f"job {job.id}: {ex}") from ex
         except (PilotUnavailable, TimeoutError) as ex:
             raise SubmitException(f"job {job.id} could not be cancelled: {ex}") from ex
+
+    def allocations(self) -> Dict[str, Any]:
+        """An elastic pilot's allocations and backlog (see ``ElasticAllocations.status``);
+        raises ``ValueError`` for a pilot without an allocation policy."""
+        if self._path is not None:
+            reply: Dict[str, Any] = self._remote().request("allocations")["allocations"]
+            return reply
+        elastic = self._local_engine().elastic
+        if elastic is None:
+            raise ValueError("allocations: this pilot has no allocation policy")
+        return elastic.status()
 
     def list(self) -> List[str]:
         """Native ids of the pilot's tasks that have not ended."""

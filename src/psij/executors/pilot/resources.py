@@ -7,8 +7,10 @@ and where" and keeps the books of what is free.
 
 Rules:
 
-- A pool is a fixed, ordered list of nodes. A node has ``cores`` (ids ``0..cores-1``), ``gpus``
-  (ids ``0..gpus-1``), ``memory`` in bytes and custom countable resources (name to count).
+- A pool is an ordered list of nodes; a node may join later (:meth:`ResourcePool.add_node`,
+  an elastic pilot's allocations), at the end of the list. A node has ``cores`` (ids
+  ``0..cores-1``), ``gpus`` (ids ``0..gpus-1``), ``memory`` in bytes and custom countable
+  resources (name to count).
 - A task asks for *processes*. Each process needs ``cores_per_process`` cores and
   ``gpus_per_process`` GPUs of one node and ``memory_per_process`` bytes of that node's memory.
   Custom resources are counted per node used: every node the task gets must have them free.
@@ -140,6 +142,25 @@ class ResourcePool:
     def lost_nodes(self) -> Mapping[str, str]:
         """The nodes lost so far, each with why."""
         return MappingProxyType(dict(self._lost))
+
+    def add_node(self, spec: NodeSpec) -> None:
+        """Add node ``spec`` (idle) at the end of the pool; its name must be new, even a lost
+        node's. Shapes resolved before keep the bounds they had."""
+        _check.instance("node", spec, NodeSpec, "NodeSpec", False)
+        if spec.name in self._by_name:
+            raise ValueError(f"node: {spec.name!r} is in this pool already; node names must "
+                             "be unique")
+        index = len(self._specs)
+        self._specs = (*self._specs, spec)
+        self._states.append(_NodeState(spec, index))
+        self._by_name[spec.name] = index
+        self._total_cores += spec.cores
+        self._free_cores += spec.cores
+        self._free_gpus += spec.gpus
+        self._idle_nodes += 1
+        self._node_free_cores.append(spec.cores)
+        if spec.cores:
+            self._open_nodes.append(index)  # the largest index: the list stays in order
 
     def lose_node(self, name: str, why: str) -> None:
         """Place nothing on node ``name`` from now on (see the module rules); what its tasks

@@ -8,7 +8,8 @@ A pure machine: no I/O, no threads, no subprocesses, no clock. The engine feeds
 Events (:meth:`Scheduler.step`): :class:`TaskSubmitted` and :class:`SucceededBefore` (a task
 arrives; the second for one that SUCCEEDED in an earlier run of the pilot, which takes no
 resources and is never placed), :class:`Schedule` (place what fits now),
-:class:`TaskFinished`, :class:`CancelAsked`, :class:`NodeLost` and :class:`Forgotten`.
+:class:`TaskFinished`, :class:`CancelAsked`, :class:`NodeLost`, :class:`NodeAdded` (an
+elastic pilot's node joins: what did not fit may fit now) and :class:`Forgotten`.
 Actions: a :class:`Placement` for each task a ``Schedule`` starts, a :class:`Transition` for
 each task another event ends (the task it names first, then its dependents). Scheduling is an
 event of its own, not a pass run after every event: a caller feeds a batch of events, then one
@@ -69,6 +70,7 @@ from psij.executors.pilot._scheduler_values import (
     CancelAsked,
     Event,
     Forgotten,
+    NodeAdded,
     NodeLost,
     Placement,
     Schedule,
@@ -83,7 +85,8 @@ from psij.executors.pilot._task_state import TaskState
 from psij.executors.pilot.resources import UNBOUNDED, ResourcePool, ResourceRequest, Shape
 
 __all__ = [
-    "SCHEDULE", "Action", "CancelAsked", "Event", "Forgotten", "IllegalEvent", "NodeLost",
+    "SCHEDULE", "Action", "CancelAsked", "Event", "Forgotten", "IllegalEvent", "NodeAdded",
+    "NodeLost",
     "Placement", "Schedule", "Scheduler", "SchedulerStats", "SucceededBefore", "TaskFinished",
     "TaskRequest", "TaskState", "TaskSubmitted", "Transition", "expand_iterations",
 ]
@@ -134,7 +137,8 @@ class _Task:
 
 
 # The events whose actions are transitions (all but Schedule).
-_Ending = Union[TaskSubmitted, SucceededBefore, TaskFinished, CancelAsked, NodeLost, Forgotten]
+_Ending = Union[TaskSubmitted, SucceededBefore, TaskFinished, CancelAsked, NodeLost, NodeAdded,
+                Forgotten]
 
 
 class Scheduler(StateMachine):
@@ -389,6 +393,18 @@ class Scheduler(StateMachine):
             ended.append(Transition(task.name, TaskState.FAILED, message))
             ended.extend(self._settle_dependents(task))
         return ended
+
+    @handles(NodeAdded)
+    def _node_added(self, event: NodeAdded) -> List[Transition]:
+        pool = self._pool
+        if any(node.name == event.node.name for node in pool.nodes):
+            raise IllegalEvent(f"node added: {event.node.name!r} is in the pool already")
+        pool.add_node(event.node)
+        self._release_epoch += 1  # shapes that did not fit may fit now
+        for queue in self._buckets.values():
+            if not queue.fits_empty and pool.could_ever_fit(queue.shape):
+                queue.fits_empty = True  # tasks of that shape are taken from now on
+        return []
 
     @handles(Forgotten)
     def _forgotten(self, event: Forgotten) -> List[Transition]:

@@ -366,7 +366,7 @@ class PilotService:
             if handler is None:
                 raise ValueError(f"op: {op!r} is not an operation of the pilot; accepted: "
                                  "ping, submit, cancel, forget, status, list, watch, usage, "
-                                 "shutdown")
+                                 "allocations, shutdown")
             reply: Dict[str, Any] = handler(conn, request)
             reply.update({"id": request_id, "ok": True})
             return reply
@@ -441,6 +441,12 @@ class PilotService:
     def _op_usage(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
         usage = self._engine.usage()
         return {"usage": {**usage.as_dict(), "used_cores": usage.used_cores}}
+
+    def _op_allocations(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
+        elastic = self._engine.elastic
+        if elastic is None:
+            raise ValueError("allocations: this pilot has no allocation policy")
+        return {"allocations": elastic.status()}
 
     def _op_shutdown(self, conn: _Connection, request: Dict[str, Any]) -> Dict[str, Any]:
         if self._on_shutdown is not None:
@@ -592,10 +598,25 @@ class PilotClient:
 JOURNAL_NAME = "psij-pilot.journal"
 
 
+def _read_policy(path: str) -> Any:
+    """The allocation policy in the JSON file ``path`` (``--allocation-policy``)."""
+    import json
+
+    from psij.executors.pilot.allocation_policy import AllocationPolicy
+
+    with open(path, encoding="utf-8") as f:
+        try:
+            data = json.load(f)
+        except ValueError as ex:
+            raise ValueError(f"--allocation-policy {path}: not JSON: {ex}") from None
+    return AllocationPolicy.from_json(data, f"--allocation-policy {path}")
+
+
 def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[str] = None,
                work_directory: Optional[str] = None, resume: bool = False,
                max_request_bytes: int = DEFAULT_MAX_LINE_BYTES,
-               gpus: Optional[str] = None) -> int:
+               gpus: Optional[str] = None, allocation_policy: Optional[str] = None,
+               agent_host: Optional[str] = None) -> int:
     """``psij pilot serve``: run a pilot on a socket until SIGTERM/SIGINT; the exit status."""
     import signal
     import sys
@@ -615,8 +636,11 @@ def serve_main(socket_path: str, cores: Optional[int] = None, nodes: Optional[st
     try:
         ensure_private_dir(wd, "pilot work directory (--wd)")
         allocation = allocation_from_options(cores, nodes, gpus=gpus)
+        policy = None if allocation_policy is None else _read_policy(allocation_policy)
         engine = PilotEngine(allocation, EngineConfig(
-            work_directory=wd, journal=wd / JOURNAL_NAME, resume=resume))
+            work_directory=wd, journal=wd / JOURNAL_NAME, resume=resume,
+            allocation_policy=policy, agent_host=agent_host,
+            agent_transport="auto" if agent_host is None else "tcp"))
     except (OSError, ValueError, TypeError) as ex:
         say(f"cannot start: {ex}")
         return 1

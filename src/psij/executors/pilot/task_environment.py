@@ -13,13 +13,43 @@ of the share's first node in ``CUDA_VISIBLE_DEVICES`` (``ROCR_VISIBLE_DEVICES`` 
 ``HIP_VISIBLE_DEVICES`` on AMD), by id where the node's GPUs are known by id, else by index.
 """
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
     from psij.executors._gpu_detect import GpuSet
+    from psij.executors.pilot.allocation import Allocation
     from psij.executors.pilot.tasks import TaskShare
 
-__all__ = ["nodefile_text", "pilot_environment", "slurm_counts"]
+__all__ = ["ShareFiles", "nodefile_text", "pilot_environment", "slurm_counts"]
+
+_SHARE_CACHE_SIZE = 4096
+
+
+class ShareFiles:
+    """The variables and node file of each distinct share of ``allocation``, made once (at
+    most 4096 kept). ``slurm``: SLURM_* variables always, never, or (None) in a Slurm
+    allocation."""
+
+    def __init__(self, allocation: "Allocation", slurm: Optional[bool]) -> None:
+        self._allocation = allocation
+        self._slurm = allocation.kind == "slurm" if slurm is None else slurm
+        self._known: Dict[Tuple[Any, ...], Tuple[Dict[str, str], str]] = {}
+
+    def get(self, share: "TaskShare", cores_per_process: int) -> Tuple[Dict[str, str], str]:
+        """A new copy of the variables describing ``share`` (QCG_PM_STEP_ID to be set), and
+        its node file's text."""
+        key = (share.nodes, share.processes, cores_per_process,
+               share.gpus[0] if share.gpus else ())
+        known = self._known.get(key)
+        if known is None:
+            if len(self._known) >= _SHARE_CACHE_SIZE:
+                self._known.clear()
+            gpus = self._allocation.gpu_ids(share.nodes[0], share.gpus[0]) \
+                if share.gpus and share.gpus[0] else None
+            known = (pilot_environment("", share, cores_per_process, self._slurm, gpus),
+                     nodefile_text(share))
+            self._known[key] = known
+        return dict(known[0]), known[1]
 
 
 def pilot_environment(task_id: str, share: "TaskShare", cores_per_process: int,
