@@ -184,19 +184,23 @@ class RemoteJobExecutor(JobExecutor):
     def _apply(self, job: Job, message: Mapping[str, Any]) -> None:
         """Enter the status a server message describes."""
         native_id = message.get("native_id")
-        if isinstance(native_id, str) and native_id and job._native_id != native_id:
-            # Set once, or changed: the remote executor submitted the job again.
+        status = status_from_wire(message)
+        attempt = _later_run(job, status)
+        stale = attempt is None and not status.state.is_greater_than(job.status.state)
+        if isinstance(native_id, str) and native_id and job._native_id != native_id \
+                and (job._native_id is None or not stale):
+            # Set once, or changed: the remote executor submitted the job again. (Not by a
+            # message older than the state the job is in: the answer to the submission may
+            # come after the statuses of later runs, with the first run's id.)
             with self._native_cv:
                 job._native_id = native_id
                 self._native_cv.notify_all()
-        status = status_from_wire(message)
-        attempt = _later_run(job, status)
         if attempt is not None and status.state is not JobState.QUEUED:
             # A later run whose QUEUED was not seen (after a reconnection the server tells
             # only the current status): the job enters that run first.
             self._set_job_status(job, JobStatus(JobState.QUEUED, time=status.time,
                                                 metadata={"attempt": attempt}))
-        elif attempt is None and not status.state.is_greater_than(job.status.state):
+        elif stale:
             return
         if status.state.final:
             with self._lock:
