@@ -117,8 +117,9 @@ def test_a_held_job_goes_as_soon_as_the_job_before_it_leaves_the_queue(tmp_path:
                                   config=_config(tmp_path, max_queued_per_shape=1))
     try:
         first, second = Job(_shell("sleep 1")), Job(_shell("sleep 1"))
-        ex.submit(first)
-        ex.submit(second)
+        # In one call: submitted one by one, the first's start, which its file tells at once,
+        # could free the slot before the second is submitted.
+        ex.submit_many([first, second])
         # The second waits in the client: the first holds the one queued slot of the shape.
         assert second.status.message == HELD_MESSAGE and second._native_id is None
         # The first's start frees the slot (no poll tells it: they are 300 s apart, the short
