@@ -95,7 +95,9 @@ def test_the_agent_refuses_a_bad_token_file_before_connecting(
     assert "mode is 0644" in capsys.readouterr().err
 
 
-def test_the_agent_says_hello_with_the_token_of_its_file(tmp_path: Path) -> None:
+def hello_of(tmp_path: Path, options: List[str]) -> Dict[str, Any]:
+    """The hello an agent started with ``options`` (and a token file holding ``s3cret``)
+    sends to a pilot listening on a Unix socket, which then tells it to stop."""
     path = str(tmp_path / "p.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -113,40 +115,22 @@ def test_the_agent_says_hello_with_the_token_of_its_file(tmp_path: Path) -> None
     write_token_file(tmp_path / "t", "s3cret")
     tmp_root = tmp_path / "tmp"
     tmp_root.mkdir(mode=0o700)
-    code = agent.main(["--connect", f"unix:{path}", "--node", "n7", "--token-file",
+    code = agent.main(["--connect", f"unix:{path}", *options, "--token-file",
                        str(tmp_path / "t"), "--tmp-root", str(tmp_root)])
     thread.join(10)
     listener.close()
     assert code == 0
     assert heard and heard[0]["op"] == "hello"
-    assert (heard[0]["node"], heard[0]["token"]) == ("n7", "s3cret")
+    return heard[0]
+
+
+def test_the_agent_says_hello_with_the_token_of_its_file(tmp_path: Path) -> None:
+    hello = hello_of(tmp_path, ["--node", "n7"])
+    assert (hello["node"], hello["token"]) == ("n7", "s3cret")
 
 
 def test_an_agent_of_an_allocation_says_its_allocation_and_cores(tmp_path: Path) -> None:
-    path = str(tmp_path / "p.sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(1)
-    heard: List[Dict[str, Any]] = []
-
-    def pilot() -> None:
-        conn, _ = listener.accept()
-        with conn, conn.makefile("rb") as lines:
-            heard.append(json.loads(lines.readline()))
-            conn.sendall(b'{"op": "stop"}\n')
-
-    thread = threading.Thread(target=pilot)
-    thread.start()
-    write_token_file(tmp_path / "t", "s3cret")
-    tmp_root = tmp_path / "tmp"
-    tmp_root.mkdir(mode=0o700)
-    code = agent.main(["--connect", f"unix:{path}", "--allocation", "a3", "--cores", "5",
-                       "--gpus", "1", "--token-file", str(tmp_path / "t"), "--tmp-root",
-                       str(tmp_root)])
-    thread.join(10)
-    listener.close()
-    assert code == 0
-    hello = heard[0]
+    hello = hello_of(tmp_path, ["--allocation", "a3", "--cores", "5", "--gpus", "1"])
     assert hello["node"] == f"a3-{socket.gethostname().split('.')[0]}"
     assert (hello["allocation"], hello["cores"], hello["gpus"], hello["token"]) == \
         ("a3", 5, 1, "s3cret")
