@@ -13,7 +13,6 @@ It must not measure anything in its own process.
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from _help import description
+from _help import description, run_in_session
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOADS_SCRIPT = REPO / "bench" / "workloads.py"
@@ -274,22 +273,8 @@ def run_worker(impl: Implementation, workload: Workload) -> Dict[str, Any]:
     kills it together with whatever it started in that session.
     """
     argv = [str(impl.python), str(WORKLOADS_SCRIPT), workload.name, *workload.args]
-    with tempfile.TemporaryDirectory(prefix="psij-bench-cwd-") as cwd:
-        out_path, err_path = Path(cwd) / "stdout", Path(cwd) / "stderr"
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    env=_child_env(), cwd=cwd, start_new_session=True)
-        try:
-            returncode: Optional[int] = proc.wait(timeout=workload.timeout_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            returncode = None
-        stdout = out_path.read_text(errors="replace")
-        stderr = err_path.read_text(errors="replace")
+    returncode, stdout, stderr = run_in_session(argv, _child_env(), workload.timeout_s,
+                                                "psij-bench-cwd-")
     result = _last_result_line(stdout)
     if returncode is None:
         if result is None:
