@@ -368,3 +368,22 @@ def test_each_runs_output_is_kept_under_its_run_number(tmp_path: Path) -> None:
         assert (tmp_path / f"{name}.2").read_text() == f"{word} 2\n"
         assert (tmp_path / name).read_text() == f"{word} 3\n"
         assert not (tmp_path / f"{name}.3").exists()
+
+
+def test_relative_outputs_of_a_job_without_a_directory_are_kept_where_it_wrote_them(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    # Without JobSpec.directory a local job runs, and opens a relative stdout_path, in the
+    # submitting process's folder (as psij-python's): its earlier runs are kept there.
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    ex = make(tmp_path)
+    script = "import os, sys\nprint('run', os.environ['PSIJ_ATTEMPT'])\n" \
+             "sys.exit(0 if os.environ['PSIJ_ATTEMPT'] == '2' else 3)\n"
+    job = Job(JobSpec(sys.executable, ["-c", script], stdout_path=Path("out"),
+                      attributes=JobAttributes(custom_attributes={"psij.retry": "2"})))
+    ex.submit(job)
+    assert final(job).state is JobState.COMPLETED
+    assert (cwd / "out.1").read_text() == "run 1\n"
+    assert (cwd / "out").read_text() == "run 2\n"
+    assert list((tmp_path / "work").rglob("out*")) == []

@@ -18,6 +18,7 @@ It sets no job state but CANCELED for a run it does not start; the executor sets
 """
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Tuple
 
 from psij._lazylog import LazyLogger
@@ -78,9 +79,10 @@ def cancel_between_runs(job: Job, run: "Optional[Run]") -> bool:
     return True
 
 
-def keep_outputs(job: Job, spec: JobSpec) -> None:
+def keep_outputs(job: Job, spec: JobSpec, job_dir: Path) -> None:
     """Before run N (N >= 2) of ``job``: the output files of run N-1 (``stdout_path``,
-    ``stderr_path``, once each; not ``/dev/null``) become ``<path>.<N-1>``, as the batch
+    ``stderr_path``, once each, relative ones in ``job_dir`` as the job opens them; not
+    ``/dev/null``) become ``<path>.<N-1>``, as the batch
     executors' scripts do, so each run's output is kept and the last run's is where the spec
     says. A file that is not there (or cannot be moved) is left as it is."""
     runs = job.__dict__.get("_runs")
@@ -91,9 +93,7 @@ def keep_outputs(job: Job, spec: JobSpec) -> None:
     for value in (spec.stdout_path, spec.stderr_path):
         if value is None:
             continue
-        path = str(value)
-        if spec.directory is not None and not os.path.isabs(path):
-            path = os.path.join(str(spec.directory), path)
+        path = str(job_dir / value)  # an absolute value stays as it is
         if path == "/dev/null" or path in done:
             continue
         done.append(path)
@@ -113,8 +113,8 @@ def run_again(ex: Starts, job: Job) -> None:
         return
     spec = job.spec
     assert spec is not None
-    keep_outputs(job, spec)
     run, prepared = ex._prepare(job, spec)
+    keep_outputs(job, spec, run.job_dir)
     with ex._lock:
         canceled = bool(job.__dict__.get(_CANCELED))
         if not canceled:
